@@ -1,0 +1,387 @@
+"""Mazes: generation, solving, difficulty, hashing, and the pinned test sets (pure functions).
+
+A maze is a perfect maze (exactly one path between any two cells) on a `height x width` grid of
+cells, stored as one 4-bit wall mask per cell (N=1, E=2, S=4, W=8; a set bit is a wall). Mazes
+are frozen values: generation takes an explicit `np.random.Generator` or integer seed and never
+touches global randomness, so the same seed gives the same maze on every machine.
+
+    >>> m = generate(4, 4, seed=0)
+    >>> len(shortest_path(m)) - 1 == difficulty(m).path_length
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from enum import IntEnum
+from functools import cached_property
+
+import numpy as np
+
+from rlkit.errors import UsageError
+
+MIN_SIZE, MAX_SIZE = 2, 16
+ALGORITHMS = ("wilson", "dfs")
+PLACEMENTS = ("corners", "random")
+
+Cell = tuple[int, int]
+
+
+class Action(IntEnum):
+    """The four moves. The value order is the order of action words everywhere (prompts, logits)."""
+
+    UP = 0
+    DOWN = 1
+    LEFT = 2
+    RIGHT = 3
+
+    @property
+    def word(self) -> str:
+        return self.name.lower()
+
+    @property
+    def delta(self) -> Cell:
+        return _DELTAS[self]
+
+    @property
+    def wall_bit(self) -> int:
+        return _WALL_BITS[self]
+
+
+N, E, S, W = 1, 2, 4, 8
+ALL_WALLS = N | E | S | W
+_DELTAS = {Action.UP: (-1, 0), Action.DOWN: (1, 0), Action.LEFT: (0, -1), Action.RIGHT: (0, 1)}
+_WALL_BITS = {Action.UP: N, Action.DOWN: S, Action.LEFT: W, Action.RIGHT: E}
+_OPPOSITE = {N: S, S: N, E: W, W: E}
+
+
+@dataclass(frozen=True, eq=False)
+class Maze:
+    """A maze spec: walls + start + exit (+ how it was made, for provenance only).
+
+    `walls` is a read-only (height, width) uint8 array of wall masks. Equality and hashing use
+    the canonical content (`content_hash`), so two mazes with the same walls and endpoints are
+    the same maze whatever seed or algorithm produced them.
+    """
+
+    walls: np.ndarray
+    start: Cell
+    exit: Cell
+    seed: int | None = None
+    algorithm: str | None = None
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        walls = np.array(self.walls, dtype=np.uint8)
+        if walls.ndim != 2 or not all(MIN_SIZE <= n <= MAX_SIZE for n in walls.shape):
+            raise UsageError(
+                f"maze walls must be a 2-D grid with sides in [{MIN_SIZE}, {MAX_SIZE}], got "
+                f"shape {walls.shape}: pass one wall mask per cell"
+            )
+        walls.setflags(write=False)
+        object.__setattr__(self, "walls", walls)
+        object.__setattr__(self, "start", _cell(self.start, walls.shape, "start"))
+        object.__setattr__(self, "exit", _cell(self.exit, walls.shape, "exit"))
+        if self.start == self.exit:
+            raise UsageError(f"maze start and exit are the same cell {self.start}: move the exit")
+
+    @property
+    def height(self) -> int:
+        return int(self.walls.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.walls.shape[1])
+
+    def can_move(self, cell: Cell, action: Action) -> bool:
+        return not self.walls[cell] & action.wall_bit
+
+    @cached_property
+    def content_hash(self) -> str:
+        """sha256 over the canonical bytes: shape, walls, start, exit (not seed/algorithm)."""
+        h = hashlib.sha256()
+        h.update(np.array([self.height, self.width, *self.start, *self.exit], "<u2").tobytes())
+        h.update(self.walls.tobytes())
+        return h.hexdigest()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Maze) and self.content_hash == other.content_hash
+
+    def __hash__(self) -> int:
+        return hash(self.content_hash)
+
+    def to_dict(self) -> dict:
+        """JSON-safe spec; walls as one hex digit per cell, rows joined by '/'."""
+        rows = ["".join(f"{int(v):x}" for v in row) for row in self.walls]
+        return {
+            "height": self.height,
+            "width": self.width,
+            "walls": "/".join(rows),
+            "start": list(self.start),
+            "exit": list(self.exit),
+            "seed": self.seed,
+            "algorithm": self.algorithm,
+            "hash": self.content_hash,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict | str) -> Maze:
+        """Inverse of `to_dict` (also accepts its JSON string); checks the hash when present."""
+        if isinstance(d, str):
+            d = json.loads(d)
+        try:
+            rows = d["walls"].split("/")
+            walls = np.array([[int(ch, 16) for ch in row] for row in rows], dtype=np.uint8)
+            maze = cls(
+                walls, tuple(d["start"]), tuple(d["exit"]), d.get("seed"), d.get("algorithm")
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise UsageError(
+                f"not a maze spec ({type(e).__name__}: {e}): expected keys walls/start/exit as "
+                "written by Maze.to_dict()"
+            ) from None
+        if d.get("hash") and d["hash"] != maze.content_hash:
+            raise UsageError(
+                "maze spec hash does not match its walls/start/exit: the spec was edited or corrupted"
+            )
+        return maze
+
+
+def _cell(value, shape: tuple[int, int], name: str) -> Cell:
+    try:
+        r, c = (int(v) for v in value)
+    except (TypeError, ValueError):
+        raise UsageError(f"maze {name} must be a (row, col) pair, got {value!r}") from None
+    if not (0 <= r < shape[0] and 0 <= c < shape[1]):
+        raise UsageError(f"maze {name} {(r, c)} is outside the {shape[0]}x{shape[1]} grid")
+    return (r, c)
+
+
+def _rng(seed: int | np.random.Generator) -> np.random.Generator:
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise UsageError(
+            f"seed must be a non-negative integer or np.random.Generator, got {seed!r}"
+        )
+    return np.random.default_rng(int(seed))
+
+
+def check_size(height: int, width: int) -> None:
+    for name, n in (("height", height), ("width", width)):
+        if (
+            isinstance(n, bool)
+            or not isinstance(n, int | np.integer)
+            or not MIN_SIZE <= n <= MAX_SIZE
+        ):
+            raise UsageError(
+                f"maze {name} must be an integer in [{MIN_SIZE}, {MAX_SIZE}], got {n!r}"
+            )
+
+
+def _neighbours(cell: Cell, h: int, w: int):
+    r, c = cell
+    for bit, (dr, dc) in ((N, (-1, 0)), (S, (1, 0)), (W, (0, -1)), (E, (0, 1))):
+        rr, cc = r + dr, c + dc
+        if 0 <= rr < h and 0 <= cc < w:
+            yield bit, (rr, cc)
+
+
+def _carve(walls: np.ndarray, a: Cell, b: Cell) -> None:
+    for bit, nb in _neighbours(a, *walls.shape):
+        if nb == b:
+            walls[a] &= ~bit & 0xF
+            walls[b] &= ~_OPPOSITE[bit] & 0xF
+            return
+    raise AssertionError(f"{a} and {b} are not adjacent")
+
+
+def _wilson(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    """Uniform spanning tree by loop-erased random walks (Wilson 1996)."""
+    walls = np.full((h, w), ALL_WALLS, dtype=np.uint8)
+    in_tree = np.zeros((h, w), dtype=bool)
+    in_tree[int(rng.integers(h)), int(rng.integers(w))] = True
+    order = [(r, c) for r in range(h) for c in range(w)]
+    for idx in rng.permutation(len(order)):
+        start = order[idx]
+        if in_tree[start]:
+            continue
+        nxt: dict[Cell, Cell] = {}
+        cell = start
+        while not in_tree[cell]:  # random walk; overwriting nxt erases loops
+            nbs = [nb for _, nb in _neighbours(cell, h, w)]
+            nxt[cell] = nbs[int(rng.integers(len(nbs)))]
+            cell = nxt[cell]
+        cell = start
+        while not in_tree[cell]:
+            in_tree[cell] = True
+            _carve(walls, cell, nxt[cell])
+            cell = nxt[cell]
+    return walls
+
+
+def _dfs(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    """Recursive backtracker (iterative): long corridors, few junctions."""
+    walls = np.full((h, w), ALL_WALLS, dtype=np.uint8)
+    seen = np.zeros((h, w), dtype=bool)
+    stack = [(int(rng.integers(h)), int(rng.integers(w)))]
+    seen[stack[0]] = True
+    while stack:
+        cell = stack[-1]
+        nbs = [nb for _, nb in _neighbours(cell, h, w) if not seen[nb]]
+        if not nbs:
+            stack.pop()
+            continue
+        nb = nbs[int(rng.integers(len(nbs)))]
+        _carve(walls, cell, nb)
+        seen[nb] = True
+        stack.append(nb)
+    return walls
+
+
+def generate(
+    height: int,
+    width: int,
+    seed: int | np.random.Generator = 0,
+    *,
+    algorithm: str = "wilson",
+    placement: str = "corners",
+    min_path: int = 1,
+) -> Maze:
+    """A perfect maze with start and exit placed by `placement`.
+
+    `corners`: start top-left, exit bottom-right. `random`: two distinct random cells whose
+    shortest path has at least `min_path` moves (resampled until it does).
+    """
+    check_size(height, width)
+    if algorithm not in ALGORITHMS:
+        raise UsageError(
+            f"unknown maze algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}"
+        )
+    if placement not in PLACEMENTS:
+        raise UsageError(f"unknown placement {placement!r}: use one of {', '.join(PLACEMENTS)}")
+    if not 1 <= min_path <= height * width - 1:
+        raise UsageError(
+            f"min_path ({min_path}) must be in [1, {height * width - 1}] for a {height}x{width} maze"
+        )
+    int_seed = None if isinstance(seed, np.random.Generator) else seed
+    rng = _rng(seed)
+    walls = (_wilson if algorithm == "wilson" else _dfs)(height, width, rng)
+    if placement == "corners":
+        return Maze(walls, (0, 0), (height - 1, width - 1), int_seed, algorithm)
+    for _ in range(10_000):
+        a, b = rng.choice(height * width, size=2, replace=False)
+        start, exit_ = divmod(int(a), width), divmod(int(b), width)
+        if distances_from(walls, exit_)[start] >= min_path:
+            return Maze(walls, start, exit_, int_seed, algorithm)
+    raise UsageError(f"could not place endpoints {min_path} moves apart: lower min_path")
+
+
+def distances_from(walls: np.ndarray, target: Cell) -> np.ndarray:
+    """BFS distance (in moves) from every cell to `target`; -1 where unreachable."""
+    h, w = walls.shape
+    dist = np.full((h, w), -1, dtype=np.int32)
+    dist[target] = 0
+    queue = deque([target])
+    while queue:
+        cell = queue.popleft()
+        for bit, nb in _neighbours(cell, h, w):
+            if not walls[cell] & bit and dist[nb] < 0:
+                dist[nb] = dist[cell] + 1
+                queue.append(nb)
+    return dist
+
+
+def exit_distances(maze: Maze) -> np.ndarray:
+    """Distance-to-exit map, cached per maze (the oracle and the failure analysis query it often)."""
+    cached = maze.meta.get("_exit_dist")
+    if cached is None:
+        cached = distances_from(maze.walls, maze.exit)
+        cached.setflags(write=False)
+        maze.meta["_exit_dist"] = cached
+    return cached
+
+
+def optimal_actions(maze: Maze, cell: Cell) -> list[Action]:
+    """Every move from `cell` that lies on a shortest path to the exit (one in a perfect maze)."""
+    dist = exit_distances(maze)
+    out = []
+    for a in Action:
+        if maze.can_move(cell, a):
+            nb = (cell[0] + a.delta[0], cell[1] + a.delta[1])
+            if dist[nb] == dist[cell] - 1:
+                out.append(a)
+    return out
+
+
+def optimal_action(maze: Maze, cell: Cell) -> Action | None:
+    """The BFS-optimal move from `cell`, or None at the exit."""
+    acts = optimal_actions(maze, cell)
+    return acts[0] if acts else None
+
+
+def shortest_path(maze: Maze, start: Cell | None = None) -> list[Cell]:
+    """Cells from `start` (default: the maze start) to the exit, both included."""
+    cell = maze.start if start is None else start
+    path = [cell]
+    while cell != maze.exit:
+        a = optimal_action(maze, cell)
+        if a is None:
+            raise UsageError(f"cell {cell} cannot reach the exit: the maze is not connected")
+        cell = (cell[0] + a.delta[0], cell[1] + a.delta[1])
+        path.append(cell)
+    return path
+
+
+def open_degree(maze: Maze, cell: Cell) -> int:
+    return sum(maze.can_move(cell, a) for a in Action)
+
+
+@dataclass(frozen=True)
+class Difficulty:
+    """How hard a maze is for a step-by-step agent."""
+
+    path_length: int
+    """Moves on the shortest path from start to exit."""
+    turns: int
+    """Changes of direction along the shortest path."""
+    junctions: int
+    """Cells on the path (exit excluded) with 3+ open sides: places to take a wrong branch."""
+    dead_ends: int
+    """Cells in the whole maze with exactly one open side."""
+
+
+def difficulty(maze: Maze) -> Difficulty:
+    path = shortest_path(maze)
+    moves = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(path, path[1:], strict=False)]
+    turns = sum(m1 != m2 for m1, m2 in zip(moves, moves[1:], strict=False))
+    junctions = sum(open_degree(maze, c) >= 3 for c in path[:-1])
+    dead = sum(
+        open_degree(maze, (r, c)) == 1 for r in range(maze.height) for c in range(maze.width)
+    )
+    return Difficulty(len(path) - 1, turns, junctions, dead)
+
+
+def is_perfect(maze: Maze) -> bool:
+    """Exactly height*width-1 passages, all cells reachable, walls consistent between neighbours."""
+    w = maze.walls
+    h, wd = w.shape
+    for r in range(h):
+        for c in range(wd):
+            for bit, nb in _neighbours((r, c), h, wd):
+                if bool(w[r, c] & bit) != bool(w[nb] & _OPPOSITE[bit]):
+                    return False
+    border_ok = all(w[0, c] & N and w[h - 1, c] & S for c in range(wd)) and all(
+        w[r, 0] & W and w[r, wd - 1] & E for r in range(h)
+    )
+    passages = sum(not w[r, c] & E for r in range(h) for c in range(wd - 1)) + sum(
+        not w[r, c] & S for r in range(h - 1) for c in range(wd)
+    )
+    reachable = (distances_from(w, (0, 0)) >= 0).all()
+    return bool(border_ok and passages == h * wd - 1 and reachable)
