@@ -21,7 +21,7 @@ from rlkit import rules
 from rlkit.errors import UsageError
 from rlkit.maze import Action, Maze
 from rlkit.parsing import PARSERS, parse_actions
-from rlkit.render import RenderStyle, data_uri, render, to_ascii
+from rlkit.render import RenderStyle, state_data_uri, to_ascii
 
 ENV_ID = "rlkit-maze"
 OBSERVATIONS = ("image", "text", "both")
@@ -119,7 +119,7 @@ def observation_message(state: rules.State, cfg: EnvConfig, note: str = "") -> d
         text = f"{text}\n{to_ascii(state)}"
     if cfg.observation == "text":
         return {"role": "user", "content": text}
-    image = {"type": "image_url", "image_url": {"url": data_uri(render(state, cfg.style))}}
+    image = {"type": "image_url", "image_url": {"url": state_data_uri(state, cfg.style)}}
     return {"role": "user", "content": [{"type": "text", "text": text}, image]}
 
 

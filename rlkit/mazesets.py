@@ -146,3 +146,9 @@ def train_maze(spec: MazeSpec, index: int) -> Maze:
 
 def train_mazes(spec: MazeSpec, start: int, n: int) -> list[Maze]:
     return [train_maze(spec, i) for i in range(start, start + n)]
+
+
+# pytest collects functions named test_* when tests import them; these are library functions.
+test_set.__test__ = False  # type: ignore[attr-defined]
+test_set_hash.__test__ = False  # type: ignore[attr-defined]
+test_spec.__test__ = False  # type: ignore[attr-defined]

@@ -83,40 +83,57 @@ def _wall_tiles(cell_px: int, wall_px: int) -> np.ndarray:
     return tiles
 
 
-def _fill_colours(state: State, style: RenderStyle) -> np.ndarray:
+_FLOOR, _TRAIL, _LAST, _EXIT, _AGENT, _OUT = range(6)
+
+
+@lru_cache(maxsize=64)
+def _atlas(style: RenderStyle) -> np.ndarray:
+    """(17 * 6, cp, cp, 3) uint8: every (wall mask, cell colour) tile, fully drawn, cached.
+
+    A render is then one gather (`atlas[tile_index]`) and one reshape.
+    """
+    walls = _wall_tiles(style.cell_px, style.wall_px)
+    colours = [style.floor, style.trail, style.last, style.exit, style.agent, style.outside]
+    atlas = np.empty((17, len(colours), style.cell_px, style.cell_px, 3), dtype=np.uint8)
+    for ci, colour in enumerate(colours):
+        atlas[:, ci] = colour
+        atlas[:16, ci][walls[:16]] = style.wall
+    atlas[16, :] = style.outside
+    atlas.setflags(write=False)
+    return atlas.reshape(-1, style.cell_px, style.cell_px, 3)
+
+
+def _colour_index(state: State, style: RenderStyle) -> np.ndarray:
     maze = state.maze
-    fill = np.empty((maze.height, maze.width, 3), dtype=np.uint8)
-    fill[:] = style.floor
+    idx = np.full((maze.height, maze.width), _FLOOR, dtype=np.intp)
     if style.show_trail and len(state.trail) > 1:
-        rows, cols = zip(*state.trail, strict=True)
-        fill[list(rows), list(cols)] = style.trail
+        cells = np.asarray(state.trail)
+        idx[cells[:, 0], cells[:, 1]] = _TRAIL
         prev = state.trail[-2]
         if prev != state.pos:
-            fill[prev] = style.last
-    fill[maze.exit] = style.exit
-    fill[state.pos] = style.agent
-    return fill
+            idx[prev] = _LAST
+    idx[maze.exit] = _EXIT
+    idx[state.pos] = _AGENT
+    return idx
 
 
 def render_array(state: State, style: RenderStyle = RenderStyle()) -> np.ndarray:
     """The state as an (H, W, 3) uint8 array (the fast path the local trainer feeds the model)."""
-    walls = state.maze.walls.astype(np.intp)
-    fill = _fill_colours(state, style)
+    tiles = state.maze.walls.astype(np.intp) * 6 + _colour_index(state, style)
     if style.view == "ego":
         r = style.ego_radius
-        n = 2 * r + 1
-        n_even = n + n % 2
-        pad = ((r, n_even - r), (r, n_even - r))
-        walls = np.pad(walls, pad, constant_values=_OUTSIDE)
-        fill = np.pad(fill, (*pad, (0, 0)))
-        fill[walls == _OUTSIDE] = style.outside
-        (pr, pc) = state.pos
-        walls = walls[pr : pr + n_even, pc : pc + n_even]
-        fill = fill[pr : pr + n_even, pc : pc + n_even]
-    masks = _wall_tiles(style.cell_px, style.wall_px)[walls]  # (h, w, cp, cp)
-    img = np.where(masks[..., None], np.array(style.wall, np.uint8), fill[:, :, None, None, :])
-    h, w, cp = walls.shape[0], walls.shape[1], style.cell_px
-    return np.ascontiguousarray(img.transpose(0, 2, 1, 3, 4).reshape(h * cp, w * cp, 3))
+        n_even = 2 * r + 1 + (2 * r + 1) % 2
+        window = np.full((n_even, n_even), _OUTSIDE * 6 + _OUT, dtype=np.intp)
+        pr, pc = state.pos
+        h, w = tiles.shape
+        r0, c0 = pr - r, pc - r  # maze cell at the window's top-left
+        rs, cs = max(0, r0), max(0, c0)
+        re, ce = min(h, r0 + n_even), min(w, c0 + n_even)
+        window[rs - r0 : re - r0, cs - c0 : ce - c0] = tiles[rs:re, cs:ce]
+        tiles = window
+    img = _atlas(style)[tiles]  # (h, w, cp, cp, 3)
+    h, w, cp = tiles.shape[0], tiles.shape[1], style.cell_px
+    return img.transpose(0, 2, 1, 3, 4).reshape(h * cp, w * cp, 3)
 
 
 def render(state: State, style: RenderStyle = RenderStyle()) -> Image.Image:
@@ -140,6 +157,18 @@ def png_bytes(img: Image.Image) -> bytes:
 def data_uri(img: Image.Image) -> str:
     """`data:image/png;base64,...`: the image form OpenAI-style chat messages (and vLLM) take."""
     return "data:image/png;base64," + base64.b64encode(png_bytes(img)).decode("ascii")
+
+
+@lru_cache(maxsize=8192)
+def _uri_from_raw(raw: bytes, h: int, w: int) -> str:
+    return data_uri(Image.frombytes("RGB", (w, h), raw))
+
+
+def state_data_uri(state: State, style: RenderStyle = RenderStyle()) -> str:
+    """`data_uri(render(state))`, memoised on the pixels: PNG encoding dominates an env step,
+    and GRPO replays the same states many times (k samples per maze, the same start)."""
+    arr = render_array(state, style)
+    return _uri_from_raw(arr.tobytes(), arr.shape[0], arr.shape[1])
 
 
 def image_from_data_uri(uri: str) -> Image.Image:
@@ -212,3 +241,18 @@ def ego_origin(state: State, style: RenderStyle) -> Cell:
 def upscale(img: Image.Image, factor: int) -> Image.Image:
     """Nearest-neighbour enlargement for display (keeps walls crisp)."""
     return img.resize((img.width * factor, img.height * factor), Image.NEAREST)
+
+
+def gallery(
+    images: list[Image.Image], cols: int = 8, pad: int = 4, background: RGB = (235, 235, 235)
+) -> Image.Image:
+    """Tile same-sized images into one picture (test-set overviews, demo output)."""
+    if not images:
+        raise UsageError("gallery needs at least one image")
+    w, h = images[0].size
+    rows = -(-len(images) // cols)
+    out = Image.new("RGB", (cols * (w + pad) + pad, rows * (h + pad) + pad), background)
+    for i, img in enumerate(images):
+        r, c = divmod(i, cols)
+        out.paste(img, (pad + c * (w + pad), pad + r * (h + pad)))
+    return out

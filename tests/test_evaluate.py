@@ -1,0 +1,169 @@
+import json
+import math
+
+import pytest
+
+from rlkit.errors import UsageError
+from rlkit.evaluate import EvalResult, compare, evaluate
+from rlkit.failures import classify
+from rlkit.maze import Action
+from rlkit.mazesets import test_set
+from rlkit.parsing import format_action
+from rlkit.policies import Response, scripted_policy
+from rlkit.rollout import (
+    Trajectory,
+    episode_rngs,
+    history_window,
+    load_trajectories,
+    play_episode,
+    replay_states,
+    run_episodes,
+)
+from rlkit.stats import mcnemar_exact, pass_at_k, wilson
+
+
+def test_wilson_hand_computed():
+    # p=0.5, n=10, z=1.96: centre 0.5, half = 1.96*sqrt(0.025+0.0096)/1.38416 = 0.2634
+    lo, hi = wilson(5, 10)
+    assert lo == pytest.approx(0.2366, abs=1e-3) and hi == pytest.approx(0.7634, abs=1e-3)
+    # 28/64 (the reference baseline): [0.3229, 0.5599]
+    lo, hi = wilson(28, 64)
+    assert lo == pytest.approx(0.3229, abs=1e-3) and hi == pytest.approx(0.5599, abs=1e-3)
+    assert wilson(0, 0) == (0.0, 1.0)
+
+
+def test_pass_at_k_hand_computed():
+    # n=4, c=1, k=2: 1 - C(3,2)/C(4,2) = 1 - 3/6 = 0.5
+    assert pass_at_k(4, 1, 2) == 0.5
+    assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 3, 2) == 1.0
+    assert pass_at_k(8, 2, 1) == pytest.approx(0.25)
+    with pytest.raises(UsageError):
+        pass_at_k(2, 1, 3)
+
+
+def test_mcnemar_hand_computed():
+    # discordant: A-only 1, B-only 9 -> p = 2 * P(X<=1 | Bin(10, .5)) = 2 * 11/1024
+    a = [True] * 1 + [False] * 9 + [True] * 5
+    b = [False] * 1 + [True] * 9 + [True] * 5
+    r = mcnemar_exact(a, b)
+    assert (r.a_only, r.b_only) == (1, 9)
+    assert r.p_value == pytest.approx(22 / 1024)
+    assert r.verdict.startswith("B is better")
+    assert mcnemar_exact([True], [True]).p_value == 1.0
+    with pytest.raises(UsageError):
+        mcnemar_exact([True], [])
+
+
+def test_oracle_solves_every_test_maze_and_json_schema(tmp_path):
+    result, trajs = evaluate(scripted_policy("oracle"), samples=2)
+    assert result.solve_rate == 1.0 and result.n_mazes == 64 and result.samples == 2
+    d = json.loads(json.dumps(result.to_dict()))
+    for key in (
+        "policy",
+        "set",
+        "n_mazes",
+        "samples",
+        "solve_rate",
+        "ci95",
+        "test_set_hash",
+        "pass_at_k",
+        "failures",
+    ):
+        assert key in d
+    path = result.save(tmp_path / "oracle.json", trajs)
+    again = EvalResult.load(path)
+    assert again.flat == result.flat
+    assert len(again.load_trajectories(path)) == 128
+
+
+def test_random_lands_near_expected_rate():
+    # Monte-Carlo estimate of a uniformly random walker, 12 turns, on the test family: ~0.21.
+    result, _ = evaluate(scripted_policy("random"), samples=16, seed=1)
+    assert 0.14 < result.solve_rate < 0.28
+    assert sum(result.failures.values()) == round((1 - result.solve_rate) * 64 * 16)
+
+
+def test_scripted_results_identical_batched_vs_plain_loop():
+    mazes = test_set()[:10]
+    policy = scripted_policy("eps-oracle:0.4")
+    batched = run_episodes(policy, mazes, samples=1, seed=3)
+    rngs = episode_rngs(3, len(mazes))
+    plain = [play_episode(policy, m, rng=r) for m, r in zip(mazes, rngs, strict=True)]
+    assert [t.turns for t in batched] == [t.turns for t in plain]
+    assert [t.reward for t in batched] == [t.reward for t in plain]
+
+
+def test_replay_rebuilds_every_state(tmp_path):
+    trajs = run_episodes(scripted_policy("eps-oracle:0.5"), test_set()[:4], samples=2, seed=0)
+    from rlkit.rollout import save_trajectories
+
+    loaded = load_trajectories(save_trajectories(tmp_path / "t.jsonl", trajs))
+    for t in loaded:
+        states = replay_states(t)
+        assert [s.pos for s in states[1:]] == [tuple(turn.pos_after) for turn in t.turns]
+        assert (states[-1].pos == states[0].maze.exit) == t.solved
+
+
+def test_compare_checks_pairing():
+    a, _ = evaluate(scripted_policy("random"), samples=1, seed=0)
+    b, _ = evaluate(scripted_policy("oracle"), samples=1, seed=0)
+    r = compare(a, b)
+    assert r.b_only > 30 and r.p_value < 1e-6
+    c, _ = evaluate(scripted_policy("oracle"), samples=2)
+    with pytest.raises(UsageError, match="same test set"):
+        compare(a, c)
+
+
+class _Fixed:
+    name = "fixed"
+
+    def __init__(self, texts):
+        self.texts = texts
+
+    def act(self, states, messages, rngs):
+        return [Response(self.texts[s.turns % len(self.texts)]) for s in states]
+
+
+def test_failure_taxonomy_kinds():
+    maze = test_set()[0]
+
+    def one(texts):
+        (t,) = run_episodes(_Fixed(texts), [maze])
+        return classify(t)
+
+    assert one(["what?"]) == "format_error"
+    blocked = next(a for a in Action if not maze.can_move(maze.start, a))
+    assert one([format_action(blocked)]) == "wall_bump"
+    fwd = next(a for a in Action if maze.can_move(maze.start, a))
+    back = {
+        Action.UP: Action.DOWN,
+        Action.DOWN: Action.UP,
+        Action.LEFT: Action.RIGHT,
+        Action.RIGHT: Action.LEFT,
+    }
+    assert one([format_action(fwd), format_action(back[fwd])]) in ("loop", None)
+    oracle = scripted_policy("oracle")
+    (solved,) = run_episodes(oracle, [maze])
+    assert classify(solved) is None
+
+
+def test_history_window():
+    msgs = [{"role": "system", "content": "s"}]
+    for i in range(3):
+        msgs += [{"role": "user", "content": f"o{i}"}, {"role": "assistant", "content": f"a{i}"}]
+    msgs.append({"role": "user", "content": "o3"})
+    assert [m["content"] for m in history_window(msgs, 1)] == ["s", "o3"]
+    assert [m["content"] for m in history_window(msgs, 2)] == ["s", "o2", "a2", "o3"]
+    assert history_window(msgs, None) == msgs
+    with pytest.raises(UsageError):
+        history_window(msgs, 0)
+
+
+def test_trajectory_file_errors(tmp_path):
+    with pytest.raises(UsageError, match="no trajectory file"):
+        load_trajectories(tmp_path / "none.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    with pytest.raises(UsageError, match="bad.jsonl:1"):
+        load_trajectories(bad)
+    assert math.isclose(Trajectory({}, 0, 0).reward, 0.0)
