@@ -131,8 +131,10 @@ def test_ray_is_not_touched_outside_ray(no_ray_env, monkeypatch):
     assert metrics.ray_connected() is False
 
 
-def test_ray_gauges_under_a_real_local_ray(tmp_path, no_ray_env):
+def test_ray_gauges_under_a_real_local_ray(tmp_path, no_ray_env, monkeypatch):
     ray = pytest.importorskip("ray")
+    # Ray's 30 s default for the raylet to register is too short on a busy 2-core CI box.
+    monkeypatch.setenv("RAY_raylet_start_wait_time_s", "120")
     # "local": start a private instance even if another Ray runs on this machine.
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
