@@ -108,6 +108,40 @@ def _cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_sets(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set {item!r}: write section.field=value, e.g. grpo.lr=1e-4")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from rlkit.train_config import preset
+
+    cfg = preset(args.preset).with_overrides(_parse_sets(args.set))
+    if args.address:
+        from rlkit.launch import submit_training
+
+        handle = submit_training(
+            args.preset,
+            args.run_dir,
+            address=args.address,
+            resume=args.resume,
+            overrides=args.set,
+            follow=not args.detach,
+        )
+        print(f"job {handle.job_id}: {handle.status()}")
+        return 0 if args.detach or handle.status() == "SUCCEEDED" else 1
+    from rlkit.train import train
+
+    summary = train(cfg, args.run_dir, resume=args.resume)
+    print(json.dumps(summary))
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from rlkit.demo import run_demo
 
@@ -155,6 +189,25 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("--out", required=True)
     mo.add_argument("--seed", type=int, default=0)
     mo.set_defaults(func=_cmd_model)
+
+    t = sub.add_parser("train", help="GRPO training on the local backend (or as a Ray job)")
+    t.add_argument("--preset", required=True, help="smoke | local-tiny")
+    t.add_argument("--run-dir", required=True)
+    t.add_argument("--resume", default="latest", choices=["latest", "none"])
+    t.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. --set grpo.lr=1e-4 (repeatable)",
+    )
+    t.add_argument(
+        "--address",
+        default=None,
+        help="submit as a Ray job: 'local' (start/reuse a local head), http://HOST:8265, sagemaker_ray://...",
+    )
+    t.add_argument("--detach", action="store_true", help="with --address: submit and return")
+    t.set_defaults(func=_cmd_train)
 
     de = sub.add_parser("demo", help="the whole workflow on the embedded default")
     de.add_argument("--out", default="runs/demo")

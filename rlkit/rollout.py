@@ -177,6 +177,21 @@ def play_episode(
     return traj
 
 
+def turn_prompts(
+    traj: Trajectory, cfg: EnvConfig | None = None, *, history: int | None = 1
+) -> list[list[dict]]:
+    """The messages the policy saw at each turn, rebuilt by replaying the episode through the
+    env (same path as `run_episodes`): a trainer re-encodes these instead of storing images."""
+    env = MazeEnv(cfg or EnvConfig(), {"maze": traj.maze})
+    conv, _ = env.init()
+    prompts = []
+    for turn in traj.turns:
+        prompts.append(history_window(conv, history))
+        out = env.step(turn.text)
+        conv = [*conv, {"role": "assistant", "content": turn.text}, *out["observations"]]
+    return prompts
+
+
 def replay_states(traj: Trajectory) -> list[rules.State]:
     """Every state of the episode, from the start, rebuilt from the spec and the parsed moves."""
     state = rules.initial(traj.maze_obj)
