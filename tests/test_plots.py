@@ -1,0 +1,173 @@
+"""Plots: figures carry the data they were given, read run dirs, and refuse bad input clearly."""
+
+import io
+
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+from PIL import Image
+
+from rlkit import plots
+from rlkit.errors import UsageError
+from rlkit.evaluate import KINDS, evaluate
+from rlkit.maze import difficulty
+from rlkit.mazesets import test_set
+from rlkit.policies import scripted_policy
+from rlkit.runs import RunDir
+
+
+@pytest.fixture(scope="module")
+def evals():
+    """Real eval results at three 'checkpoints' (scripted policies of rising skill)."""
+    out = {}
+    for step, eps in ((0, 1.0), (10, 0.5), (20, 0.0)):
+        out[step], _ = evaluate(scripted_policy(f"eps-oracle:{eps}"), samples=2, step=step)
+    return out
+
+
+def texts(fig: Figure) -> str:
+    return " ".join(t.get_text() for t in fig.texts + [fig._suptitle] if t is not None)
+
+
+def test_load_run_evals_and_metrics_roundtrip(tmp_path, evals):
+    run = RunDir(tmp_path / "run")
+    for step, r in evals.items():
+        d = r.to_dict()
+        d["step"] = None  # older writers left it out: the file name must supply it
+        run.write_eval(step, d)
+    for s in range(3):
+        run.append_metrics({"step": s, "rollout/reward_mean": s / 2})
+    loaded = plots.load_run_evals(run.path)
+    assert list(loaded) == [0, 10, 20]
+    assert [r.step for r in loaded.values()] == [0, 10, 20]
+    assert loaded[10].solve_rate == evals[10].solve_rate and loaded[10].ci95 == evals[10].ci95
+    assert plots.load_metrics(run.path) == plots.load_metrics(run.metrics_path)
+    assert [m["rollout/reward_mean"] for m in plots.load_metrics(run.path)] == [0, 0.5, 1.0]
+    assert plots.load_metrics(tmp_path / "not-yet") == []
+    assert plots.load_run_evals(tmp_path / "not-yet") == {}
+    (tmp_path / "other.txt").write_text("x")
+    with pytest.raises(UsageError, match="not a run directory"):
+        plots.load_metrics(tmp_path / "other.txt")
+
+
+def test_solve_rate_curve_draws_rates_bands_baseline_and_boundary(evals):
+    base = evals[0]
+    fig = plots.solve_rate_curve(evals, baseline=base, warm_start_end=10, run_id="r7")
+    ax = fig.axes[0]
+    curve = next(line for line in ax.lines if line.get_label() == "solve rate")
+    assert list(curve.get_xdata()) == [0, 10, 20]
+    assert list(curve.get_ydata()) == [evals[s].solve_rate for s in (0, 10, 20)]
+    band = ax.collections[0].get_paths()[0].vertices
+    assert band[:, 1].min() == pytest.approx(min(r.ci95[0] for r in evals.values()))
+    assert band[:, 1].max() == pytest.approx(max(r.ci95[1] for r in evals.values()))
+    labels = [line.get_label() for line in ax.lines]
+    assert any(lbl.startswith("baseline eps-oracle:1") for lbl in labels)
+    boundary = next(line for line in ax.lines if "GRPO from step 10" in line.get_label())
+    assert list(boundary.get_xdata()) == [10, 10]
+    header = texts(fig)
+    assert "run r7" in header and "64 mazes x 2 samples/maze" in header
+    # a list works when results carry their step; a float baseline draws a plain line
+    fig2 = plots.solve_rate_curve(list(evals.values()), baseline=0.4375)
+    assert any(line.get_label() == "baseline: 43.8%" for line in fig2.axes[0].lines)
+
+
+def test_solve_rate_curve_refuses_unplottable_input(evals):
+    r = evals[0]
+    with pytest.raises(UsageError, match="no eval results"):
+        plots.solve_rate_curve({})
+    stepless = type(r)(**{**r.to_dict(), "ci95": r.ci95, "step": None})
+    with pytest.raises(UsageError, match="has no step"):
+        plots.solve_rate_curve([stepless])
+    with pytest.raises(UsageError, match=r"baseline \(1.5\)"):
+        plots.solve_rate_curve(evals, baseline=1.5)
+
+
+def test_phase_spans_hand_computed():
+    records = [
+        {"step": 0, "train/phase": "warm_start"},
+        {"step": 1, "train/phase": "warm_start"},
+        {"step": 2},  # no phase: ignored, does not split a span
+        {"step": 3, "phase": "grpo"},
+        {"step": 5, "phase": "grpo"},
+    ]
+    assert plots.phase_spans(records) == [("warm_start", 0, 1), ("grpo", 3, 5)]
+
+
+def test_training_curves_skips_absent_panels_and_tolerates_missing_keys(tmp_path):
+    records = []
+    for s in range(12):
+        r = {"step": s, "train/phase": "warm_start" if s < 4 else "grpo"}
+        r["rollout/reward_mean"] = s / 11
+        if s % 2 == 0:  # logged every other step only
+            r["loss/total"] = 1.0 - s / 11
+        r["loss/kl"] = None if s == 3 else 0.01 * s
+        r["timing/rollout"] = 0.5
+        records.append(r)
+    fig = plots.training_curves(records, run_id="t")
+    names = [ax.get_ylabel() for ax in fig.axes]
+    assert names == ["reward / solve rate", "loss", "KL"]  # no entropy or turns logged
+    loss = fig.axes[1].lines[0]
+    assert list(loss.get_xdata()) == [0, 2, 4, 6, 8, 10]
+    kl = fig.axes[2].lines[0]
+    assert 3 not in list(kl.get_xdata())  # the None value is skipped, not plotted as 0
+    assert "warm_start" in [t.get_text() for t in fig.axes[0].texts]
+    # the same from a file
+    run = RunDir(tmp_path / "run")
+    for r in records:
+        run.append_metrics(r)
+    from_file = plots.training_curves(run.metrics_path)
+    assert [ax.get_ylabel() for ax in from_file.axes] == names
+
+
+def test_training_curves_refuses_nothing_to_plot():
+    with pytest.raises(UsageError, match="not logged a step"):
+        plots.training_curves([])
+    with pytest.raises(UsageError, match="no plottable metrics"):
+        plots.training_curves([{"step": 0, "timing/rollout": 1.0}])
+
+
+def test_by_difficulty_one_series_per_result(evals):
+    fig = plots.by_difficulty({"random": evals[0], "oracle": evals[20]})
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["random", "oracle"]
+    series = [c.lines[0] for c in ax.containers]  # each errorbar's data line
+    assert [c.get_label() for c in ax.containers] == ["random", "oracle"]
+    want = [
+        cell["solve_rate"]
+        for _, cell in sorted(evals[0].by_path_length.items(), key=lambda kv: int(kv[0]))
+    ]
+    assert list(series[0].get_ydata()) == want
+    assert set(series[1].get_ydata()) == {1.0}
+    single = plots.by_difficulty(evals[10])
+    assert single.axes[0].get_legend().get_texts()[0].get_text() == "step 10"
+
+
+def test_failure_breakdown_bars_match_counts(evals):
+    r = evals[0]
+    fig = plots.failure_breakdown(r)
+    heights = [p.get_height() for p in fig.axes[0].patches]
+    assert heights == [r.failures[k] for k in KINDS]
+    assert sum(heights) == round((1 - r.solve_rate) * r.n_mazes * r.samples)
+    custom = plots.failure_breakdown({"loop": 3, "timeout": 1, "other": 2})
+    assert [p.get_height() for p in custom.axes[0].patches] == [0, 3, 0, 0, 1, 2]
+
+
+def test_maze_gallery_titles_state_difficulty():
+    mazes = test_set()[:5]
+    fig = plots.maze_gallery(mazes, cols=3)
+    shown = [ax for ax in fig.axes if ax.images]
+    assert len(shown) == 5 and len(fig.axes) == 6
+    d = difficulty(mazes[4])
+    assert shown[4].get_title() == f"#4 L{d.path_length} J{d.junctions} T{d.turns}"
+    assert all(ax.get_title() == "" for ax in plots.maze_gallery(mazes, stats=False).axes)
+    with pytest.raises(UsageError):
+        plots.maze_gallery([])
+
+
+def test_figures_render_as_png_without_pyplot(evals):
+    fig = plots.live_curves([{"step": 0, "rollout/reward_mean": 0.2}], evals)
+    png = fig._repr_png_()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert np.asarray(Image.open(io.BytesIO(png))).std() > 0  # not a blank canvas
+    empty = plots.live_curves([])
+    assert "waiting for the first step" in empty.axes[0].texts[0].get_text()
