@@ -227,12 +227,10 @@ class JobMonitor(widgets.VBox):
     ):
         if refresh_s <= 0:
             raise UsageError(f"refresh_s ({refresh_s}) must be > 0 seconds")
-        self.handle, self.run_dir, self.refresh_s, self.log_lines = (
-            handle,
-            Path(run_dir),
-            refresh_s,
-            log_lines,
-        )
+        self.handle = handle
+        self.run_dir = Path(run_dir)
+        self.refresh_s = refresh_s
+        self.log_lines = log_lines
         self.status = "UNKNOWN"
         self.error: str | None = None
         self.status_label = widgets.HTML()
