@@ -265,10 +265,10 @@ class JobMonitor(widgets.VBox):
             try:
                 self.status = status_name(self.handle.status())
                 self.log_view.value = tail_lines(self.handle.logs(), self.log_lines)
+                self._refresh_curves()
                 self.error = None
-            except RlkitError as e:  # an unreachable cluster is shown, not raised from a thread
+            except RlkitError as e:  # a dead cluster or a bad file is shown, not raised in a thread
                 self.error = str(e)
-            self._refresh_curves()
             colour = {"SUCCEEDED": "green", "FAILED": "red", "STOPPED": "gray"}.get(
                 self.status, "#1060c0"
             )

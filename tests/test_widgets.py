@@ -145,6 +145,10 @@ def test_job_monitor_refresh_shows_status_logs_and_curves(tmp_path):
     assert mon.refresh() == "RUNNING"
     assert "did not answer" in mon.status_label.value  # shown, not raised
     job.fail = False
+    with run.metrics_path.open("a") as f:
+        f.write("{torn\n" + '{"step": 9}\n')  # a corrupt line mid-file
+    mon.refresh()
+    assert "not JSON" in mon.status_label.value
     assert not mon.stop_button.disabled
     mon.stop_button.click()
     assert job.stopped and mon.status == "STOPPED" and mon.done
