@@ -1,0 +1,221 @@
+"""rlkit.cluster against a real local Ray head and the real Jobs API.
+
+One head for the whole module (starting one costs ~10-40 s), on a free port so that other Ray
+instances on the machine are neither reused nor disturbed; it is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import ray
+from ray.job_submission import JobStatus
+
+from rlkit.cluster import connect
+from rlkit.errors import RlkitError, UsageError
+from rlkit.jobs import (
+    mask_env,
+    next_submission_id,
+    records_for_run,
+    working_dir_runtime_env,
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = connect(local_port=_free_port(), local_num_cpus=2)
+    assert c.local_head is not None and c.local_head.started
+    try:
+        yield c
+    finally:
+        c.local_head.stop()
+
+
+def test_summary_of_local_head(cluster):
+    s = cluster.summary()
+    assert s.nodes_alive == 1 and s.nodes_dead == 0
+    assert s.cpus == 2
+    assert s.gpus == {}
+    assert s.cluster_ray == ray.__version__ == s.client_ray
+    assert not s.warnings
+    text = str(s)
+    assert "1 alive, 0 dead" in text and cluster.address in text
+    assert "<table>" in s._repr_html_()
+
+
+def test_second_connect_reuses_the_head(cluster):
+    again = connect(local_port=cluster.local_head.port)
+    assert again.address == cluster.address
+    assert again.local_head is not None and not again.local_head.started
+    assert any("reusing" in n for n in again.notes)
+
+
+def test_job_round_trip_with_live_tail(cluster):
+    code = (
+        "import os, rlkit; print('hello from rlkit', rlkit.__version__); "
+        "print('secret length', len(os.environ['RLKIT_TEST_TOKEN']))"
+    )
+    job = cluster.submit(
+        "round trip",
+        f'python -c "{code}"',
+        runtime_env_vars={"RLKIT_TEST_TOKEN": "s3cret-value"},
+        metadata={"preset": "none"},
+    )
+    assert job.submission_id == "rlkit-round-trip-1"
+    assert "s3cret-value" not in cluster.last_submission
+    assert "RLKIT_TEST_TOKEN=***" in cluster.last_submission
+
+    async def collect() -> str:
+        return "".join([chunk async for chunk in job.tail(idle_s=60)])
+
+    tailed = asyncio.run(asyncio.wait_for(collect(), timeout=120))
+    assert job.wait(30) == JobStatus.SUCCEEDED
+    assert "hello from rlkit" in tailed and "secret length 12" in tailed
+    assert "hello from rlkit" in job.logs()
+    record = next(r for r in cluster.jobs() if r.submission_id == job.submission_id)
+    assert record.run_name == "round trip" and record.status == "SUCCEEDED"
+
+
+def test_tail_reconnects_without_repeating_output(cluster):
+    # The stream goes quiet for longer than idle_s, so tail drops it and reconnects; Ray
+    # replays the log from the start, and nothing may be yielded twice.
+    code = "import time; print('first', flush=True); time.sleep(4); print('second', flush=True)"
+    job = cluster.submit("tail-reconnect", f'python -c "{code}"')
+
+    connections = []
+    real_tail = cluster.client.tail_job_logs
+
+    def counting_tail(submission_id: str):
+        connections.append(submission_id)
+        return real_tail(submission_id)
+
+    cluster.client.tail_job_logs = counting_tail
+    try:
+
+        async def collect() -> str:
+            return "".join([chunk async for chunk in job.tail(idle_s=1.0, retry_s=0.2)])
+
+        tailed = asyncio.run(asyncio.wait_for(collect(), timeout=120))
+    finally:
+        del cluster.client.tail_job_logs
+    lines = tailed.splitlines()
+    assert len(connections) >= 2, "the quiet stream was never dropped and reconnected"
+    assert lines.count("first") == 1 and lines.count("second") == 1
+    assert lines.index("first") < lines.index("second")
+
+
+def test_stop_running_job_then_reattach_and_resubmit(cluster):
+    sleeper = "python -c \"import time; print('sleeping', flush=True); time.sleep(600)\""
+    job = cluster.submit("sleeper", sleeper)
+    deadline = time.monotonic() + 90
+    while job.status() != JobStatus.RUNNING:
+        assert time.monotonic() < deadline, "the sleeper never started"
+        time.sleep(0.5)
+    same = cluster.reattach("sleeper")
+    assert same.submission_id == job.submission_id == "rlkit-sleeper-1"
+    assert job.stop()
+    assert job.wait(60) == JobStatus.STOPPED
+
+    again = cluster.submit("sleeper", "python -c \"print('resumed')\"")
+    assert again.submission_id == "rlkit-sleeper-2"
+    assert cluster.reattach("sleeper").submission_id == "rlkit-sleeper-2"
+    assert again.wait(90) == JobStatus.SUCCEEDED
+    with pytest.raises(RlkitError, match="no job for run 'never-ran'"):
+        cluster.reattach("never-ran")
+
+
+def test_explicit_address_wins_over_ray_address_and_says_so(cluster, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "http://127.0.0.1:1")
+    c = connect(cluster.address)
+    assert c.summary().nodes_alive == 1
+    assert any("ignoring RAY_ADDRESS=http://127.0.0.1:1" in n for n in c.notes)
+
+
+def test_unreachable_address_fails_fast_and_clearly():
+    address = f"http://127.0.0.1:{_free_port()}"
+    t = time.monotonic()
+    with pytest.raises(RlkitError) as e:
+        connect(address)
+    assert time.monotonic() - t < 10
+    msg = str(e.value)
+    assert address in msg and "dashboard port" in msg and "\n" not in msg
+
+
+def test_silent_address_hits_the_deadline():
+    # A listener that accepts but never answers: only the deadline can end the wait.
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = f"http://127.0.0.1:{server.getsockname()[1]}"
+        t = time.monotonic()
+        with pytest.raises(RlkitError, match="did not answer within 2 s"):
+            connect(address, timeout_s=2)
+        assert time.monotonic() - t < 5
+
+
+@pytest.mark.parametrize(
+    ("address", "error", "words"),
+    [
+        ("ray://head:10001", UsageError, "drops the job after 30 s"),
+        ("head:6379", UsageError, "Jobs API URL"),
+        ("ftp://head:8265", UsageError, "unknown scheme"),
+    ],
+)
+def test_refused_addresses(address, error, words):
+    with pytest.raises(error, match=words):
+        connect(address)
+
+
+def test_sagemaker_address_without_toolkit_says_what_to_install():
+    pytest.importorskip("ray")
+    import importlib.util
+
+    if importlib.util.find_spec("sagemaker_ray") is not None:
+        pytest.skip("the toolkit is installed here, so the missing-package message cannot show")
+    with pytest.raises(RlkitError, match=r"pip install 'rlkit\[sagemaker\]'"):
+        connect("sagemaker_ray://my-cluster/my-namespace")
+
+
+def test_submission_ids_count_up_per_run():
+    existing = ["rlkit-a-1", "rlkit-a-3", "rlkit-ab-7", "raysubmit_x", "rlkit-b-2"]
+    assert next_submission_id("a", existing) == "rlkit-a-4"
+    assert next_submission_id("ab", existing) == "rlkit-ab-8"
+    assert next_submission_id("new run/x", existing) == "rlkit-new-run-x-1"
+    with pytest.raises(UsageError):
+        next_submission_id("///", existing)
+
+
+def test_records_for_run_ordered_by_index():
+    from rlkit.jobs import JobRecord
+
+    def rec(sid: str) -> JobRecord:
+        return JobRecord(sid, "SUCCEEDED", None, "true", 0, 0, None)
+
+    got = records_for_run("a", [rec("rlkit-a-10"), rec("rlkit-a-2"), rec("rlkit-ab-1")])
+    assert [r.submission_id for r in got] == ["rlkit-a-2", "rlkit-a-10"]
+
+
+def test_working_dir_size_is_checked_before_submitting(tmp_path: Path):
+    (tmp_path / "small.py").write_text("print(1)\n")
+    (tmp_path / "big.bin").write_bytes(b"\0" * (2 * 2**20))
+    with pytest.raises(RlkitError, match=r"big\.bin \(2\.0 MiB\).*\.gitignore"):
+        working_dir_runtime_env(tmp_path, limit=2**20)
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / "huge.bin").write_bytes(b"\0" * (2 * 2**20))
+    (tmp_path / "big.bin").unlink()
+    env = working_dir_runtime_env(tmp_path, limit=2**20)
+    assert env["working_dir"] == str(tmp_path.resolve()) and ".venv" in env["excludes"]
+
+
+def test_env_values_are_masked():
+    assert mask_env({"HF_TOKEN": "hf_abc", "X": "1"}) == {"HF_TOKEN": "***", "X": "***"}

@@ -1,0 +1,231 @@
+"""SkyRL launch and readers: the override list, the entrypoint command, checkpoints, eval dumps.
+
+SkyRL itself needs Python >= 3.12 and is not installed in the project's environment: the
+override keys are checked against the key names of SkyRL's config dataclasses (listed below
+from `skyrl/train/config/config.py`), and against the real classes when `skyrl` imports.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from rlkit.data import build_rows
+from rlkit.env import ENV_ID, EnvConfig
+from rlkit.errors import UsageError
+from rlkit.maze import optimal_action
+from rlkit.mazesets import test_set, test_spec
+from rlkit.parsing import format_action
+from rlkit.skyrl import (
+    LATEST_MARKER,
+    PRESETS,
+    build_overrides,
+    entrypoint_command,
+    get_preset,
+    list_checkpoints,
+    override_keys,
+    read_eval_dumps,
+    read_eval_episodes,
+    split_turns,
+)
+from rlkit.skyrl_entry import parse_args
+
+# Dotted paths of SkyRL config fields (SkyRLTrainConfig and nested dataclasses) rlkit sets.
+SKYRL_KEYS = {
+    "data.train_data", "data.val_data", "environment.env_class",
+    "trainer.algorithm.advantage_estimator", "trainer.algorithm.use_kl_loss",
+    "trainer.algorithm.kl_loss_coef", "trainer.algorithm.loss_reduction",
+    "trainer.policy.optimizer_config.lr", "trainer.policy.model.path", "trainer.strategy",
+    "trainer.placement.colocate_all", "trainer.placement.policy_num_nodes",
+    "trainer.placement.policy_num_gpus_per_node", "trainer.placement.ref_num_nodes",
+    "trainer.placement.ref_num_gpus_per_node", "trainer.ref.fsdp_config.cpu_offload",
+    "generator.inference_engine.num_engines", "generator.inference_engine.tensor_parallel_size",
+    "generator.inference_engine.gpu_memory_utilization",
+    "generator.inference_engine.engine_init_kwargs.max_model_len", "trainer.epochs",
+    "trainer.train_batch_size", "trainer.policy_mini_batch_size",
+    "trainer.micro_forward_batch_size_per_gpu", "trainer.micro_train_batch_size_per_gpu",
+    "trainer.update_epochs_per_batch", "trainer.max_prompt_length",
+    "generator.vision_language_generator", "generator.batched",
+    "generator.use_conversation_multi_turn", "trainer.remove_microbatch_padding",
+    "generator.max_turns", "generator.max_input_length", "generator.n_samples_per_prompt",
+    "generator.sampling_params.max_generate_length", "generator.sampling_params.temperature",
+    "generator.eval_n_samples_per_prompt", "trainer.eval_interval", "trainer.eval_before_train",
+    "trainer.dump_eval_results", "trainer.ckpt_interval", "trainer.hf_save_interval",
+    "trainer.max_ckpts_to_keep", "trainer.resume_mode", "trainer.ckpt_path",
+    "trainer.export_path", "trainer.log_path", "trainer.logger", "trainer.project_name",
+    "trainer.run_name",
+}  # fmt: skip
+
+
+def as_dict(overrides: list[str]) -> dict[str, str]:
+    return dict(o.split("=", 1) for o in overrides)
+
+
+def test_overrides_use_only_skyrl_keys_once_each():
+    keys = override_keys(build_overrides(PRESETS["qwen3vl-8b-6gpu"], "run-a"))
+    assert len(keys) == len(set(keys))
+    assert set(keys) <= SKYRL_KEYS, set(keys) - SKYRL_KEYS
+
+
+def test_preset_matches_the_6_gpu_node_and_the_maze_env():
+    o = as_dict(build_overrides(get_preset("qwen3vl-8b-6gpu"), "run-a"))
+    assert o["trainer.policy.model.path"] == "Qwen/Qwen3-VL-8B-Instruct"
+    assert o["trainer.algorithm.advantage_estimator"] == "grpo"
+    assert o["environment.env_class"] == ENV_ID
+    assert o["trainer.placement.colocate_all"] == "true"
+    # colocate_all: policy GPUs == engines x TP
+    gpus = int(o["trainer.placement.policy_num_gpus_per_node"]) * int(
+        o["trainer.placement.policy_num_nodes"]
+    )
+    tp = int(o["generator.inference_engine.tensor_parallel_size"])
+    assert gpus == 6 == int(o["generator.inference_engine.num_engines"]) * tp
+    assert o["generator.vision_language_generator"] == "true" and o["generator.batched"] == "false"
+    assert o["generator.max_turns"] == str(EnvConfig().max_turns)
+    assert o["trainer.resume_mode"] == "latest" and o["trainer.dump_eval_results"] == "true"
+    assert o["trainer.ckpt_path"] == "/fsx/rlkit/runs/run-a"
+    assert o["data.val_data"] == "['/fsx/rlkit/runs/run-a/data/eval.parquet']"
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 3, 4])
+def test_batch_sizes_pass_skyrl_checks_at_any_node_count(nodes):
+    # SkyRL's validate_batch_sizes: train % mini == 0, and each GPU's share of a mini batch
+    # (mini x n_samples / dp) is a positive multiple of the micro batch.
+    o = as_dict(build_overrides(get_preset("qwen3vl-8b-6gpu", nodes=nodes), "r"))
+    train, mini = int(o["trainer.train_batch_size"]), int(o["trainer.policy_mini_batch_size"])
+    dp = nodes * int(o["trainer.placement.policy_num_gpus_per_node"])
+    per_gpu, rem = divmod(mini * int(o["generator.n_samples_per_prompt"]), dp)
+    assert train % mini == 0 and rem == 0 and per_gpu > 0
+    assert per_gpu % int(o["trainer.micro_train_batch_size_per_gpu"]) == 0
+    assert int(o["generator.inference_engine.num_engines"]) == dp
+
+
+def test_preset_rejects_batches_that_do_not_split_over_gpus():
+    with pytest.raises(UsageError, match="must split into 6 GPUs"):
+        get_preset("qwen3vl-8b-6gpu", prompts_per_node=32, mini_batches=2)
+    with pytest.raises(UsageError, match="GRPO compares a group"):
+        get_preset("qwen3vl-8b-6gpu", group_size=1)
+    with pytest.raises(UsageError, match="unknown SkyRL preset"):
+        get_preset("qwen3vl-70b")
+
+
+def test_entrypoint_command_round_trips_through_the_shell():
+    preset = get_preset("qwen3vl-8b-6gpu")
+    argv = shlex.split(entrypoint_command(preset, "run-a"))
+    assert argv[:3] == ["python", "-m", "rlkit.skyrl_entry"]
+    args, overrides = parse_args(argv[3:])
+    assert args.data_dir == "/fsx/rlkit/runs/run-a/data" and args.train_rows == 256
+    assert overrides == build_overrides(preset, "run-a")
+    with pytest.raises(UsageError, match="key=value"):
+        parse_args(["--", "+trainer.new_key=1"])
+
+
+def test_overrides_validate_against_skyrl_config_classes():
+    config = pytest.importorskip(
+        "skyrl.train.config",
+        reason="SkyRL needs Python >= 3.12 (see scripts/check_skyrl_config.py)",
+    )
+    cfg = config.SkyRLTrainConfig.from_cli_overrides(
+        build_overrides(get_preset("qwen3vl-8b-6gpu", nodes=2), "run-a")
+    )
+    assert cfg.generator.inference_engine.num_engines == 12
+    assert cfg.trainer.policy.model.path == "Qwen/Qwen3-VL-8B-Instruct"
+
+
+# -- readers: small files in SkyRL's shapes ------------------------------------------------
+
+
+def test_list_checkpoints_reads_the_latest_marker(tmp_path: Path):
+    for step in (10, 20, 30):
+        d = tmp_path / f"global_step_{step}"
+        (d / "policy").mkdir(parents=True)
+        (d / "trainer_state.pt").write_bytes(b"state")
+    (tmp_path / "exports" / "global_step_20" / "policy").mkdir(parents=True)
+    (tmp_path / LATEST_MARKER).write_text("20")  # step 30 was being written when the node died
+    ckpts = list_checkpoints(tmp_path)
+    assert [(c.step, c.complete) for c in ckpts] == [(10, True), (20, True), (30, False)]
+    assert ckpts[1].hf_export == tmp_path / "exports" / "global_step_20" / "policy"
+    assert ckpts[0].hf_export is None
+    with pytest.raises(UsageError, match="no SkyRL run dir"):
+        list_checkpoints(tmp_path / "missing")
+
+
+def qwen_response(answers: list[str]) -> str:
+    """Decoded multi-turn response as SkyRL's VLM generator dumps it: answers and observations."""
+    obs = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Move.<|im_end|>\n"
+    return (obs + "<|im_start|>assistant\n").join(a + "<|im_end|>\n" for a in answers)
+
+
+def oracle_answers(maze, n: int | None = None) -> list[str]:
+    out, cell = [], maze.start
+    while cell != maze.exit and (n is None or len(out) < n):
+        a = optimal_action(maze, cell)
+        out.append(f"I go {a.word}. {format_action(a)}")
+        cell = (cell[0] + a.delta[0], cell[1] + a.delta[1])
+    return out
+
+
+def dump_record(row: dict, answers: list[str], solved: bool, max_turns: int) -> dict:
+    extras = {k: v for k, v in row.items() if k not in ("prompt", "env_class")}
+    extras["max_turns"] = max_turns  # SkyRL's generator writes it into the extras it dumps
+    n_tokens = 7 * len(answers)
+    score = [0.0] * n_tokens
+    score[-1] = 1.0 if solved else 0.0
+    return {
+        "input_prompt": "<|im_start|>system\n...",
+        "output_response": qwen_response(answers),
+        "score": score,
+        "stop_reason": "stop",
+        "env_class": ENV_ID,
+        "env_extras": extras,
+        "data_source": row["data_source"],
+    }
+
+
+def test_split_turns_recovers_the_answers():
+    answers = ["<action>up</action>", "hmm <action>left</action>"]
+    assert split_turns(qwen_response(answers)) == answers
+    assert split_turns("<action>down</action><|im_end|>") == ["<action>down</action>"]
+
+
+def test_eval_dumps_become_rlkit_eval_results(tmp_path: Path):
+    cfg = EnvConfig()
+    _, rows = build_rows(n_train=1, spec=test_spec("test"), eval_set="test", cfg=cfg)
+    mazes = test_set("test")
+    step_dir = tmp_path / "dumped_evals" / "global_step_10_evals"
+    step_dir.mkdir(parents=True)
+    records = []
+    # Maze 0: solved twice. Maze 1: solved once, once walked into a wall until out of turns.
+    for i, outcomes in ((0, (True, True)), (1, (True, False))):
+        for solved in outcomes:
+            answers = oracle_answers(mazes[i]) if solved else ["<action>up</action>"] * 12
+            records.append(dump_record(rows[i], answers, solved, cfg.max_turns))
+    lines = "\n".join(json.dumps(r) for r in records) + "\n"
+    (step_dir / "rlkit-maze_test.jsonl").write_text(lines)
+    (step_dir / "aggregated_results.jsonl").write_text(json.dumps({"eval/all/avg_score": 0.75}))
+
+    episodes = read_eval_episodes(step_dir)
+    assert [e.solved for e in episodes] == [True, True, True, False]
+    assert episodes[0].maze_hash == mazes[0].content_hash and episodes[0].maze_index == 0
+    assert episodes[3].turns == 12 and episodes[0].reward == 1.0
+
+    results = read_eval_dumps(tmp_path)
+    assert list(results) == [10]
+    r = results[10]
+    assert (r.n_mazes, r.samples, r.step, r.set) == (2, 2, 10, "test")
+    assert r.solve_rate == 0.75  # 3 of 4 episodes
+    assert r.pass_at_k["pass@1"] == 0.75 and r.pass_at_k["pass@2"] == 1.0
+    assert r.episodes == [[True, True], [True, False]]
+    assert sum(r.failures.values()) == 1
+
+
+def test_eval_dump_with_missing_fields_names_the_line(tmp_path: Path):
+    step_dir = tmp_path / "dumped_evals" / "global_step_5_evals"
+    step_dir.mkdir(parents=True)
+    (step_dir / "x.jsonl").write_text(json.dumps({"output_response": "hi"}) + "\n")
+    with pytest.raises(UsageError, match=r"x\.jsonl:1: not a SkyRL eval dump record"):
+        read_eval_dumps(tmp_path)
+    with pytest.raises(UsageError, match="dump_eval_results"):
+        read_eval_dumps(tmp_path / "nowhere")
