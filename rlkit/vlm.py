@@ -11,7 +11,9 @@
 Log-probabilities (recorded at sampling time and recomputed by `response_logprobs`, with the
 same definition in both places, so the RL ratio is exactly 1 on un-updated weights):
 
-- free: log softmax(logits / temperature) over the full vocabulary, for every response token.
+- free: log softmax(logits / temperature) over the vocabulary minus the vision placeholder
+  tokens (`VISION_TOKENS`: an image pad in a response would claim image features that don't
+  exist), for every response token.
   top-p changes which token is drawn but not the recorded value (as SkyRL's trainer recomputes
   with temperature only), so keep top_p = 1 for on-policy RL.
 - constrained: the policy is a distribution over the four move words; the forced tokens
@@ -39,6 +41,25 @@ from rlkit.maze import Action
 from rlkit.models import Encoded, LoadedModel, load
 from rlkit.parsing import format_action
 from rlkit.policies import Policy, Response, is_scripted, scripted_policy
+
+VISION_TOKENS = (
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+"""Never generated: the free-generation distribution excludes them (sampling and training)."""
+
+
+def banned_ids(loaded: LoadedModel) -> list[int]:
+    tok = loaded.tokenizer
+    ids = [tok.convert_tokens_to_ids(t) for t in VISION_TOKENS]
+    return sorted({i for i in ids if i is not None and i != tok.unk_token_id})
+
+
+def _mask_banned(logits: torch.Tensor, banned: list[int]) -> torch.Tensor:
+    return logits.index_fill(-1, torch.tensor(banned, device=logits.device), float("-inf"))
 
 
 @dataclass(frozen=True)
@@ -178,9 +199,9 @@ def response_logprobs(
     logits = _logits_at(loaded, batch, cols) / temperature
     mask = batch.response_mask.bool()
     if answer is None:
-        logp_all = torch.log_softmax(logits, -1)
+        logp_all = torch.log_softmax(_mask_banned(logits, banned_ids(loaded)), -1)
         logp = logp_all.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        entropy = -(logp_all.exp() * logp_all.nan_to_num(neginf=0.0)).sum(-1)
         return logp.masked_fill(~mask, 0.0), entropy.masked_fill(~mask, 0.0)
     pos = answer.choice_pos
     choices = torch.tensor(answer.choices, device=logits.device)
@@ -227,11 +248,12 @@ class _RowSampler(LogitsProcessor):
     """Makes `generate`'s greedy step pick our per-row sampled token (a seeded generator per
     episode; `generate` itself has no per-row randomness)."""
 
-    def __init__(self, generators, temperature: float, top_p: float, greedy: bool) -> None:
+    def __init__(self, generators, temperature: float, top_p: float, greedy: bool, banned) -> None:
         self.generators, self.kw = generators, {"temperature": temperature, "top_p": top_p}
-        self.greedy = greedy
+        self.greedy, self.banned = greedy, banned
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.Tensor:
+        scores = _mask_banned(scores, self.banned)
         tokens = sample_rows(scores, self.generators, greedy=self.greedy, **self.kw)
         out = torch.full_like(scores, float("-inf"))
         return out.scatter(-1, tokens.unsqueeze(-1), 0.0)
@@ -305,7 +327,8 @@ class ModelPolicy:
     def _generate(self, encoded: list[Encoded], gens: list[torch.Generator]) -> list[Response]:
         lm = self.loaded
         batch = build_batch(lm, encoded)
-        sampler = _RowSampler(gens, self.temperature, self.top_p, self.greedy)
+        banned = banned_ids(lm)
+        sampler = _RowSampler(gens, self.temperature, self.top_p, self.greedy, banned)
         gen = lm.model.generate(
             **batch.model_inputs(),
             # a fresh config: a checkpoint's own sampling defaults (8B: top_k 20...) must not apply
@@ -320,7 +343,7 @@ class ModelPolicy:
             logits_processor=LogitsProcessorList([sampler]),
         )
         new = gen.sequences[:, batch.input_ids.shape[1] :]
-        raw = torch.stack(gen.logits, 1).float() / self.temperature  # (B, T, V) pre-processor
+        raw = _mask_banned(torch.stack(gen.logits, 1).float(), banned) / self.temperature
         logp = torch.log_softmax(raw, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
         out = []
         for b, e in enumerate(encoded):
