@@ -25,6 +25,7 @@ import contextlib
 import logging
 import math
 import os
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -76,15 +77,16 @@ def check_names(metrics: Mapping[str, Any]) -> None:
 
 def ray_connected() -> bool:
     """Whether this process is (or, as a Ray job's driver, can be) connected to Ray."""
-    try:
-        import ray
-    except ImportError:
-        return False
-    if ray.is_initialized():
+    loaded = sys.modules.get("ray")  # importing ray costs seconds: only when it can matter
+    if loaded is not None and loaded.is_initialized():
         return True
     address = os.environ.get("RAY_ADDRESS", "")
     # An http(s) RAY_ADDRESS is the Jobs API of a client, not a cluster this process runs in.
     if not (os.environ.get("RAY_JOB_ID") or address) or address.startswith(("http://", "https://")):
+        return False
+    try:
+        import ray
+    except ImportError:
         return False
     try:
         ray.init(address=address or "auto", log_to_driver=False, logging_level=logging.WARNING)

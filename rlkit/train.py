@@ -126,8 +126,12 @@ class Trainer:
         return type(model).from_pretrained(ref_dir, dtype=model.dtype).to(model.device).eval()
 
     # the run -----------------------------------------------------------------------------
-    def fit(self) -> dict:
-        """Train to the configured number of steps (resuming if possible); returns a summary."""
+    def fit(self, *, stop_at_step: int | None = None) -> dict:
+        """Train to the configured number of steps (resuming if possible); returns a summary.
+
+        `stop_at_step` pauses after that global step (a later `fit` resumes from the last
+        checkpoint): train in slices from a notebook, or test that resuming changes nothing.
+        """
         if self.cfg.schedule.threads:
             torch.set_num_threads(self.cfg.schedule.threads)
         with self.run.lock():
@@ -150,6 +154,8 @@ class Trainer:
                     mininterval=5,
                 )
                 while self.state.grpo_steps < self.cfg.schedule.steps:
+                    if stop_at_step is not None and self.state.step >= stop_at_step:
+                        break
                     bar.update(self._one_step() == "grpo")
                 bar.close()
         return self.summary()
@@ -306,6 +312,24 @@ class Trainer:
         return {k: v / n_mb for k, v in totals.items()}
 
     def _minibatch(self, mb: list[TurnSample]) -> dict:
+        out, entropy, mask = self._loss(mb)
+        self.opt.zero_grad()
+        out.loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(
+            self.loaded.model.parameters(), self.cfg.grpo.max_grad_norm
+        )
+        self.opt.step()
+        return {
+            **out.metrics,
+            "loss/grad_norm": float(gn),
+            "loss/entropy": float(grpo.masked_mean(entropy.detach(), mask)),
+        }
+
+    def _minibatch_loss(self, mb: list[TurnSample]) -> float:
+        """The GRPO loss of `mb` under the current weights (no update)."""
+        return float(self._loss(mb)[0].loss)
+
+    def _loss(self, mb: list[TurnSample]) -> tuple[grpo.PolicyLoss, torch.Tensor, torch.Tensor]:
         g = self.cfg.grpo
         batch = build_batch(self.loaded, [x.prompt for x in mb], [x.response_ids for x in mb])
         logp, entropy = response_logprobs(
@@ -338,15 +362,7 @@ class Trainer:
             kl_coef=g.kl_coef,
             kl_estimator=g.kl_estimator,
         )
-        self.opt.zero_grad()
-        out.loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(self.loaded.model.parameters(), g.max_grad_norm)
-        self.opt.step()
-        return {
-            **out.metrics,
-            "loss/grad_norm": float(gn),
-            "loss/entropy": float(grpo.masked_mean(entropy.detach(), mask)),
-        }
+        return out, entropy, mask
 
     # eval and checkpoints -----------------------------------------------------------------
     def _evaluate(self, step: int) -> EvalResult:

@@ -1,0 +1,133 @@
+"""The local trainer: one GRPO step learns, resume equals an uninterrupted run, layout."""
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from rlkit.errors import UsageError
+from rlkit.evaluate import EvalResult
+from rlkit.runs import MARKER
+from rlkit.train import Trainer, train
+from rlkit.train_config import TrainConfig, preset
+
+
+def _cfg(**sched) -> TrainConfig:
+    cfg = preset("smoke")
+    return replace(cfg, schedule=replace(cfg.schedule, **sched))
+
+
+def _params(run_dir, step):
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / f"global_step_{step}" / "policy" / "model.safetensors"))
+
+
+def _metrics(run_dir):
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith("timing/")} for r in rows]
+
+
+def test_one_grpo_step_changes_parameters_and_lowers_loss(tmp_path):
+    cfg = preset("smoke")
+    cfg = replace(cfg, warm_start=replace(cfg.warm_start, enabled=False))
+    t = Trainer(cfg, tmp_path, progress=False)
+    t._restore()
+    from rlkit.metrics import NullLogger
+
+    t.log = NullLogger()
+    before = {k: v.clone() for k, v in t.loaded.model.named_parameters()}
+    g = cfg.grpo
+    from rlkit.mazesets import train_mazes
+    from rlkit.rollout import run_episodes
+    from rlkit import grpo
+
+    # A fixed batch where groups disagree: reward 1 for episodes that solved.
+    trajs = run_episodes(
+        t._policy(), train_mazes(cfg.task.spec, 0, 8), cfg.task.env, samples=4, seed=3
+    )
+    rewards = torch.tensor([tr.reward for tr in trajs])
+    groups = torch.tensor([tr.maze_index for tr in trajs])
+    adv = grpo.group_advantages(rewards, groups)
+    samples = t._samples(trajs, adv, grpo.nonzero_variance_mask(rewards, groups))
+    assert samples, "the fixed batch needs at least one informative group"
+    with torch.no_grad():
+        loss0 = t._minibatch_loss(samples)
+    t.cfg = replace(cfg, grpo=replace(g, epochs=1, minibatch=len(samples), lr=1e-4))
+    t._update(samples)
+    with torch.no_grad():
+        loss1 = t._minibatch_loss(samples)
+    changed = [k for k, v in t.loaded.model.named_parameters() if not torch.equal(v, before[k])]
+    assert changed and loss1 < loss0
+
+
+def test_resume_equals_uninterrupted_run(tmp_path):
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    cfg = _cfg()
+    train(cfg, straight, progress=False)
+    Trainer(cfg, split, progress=False).fit(stop_at_step=6)  # warm start 4 + 2 GRPO steps
+    assert (split / MARKER).read_text().strip() == "6"
+    summary = train(cfg, split, progress=False)  # resumes from global_step_6
+    assert summary["steps"] == 8 and summary["grpo_steps"] == 4
+    a, b = _params(straight, 8), _params(split, 8)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert _metrics(straight) == _metrics(split)
+    steps = [r["step"] for r in _metrics(split) if "eval/solve_rate" not in r]
+    assert steps == sorted(set(steps))  # no step lost or counted twice
+
+
+def test_run_directory_layout(tmp_path):
+    summary = train(_cfg(), tmp_path, progress=False)
+    assert summary["warm_start_end"] == 4
+    assert (tmp_path / MARKER).read_text().strip() == "8"
+    ckpt = tmp_path / "global_step_8"
+    assert (ckpt / "policy" / "config.json").exists() and (ckpt / "trainer_state.pt").exists()
+    assert sorted(p.name for p in tmp_path.glob("global_step_*")) == [
+        "global_step_6",
+        "global_step_8",
+    ]  # keep=2
+    info = json.loads((tmp_path / "run.json").read_text())
+    assert info["preset"] == "smoke" and info["backend"] == "local"
+    assert set(summary["solve_rate"]) == {0, 4, 6, 8}
+    result = EvalResult.load(tmp_path / "evals" / "global_step_8.json")
+    assert (
+        result.step == 8
+        and len(result.load_trajectories(tmp_path / "evals" / "global_step_8.json")) == 64
+    )
+    phases = {
+        r["step"]: r["train/phase"]
+        for r in _metrics(tmp_path)
+        if "loss/bc" in r or "rollout/reward_mean" in r
+    }
+    assert phases == {
+        1: "warm_start",
+        2: "warm_start",
+        3: "warm_start",
+        4: "warm_start",
+        5: "grpo",
+        6: "grpo",
+        7: "grpo",
+        8: "grpo",
+    }
+
+
+def test_config_validation_and_overrides():
+    cfg = preset("local-tiny").with_overrides(
+        {"grpo.lr": "1e-4", "schedule.steps": "7", "grpo.lr_final": "none"}
+    )
+    assert cfg.grpo.lr == 1e-4 and cfg.schedule.steps == 7 and cfg.grpo.lr_final is None
+    with pytest.raises(UsageError, match="group_size"):
+        preset("smoke").with_overrides({"grpo.group_size": "1"})
+    with pytest.raises(UsageError, match="unknown config key"):
+        preset("smoke").with_overrides({"grpo.learning_rate": "1"})
+    with pytest.raises(UsageError, match="unknown preset"):
+        preset("huge")
+    with pytest.raises(UsageError, match="takes a float"):
+        preset("smoke").with_overrides({"grpo.lr": "fast"})
+
+
+def test_resume_none_refuses_existing_checkpoints(tmp_path):
+    Trainer(_cfg(), tmp_path, progress=False).fit(stop_at_step=2)
+    with pytest.raises(UsageError, match="already holds checkpoints"):
+        train(_cfg(), tmp_path, resume="none", progress=False)
