@@ -6,8 +6,12 @@ from dataclasses import replace
 import pytest
 import torch
 
+from rlkit import grpo
 from rlkit.errors import UsageError
 from rlkit.evaluate import EvalResult
+from rlkit.mazesets import train_mazes
+from rlkit.metrics import NullLogger
+from rlkit.rollout import run_episodes
 from rlkit.runs import MARKER
 from rlkit.train import Trainer, train
 from rlkit.train_config import TrainConfig, preset
@@ -34,15 +38,9 @@ def test_one_grpo_step_changes_parameters_and_lowers_loss(tmp_path):
     cfg = replace(cfg, warm_start=replace(cfg.warm_start, enabled=False))
     t = Trainer(cfg, tmp_path, progress=False)
     t._restore()
-    from rlkit.metrics import NullLogger
-
     t.log = NullLogger()
     before = {k: v.clone() for k, v in t.loaded.model.named_parameters()}
     g = cfg.grpo
-    from rlkit.mazesets import train_mazes
-    from rlkit.rollout import run_episodes
-    from rlkit import grpo
-
     # A fixed batch where groups disagree: reward 1 for episodes that solved.
     trajs = run_episodes(
         t._policy(), train_mazes(cfg.task.spec, 0, 8), cfg.task.env, samples=4, seed=3
