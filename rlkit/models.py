@@ -109,9 +109,13 @@ class LoadedModel:
     processor: ImageTextProcessor
     path: Path
     encoder: ChatEncoder = field(init=False)
+    positions: _Lru = field(init=False)
+    """Multimodal rope positions per distinct (prompt ids, image grids): a handful of distinct
+    prompts per run, while the model's own computation is a Python loop per row."""
 
     def __post_init__(self) -> None:
         self.encoder = ChatEncoder(self.tokenizer, self.image_processor)
+        self.positions = _Lru(4096)
 
     @property
     def device(self) -> torch.device:
@@ -234,10 +238,24 @@ class Encoded:
     """One prompt as the model takes it."""
 
     prompt_ids: list[int]
-    pixel_values: np.ndarray
-    """(n_patches, 3 * temporal_patch * patch * patch) float32, all images of the prompt."""
-    image_grid_thw: np.ndarray
-    """(n_images, 3) int64 patch grid (t, h, w) per image."""
+    images: list[tuple[np.ndarray, np.ndarray]]
+    """Per image: (patches (n, 3 * temporal_patch * patch**2) float32, grid_thw (3,) int64).
+    Cached images come back as the same array objects, so a batch can encode each once."""
+    patch_dim: int
+
+    @property
+    def pixel_values(self) -> np.ndarray:
+        """(n_patches, patch_dim) all images' patches: the processor's `pixel_values`."""
+        if not self.images:
+            return np.zeros((0, self.patch_dim), np.float32)
+        return np.concatenate([p for p, _ in self.images])
+
+    @property
+    def image_grid_thw(self) -> np.ndarray:
+        """(n_images, 3) patch grid (t, h, w) per image."""
+        if not self.images:
+            return np.zeros((0, 3), np.int64)
+        return np.stack([g for _, g in self.images])
 
 
 ImageLike = str | Image.Image | np.ndarray
@@ -325,24 +343,18 @@ class ChatEncoder:
                 self.image_pad * n + rest for n, rest in zip(n_tokens, pieces[1:], strict=True)
             )
             ids = self._ids.put((text, n_tokens), self.tokenizer(full)["input_ids"])
-        dim = 3 * self.tp * self.patch**2
-        pv = np.concatenate([p for p, _ in pixels]) if pixels else np.zeros((0, dim), np.float32)
-        grid = np.stack([g for _, g in pixels]) if pixels else np.zeros((0, 3), np.int64)
-        return Encoded(list(ids), pv, grid)
+        return Encoded(list(ids), pixels, 3 * self.tp * self.patch**2)
 
     def _encode_hf(self, text: str, images: list[ImageLike]) -> Encoded:
         proc = ImageTextProcessor(self.image_processor, self.tokenizer)
         pil = [_to_pil(im) for im in images] or None
         out = proc(text=[text], images=pil, return_tensors="np")
+        ids = [int(i) for i in out["input_ids"][0]]
         if not images:
-            return Encoded(
-                list(out["input_ids"][0]),
-                np.zeros((0, 3 * self.tp * self.patch**2), np.float32),
-                np.zeros((0, 3), np.int64),
-            )
-        return Encoded(
-            [int(i) for i in out["input_ids"][0]], out["pixel_values"], out["image_grid_thw"]
-        )
+            return Encoded(ids, [], 3 * self.tp * self.patch**2)
+        grids = out["image_grid_thw"]
+        chunks = np.split(out["pixel_values"], np.cumsum(grids.prod(1))[:-1])
+        return Encoded(ids, list(zip(chunks, grids, strict=True)), out["pixel_values"].shape[1])
 
     def image_patches(self, image: ImageLike) -> tuple[np.ndarray, np.ndarray]:
         """(patches, grid_thw) of one image; cached by data URI."""

@@ -108,23 +108,69 @@ class Batch:
     mm_token_type_ids: torch.Tensor
     """(B, L) 1 on image tokens: Qwen3-VL's multimodal rope needs it."""
     pixel_values: torch.Tensor | None
-    """(n_patches, D) every image's patches, batch order."""
+    """(n_patches, D) patches of each distinct image, once."""
+    unique_grid_thw: torch.Tensor | None
+    """(n_distinct, 3) patch grid per distinct image."""
+    image_index: list[int]
+    """For each image placeholder in batch order, its distinct image (episodes of one maze
+    share most pictures: encoding each once cuts the vision tower's work several-fold)."""
     image_grid_thw: torch.Tensor | None
-    """(n_images, 3) patch grid per image."""
+    """(n_images, 3) patch grid per image, batch order (multimodal rope positions)."""
+    position_ids: torch.Tensor
+    """(3, B, L) multimodal rope positions (time, height, width), 0 on padding, as the model's
+    `get_rope_index` gives them for this batch."""
     response_ids: torch.Tensor
     """(B, R) response tokens, right-padded with 0."""
     response_mask: torch.Tensor
     """(B, R) 1 on real response tokens."""
 
     def model_inputs(self) -> dict:
+        """Inputs as the HF processor would give them (every image's patches, batch order)."""
         kw = {
             "input_ids": self.input_ids,
             "attention_mask": self.attention_mask,
             "mm_token_type_ids": self.mm_token_type_ids,
         }
         if self.pixel_values is not None:
-            kw |= {"pixel_values": self.pixel_values, "image_grid_thw": self.image_grid_thw}
+            starts = np.cumsum([0, *self.unique_grid_thw.prod(1).tolist()])
+            pv = torch.cat([self.pixel_values[starts[i] : starts[i + 1]] for i in self.image_index])
+            kw |= {"pixel_values": pv, "image_grid_thw": self.image_grid_thw}
         return kw
+
+
+def forward_hidden(loaded: LoadedModel, batch: Batch) -> torch.Tensor:
+    """(B, L, H) last hidden states; the vision tower runs once per distinct image."""
+    kw = {
+        "input_ids": batch.input_ids,
+        "attention_mask": batch.attention_mask,
+        "mm_token_type_ids": batch.mm_token_type_ids,
+    }
+    if batch.pixel_values is not None:
+        feats = loaded.model.model.get_image_features(
+            batch.pixel_values, batch.unique_grid_thw, return_dict=True
+        )
+        idx = batch.image_index
+        feats.pooler_output = tuple(feats.pooler_output[i] for i in idx)
+        feats.deepstack_features = [tuple(f[i] for i in idx) for f in feats.deepstack_features]
+        kw |= {"image_grid_thw": batch.image_grid_thw, "mm_encoder_outputs": {"image": feats}}
+    return loaded.model.model(**kw, position_ids=batch.position_ids).last_hidden_state
+
+
+def prompt_positions(loaded: LoadedModel, prompt: Encoded) -> np.ndarray:
+    """(3, P) rope positions of one prompt, by the model's own `get_rope_index` (cached)."""
+    grid = prompt.image_grid_thw
+    key = (tuple(prompt.prompt_ids), grid.tobytes())
+    hit = loaded.positions.get(key)
+    if hit is None:
+        ids = torch.tensor([prompt.prompt_ids])
+        image_id = loaded.model.config.image_token_id
+        pos, _ = loaded.model.model.get_rope_index(
+            ids,
+            (ids == image_id).int(),
+            image_grid_thw=torch.from_numpy(grid) if len(grid) else None,
+        )
+        hit = loaded.positions.put(key, pos[:, 0].numpy())
+    return hit
 
 
 def build_batch(
@@ -144,9 +190,15 @@ def build_batch(
     length = max(len(s) for s in seqs)
     ids = np.full((len(seqs), length), loaded.pad_id, np.int64)
     mask = np.zeros((len(seqs), length), np.int64)
+    pos = np.zeros((3, len(seqs), length), np.int64)
     for b, s in enumerate(seqs):
         ids[b, length - len(s) :] = s
         mask[b, length - len(s) :] = 1
+        # response tokens are text: their positions continue from the prompt's last + 1
+        p_pos = prompt_positions(loaded, prompts[b])
+        n_resp = len(s) - p_pos.shape[1]
+        pos[:, b, length - len(s) : length - n_resp] = p_pos
+        pos[:, b, length - n_resp :] = p_pos.max() + 1 + np.arange(n_resp)
     r_len = max([len(r) for r in responses] + [1])
     resp = np.zeros((len(seqs), r_len), np.int64)
     resp_mask = np.zeros((len(seqs), r_len), np.int64)
@@ -155,18 +207,30 @@ def build_batch(
         resp_mask[b, : len(r)] = 1
     dev = loaded.device
     image_id = loaded.model.config.image_token_id
-    pv = grid = None
-    if any(len(p.image_grid_thw) for p in prompts):
+    pv = unique_grid = grid = None
+    slot: dict[int, int] = {}  # id(patch array) -> distinct index; the encoder reuses arrays
+    distinct, index = [], []
+    for p in prompts:
+        for patches, g in p.images:
+            if id(patches) not in slot:
+                slot[id(patches)] = len(distinct)
+                distinct.append((patches, g))
+            index.append(slot[id(patches)])
+    if distinct:
         dtype = loaded.model.dtype
-        pv = torch.from_numpy(np.concatenate([p.pixel_values for p in prompts])).to(dev, dtype)
-        grid = torch.from_numpy(np.concatenate([p.image_grid_thw for p in prompts])).to(dev)
+        pv = torch.from_numpy(np.concatenate([p for p, _ in distinct])).to(dev, dtype)
+        unique_grid = torch.from_numpy(np.stack([g for _, g in distinct])).to(dev)
+        grid = unique_grid[index]
     ids_t = torch.from_numpy(ids).to(dev)
     return Batch(
         ids_t,
         torch.from_numpy(mask).to(dev),
         (ids_t == image_id).long(),
         pv,
+        unique_grid,
+        index,
         grid,
+        torch.from_numpy(pos).to(dev),
         torch.from_numpy(resp).to(dev),
         torch.from_numpy(resp_mask).to(dev),
     )
@@ -174,7 +238,7 @@ def build_batch(
 
 def _logits_at(loaded: LoadedModel, batch: Batch, cols: torch.Tensor) -> torch.Tensor:
     """(B, K, V) next-token logits at columns `cols` (B, K): the LM head only where needed."""
-    hidden = loaded.model.model(**batch.model_inputs()).last_hidden_state
+    hidden = forward_hidden(loaded, batch)
     picked = hidden.gather(1, cols.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
     return loaded.model.lm_head(picked).float()
 

@@ -13,7 +13,7 @@ from rlkit.models import build_tiny, load
 from rlkit.parsing import parse_actions
 from rlkit.policies import EpsOraclePolicy, RandomPolicy
 from rlkit.rollout import episode_rngs, history_window, play_episode, run_episodes
-from rlkit.vlm import ModelPolicy, build_batch, load_policy, response_logprobs
+from rlkit.vlm import ModelPolicy, build_batch, forward_hidden, load_policy, response_logprobs
 
 SHORT = EnvConfig(max_turns=4)
 
@@ -176,3 +176,25 @@ def test_load_policy(tiny):
         load_policy("oracle", temperature=0.5)
     with pytest.raises(UsageError, match="temperature"):
         load_policy(tiny, temperature=0.0)
+
+
+def test_distinct_image_encoding_matches_plain_forward(loaded, mazes):
+    from rlkit.env import make_env
+
+    msgs = [make_env(m).init()[0] for m in mazes[:3]] * 2  # each picture twice
+    msgs[1] = [*msgs[1], {"role": "assistant", "content": "x"}, msgs[1][1]]  # a longer prompt
+    responses = [[40, 41], [], [42], [43, 44, 45], [46], [47]]  # plain text tokens
+    batch = build_batch(loaded, [loaded.encoder.encode(m) for m in msgs], responses)
+    assert len(batch.image_index) == 7 and batch.unique_grid_thw.shape[0] == 3
+    # cached per-prompt rope positions == the model's own computation on the padded batch
+    expected, _ = loaded.model.model.get_rope_index(
+        batch.input_ids,
+        batch.mm_token_type_ids,
+        image_grid_thw=batch.image_grid_thw,
+        attention_mask=batch.attention_mask,
+    )
+    assert torch.equal(batch.position_ids, expected)
+    with torch.no_grad():
+        fast = forward_hidden(loaded, batch)
+        plain = loaded.model.model(**batch.model_inputs()).last_hidden_state
+    assert torch.allclose(fast, plain, atol=1e-5, rtol=0)
