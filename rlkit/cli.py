@@ -133,12 +133,38 @@ def _cmd_train(args: argparse.Namespace) -> int:
             overrides=args.set,
             follow=not args.detach,
         )
-        print(f"job {handle.job_id}: {handle.status()}")
-        return 0 if args.detach or handle.status() == "SUCCEEDED" else 1
+        status = handle.status()
+        print(f"job {handle.submission_id}: {status}")
+        return 0 if args.detach or status == "SUCCEEDED" else 1
     from rlkit.train import train
 
     summary = train(cfg, args.run_dir, resume=args.resume)
     print(json.dumps(summary))
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from rlkit.plots import (
+        figure_png,
+        load_metrics,
+        load_run_evals,
+        solve_rate_curve,
+        training_curves,
+    )
+
+    run = Path(args.run_dir)
+    evals = load_run_evals(run)
+    if not evals:
+        raise UsageError(f"{run} has no evals/global_step_N.json yet: train first (rlkit train)")
+    phases = [r for r in load_metrics(run) if r.get("train/phase") == "warm_start"]
+    ws_end = max((r["step"] for r in phases), default=None)
+    fig = solve_rate_curve(evals, warm_start_end=ws_end, run_id=run.name)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(figure_png(fig))
+    if args.curves:
+        Path(args.curves).write_bytes(figure_png(training_curves(run, run_id=run.name)))
+    print(f"wrote {out}" + (f" and {args.curves}" if args.curves else ""))
     return 0
 
 
@@ -208,6 +234,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--detach", action="store_true", help="with --address: submit and return")
     t.set_defaults(func=_cmd_train)
+
+    pl = sub.add_parser("plot", help="solve rate across checkpoints (PNG)")
+    pl.add_argument("--run-dir", required=True)
+    pl.add_argument("--out", required=True, help="PNG path")
+    pl.add_argument("--curves", default=None, help="also write training curves to this PNG")
+    pl.set_defaults(func=_cmd_plot)
+
+    from rlkit.cli_cluster import register
+
+    register(sub)
 
     de = sub.add_parser("demo", help="the whole workflow on the embedded default")
     de.add_argument("--out", default="runs/demo")

@@ -1,0 +1,24 @@
+"""Shared fixtures. One real local Ray head serves every test that needs a cluster."""
+
+import socket
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A real local Ray head (dashboard + Jobs API on 127.0.0.1), stopped after the session."""
+    from rlkit.cluster import connect
+
+    c = connect(local_port=free_port(), local_num_cpus=2)
+    assert c.local_head is not None and c.local_head.started
+    try:
+        yield c
+    finally:
+        c.local_head.stop()
