@@ -25,9 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from rlkit.chat import Encoded
 from rlkit.errors import UsageError
 from rlkit.maze import Action
-from rlkit.models import Encoded, LoadedModel
+from rlkit.models import LoadedModel
 
 VISION_TOKENS = (
     "<|vision_start|>",

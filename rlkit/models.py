@@ -1,55 +1,42 @@
-"""Qwen3-VL models: build the tiny offline one, load any checkpoint dir, encode env messages.
+"""Qwen3-VL models: build the tiny offline one, load any checkpoint dir.
 
-`build_tiny(dir)` makes a ~1 M-parameter `Qwen3VLForConditionalGeneration` from a config (no
+`build_tiny(dir)` makes a ~0.7 M-parameter `Qwen3VLForConditionalGeneration` from a config (no
 download) with its own byte-level BPE tokenizer (`rlkit.tokenizer`) and a PIL image processor,
 saved as a normal HF model directory. `load(dir)` reads that directory or a real Qwen3-VL
-checkpoint (e.g. Qwen3-VL-8B-Instruct on a GPU machine) through the same code path.
-
-Without torchvision (never installed on CPU: the PyPI wheel is a CUDA build that breaks
-transformers' image path) `Qwen3VLProcessor` cannot build its video processor, so the workaround
-lives here only: `ImageTextProcessor` is the Qwen3-VL processor without video, and the tokenizer
-and the PIL image processor are saved and loaded separately.
-
-`ChatEncoder` is the one formatting path: env messages (OpenAI-style, images as PNG data URIs)
--> chat template -> input ids + pixel_values + image_grid_thw, with the output of the HF
-processor. It caches template text per message skeleton, ids per distinct prompt text, and
-patches per distinct image, and cuts patches with numpy when no resize is needed (a test checks
-it equals the HF processor exactly).
+checkpoint (e.g. Qwen3-VL-8B-Instruct on a GPU machine) through the same code path, and attaches
+the one formatting path (`rlkit.chat.ChatEncoder`): env messages -> model inputs.
 """
 
 from __future__ import annotations
 
-import copy
 import json
-from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import torch
-from PIL import Image
 from transformers import (
     AutoTokenizer,
     PreTrainedTokenizerBase,
     Qwen3VLConfig,
     Qwen3VLForConditionalGeneration,
-    Qwen3VLProcessor,
 )
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
     Qwen2VLImageProcessorPil,
-    smart_resize,
 )
+from transformers.utils import logging as hf_logging
 
+from rlkit.chat import ChatEncoder, ImageTextProcessor, LruCache
 from rlkit.errors import UsageError
-from rlkit.render import image_from_data_uri
 
 MODEL_TYPE = "qwen3_vl"
 
 
 @dataclass(frozen=True)
 class TinyConfig:
-    """Shape of the tiny local Qwen3-VL (defaults: the recipe in findings that reached 90%)."""
+    """Shape of the tiny local Qwen3-VL (defaults: the shape that learned 3x3 mazes to ~90%
+    with a behaviour-cloning warm start and GRPO)."""
 
     hidden: int = 128
     """Text width: big enough to learn 3x3 mazes, small enough for ~450 turns/s on 2 cores."""
@@ -60,13 +47,17 @@ class TinyConfig:
     kv_heads: int = 2
     """Key/value heads: grouped-query attention as in the real Qwen3-VL."""
     head_dim: int = 32
+    """Qwen3-VL's per-head width pattern, scaled down; the rotary sections split it."""
     intermediate: int = 256
     """MLP width (2x hidden)."""
     mrope_section: tuple[int, int, int] = (8, 4, 4)
     """Rotary dims per (time, height, width); sums to head_dim / 2."""
     vision_depth: int = 2
+    """Vision blocks: one cell per patch leaves little for a deep vision tower to do."""
     vision_hidden: int = 64
+    """Vision width; the merger projects it to the text width."""
     vision_heads: int = 4
+    """Vision attention heads (head width 16)."""
     patch_size: int = 8
     """8 px = one maze cell per patch with the default render style (the main learning lever)."""
     merge: int = 2
@@ -89,16 +80,6 @@ class TinyConfig:
             )
 
 
-class ImageTextProcessor(Qwen3VLProcessor):
-    """`Qwen3VLProcessor` without a video processor (which needs torchvision).
-
-    Images and text behave exactly as in the real processor; videos are not supported.
-    """
-
-    def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
-        super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
-
-
 @dataclass
 class LoadedModel:
     """Everything needed to run a Qwen3-VL checkpoint on env messages."""
@@ -109,13 +90,13 @@ class LoadedModel:
     processor: ImageTextProcessor
     path: Path
     encoder: ChatEncoder = field(init=False)
-    positions: _Lru = field(init=False)
+    positions: LruCache = field(init=False)
     """Multimodal rope positions per distinct (prompt ids, image grids): a handful of distinct
     prompts per run, while the model's own computation is a Python loop per row."""
 
     def __post_init__(self) -> None:
         self.encoder = ChatEncoder(self.tokenizer, self.image_processor)
-        self.positions = _Lru(4096)
+        self.positions = LruCache(4096)
 
     @property
     def device(self) -> torch.device:
@@ -131,6 +112,18 @@ class LoadedModel:
         return int(
             pad if pad is not None else self.tokenizer.convert_tokens_to_ids("<|endoftext|>")
         )
+
+
+@contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """transformers draws a bar per save/load; in CLI output and notebooks it is noise."""
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
 
 
 def _hf_config(cfg: TinyConfig, vocab: int, tok: PreTrainedTokenizerBase) -> Qwen3VLConfig:
@@ -186,7 +179,8 @@ def build_tiny(out_dir: str | Path, *, seed: int = 0, config: TinyConfig | None 
     model = Qwen3VLForConditionalGeneration(_hf_config(cfg, len(tok), tok))
     model.generation_config.eos_token_id = tok.convert_tokens_to_ids("<|im_end|>")
     model.generation_config.pad_token_id = tok.pad_token_id
-    model.save_pretrained(out)
+    with _no_progress_bars():
+        model.save_pretrained(out)
     tok.save_pretrained(out)
     image_processor = Qwen2VLImageProcessorPil(
         patch_size=cfg.patch_size,
@@ -225,179 +219,11 @@ def load(path: str | Path, *, device: str = "cpu", dtype: torch.dtype | None = N
     p = check_checkpoint(path)
     if dtype is None:
         dtype = torch.float32 if str(device).startswith("cpu") else torch.bfloat16
-    model = Qwen3VLForConditionalGeneration.from_pretrained(p, dtype=dtype).to(device).eval()
+    with _no_progress_bars():
+        model = Qwen3VLForConditionalGeneration.from_pretrained(p, dtype=dtype)
+    model = model.to(device).eval()
     tok = AutoTokenizer.from_pretrained(p, padding_side="left")
     # The PIL class whatever the checkpoint names: the fast one needs torchvision.
     image_processor = Qwen2VLImageProcessorPil.from_pretrained(p)
     processor = ImageTextProcessor(image_processor, tok, chat_template=tok.chat_template)
     return LoadedModel(model, tok, image_processor, processor, p)
-
-
-@dataclass
-class Encoded:
-    """One prompt as the model takes it."""
-
-    prompt_ids: list[int]
-    images: list[tuple[np.ndarray, np.ndarray]]
-    """Per image: (patches (n, 3 * temporal_patch * patch**2) float32, grid_thw (3,) int64).
-    Cached images come back as the same array objects, so a batch can encode each once."""
-    patch_dim: int
-
-    @property
-    def pixel_values(self) -> np.ndarray:
-        """(n_patches, patch_dim) all images' patches: the processor's `pixel_values`."""
-        if not self.images:
-            return np.zeros((0, self.patch_dim), np.float32)
-        return np.concatenate([p for p, _ in self.images])
-
-    @property
-    def image_grid_thw(self) -> np.ndarray:
-        """(n_images, 3) patch grid (t, h, w) per image."""
-        if not self.images:
-            return np.zeros((0, 3), np.int64)
-        return np.stack([g for _, g in self.images])
-
-
-ImageLike = str | Image.Image | np.ndarray
-
-
-class _Lru(OrderedDict):
-    def __init__(self, size: int) -> None:
-        super().__init__()
-        self.size = size
-
-    def put(self, key: Any, value: Any) -> Any:
-        self[key] = value
-        if len(self) > self.size:
-            self.popitem(last=False)
-        return value
-
-
-class ChatEncoder:
-    """Env messages -> `Encoded`, identical to the HF processor's output, with caches.
-
-    Image parts may be OpenAI `image_url` parts with a PNG data URI (what the env sends) or HF
-    `image` parts holding a PIL image or an (H, W, 3) uint8 array (a trainer's re-render).
-    """
-
-    def __init__(
-        self,
-        tokenizer: PreTrainedTokenizerBase,
-        image_processor: Qwen2VLImageProcessorPil,
-        *,
-        fast: bool = True,
-        cache_size: int = 4096,
-    ) -> None:
-        self.tokenizer = tokenizer
-        self.image_processor = image_processor
-        self.fast = fast
-        ip = image_processor
-        self.patch, self.merge, self.tp = ip.patch_size, ip.merge_size, ip.temporal_patch_size
-        self.image_pad = "<|image_pad|>"
-        self._mean = np.asarray(ip.image_mean, np.float32).reshape(3, 1, 1)
-        self._std = np.asarray(ip.image_std, np.float32).reshape(3, 1, 1)
-        self._texts, self._ids, self._images = _Lru(256), _Lru(cache_size), _Lru(cache_size)
-
-    def chat_text(self, messages: list[dict]) -> tuple[str, list[ImageLike]]:
-        """The chat-template text (one image pad per image) and the images, in order."""
-        skeleton, images = [], []
-        for m in messages:
-            content = m["content"]
-            if not isinstance(content, str):
-                parts = []
-                for part in content:
-                    kind = part.get("type")
-                    if kind == "image_url":
-                        images.append(part["image_url"]["url"])
-                        parts.append({"type": "image"})
-                    elif kind == "image":
-                        images.append(part.get("image"))
-                        parts.append({"type": "image"})
-                    else:
-                        parts.append(part)
-                content = parts
-            skeleton.append({"role": m["role"], "content": content})
-        key = json.dumps(skeleton, sort_keys=True)
-        text = self._texts.get(key)
-        if text is None:
-            text = self._texts.put(
-                key,
-                self.tokenizer.apply_chat_template(
-                    copy.deepcopy(skeleton), tokenize=False, add_generation_prompt=True
-                ),
-            )
-        return text, images
-
-    def encode(self, messages: list[dict]) -> Encoded:
-        text, images = self.chat_text(messages)
-        if not self.fast:
-            return self._encode_hf(text, images)
-        pixels = [self.image_patches(im) for im in images]
-        n_tokens = tuple(int(g.prod()) // self.merge**2 for _, g in pixels)
-        ids = self._ids.get((text, n_tokens))
-        if ids is None:
-            pieces = text.split(self.image_pad)
-            if len(pieces) != len(n_tokens) + 1:
-                raise UsageError("message text contains a literal <|image_pad|>: remove it")
-            full = pieces[0] + "".join(
-                self.image_pad * n + rest for n, rest in zip(n_tokens, pieces[1:], strict=True)
-            )
-            ids = self._ids.put((text, n_tokens), self.tokenizer(full)["input_ids"])
-        return Encoded(list(ids), pixels, 3 * self.tp * self.patch**2)
-
-    def _encode_hf(self, text: str, images: list[ImageLike]) -> Encoded:
-        proc = ImageTextProcessor(self.image_processor, self.tokenizer)
-        pil = [_to_pil(im) for im in images] or None
-        out = proc(text=[text], images=pil, return_tensors="np")
-        ids = [int(i) for i in out["input_ids"][0]]
-        if not images:
-            return Encoded(ids, [], 3 * self.tp * self.patch**2)
-        grids = out["image_grid_thw"]
-        chunks = np.split(out["pixel_values"], np.cumsum(grids.prod(1))[:-1])
-        return Encoded(ids, list(zip(chunks, grids, strict=True)), out["pixel_values"].shape[1])
-
-    def image_patches(self, image: ImageLike) -> tuple[np.ndarray, np.ndarray]:
-        """(patches, grid_thw) of one image; cached by data URI."""
-        if isinstance(image, str):
-            hit = self._images.get(image)
-            if hit is None:
-                hit = self._images.put(image, self._patches(np.asarray(_to_pil(image))))
-            return hit
-        return self._patches(np.asarray(_to_pil(image)))
-
-    def _patches(self, arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        h, w = arr.shape[:2]
-        size = self.image_processor.size
-        target = smart_resize(
-            h,
-            w,
-            factor=self.patch * self.merge,
-            min_pixels=size["shortest_edge"],
-            max_pixels=size["longest_edge"],
-        )
-        if target != (h, w):  # resampling is the processor's job: no second implementation
-            out = self.image_processor(images=[Image.fromarray(arr)], return_tensors="np")
-            return out["pixel_values"], out["image_grid_thw"][0]
-        # float64 rescale then float32, as transformers does: bit-equal patches
-        x = (arr.transpose(2, 0, 1) * np.float64(self.image_processor.rescale_factor)).astype(
-            np.float32
-        )
-        x = (x - self._mean) / self._std
-        p, m, gh, gw = self.patch, self.merge, h // self.patch, w // self.patch
-        x = x.reshape(3, gh // m, m, p, gw // m, m, p).transpose(1, 4, 2, 5, 0, 3, 6)
-        x = np.broadcast_to(x[:, :, :, :, :, None], (*x.shape[:5], self.tp, p, p))
-        return np.ascontiguousarray(x.reshape(gh * gw, 3 * self.tp * p * p)), np.array(
-            [1, gh, gw], np.int64
-        )
-
-
-def _to_pil(image: ImageLike) -> Image.Image:
-    if isinstance(image, str):
-        return image_from_data_uri(image)
-    if isinstance(image, np.ndarray):
-        return Image.fromarray(image.astype(np.uint8), mode="RGB")
-    if isinstance(image, Image.Image):
-        return image.convert("RGB")
-    raise UsageError(
-        f"unsupported image {type(image).__name__}: pass a PNG data URI, PIL image or array"
-    )

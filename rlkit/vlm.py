@@ -37,9 +37,10 @@ from rlkit.batching import (
     prompt_positions,
     response_logprobs,
 )
+from rlkit.chat import Encoded
 from rlkit.errors import UsageError
 from rlkit.maze import Action
-from rlkit.models import Encoded, LoadedModel, load
+from rlkit.models import LoadedModel, load
 from rlkit.parsing import format_action
 from rlkit.policies import Policy, Response, is_scripted, scripted_policy
 

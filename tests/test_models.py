@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from rlkit.chat import ChatEncoder
 from rlkit.env import EnvConfig, make_env
 from rlkit.errors import UsageError
 from rlkit.mazesets import test_set
-from rlkit.models import ChatEncoder, build_tiny, check_checkpoint, load
+from rlkit.models import build_tiny, check_checkpoint, load
 from rlkit.render import image_from_data_uri
 
 
@@ -55,6 +56,7 @@ def test_build_save_load_round_trip(tiny, loaded):
 def test_build_is_seeded(tiny, tmp_path, loaded):
     other = load(build_tiny(tmp_path / "s1", seed=1))
     same = load(build_tiny(tmp_path / "s0", seed=0))
+    assert (tmp_path / "s0" / "tokenizer.json").read_text() == (tiny / "tokenizer.json").read_text()
     w = "model.language_model.layers.0.mlp.up_proj.weight"
     assert torch.equal(loaded.model.state_dict()[w], same.model.state_dict()[w])
     assert not torch.equal(loaded.model.state_dict()[w], other.model.state_dict()[w])
