@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -51,6 +52,8 @@ class TrainState:
     warm_start_end: int | None = None
     cursor: int = 0
     """Index of the next training maze in the stream: no maze replayed or skipped on resume."""
+    elapsed_s: float = 0.0
+    """Training wall time up to this state, summed over resumed segments (benchmarks)."""
 
 
 @dataclass
@@ -164,6 +167,7 @@ class Trainer:
         """One warm-start or GRPO step, then its eval/checkpoint if due; returns the phase."""
         s = self.state
         s.step += 1
+        t0 = time.perf_counter()
         phase = s.phase
         if phase == "warm_start":
             metrics, finished = self._bc_step()
@@ -175,7 +179,8 @@ class Trainer:
         else:
             metrics = self._grpo_step()
             s.grpo_steps += 1
-        self.log.log(s.step, {**metrics, "train/phase": phase})
+        s.elapsed_s += time.perf_counter() - t0
+        self.log.log(s.step, {**metrics, "train/phase": phase, "timing/elapsed_s": s.elapsed_s})
         boundary = s.warm_start_end == s.step
         last = s.grpo_steps >= self.cfg.schedule.steps and s.phase == "grpo"
         sched = self.cfg.schedule
