@@ -27,7 +27,7 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
 )
 from transformers.utils import logging as hf_logging
 
-from rlkit.chat import ChatEncoder, ImageTextProcessor, LruCache
+from rlkit.chat import ChatEncoder, Encoded, ImageTextProcessor, LruCache
 from rlkit.errors import UsageError
 
 MODEL_TYPE = "qwen3_vl"
@@ -227,3 +227,17 @@ def load(path: str | Path, *, device: str = "cpu", dtype: torch.dtype | None = N
     image_processor = Qwen2VLImageProcessorPil.from_pretrained(p)
     processor = ImageTextProcessor(image_processor, tok, chat_template=tok.chat_template)
     return LoadedModel(model, tok, image_processor, processor, p)
+
+
+# Encoded and ChatEncoder live in rlkit.chat; importing them from here keeps working.
+__all__ = [
+    "MODEL_TYPE",
+    "ChatEncoder",
+    "Encoded",
+    "ImageTextProcessor",
+    "LoadedModel",
+    "TinyConfig",
+    "build_tiny",
+    "check_checkpoint",
+    "load",
+]
