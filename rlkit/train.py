@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from rlkit import grpo
+from rlkit import faults, grpo
 from rlkit.errors import UsageError
 from rlkit.evaluate import EvalResult, evaluate
 from rlkit.mazesets import train_mazes
@@ -145,6 +146,10 @@ class Trainer:
                 config=self.cfg.to_dict(),
             )
             ckpt = self._restore()
+            if ckpt is not None:  # says which checkpoint a restarted job really continues from
+                print(
+                    f"resuming {self.run.path} from {ckpt.path.name}", file=sys.stderr, flush=True
+                )
             with MetricsLogger(self.run, resume_step=ckpt.step if ckpt else None) as log:
                 self.log = log
                 if ckpt is None and self.cfg.schedule.eval_before_train:
@@ -206,6 +211,7 @@ class Trainer:
             )
             self.opt.zero_grad()
             loss.backward()
+            faults.point("optimizer", s.step)
             self.opt.step()
             self.loaded.model.eval()
         metrics = {"loss/bc": float(loss.detach()), "train/bc_accuracy": acc}
@@ -243,6 +249,7 @@ class Trainer:
                 seed=seed_for(self.cfg.schedule.seed, s.step),
                 history=self.cfg.task.history,
             )
+            faults.point("rollout", s.step)
         rewards = torch.tensor([t.reward for t in trajs])
         groups = torch.tensor([t.maze_index for t in trajs])
         adv = grpo.group_advantages(rewards, groups, norm_by_std=g.norm_by_std)
@@ -323,6 +330,7 @@ class Trainer:
         gn = torch.nn.utils.clip_grad_norm_(
             self.loaded.model.parameters(), self.cfg.grpo.max_grad_norm
         )
+        faults.point("optimizer", self.state.step)
         self.opt.step()
         return {
             **out.metrics,
@@ -405,6 +413,7 @@ class Trainer:
             self.loaded.model.save_pretrained(pol)
             self.loaded.tokenizer.save_pretrained(pol)
             self.loaded.image_processor.save_pretrained(pol)
+            faults.point("checkpoint", step)
             torch.save(
                 {
                     "state": asdict(self.state),
