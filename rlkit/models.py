@@ -211,7 +211,9 @@ def check_checkpoint(path: str | Path) -> Path:
     return p
 
 
-def load(path: str | Path, *, device: str = "cpu", dtype: torch.dtype | None = None) -> LoadedModel:
+def load(
+    path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+) -> LoadedModel:
     """Load a Qwen3-VL checkpoint dir (tiny or real) in eval mode on `device`.
 
     `dtype` defaults to float32 on CPU (exact logprob checks) and bfloat16 elsewhere.
