@@ -101,7 +101,8 @@ class LocalHead:
             raise RlkitError(
                 f"the head at {self.dashboard_url} was not started by rlkit; stop it with `ray stop`"
             )
-        os.kill(self.pid, signal.SIGTERM)
+        # The whole group at once: `ray start` alone would stop its children one by one.
+        os.killpg(self.pid, signal.SIGTERM)
         if not self._gone_within(timeout_s):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.pid, signal.SIGKILL)
