@@ -1,0 +1,167 @@
+"""The notebook-level steps, on a real smoke run trained in-process (~30 s) and scripted policies."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlkit import workbench
+from rlkit.errors import UsageError
+from rlkit.evaluate import EvalResult, evaluate
+from rlkit.failures import KINDS, classify
+from rlkit.policies import scripted_policy
+from rlkit.runs import RunDir
+from rlkit.train import train
+from rlkit.train_config import preset
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wb")
+    plan = workbench.plan_training("smoke", out)
+    train(preset("smoke"), plan.run_dir, progress=False)
+    return out, plan
+
+
+def test_kernel_report_names_versions_and_problems():
+    report = workbench.kernel_report()
+    assert report["python"].count(".") == 2
+    assert report["torch"].startswith("2.") and report["rlkit"] != "missing"
+    assert "torchvision" not in report
+    assert report["problems"] == "none"
+
+
+def test_evaluate_cached_reuses_the_file_and_rebuilds_for_other_samples(tmp_path):
+    built = []
+
+    def make():
+        built.append(1)
+        return scripted_policy("oracle")
+
+    path = tmp_path / "oracle.json"
+    first, trajs = workbench.evaluate_cached(path, make, samples=1, label="oracle")
+    again, trajs_again = workbench.evaluate_cached(path, make, samples=1)
+    assert len(built) == 1  # the second call read the cache
+    assert again.to_dict() == first.to_dict() and first.solve_rate == 1.0
+    assert [t.solved for t in trajs_again] == [t.solved for t in trajs]
+    bigger, _ = workbench.evaluate_cached(path, make, samples=2)
+    assert len(built) == 2 and bigger.samples == 2
+
+
+def test_baselines_are_cached_and_read_back(tmp_path):
+    got = workbench.baseline_evals(tmp_path, "smoke", samples=1, policies=("random", "oracle"))
+    assert got["oracle"].solve_rate == 1.0 and got["oracle"].policy == "oracle"
+    assert 0.0 < got["random"].solve_rate < 0.8
+    cached = workbench.cached_baselines(tmp_path)
+    assert list(cached) == ["random", "oracle"]
+    assert cached["random"].flat == got["random"].flat
+    trajs = workbench.baseline_trajectories(tmp_path, "random")
+    assert len(trajs) == got["random"].n_mazes
+    assert workbench.cached_baselines(tmp_path / "nothing") == {}
+
+
+def test_base_model_is_the_runs_initial_model(smoke_run, tmp_path):
+    out, plan = smoke_run
+    base = workbench.base_model("smoke", tmp_path)
+    init = Path(plan.run_dir) / "init_model"
+    for name in ("config.json", "model.safetensors"):
+        assert (base / name).read_bytes() == (init / name).read_bytes()
+
+
+def test_checkpoint_evals_rescore_a_checkpoint_exactly_as_the_trainer_did(smoke_run):
+    out, plan = smoke_run
+    evals = workbench.checkpoint_evals(plan.run_dir)
+    assert sorted(evals) == [0, 4, 6, 8]
+    eval_file = RunDir(plan.run_dir).eval_path(8)
+    original = json.loads(eval_file.read_text())
+    eval_file.unlink()
+    rescored = workbench.checkpoint_evals(plan.run_dir)[8]
+    # Same weights, same eval seed and settings: the same episodes, maze by maze.
+    assert rescored.per_maze == original["per_maze"]
+    assert rescored.policy == f"{plan.run_name}@8" and rescored.step == 8
+
+
+def test_boundary_milestones_paired_test_and_summary(smoke_run):
+    out, plan = smoke_run
+    evals = workbench.checkpoint_evals(plan.run_dir)
+    boundary = workbench.warm_start_end(plan.run_dir)
+    assert boundary == 4
+    rows = workbench.milestones(evals, boundary)
+    assert list(rows) == ["step 0 (start)", "step 4 (warm start done)", "step 8 (final)"]
+    paired = workbench.grpo_paired_test(evals, boundary)
+    assert (paired.step_a, paired.step_b) == (4, 8)
+    assert paired.test.n == 64 and 0.0 <= paired.test.p_value <= 1.0
+    assert "step 4 -> step 8: 64 paired episodes" in str(paired)
+    summary = workbench.build_summary(
+        {}, evals, boundary=boundary, paired=paired, run=plan.run_dir, plots=[]
+    )
+    assert summary["final"]["step"] == 8 and summary["baseline"]["step"] == 0
+    assert summary["paired_test"]["steps"] == [4, 8]
+    assert summary["final"]["solve_rate"] == round(evals[8].solve_rate, 4)
+    assert len(summary["table"]) == 4
+    path = workbench.write_summary(out, summary)
+    assert json.loads(path.read_text())["warm_start_end"] == 4
+
+
+def test_solve_rate_table_lines():
+    result, _ = evaluate(scripted_policy("oracle"), samples=2)
+    text = workbench.solve_rate_table({"oracle": result})
+    header, row = text.splitlines()
+    assert header.startswith("policy") and "95% CI" in header
+    assert row.split() == ["oracle", "100.0%", "[97.1%,", "100.0%]", "100%", "@2", "64x2"]
+    with pytest.raises(UsageError):
+        workbench.solve_rate_table({})
+
+
+def _result(solved: list[bool]) -> EvalResult:
+    per_maze = [{"solved": [s]} for s in solved]
+    return EvalResult("p", "test", len(solved), 1, 0.5, (0.0, 1.0), "h", per_maze=per_maze)
+
+
+def test_diff_maze_prefers_newly_solved_then_newly_failed_then_zero():
+    assert workbench.diff_maze(_result([True, False, True]), _result([True, False, False])) == 2
+    assert workbench.diff_maze(_result([False, False, True]), _result([False, True, False])) == 1
+    assert workbench.diff_maze(_result([True, True]), _result([True, True])) == 0
+
+
+def test_episode_and_failure_examples():
+    result, trajs = evaluate(scripted_policy("random"), samples=2, seed=3)
+    ep = workbench.episode(trajs, result, 5, 1)
+    assert ep is trajs[11]
+    with pytest.raises(UsageError, match="choose maze < 64"):
+        workbench.episode(trajs, result, 64)
+    examples = workbench.failure_examples(trajs)
+    assert examples and all(classify(t) == k for k, t in examples.items())
+    order = [k for k in KINDS if k in examples]
+    assert list(examples) == order
+
+
+def test_plans_for_local_and_cluster_presets(tmp_path):
+    local = workbench.plan_training("smoke", tmp_path, run_name="my run")
+    assert local.run_name == "my-run" and local.run_dir == str((tmp_path / "my-run").resolve())
+    assert (
+        local.command.startswith("python -m rlkit.cli train --preset smoke") and not local.dry_run
+    )
+    sky = workbench.plan_training("qwen3vl-8b-6gpu", tmp_path, skyrl_changes={"nodes": 2})
+    assert sky.dry_run and sky.skyrl.num_gpus == 12
+    assert sky.run_dir == "/fsx/rlkit/runs/qwen3vl-8b-6gpu"
+    text = str(sky)
+    assert "no cluster: dry run" in text and "rlkit.skyrl_entry" in text and "GPUs:     12" in text
+    assert workbench.launch(sky, None) is None
+    with pytest.raises(UsageError, match="needs a cluster"):
+        workbench.launch(local, None)
+    with pytest.raises(UsageError, match="unknown preset 'huge'"):
+        workbench.plan_training("huge", tmp_path)
+
+
+def test_checkpoint_evals_refuses_a_directory_that_is_no_run(tmp_path):
+    with pytest.raises(UsageError, match="neither a run dir"):
+        workbench.checkpoint_evals(tmp_path)
+
+
+def test_save_png(tmp_path):
+    from rlkit.mazesets import test_set
+    from rlkit.plots import maze_gallery
+
+    path = workbench.save_png(maze_gallery(test_set()[:4]), tmp_path, "g")
+    assert path == tmp_path / "plots" / "g.png" and path.read_bytes()[:4] == b"\x89PNG"
