@@ -29,6 +29,7 @@ from transformers.utils import logging as hf_logging
 
 from rlkit.chat import ChatEncoder, Encoded, ImageTextProcessor, LruCache
 from rlkit.errors import UsageError
+from rlkit.fastattn import use_uniform_vision_attention
 
 MODEL_TYPE = "qwen3_vl"
 
@@ -224,6 +225,7 @@ def load(
     with _no_progress_bars():
         model = Qwen3VLForConditionalGeneration.from_pretrained(p, dtype=dtype)
     model = model.to(device).eval()
+    use_uniform_vision_attention(model)  # one batched call instead of a loop over images
     tok = AutoTokenizer.from_pretrained(p, padding_side="left")
     # The PIL class whatever the checkpoint names: the fast one needs torchvision.
     image_processor = Qwen2VLImageProcessorPil.from_pretrained(p)
