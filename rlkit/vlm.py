@@ -76,7 +76,14 @@ class _RowSampler(LogitsProcessor):
     """Makes `generate`'s greedy step pick our per-row sampled token (a seeded generator per
     episode; `generate` itself has no per-row randomness)."""
 
-    def __init__(self, generators, temperature: float, top_p: float, greedy: bool, banned) -> None:
+    def __init__(
+        self,
+        generators: Sequence[torch.Generator],
+        temperature: float,
+        top_p: float,
+        greedy: bool,
+        banned: list[int],
+    ) -> None:
         self.generators, self.kw = generators, {"temperature": temperature, "top_p": top_p}
         self.greedy, self.banned = greedy, banned
 
@@ -123,7 +130,7 @@ class ModelPolicy:
         messages: Sequence[list[dict]],
         rngs: Sequence[np.random.Generator],
     ) -> list[Response]:
-        if not len(messages) == len(rngs):
+        if len(messages) != len(rngs):
             raise UsageError(f"{len(messages)} conversations but {len(rngs)} random streams")
         gens = [torch.Generator().manual_seed(int(r.integers(2**63))) for r in rngs]
         encoded = [self.loaded.encoder.encode(m) for m in messages]
