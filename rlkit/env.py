@@ -10,6 +10,7 @@ never raises on model output.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -69,7 +70,10 @@ class EnvConfig:
         accepted flat (`cell_px`, `view`, `ego_radius`, ...) or under `style`."""
         cfg = dict(cfg or {})
         style_keys = {f.name for f in fields(RenderStyle)}
-        style_kw = dict(cfg.pop("style", None) or {})
+        style = cfg.pop("style", None) or {}
+        if not isinstance(style, Mapping):
+            raise UsageError(f"env config style must be a mapping of render options, got {style!r}")
+        style_kw = dict(style)
         style_kw.update({k: cfg.pop(k) for k in list(cfg) if k in style_keys})
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(cfg) - known)
@@ -77,7 +81,15 @@ class EnvConfig:
             raise UsageError(
                 f"unknown env config keys {unknown}: valid keys are {sorted(known | style_keys)}"
             )
-        return cls(**cfg, style=RenderStyle(**style_kw))
+        try:
+            return cls(**cfg, style=RenderStyle(**style_kw))
+        except UsageError:
+            raise
+        except (TypeError, ValueError) as e:  # e.g. max_turns="x" from a YAML file
+            raise UsageError(
+                f"bad env config {cfg} (style {style_kw}): {e}; give each field its type "
+                "(max_turns an int, style a mapping of render options)"
+            ) from None
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "style"}
@@ -133,7 +145,31 @@ def maze_from_extras(extras: Mapping[str, Any] | None) -> Maze:
         raise UsageError(
             "env extras carry no maze: dataset rows need extra_info.maze (see rlkit.data)"
         )
-    return spec if isinstance(spec, Maze) else Maze.from_dict(spec)
+    if isinstance(spec, Maze):
+        return spec
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except ValueError as e:
+            raise UsageError(
+                f"not a maze spec (invalid JSON: {e}): regenerate the row with `rlkit data`"
+            ) from None
+    return _check_border(Maze.from_dict(spec))
+
+
+def _check_border(maze: Maze) -> Maze:
+    """Refuse a maze whose edge lacks an outer wall: the agent would walk off the grid."""
+    for r in range(maze.height):
+        for c in range(maze.width):
+            for action in Action:
+                nr, nc = rules.step_cell((r, c), action)
+                inside = 0 <= nr < maze.height and 0 <= nc < maze.width
+                if not inside and maze.can_move((r, c), action):
+                    raise UsageError(
+                        f"maze cell {(r, c)} has no outer wall on its {action.word} side, so the "
+                        "agent could leave the grid: regenerate the row with `rlkit data`"
+                    )
+    return maze
 
 
 class MazeEnv(BaseTextEnv):
@@ -150,7 +186,13 @@ class MazeEnv(BaseTextEnv):
         )
         extras = dict(extras or {})
         if extras.get("max_turns") is not None:  # SkyRL's generator passes its turn budget here
-            cfg = replace(cfg, max_turns=int(extras["max_turns"]))
+            try:
+                max_turns = int(extras["max_turns"])
+            except (TypeError, ValueError):
+                raise UsageError(
+                    f"extras max_turns {extras['max_turns']!r} is not an integer turn budget"
+                ) from None
+            cfg = replace(cfg, max_turns=max_turns)
         self.cfg = cfg
         self.max_turns = cfg.max_turns
         self.maze = maze_from_extras(extras)
