@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test lint format bench venv clean
+.PHONY: demo notebooks test lint format bench venv clean
 
 venv: $(STAMP)
 
@@ -20,8 +20,15 @@ $(STAMP): pyproject.toml Makefile
 	@if $(PY) -c "import torchvision" 2>/dev/null; then echo "torchvision is installed: remove it (pip uninstall torchvision), it breaks Qwen3-VL on CPU"; exit 1; fi
 	touch $(STAMP)
 
+# Notebooks 00-05 executed headless by papermill in the kernel `rlkit` (this venv's python,
+# registered inside the venv so no user-wide kernelspec is touched) -> runs/demo/
 demo: $(STAMP)
+	@test -f $(VENV)/share/jupyter/kernels/rlkit/kernel.json || $(PY) -m ipykernel install --prefix $(VENV) --name rlkit --display-name rlkit
 	$(VENV)/bin/rlkit demo --out runs/demo
+
+# Re-pair notebooks/*.ipynb (stored without outputs) from their jupytext py:percent sources.
+notebooks: $(STAMP)
+	$(VENV)/bin/jupytext --sync notebooks/*.py
 
 test: $(STAMP) lint
 	$(PY) -m pytest -q -p no:cacheprovider

@@ -1,47 +1,132 @@
-"""`make demo`: the workflow end to end on the embedded default, results in `runs/demo/`.
+"""`rlkit demo` / `make demo`: notebooks 00-05 executed headless on the embedded default.
 
-Builds the SkyRL-format datasets, draws the test set, evaluates the scripted baselines on it
-(the oracle must solve everything; random sets the floor), and writes a summary JSON.
+    rlkit demo --out runs/demo            # local-tiny preset: ~20 min of training on 2 cores
+    rlkit demo --out runs/demo --quick    # smoke preset and small sample counts: a few minutes
+
+papermill runs each notebook in a kernel of this interpreter (kernelspec `rlkit`, installed
+into this environment's prefix when missing) with the same parameters, in order: they share
+OUT (baselines, the training run, plots) and one local Ray head, which the demo starts and
+stops itself unless `local_port` names a head that is already running. Left in OUT: the
+executed notebooks under notebooks/, PNGs under plots/, summary.json; the solve-rate table is
+printed at the end.
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from rlkit.data import write_datasets
-from rlkit.evaluate import evaluate
-from rlkit.mazesets import test_set
-from rlkit.policies import scripted_policy
-from rlkit.render import RenderStyle, gallery, render_maze
+from rlkit.errors import RlkitError, UsageError
 
-BASELINES = ("oracle", "eps-oracle:0.25", "random")
+NOTEBOOKS = (
+    "00_setup_and_connect",
+    "01_mazes",
+    "02_baseline_rollouts",
+    "03_train_grpo",
+    "04_solve_rate_across_checkpoints",
+    "05_replay_and_failures",
+)
+KERNEL = "rlkit"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK_DIR = PROJECT_ROOT / "notebooks"
 
 
-def run_demo(out_dir: str | Path = "runs/demo", *, quick: bool = False) -> dict:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    train_path, eval_path = write_datasets(out / "data", 64 if quick else 256)
-    style = RenderStyle(view="full", cell_px=16)
-    gallery([render_maze(m, style) for m in test_set()], cols=8).save(out / "test_set.png")
-    samples = 2 if quick else 8
-    baselines = {}
-    for name in BASELINES:
-        result, trajs = evaluate(scripted_policy(name), samples=samples, seed=0)
-        result.save(out / "evals" / f"{name.replace(':', '_')}.json", trajs)
-        baselines[name] = {
-            "solve_rate": result.solve_rate,
-            "ci95": list(result.ci95),
-            "failures": result.failures,
-        }
-    summary = {
-        "datasets": [str(train_path), str(eval_path)],
-        "gallery": str(out / "test_set.png"),
-        "samples_per_maze": samples,
-        "baselines": baselines,
-        "wall_seconds": round(time.time() - t0, 1),
+def parameters(out_dir: str | Path, *, quick: bool, local_port: int) -> dict[str, Any]:
+    """papermill parameters shared by every notebook (each takes the ones it declares)."""
+    return {
+        "out_dir": str(Path(out_dir).resolve()),
+        "preset": "smoke" if quick else "local-tiny",
+        "local_port": local_port,
+        "samples": 2 if quick else 8,
+        "gallery_size": 16 if quick else 64,
+        "wait_s": 900 if quick else 3 * 3600,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+
+
+def ensure_kernel(name: str = KERNEL) -> str:
+    """A kernelspec `name` running this interpreter, in this environment's prefix (so papermill
+    and a JupyterLab started from this environment use the project's packages)."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        spec = KernelSpecManager().get_kernel_spec(name)
+        if spec.argv and Path(spec.argv[0]).resolve() == Path(sys.executable).resolve():
+            return name
+    except NoSuchKernel:
+        pass  # installed just below
+    from ipykernel.kernelspec import install
+
+    install(kernel_name=name, display_name=name, prefix=sys.prefix)
+    return name
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def execute(name: str, out_dir: Path, params: dict[str, Any], *, kernel: str = KERNEL) -> Path:
+    """Execute notebooks/NAME.ipynb into OUT/notebooks/NAME.ipynb (widget state stored)."""
+    import papermill
+
+    source = NOTEBOOK_DIR / f"{name}.ipynb"
+    if not source.is_file():
+        raise UsageError(f"{source} is missing: run `make notebooks` to pair it from {name}.py")
+    target = out_dir / "notebooks" / f"{name}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    declared = papermill.inspect_notebook(str(source))  # each notebook gets only its own
+    try:
+        papermill.execute_notebook(
+            str(source),
+            str(target),
+            parameters={k: v for k, v in params.items() if k in declared},
+            kernel_name=kernel,
+            cwd=str(PROJECT_ROOT),
+            progress_bar=False,
+        )
+    except papermill.PapermillExecutionError as e:
+        raise RlkitError(
+            f"notebook {name} failed in cell {e.exec_count}: {e.ename}: {e.evalue}; see {target}"
+        ) from None
+    return target
+
+
+def run_demo(
+    out_dir: str | Path = "runs/demo",
+    *,
+    quick: bool = False,
+    local_port: int | None = None,
+    notebooks: tuple[str, ...] = NOTEBOOKS,
+) -> dict:
+    """Execute the notebooks in order; returns summary.json's content plus timings."""
+    from rlkit.localhead import start_local_head
+
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    kernel = ensure_kernel()
+    head = None if local_port is not None else start_local_head(_free_port(), num_cpus=2)
+    port = local_port if head is None else head.port
+    params = parameters(out, quick=quick, local_port=port)
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    try:
+        for name in notebooks:
+            start = time.monotonic()
+            print(f"[demo] {name} ...", flush=True)
+            execute(name, out, params, kernel=kernel)
+            timings[name] = round(time.monotonic() - start, 1)
+            print(f"[demo] {name} done in {timings[name]:.0f} s", flush=True)
+    finally:
+        if head is not None:
+            head.stop()
+    summary_path = out / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    summary["timings_s"] = {**timings, "total": round(time.monotonic() - t0, 1)}
+    summary_path.write_text(json.dumps(summary, indent=1) + "\n")
+    print("\n".join(summary.get("table", [])))
     return summary

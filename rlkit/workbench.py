@@ -21,6 +21,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from rlkit import skyrl
 from rlkit.cluster import Cluster
 from rlkit.errors import RlkitError, UsageError
 from rlkit.evaluate import EvalResult, compare, evaluate
@@ -33,16 +34,6 @@ from rlkit.plots import figure_png, load_metrics, load_run_evals
 from rlkit.policies import Policy
 from rlkit.rollout import Trajectory
 from rlkit.runs import RunDir, checkpoint_problem
-from rlkit.skyrl import PRESETS as SKYRL_PRESETS
-from rlkit.skyrl import (
-    RunPaths,
-    SkyRLPreset,
-    build_overrides,
-    entrypoint_command,
-    get_preset,
-    job_env_vars,
-    read_eval_dumps,
-)
 from rlkit.stats import McNemar
 from rlkit.train import EVAL_SEED
 from rlkit.train_config import PRESETS as TRAIN_PRESETS
@@ -206,7 +197,7 @@ def checkpoint_evals(source: str | Path, *, progress: bool = False) -> dict[int,
     A SkyRL export dir (holding dumped_evals/): its eval dumps, read as they are.
     """
     if is_skyrl_export(source):
-        return read_eval_dumps(source, policy=Path(source).name)
+        return skyrl.read_eval_dumps(source, policy=Path(source).name)
     run = RunDir(source)
     if not run.run_json.exists():
         raise UsageError(f"{source} is neither a run dir (run.json) nor a SkyRL export dir")
@@ -333,13 +324,13 @@ def solve_rate_table(rows: Mapping[str, EvalResult]) -> str:
     if not rows:
         raise UsageError("solve_rate_table needs at least one eval result")
     width = max(len("policy"), *(len(n) for n in rows))
-    lines = [f"{'policy':<{width}}  solve   95% CI            pass@k   episodes"]
+    lines = [f"{'policy':<{width}}   solve  95% CI             pass@k   episodes"]
     for name, r in rows.items():
         lo, hi = r.ci95
         best_k = max(r.pass_at_k, key=lambda k: int(k.split("@")[1]), default=None)
         pak = f"{r.pass_at_k[best_k]:.0%} @{best_k.split('@')[1]}" if best_k else "-"
         lines.append(
-            f"{name:<{width}}  {r.solve_rate:5.1%}  [{lo:5.1%}, {hi:5.1%}]  {pak:<7}  "
+            f"{name:<{width}}  {r.solve_rate:6.1%}  [{lo:5.1%}, {hi:6.1%}]  {pak:<7}  "
             f"{r.n_mazes}x{r.samples}"
         )
     return "\n".join(lines)
@@ -414,22 +405,22 @@ class TrainingPlan:
     run_dir: str
     command: str
     address: str | None
-    skyrl: SkyRLPreset | None = None
+    sky: skyrl.SkyRLPreset | None = None
     """Set for cluster (SkyRL) presets."""
 
     @property
     def dry_run(self) -> bool:
         """A SkyRL preset without a cluster address is only printed: it needs GPUs."""
-        return self.skyrl is not None and self.address is None
+        return self.sky is not None and self.address is None
 
     def __str__(self) -> str:
-        backend = "skyrl" if self.skyrl else "local"
+        backend = "skyrl" if self.sky else "local"
         where = self.address or ("no cluster: dry run" if self.dry_run else "local Ray head")
         lines = [f"preset:   {self.preset} ({backend} backend)", f"run dir:  {self.run_dir}"]
         lines += [f"address:  {where}", f"command:  {self.command}"]
-        if self.skyrl is not None:
-            lines.append(f"GPUs:     {self.skyrl.num_gpus}; SkyRL overrides:")
-            lines += [f"  {o}" for o in build_overrides(self.skyrl, self.run_name)]
+        if self.sky is not None:
+            lines.append(f"GPUs:     {self.sky.num_gpus}; SkyRL overrides:")
+            lines += [f"  {o}" for o in skyrl.build_overrides(self.sky, self.run_name)]
         return "\n".join(lines)
 
 
@@ -449,12 +440,14 @@ def plan_training(
         return TrainingPlan(
             preset, name, str(run_dir), training_entrypoint(preset, run_dir), address
         )
-    if preset not in SKYRL_PRESETS:
-        known = ", ".join([*TRAIN_PRESETS, *SKYRL_PRESETS])
+    if preset not in skyrl.PRESETS:
+        known = ", ".join([*TRAIN_PRESETS, *skyrl.PRESETS])
         raise UsageError(f"unknown preset {preset!r}: use one of {known}")
-    sky = get_preset(preset, **dict(skyrl_changes or {}))
-    paths = RunPaths.for_run(sky, name)
-    return TrainingPlan(preset, name, paths.run_dir, entrypoint_command(sky, name), address, sky)
+    sky = skyrl.get_preset(preset, **dict(skyrl_changes or {}))
+    paths = skyrl.RunPaths.for_run(sky, name)
+    return TrainingPlan(
+        preset, name, paths.run_dir, skyrl.entrypoint_command(sky, name), address, sky
+    )
 
 
 def launch(plan: TrainingPlan, cluster: Cluster | None) -> JobHandle | None:
@@ -463,16 +456,16 @@ def launch(plan: TrainingPlan, cluster: Cluster | None) -> JobHandle | None:
         return None
     if cluster is None:
         raise UsageError("launch needs a cluster: cluster = connect(address) first")
-    if plan.skyrl is None:
+    if plan.sky is None:
         return submit_training(plan.preset, plan.run_dir, address=cluster)
     gpus = sum(cluster.summary().gpus.values())
-    if gpus < plan.skyrl.num_gpus:
+    if gpus < plan.sky.num_gpus:
         raise UsageError(
-            f"{cluster.address} has {gpus:g} GPUs, {plan.preset} needs {plan.skyrl.num_gpus}: "
+            f"{cluster.address} has {gpus:g} GPUs, {plan.preset} needs {plan.sky.num_gpus}: "
             "scale up the worker group or lower nodes in the preset file"
         )
     meta = {"preset": plan.preset, "run_dir": plan.run_dir, "backend": "skyrl"}
-    env = job_env_vars(plan.skyrl)
+    env = skyrl.job_env_vars(plan.sky)
     return cluster.submit(
         plan.run_name, plan.command, runtime_env_vars=env, metadata=meta, num_cpus=1
     )

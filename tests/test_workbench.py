@@ -143,7 +143,7 @@ def test_plans_for_local_and_cluster_presets(tmp_path):
         local.command.startswith("python -m rlkit.cli train --preset smoke") and not local.dry_run
     )
     sky = workbench.plan_training("qwen3vl-8b-6gpu", tmp_path, skyrl_changes={"nodes": 2})
-    assert sky.dry_run and sky.skyrl.num_gpus == 12
+    assert sky.dry_run and sky.sky.num_gpus == 12
     assert sky.run_dir == "/fsx/rlkit/runs/qwen3vl-8b-6gpu"
     text = str(sky)
     assert "no cluster: dry run" in text and "rlkit.skyrl_entry" in text and "GPUs:     12" in text

@@ -1,0 +1,62 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: rlkit
+#     language: python
+#     name: rlkit
+# ---
+
+# %% [markdown]
+# # 01 · Mazes
+#
+# The pinned 64-maze test set (3x3 cells, random start and exit, 12-turn budget) with each maze's
+# difficulty: shortest path length (L), junctions (J) and turns (T) on the path. Then an
+# interactive browser over sizes, seeds and generators, and the two views a model can get:
+# the image and the ASCII grid.
+
+# %% tags=["parameters"]
+out_dir = "runs/demo"  # where pictures go (OUT/plots)
+test_set_name = "test"  # a pinned set from rlkit.mazesets
+gallery_size = 64  # mazes drawn in the gallery
+browser_size = 5  # the browser's starting size (cells per side)
+
+# %%
+from collections import Counter
+
+from IPython.display import Image
+
+from rlkit import plots, workbench
+from rlkit.maze import difficulty
+from rlkit.mazesets import test_set
+from rlkit.widgets import maze_browser, maze_view
+
+mazes = test_set(test_set_name)
+fig = plots.maze_gallery(mazes[:gallery_size], title=f"Test set '{test_set_name}'")
+workbench.save_png(fig, out_dir, "test_mazes")
+fig
+
+# %% [markdown]
+# How many test mazes have each shortest-path length (the main difficulty axis):
+
+# %%
+sorted(Counter(difficulty(m).path_length for m in mazes).items())
+
+# %%
+maze_browser(size=browser_size)
+
+# %% [markdown]
+# ASCII vs image: the same maze as text and as pixels.
+
+# %%
+maze, png, ascii_grid, stats = maze_view(browser_size, seed=3)
+print(stats)
+print(ascii_grid)
+Image(png)
