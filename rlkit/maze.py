@@ -133,14 +133,16 @@ class Maze:
     @classmethod
     def from_dict(cls, d: dict | str) -> Maze:
         """Inverse of `to_dict` (also accepts its JSON string); checks the hash when present."""
-        if isinstance(d, str):
-            d = json.loads(d)
         try:
+            if isinstance(d, str):
+                d = json.loads(d)
             rows = d["walls"].split("/")
             walls = np.array([[int(ch, 16) for ch in row] for row in rows], dtype=np.uint8)
             maze = cls(
                 walls, tuple(d["start"]), tuple(d["exit"]), d.get("seed"), d.get("algorithm")
             )
+        except UsageError:
+            raise
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise UsageError(
                 f"not a maze spec ({type(e).__name__}: {e}): expected keys walls/start/exit as "
