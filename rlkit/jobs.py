@@ -154,6 +154,15 @@ def mask_env(env_vars: dict[str, str]) -> dict[str, str]:
     return {k: "***" for k in env_vars}
 
 
+_URL_CREDENTIALS = re.compile(r"(\w+://)[^/\s@]+@")
+
+
+def mask_url_credentials(text: str) -> str:
+    """`https://user:token@host/...` -> `https://***@host/...`: private index URLs in pip
+    options carry tokens as often as env vars do."""
+    return _URL_CREDENTIALS.sub(r"\1***@", text)
+
+
 def describe_submission(
     submission_id: str, entrypoint: str, runtime_env: dict[str, Any], metadata: dict[str, str]
 ) -> str:
@@ -164,7 +173,7 @@ def describe_submission(
         masked = mask_env(runtime_env["env_vars"])
         lines.append("env_vars:      " + " ".join(f"{k}={v}" for k, v in masked.items()))
     if runtime_env.get("pip"):
-        lines.append("pip:           " + " ".join(runtime_env["pip"]))
+        lines.append("pip:           " + mask_url_credentials(" ".join(runtime_env["pip"])))
     lines.append("metadata:      " + " ".join(f"{k}={v}" for k, v in metadata.items()))
     return "\n".join(lines)
 
