@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -109,8 +110,14 @@ class Trainer:
         if m.init != "tiny":
             return Path(m.init)
         path = self.run.path / "init_model"
-        if not (path / "config.json").exists():
-            build_tiny(path, seed=self.cfg.schedule.seed, config=m.tiny)
+        if not (path / "config.json").exists() or not (path / "preprocessor_config.json").exists():
+            # Built aside and renamed in: a start killed mid-build must not leave a half model
+            # that every later resume would trip over.
+            tmp = self.run.path / ".init_model.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            build_tiny(tmp, seed=self.cfg.schedule.seed, config=m.tiny)
+            shutil.rmtree(path, ignore_errors=True)
+            os.replace(tmp, path)
         return path
 
     def _optimizer(self) -> torch.optim.Optimizer:

@@ -340,3 +340,14 @@ def test_ray_job_killed_and_stopped_then_resubmitted_equals_uninterrupted(
         final.stop()
     assert f"resuming {run} from global_step_6" in final.logs()
     assert_equals_reference(run, reference)
+
+
+def test_kill_while_building_the_initial_model_is_rebuilt_on_restart(reference, tmp_path):
+    run = tmp_path / "torn-init"
+    (run / "init_model").mkdir(parents=True)
+    # save_pretrained writes config.json first: a kill right after leaves only that behind.
+    shutil.copy(reference / "init_model" / "config.json", run / "init_model" / "config.json")
+    Trainer(preset("smoke"), run, progress=False).fit(stop_at_step=1)
+    want = load_file(str(reference / "init_model" / "model.safetensors"))
+    got = load_file(str(run / "init_model" / "model.safetensors"))
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
