@@ -56,6 +56,8 @@ __all__ = ["Cluster", "ClusterSummary", "JobHandle", "JobRecord", "LocalHead", "
 
 
 T = TypeVar("T")
+SUBMIT_DEADLINE_S = 300.0
+"""Submitting uploads the working dir (up to 100 MiB): slower links need minutes, not 20 s."""
 
 
 class _TimedJobClient(JobSubmissionClient):
@@ -214,14 +216,16 @@ class Cluster:
         self.notes = list(notes or [])
         self.local_head = local_head
         self.request_timeout_s = request_timeout_s
+        self.last_submission: str | None = None
+        """What the last `submit` sent, printable (env var values masked)."""
 
     def __repr__(self) -> str:
         return f"Cluster({self.address!r})"
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
+    def _call(self, what: str, fn: Callable[[], T], *, deadline_s: float | None = None) -> T:
         """One Jobs API call, its failures turned into one-line RlkitErrors."""
         try:
-            return _within(self.request_timeout_s * 2, what, fn)
+            return _within(deadline_s or self.request_timeout_s * 2, what, fn)
         except RlkitError:
             raise
         except Exception as e:  # noqa: BLE001 - every transport failure gets the same advice
@@ -342,6 +346,7 @@ class Cluster:
                 metadata=meta,
                 **kwargs,
             ),
+            deadline_s=SUBMIT_DEADLINE_S,
         )
         return JobHandle(self, sid, run_name=run_name)
 

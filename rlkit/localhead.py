@@ -1,9 +1,10 @@
 """A Ray head on this machine: the local cluster behind `rlkit.cluster.connect()`.
 
-The head is started with `ray start --head --block` in its own session: it outlives the
-notebook kernel that started it (so jobs can be reattached after a restart), and stopping that
-one process takes down every Ray process of this head and nothing else on the machine (a
-blanket `ray stop` would also end other people's heads). Its dashboard, which serves the Jobs
+The head is started with `ray start --head` in a session of its own: it outlives the notebook
+kernel that started it (so jobs can be reattached after a restart), and all its processes share
+one process group, so stopping that group takes down this head and nothing else on the machine
+(a blanket `ray stop` would also end other people's heads). Not `--block`: under load Ray's
+client server may miss its start deadline, and `--block` then kills the whole head over it. Its dashboard, which serves the Jobs
 API, listens on 127.0.0.1 only.
 """
 
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlkit.errors import RlkitError
@@ -58,13 +59,22 @@ def _dashboard_answers(url: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
-def _is_our_head(pid: int, port: int) -> bool:
-    """Guard against a recycled pid: only a `ray start --block` for this port is ours."""
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return b"--block" in cmd and str(port).encode() in cmd
+def _group_members(pgid: int) -> list[bytes]:
+    """Command lines of the processes in process group `pgid` (Linux /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid:
+                out.append((stat.parent / "cmdline").read_bytes())
+        except (OSError, IndexError, ValueError):
+            continue  # the process ended while being read
+    return out
+
+
+def _is_our_group(pgid: int | None) -> bool:
+    """Guard against a recycled id: the group must still hold Ray processes."""
+    return pgid is not None and any(b"ray" in cmd for cmd in _group_members(pgid))
 
 
 @dataclass
@@ -73,12 +83,11 @@ class LocalHead:
 
     dashboard_url: str
     port: int
-    pid: int | None
-    """The `ray start --block` process; stopping it takes every Ray process of this head down."""
+    pgid: int | None
+    """Process group of every Ray process of this head (`ray start` ran in its own session)."""
     started: bool
     """False when an already running head was reused (its jobs are still there)."""
     log_path: Path | None = None
-    _proc: subprocess.Popen | None = field(default=None, repr=False)
 
     def describe(self) -> str:
         verb = "started" if self.started else "reusing"
@@ -87,29 +96,25 @@ class LocalHead:
     def _gone_within(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self._proc is not None:
-                if self._proc.poll() is not None:
-                    return True
-            elif not _is_our_head(self.pid, self.port):
+            if not _group_members(self.pgid):
                 return True
             time.sleep(0.2)
         return False
 
-    def stop(self, timeout_s: float = 15.0) -> None:
+    def stop(self, timeout_s: float = 10.0) -> None:
         """Stop this head (and its jobs); other Ray instances on the machine are left alone."""
-        if self.pid is None or not _is_our_head(self.pid, self.port):
+        if not _is_our_group(self.pgid):
             raise RlkitError(
-                f"the head at {self.dashboard_url} was not started by rlkit; stop it with `ray stop`"
+                f"the head at {self.dashboard_url} was not started by rlkit or is already down; "
+                "stop a foreign head with `ray stop`"
             )
-        # The whole group at once: `ray start` alone would stop its children one by one.
-        os.killpg(self.pid, signal.SIGTERM)
+        # SIGTERM to the whole group: each Ray process shuts itself down, in parallel.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pgid, signal.SIGTERM)
         if not self._gone_within(timeout_s):
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, signal.SIGKILL)
+                os.killpg(self.pgid, signal.SIGKILL)
             self._gone_within(10.0)
-        # Anything of this head still in its process group (a job driver mid-exit) goes too.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signal.SIGKILL)
         _state_file(self.port).unlink(missing_ok=True)
 
 
@@ -138,8 +143,8 @@ def start_local_head(
     url = f"http://127.0.0.1:{port}"
     state = _state_file(port)
     if _dashboard_answers(url):
-        pid = json.loads(state.read_text()).get("pid") if state.exists() else None
-        return LocalHead(url, port, pid, started=False)
+        pgid = json.loads(state.read_text()).get("pgid") if state.exists() else None
+        return LocalHead(url, port, pgid, started=False)
     if _port_taken(port):
         raise RlkitError(
             f"127.0.0.1:{port} is taken by something that is not a Ray dashboard; "
@@ -148,7 +153,7 @@ def start_local_head(
     ray_cli = Path(sys.executable).parent / "ray"
     cmd = [
         str(ray_cli) if ray_cli.exists() else "ray",
-        *("start", "--head", "--block", "--disable-usage-stats"),
+        *("start", "--head", "--disable-usage-stats"),
         *("--include-dashboard", "true", "--dashboard-host", "127.0.0.1"),
         *("--dashboard-port", str(port), "--port", str(_free_port())),
         # Fixed defaults (10001, 52365) would collide with any other head on the machine.
@@ -169,21 +174,31 @@ def start_local_head(
         env.pop(k, None)
     state.parent.mkdir(parents=True, exist_ok=True)
     log_path = state.with_suffix(".log")
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    head = LocalHead(url, port, proc.pid, started=True, log_path=log_path, _proc=proc)
     deadline = time.monotonic() + timeout_s
-    while not (_dashboard_answers(url) and _node_alive(url)):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    # Ray gives its raylet a fixed 30 s to register; on an overloaded machine that can lapse
+    # once, so a head whose `ray start` died early gets one more try within the deadline.
+    for attempt in (1, 2):
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        head = LocalHead(url, port, proc.pid, started=True, log_path=log_path)
+        # `ray start` returns once the head runs; its processes stay in the group it leads.
+        while not (_dashboard_answers(url) and _node_alive(url)):
+            failed = proc.poll() not in (None, 0)
+            if failed or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        else:
+            break
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of this head did start
+        proc.wait()
+        if attempt == 2 or time.monotonic() > deadline:
             raise RlkitError(
                 f"the local Ray head on 127.0.0.1:{port} did not come up within {timeout_s:.0f} s; "
-                f"see {log_path}"
+                f"see {log_path} (an overloaded machine is the usual cause)"
             )
-        time.sleep(0.5)
-    state.write_text(json.dumps({"pid": proc.pid, "url": url}))
+    proc.wait()  # `ray start` itself has finished by now; reap it
+    state.write_text(json.dumps({"pgid": proc.pid, "url": url}))
     return head

@@ -219,3 +219,50 @@ def test_working_dir_size_is_checked_before_submitting(tmp_path: Path):
 
 def test_env_values_are_masked():
     assert mask_env({"HF_TOKEN": "hf_abc", "X": "1"}) == {"HF_TOKEN": "***", "X": "***"}
+
+
+# -- the `rlkit jobs` / `rlkit submit` subcommands --------------------------------------------
+
+
+def run_cli(*argv: str) -> int:
+    import argparse
+
+    from rlkit import cli_cluster
+
+    parser = argparse.ArgumentParser(prog="rlkit")
+    cli_cluster.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(list(argv))
+    return args.func(args)
+
+
+def test_cli_jobs_list_status_logs(cluster, capsys):
+    job = cluster.submit("cli-run", "python -c \"print('from the cli job')\"")
+    assert job.wait(90) == JobStatus.SUCCEEDED
+    capsys.readouterr()
+    assert run_cli("jobs", "list", "--address", cluster.address, "--run", "cli-run") == 0
+    assert "rlkit-cli-run-1" in capsys.readouterr().out
+    assert run_cli("jobs", "status", "cli-run", "--address", cluster.address) == 0
+    assert capsys.readouterr().out.strip() == "rlkit-cli-run-1 SUCCEEDED"
+    assert run_cli("jobs", "logs", "rlkit-cli-run-1", "--address", cluster.address) == 0
+    assert "from the cli job" in capsys.readouterr().out
+    assert run_cli("jobs", "stop", "rlkit-cli-run-1", "--address", cluster.address) == 0
+    assert "had already ended" in capsys.readouterr().out
+    with pytest.raises(RlkitError, match="no job rlkit-nope-1"):
+        run_cli("jobs", "status", "rlkit-nope-1", "--address", cluster.address)
+
+
+def test_cli_submit_refuses_a_cluster_without_the_gpus(cluster):
+    with pytest.raises(RlkitError, match="has 0 GPUs, the preset needs 6"):
+        run_cli("submit", "--preset", "qwen3vl-8b-6gpu", "--address", cluster.address)
+
+
+def test_cli_submit_dry_run_prints_the_whole_command(capsys, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "wandb-secret-123")
+    argv = ["submit", "--preset", "qwen3vl-8b-6gpu", "--address", "http://127.0.0.1:8265"]
+    assert run_cli(*argv, "--dry-run", "--run-name", "a", "--env", "WANDB_API_KEY") == 0
+    out = capsys.readouterr().out
+    assert "python -m rlkit.skyrl_entry --data-dir /fsx/rlkit/runs/a/data" in out
+    assert "generator.inference_engine.num_engines=6" in out
+    assert "WANDB_API_KEY=***" in out and "wandb-secret-123" not in out
+    with pytest.raises(UsageError, match="NOT_SET_ANYWHERE: not set"):
+        run_cli(*argv, "--dry-run", "--env", "NOT_SET_ANYWHERE")
