@@ -79,7 +79,7 @@ def test_job_round_trip_with_live_tail(cluster):
         return "".join([chunk async for chunk in job.tail(idle_s=60)])
 
     tailed = asyncio.run(asyncio.wait_for(collect(), timeout=120))
-    assert job.wait(30) == JobStatus.SUCCEEDED
+    assert job.wait(60) == JobStatus.SUCCEEDED
     assert "hello from rlkit" in tailed and "secret length 12" in tailed
     assert "hello from rlkit" in job.logs()
     record = next(r for r in cluster.jobs() if r.submission_id == job.submission_id)
