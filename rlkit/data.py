@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rlkit.env import ENV_ID, EnvConfig, system_prompt
+from rlkit.env import ENV_ID, EnvConfig, env_for_set, system_prompt
 from rlkit.errors import UsageError
 from rlkit.maze import Maze, difficulty
 from rlkit.mazesets import MazeSpec, test_set, test_set_hash, test_spec, train_mazes
@@ -40,6 +40,7 @@ def maze_row(maze: Maze, *, split: str, index: int, source: str, cfg: EnvConfig)
             "index": index,
             "path_length": d.path_length,
             "junctions": d.junctions,
+            "env": json.dumps(cfg.to_dict()),
         },
     }
 
@@ -79,7 +80,7 @@ def write_datasets(
     """Write `train.parquet` and `eval.parquet` (+ a small manifest) into `out_dir`."""
     out = Path(out_dir)
     spec = spec or test_spec(eval_set)
-    cfg = cfg or EnvConfig()
+    cfg = cfg or env_for_set(eval_set)
     train, evals = build_rows(n_train=n_train, spec=spec, eval_set=eval_set, cfg=cfg)
     paths = write_rows(out / "train.parquet", train), write_rows(out / "eval.parquet", evals)
     manifest = {

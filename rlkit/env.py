@@ -75,6 +75,8 @@ class EnvConfig:
             raise UsageError(f"env config style must be a mapping of render options, got {style!r}")
         style_kw = dict(style)
         style_kw.update({k: cfg.pop(k) for k in list(cfg) if k in style_keys})
+        # colours arrive as JSON lists; the style must stay hashable (tile caches key on it)
+        style_kw = {k: tuple(v) if isinstance(v, list) else v for k, v in style_kw.items()}
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(cfg) - known)
         if unknown:
@@ -95,6 +97,24 @@ class EnvConfig:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "style"}
         d.update({f.name: getattr(self.style, f.name) for f in fields(RenderStyle)})
         return d
+
+
+SET_ENV: dict[str, EnvConfig] = {
+    "test": EnvConfig(),
+    "test-large": EnvConfig(
+        max_turns=24, prompt_style="full", style=RenderStyle(view="full", cell_px=32)
+    ),
+}
+"""The task each pinned test set is played under. The turn budget is part of a set's
+difficulty; `test` keeps the tiny model's agent-centred 8 px cells, `test-large` shows a
+large model the whole maze at 32 px per cell (one merged Qwen3-VL token per cell)."""
+
+
+def env_for_set(name: str) -> EnvConfig:
+    """The env config a named test set is evaluated (and its family trained) under."""
+    if name not in SET_ENV:
+        raise UsageError(f"no env config for maze set {name!r}: use one of {', '.join(SET_ENV)}")
+    return SET_ENV[name]
 
 
 def system_prompt(cfg: EnvConfig) -> str:
@@ -172,6 +192,19 @@ def _check_border(maze: Maze) -> Maze:
     return maze
 
 
+def _row_env(extras: Mapping[str, Any]) -> dict:
+    info = extras.get("extra_info") or {}
+    env = info.get("env") if isinstance(info, Mapping) else None
+    if isinstance(env, str):
+        try:
+            env = json.loads(env)
+        except ValueError:
+            raise UsageError(
+                "extra_info.env is not JSON: regenerate the dataset with `rlkit data`"
+            ) from None
+    return dict(env or {})
+
+
 class MazeEnv(BaseTextEnv):
     """One maze episode. Constructed as `MazeEnv(env_config, extras)`, as skyrl-gym does."""
 
@@ -181,10 +214,11 @@ class MazeEnv(BaseTextEnv):
         extras: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        cfg = (
-            env_config if isinstance(env_config, EnvConfig) else EnvConfig.from_mapping(env_config)
-        )
         extras = dict(extras or {})
+        if isinstance(env_config, EnvConfig):
+            cfg = env_config
+        else:  # a dataset row may carry the env it was written for; SkyRL's env_config wins
+            cfg = EnvConfig.from_mapping({**_row_env(extras), **dict(env_config or {})})
         if extras.get("max_turns") is not None:  # SkyRL's generator passes its turn budget here
             try:
                 max_turns = int(extras["max_turns"])
@@ -293,4 +327,14 @@ def make_env(maze: Maze, cfg: EnvConfig | None = None) -> MazeEnv:
     return skyrl_gym.make(ENV_ID, env_config=cfg or EnvConfig(), extras={"maze": maze})
 
 
-__all__ = ["ENV_ID", "Action", "EnvConfig", "MazeEnv", "make_env", "register_env", "system_prompt"]
+__all__ = [
+    "ENV_ID",
+    "SET_ENV",
+    "Action",
+    "EnvConfig",
+    "MazeEnv",
+    "env_for_set",
+    "make_env",
+    "register_env",
+    "system_prompt",
+]

@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rlkit.env import EnvConfig
+from rlkit.env import EnvConfig, env_for_set
 from rlkit.errors import UsageError
 from rlkit.failures import KINDS, failure_counts
 from rlkit.maze import Maze, difficulty
@@ -174,7 +174,13 @@ def evaluate(
     """Play every test maze `samples` times and summarise."""
     mazes = test_set(set_name)
     trajs = run_episodes(
-        policy, mazes, cfg, samples=samples, seed=seed, history=history, progress=progress
+        policy,
+        mazes,
+        cfg or env_for_set(set_name),
+        samples=samples,
+        seed=seed,
+        history=history,
+        progress=progress,
     )
     result = summarize(
         trajs, mazes, policy=policy.name, set_name=set_name, samples=samples, mode=mode, step=step

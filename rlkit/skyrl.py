@@ -23,7 +23,7 @@ import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-from rlkit.env import ENV_ID, EnvConfig, MazeEnv, maze_from_extras
+from rlkit.env import ENV_ID, MazeEnv, env_for_set, maze_from_extras
 from rlkit.errors import UsageError
 from rlkit.evaluate import EvalResult, summarize
 from rlkit.maze import Maze
@@ -49,9 +49,13 @@ class SkyRLPreset:
     """8B in bf16 fits one 96 GB GPU with its KV cache: one vLLM engine per GPU."""
     group_size: int = 8
     """GRPO group: episodes sampled per maze; advantages compare within a group."""
-    max_turns: int = EnvConfig().max_turns
-    """Turn budget. Departure: rlkit's eval budget (not the recipe's 18), so a cluster eval
-    and `rlkit eval` on the same checkpoint measure the same thing."""
+    eval_set: str = "test-large"
+    """Pinned maze set for the eval split (training rows come from its family, disjoint seeds).
+    Departure: 6x6-cell mazes instead of VisGym's; the rows carry the set's env config (full
+    view, 32 px cells, full prompt), so the 8B sees the same task `rlkit eval --set` plays."""
+    max_turns: int = env_for_set("test-large").max_turns
+    """Turn budget. Departure: the eval set's own budget (not the recipe's 18), so a cluster
+    eval and `rlkit eval` on the same checkpoint measure the same thing."""
     prompts_per_node: int = 36
     """Mazes per step per node. Departure from 32: with 6 GPUs the mini batch must split
     evenly over GPUs (SkyRL asserts it); 36 prompts x 8 = 288 episodes per node and step."""
@@ -94,6 +98,7 @@ class SkyRLPreset:
     """Shared storage visible to every node; the run dir is `<runs_root>/<run name>`."""
 
     def __post_init__(self) -> None:
+        env_for_set(self.eval_set)  # an unknown set fails here, not on the cluster
         for name in ("gpus_per_node", "nodes", "group_size", "mini_batches", "epochs"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} ({getattr(self, name)}) must be >= 1")
@@ -222,7 +227,14 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
 def entrypoint_command(preset: SkyRLPreset, run_name: str) -> str:
     """The shell command the Ray job runs: datasets on shared storage, then SkyRL."""
     paths = RunPaths.for_run(preset, run_name)
-    ours = ["--data-dir", paths.data_dir, "--train-rows", str(preset.train_rows)]
+    ours = [
+        "--data-dir",
+        paths.data_dir,
+        "--train-rows",
+        str(preset.train_rows),
+        "--eval-set",
+        preset.eval_set,
+    ]
     return shlex.join(
         ["python", "-m", ENTRY_MODULE, *ours, "--", *build_overrides(preset, run_name)]
     )

@@ -65,11 +65,3 @@ def test_cli_maze_data_and_errors(tmp_path, capsys):
 def test_console_script_usage_error_exit_code():
     r = subprocess.run([sys.executable, "-m", "rlkit.cli", "eval"], capture_output=True, text=True)
     assert r.returncode == 2 and "--policy" in r.stderr
-
-
-def test_demo_quick(tmp_path):
-    from rlkit.demo import run_demo
-
-    summary = run_demo(tmp_path, quick=True)
-    assert summary["baselines"]["oracle"]["solve_rate"] == 1.0
-    assert (tmp_path / "test_set.png").exists() and (tmp_path / "summary.json").exists()

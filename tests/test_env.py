@@ -153,3 +153,19 @@ def test_env_never_raises_on_any_model_text(texts):
             break
     assert env.state.turns <= 12
     assert np.isfinite(env.get_metrics()["turns"])
+
+
+def test_rows_carry_their_env_and_sets_have_their_own_task(tmp_path):
+    from rlkit.data import read_rows, write_datasets
+    from rlkit.env import env_for_set
+
+    _, evals = write_datasets(tmp_path, 4, eval_set="test-large")
+    row = read_rows(evals)[0]
+    env = MazeEnv({}, {k: v for k, v in row.items() if k != "prompt"})
+    assert env.cfg == env_for_set("test-large") and env.max_turns == 24
+    assert env.cfg.style.view == "full"
+    # SkyRL's env_config still wins over the row
+    env = MazeEnv({"max_turns": 5}, {k: v for k, v in row.items() if k != "prompt"})
+    assert env.max_turns == 5 and env.cfg.style.cell_px == 32
+    with pytest.raises(UsageError, match="no env config"):
+        env_for_set("nope")

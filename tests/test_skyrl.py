@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlkit.data import build_rows
-from rlkit.env import ENV_ID, EnvConfig
+from rlkit.env import ENV_ID, EnvConfig, env_for_set
 from rlkit.errors import UsageError
 from rlkit.maze import optimal_action
 from rlkit.mazesets import test_set, test_spec
@@ -83,7 +83,7 @@ def test_preset_matches_the_6_gpu_node_and_the_maze_env():
     tp = int(o["generator.inference_engine.tensor_parallel_size"])
     assert gpus == 6 == int(o["generator.inference_engine.num_engines"]) * tp
     assert o["generator.vision_language_generator"] == "true" and o["generator.batched"] == "false"
-    assert o["generator.max_turns"] == str(EnvConfig().max_turns)
+    assert o["generator.max_turns"] == str(env_for_set("test-large").max_turns)
     assert o["trainer.resume_mode"] == "latest" and o["trainer.dump_eval_results"] == "true"
     assert o["trainer.ckpt_path"] == "/fsx/rlkit/runs/run-a"
     assert o["data.val_data"] == "['/fsx/rlkit/runs/run-a/data/eval.parquet']"
