@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rlkit.env import ENV_ID, EnvConfig, env_for_set, system_prompt
+from rlkit.env import COMPACT_TASK, ENV_ID, EnvConfig, env_for_set, system_prompt
 from rlkit.errors import UsageError
 from rlkit.maze import Maze, difficulty
 from rlkit.mazesets import MazeSpec, test_set, test_set_hash, test_spec, train_mazes
@@ -24,13 +24,17 @@ from rlkit.mazesets import MazeSpec, test_set, test_set_hash, test_spec, train_m
 REQUIRED = ("prompt", "env_class", "data_source", "reward_spec", "extra_info")
 
 
+def _row_prompt(cfg: EnvConfig) -> list[dict]:
+    """A text-only stand-in; the env's `init` replaces it with the rules and the picture."""
+    rules_text = system_prompt(cfg)
+    head = [{"role": "system", "content": rules_text}] if rules_text else []
+    return [*head, {"role": "user", "content": COMPACT_TASK if not rules_text else "Your move?"}]
+
+
 def maze_row(maze: Maze, *, split: str, index: int, source: str, cfg: EnvConfig) -> dict:
     d = difficulty(maze)
     return {
-        "prompt": [
-            {"role": "system", "content": system_prompt(cfg)},
-            {"role": "user", "content": "Move."},
-        ],
+        "prompt": _row_prompt(cfg),
         "env_class": ENV_ID,
         "data_source": source,
         "reward_spec": {"method": "rule", "ground_truth": maze.content_hash},

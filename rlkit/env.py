@@ -117,9 +117,15 @@ def env_for_set(name: str) -> EnvConfig:
     return SET_ENV[name]
 
 
+COMPACT_TASK = "Go to the green exit."
+"""The whole compact prompt: a tiny model pays for every prompt token in every forward pass
+(a 43-token prompt made updates 2.5x slower than this 25-token one, for no gain)."""
+
+
 def system_prompt(cfg: EnvConfig) -> str:
+    """The rules ("" for the compact style, whose task line rides in the user message)."""
     if cfg.prompt_style == "compact":
-        return "Maze. Red: you. Green: exit. Answer <action>up|down|left|right</action>."
+        return ""
     many = (
         f" You may give up to {cfg.moves_per_turn} moves in one tag, separated by commas."
         if cfg.moves_per_turn > 1
@@ -145,14 +151,21 @@ def observation_message(state: rules.State, cfg: EnvConfig, note: str = "") -> d
     """The user message showing `state`: text, image part, or both."""
     left = cfg.max_turns - state.turns
     text = (note + " " if note else "") + (
-        "Move." if cfg.prompt_style == "compact" else f"Turns left: {left}. Your move?"
+        COMPACT_TASK if cfg.prompt_style == "compact" else f"Turns left: {left}. Your move?"
     )
     if cfg.observation in ("text", "both"):
         text = f"{text}\n{to_ascii(state)}"
     if cfg.observation == "text":
         return {"role": "user", "content": text}
     image = {"type": "image_url", "image_url": {"url": state_data_uri(state, cfg.style)}}
-    return {"role": "user", "content": [{"type": "text", "text": text}, image]}
+    return {"role": "user", "content": [image, {"type": "text", "text": text}]}
+
+
+def prompt_messages(state: rules.State, cfg: EnvConfig, note: str = "") -> list[dict]:
+    """A fresh conversation showing `state`: the rules (if any) and the observation."""
+    rules_text = system_prompt(cfg)
+    head = [{"role": "system", "content": rules_text}] if rules_text else []
+    return [*head, observation_message(state, cfg, note)]
 
 
 def maze_from_extras(extras: Mapping[str, Any] | None) -> Maze:
@@ -244,11 +257,7 @@ class MazeEnv(BaseTextEnv):
     def init(self, prompt: list[dict] | None = None) -> tuple[list[dict], dict]:
         """Reset to the start. The row's prompt is replaced by the rules + first observation."""
         self.state = rules.initial(self.maze)
-        messages = [
-            {"role": "system", "content": system_prompt(self.cfg)},
-            observation_message(self.state, self.cfg),
-        ]
-        return messages, self.metadata()
+        return prompt_messages(self.state, self.cfg), self.metadata()
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         moves, error = parse_actions(action, self.cfg.parser, self.cfg.moves_per_turn)
@@ -335,6 +344,7 @@ __all__ = [
     "MazeEnv",
     "env_for_set",
     "make_env",
+    "prompt_messages",
     "register_env",
     "system_prompt",
 ]

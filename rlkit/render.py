@@ -47,11 +47,12 @@ class RenderStyle:
     floor: RGB = (255, 255, 255)
     wall: RGB = (0, 0, 0)
     outside: RGB = (0, 0, 0)
-    trail: RGB = (160, 160, 160)
-    last: RGB = (110, 110, 110)
-    """The cell the agent just left: shows the last move's direction."""
-    agent: RGB = (220, 30, 30)
-    exit: RGB = (30, 180, 60)
+    trail: RGB = (128, 128, 128)
+    last: RGB | None = None
+    """Colour of the cell the agent just left (shows the last move's direction); None draws it
+    as trail. Off for the model: the learned recipe used plain trails."""
+    agent: RGB = (255, 0, 0)
+    exit: RGB = (0, 255, 0)
 
     def __post_init__(self) -> None:
         if not 2 <= self.cell_px <= 256:
@@ -93,7 +94,8 @@ def _atlas(style: RenderStyle) -> np.ndarray:
     A render is then one gather (`atlas[tile_index]`) and one reshape.
     """
     walls = _wall_tiles(style.cell_px, style.wall_px)
-    colours = [style.floor, style.trail, style.last, style.exit, style.agent, style.outside]
+    last = style.last if style.last is not None else style.trail
+    colours = [style.floor, style.trail, last, style.exit, style.agent, style.outside]
     atlas = np.empty((17, len(colours), style.cell_px, style.cell_px, 3), dtype=np.uint8)
     for ci, colour in enumerate(colours):
         atlas[:, ci] = colour

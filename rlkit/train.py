@@ -233,7 +233,12 @@ class Trainer:
     def _validation_solve_rate(self) -> float:
         mazes = validation_mazes(self.cfg.task.spec)
         trajs = run_episodes(
-            self._policy(), mazes, self.cfg.task.env, seed=EVAL_SEED, history=self.cfg.task.history
+            self._policy(),
+            mazes,
+            self.cfg.task.env,
+            samples=self.cfg.warm_start.val_samples,
+            seed=EVAL_SEED,
+            history=self.cfg.task.history,
         )
         return float(np.mean([t.solved for t in trajs]))
 
@@ -302,11 +307,9 @@ class Trainer:
         return out
 
     def _lr(self) -> float:
-        g, s = self.cfg.grpo, self.state
-        if g.lr_final is None:
-            return g.lr
-        frac = min(1.0, s.grpo_steps / max(1, self.cfg.schedule.steps))
-        return g.lr + (g.lr_final - g.lr) * frac
+        g = self.cfg.grpo
+        late = g.lr_late is not None and self.state.grpo_steps >= g.lr_late_from
+        return g.lr_late if late else g.lr
 
     def _update(self, samples: list[TurnSample]) -> dict:
         g, s = self.cfg.grpo, self.state

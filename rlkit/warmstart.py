@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from rlkit import rules
-from rlkit.env import EnvConfig, observation_message, system_prompt
+from rlkit.env import EnvConfig, prompt_messages
 from rlkit.maze import Action, optimal_action
 from rlkit.mazesets import MazeSpec, train_maze
 from rlkit.models import Encoded, LoadedModel
@@ -49,8 +49,7 @@ def encode_states(
     loaded: LoadedModel, states: Sequence[rules.State], cfg: EnvConfig
 ) -> list[Encoded]:
     """The Markov prompt of each state, encoded exactly as a rollout's first turn would be."""
-    system = {"role": "system", "content": system_prompt(cfg)}
-    return [loaded.encoder.encode([system, observation_message(s, cfg)]) for s in states]
+    return [loaded.encoder.encode(prompt_messages(s, cfg)) for s in states]
 
 
 def bc_loss(

@@ -32,7 +32,7 @@ from rlkit.render import RenderStyle, draw_arrow, ego_origin, png_bytes, render,
 from rlkit.rollout import Trajectory, replay_states
 from rlkit.rules import initial
 
-REPLAY_STYLE = RenderStyle(view="full", cell_px=16)
+REPLAY_STYLE = RenderStyle(view="full", cell_px=16, last=(90, 90, 90))
 ORACLE_COLOUR = (40, 90, 230)
 MODEL_COLOUR = (245, 140, 20)
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})

@@ -18,11 +18,11 @@ def test_datasets_in_skyrl_row_format(tmp_path):
     rows = read_rows(train)
     assert len(rows) == 32 and len(read_rows(evals)) == 64
     row = rows[0]
-    assert row["env_class"] == "rlkit-maze" and row["prompt"][0]["role"] == "system"
+    assert row["env_class"] == "rlkit-maze" and row["prompt"][-1]["role"] == "user"
     assert row["reward_spec"]["method"] == "rule"
     env = MazeEnv({}, {k: v for k, v in row.items() if k != "prompt"})
     msgs, _ = env.init(row["prompt"])
-    assert msgs[1]["role"] == "user"
+    assert msgs[-1]["role"] == "user"
     eval_hashes = [json.loads(r["extra_info"]["maze"])["hash"] for r in read_rows(evals)]
     assert eval_hashes == [m.content_hash for m in test_set()]
     train_hashes = {json.loads(r["extra_info"]["maze"])["hash"] for r in rows}

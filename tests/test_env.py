@@ -29,9 +29,9 @@ def test_skyrl_gym_make_init_step_roundtrip(maze):
     )
     assert isinstance(env, MazeEnv)
     msgs, meta = env.init([{"role": "user", "content": "ignored"}])
-    assert [m["role"] for m in msgs] == ["system", "user"]
-    parts = msgs[1]["content"]
-    assert parts[1]["type"] == "image_url" and parts[1]["image_url"]["url"].startswith(
+    assert [m["role"] for m in msgs] == ["user"]  # compact style: the task rides in the user turn
+    parts = msgs[0]["content"]
+    assert parts[0]["type"] == "image_url" and parts[0]["image_url"]["url"].startswith(
         "data:image/png;base64,"
     )
     assert meta["position"] == list(maze.start) and meta["turns"] == 0
@@ -50,7 +50,7 @@ def test_generator_max_turns_extra_overrides_config(maze):
 def test_oracle_solves_with_reward_one_every_config(maze, observation, prompt_style):
     env = make_env(maze, EnvConfig(observation=observation, prompt_style=prompt_style))
     msgs, _ = env.init()
-    content = msgs[1]["content"]
+    content = msgs[-1]["content"]
     assert isinstance(content, str) == (observation == "text")
     done, turns = False, 0
     while not done:
@@ -84,9 +84,9 @@ def test_parse_failure_costs_turn_and_gives_feedback_with_same_picture(maze):
     assert not out["done"] and out["reward"] == 0.0
     assert out["metadata"]["parse_errors"] == 1 and env.state.turns == 1
     parts = out["observations"][0]["content"]
-    assert "Invalid answer" in parts[0]["text"]
-    before = msgs[1]["content"][1]["image_url"]["url"]
-    assert parts[1]["image_url"]["url"] == before  # same position, same trail
+    assert "Invalid answer" in parts[1]["text"]
+    before = msgs[-1]["content"][0]["image_url"]["url"]
+    assert parts[0]["image_url"]["url"] == before  # same position, same trail
 
 
 def test_multiple_moves_per_turn(maze):

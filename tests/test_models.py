@@ -27,7 +27,7 @@ def loaded(tiny):
 
 
 def _conversation(cfg: EnvConfig | None = None) -> list[dict]:
-    """System + two observations (one after a parse error): two images, feedback text."""
+    """Two observations (one after a parse error): two images, feedback text."""
     env = make_env(test_set()[3], cfg or EnvConfig())
     msgs, _ = env.init()
     out = env.step("no idea")
@@ -74,7 +74,7 @@ def test_chat_template_renders_env_images(loaded):
     text, images = loaded.encoder.chat_text(_conversation())
     assert len(images) == 2 and all(isinstance(u, str) for u in images)
     assert text.count("<|vision_start|><|image_pad|><|vision_end|>") == 2
-    assert text.startswith("<|im_start|>system\nMaze.")
+    assert text.startswith("<|im_start|>user\n<|vision_start|>")
     assert text.endswith("<|im_start|>assistant\n")
     assert "<|im_start|>assistant\nno idea<|im_end|>" in text
 
@@ -98,13 +98,13 @@ def test_fast_path_equals_hf_processor(loaded, cfg):
 
 def test_image_parts_as_pil_or_array_encode_the_same(loaded):
     msgs = _conversation()
-    uri = msgs[1]["content"][1]["image_url"]["url"]
+    uri = msgs[0]["content"][0]["image_url"]["url"]
     pil = image_from_data_uri(uri)
     for image in (pil, np.asarray(pil)):
         swapped = [*msgs]
-        swapped[1] = {
+        swapped[0] = {
             "role": "user",
-            "content": [msgs[1]["content"][0], {"type": "image", "image": image}],
+            "content": [{"type": "image", "image": image}, msgs[0]["content"][1]],
         }
         a, b = loaded.encoder.encode(swapped), loaded.encoder.encode(msgs)
         assert a.prompt_ids == b.prompt_ids

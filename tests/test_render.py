@@ -55,9 +55,11 @@ def test_trail_and_last_move_drawn():
     m = generate(3, 3, 0)
     path = [a for a in Action if m.can_move(m.start, a)]
     s = _walk(m, path[:1])
-    style = RenderStyle(view="full")
-    arr = render_array(s, style)
     prev = m.start
+    plain = render_array(s, RenderStyle(view="full"))
+    assert tuple(plain[prev[0] * 8 + 4, prev[1] * 8 + 4]) == RenderStyle().trail  # default: trail
+    style = RenderStyle(view="full", last=(90, 90, 90))
+    arr = render_array(s, style)
     assert tuple(arr[prev[0] * 8 + 4, prev[1] * 8 + 4]) == style.last
 
 

@@ -112,9 +112,9 @@ def test_run_directory_layout(tmp_path):
 
 def test_config_validation_and_overrides():
     cfg = preset("local-tiny").with_overrides(
-        {"grpo.lr": "1e-4", "schedule.steps": "7", "grpo.lr_final": "none"}
+        {"grpo.lr": "1e-4", "schedule.steps": "7", "grpo.lr_late": "none"}
     )
-    assert cfg.grpo.lr == 1e-4 and cfg.schedule.steps == 7 and cfg.grpo.lr_final is None
+    assert cfg.grpo.lr == 1e-4 and cfg.schedule.steps == 7 and cfg.grpo.lr_late is None
     with pytest.raises(UsageError, match="group_size"):
         preset("smoke").with_overrides({"grpo.group_size": "1"})
     with pytest.raises(UsageError, match="unknown config key"):

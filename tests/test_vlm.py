@@ -182,7 +182,7 @@ def test_distinct_image_encoding_matches_plain_forward(loaded, mazes):
     from rlkit.env import make_env
 
     msgs = [make_env(m).init()[0] for m in mazes[:3]] * 2  # each picture twice
-    msgs[1] = [*msgs[1], {"role": "assistant", "content": "x"}, msgs[1][1]]  # a longer prompt
+    msgs[1] = [*msgs[1], {"role": "assistant", "content": "x"}, msgs[1][-1]]  # a longer prompt
     responses = [[40, 41], [], [42], [43, 44, 45], [46], [47]]  # plain text tokens
     batch = build_batch(loaded, [loaded.encoder.encode(m) for m in msgs], responses)
     assert len(batch.image_index) == 7 and batch.unique_grid_thw.shape[0] == 3
