@@ -34,12 +34,12 @@ test: $(STAMP) lint
 	$(PY) -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check rlkit tests benchmarks
-	$(VENV)/bin/ruff format --check rlkit tests benchmarks
+	$(VENV)/bin/ruff check rlkit tests benchmarks scripts notebooks
+	$(VENV)/bin/ruff format --check rlkit tests benchmarks scripts notebooks
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format rlkit tests benchmarks
-	$(VENV)/bin/ruff check --fix rlkit tests benchmarks
+	$(VENV)/bin/ruff format rlkit tests benchmarks scripts notebooks
+	$(VENV)/bin/ruff check --fix rlkit tests benchmarks scripts notebooks
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
