@@ -7,15 +7,21 @@ SkyRL hands the env on the cluster), model directories, and cluster addresses an
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from ray.job_submission import JobStatus
 
 from rlkit import cli
+from rlkit.cluster import connect
 from rlkit.env import MazeEnv
-from rlkit.errors import UsageError
+from rlkit.errors import RlkitError, UsageError
 from rlkit.maze import generate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,3 +168,125 @@ def test_dataset_file_problems_say_how_to_regenerate(tmp_path):
     junk.write_bytes(b"PAR1 this is not parquet")
     with pytest.raises(UsageError, match="not a readable parquet file"):
         read_rows(junk)
+
+
+# -- cluster: addresses, jobs, secrets ---------------------------------------------------
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once the socket closes
+
+
+def test_unreachable_address_fails_fast_in_one_line(capsys):
+    address = f"http://127.0.0.1:{_closed_port()}"
+    start = time.monotonic()
+    with pytest.raises(RlkitError, match="cannot reach Ray Jobs API at") as info:
+        connect(address, timeout_s=10)
+    assert time.monotonic() - start < 60 and "\n" not in str(info.value)
+    assert "dashboard port (8265)" in str(info.value)
+    code, err = run_cli(capsys, "jobs", "list", "--address", address)
+    assert code == 1
+    assert_one_line(err, "rlkit jobs:", address)
+
+
+def test_head_that_never_answers_times_out():
+    with socket.socket() as silent:  # accepts TCP connections (backlog) but never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        address = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        start = time.monotonic()
+        with pytest.raises(RlkitError, match="did not answer within 3 s"):
+            connect(address, timeout_s=3)
+        assert time.monotonic() - start < 30
+
+
+def test_credentials_in_pip_urls_are_masked():
+    from rlkit.jobs import describe_submission
+
+    text = describe_submission(
+        "rlkit-x-1",
+        "python -m rlkit.cli eval --policy oracle",
+        {
+            "working_dir": "/src",
+            "env_vars": {"HF_TOKEN": "hf_secret123"},
+            "pip": ["--extra-index-url https://user:pypi-secret456@pkgs.example/simple", "numpy"],
+        },
+        {"rlkit_run_name": "x"},
+    )
+    assert "hf_secret123" not in text and "pypi-secret456" not in text and "user:" not in text
+    assert "HF_TOKEN=***" in text and "https://***@pkgs.example/simple numpy" in text
+
+
+def test_unknown_job_id_is_a_one_line_error(ray_cluster, capsys):
+    with pytest.raises(RlkitError, match="no job rlkit-missing-7"):
+        ray_cluster.job("rlkit-missing-7")
+    for sub in ("status", "logs", "stop"):
+        code, err = run_cli(
+            capsys, "jobs", sub, "rlkit-missing-7", "--address", ray_cluster.address
+        )
+        assert code == 1
+        assert_one_line(err, "rlkit jobs:", "no job rlkit-missing-7", "rlkit jobs list")
+
+
+@pytest.mark.slow
+def test_job_failing_on_the_cluster_is_reported_and_secrets_stay_hidden(
+    ray_cluster, tmp_path, capsys, monkeypatch
+):
+    secret = "tok-" + os.urandom(8).hex()
+    code = "import os, sys; print('bad luck', len(os.environ['RLKIT_TEST_SECRET'])); sys.exit(3)"
+    job = ray_cluster.submit(
+        "failing", f'python -c "{code}"', runtime_env_vars={"RLKIT_TEST_SECRET": secret}
+    )
+    assert job.wait(300) == JobStatus.FAILED
+    assert "bad luck" in job.logs() and secret not in job.logs()
+    printed = [ray_cluster.last_submission, str(ray_cluster.summary()), repr(job)]
+    for argv in (["list"], ["status", job.submission_id], ["logs", job.submission_id]):
+        assert cli.main(["jobs", *argv, "--address", ray_cluster.address]) == 0
+        out, err = capsys.readouterr()
+        printed.append(out + err)
+    assert "FAILED" in printed[-2] and "RLKIT_TEST_SECRET=***" in printed[0]
+    assert not [p for p in printed if secret in p]
+    # A training job that fails on the cluster: the CLI follows it and exits 1.
+    rc = cli.main(
+        ["train", "--preset", "smoke", "--run-dir", str(tmp_path / "r")]
+        + ["--set", "model.init=/nonexistent/model", "--address", ray_cluster.address]
+    )
+    out = capsys.readouterr().out
+    assert rc == 1 and "FAILED" in out.strip().splitlines()[-1]
+    assert "rlkit train: error: /nonexistent/model is not a model directory" in out
+
+
+def test_secret_env_forwarded_by_submit_is_masked(capsys, monkeypatch):
+    secret = "tok-" + os.urandom(8).hex()
+    monkeypatch.setenv("RLKIT_TEST_SECRET", secret)
+    code = cli.main(
+        ["submit", "--preset", "qwen3vl-8b-6gpu", "--dry-run", "--env", "RLKIT_TEST_SECRET"]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0 and "RLKIT_TEST_SECRET=***" in out and secret not in out + err
+
+
+def test_jobs_client_calls_are_bounded_when_the_head_goes_silent(ray_cluster):
+    from rlkit.jobs import JobHandle
+
+    stall = threading.Event()
+    real_status = ray_cluster.client.get_job_status
+
+    def hang(submission_id):
+        stall.wait(120)  # a head that accepted the request and never answers
+        return real_status(submission_id)
+
+    saved = ray_cluster.request_timeout_s
+    ray_cluster.client.get_job_status = hang
+    ray_cluster.request_timeout_s = 1.0
+    try:
+        start = time.monotonic()
+        with pytest.raises(RlkitError, match="did not answer within 2 s"):
+            JobHandle(ray_cluster, "rlkit-anything-1").status()
+        assert time.monotonic() - start < 20
+    finally:
+        stall.set()
+        ray_cluster.client.get_job_status = real_status
+        ray_cluster.request_timeout_s = saved
