@@ -32,18 +32,18 @@ skyrl = {}  # SkyRL preset changes, e.g. {"nodes": 2, "runs_root": "/fsx/rlkit/r
 wait_s = 3 * 3600  # how long a headless run waits for the job (0: don't wait)
 
 # %%
-from rlkit import workbench
+from rlkit import launch
 from rlkit.cluster import connect
 from rlkit.widgets import JobMonitor
 
-plan = workbench.plan_training(
+plan = launch.plan_training(
     preset, out_dir, address=address, run_name=run_name, skyrl_changes=skyrl
 )
 print(plan)
 
 # %%
 cluster = None if plan.dry_run else connect(address, local_port=local_port)
-job = workbench.launch(plan, cluster)
+job = launch.launch_plan(plan, cluster)
 job
 
 # %% [markdown]
@@ -67,4 +67,4 @@ job
 
 # %%
 if job is not None and wait_s > 0:
-    print(workbench.finish(job, monitor, wait_s))
+    print(launch.finish(job, monitor, wait_s))

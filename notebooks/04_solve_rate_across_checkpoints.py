@@ -31,9 +31,9 @@ skyrl_export = None  # a SkyRL run's export dir (holding dumped_evals/) instead 
 # %%
 from pathlib import Path
 
-from rlkit import plots, workbench
+from rlkit import launch, plots, workbench
 
-source = skyrl_export or workbench.plan_training(preset, out_dir, run_name=run_name).run_dir
+source = skyrl_export or launch.plan_training(preset, out_dir, run_name=run_name).run_dir
 evals = workbench.checkpoint_evals(source)
 boundary = workbench.warm_start_end(source)
 base = workbench.cached_baselines(out_dir)

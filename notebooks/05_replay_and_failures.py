@@ -30,10 +30,10 @@ maze = None  # test maze index; None: one where the two checkpoints disagree
 # %%
 from IPython.display import HTML, display
 
-from rlkit import workbench
+from rlkit import launch, workbench
 from rlkit.widgets import CheckpointDiffWidget, ReplayWidget
 
-run_dir = workbench.plan_training(preset, out_dir, run_name=run_name).run_dir
+run_dir = launch.plan_training(preset, out_dir, run_name=run_name).run_dir
 evals = workbench.checkpoint_evals(run_dir)
 paired = workbench.grpo_paired_test(evals, workbench.warm_start_end(run_dir))
 first, last = evals[paired.step_a], evals[paired.step_b]

@@ -22,12 +22,9 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from rlkit import skyrl
-from rlkit.cluster import Cluster
-from rlkit.errors import RlkitError, UsageError
+from rlkit.errors import UsageError
 from rlkit.evaluate import EvalResult, compare, evaluate
 from rlkit.failures import KINDS, classify
-from rlkit.jobs import JobHandle, run_slug
-from rlkit.launch import submit_training, training_entrypoint
 from rlkit.mazesets import test_set_hash
 from rlkit.models import build_tiny
 from rlkit.plots import figure_png, load_metrics, load_run_evals
@@ -36,11 +33,9 @@ from rlkit.rollout import Trajectory
 from rlkit.runs import RunDir, checkpoint_problem
 from rlkit.stats import McNemar
 from rlkit.train import EVAL_SEED
-from rlkit.train_config import PRESETS as TRAIN_PRESETS
 from rlkit.train_config import TaskConfig, TrainConfig
 from rlkit.train_config import preset as train_preset
 from rlkit.vlm import load_policy
-from rlkit.widgets import JobMonitor
 
 SCRIPTED_BASELINES = ("random", "eps-oracle:0.25", "oracle")
 """The floor, a noisy planner and the ceiling: a trained model should land between them."""
@@ -391,94 +386,3 @@ def save_png(fig: Figure, out_dir: str | Path, name: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(figure_png(fig))
     return path
-
-
-# launching training (notebook 03)
-
-
-@dataclass(frozen=True)
-class TrainingPlan:
-    """What notebook 03 submits: a local-backend preset or a SkyRL preset, where, and how."""
-
-    preset: str
-    run_name: str
-    run_dir: str
-    command: str
-    address: str | None
-    sky: skyrl.SkyRLPreset | None = None
-    """Set for cluster (SkyRL) presets."""
-
-    @property
-    def dry_run(self) -> bool:
-        """A SkyRL preset without a cluster address is only printed: it needs GPUs."""
-        return self.sky is not None and self.address is None
-
-    def __str__(self) -> str:
-        backend = "skyrl" if self.sky else "local"
-        where = self.address or ("no cluster: dry run" if self.dry_run else "local Ray head")
-        lines = [f"preset:   {self.preset} ({backend} backend)", f"run dir:  {self.run_dir}"]
-        lines += [f"address:  {where}", f"command:  {self.command}"]
-        if self.sky is not None:
-            lines.append(f"GPUs:     {self.sky.num_gpus}; SkyRL overrides:")
-            lines += [f"  {o}" for o in skyrl.build_overrides(self.sky, self.run_name)]
-        return "\n".join(lines)
-
-
-def plan_training(
-    preset: str,
-    out_dir: str | Path,
-    *,
-    address: str | None = None,
-    run_name: str | None = None,
-    skyrl_changes: Mapping[str, object] | None = None,
-) -> TrainingPlan:
-    """Resolve a preset name into a plan: local presets train in OUT/RUN_NAME, SkyRL presets
-    in their shared runs_root (changed by `skyrl_changes`, e.g. {"nodes": 2})."""
-    name = run_slug(run_name or preset)
-    if preset in TRAIN_PRESETS:
-        run_dir = (Path(out_dir) / name).resolve()
-        return TrainingPlan(
-            preset, name, str(run_dir), training_entrypoint(preset, run_dir), address
-        )
-    if preset not in skyrl.PRESETS:
-        known = ", ".join([*TRAIN_PRESETS, *skyrl.PRESETS])
-        raise UsageError(f"unknown preset {preset!r}: use one of {known}")
-    sky = skyrl.get_preset(preset, **dict(skyrl_changes or {}))
-    paths = skyrl.RunPaths.for_run(sky, name)
-    return TrainingPlan(
-        preset, name, paths.run_dir, skyrl.entrypoint_command(sky, name), address, sky
-    )
-
-
-def launch(plan: TrainingPlan, cluster: Cluster | None) -> JobHandle | None:
-    """Submit the plan as a Ray job; None for a dry run (nothing submitted)."""
-    if plan.dry_run:
-        return None
-    if cluster is None:
-        raise UsageError("launch needs a cluster: cluster = connect(address) first")
-    if plan.sky is None:
-        return submit_training(plan.preset, plan.run_dir, address=cluster)
-    gpus = sum(cluster.summary().gpus.values())
-    if gpus < plan.sky.num_gpus:
-        raise UsageError(
-            f"{cluster.address} has {gpus:g} GPUs, {plan.preset} needs {plan.sky.num_gpus}: "
-            "scale up the worker group or lower nodes in the preset file"
-        )
-    meta = {"preset": plan.preset, "run_dir": plan.run_dir, "backend": "skyrl"}
-    env = skyrl.job_env_vars(plan.sky)
-    return cluster.submit(
-        plan.run_name, plan.command, runtime_env_vars=env, metadata=meta, num_cpus=1
-    )
-
-
-def finish(job: JobHandle, monitor: JobMonitor | None, timeout_s: float) -> str:
-    """Block until the job ends, show its final state in the monitor; RlkitError unless it
-    succeeded (so a headless run of notebook 03 fails loudly)."""
-    status = job.wait(timeout_s, poll_s=5.0).value
-    if monitor is not None:
-        monitor.stop_polling()
-        monitor.refresh()
-    if status != "SUCCEEDED":
-        tail = "; ".join(job.logs().strip().splitlines()[-3:])
-        raise RlkitError(f"job {job.submission_id} ended {status}: {tail}")
-    return status

@@ -106,9 +106,9 @@ class DevTools:
 @pytest.fixture(scope="module")
 def executed_replay_notebook(tmp_path_factory) -> Path:
     from rlkit.demo import ensure_kernel, execute
+    from rlkit.launch import plan_training
     from rlkit.train import train
     from rlkit.train_config import preset
-    from rlkit.workbench import plan_training
 
     out = tmp_path_factory.mktemp("browser")
     train(preset("smoke"), plan_training("smoke", out).run_dir, progress=False)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from rlkit import workbench
+from rlkit import launch, workbench
 from rlkit.errors import UsageError
 from rlkit.evaluate import EvalResult, evaluate
 from rlkit.failures import KINDS, classify
@@ -18,7 +18,7 @@ from rlkit.train_config import preset
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("wb")
-    plan = workbench.plan_training("smoke", out)
+    plan = launch.plan_training("smoke", out)
     train(preset("smoke"), plan.run_dir, progress=False)
     return out, plan
 
@@ -137,21 +137,21 @@ def test_episode_and_failure_examples():
 
 
 def test_plans_for_local_and_cluster_presets(tmp_path):
-    local = workbench.plan_training("smoke", tmp_path, run_name="my run")
+    local = launch.plan_training("smoke", tmp_path, run_name="my run")
     assert local.run_name == "my-run" and local.run_dir == str((tmp_path / "my-run").resolve())
     assert (
         local.command.startswith("python -m rlkit.cli train --preset smoke") and not local.dry_run
     )
-    sky = workbench.plan_training("qwen3vl-8b-6gpu", tmp_path, skyrl_changes={"nodes": 2})
+    sky = launch.plan_training("qwen3vl-8b-6gpu", tmp_path, skyrl_changes={"nodes": 2})
     assert sky.dry_run and sky.sky.num_gpus == 12
     assert sky.run_dir == "/fsx/rlkit/runs/qwen3vl-8b-6gpu"
     text = str(sky)
     assert "no cluster: dry run" in text and "rlkit.skyrl_entry" in text and "GPUs:     12" in text
-    assert workbench.launch(sky, None) is None
+    assert launch.launch_plan(sky, None) is None
     with pytest.raises(UsageError, match="needs a cluster"):
-        workbench.launch(local, None)
+        launch.launch_plan(local, None)
     with pytest.raises(UsageError, match="unknown preset 'huge'"):
-        workbench.plan_training("huge", tmp_path)
+        launch.plan_training("huge", tmp_path)
 
 
 def test_checkpoint_evals_refuses_a_directory_that_is_no_run(tmp_path):
