@@ -17,7 +17,7 @@ import asyncio
 import os
 import sys
 
-from rlkit.errors import RlkitError, UsageError
+from rlkit.errors import UsageError
 
 LOCAL_ADDRESS = "http://127.0.0.1:8265"
 
@@ -95,14 +95,12 @@ def _forwarded_env(names: list[str]) -> dict[str, str]:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from rlkit.jobs import describe_submission, run_slug
-    from rlkit.skyrl import (
-        RunPaths,
-        build_overrides,
-        entrypoint_command,
-        get_preset,
-        job_env_vars,
-    )
+    from rlkit.jobs import describe_submission
+    from rlkit.launch import launch_plan, plan_training
+    from rlkit.skyrl import PRESETS, build_overrides, job_env_vars
+
+    if args.preset not in PRESETS:
+        raise UsageError(f"unknown SkyRL preset {args.preset!r}; choose from {', '.join(PRESETS)}")
 
     changes = {
         k: v
@@ -115,31 +113,26 @@ def _submit(args: argparse.Namespace) -> int:
         }.items()
         if v is not None
     }
-    preset = get_preset(args.preset, **changes)
-    run_name = run_slug(args.run_name or args.preset)
-    command = entrypoint_command(preset, run_name)
-    env_vars = job_env_vars(preset, _forwarded_env(args.env))
-    paths = RunPaths.for_run(preset, run_name)
-    metadata = {"rlkit_run_name": run_name, "preset": args.preset, "run_dir": paths.run_dir}
+    plan = plan_training(
+        args.preset, ".", address=_address(args), run_name=args.run_name, skyrl_changes=changes
+    )
+    env_vars = job_env_vars(plan.sky, _forwarded_env(args.env))
     if args.dry_run:
+        metadata = {"rlkit_run_name": plan.run_name, "preset": args.preset, "run_dir": plan.run_dir}
         runtime_env = {"working_dir": "<this rlkit checkout>", "env_vars": env_vars}
-        print(describe_submission(f"rlkit-{run_name}-<next>", command, runtime_env, metadata))
-        print(f"address:       {_address(args)}")
-        print(f"resources:     driver 1 CPU; SkyRL asks for {preset.num_gpus} GPUs")
+        print(
+            describe_submission(
+                f"rlkit-{plan.run_name}-<next>", plan.command, runtime_env, metadata
+            )
+        )
+        print(f"address:       {plan.address}")
+        print(f"resources:     driver 1 CPU; SkyRL asks for {plan.sky.num_gpus} GPUs")
         print("skyrl overrides:")
-        for item in build_overrides(preset, run_name):
+        for item in build_overrides(plan.sky, plan.run_name):
             print(f"  {item}")
         return 0
     cluster = _connect(args)
-    gpus = sum(cluster.summary().gpus.values())
-    if gpus < preset.num_gpus:
-        raise RlkitError(
-            f"{cluster.address} has {gpus:g} GPUs, the preset needs {preset.num_gpus}: "
-            "check the worker group is scaled up (or lower --nodes)"
-        )
-    job = cluster.submit(
-        run_name, command, runtime_env_vars=env_vars, metadata=metadata, num_cpus=1
-    )
+    job = launch_plan(plan, cluster, env_vars=_forwarded_env(args.env))
     print(cluster.last_submission)
     print(f"submitted {job.submission_id}; follow: rlkit jobs logs {job.submission_id} --follow")
     return 0

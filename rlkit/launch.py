@@ -155,8 +155,11 @@ def plan_training(
     )
 
 
-def launch_plan(plan: TrainingPlan, cluster: Cluster | None) -> JobHandle | None:
-    """Submit the plan as a Ray job; None for a dry run (nothing submitted)."""
+def launch_plan(
+    plan: TrainingPlan, cluster: Cluster | None, *, env_vars: Mapping[str, str] | None = None
+) -> JobHandle | None:
+    """Submit the plan as a Ray job; None for a dry run (nothing submitted). `env_vars` are
+    forwarded to a SkyRL job (tokens for loggers, say), masked in everything rlkit prints."""
     if plan.dry_run:
         return None
     if cluster is None:
@@ -165,12 +168,12 @@ def launch_plan(plan: TrainingPlan, cluster: Cluster | None) -> JobHandle | None
         return submit_training(plan.preset, plan.run_dir, address=cluster)
     gpus = sum(cluster.summary().gpus.values())
     if gpus < plan.sky.num_gpus:
-        raise UsageError(
-            f"{cluster.address} has {gpus:g} GPUs, {plan.preset} needs {plan.sky.num_gpus}: "
+        raise RlkitError(
+            f"{cluster.address} has {gpus:g} GPUs, the preset needs {plan.sky.num_gpus} ({plan.preset}): "
             "scale up the worker group or lower nodes in the preset file"
         )
     meta = {"preset": plan.preset, "run_dir": plan.run_dir, "backend": "skyrl"}
-    env = skyrl.job_env_vars(plan.sky)
+    env = skyrl.job_env_vars(plan.sky, dict(env_vars or {}))
     return cluster.submit(
         plan.run_name, plan.command, runtime_env_vars=env, metadata=meta, num_cpus=1
     )

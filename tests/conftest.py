@@ -11,6 +11,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture
+def port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (yet)."""
+    return free_port()
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A real local Ray head (dashboard + Jobs API on 127.0.0.1), stopped after the session."""

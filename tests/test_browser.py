@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -50,12 +49,6 @@ def _chromium() -> str:
     except (subprocess.SubprocessError, OSError) as e:
         pytest.skip(f"could not install chromium with apt-get ({e})")
     return shutil.which("chromium") or pytest.skip("apt-get installed no chromium binary")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_http(url: str, timeout_s: float) -> None:
@@ -116,7 +109,7 @@ def executed_replay_notebook(tmp_path_factory) -> Path:
     return execute("05_replay_and_failures", out, params, kernel=ensure_kernel())
 
 
-def test_jupyterlab_renders_the_replay_widget_in_chromium(executed_replay_notebook, tmp_path):
+def test_jupyterlab_renders_the_replay_widget_in_chromium(executed_replay_notebook, tmp_path, port):
     from PIL import Image, ImageStat
 
     chromium = _chromium()
@@ -134,7 +127,7 @@ def test_jupyterlab_renders_the_replay_widget_in_chromium(executed_replay_notebo
     jupyter = Path(sys.executable).parent / "jupyter"
     # Widget views render only in trusted notebooks (their renderer is not "safe").
     subprocess.run([str(jupyter), "trust", str(nb)], check=True, env=env, capture_output=True)
-    port, token = free_port(), secrets.token_hex(16)
+    token = secrets.token_hex(16)
     lab = subprocess.Popen(
         [
             *(str(jupyter), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}"),

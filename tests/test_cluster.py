@@ -25,20 +25,10 @@ from rlkit.jobs import (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def cluster():
-    c = connect(local_port=_free_port(), local_num_cpus=2)
-    assert c.local_head is not None and c.local_head.started
-    try:
-        yield c
-    finally:
-        c.local_head.stop()
+def cluster(ray_cluster):
+    """The session's one real local head (tests/conftest.py): one start for the whole suite."""
+    return ray_cluster
 
 
 def test_summary_of_local_head(cluster):
@@ -141,8 +131,8 @@ def test_explicit_address_wins_over_ray_address_and_says_so(cluster, monkeypatch
     assert any("ignoring RAY_ADDRESS=http://127.0.0.1:1" in n for n in c.notes)
 
 
-def test_unreachable_address_fails_fast_and_clearly():
-    address = f"http://127.0.0.1:{_free_port()}"
+def test_unreachable_address_fails_fast_and_clearly(port):
+    address = f"http://127.0.0.1:{port}"
     t = time.monotonic()
     with pytest.raises(RlkitError) as e:
         connect(address)
