@@ -301,11 +301,15 @@ def _job_log_has(handle, text: str, timeout_s: float = PROCESS_TIMEOUT_S) -> Non
         if status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
             raise AssertionError(f"job {status.value} before {text!r}: {handle.logs()[-2000:]}")
         if time.monotonic() > deadline:
-            raise AssertionError(f"no {text!r} in the job's log within {timeout_s:.0f} s")
+            raise AssertionError(
+                f"no {text!r} in the job's log within {timeout_s:.0f} s ({status.value}): "
+                f"{handle.logs()[-2000:]}"
+            )
         time.sleep(1.0)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # three jobs of a few CPU-minutes each on a shared, busy machine
 def test_ray_job_killed_and_stopped_then_resubmitted_equals_uninterrupted(
     reference, ray_cluster, tmp_path
 ):
@@ -326,7 +330,7 @@ def test_ray_job_killed_and_stopped_then_resubmitted_equals_uninterrupted(
     assert expected_resume(run) == 4
     stopped = submit("checkpoint@8:pause=600")
     try:
-        _job_log_has(stopped, "rlkit-fault: paused at checkpoint@8")
+        _job_log_has(stopped, "rlkit-fault: paused at checkpoint@8", 2 * PROCESS_TIMEOUT_S)
         assert f"resuming {run} from global_step_4" in stopped.logs()
         assert stopped.stop()
         assert stopped.wait(PROCESS_TIMEOUT_S) == JobStatus.STOPPED
