@@ -167,6 +167,8 @@ def start_local_head(
     env.update(
         RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=str(timeout_s),
         RAY_DASHBOARD_STARTUP_TIMEOUT_S=str(int(timeout_s)),
+        # the raylet's own 30 s registration deadline fails on busy cores before ours does
+        RAY_raylet_start_wait_time_s=str(int(timeout_s)),
         # Job entrypoints say `python`: make that this interpreter, which has rlkit's deps.
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
     )

@@ -110,7 +110,8 @@ class _Pane:
     def __init__(self, traj: Trajectory, style: RenderStyle, display_px: int, label: str = ""):
         self.frames = replay_frames(traj, style, display_px=display_px)
         self.captions = replay_captions(traj)
-        self.image = widgets.Image(format="png")
+        # a fixed width: JupyterLab otherwise stretches the picture to the output's width
+        self.image = widgets.Image(format="png", layout=widgets.Layout(width=f"{display_px}px"))
         self.text = widgets.Textarea(
             disabled=True, layout=widgets.Layout(width="100%", height="7em")
         )
@@ -344,7 +345,7 @@ class MazeBrowser(widgets.VBox):
         self.algorithm = widgets.ToggleButtons(options=ALGORITHMS, value=algorithm)
         self.placement = widgets.ToggleButtons(options=("corners", "random"), value="corners")
         self.view = widgets.ToggleButtons(options=("image", "ASCII"), value="image")
-        self.image = widgets.Image(format="png")
+        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="480px"))
         self.ascii = widgets.HTML()
         self.stats = widgets.HTML()
         self.maze: Maze | None = None
