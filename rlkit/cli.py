@@ -56,7 +56,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_policy(name: str, *, greedy: bool = False):
+def load_policy(name: str, *, greedy: bool = False, device: str = "cpu"):
     """A scripted policy by name, or a model policy from a checkpoint directory."""
     from rlkit.policies import is_scripted, scripted_policy
 
@@ -68,13 +68,29 @@ def load_policy(name: str, *, greedy: bool = False):
         )
     from rlkit.vlm import load_policy as load_model_policy
 
-    return load_model_policy(name, greedy=greedy)
+    return load_model_policy(name, greedy=greedy, device=device)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from rlkit.evaluate import evaluate
 
-    policy = load_policy(args.policy, greedy=args.greedy)
+    if args.address:  # a GPU Ray job on the cluster, e.g. for a SkyRL HF export on /fsx
+        from rlkit.launch import submit_eval
+
+        if not args.out:
+            raise UsageError("--address needs --out on shared storage (e.g. /fsx/.../eval.json)")
+        handle = submit_eval(
+            args.policy,
+            args.out,
+            address=args.address,
+            set_name=args.set,
+            samples=args.samples,
+            device=args.device if args.device != "cpu" else "cuda",
+            gpus=args.gpus,
+            follow=True,
+        )
+        return 0 if handle.status() == "SUCCEEDED" else 1
+    policy = load_policy(args.policy, greedy=args.greedy, device=args.device)
     result, trajs = evaluate(
         policy,
         set_name=args.set,
@@ -208,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--full", action="store_true", help="with --json: include per-maze rows")
     e.add_argument("--out", default=None, help="write the JSON and trajectories JSONL here")
+    e.add_argument("--device", default="cpu", help="torch device for a model policy (cuda on GPUs)")
+    e.add_argument(
+        "--address",
+        default=None,
+        help="run the evaluation as a GPU Ray job on this cluster (SkyRL exports)",
+    )
+    e.add_argument("--gpus", type=float, default=1, help="with --address: GPUs for the job")
     e.set_defaults(func=_cmd_eval)
 
     mo = sub.add_parser("model", help="build models")

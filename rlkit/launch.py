@@ -87,6 +87,56 @@ def submit_training(
     return handle
 
 
+def submit_eval(
+    policy: str,
+    out: str,
+    *,
+    address: str | Cluster | None = None,
+    set_name: str = "test-large",
+    samples: int = 4,
+    device: str = "cuda",
+    gpus: float = 1,
+    follow: bool = False,
+) -> JobHandle:
+    """Evaluate a checkpoint (e.g. a SkyRL HF export on /fsx) with rlkit's evaluator as a Ray
+    job on the cluster's GPUs: pass@k, failure taxonomy and trajectories land in `out`."""
+    if samples < 1 or gpus < 0:
+        raise UsageError(f"samples ({samples}) must be >= 1 and gpus ({gpus}) >= 0")
+    cluster = (
+        address
+        if isinstance(address, Cluster)
+        else connect(None if address is None or address in LOCAL else address)
+    )
+    entry = shlex.join(
+        [
+            "python",
+            "-m",
+            "rlkit.cli",
+            "eval",
+            "--policy",
+            policy,
+            "--set",
+            set_name,
+            "--samples",
+            str(samples),
+            "--device",
+            device,
+            "--json",
+            "--out",
+            out,
+        ]
+    )
+    handle = cluster.submit(
+        f"eval-{Path(policy).name}",
+        entry,
+        num_gpus=gpus or None,
+        metadata={"policy": policy, "out": out, "kind": "eval"},
+    )
+    if follow:
+        asyncio.run(_print_tail(handle))
+    return handle
+
+
 async def _print_tail(handle: JobHandle) -> None:
     async for chunk in handle.tail():
         sys.stdout.write(chunk)

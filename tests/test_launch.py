@@ -34,3 +34,25 @@ def test_smoke_training_as_local_ray_job_and_resubmit_resumes(ray_cluster, tmp_p
     assert json.loads(again.logs().strip().splitlines()[-1])["steps"] == 8
     assert (run / "metrics.jsonl").read_text() == first_metrics  # nothing trained twice
     assert ray_cluster.reattach(run.name).submission_id == again.submission_id
+
+
+@pytest.mark.slow
+def test_checkpoint_evaluation_as_a_ray_job(ray_cluster, tmp_path):
+    from rlkit.evaluate import EvalResult
+    from rlkit.launch import submit_eval
+
+    out = tmp_path / "oracle.json"
+    handle = submit_eval(
+        "oracle", str(out), address=ray_cluster, set_name="test", samples=2, device="cpu", gpus=0
+    )
+    assert handle.wait(300) == "SUCCEEDED", handle.logs()[-2000:]
+    result = EvalResult.load(out)
+    assert result.solve_rate == 1.0 and result.samples == 2
+    assert len(result.load_trajectories(out)) == 128
+
+
+def test_eval_on_a_cluster_needs_shared_output(capsys):
+    from rlkit.cli import main
+
+    assert main(["eval", "--policy", "oracle", "--address", "http://127.0.0.1:1"]) == 2
+    assert "--out" in capsys.readouterr().err
