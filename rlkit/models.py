@@ -116,7 +116,7 @@ class LoadedModel:
 
 
 @contextmanager
-def _no_progress_bars() -> Iterator[None]:
+def no_progress_bars() -> Iterator[None]:
     """transformers draws a bar per save/load; in CLI output and notebooks it is noise."""
     was = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
@@ -180,7 +180,7 @@ def build_tiny(out_dir: str | Path, *, seed: int = 0, config: TinyConfig | None 
     model = Qwen3VLForConditionalGeneration(_hf_config(cfg, len(tok), tok))
     model.generation_config.eos_token_id = tok.convert_tokens_to_ids("<|im_end|>")
     model.generation_config.pad_token_id = tok.pad_token_id
-    with _no_progress_bars():
+    with no_progress_bars():
         model.save_pretrained(out)
     tok.save_pretrained(out)
     image_processor = Qwen2VLImageProcessorPil(
@@ -205,6 +205,8 @@ def check_checkpoint(path: str | Path) -> Path:
             f"{p} is not a model directory (no config.json): build one with `rlkit model tiny --out DIR`"
         )
     model_type = json.loads(cfg_file.read_text()).get("model_type")
+    if model_type is None:
+        raise UsageError(f"{p}/config.json names no model_type: not a transformers checkpoint")
     if model_type != MODEL_TYPE:
         raise UsageError(f"{p} holds a {model_type!r} model; rlkit runs Qwen3-VL ({MODEL_TYPE!r})")
     if not (p / "preprocessor_config.json").is_file():
@@ -222,7 +224,7 @@ def load(
     p = check_checkpoint(path)
     if dtype is None:
         dtype = torch.float32 if str(device).startswith("cpu") else torch.bfloat16
-    with _no_progress_bars():
+    with no_progress_bars():
         model = Qwen3VLForConditionalGeneration.from_pretrained(p, dtype=dtype)
     model = model.to(device).eval()
     use_uniform_vision_attention(model)  # one batched call instead of a loop over images

@@ -29,7 +29,7 @@ from rlkit.errors import UsageError
 from rlkit.evaluate import EvalResult, evaluate
 from rlkit.mazesets import train_mazes
 from rlkit.metrics import MetricsLogger
-from rlkit.models import LoadedModel, build_tiny, load
+from rlkit.models import LoadedModel, build_tiny, load, no_progress_bars
 from rlkit.rollout import Trajectory, run_episodes, turn_prompts
 from rlkit.runs import Checkpoint, RunDir
 from rlkit.train_config import TrainConfig
@@ -420,7 +420,8 @@ class Trainer:
     def _checkpoint(self, step: int) -> None:
         def write(d: Path) -> None:
             pol = d / "policy"
-            self.loaded.model.save_pretrained(pol)
+            with no_progress_bars():  # one line per checkpoint in logs, not a progress bar
+                self.loaded.model.save_pretrained(pol)
             self.loaded.tokenizer.save_pretrained(pol)
             self.loaded.image_processor.save_pretrained(pol)
             faults.point("checkpoint", step)

@@ -140,8 +140,11 @@ class TrainConfig:
             raise UsageError(
                 f"kl_estimator {g.kl_estimator!r}: use one of {', '.join(KL_ESTIMATORS)}"
             )
-        if s.steps < 0 or s.eval_every < 1 or s.ckpt_every < 1 or s.eval_samples < 1:
-            raise UsageError("steps must be >= 0 and eval_every, ckpt_every, eval_samples >= 1")
+        if s.steps < 0:
+            raise UsageError(f"schedule.steps ({s.steps}) must be >= 0")
+        for name in ("eval_every", "ckpt_every", "eval_samples"):
+            if getattr(s, name) < 1:
+                raise UsageError(f"schedule.{name} ({getattr(s, name)}) must be >= 1")
         if not self.model.constrained and self.warm_start.enabled:
             raise UsageError("warm start clones move words: it needs model.constrained=True")
 
@@ -185,7 +188,10 @@ def _coerce(value: Any, current: Any, key: str) -> Any:
                 return kind(value)
             except ValueError:
                 if current is not None:
-                    raise UsageError(f"{key} takes a {kind.__name__}, got {value!r}") from None
+                    article = "an" if kind is int else "a"
+                    raise UsageError(
+                        f"{key} takes {article} {kind.__name__}, got {value!r}"
+                    ) from None
     return value
 
 
