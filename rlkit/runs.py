@@ -26,16 +26,12 @@ Trainer usage::
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import fcntl
 import hashlib
 import json
 import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -47,11 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.errors import RlkitError, UsageError
+from rlkit.fsio import FULL_DISK, RunLock, atomic_write_text, fsync, write_synced
 
 MARKER = "latest_ckpt_global_step.txt"
 MANIFEST = "rlkit_manifest.json"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
-_FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
 
 
 class CheckpointWarning(UserWarning):
@@ -64,39 +60,6 @@ class Checkpoint:
 
     step: int
     path: Path
-
-
-def _fsync(path: Path) -> None:
-    """fsync a file or a directory (a rename is durable only once its directory is synced)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as e:  # some filesystems cannot fsync a directory; the rename stays atomic
-        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
-
-
-def _write_synced(path: Path, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Replace `path` with `text` so readers see the old or the new content, never a mix."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        _write_synced(tmp, text)
-        os.replace(tmp, path)
-        _fsync(path.parent)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        if e.errno in _FULL_DISK:
-            raise RlkitError(f"disk full while writing {path}: free space and retry") from e
-        raise
 
 
 def _json_safe(value: Any) -> Any:
@@ -126,16 +89,16 @@ def _write_manifest(directory: Path, step: int) -> None:
     """Record every payload file's size and hash, fsyncing each so the manifest never lies."""
     files = {}
     for p in sorted(directory.rglob("*")):
-        _fsync(p)
+        fsync(p)
         if p.is_file():
             files[p.relative_to(directory).as_posix()] = {
                 "size": p.stat().st_size,
                 "sha256": _sha256(p),
             }
-    _write_synced(
+    write_synced(
         directory / MANIFEST, json.dumps({"format": 1, "step": step, "files": files}, indent=1)
     )
-    _fsync(directory)
+    fsync(directory)
 
 
 def checkpoint_problem(directory: Path, *, hashes: bool = True) -> str | None:
@@ -181,52 +144,6 @@ def _git_sha() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
-
-
-class RunLock:
-    """An exclusive flock on RUN/.lock; the kernel drops it when the holder dies, even by SIGKILL."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = ""
-            with contextlib.suppress(OSError):
-                holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
-            os.close(fd)
-            raise RlkitError(
-                f"run directory {self.path.parent} is in use ({holder or 'holder unknown'}): "
-                "stop that trainer or choose another run directory"
-            ) from None
-        except OSError as e:
-            os.close(fd)
-            raise RlkitError(
-                f"cannot lock {self.path} ({e.strerror}): the filesystem needs flock support "
-                "(for Lustre mount with -o flock)"
-            ) from e
-        info = f"pid {os.getpid()} on host {socket.gethostname()} since {time.ctime()}"
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, info.encode(), 0)
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            # The file stays: unlinking a lock file lets two processes lock different inodes.
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
-
-    def __enter__(self) -> RunLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 class RunDir:
@@ -329,10 +246,10 @@ class RunDir:
                 os.replace(final, old)
                 shutil.rmtree(old, ignore_errors=True)
             os.replace(tmp, final)
-            _fsync(self.path)
+            fsync(self.path)
         except BaseException as e:
             shutil.rmtree(tmp, ignore_errors=True)
-            if isinstance(e, OSError) and e.errno in _FULL_DISK:
+            if isinstance(e, OSError) and e.errno in FULL_DISK:
                 prev = self.marker_step()
                 kept = f"global_step_{prev} is intact" if prev is not None else "no earlier one"
                 raise RlkitError(
@@ -417,7 +334,7 @@ class RunDir:
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as e:
-            if e.errno in _FULL_DISK:
+            if e.errno in FULL_DISK:
                 raise RlkitError(f"disk full while appending to {self.metrics_path}") from e
             raise
 
