@@ -21,7 +21,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from rlkit import skyrl
+from rlkit import skyrl_readers
 from rlkit.errors import UsageError
 from rlkit.evaluate import EvalResult, compare, evaluate
 from rlkit.failures import KINDS, classify
@@ -192,7 +192,7 @@ def checkpoint_evals(source: str | Path, *, progress: bool = False) -> dict[int,
     A SkyRL export dir (holding dumped_evals/): its eval dumps, read as they are.
     """
     if is_skyrl_export(source):
-        return skyrl.read_eval_dumps(source, policy=Path(source).name)
+        return skyrl_readers.read_eval_dumps(source, policy=Path(source).name)
     run = RunDir(source)
     if not run.run_json.exists():
         raise UsageError(f"{source} is neither a run dir (run.json) nor a SkyRL export dir")

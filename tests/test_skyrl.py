@@ -19,19 +19,15 @@ from rlkit.errors import UsageError
 from rlkit.maze import optimal_action
 from rlkit.mazesets import test_set, test_spec
 from rlkit.parsing import format_action
-from rlkit.skyrl import (
+from rlkit.skyrl import PRESETS, build_overrides, entrypoint_command, get_preset, override_keys
+from rlkit.skyrl_entry import parse_args
+from rlkit.skyrl_readers import (
     LATEST_MARKER,
-    PRESETS,
-    build_overrides,
-    entrypoint_command,
-    get_preset,
     list_checkpoints,
-    override_keys,
     read_eval_dumps,
     read_eval_episodes,
     split_turns,
 )
-from rlkit.skyrl_entry import parse_args
 
 # Dotted paths of SkyRL config fields (SkyRLTrainConfig and nested dataclasses) rlkit sets.
 SKYRL_KEYS = {
