@@ -29,7 +29,7 @@ from rlkit.errors import UsageError
 from rlkit.evaluate import EvalResult, evaluate
 from rlkit.mazesets import train_mazes
 from rlkit.metrics import MetricsLogger
-from rlkit.models import LoadedModel, build_tiny, load, no_progress_bars
+from rlkit.models import Encoded, LoadedModel, build_tiny, load, no_progress_bars
 from rlkit.rollout import Trajectory, run_episodes, turn_prompts
 from rlkit.runs import Checkpoint, RunDir
 from rlkit.train_config import TrainConfig
@@ -60,7 +60,7 @@ class TrainState:
 
 @dataclass
 class TurnSample:
-    prompt: object
+    prompt: Encoded
     response_ids: list[int]
     old_logprobs: list[float]
     advantage: float
@@ -83,7 +83,7 @@ class Trainer:
         self.run = RunDir(run_dir, keep=cfg.schedule.keep)
         self.state = TrainState(phase="warm_start" if cfg.warm_start.enabled else "grpo")
         self.loaded: LoadedModel | None = None
-        self.ref: torch.nn.Module | None = None
+        self.ref: LoadedModel | None = None
 
     # setup -------------------------------------------------------------------------------
     def _restore(self) -> Checkpoint | None:
@@ -126,15 +126,18 @@ class Trainer:
             self.loaded.model.parameters(), lr=lr, weight_decay=self.cfg.grpo.weight_decay
         )
 
-    def _reference(self) -> torch.nn.Module:
-        """The frozen post-warm-start policy the KL term pulls towards (saved once, reloaded)."""
+    def _reference(self) -> LoadedModel:
+        """The frozen post-warm-start policy the KL term pulls towards (saved once, reloaded);
+        it shares the policy's tokenizer and encoder caches."""
         ref_dir = self.run.path / "reference_policy"
         if not (ref_dir / "config.json").exists():
             tmp = self.run.path / ".reference_policy.tmp"
             self.loaded.model.save_pretrained(tmp)
             os.replace(tmp, ref_dir)
         model = self.loaded.model
-        return type(model).from_pretrained(ref_dir, dtype=model.dtype).to(model.device).eval()
+        ref = copy.copy(self.loaded)
+        ref.model = type(model).from_pretrained(ref_dir, dtype=model.dtype).to(model.device).eval()
+        return ref
 
     # the run -----------------------------------------------------------------------------
     def fit(self, *, stop_at_step: int | None = None) -> dict:
@@ -368,10 +371,8 @@ class Trainer:
         ref = None
         if self.ref is not None:
             with torch.no_grad():
-                ref_loaded = copy.copy(self.loaded)
-                ref_loaded.model = self.ref
                 ref, _ = response_logprobs(
-                    ref_loaded, batch, temperature=self.cfg.model.temperature, answer=self.answer
+                    self.ref, batch, temperature=self.cfg.model.temperature, answer=self.answer
                 )
         out = grpo.policy_loss(
             logp,

@@ -129,3 +129,12 @@ def test_resume_none_refuses_existing_checkpoints(tmp_path):
     Trainer(_cfg(), tmp_path, progress=False).fit(stop_at_step=2)
     with pytest.raises(UsageError, match="already holds checkpoints"):
         train(_cfg(), tmp_path, resume="none", progress=False)
+
+
+def test_kl_to_the_warm_start_policy_is_logged_and_the_reference_is_kept(tmp_path):
+    cfg = _cfg(steps=1, eval_before_train=False)
+    cfg = cfg.with_overrides({"grpo.kl_coef": "0.05"})
+    train(cfg, tmp_path, progress=False)
+    grpo_rows = [r for r in _metrics(tmp_path) if "rollout/reward_mean" in r]
+    assert grpo_rows and all("loss/kl" in r and r["loss/kl"] >= 0 for r in grpo_rows)
+    assert (tmp_path / "reference_policy" / "config.json").exists()
