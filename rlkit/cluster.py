@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import ray
 from ray.job_submission import JobSubmissionClient
@@ -55,7 +55,6 @@ from rlkit.localhead import (
 __all__ = ["Cluster", "ClusterSummary", "JobHandle", "JobRecord", "LocalHead", "connect"]
 
 
-T = TypeVar("T")
 SUBMIT_DEADLINE_S = 300.0
 """Submitting uploads the working dir (up to 100 MiB): slower links need minutes, not 20 s."""
 
@@ -74,7 +73,7 @@ class _TimedJobClient(JobSubmissionClient):
         return super()._do_request(method, endpoint, **kwargs)
 
 
-def _within(seconds: float, what: str, fn: Callable[[], T]) -> T:
+def _within[T](seconds: float, what: str, fn: Callable[[], T]) -> T:
     """Run `fn` in a daemon thread and give up after `seconds`.
 
     A per-request timeout does not bound DNS resolution or a credential lookup, so connecting

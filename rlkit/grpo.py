@@ -1,8 +1,9 @@
 """GRPO math as small, pure tensor functions: advantages, clipped loss, reductions, KL, masks.
 
 The local trainer calls these; the cluster backend (SkyRL) has its own copy of the same math, and
-these functions follow SkyRL's definitions (`skyrl/backends/skyrl_train/utils/ppo_utils.py`) so a
-local run and a cluster run optimise the same objective.
+these functions follow SkyRL's definitions (`skyrl/backends/skyrl_train/utils/ppo_utils.py`) so
+that, with the same settings, a local run and a cluster run optimise the same objective.
+`tests/skyrl/test_objective.py` checks them against SkyRL's own code.
 
 Textbook GRPO (Shao et al. 2024, DeepSeekMath), for G episodes o_1..o_G of one prompt (one maze)
 with outcome rewards r_1..r_G and the importance ratio rho_it = pi(o_it) / pi_old(o_it)::
@@ -31,7 +32,28 @@ How ours differs, each switchable:
   token count, as SkyRL's `zero_variance_filter` does.
 - **Multi-turn**: one outcome reward per episode; its advantage is broadcast to every token the
   model produced in the episode. Observation tokens (env feedback, images) are masked out
-  (`multiturn_loss_mask`).
+  (`multiturn_loss_mask`). `token_mean` counts tokens, so it is the same whether a row is one
+  turn (the local trainer) or a whole episode (SkyRL); `sequence_mean` and
+  `seq_mean_token_sum_norm` count rows, so they are not.
+
+Where this differs from SkyRL (each shown by a test):
+
+- **A group of one episode is rejected.** SkyRL gives it mean 0 and std 1, so its raw reward
+  becomes its advantage (0.75 -> 0.75 / (1 + 1e-6)).
+- **Group statistics are float64**, so a zero-variance group gets exactly 0. SkyRL's float32 mean
+  of eight rewards of 0.1 is one ulp off, which dividing by std + eps = 1e-6 turns into
+  advantages of -0.0074. The maze's 0/1 rewards are exact in both.
+- **No dual-clip.** SkyRL's `dual_clip` loss type caps a negative-advantage token's loss at
+  -3 A (ratio e^2, A = -1: 3 instead of 7.39); its default `regular` type, the one the cluster
+  runs, is `clipped_surrogate`.
+- **No `token_mean_legacy` and no `prompt_mean` reduction.** `token_mean_legacy`, the cluster
+  preset's, takes the token mean of each micro-batch (`micro_train_batch_size_per_gpu`
+  consecutive sequences of the mini-batch) and averages those means with equal weight. It is
+  `token_mean` only when every micro-batch holds as many loss tokens (or there is one), and
+  `sequence_mean` when each holds one sequence. Two micro-batches with 5 and 4 loss tokens whose
+  losses sum to 8 and 4 give (8/5 + 4/4) / 2 = 1.3, where `token_mean` gives 12/9.
+- **Masked tokens never reach the sum, even NaN.** SkyRL's `reduce_loss` multiplies by the mask,
+  so a NaN at a padded position makes its whole loss NaN.
 """
 
 from __future__ import annotations

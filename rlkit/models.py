@@ -1,8 +1,8 @@
 """Qwen3-VL models: build the tiny offline one, load any checkpoint dir.
 
 `build_tiny(dir)` makes a ~0.7 M-parameter `Qwen3VLForConditionalGeneration` from a config (no
-download) with its own byte-level BPE tokenizer (`rlkit.tokenizer`) and a PIL image processor,
-saved as a normal HF model directory. `load(dir)` reads that directory or a real Qwen3-VL
+download) with its own byte-level BPE tokenizer (`rlkit.tokenizer`) and a Qwen2-VL image processor config,
+saved as a normal HF model directory (vLLM serves it as it is). `load(dir)` reads that directory or a real Qwen3-VL
 checkpoint (e.g. Qwen3-VL-8B-Instruct on a GPU machine) through the same code path, and attaches
 the one formatting path (`rlkit.chat.ChatEncoder`): env messages -> model inputs.
 """
@@ -17,8 +17,10 @@ from pathlib import Path
 
 import torch
 from transformers import (
-    AutoTokenizer,
+    AutoProcessor,
+    BaseImageProcessor,
     PreTrainedTokenizerBase,
+    ProcessorMixin,
     Qwen3VLConfig,
     Qwen3VLForConditionalGeneration,
 )
@@ -27,7 +29,7 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
 )
 from transformers.utils import logging as hf_logging
 
-from rlkit.chat import ChatEncoder, Encoded, ImageTextProcessor, LruCache
+from rlkit.chat import ChatEncoder, Encoded, LruCache
 from rlkit.errors import UsageError
 from rlkit.fastattn import use_uniform_vision_attention
 
@@ -87,8 +89,9 @@ class LoadedModel:
 
     model: Qwen3VLForConditionalGeneration
     tokenizer: PreTrainedTokenizerBase
-    image_processor: Qwen2VLImageProcessorPil
-    processor: ImageTextProcessor
+    image_processor: BaseImageProcessor
+    processor: ProcessorMixin
+    """The checkpoint's own `AutoProcessor` (tokenizer + image processor + chat template)."""
     path: Path
     encoder: ChatEncoder = field(init=False)
     positions: LruCache = field(init=False)
@@ -96,7 +99,7 @@ class LoadedModel:
     prompts per run, while the model's own computation is a Python loop per row."""
 
     def __post_init__(self) -> None:
-        self.encoder = ChatEncoder(self.tokenizer, self.image_processor)
+        self.encoder = ChatEncoder(self.processor)
         self.positions = LruCache(4096)
 
     @property
@@ -209,8 +212,13 @@ def check_checkpoint(path: str | Path) -> Path:
         raise UsageError(f"{p}/config.json names no model_type: not a transformers checkpoint")
     if model_type != MODEL_TYPE:
         raise UsageError(f"{p} holds a {model_type!r} model; rlkit runs Qwen3-VL ({MODEL_TYPE!r})")
-    if not (p / "preprocessor_config.json").is_file():
-        raise UsageError(f"{p} has no preprocessor_config.json: copy the checkpoint's image config")
+    # transformers 5 saves a processor as one processor_config.json; older dirs (and Qwen's
+    # published checkpoints) keep the image processor in preprocessor_config.json.
+    if not any((p / n).is_file() for n in ("preprocessor_config.json", "processor_config.json")):
+        raise UsageError(
+            f"{p} has no preprocessor_config.json or processor_config.json: copy the "
+            "checkpoint's processor files beside its weights"
+        )
     return p
 
 
@@ -228,11 +236,10 @@ def load(
         model = Qwen3VLForConditionalGeneration.from_pretrained(p, dtype=dtype)
     model = model.to(device).eval()
     use_uniform_vision_attention(model)  # one batched call instead of a loop over images
-    tok = AutoTokenizer.from_pretrained(p, padding_side="left")
-    # The PIL class whatever the checkpoint names: the fast one needs torchvision.
-    image_processor = Qwen2VLImageProcessorPil.from_pretrained(p)
-    processor = ImageTextProcessor(image_processor, tok, chat_template=tok.chat_template)
-    return LoadedModel(model, tok, image_processor, processor, p)
+    processor = AutoProcessor.from_pretrained(p)
+    tok = processor.tokenizer
+    tok.padding_side = "left"  # batched generation appends to the right end of every row
+    return LoadedModel(model, tok, processor.image_processor, processor, p)
 
 
 # Encoded and ChatEncoder live in rlkit.chat; importing them from here keeps working.
@@ -240,7 +247,6 @@ __all__ = [
     "MODEL_TYPE",
     "ChatEncoder",
     "Encoded",
-    "ImageTextProcessor",
     "LoadedModel",
     "TinyConfig",
     "build_tiny",

@@ -423,8 +423,7 @@ class Trainer:
             pol = d / "policy"
             with no_progress_bars():  # one line per checkpoint in logs, not a progress bar
                 self.loaded.model.save_pretrained(pol)
-            self.loaded.tokenizer.save_pretrained(pol)
-            self.loaded.image_processor.save_pretrained(pol)
+            self.loaded.processor.save_pretrained(pol)  # tokenizer, image processor, template
             faults.point("checkpoint", step)
             torch.save(
                 {

@@ -42,6 +42,9 @@ SCRIPTED_BASELINES = ("random", "eps-oracle:0.25", "oracle")
 BASE = "base"
 """Name of the untrained model's baseline (the training run's initial weights)."""
 PACKAGES = ("torch", "transformers", "ray", "ipywidgets", "papermill", "rlkit")
+CLUSTER_VERSIONS = {"python": "3.12", "torch": "2.13.0", "transformers": "5.16.1", "ray": "2.57.0"}
+"""What the cluster runs (requirements/cluster-pins.txt; a test keeps the two equal): a kernel
+on other versions may build inputs or configs the cluster reads differently."""
 
 
 # the kernel
@@ -50,14 +53,18 @@ PACKAGES = ("torch", "transformers", "ray", "ipywidgets", "papermill", "rlkit")
 def kernel_report() -> dict[str, str]:
     """Python, interpreter and package versions of this kernel; problems under `problems`."""
     report = {"python": platform.python_version(), "executable": sys.executable}
-    for name in (*PACKAGES, "torchvision"):
+    for name in PACKAGES:
         try:
             report[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             report[name] = "missing"
     problems = [f"{n} is not installed in this kernel" for n in PACKAGES if report[n] == "missing"]
-    if report.pop("torchvision") != "missing":
-        problems.append("torchvision is installed: uninstall it, it breaks Qwen3-VL on CPU torch")
+    for name, want in CLUSTER_VERSIONS.items():
+        have = report[name]
+        if have != "missing" and have != want and not have.startswith(want + "."):
+            problems.append(
+                f"{name} {have} here, the cluster runs {want}: build the kernel from environment.yml"
+            )
     report["problems"] = "; ".join(problems) or "none"
     return report
 

@@ -87,7 +87,7 @@ def test_chat_template_renders_env_images(loaded):
 def test_fast_path_equals_hf_processor(loaded, cfg):
     msgs = _conversation(cfg)
     fast = loaded.encoder.encode(msgs)
-    hf = ChatEncoder(loaded.tokenizer, loaded.image_processor, fast=False).encode(msgs)
+    hf = ChatEncoder(loaded.processor, fast=False).encode(msgs)
     assert fast.prompt_ids == hf.prompt_ids
     assert np.array_equal(fast.image_grid_thw, hf.image_grid_thw)
     assert fast.pixel_values.dtype == hf.pixel_values.dtype == np.float32

@@ -27,8 +27,17 @@ def test_kernel_report_names_versions_and_problems():
     report = workbench.kernel_report()
     assert report["python"].count(".") == 2
     assert report["torch"].startswith("2.") and report["rlkit"] != "missing"
-    assert "torchvision" not in report
-    assert report["problems"] == "none"
+    assert report["problems"] == "none"  # this venv runs the cluster's versions
+
+
+def test_kernel_report_versions_are_the_cluster_pins():
+    pins = (Path(__file__).parent.parent / "requirements" / "cluster-pins.txt").read_text()
+    pinned = dict(
+        line.split("==") for line in pins.splitlines() if "==" in line and not line.startswith("#")
+    )
+    for name, version in workbench.CLUSTER_VERSIONS.items():
+        if name != "python":
+            assert pinned[name] == version, name
 
 
 def test_evaluate_cached_reuses_the_file_and_rebuilds_for_other_samples(tmp_path):

@@ -1,0 +1,146 @@
+"""A scripted inference client for SkyRL's VLM generator: the one thing faked in the skyrl group.
+
+It has the surface SkyRL's `SkyRLVLMGymGenerator` calls on its `RemoteInferenceClient` (the
+pattern of SkyRL's own `tests/train/generators/test_skyrl_vlm_generator.py`):
+
+- `render_chat_completion({"json": {"messages": ...}})` -> `{"token_ids", "features"}`: the ids
+  rlkit's `ChatEncoder` builds from the checkpoint's own processor and chat template (one
+  `<|image_pad|>` per merged patch, as the HF processor and vLLM expand them), and features that
+  carry the patches (read back by `decode_features`, patched in for SkyRL's `decode_mm_kwargs`).
+- `generate(engine_input)` -> `{"responses", "response_ids", "stop_reasons", ...}`: the answer of
+  a scripted player, keyed by SkyRL's session id (`<row uid>_<repetition>`), truncated at the
+  request's `max_tokens` like a real engine (stop reason "length").
+- `finish_session(session_id)`.
+
+Everything it was asked and answered is recorded, so a test can replay the same moves in rlkit's
+own env and compare verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from rlkit import rules
+from rlkit.chat import ChatEncoder
+from rlkit.env import EnvConfig, maze_from_extras
+from rlkit.maze import Action, Maze, optimal_action
+from rlkit.parsing import format_action, parse_actions
+
+Player = Callable[[Maze, rules.State, int], str]
+"""(maze, where the player believes it is, repetition id) -> answer text."""
+
+
+def oracle(maze: Maze, state: rules.State, rep: int) -> str:
+    return format_action(optimal_action(maze, state.pos))
+
+
+def verbose_oracle(maze: Maze, state: rules.State, rep: int) -> str:
+    word = optimal_action(maze, state.pos).word
+    return f"The exit is the green cell. Going {word} gets me closer. <action>{word}</action>"
+
+
+def wall_bumper(maze: Maze, state: rules.State, rep: int) -> str:
+    """Walks into a wall whenever its cell has one (in a perfect maze nearly every cell does)."""
+    blocked = [a for a in Action if not maze.can_move(state.pos, a)]
+    return format_action(blocked[0] if blocked else Action.UP)
+
+
+def garbage(maze: Maze, state: rules.State, rep: int) -> str:
+    return "the quick brown fox jumps over the lazy dog"
+
+
+def rambler(maze: Maze, state: rules.State, rep: int) -> str:
+    """Thinks aloud far past any answer budget: the engine cuts it at max_tokens."""
+    return "hmm, left or right or up or down? " * 200
+
+
+def mixed(maze: Maze, state: rules.State, rep: int) -> str:
+    """Solves some samples of a maze and not others, so pass@k differs from the solve rate."""
+    solver = (maze.content_hash[-1] in "01234567") or rep % 2 == 0
+    return oracle(maze, state, rep) if solver else wall_bumper(maze, state, rep)
+
+
+@dataclass
+class Session:
+    maze: Maze
+    cfg: EnvConfig
+    state: rules.State
+    texts: list[str] = field(default_factory=list)
+    ids: list[list[int]] = field(default_factory=list)
+    stop_reasons: list[str] = field(default_factory=list)
+
+
+class ScriptedEngine:
+    model_name = "rlkit-tiny"
+
+    def __init__(self, encoder: ChatEncoder, rows: list[dict], player: Player) -> None:
+        self.encoder = encoder
+        self.tokenizer = encoder.tokenizer
+        self.rows = rows
+        self.player = player
+        self.sessions: dict[str, Session] = {}
+        self.rendered: list[list[dict]] = []
+        self.finished: list[str] = []
+        self.requests: defaultdict[str, list[dict]] = defaultdict(list)
+
+    async def render_chat_completion(self, request: dict) -> dict:
+        messages = request["json"]["messages"]
+        self.rendered.append(messages)
+        enc = self.encoder.encode(messages)
+        features = {"pixel_values": enc.pixel_values, "image_grid_thw": enc.image_grid_thw}
+        return {"token_ids": list(enc.prompt_ids), "features": {"kwargs_data": features}}
+
+    def _session(self, session_id: str) -> Session:
+        if session_id not in self.sessions:
+            uid, _, _ = session_id.rpartition("_")
+            row = self.rows[int(uid)]
+            extras = {k: v for k, v in row.items() if k not in ("prompt", "env_class")}
+            maze = maze_from_extras(extras)
+            info = row["extra_info"]
+            cfg = EnvConfig.from_mapping(json.loads(info["env"]))
+            self.sessions[session_id] = Session(maze, cfg, rules.initial(maze))
+        return self.sessions[session_id]
+
+    async def generate(self, engine_input: dict, model: str | None = None) -> dict:
+        (session_id,) = engine_input["session_ids"]
+        self.requests[session_id].append(engine_input)
+        s = self._session(session_id)
+        rep = int(session_id.rpartition("_")[2])
+        text = self.player(s.maze, s.state, rep)
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        max_tokens = engine_input["sampling_params"].get("max_tokens")
+        if max_tokens is not None and len(ids) >= max_tokens:
+            ids, stop = ids[:max_tokens], "length"
+            text = self.tokenizer.decode(ids)
+        else:
+            ids, stop = [*ids, self.tokenizer.convert_tokens_to_ids("<|im_end|>")], "stop"
+        moves, _ = parse_actions(text, s.cfg.parser, s.cfg.moves_per_turn)
+        s.state = rules.transition(s.state, moves)
+        s.texts.append(text)
+        s.ids.append(ids)
+        s.stop_reasons.append(stop)
+        return {
+            "responses": [text],
+            "response_ids": [list(ids)],
+            "stop_reasons": [stop],
+            "response_logprobs": None,
+        }
+
+    async def finish_session(self, session_id: str) -> None:
+        self.finished.append(session_id)
+
+
+def decode_features(kwargs_data: dict | None) -> dict:
+    """Stands in for SkyRL's `decode_mm_kwargs` (vLLM's serialised tensors) on our features."""
+    if kwargs_data is None:
+        return {"pixel_values": None, "image_grid_thw": None}
+    return {
+        "pixel_values": torch.from_numpy(np.ascontiguousarray(kwargs_data["pixel_values"])),
+        "image_grid_thw": torch.from_numpy(kwargs_data["image_grid_thw"]),
+    }

@@ -1,0 +1,183 @@
+"""SkyRL's own VLM generator plays rlkit-maze: contract test 1.
+
+SkyRL 0.4.0's `SkyRLVLMGymGenerator`, configured from the cluster preset's own overrides
+(`SkyRLTrainConfig.from_cli_overrides`), reads rows that `rlkit data` wrote through SkyRL's
+`PromptDataset` and `prepare_generator_input` (the trainer's path), builds rlkit's env through
+skyrl-gym, and talks to a scripted engine (the only fake). Each episode is then replayed in
+rlkit's own env from the engine's answers: SkyRL's reward must be rlkit's verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from unittest.mock import patch
+
+import pytest
+import scripted_engine as se
+from skyrl.backends.skyrl_train.inference_servers.engine_utils import (
+    get_sampling_params_for_backend,
+)
+from skyrl.train.config import SkyRLTrainConfig
+from skyrl.train.dataset import PromptDataset
+from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
+from skyrl.train.generators.utils import prepare_generator_input
+from skyrl.train.utils.trainer_utils import validate_generator_output
+
+from rlkit.cli import main as rlkit_main
+from rlkit.env import ENV_ID, MazeEnv
+from rlkit.skyrl import build_overrides, get_preset
+
+PLAYERS = {
+    "oracle": se.oracle,
+    "verbose": se.verbose_oracle,
+    "wall-bumper": se.wall_bumper,
+    "garbage": se.garbage,
+    "rambler": se.rambler,
+}
+
+
+@pytest.fixture(scope="module", params=["test", "test-large"])
+def dataset(request, tmp_path_factory, tokenizer) -> tuple[str, PromptDataset]:
+    """The eval rows of a pinned set as `rlkit data` writes them, read by SkyRL's dataset."""
+    out = tmp_path_factory.mktemp(f"data-{request.param}")
+    assert rlkit_main(["data", "--out", str(out), "--train", "4", "--set", request.param]) == 0
+    ds = PromptDataset(
+        [str(out / "eval.parquet")], tokenizer, max_prompt_length=4096, num_workers=1
+    )
+    assert len(ds) == 64
+    return request.param, ds
+
+
+def preset_config(**generator_changes) -> SkyRLTrainConfig:
+    cfg = SkyRLTrainConfig.from_cli_overrides(
+        build_overrides(get_preset("qwen3vl-8b-6gpu"), "contract")
+    )
+    if generator_changes:
+        cfg.generator = dataclasses.replace(cfg.generator, **generator_changes)
+    return cfg
+
+
+def play(cfg, ds, encoder, player, mazes=range(8), samples=2):
+    """SkyRL's generate over `mazes` x `samples`; returns (input, output, engine)."""
+    rows = [ds.dataframe[i] for i in range(len(ds))]
+    engine = se.ScriptedEngine(encoder, rows, player)
+    generator = SkyRLVLMGymGenerator(
+        generator_cfg=cfg.generator,
+        skyrl_gym_cfg=cfg.environment.skyrl_gym,
+        inference_engine_client=engine,
+        tokenizer=encoder.tokenizer,
+    )
+    prompts = ds.collate_fn([ds[i] for i in mazes])
+    params = get_sampling_params_for_backend(
+        cfg.generator.inference_engine.backend, cfg.generator.sampling_params
+    )
+    batch, _ = prepare_generator_input(prompts, samples, params, ENV_ID, "train", 0)
+    with patch("skyrl.train.generators.skyrl_vlm_generator.decode_mm_kwargs", se.decode_features):
+        out = asyncio.run(generator.generate(batch, disable_tqdm=True))
+    validate_generator_output(len(batch["prompts"]), out)
+    return batch, out, engine
+
+
+def session_of(batch, i: int) -> str:
+    tid = batch["trajectory_ids"][i]
+    return f"{tid.instance_id}_{tid.repetition_id}"
+
+
+def replay(extras: dict, texts: list[str]) -> MazeEnv:
+    """rlkit's own env, built as skyrl-gym builds it, fed the engine's answers."""
+    env = MazeEnv({}, extras)
+    env.init()
+    for text in texts:
+        assert not env.done, "SkyRL asked for a move after rlkit's env had ended the episode"
+        env.step(text)
+    return env
+
+
+@pytest.mark.parametrize("name", list(PLAYERS))
+def test_skyrl_rewards_are_rlkit_verdicts(dataset, encoder, name):
+    set_name, ds = dataset
+    cfg = preset_config()
+    batch, out, engine = play(cfg, ds, encoder, PLAYERS[name])
+    solved = []
+    for i in range(len(batch["prompts"])):
+        s = engine.sessions[session_of(batch, i)]
+        env = replay(batch["env_extras"][i], s.texts)
+        reward, mask, ids = out["rewards"][i], out["loss_masks"][i], out["response_ids"][i]
+        stop = out["stop_reasons"][i]
+        # SkyRL ends an episode where rlkit's env does, or earlier only at its input-length cut
+        assert env.done or stop == "length"
+        assert sum(reward) == (1.0 if env.terminated else 0.0)
+        solved.append(env.terminated)
+        # the reward sits on the last generated token of the final turn, nowhere else
+        last_model_token = max(j for j, m in enumerate(mask) if m == 1)
+        assert all(r == 0.0 for j, r in enumerate(reward) if j != last_model_token)
+        # the loss mask covers exactly the tokens the engine produced, in order
+        assert [t for t, m in zip(ids, mask, strict=True) if m == 1] == sum(s.ids, [])
+        # everything else is observation: the next turn's picture and the chat scaffolding
+        obs = encoder.tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m == 0])
+        assert obs.count("<|vision_start|>") == len(s.texts) - (1 if env.done else 0)
+    if name in ("oracle", "verbose"):
+        assert all(solved), f"{name} must solve every {set_name} maze"
+    else:
+        assert not any(solved)
+    if name == "rambler":  # cut at max_tokens every turn, like a real engine
+        assert all(r == "length" for s in engine.sessions.values() for r in s.stop_reasons)
+    # rlkit's env metrics reach SkyRL's aggregation (skyrl-gym calls MazeEnv.aggregate_metrics)
+    metrics = out["rollout_metrics"]
+    assert metrics["environment/solve_rate"] == pytest.approx(sum(solved) / len(solved))
+    assert "environment/wall_bumps_mean" in metrics and "environment/turns_mean" in metrics
+    assert sorted(engine.finished) == sorted(engine.sessions)
+
+
+def test_skyrl_max_turns_ends_episodes(dataset, encoder):
+    """SkyRL hands `generator.max_turns` to the env as extras; the env must end the episode."""
+    _, ds = dataset
+    cfg = preset_config(max_turns=3)
+    batch, out, engine = play(cfg, ds, encoder, se.wall_bumper, mazes=range(4), samples=1)
+    for i in range(len(batch["prompts"])):
+        assert batch["env_extras"][i]["max_turns"] == 3
+        assert len(engine.sessions[session_of(batch, i)].texts) == 3
+        assert out["stop_reasons"][i] == "stop" and sum(out["rewards"][i]) == 0.0
+
+
+def test_conversation_images_are_data_uris(dataset, encoder):
+    _, ds = dataset
+    _, _, engine = play(preset_config(), ds, encoder, se.oracle, mazes=range(2), samples=1)
+    parts = [
+        p
+        for conversation in engine.rendered
+        for m in conversation
+        if isinstance(m["content"], list)
+        for p in m["content"]
+    ]
+    images = [p for p in parts if p.get("type") != "text"]
+    assert images and all(p["type"] == "image_url" for p in images)
+    assert all(p["image_url"]["url"].startswith("data:image/png;base64,") for p in images)
+
+
+def test_input_length_cut_scores_zero(dataset, encoder):
+    """A conversation past `generator.max_input_length` stops with 'length', unrewarded."""
+    _, ds = dataset
+    first_prompt, _ = MazeEnv({}, ds[0][2]).init()
+    room = len(encoder.encode(first_prompt).prompt_ids) + 60  # the first turn or two fit
+    cfg = preset_config(max_input_length=room)
+    batch, out, engine = play(cfg, ds, encoder, se.verbose_oracle, mazes=range(4), samples=1)
+    for i in range(len(batch["prompts"])):
+        env = replay(batch["env_extras"][i], engine.sessions[session_of(batch, i)].texts)
+        if out["stop_reasons"][i] == "length":
+            assert not env.done and sum(out["rewards"][i]) == 0.0
+        else:
+            assert env.terminated and sum(out["rewards"][i]) == 1.0
+    assert "length" in out["stop_reasons"]
+
+
+def test_rows_reach_the_env_as_skyrl_passes_them(dataset, tmp_path: Path):
+    """Every row column but prompt/env_class arrives as extras, plus SkyRL's max_turns."""
+    _, ds = dataset
+    messages, env_class, extras, uid = ds[0]
+    assert env_class == ENV_ID and uid == "0"
+    assert set(extras) == {"data_source", "reward_spec", "extra_info"}
+    env = MazeEnv({}, {**extras, "max_turns": 5})
+    assert env.max_turns == 5
