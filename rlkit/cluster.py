@@ -221,7 +221,7 @@ class Cluster:
     def __repr__(self) -> str:
         return f"Cluster({self.address!r})"
 
-    def _call(self, what: str, fn: Callable[[], T], *, deadline_s: float | None = None) -> T:
+    def _call[T](self, what: str, fn: Callable[[], T], *, deadline_s: float | None = None) -> T:
         """One Jobs API call, its failures turned into one-line RlkitErrors."""
         try:
             return _within(deadline_s or self.request_timeout_s * 2, what, fn)
