@@ -240,14 +240,3 @@ def job_env_vars(preset: SkyRLPreset, passthrough: dict[str, str] | None = None)
     if preset.vllm_attention_backend:
         env["VLLM_ATTENTION_BACKEND"] = preset.vllm_attention_backend
     return env
-
-
-def override_keys(overrides: list[str]) -> list[str]:
-    """The dotted keys of an override list (for validation against SkyRL's config)."""
-    keys = []
-    for item in overrides:
-        key, sep, _ = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"override {item!r} is not key=value")
-        keys.append(key)
-    return keys

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlkit.env import MazeEnv, maze_from_extras
@@ -36,12 +36,14 @@ _TRAILING = re.compile(r"(<\|im_end\|>|<\|endoftext\|>|\s)+$")
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """One `global_step_N` directory of a SkyRL run."""
+    """One step of a SkyRL run that left a `global_step_N` checkpoint, an HF export, or both."""
 
     step: int
-    path: Path
+    path: Path | None
+    """`<ckpt_path>/global_step_N`, or None once SkyRL's keep-k pruned it (exports stay)."""
     complete: bool
-    """True when SkyRL's latest marker has reached this step (it is written last)."""
+    """True when the checkpoint exists and SkyRL's latest marker (written last) has reached it:
+    a resumable state."""
     hf_export: Path | None
     """`<export_path>/global_step_N/policy`, an HF model dir for `rlkit eval`, if exported."""
 
@@ -57,27 +59,41 @@ def latest_step(ckpt_dir: str | Path) -> int | None:
     return int(text)
 
 
+def _steps(root: Path) -> dict[int, Path]:
+    found = {}
+    if root.is_dir():
+        for d in root.iterdir():
+            m = _STEP_DIR.fullmatch(d.name)
+            if m and d.is_dir():
+                found[int(m.group(1))] = d
+    return found
+
+
 def list_checkpoints(
     ckpt_dir: str | Path, export_dir: str | Path | None = None
 ) -> list[Checkpoint]:
-    """Checkpoints of a SkyRL run, oldest first. `export_dir` defaults to `<ckpt_dir>/exports`."""
+    """Every step of a SkyRL run with a checkpoint or an HF export, oldest first.
+
+    SkyRL keeps only the newest `max_ckpts_to_keep` checkpoints but never prunes exports, so
+    older steps come back with `path=None` and their export. `export_dir` defaults to
+    `<ckpt_dir>/exports` (rlkit's run layout: SkyRL's ckpt_path is the run dir).
+    """
     root = Path(ckpt_dir)
     if not root.is_dir():
         raise UsageError(f"no SkyRL run dir at {root}: check the path (e.g. /fsx/rlkit/runs/RUN)")
     exports = Path(export_dir) if export_dir is not None else root / "exports"
     latest = latest_step(root)
-    found = []
-    for d in root.iterdir():
-        m = _STEP_DIR.fullmatch(d.name)
-        if m and d.is_dir():
-            step = int(m.group(1))
-            hf = exports / d.name / "policy"
-            found.append(
-                Checkpoint(
-                    step, d, latest is not None and step <= latest, hf if hf.is_dir() else None
-                )
-            )
-    return sorted(found, key=lambda c: c.step)
+    ckpts = _steps(root)
+    exported = {s: d / "policy" for s, d in _steps(exports).items() if (d / "policy").is_dir()}
+    return [
+        Checkpoint(
+            step,
+            ckpts.get(step),
+            step in ckpts and latest is not None and step <= latest,
+            exported.get(step),
+        )
+        for step in sorted(set(ckpts) | set(exported))
+    ]
 
 
 @dataclass(frozen=True)
@@ -95,6 +111,8 @@ class EvalEpisode:
     """The model's answer text of each turn, observations removed."""
     stop_reason: str | None
     max_turns: int | None
+    extras: dict = field(default_factory=dict, repr=False)
+    """The row's extras as SkyRL dumped them (maze, the env config it was written for)."""
 
     @property
     def turns(self) -> int:
@@ -125,6 +143,7 @@ def _episode(entry: dict, where: str) -> EvalEpisode:
             responses=split_turns(entry["output_response"]),
             stop_reason=entry.get("stop_reason"),
             max_turns=int(extras["max_turns"]) if extras.get("max_turns") is not None else None,
+            extras=dict(extras),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise UsageError(
@@ -150,7 +169,8 @@ def read_eval_episodes(step_dir: str | Path) -> list[EvalEpisode]:
 def to_trajectory(ep: EvalEpisode, sample: int, policy: str) -> Trajectory:
     """Replay the answers through rlkit's env: turns, positions and parse errors for replays
     and the failure taxonomy. The outcome is SkyRL's reward, not the replay's."""
-    env = MazeEnv(None, {"maze": ep.maze, "max_turns": ep.max_turns})
+    # the row's env config (view, parser, moves per turn) and SkyRL's turn budget, as it played
+    env = MazeEnv(None, {**ep.extras, "maze": ep.maze, "max_turns": ep.max_turns})
     turns = []
     for text in ep.responses:
         if env.done:

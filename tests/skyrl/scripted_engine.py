@@ -61,8 +61,9 @@ def rambler(maze: Maze, state: rules.State, rep: int) -> str:
 
 
 def mixed(maze: Maze, state: rules.State, rep: int) -> str:
-    """Solves some samples of a maze and not others, so pass@k differs from the solve rate."""
-    solver = (maze.content_hash[-1] in "01234567") or rep % 2 == 0
+    """Solves every other sample of some mazes and none of the rest: pass@k lies strictly
+    between the solve rate and 1."""
+    solver = maze.content_hash[-1].isdigit() and rep % 2 == 0
     return oracle(maze, state, rep) if solver else wall_bumper(maze, state, rep)
 
 

@@ -1,0 +1,94 @@
+"""SkyRL's own eval loop writes the dumps rlkit reads: contract test 3.
+
+`skyrl.train.evaluate.evaluate` (the trainer's eval: SkyRL's dataloader over the rows the job's
+entrypoint wrote, its generator, its metrics, and `dump_per_dataset_eval_results`) runs against
+a scripted engine. `rlkit.skyrl_readers.read_eval_dumps` must then report what SkyRL itself
+measured, and what rlkit's own evaluator measures for the same play on the same mazes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from unittest.mock import patch
+
+import pytest
+import scripted_engine as se
+from skyrl.train.config import SkyRLTrainConfig
+from skyrl.train.dataset import PromptDataset
+from skyrl.train.evaluate import evaluate
+from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
+from skyrl.train.utils.trainer_utils import build_dataloader
+
+from rlkit.evaluate import evaluate as rlkit_evaluate
+from rlkit.policies import Response
+from rlkit.skyrl import RunPaths, build_overrides, get_preset
+from rlkit.skyrl_entry import ensure_datasets
+from rlkit.skyrl_readers import read_eval_dumps
+
+SAMPLES = 4
+
+
+class PlayerPolicy:
+    """The engine's scripted player as an rlkit Policy; the k-th episode started on a maze
+    plays as repetition k, as SkyRL's k-th sample of that row does."""
+
+    def __init__(self, player: se.Player) -> None:
+        self.player, self.name = player, player.__name__
+        self.started: Counter[str] = Counter()
+        self.rep: dict[int, int] = {}
+
+    def act(self, states, messages, rngs):
+        out = []
+        for state, rng in zip(states, rngs, strict=True):
+            h = state.maze.content_hash
+            if id(rng) not in self.rep:  # an episode keeps its own stream from start to end
+                self.rep[id(rng)] = self.started[h]
+                self.started[h] += 1
+            out.append(Response(self.player(state.maze, state, self.rep[id(rng)])))
+        return out
+
+
+@pytest.fixture(scope="module")
+def skyrl_eval(tmp_path_factory, encoder):
+    """SkyRL's eval at global step 10 of a preset run whose runs_root is a temp dir."""
+    preset = get_preset(
+        "qwen3vl-8b-6gpu",
+        runs_root=str(tmp_path_factory.mktemp("runs")),
+        eval_set="test",
+        eval_samples=SAMPLES,
+    )
+    paths = RunPaths.for_run(preset, "contract")
+    ensure_datasets(paths.data_dir, 4, preset.eval_set)  # what the job's entrypoint does first
+    cfg = SkyRLTrainConfig.from_cli_overrides(build_overrides(preset, "contract"))
+    tok = encoder.tokenizer
+    ds = PromptDataset(cfg.data.val_data, tok, cfg.trainer.max_prompt_length, num_workers=1)
+    engine = se.ScriptedEngine(encoder, [ds.dataframe[i] for i in range(len(ds))], se.mixed)
+    generator = SkyRLVLMGymGenerator(cfg.generator, cfg.environment.skyrl_gym, engine, tok)
+    with patch("skyrl.train.generators.skyrl_vlm_generator.decode_mm_kwargs", se.decode_features):
+        metrics = asyncio.run(
+            evaluate(build_dataloader(cfg, ds, is_train=False), generator, cfg, 10, tok)
+        )
+    return cfg, metrics
+
+
+def test_rlkit_reads_what_skyrl_measured(skyrl_eval):
+    cfg, metrics = skyrl_eval
+    results = read_eval_dumps(cfg.trainer.export_path)
+    assert list(results) == [10]
+    r = results[10]
+    assert (r.n_mazes, r.samples, r.set, r.step) == (64, SAMPLES, "test", 10)
+    assert r.solve_rate == pytest.approx(metrics["eval/all/avg_score"])
+    assert r.pass_at_k[f"pass@{SAMPLES}"] == pytest.approx(metrics[f"eval/all/pass_at_{SAMPLES}"])
+    assert 0 < r.solve_rate < r.pass_at_k[f"pass@{SAMPLES}"] < 1  # the player makes them differ
+
+
+def test_dump_reads_as_rlkit_own_eval_of_the_same_play(skyrl_eval):
+    cfg, _ = skyrl_eval
+    from_dump = read_eval_dumps(cfg.trainer.export_path)[10]
+    own, _ = rlkit_evaluate(PlayerPolicy(se.mixed), set_name="test", samples=SAMPLES)
+    assert from_dump.test_set_hash == own.test_set_hash
+    assert from_dump.solve_rate == own.solve_rate and from_dump.ci95 == own.ci95
+    assert from_dump.pass_at_k == own.pass_at_k
+    assert from_dump.failures == own.failures and sum(own.failures.values()) > 0
+    assert [sorted(e) for e in from_dump.episodes] == [sorted(e) for e in own.episodes]
