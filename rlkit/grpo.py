@@ -46,8 +46,8 @@ Where this differs from SkyRL (each shown by a test):
 - **No dual-clip.** SkyRL's `dual_clip` loss type caps a negative-advantage token's loss at
   -3 A (ratio e^2, A = -1: 3 instead of 7.39); its default `regular` type, the one the cluster
   runs, is `clipped_surrogate`.
-- **No `token_mean_legacy` and no `prompt_mean` reduction.** `token_mean_legacy`, the cluster
-  preset's, takes the token mean of each micro-batch (`micro_train_batch_size_per_gpu`
+- **No `token_mean_legacy` and no `prompt_mean` reduction.** `token_mean_legacy` (SkyRL's
+  visgym recipe's; the cluster preset runs `token_mean` instead, this trainer's default) takes the token mean of each micro-batch (`micro_train_batch_size_per_gpu`
   consecutive sequences of the mini-batch) and averages those means with equal weight. It is
   `token_mean` only when every micro-batch holds as many loss tokens (or there is one), and
   `sequence_mean` when each holds one sequence. Two micro-batches with 5 and 4 loss tokens whose

@@ -61,6 +61,12 @@ class SkyRLPreset:
     """The recipe's rate: full fine-tuning of an 8B model drifts at higher rates."""
     kl_coef: float = 0.005
     """KL loss to the reference policy (the recipe's value); keeps answers well-formed."""
+    loss_reduction: str = "token_mean"
+    """Departure from the recipe's `token_mean_legacy`, which averages per-micro-batch token
+    means with equal weight, so the objective changed with `micro_batch_per_gpu` and GPU count.
+    `token_mean` (SkyRL's default, DAPO's) averages over every model token of the mini batch:
+    the local trainer's reduction, and the same value whether a row is a turn or an episode
+    (tests/skyrl/test_objective.py)."""
     temperature: float = 1.0
     """Rollout sampling temperature; GRPO needs diverse groups."""
     epochs: int = 20
@@ -163,11 +169,11 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         f"data.train_data=['{paths.data_dir}/train.parquet']",
         f"data.val_data=['{paths.data_dir}/eval.parquet']",
         f"environment.env_class={ENV_ID}",
-        # algorithm: GRPO, no critic; KL as a loss term, the recipe's token_mean_legacy reduction
+        # algorithm: GRPO, no critic; KL as a loss term; the local trainer's loss reduction
         "trainer.algorithm.advantage_estimator=grpo",
         "trainer.algorithm.use_kl_loss=true",
         f"trainer.algorithm.kl_loss_coef={p.kl_coef}",
-        "trainer.algorithm.loss_reduction=token_mean_legacy",
+        f"trainer.algorithm.loss_reduction={p.loss_reduction}",
         f"trainer.policy.optimizer_config.lr={p.lr}",
         # placement: vLLM engines colocated with the FSDP2 policy on every GPU
         f"trainer.policy.model.path={p.model_path}",

@@ -18,6 +18,7 @@ from skyrl.train.utils import validate_cfg
 from rlkit.cli import main as rlkit_main
 from rlkit.skyrl import PRESETS, build_overrides, get_preset
 from rlkit.skyrl_entry import parse_args
+from rlkit.train_config import preset as train_preset
 
 
 def dry_run_overrides(capsys, preset: str, nodes: int) -> list[str]:
@@ -44,6 +45,9 @@ def test_dry_run_command_passes_skyrl_validation(capsys, preset, nodes):
     assert cfg.trainer.placement.policy_num_nodes == nodes
     assert cfg.environment.env_class == "rlkit-maze"
     assert cfg.generator.vision_language_generator and not cfg.generator.batched
+    # the local trainer's objective: SkyRL's token_mean is rlkit's (tests/skyrl/test_objective.py)
+    local = {train_preset(name).grpo.reduction for name in ("smoke", "local-tiny")}
+    assert {cfg.trainer.algorithm.loss_reduction} == local == {"token_mean"}
 
 
 def test_skyrl_rejects_what_rlkit_must_not_emit():

@@ -271,7 +271,7 @@ def test_reduction_weights_equal_skyrl_advantage_rescaling(reduction):
 
 
 def test_token_mean_legacy_hand_computed_equals_no_rlkit_reduction():
-    # token_mean_legacy (the cluster preset's) splits the mini-batch into consecutive
+    # token_mean_legacy (SkyRL's visgym recipe's) splits the mini-batch into consecutive
     # micro-batches of micro_train_batch_size_per_gpu sequences, takes the token mean inside
     # each, and averages those means with equal weight: (1/K) sum_k sum_{k's tokens} l / n_k.
     token_loss = torch.tensor([[4.0, 0, 0, 0], [1.0, 1, 1, 1], [2.0, 2, 0, 0], [0.0, 0, 0, 0]])
