@@ -49,6 +49,7 @@ test: $(STAMP) lint
 lint: $(STAMP)
 	$(VENV)/bin/ruff check rlkit tests benchmarks scripts notebooks
 	$(VENV)/bin/ruff format --check rlkit tests benchmarks scripts notebooks
+	$(PY) scripts/check_layers.py
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format rlkit tests benchmarks scripts notebooks

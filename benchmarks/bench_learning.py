@@ -15,10 +15,10 @@ import json
 import time
 from pathlib import Path
 
-from rlkit.plots import figure_png, load_run_evals, solve_rate_curve
-from rlkit.runs import RunDir
-from rlkit.train import train
-from rlkit.train_config import preset
+from rlkit.notebook.plots import figure_png, load_run_evals, solve_rate_curve
+from rlkit.train.config import preset
+from rlkit.train.runs import RunDir
+from rlkit.train.trainer import train
 
 TARGET_START, TARGET_END, BUDGET_S = 0.50, 0.90, 20 * 60
 

@@ -16,11 +16,11 @@ import time
 import numpy as np
 from PIL import Image, ImageDraw
 
-from rlkit import rules
-from rlkit.env import EnvConfig, make_env
-from rlkit.maze import Action, Maze, generate
-from rlkit.parsing import format_action
-from rlkit.render import RenderStyle, data_uri, render, render_array
+from rlkit.env.maze_env import EnvConfig, make_env
+from rlkit.maze import rules
+from rlkit.maze.core import Action, Maze, generate
+from rlkit.maze.parsing import format_action
+from rlkit.maze.render import RenderStyle, data_uri, render, render_array
 
 
 def walk(maze: Maze, steps: int, rng: np.random.Generator, budget: int) -> list[rules.State]:

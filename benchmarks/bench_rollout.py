@@ -3,8 +3,8 @@
     python benchmarks/bench_rollout.py                 # tiny model built in a temp dir
     python benchmarks/bench_rollout.py --model DIR --samples 4 --free
 
-Batched: `rlkit.rollout.run_episodes` (one model call per turn for all live episodes). Naive:
-`rlkit.rollout.play_episode` per episode with the same per-episode random stream, so both play
+Batched: `rlkit.episodes.rollout.run_episodes` (one model call per turn for all live episodes). Naive:
+`rlkit.episodes.rollout.play_episode` per episode with the same per-episode random stream, so both play
 the same episodes (up to float noise in batched vs unbatched forward passes); the script
 reports how many episodes came out identical as a sanity check.
 """
@@ -17,11 +17,12 @@ import time
 
 import torch
 
-from rlkit.env import EnvConfig
-from rlkit.mazesets import test_set
-from rlkit.models import build_tiny, load
-from rlkit.rollout import episode_rngs, play_episode, run_episodes
-from rlkit.vlm import ModelPolicy
+from rlkit.env.maze_env import EnvConfig
+from rlkit.episodes.rollout import episode_rngs, play_episode, run_episodes
+from rlkit.maze.sets import pinned_set
+from rlkit.model.build import build_tiny
+from rlkit.model.load import load
+from rlkit.model.policy import ModelPolicy
 
 
 def main() -> None:
@@ -38,7 +39,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = args.model or build_tiny(tmp, seed=0)
         policy = ModelPolicy(load(path), constrained=not args.free, max_new_tokens=16)
-        mazes = test_set()
+        mazes = pinned_set()
         cfg = EnvConfig(max_turns=args.max_turns)
         run_episodes(policy, mazes[:2], cfg, seed=args.seed)  # warm-up: allocator, caches
 

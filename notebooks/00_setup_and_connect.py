@@ -28,8 +28,8 @@ local_port = 8265  # dashboard (Jobs API) port of the local head
 probe_python = False  # True: run a tiny job to read the cluster's Python version
 
 # %%
-from rlkit import workbench
-from rlkit.cluster import connect
+from rlkit.cluster.client import connect
+from rlkit.notebook import workbench
 
 workbench.kernel_report()
 

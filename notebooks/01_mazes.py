@@ -24,7 +24,7 @@
 
 # %% tags=["parameters"]
 out_dir = "runs/demo"  # where pictures go (OUT/plots)
-test_set_name = "test"  # a pinned set from rlkit.mazesets
+test_set_name = "test"  # a pinned set from rlkit.maze.sets
 gallery_size = 64  # mazes drawn in the gallery
 browser_size = 5  # the browser's starting size (cells per side)
 
@@ -33,12 +33,12 @@ from collections import Counter
 
 from IPython.display import Image
 
-from rlkit import plots, workbench
-from rlkit.maze import difficulty
-from rlkit.mazesets import test_set
-from rlkit.widgets import maze_browser, maze_view
+from rlkit.maze.core import difficulty
+from rlkit.maze.sets import pinned_set
+from rlkit.notebook import plots, workbench
+from rlkit.notebook.widgets import maze_browser, maze_view
 
-mazes = test_set(test_set_name)
+mazes = pinned_set(test_set_name)
 fig = plots.maze_gallery(mazes[:gallery_size], title=f"Test set '{test_set_name}'")
 workbench.save_png(fig, out_dir, "test_mazes")
 fig

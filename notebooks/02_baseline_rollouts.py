@@ -28,8 +28,8 @@ samples = 8  # episodes per test maze (64 x 1 cannot tell 90% from 95%)
 replay_maze = 0  # test maze index to replay
 
 # %%
-from rlkit import plots, workbench
-from rlkit.widgets import ReplayWidget
+from rlkit.notebook import plots, workbench
+from rlkit.notebook.widgets import ReplayWidget
 
 base = workbench.baseline_evals(out_dir, preset, samples=samples)
 print(workbench.solve_rate_table(base))

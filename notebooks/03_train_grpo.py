@@ -32,9 +32,9 @@ skyrl = {}  # SkyRL preset changes, e.g. {"nodes": 2, "runs_root": "/fsx/rlkit/r
 wait_s = 3 * 3600  # how long a headless run waits for the job (0: don't wait)
 
 # %%
-from rlkit import launch
-from rlkit.cluster import connect
-from rlkit.widgets import JobMonitor
+from rlkit.cluster import launch
+from rlkit.cluster.client import connect
+from rlkit.notebook.widgets import JobMonitor
 
 plan = launch.plan_training(
     preset, out_dir, address=address, run_name=run_name, skyrl_changes=skyrl

@@ -31,7 +31,8 @@ skyrl_export = None  # a SkyRL run's export dir (holding dumped_evals/) instead 
 # %%
 from pathlib import Path
 
-from rlkit import launch, plots, workbench
+from rlkit.cluster import launch
+from rlkit.notebook import plots, workbench
 
 source = skyrl_export or launch.plan_training(preset, out_dir, run_name=run_name).run_dir
 evals = workbench.checkpoint_evals(source)

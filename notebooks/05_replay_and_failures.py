@@ -30,8 +30,9 @@ maze = None  # test maze index; None: one where the two checkpoints disagree
 # %%
 from IPython.display import HTML, display
 
-from rlkit import launch, workbench
-from rlkit.widgets import CheckpointDiffWidget, ReplayWidget
+from rlkit.cluster import launch
+from rlkit.notebook import workbench
+from rlkit.notebook.widgets import CheckpointDiffWidget, ReplayWidget
 
 run_dir = launch.plan_training(preset, out_dir, run_name=run_name).run_dir
 evals = workbench.checkpoint_evals(run_dir)

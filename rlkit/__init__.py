@@ -1,8 +1,17 @@
 """rlkit: a Jupyter-first workbench for GRPO post-training of vision-language models on mazes.
 
-Layers, bottom to top (a module imports only from its own layer or below):
-maze, render -> env, policies -> data, models, grpo, runs, evaluate -> rollout, train, skyrl
--> cluster, plots, widgets, cli.
+Packages by layer, bottom to top; a package imports only from packages below it (and the three
+base modules), and `scripts/check_layers.py` (part of `make lint`) enforces it:
+
+    errors, fsio, stats   base: import nothing of rlkit
+    maze      the game: mazes, pinned sets, rules, rendering, answer parsing
+    env       skyrl-gym env (`rlkit-maze`) and SkyRL dataset rows
+    episodes  policies, batched rollouts, evaluation, failure taxonomy
+    model     Qwen3-VL: build, load, encode, batch, policy            (torch)
+    train     config, GRPO math, trainer, warm start, runs, metrics    (torch)
+    cluster   Ray: connect, jobs, launch; skyrl/ presets, entry, readers (ray)
+    notebook  workbench steps, widgets, plots, demo          (ipywidgets, matplotlib)
+    cli       the `rlkit` command
 """
 
 __version__ = "0.1.0"

@@ -20,7 +20,7 @@ def port() -> int:
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A real local Ray head (dashboard + Jobs API on 127.0.0.1), stopped after the session."""
-    from rlkit.cluster import connect
+    from rlkit.cluster.client import connect
 
     c = connect(local_port=free_port(), local_num_cpus=2)
     assert c.local_head is not None and c.local_head.started

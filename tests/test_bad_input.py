@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from ray.job_submission import JobStatus
 
-from rlkit import cli
-from rlkit.cluster import connect
-from rlkit.env import MazeEnv
+from rlkit.cli import main as cli
+from rlkit.cluster.client import connect
+from rlkit.env.maze_env import MazeEnv
 from rlkit.errors import RlkitError, UsageError
-from rlkit.maze import generate
+from rlkit.maze.core import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD_MAZE = generate(3, 3, 0).to_dict()
@@ -104,7 +104,7 @@ def test_model_directory_that_is_not_qwen3_vl(capsys, tmp_path):
 
 def test_usage_error_from_a_real_process():
     out = subprocess.run(
-        [sys.executable, "-m", "rlkit.cli", "train", "--preset", "smoke", "--run-dir", "r"]
+        [sys.executable, "-m", "rlkit.cli.main", "train", "--preset", "smoke", "--run-dir", "r"]
         + ["--set", "grpo.lr=fast"],
         capture_output=True,
         text=True,
@@ -160,7 +160,7 @@ def test_bad_env_config_or_extras_is_a_usage_error(env_config, extras, needle):
 
 
 def test_dataset_file_problems_say_how_to_regenerate(tmp_path):
-    from rlkit.data import read_rows
+    from rlkit.env.data import read_rows
 
     with pytest.raises(UsageError, match="rlkit data --out"):
         read_rows(tmp_path / "missing.parquet")
@@ -203,11 +203,11 @@ def test_head_that_never_answers_times_out():
 
 
 def test_credentials_in_pip_urls_are_masked():
-    from rlkit.jobs import describe_submission
+    from rlkit.cluster.jobs import describe_submission
 
     text = describe_submission(
         "rlkit-x-1",
-        "python -m rlkit.cli eval --policy oracle",
+        "python -m rlkit.cli.main eval --policy oracle",
         {
             "working_dir": "/src",
             "env_vars": {"HF_TOKEN": "hf_secret123"},
@@ -269,7 +269,7 @@ def test_secret_env_forwarded_by_submit_is_masked(capsys, monkeypatch):
 
 
 def test_jobs_client_calls_are_bounded_when_the_head_goes_silent(ray_cluster):
-    from rlkit.jobs import JobHandle
+    from rlkit.cluster.jobs import JobHandle
 
     stall = threading.Event()
     real_status = ray_cluster.client.get_job_status

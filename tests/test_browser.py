@@ -98,10 +98,10 @@ class DevTools:
 
 @pytest.fixture(scope="module")
 def executed_replay_notebook(tmp_path_factory) -> Path:
-    from rlkit.demo import ensure_kernel, execute
-    from rlkit.launch import plan_training
-    from rlkit.train import train
-    from rlkit.train_config import preset
+    from rlkit.cluster.launch import plan_training
+    from rlkit.notebook.demo import ensure_kernel, execute
+    from rlkit.train.config import preset
+    from rlkit.train.trainer import train
 
     out = tmp_path_factory.mktemp("browser")
     train(preset("smoke"), plan_training("smoke", out).run_dir, progress=False)

@@ -1,4 +1,4 @@
-"""rlkit.cluster against a real local Ray head and the real Jobs API.
+"""rlkit.cluster.client against a real local Ray head and the real Jobs API.
 
 One head for the whole module (starting one costs ~10-40 s), on a free port so that other Ray
 instances on the machine are neither reused nor disturbed; it is stopped at the end.
@@ -15,14 +15,14 @@ import pytest
 import ray
 from ray.job_submission import JobStatus
 
-from rlkit.cluster import connect
-from rlkit.errors import RlkitError, UsageError
-from rlkit.jobs import (
+from rlkit.cluster.client import connect
+from rlkit.cluster.jobs import (
     mask_env,
     next_submission_id,
     records_for_run,
     working_dir_runtime_env,
 )
+from rlkit.errors import RlkitError, UsageError
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +186,7 @@ def test_submission_ids_count_up_per_run():
 
 
 def test_records_for_run_ordered_by_index():
-    from rlkit.jobs import JobRecord
+    from rlkit.cluster.jobs import JobRecord
 
     def rec(sid: str) -> JobRecord:
         return JobRecord(sid, "SUCCEEDED", None, "true", 0, 0, None)
@@ -217,7 +217,7 @@ def test_env_values_are_masked():
 def run_cli(*argv: str) -> int:
     import argparse
 
-    from rlkit import cli_cluster
+    from rlkit.cli import cluster as cli_cluster
 
     parser = argparse.ArgumentParser(prog="rlkit")
     cli_cluster.register(parser.add_subparsers(dest="command", required=True))
@@ -251,7 +251,7 @@ def test_cli_submit_dry_run_prints_the_whole_command(capsys, monkeypatch):
     argv = ["submit", "--preset", "qwen3vl-8b-6gpu", "--address", "http://127.0.0.1:8265"]
     assert run_cli(*argv, "--dry-run", "--run-name", "a", "--env", "WANDB_API_KEY") == 0
     out = capsys.readouterr().out
-    assert "python -m rlkit.skyrl_entry --data-dir /fsx/rlkit/runs/a/data" in out
+    assert "python -m rlkit.cluster.skyrl.entry --data-dir /fsx/rlkit/runs/a/data" in out
     assert "generator.inference_engine.num_engines=6" in out
     assert "WANDB_API_KEY=***" in out and "wandb-secret-123" not in out
     with pytest.raises(UsageError, match="NOT_SET_ANYWHERE: not set"):

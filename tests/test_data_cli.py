@@ -6,11 +6,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rlkit.cli import main
-from rlkit.data import read_rows, write_datasets
-from rlkit.env import MazeEnv
+from rlkit.cli.main import main
+from rlkit.env.data import read_rows, write_datasets
+from rlkit.env.maze_env import MazeEnv
 from rlkit.errors import UsageError
-from rlkit.mazesets import test_set
+from rlkit.maze.sets import pinned_set
 
 
 def test_datasets_in_skyrl_row_format(tmp_path):
@@ -24,7 +24,7 @@ def test_datasets_in_skyrl_row_format(tmp_path):
     msgs, _ = env.init(row["prompt"])
     assert msgs[-1]["role"] == "user"
     eval_hashes = [json.loads(r["extra_info"]["maze"])["hash"] for r in read_rows(evals)]
-    assert eval_hashes == [m.content_hash for m in test_set()]
+    assert eval_hashes == [m.content_hash for m in pinned_set()]
     train_hashes = {json.loads(r["extra_info"]["maze"])["hash"] for r in rows}
     assert not train_hashes & set(eval_hashes)
     assert json.loads((tmp_path / "manifest.json").read_text())["eval_rows"] == 64
@@ -63,5 +63,7 @@ def test_cli_maze_data_and_errors(tmp_path, capsys):
 
 
 def test_console_script_usage_error_exit_code():
-    r = subprocess.run([sys.executable, "-m", "rlkit.cli", "eval"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "rlkit.cli.main", "eval"], capture_output=True, text=True
+    )
     assert r.returncode == 2 and "--policy" in r.stderr

@@ -6,17 +6,17 @@ import skyrl_gym
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlkit import rules
-from rlkit.env import ENV_ID, EnvConfig, MazeEnv, make_env, register_env
+from rlkit.env.maze_env import ENV_ID, EnvConfig, MazeEnv, make_env, register_env
 from rlkit.errors import UsageError
-from rlkit.maze import Action, Maze, optimal_action
-from rlkit.mazesets import test_set
-from rlkit.parsing import format_action
+from rlkit.maze import rules
+from rlkit.maze.core import Action, Maze, optimal_action
+from rlkit.maze.parsing import format_action
+from rlkit.maze.sets import pinned_set
 
 
 @pytest.fixture(scope="module")
 def maze() -> Maze:
-    return test_set()[5]
+    return pinned_set()[5]
 
 
 def test_skyrl_gym_make_init_step_roundtrip(maze):
@@ -62,7 +62,7 @@ def test_oracle_solves_with_reward_one_every_config(maze, observation, prompt_st
 
 
 def rules_path(maze):
-    from rlkit.maze import shortest_path
+    from rlkit.maze.core import shortest_path
 
     return shortest_path(maze)
 
@@ -105,11 +105,11 @@ def test_multiple_moves_per_turn(maze):
 
 
 def test_episode_determinism_same_seed(maze):
-    from rlkit.policies import scripted_policy
-    from rlkit.rollout import run_episodes
+    from rlkit.episodes.policies import scripted_policy
+    from rlkit.episodes.rollout import run_episodes
 
     def digest():
-        trajs = run_episodes(scripted_policy("eps-oracle:0.5"), test_set()[:8], samples=3, seed=7)
+        trajs = run_episodes(scripted_policy("eps-oracle:0.5"), pinned_set()[:8], samples=3, seed=7)
         return hashlib.sha256("".join(t.to_json() for t in trajs).encode()).hexdigest()
 
     assert digest() == digest()
@@ -144,7 +144,7 @@ def test_missing_maze_in_extras():
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.text(max_size=60), min_size=1, max_size=14))
 def test_env_never_raises_on_any_model_text(texts):
-    env = make_env(test_set()[0], EnvConfig(max_turns=12, observation="text"))
+    env = make_env(pinned_set()[0], EnvConfig(max_turns=12, observation="text"))
     env.init()
     for t in texts:
         out = env.step(t)
@@ -156,8 +156,8 @@ def test_env_never_raises_on_any_model_text(texts):
 
 
 def test_rows_carry_their_env_and_sets_have_their_own_task(tmp_path):
-    from rlkit.data import read_rows, write_datasets
-    from rlkit.env import env_for_set
+    from rlkit.env.data import read_rows, write_datasets
+    from rlkit.env.maze_env import env_for_set
 
     _, evals = write_datasets(tmp_path, 4, eval_set="test-large")
     row = read_rows(evals)[0]

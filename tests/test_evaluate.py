@@ -3,14 +3,10 @@ import math
 
 import pytest
 
-from rlkit.errors import UsageError
-from rlkit.evaluate import EvalResult, compare, evaluate
-from rlkit.failures import classify
-from rlkit.maze import Action
-from rlkit.mazesets import test_set
-from rlkit.parsing import format_action
-from rlkit.policies import Response, scripted_policy
-from rlkit.rollout import (
+from rlkit.episodes.evaluate import EvalResult, compare, evaluate
+from rlkit.episodes.failures import classify
+from rlkit.episodes.policies import Response, scripted_policy
+from rlkit.episodes.rollout import (
     Trajectory,
     episode_rngs,
     history_window,
@@ -19,6 +15,10 @@ from rlkit.rollout import (
     replay_states,
     run_episodes,
 )
+from rlkit.errors import UsageError
+from rlkit.maze.core import Action
+from rlkit.maze.parsing import format_action
+from rlkit.maze.sets import pinned_set
 from rlkit.stats import mcnemar_exact, pass_at_k, wilson
 
 
@@ -84,7 +84,7 @@ def test_random_lands_near_expected_rate():
 
 
 def test_scripted_results_identical_batched_vs_plain_loop():
-    mazes = test_set()[:10]
+    mazes = pinned_set()[:10]
     policy = scripted_policy("eps-oracle:0.4")
     batched = run_episodes(policy, mazes, samples=1, seed=3)
     rngs = episode_rngs(3, len(mazes))
@@ -94,8 +94,8 @@ def test_scripted_results_identical_batched_vs_plain_loop():
 
 
 def test_replay_rebuilds_every_state(tmp_path):
-    trajs = run_episodes(scripted_policy("eps-oracle:0.5"), test_set()[:4], samples=2, seed=0)
-    from rlkit.rollout import save_trajectories
+    trajs = run_episodes(scripted_policy("eps-oracle:0.5"), pinned_set()[:4], samples=2, seed=0)
+    from rlkit.episodes.rollout import save_trajectories
 
     loaded = load_trajectories(save_trajectories(tmp_path / "t.jsonl", trajs))
     for t in loaded:
@@ -125,7 +125,7 @@ class _Fixed:
 
 
 def test_failure_taxonomy_kinds():
-    maze = test_set()[0]
+    maze = pinned_set()[0]
 
     def one(texts):
         (t,) = run_episodes(_Fixed(texts), [maze])

@@ -1,6 +1,6 @@
 import torch
 
-from rlkit.fastattn import uniform_varlen_attention
+from rlkit.model.vision_attention import uniform_varlen_attention
 
 
 def _reference(q, k, v, lengths):
@@ -23,14 +23,15 @@ def test_uniform_and_mixed_lengths_match_per_image_attention():
 
 
 def test_loaded_model_uses_it_and_outputs_are_unchanged(tmp_path):
-    from rlkit.batching import build_batch
-    from rlkit.env import make_env
-    from rlkit.mazesets import test_set
-    from rlkit.models import build_tiny, load
+    from rlkit.env.maze_env import make_env
+    from rlkit.maze.sets import pinned_set
+    from rlkit.model.batching import build_batch
+    from rlkit.model.build import build_tiny
+    from rlkit.model.load import load
 
     lm = load(build_tiny(tmp_path / "m"))
     assert lm.model.config.vision_config._attn_implementation.startswith("rlkit_flash")
-    batch = build_batch(lm, [lm.encoder.encode(make_env(m).init()[0]) for m in test_set()[:6]])
+    batch = build_batch(lm, [lm.encoder.encode(make_env(m).init()[0]) for m in pinned_set()[:6]])
     with torch.no_grad():
         fast = lm.model.model(**batch.model_inputs()).last_hidden_state
         lm.model.config.vision_config._attn_implementation = "sdpa"

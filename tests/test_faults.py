@@ -2,7 +2,7 @@
 
 Every scenario ends by comparing against one uninterrupted `smoke` run with the same seed
 (module fixture): the final weights bit for bit, metrics.jsonl minus `timing/*`, the data
-cursor. Faults are placed with RLKIT_FAULT (rlkit/faults.py), so a kill lands inside the
+cursor. Faults are placed with RLKIT_FAULT (rlkit/train/faults.py), so a kill lands inside the
 rollout, the optimizer step or a checkpoint write deterministically; one kill per run lands
 at a seeded random moment instead. Trainer processes run in their own session and are killed
 with it when a test fails.
@@ -26,11 +26,12 @@ import torch
 from ray.job_submission import JobStatus
 from safetensors.torch import load_file
 
-from rlkit import cli, faults
-from rlkit.launch import training_entrypoint
-from rlkit.runs import MARKER, CheckpointWarning, RunDir, checkpoint_problem
-from rlkit.train import Trainer, train
-from rlkit.train_config import preset
+from rlkit.cli import main as cli
+from rlkit.cluster.launch import training_entrypoint
+from rlkit.train import faults
+from rlkit.train.config import preset
+from rlkit.train.runs import MARKER, CheckpointWarning, RunDir, checkpoint_problem
+from rlkit.train.trainer import Trainer, train
 
 ROOT = Path(__file__).resolve().parent.parent
 CKPT_STEPS = (2, 4, 6, 8)
@@ -93,7 +94,7 @@ def spawn(tmp_path):
         log = tmp_path / f"trainer-{len(started)}.log"
         with open(log, "w") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "rlkit.cli", "train", "--preset", "smoke"]
+                [sys.executable, "-m", "rlkit.cli.main", "train", "--preset", "smoke"]
                 + ["--run-dir", str(run)],
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -15,9 +15,9 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlkit.env import EnvConfig, MazeEnv
-from rlkit.maze import Action, generate
-from rlkit.parsing import PARSERS, format_action, parse_actions
+from rlkit.env.maze_env import EnvConfig, MazeEnv
+from rlkit.maze.core import Action, generate
+from rlkit.maze.parsing import PARSERS, format_action, parse_actions
 
 N_ADVERSARIAL = 12_000
 PARSE_BOUND_S = 0.25

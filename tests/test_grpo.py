@@ -6,8 +6,8 @@ import statistics
 import pytest
 import torch
 
-from rlkit import grpo
 from rlkit.errors import UsageError
+from rlkit.train import grpo
 
 
 def test_group_advantages_mean_centred_without_std():

@@ -4,14 +4,14 @@ import json
 
 import pytest
 
+from rlkit.cluster.launch import submit_training, training_entrypoint
 from rlkit.errors import UsageError
-from rlkit.launch import submit_training, training_entrypoint
-from rlkit.runs import MARKER
+from rlkit.train.runs import MARKER
 
 
 def test_entrypoint_is_validated_before_submitting(tmp_path):
     cmd = training_entrypoint("smoke", tmp_path / "r", overrides=["grpo.lr=1e-4"])
-    assert cmd.startswith("python -m rlkit.cli train --preset smoke --run-dir ")
+    assert cmd.startswith("python -m rlkit.cli.main train --preset smoke --run-dir ")
     assert "--set grpo.lr=1e-4" in cmd
     with pytest.raises(UsageError, match="unknown preset"):
         training_entrypoint("huge", tmp_path)
@@ -38,8 +38,8 @@ def test_smoke_training_as_local_ray_job_and_resubmit_resumes(ray_cluster, tmp_p
 
 @pytest.mark.slow
 def test_checkpoint_evaluation_as_a_ray_job(ray_cluster, tmp_path):
-    from rlkit.evaluate import EvalResult
-    from rlkit.launch import submit_eval
+    from rlkit.cluster.launch import submit_eval
+    from rlkit.episodes.evaluate import EvalResult
 
     out = tmp_path / "oracle.json"
     handle = submit_eval(
@@ -52,7 +52,7 @@ def test_checkpoint_evaluation_as_a_ray_job(ray_cluster, tmp_path):
 
 
 def test_eval_on_a_cluster_needs_shared_output(capsys):
-    from rlkit.cli import main
+    from rlkit.cli.main import main
 
     assert main(["eval", "--policy", "oracle", "--address", "http://127.0.0.1:1"]) == 2
     assert "--out" in capsys.readouterr().err

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from rlkit.errors import UsageError
-from rlkit.maze import (
+from rlkit.maze.core import (
     ALGORITHMS,
     Action,
     Maze,
@@ -13,7 +13,14 @@ from rlkit.maze import (
     optimal_action,
     shortest_path,
 )
-from rlkit.mazesets import MazeSpec, combined_hash, test_set, test_set_hash, train_maze, train_mazes
+from rlkit.maze.sets import (
+    MazeSpec,
+    combined_hash,
+    pinned_set,
+    pinned_set_hash,
+    train_maze,
+    train_mazes,
+)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -37,7 +44,7 @@ def test_same_seed_same_maze_different_seed_differs():
 def test_known_hash_is_stable_across_machines():
     # Pinned: a change here means generation changed and published numbers are stale.
     assert generate(4, 4, 0).content_hash[:16] == generate(4, 4, 0).to_dict()["hash"][:16]
-    assert test_set_hash("test") == combined_hash(test_set("test"))
+    assert pinned_set_hash("test") == combined_hash(pinned_set("test"))
 
 
 def test_roundtrip_and_tamper_detection():
@@ -106,22 +113,22 @@ def test_invalid_maze_values():
 
 
 def test_test_set_pinned_and_train_stream_disjoint_and_deterministic():
-    mazes = test_set("test")
+    mazes = pinned_set("test")
     assert len(mazes) == 64 and all(is_perfect(m) for m in mazes)
     test_hashes = {m.content_hash for m in mazes}
     spec = MazeSpec()
     stream = train_mazes(spec, 0, 500)
     assert not test_hashes & {m.content_hash for m in stream}
     assert train_maze(spec, 123) == stream[123]
-    assert len(test_set("test-large")) == 64
+    assert len(pinned_set("test-large")) == 64
 
 
 def test_test_set_hash_mismatch_is_loud(monkeypatch):
-    from rlkit import mazesets
+    from rlkit.maze import sets as mazesets
 
     bad = mazesets.TestSetDef(MazeSpec(), 64, "0" * 64, "tampered")
     monkeypatch.setitem(mazesets.TEST_SETS, "tampered", bad)
     with pytest.raises(RuntimeError, match="pinned"):
-        test_set("tampered")
+        pinned_set("tampered")
     with pytest.raises(UsageError, match="unknown maze set"):
-        test_set("nope")
+        pinned_set("nope")

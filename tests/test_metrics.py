@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from rlkit import metrics
 from rlkit.errors import UsageError
-from rlkit.metrics import MetricsLogger, NullLogger, timer
-from rlkit.runs import RunDir
+from rlkit.train import metrics
+from rlkit.train.metrics import MetricsLogger, NullLogger, timer
+from rlkit.train.runs import RunDir
 
 
 @pytest.fixture

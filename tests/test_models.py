@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from rlkit.chat import ChatEncoder
-from rlkit.env import EnvConfig, make_env
+from rlkit.env.maze_env import EnvConfig, make_env
 from rlkit.errors import UsageError
-from rlkit.mazesets import test_set
-from rlkit.models import build_tiny, check_checkpoint, load
-from rlkit.render import image_from_data_uri
+from rlkit.maze.render import image_from_data_uri
+from rlkit.maze.sets import pinned_set
+from rlkit.model.build import build_tiny
+from rlkit.model.chat import ChatEncoder
+from rlkit.model.load import check_checkpoint, load
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def loaded(tiny):
 
 def _conversation(cfg: EnvConfig | None = None) -> list[dict]:
     """Two observations (one after a parse error): two images, feedback text."""
-    env = make_env(test_set()[3], cfg or EnvConfig())
+    env = make_env(pinned_set()[3], cfg or EnvConfig())
     msgs, _ = env.init()
     out = env.step("no idea")
     return [*msgs, {"role": "assistant", "content": "no idea"}, *out["observations"]]

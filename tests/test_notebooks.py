@@ -8,7 +8,7 @@ from urllib.parse import urlparse
 import jupytext
 import pytest
 
-from rlkit.demo import NOTEBOOK_DIR, NOTEBOOKS, ensure_kernel, execute, run_demo
+from rlkit.notebook.demo import NOTEBOOK_DIR, NOTEBOOKS, ensure_kernel, execute, run_demo
 
 
 def test_every_notebook_is_paired_stored_without_outputs_and_has_a_parameters_cell():
@@ -58,4 +58,4 @@ def test_quick_demo_executes_every_notebook(ray_cluster, tmp_path):
     params = {"out_dir": str(out), "preset": "qwen3vl-8b-6gpu", "local_port": port}
     dry = execute("03_train_grpo", tmp_path / "dry", params, kernel=ensure_kernel())
     text = Path(dry).read_text()
-    assert "no cluster: dry run" in text and "rlkit.skyrl_entry" in text
+    assert "no cluster: dry run" in text and "rlkit.cluster.skyrl.entry" in text

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlkit.maze import Action
-from rlkit.parsing import MAX_CHARS, format_action, parse_action, parse_actions
+from rlkit.maze.core import Action
+from rlkit.maze.parsing import MAX_CHARS, format_action, parse_action, parse_actions
 
 
 @pytest.mark.parametrize(

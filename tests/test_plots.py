@@ -7,13 +7,13 @@ import pytest
 from matplotlib.figure import Figure
 from PIL import Image
 
-from rlkit import plots
+from rlkit.episodes.evaluate import KINDS, evaluate
+from rlkit.episodes.policies import scripted_policy
 from rlkit.errors import UsageError
-from rlkit.evaluate import KINDS, evaluate
-from rlkit.maze import difficulty
-from rlkit.mazesets import test_set
-from rlkit.policies import scripted_policy
-from rlkit.runs import RunDir
+from rlkit.maze.core import difficulty
+from rlkit.maze.sets import pinned_set
+from rlkit.notebook import plots
+from rlkit.train.runs import RunDir
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +153,7 @@ def test_failure_breakdown_bars_match_counts(evals):
 
 
 def test_maze_gallery_titles_state_difficulty():
-    mazes = test_set()[:5]
+    mazes = pinned_set()[:5]
     fig = plots.maze_gallery(mazes, cols=3)
     shown = [ax for ax in fig.axes if ax.images]
     assert len(shown) == 5 and len(fig.axes) == 6

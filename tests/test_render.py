@@ -3,11 +3,10 @@ import hashlib
 import numpy as np
 import pytest
 
-from rlkit import rules
 from rlkit.errors import UsageError
-from rlkit.maze import Action, generate
-from rlkit.mazesets import test_set
-from rlkit.render import (
+from rlkit.maze import rules
+from rlkit.maze.core import Action, generate
+from rlkit.maze.render import (
     RenderStyle,
     data_uri,
     draw_arrow,
@@ -18,6 +17,7 @@ from rlkit.render import (
     render_array,
     to_ascii,
 )
+from rlkit.maze.sets import pinned_set
 
 
 def _walk(maze, actions):
@@ -29,7 +29,7 @@ def _walk(maze, actions):
 
 def test_ego_view_size_and_agent_centre():
     style = RenderStyle()  # ego, radius 2, 8 px -> 6x6 cells
-    m = test_set()[3]
+    m = pinned_set()[3]
     arr = render_array(rules.initial(m), style)
     assert arr.shape == (48, 48, 3)
     # agent cell is index (2, 2) in the window: its interior pixel is the agent colour
@@ -64,7 +64,7 @@ def test_trail_and_last_move_drawn():
 
 
 def test_render_is_deterministic_by_image_hash():
-    m = test_set()[7]
+    m = pinned_set()[7]
     s = _walk(m, [Action.UP, Action.RIGHT, Action.DOWN])
     h1 = hashlib.sha256(render(s).tobytes()).hexdigest()
     h2 = hashlib.sha256(
@@ -74,7 +74,7 @@ def test_render_is_deterministic_by_image_hash():
 
 
 def test_png_and_data_uri_roundtrip():
-    img = render(rules.initial(test_set()[0]))
+    img = render(rules.initial(pinned_set()[0]))
     assert png_bytes(img)[:8] == b"\x89PNG\r\n\x1a\n"
     uri = data_uri(img)
     assert uri.startswith("data:image/png;base64,")

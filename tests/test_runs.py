@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rlkit import runs
 from rlkit.errors import RlkitError, UsageError
-from rlkit.runs import MARKER, CheckpointWarning, RunDir
+from rlkit.train import runs
+from rlkit.train.runs import MARKER, CheckpointWarning, RunDir
 
 
 def payload(step: int):
@@ -180,7 +180,7 @@ def test_disk_full_in_manifest_keeps_previous_checkpoint(tmp_path, monkeypatch):
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from rlkit.runs import RunDir
+    from rlkit.train.runs import RunDir
     lock = RunDir(sys.argv[1]).lock()
     lock.acquire()
     print("locked", flush=True)

@@ -12,21 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from rlkit.data import build_rows
-from rlkit.env import ENV_ID, EnvConfig, env_for_set
-from rlkit.errors import UsageError
-from rlkit.maze import optimal_action
-from rlkit.mazesets import test_set, test_spec
-from rlkit.parsing import format_action
-from rlkit.skyrl import build_overrides, entrypoint_command, get_preset
-from rlkit.skyrl_entry import parse_args
-from rlkit.skyrl_readers import (
+from rlkit.cluster.skyrl.entry import parse_args
+from rlkit.cluster.skyrl.presets import build_overrides, entrypoint_command, get_preset
+from rlkit.cluster.skyrl.readers import (
     LATEST_MARKER,
     list_checkpoints,
     read_eval_dumps,
     read_eval_episodes,
     split_turns,
 )
+from rlkit.env.data import build_rows
+from rlkit.env.maze_env import ENV_ID, EnvConfig, env_for_set
+from rlkit.errors import UsageError
+from rlkit.maze.core import optimal_action
+from rlkit.maze.parsing import format_action
+from rlkit.maze.sets import pinned_set, pinned_spec
 
 
 def as_dict(overrides: list[str]) -> dict[str, str]:
@@ -64,7 +64,7 @@ def test_preset_rejects_batches_that_do_not_split_over_gpus():
 def test_entrypoint_command_round_trips_through_the_shell():
     preset = get_preset("qwen3vl-8b-6gpu")
     argv = shlex.split(entrypoint_command(preset, "run-a"))
-    assert argv[:3] == ["python", "-m", "rlkit.skyrl_entry"]
+    assert argv[:3] == ["python", "-m", "rlkit.cluster.skyrl.entry"]
     args, overrides = parse_args(argv[3:])
     assert args.data_dir == "/fsx/rlkit/runs/run-a/data" and args.train_rows == 256
     assert overrides == build_overrides(preset, "run-a")
@@ -130,8 +130,8 @@ def test_split_turns_recovers_the_answers():
 
 def test_eval_dumps_become_rlkit_eval_results(tmp_path: Path):
     cfg = EnvConfig()
-    _, rows = build_rows(n_train=1, spec=test_spec("test"), eval_set="test", cfg=cfg)
-    mazes = test_set("test")
+    _, rows = build_rows(n_train=1, spec=pinned_spec("test"), eval_set="test", cfg=cfg)
+    mazes = pinned_set("test")
     step_dir = tmp_path / "dumped_evals" / "global_step_10_evals"
     step_dir.mkdir(parents=True)
     records = []

@@ -6,15 +6,15 @@ from dataclasses import replace
 import pytest
 import torch
 
-from rlkit import grpo
+from rlkit.episodes.evaluate import EvalResult
+from rlkit.episodes.rollout import run_episodes
 from rlkit.errors import UsageError
-from rlkit.evaluate import EvalResult
-from rlkit.mazesets import train_mazes
-from rlkit.metrics import NullLogger
-from rlkit.rollout import run_episodes
-from rlkit.runs import MARKER
-from rlkit.train import Trainer, train
-from rlkit.train_config import TrainConfig, preset
+from rlkit.maze.sets import train_mazes
+from rlkit.train import grpo
+from rlkit.train.config import TrainConfig, preset
+from rlkit.train.metrics import NullLogger
+from rlkit.train.runs import MARKER
+from rlkit.train.trainer import Trainer, train
 
 
 def _cfg(**sched) -> TrainConfig:

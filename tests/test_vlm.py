@@ -6,14 +6,21 @@ import numpy as np
 import pytest
 import torch
 
-from rlkit.env import EnvConfig
+from rlkit.env.maze_env import EnvConfig
+from rlkit.episodes.policies import EpsOraclePolicy, RandomPolicy
+from rlkit.episodes.rollout import episode_rngs, history_window, play_episode, run_episodes
 from rlkit.errors import UsageError
-from rlkit.mazesets import test_set
-from rlkit.models import build_tiny, load
-from rlkit.parsing import parse_actions
-from rlkit.policies import EpsOraclePolicy, RandomPolicy
-from rlkit.rollout import episode_rngs, history_window, play_episode, run_episodes
-from rlkit.vlm import ModelPolicy, build_batch, forward_hidden, load_policy, response_logprobs
+from rlkit.maze.parsing import parse_actions
+from rlkit.maze.sets import pinned_set
+from rlkit.model.build import build_tiny
+from rlkit.model.load import load
+from rlkit.model.policy import (
+    ModelPolicy,
+    build_batch,
+    forward_hidden,
+    load_policy,
+    response_logprobs,
+)
 
 SHORT = EnvConfig(max_turns=4)
 
@@ -34,7 +41,7 @@ def loaded(tiny):
 
 @pytest.fixture(scope="module")
 def mazes():
-    return test_set()[:6]
+    return pinned_set()[:6]
 
 
 def _signature(trajs):
@@ -124,7 +131,7 @@ def test_sampled_logprobs_equal_training_forward(loaded, mazes, constrained):
 
 def _replayed_prompts(traj) -> list[list[dict]]:
     """The windowed messages of each turn, rebuilt by stepping a fresh env with the answers."""
-    from rlkit.env import make_env
+    from rlkit.env.maze_env import make_env
 
     env = make_env(traj.maze_obj, EnvConfig(max_turns=2))
     conv, _ = env.init()
@@ -179,7 +186,7 @@ def test_load_policy(tiny):
 
 
 def test_distinct_image_encoding_matches_plain_forward(loaded, mazes):
-    from rlkit.env import make_env
+    from rlkit.env.maze_env import make_env
 
     msgs = [make_env(m).init()[0] for m in mazes[:3]] * 2  # each picture twice
     msgs[1] = [*msgs[1], {"role": "assistant", "content": "x"}, msgs[1][-1]]  # a longer prompt

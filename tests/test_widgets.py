@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from rlkit import widgets as w
+from rlkit.episodes.policies import Response, scripted_policy
+from rlkit.episodes.rollout import run_episodes
 from rlkit.errors import RlkitError, UsageError
-from rlkit.maze import Action, generate
-from rlkit.parsing import format_action
-from rlkit.policies import Response, scripted_policy
-from rlkit.render import to_ascii
-from rlkit.rollout import run_episodes
-from rlkit.rules import initial
-from rlkit.runs import RunDir
+from rlkit.maze.core import Action, generate
+from rlkit.maze.parsing import format_action
+from rlkit.maze.render import to_ascii
+from rlkit.maze.rules import initial
+from rlkit.notebook import widgets as w
+from rlkit.train.runs import RunDir
 
 MAZE = generate(4, 4, seed=3)
 

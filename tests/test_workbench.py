@@ -5,14 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from rlkit import launch, workbench
+from rlkit.cluster import launch
+from rlkit.episodes.evaluate import EvalResult, evaluate
+from rlkit.episodes.failures import KINDS, classify
+from rlkit.episodes.policies import scripted_policy
 from rlkit.errors import UsageError
-from rlkit.evaluate import EvalResult, evaluate
-from rlkit.failures import KINDS, classify
-from rlkit.policies import scripted_policy
-from rlkit.runs import RunDir
-from rlkit.train import train
-from rlkit.train_config import preset
+from rlkit.notebook import workbench
+from rlkit.train.config import preset
+from rlkit.train.runs import RunDir
+from rlkit.train.trainer import train
 
 
 @pytest.fixture(scope="module")
@@ -149,13 +150,18 @@ def test_plans_for_local_and_cluster_presets(tmp_path):
     local = launch.plan_training("smoke", tmp_path, run_name="my run")
     assert local.run_name == "my-run" and local.run_dir == str((tmp_path / "my-run").resolve())
     assert (
-        local.command.startswith("python -m rlkit.cli train --preset smoke") and not local.dry_run
+        local.command.startswith("python -m rlkit.cli.main train --preset smoke")
+        and not local.dry_run
     )
     sky = launch.plan_training("qwen3vl-8b-6gpu", tmp_path, skyrl_changes={"nodes": 2})
     assert sky.dry_run and sky.sky.num_gpus == 12
     assert sky.run_dir == "/fsx/rlkit/runs/qwen3vl-8b-6gpu"
     text = str(sky)
-    assert "no cluster: dry run" in text and "rlkit.skyrl_entry" in text and "GPUs:     12" in text
+    assert (
+        "no cluster: dry run" in text
+        and "rlkit.cluster.skyrl.entry" in text
+        and "GPUs:     12" in text
+    )
     assert launch.launch_plan(sky, None) is None
     with pytest.raises(UsageError, match="needs a cluster"):
         launch.launch_plan(local, None)
@@ -169,8 +175,8 @@ def test_checkpoint_evals_refuses_a_directory_that_is_no_run(tmp_path):
 
 
 def test_save_png(tmp_path):
-    from rlkit.mazesets import test_set
-    from rlkit.plots import maze_gallery
+    from rlkit.maze.sets import pinned_set
+    from rlkit.notebook.plots import maze_gallery
 
-    path = workbench.save_png(maze_gallery(test_set()[:4]), tmp_path, "g")
+    path = workbench.save_png(maze_gallery(pinned_set()[:4]), tmp_path, "g")
     assert path == tmp_path / "plots" / "g.png" and path.read_bytes()[:4] == b"\x89PNG"

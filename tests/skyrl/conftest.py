@@ -6,14 +6,24 @@ real-engine tests serve rlkit's tiny model with vLLM's CPU build.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
+import scripted_engine as se
+from skyrl.train.config import SkyRLTrainConfig
+from skyrl.train.dataset import PromptDataset
+from skyrl.train.evaluate import evaluate
+from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
+from skyrl.train.utils.trainer_utils import build_dataloader
 from transformers import AutoProcessor
 
-from rlkit.chat import ChatEncoder
-from rlkit.env import register_env
-from rlkit.models import build_tiny
+from rlkit.cluster.skyrl.entry import ensure_datasets
+from rlkit.cluster.skyrl.presets import RunPaths, build_overrides, get_preset
+from rlkit.env.maze_env import register_env
+from rlkit.model.build import build_tiny
+from rlkit.model.chat import ChatEncoder
 
 HERE = Path(__file__).parent
 
@@ -47,4 +57,27 @@ def encoder(processor) -> ChatEncoder:
 
 @pytest.fixture(autouse=True, scope="session")
 def _registered() -> None:
-    register_env()  # what rlkit.skyrl_entry does inside the Ray task
+    register_env()  # what rlkit.cluster.skyrl.entry does inside the Ray task
+
+
+@pytest.fixture(scope="session")
+def skyrl_eval(tmp_path_factory, encoder):
+    """SkyRL's eval at global step 10 of a preset run whose runs_root is a temp dir."""
+    preset = get_preset(
+        "qwen3vl-8b-6gpu",
+        runs_root=str(tmp_path_factory.mktemp("runs")),
+        eval_set="test",
+        eval_samples=4,
+    )
+    paths = RunPaths.for_run(preset, "contract")
+    ensure_datasets(paths.data_dir, 4, preset.eval_set)  # what the job's entrypoint does first
+    cfg = SkyRLTrainConfig.from_cli_overrides(build_overrides(preset, "contract"))
+    tok = encoder.tokenizer
+    ds = PromptDataset(cfg.data.val_data, tok, cfg.trainer.max_prompt_length, num_workers=1)
+    engine = se.ScriptedEngine(encoder, [ds.dataframe[i] for i in range(len(ds))], se.mixed)
+    generator = SkyRLVLMGymGenerator(cfg.generator, cfg.environment.skyrl_gym, engine, tok)
+    with patch("skyrl.train.generators.skyrl_vlm_generator.decode_mm_kwargs", se.decode_features):
+        metrics = asyncio.run(
+            evaluate(build_dataloader(cfg, ds, is_train=False), generator, cfg, 10, tok)
+        )
+    return cfg, metrics

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from rlkit import rules
-from rlkit.chat import ChatEncoder
-from rlkit.env import EnvConfig, maze_from_extras
-from rlkit.maze import Action, Maze, optimal_action
-from rlkit.parsing import format_action, parse_actions
+from rlkit.env.maze_env import EnvConfig, maze_from_extras
+from rlkit.maze import rules
+from rlkit.maze.core import Action, Maze, optimal_action
+from rlkit.maze.parsing import format_action, parse_actions
+from rlkit.model.chat import ChatEncoder
 
 Player = Callable[[Maze, rules.State, int], str]
 """(maze, where the player believes it is, repetition id) -> answer text."""

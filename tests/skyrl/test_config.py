@@ -1,7 +1,7 @@
 """Every SkyRL command rlkit prints passes SkyRL's own config parsing and validation: test 2.
 
 The overrides are taken from what `rlkit submit --dry-run` prints (the entrypoint line, split as
-the job's shell splits it, then `rlkit.skyrl_entry.parse_args`), for every cluster preset at 1, 2
+the job's shell splits it, then `rlkit.cluster.skyrl.entry.parse_args`), for every cluster preset at 1, 2
 and 4 nodes, and given to `SkyRLTrainConfig.from_cli_overrides` (unknown keys and wrong types
 fail there) and `validate_cfg` (batch sizes, colocation, the VLM generator's requirements, loss
 and estimator registries). All of `validate_cfg` runs on CPU in skyrl 0.4.0.
@@ -15,10 +15,10 @@ import pytest
 from skyrl.train.config import SkyRLTrainConfig
 from skyrl.train.utils import validate_cfg
 
-from rlkit.cli import main as rlkit_main
-from rlkit.skyrl import PRESETS, build_overrides, get_preset
-from rlkit.skyrl_entry import parse_args
-from rlkit.train_config import preset as train_preset
+from rlkit.cli.main import main as rlkit_main
+from rlkit.cluster.skyrl.entry import parse_args
+from rlkit.cluster.skyrl.presets import PRESETS, build_overrides, get_preset
+from rlkit.train.config import preset as train_preset
 
 
 def dry_run_overrides(capsys, preset: str, nodes: int) -> list[str]:
@@ -26,7 +26,7 @@ def dry_run_overrides(capsys, preset: str, nodes: int) -> list[str]:
     out = capsys.readouterr().out
     (line,) = [ln for ln in out.splitlines() if ln.startswith("entrypoint:")]
     argv = shlex.split(line.removeprefix("entrypoint:"))
-    assert argv[:3] == ["python", "-m", "rlkit.skyrl_entry"]
+    assert argv[:3] == ["python", "-m", "rlkit.cluster.skyrl.entry"]
     _, overrides = parse_args(argv[3:])
     return overrides
 

@@ -2,31 +2,22 @@
 
 `skyrl.train.evaluate.evaluate` (the trainer's eval: SkyRL's dataloader over the rows the job's
 entrypoint wrote, its generator, its metrics, and `dump_per_dataset_eval_results`) runs against
-a scripted engine. `rlkit.skyrl_readers.read_eval_dumps` must then report what SkyRL itself
+a scripted engine. `rlkit.cluster.skyrl.readers.read_eval_dumps` must then report what SkyRL itself
 measured, and what rlkit's own evaluator measures for the same play on the same mazes.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
-from unittest.mock import patch
 
 import pytest
 import scripted_engine as se
-from skyrl.train.config import SkyRLTrainConfig
-from skyrl.train.dataset import PromptDataset
-from skyrl.train.evaluate import evaluate
-from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
-from skyrl.train.utils.trainer_utils import build_dataloader
 
-from rlkit.evaluate import evaluate as rlkit_evaluate
-from rlkit.policies import Response
-from rlkit.skyrl import RunPaths, build_overrides, get_preset
-from rlkit.skyrl_entry import ensure_datasets
-from rlkit.skyrl_readers import read_eval_dumps
+from rlkit.cluster.skyrl.readers import read_eval_dumps
+from rlkit.episodes.evaluate import evaluate as rlkit_evaluate
+from rlkit.episodes.policies import Response
 
-SAMPLES = 4
+SAMPLES = 4  # the skyrl_eval fixture's eval samples per maze (tests/skyrl/conftest.py)
 
 
 class PlayerPolicy:
@@ -49,31 +40,9 @@ class PlayerPolicy:
         return out
 
 
-@pytest.fixture(scope="module")
-def skyrl_eval(tmp_path_factory, encoder):
-    """SkyRL's eval at global step 10 of a preset run whose runs_root is a temp dir."""
-    preset = get_preset(
-        "qwen3vl-8b-6gpu",
-        runs_root=str(tmp_path_factory.mktemp("runs")),
-        eval_set="test",
-        eval_samples=SAMPLES,
-    )
-    paths = RunPaths.for_run(preset, "contract")
-    ensure_datasets(paths.data_dir, 4, preset.eval_set)  # what the job's entrypoint does first
-    cfg = SkyRLTrainConfig.from_cli_overrides(build_overrides(preset, "contract"))
-    tok = encoder.tokenizer
-    ds = PromptDataset(cfg.data.val_data, tok, cfg.trainer.max_prompt_length, num_workers=1)
-    engine = se.ScriptedEngine(encoder, [ds.dataframe[i] for i in range(len(ds))], se.mixed)
-    generator = SkyRLVLMGymGenerator(cfg.generator, cfg.environment.skyrl_gym, engine, tok)
-    with patch("skyrl.train.generators.skyrl_vlm_generator.decode_mm_kwargs", se.decode_features):
-        metrics = asyncio.run(
-            evaluate(build_dataloader(cfg, ds, is_train=False), generator, cfg, 10, tok)
-        )
-    return cfg, metrics
-
-
 def test_rlkit_reads_what_skyrl_measured(skyrl_eval):
     cfg, metrics = skyrl_eval
+    assert cfg.generator.eval_n_samples_per_prompt == SAMPLES
     results = read_eval_dumps(cfg.trainer.export_path)
     assert list(results) == [10]
     r = results[10]

@@ -25,9 +25,9 @@ from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
 from skyrl.train.generators.utils import prepare_generator_input
 from skyrl.train.utils.trainer_utils import validate_generator_output
 
-from rlkit.cli import main as rlkit_main
-from rlkit.env import ENV_ID, MazeEnv
-from rlkit.skyrl import build_overrides, get_preset
+from rlkit.cli.main import main as rlkit_main
+from rlkit.cluster.skyrl.presets import build_overrides, get_preset
+from rlkit.env.maze_env import ENV_ID, MazeEnv
 
 PLAYERS = {
     "oracle": se.oracle,

@@ -1,7 +1,7 @@
-"""rlkit.grpo against SkyRL's own GRPO math (`skyrl.backends.skyrl_train.utils.ppo_utils`).
+"""rlkit.train.grpo against SkyRL's own GRPO math (`skyrl.backends.skyrl_train.utils.ppo_utils`).
 
 Where rlkit mirrors SkyRL the tests assert equality to float32 tolerance; where it deliberately
-differs (listed in `rlkit/grpo.py`'s module docstring) a test asserts the difference on an input
+differs (listed in `rlkit/train/grpo.py`'s module docstring) a test asserts the difference on an input
 chosen to show it. SkyRL applies a loss reduction by rescaling the advantages of a mini-batch
 (`apply_loss_reduction_to_advantages_minibatch`) and then summing the per-token loss
 (`reduce_loss`) over micro-batches; rlkit writes the same reduction as per-token weights. The two
@@ -22,8 +22,8 @@ from skyrl.backends.skyrl_train.utils import ppo_utils as sky
 from skyrl.backends.skyrl_train.utils.torch_utils import masked_mean as sky_masked_mean
 from skyrl.train.config import AlgorithmConfig
 
-from rlkit import grpo
 from rlkit.errors import UsageError
+from rlkit.train import grpo
 
 pytestmark = pytest.mark.skyrl
 

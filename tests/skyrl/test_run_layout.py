@@ -20,9 +20,9 @@ from skyrl.train.utils.trainer_utils import (
     validate_consistency_for_latest_checkpoint,
 )
 
-from rlkit.models import check_checkpoint
-from rlkit.skyrl import RunPaths, build_overrides, get_preset
-from rlkit.skyrl_readers import LATEST_MARKER, latest_step, list_checkpoints
+from rlkit.cluster.skyrl.presets import RunPaths, build_overrides, get_preset
+from rlkit.cluster.skyrl.readers import LATEST_MARKER, latest_step, list_checkpoints
+from rlkit.model.load import check_checkpoint
 
 
 class Workers:

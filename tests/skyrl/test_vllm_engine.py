@@ -1,7 +1,7 @@
 """SkyRL's own inference client and VLM generator driving a real vLLM server, checked against rlkit.
 
 One vLLM OpenAI-compatible server per module (CPU, float32, the tiny Qwen3-VL from
-`rlkit.models.build_tiny`). SkyRL 0.4.0's `RemoteInferenceClient` feeds `SkyRLVLMGymGenerator`,
+`rlkit.model.build.build_tiny`). SkyRL 0.4.0's `RemoteInferenceClient` feeds `SkyRLVLMGymGenerator`,
 which plays rlkit-maze episodes from rlkit's pinned `test` rows read by SkyRL's `PromptDataset`.
 Every answer is replayed through rlkit's env and encoder: rewards, prompt ids, image placeholders
 and pixel values must agree, and vLLM's rollout logprobs must agree with rlkit's training
@@ -37,12 +37,13 @@ from skyrl.train.generators.utils import prepare_generator_input
 from skyrl.train.utils.trainer_utils import validate_generator_output
 from vllm.entrypoints.serve.dev.cache import api_router as vllm_cache_routes
 
-from rlkit.batching import VISION_TOKENS, build_batch, response_logprobs
-from rlkit.chat import Encoded
-from rlkit.data import write_datasets
-from rlkit.env import ENV_ID, env_for_set, make_env, maze_from_extras, register_env
-from rlkit.maze import Action
-from rlkit.models import LoadedModel, build_tiny, load
+from rlkit.env.data import write_datasets
+from rlkit.env.maze_env import ENV_ID, env_for_set, make_env, maze_from_extras, register_env
+from rlkit.maze.core import Action
+from rlkit.model.batching import VISION_TOKENS, build_batch, response_logprobs
+from rlkit.model.build import build_tiny
+from rlkit.model.chat import Encoded
+from rlkit.model.load import LoadedModel, load
 
 try:  # tests/skyrl is a plain directory: a package named `skyrl` would shadow SkyRL itself
     from vllm_server import make_client, run, start_server

@@ -1,0 +1,1 @@
+"""The `rlkit` command (`main`) and its cluster subcommands (`cluster`)."""

@@ -1,0 +1,180 @@
+"""`rlkit jobs` and `rlkit submit`: Ray jobs from a terminal, same calls as the notebooks.
+
+    rlkit submit --preset qwen3vl-8b-6gpu --address http://127.0.0.1:8265 --dry-run
+    rlkit submit --preset qwen3vl-8b-6gpu --address sagemaker_ray://hp-cluster/ray --run-name a
+    rlkit jobs list --address http://127.0.0.1:8265
+    rlkit jobs logs rlkit-a-1 --follow
+    rlkit jobs stop rlkit-a-1
+
+`register(subparsers)` adds the subcommands to the main parser; each handler returns an exit
+code and raises `UsageError` / `RlkitError` for the main CLI to print in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+from rlkit.errors import UsageError
+
+LOCAL_ADDRESS = "http://127.0.0.1:8265"
+
+
+def _address(args: argparse.Namespace) -> str:
+    """The address flag, else RAY_ADDRESS, else the local head rlkit starts."""
+    return args.address or os.environ.get("RAY_ADDRESS") or LOCAL_ADDRESS
+
+
+def _connect(args: argparse.Namespace):
+    from rlkit.cluster.client import connect
+
+    cluster = connect(_address(args))
+    for note in cluster.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return cluster
+
+
+def _jobs_list(args: argparse.Namespace) -> int:
+    cluster = _connect(args)
+    records = cluster.jobs()
+    if args.run:
+        from rlkit.cluster.jobs import records_for_run
+
+        records = records_for_run(args.run, records)
+    if not records:
+        print(f"no jobs on {cluster.address}")
+    for r in records:
+        print(r)
+    return 0
+
+
+def _handle(args: argparse.Namespace):
+    cluster = _connect(args)
+    if args.job.startswith("rlkit-") or args.job.startswith("raysubmit_"):
+        return cluster.job(args.job)
+    return cluster.reattach(args.job)  # a run name: its newest job
+
+
+def _jobs_status(args: argparse.Namespace) -> int:
+    job = _handle(args)
+    print(f"{job.submission_id} {job.status().value}")
+    return 0
+
+
+def _jobs_logs(args: argparse.Namespace) -> int:
+    job = _handle(args)
+    if not args.follow:
+        print(job.logs(), end="")
+        return 0
+
+    async def follow() -> None:
+        async for chunk in job.tail():
+            print(chunk, end="", flush=True)
+
+    try:
+        asyncio.run(follow())
+    except KeyboardInterrupt:
+        print(f"\nstopped following; the job runs on (rlkit jobs stop {job.submission_id})")
+    return 0
+
+
+def _jobs_stop(args: argparse.Namespace) -> int:
+    job = _handle(args)
+    stopped = job.stop()
+    print(f"{job.submission_id}: {'stop requested' if stopped else 'had already ended'}")
+    return 0
+
+
+def _forwarded_env(names: list[str]) -> dict[str, str]:
+    missing = [n for n in names if n not in os.environ]
+    if missing:
+        raise UsageError(f"--env {' '.join(missing)}: not set in this shell; export it first")
+    return {n: os.environ[n] for n in names}
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from rlkit.cluster.jobs import describe_submission
+    from rlkit.cluster.launch import launch_plan, plan_training
+    from rlkit.cluster.skyrl.presets import PRESETS, build_overrides, job_env_vars
+
+    if args.preset not in PRESETS:
+        raise UsageError(f"unknown SkyRL preset {args.preset!r}; choose from {', '.join(PRESETS)}")
+
+    changes = {
+        k: v
+        for k, v in {
+            "nodes": args.nodes,
+            "model_path": args.model,
+            "logger": args.logger,
+            "runs_root": args.runs_root,
+            "vllm_attention_backend": args.attention_backend,
+        }.items()
+        if v is not None
+    }
+    plan = plan_training(
+        args.preset, ".", address=_address(args), run_name=args.run_name, skyrl_changes=changes
+    )
+    env_vars = job_env_vars(plan.sky, _forwarded_env(args.env))
+    if args.dry_run:
+        metadata = {"rlkit_run_name": plan.run_name, "preset": args.preset, "run_dir": plan.run_dir}
+        runtime_env = {"working_dir": "<this rlkit checkout>", "env_vars": env_vars}
+        print(
+            describe_submission(
+                f"rlkit-{plan.run_name}-<next>", plan.command, runtime_env, metadata
+            )
+        )
+        print(f"address:       {plan.address}")
+        print(f"resources:     driver 1 CPU; SkyRL asks for {plan.sky.num_gpus} GPUs")
+        print("skyrl overrides:")
+        for item in build_overrides(plan.sky, plan.run_name):
+            print(f"  {item}")
+        return 0
+    cluster = _connect(args)
+    job = launch_plan(plan, cluster, env_vars=_forwarded_env(args.env))
+    print(cluster.last_submission)
+    print(f"submitted {job.submission_id}; follow: rlkit jobs logs {job.submission_id} --follow")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `jobs {list|status|logs|stop}` and `submit` to the main `rlkit` parser."""
+    from rlkit.cluster.skyrl.presets import PRESETS
+
+    address = argparse.ArgumentParser(add_help=False)
+    address.add_argument(
+        "--address", help=f"Jobs API address (default: $RAY_ADDRESS, else {LOCAL_ADDRESS})"
+    )
+
+    jobs = subparsers.add_parser("jobs", help="list, inspect, follow and stop Ray jobs")
+    sub = jobs.add_subparsers(dest="jobs_command", required=True)
+    p = sub.add_parser("list", parents=[address], help="every job on the cluster")
+    p.add_argument("--run", help="only this run's jobs")
+    p.set_defaults(func=_jobs_list)
+    for name, func, help_ in (
+        ("status", _jobs_status, "a job's status"),
+        ("logs", _jobs_logs, "a job's output"),
+        ("stop", _jobs_stop, "stop a job"),
+    ):
+        p = sub.add_parser(name, parents=[address], help=help_)
+        p.add_argument("job", help="submission id (rlkit-RUN-N) or run name (its newest job)")
+        if name == "logs":
+            p.add_argument("--follow", action="store_true", help="stream until the job ends")
+        p.set_defaults(func=func)
+
+    p = subparsers.add_parser(
+        "submit", parents=[address], help="launch a SkyRL GRPO run as a Ray job"
+    )
+    p.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    p.add_argument("--run-name", help="run dir and job name (default: the preset name)")
+    p.add_argument("--nodes", type=int, help="GPU nodes (batch sizes scale with it)")
+    p.add_argument("--model", help="HF id or /fsx path of the starting model")
+    p.add_argument("--logger", help="console, wandb, tensorboard or mlflow")
+    p.add_argument("--runs-root", help="shared storage for run dirs (default /fsx/rlkit/runs)")
+    p.add_argument("--attention-backend", help="VLLM_ATTENTION_BACKEND, e.g. TRITON_ATTN")
+    p.add_argument(
+        "--env", action="append", default=[], metavar="NAME", help="forward an env var (masked)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="print what would run; submit nothing")
+    p.set_defaults(func=_submit)

@@ -1,0 +1,302 @@
+"""The `rlkit` command: the same workflow as the notebooks, from a terminal or CI.
+
+    rlkit maze --size 5 --seed 3 --png maze.png
+    rlkit data --out data/ --train 256
+    rlkit eval --policy oracle --set test --json
+    rlkit model tiny --out models/tiny
+    rlkit demo --out runs/demo
+
+Errors a user can fix print one line (no traceback): exit 2 for bad arguments or input, 1 when
+the world was not as needed (a missing file, an unreachable cluster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rlkit import __version__
+from rlkit.errors import RlkitError, UsageError
+
+
+def _cmd_maze(args: argparse.Namespace) -> int:
+    from rlkit.maze import rules
+    from rlkit.maze.core import difficulty, generate
+    from rlkit.maze.render import RenderStyle, render, to_ascii
+
+    maze = generate(
+        args.size,
+        args.width or args.size,
+        args.seed,
+        algorithm=args.algorithm,
+        placement=args.placement,
+        min_path=args.min_path,
+    )
+    state = rules.initial(maze)
+    print(to_ascii(state))
+    d = difficulty(maze)
+    print(
+        f"path_length={d.path_length} turns={d.turns} junctions={d.junctions} "
+        f"dead_ends={d.dead_ends} hash={maze.content_hash[:12]}"
+    )
+    if args.png:
+        render(state, RenderStyle(view="full", cell_px=args.cell_px)).save(args.png)
+        print(f"wrote {args.png}")
+    return 0
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    from rlkit.env.data import write_datasets
+
+    train, evals = write_datasets(args.out, args.train, eval_set=args.set)
+    print(f"wrote {train} and {evals}")
+    return 0
+
+
+def load_policy(name: str, *, greedy: bool = False, device: str = "cpu"):
+    """A scripted policy by name, or a model policy from a checkpoint directory."""
+    from rlkit.episodes.policies import is_scripted, scripted_policy
+
+    if is_scripted(name):
+        return scripted_policy(name)
+    if not Path(name).exists():
+        raise UsageError(
+            f"policy {name!r} is neither random|oracle|eps-oracle:E nor an existing model directory"
+        )
+    from rlkit.model.policy import load_policy as load_model_policy
+
+    return load_model_policy(name, greedy=greedy, device=device)
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from rlkit.episodes.evaluate import evaluate
+
+    if args.address:  # a GPU Ray job on the cluster, e.g. for a SkyRL HF export on /fsx
+        from rlkit.cluster.launch import submit_eval
+
+        if not args.out:
+            raise UsageError("--address needs --out on shared storage (e.g. /fsx/.../eval.json)")
+        handle = submit_eval(
+            args.policy,
+            args.out,
+            address=args.address,
+            set_name=args.set,
+            samples=args.samples,
+            device=args.device if args.device != "cpu" else "cuda",
+            gpus=args.gpus,
+            follow=True,
+        )
+        return 0 if handle.status() == "SUCCEEDED" else 1
+    policy = load_policy(args.policy, greedy=args.greedy, device=args.device)
+    result, trajs = evaluate(
+        policy,
+        set_name=args.set,
+        samples=args.samples,
+        seed=args.seed,
+        history=args.history,
+        progress=not args.json and sys.stderr.isatty(),
+        mode="greedy" if args.greedy else "sampled",
+    )
+    if args.out:
+        result.save(args.out, trajs)
+    if args.json:
+        print(json.dumps(result.to_dict() if args.full else _brief(result.to_dict())))
+    else:
+        print(result.summary())
+        if any(result.failures.values()):
+            print("failures: " + ", ".join(f"{k}={v}" for k, v in result.failures.items()))
+    return 0
+
+
+def _brief(d: dict) -> dict:
+    """The JSON without per-maze rows (those go to --out)."""
+    return {k: v for k, v in d.items() if k != "per_maze"}
+
+
+def _cmd_model(args: argparse.Namespace) -> int:
+    from rlkit.model.build import build_tiny
+
+    path = build_tiny(args.out, seed=args.seed)
+    print(f"wrote tiny Qwen3-VL to {path}")
+    return 0
+
+
+def _parse_sets(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set {item!r}: write section.field=value, e.g. grpo.lr=1e-4")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from rlkit.train.config import preset
+
+    cfg = preset(args.preset).with_overrides(_parse_sets(args.set))
+    if args.address:
+        from rlkit.cluster.launch import submit_training
+
+        handle = submit_training(
+            args.preset,
+            args.run_dir,
+            address=args.address,
+            resume=args.resume,
+            overrides=args.set,
+            follow=not args.detach,
+        )
+        status = handle.status()
+        print(f"job {handle.submission_id}: {status}")
+        return 0 if args.detach or status == "SUCCEEDED" else 1
+    from rlkit.train.trainer import train
+
+    summary = train(cfg, args.run_dir, resume=args.resume)
+    print(json.dumps(summary))
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from rlkit.notebook.plots import (
+        figure_png,
+        load_metrics,
+        load_run_evals,
+        solve_rate_curve,
+        training_curves,
+    )
+
+    run = Path(args.run_dir)
+    # a SkyRL run dir (its exports/ hold dumped_evals/) or its export dir, else a local run
+    dumps = next((d for d in (run, run / "exports") if (d / "dumped_evals").is_dir()), None)
+    if dumps is not None:
+        from rlkit.cluster.skyrl.readers import read_eval_dumps
+
+        evals = read_eval_dumps(dumps, policy=run.name)
+    else:
+        evals = load_run_evals(run)
+    if not evals:
+        raise UsageError(f"{run} has no evals/global_step_N.json yet: train first (rlkit train)")
+    phases = [r for r in load_metrics(run) if r.get("train/phase") == "warm_start"]
+    ws_end = max((r["step"] for r in phases), default=None)
+    fig = solve_rate_curve(evals, warm_start_end=ws_end, run_id=run.name)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(figure_png(fig))
+    if args.curves:
+        Path(args.curves).write_bytes(figure_png(training_curves(run, run_id=run.name)))
+    print(f"wrote {out}" + (f" and {args.curves}" if args.curves else ""))
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from rlkit.notebook.demo import run_demo
+
+    run_demo(args.out, quick=args.quick)  # prints the solve-rate table as it finishes
+    print(f"results: {Path(args.out) / 'summary.json'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rlkit", description=__doc__.split("\n")[0])
+    p.add_argument("--version", action="version", version=f"rlkit {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    m = sub.add_parser("maze", help="generate one maze and show it")
+    m.add_argument("--size", type=int, default=5, help="rows (and columns unless --width)")
+    m.add_argument("--width", type=int, default=None)
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--algorithm", default="wilson", choices=["wilson", "dfs"])
+    m.add_argument("--placement", default="corners", choices=["corners", "random"])
+    m.add_argument("--min-path", type=int, default=1)
+    m.add_argument("--cell-px", type=int, default=24)
+    m.add_argument("--png", default=None, help="also write the picture here")
+    m.set_defaults(func=_cmd_maze)
+
+    d = sub.add_parser("data", help="write SkyRL-format train/eval parquet files")
+    d.add_argument("--out", required=True)
+    d.add_argument("--train", type=int, default=256, help="training rows")
+    d.add_argument("--set", default="test", help="eval split: a named test set")
+    d.set_defaults(func=_cmd_data)
+
+    e = sub.add_parser("eval", help="evaluate a policy on a test set")
+    e.add_argument("--policy", required=True, help="random | oracle | eps-oracle:E | MODEL_DIR")
+    e.add_argument("--set", default="test")
+    e.add_argument("--samples", type=int, default=1, help="episodes per maze (k for pass@k)")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--history", type=int, default=1, help="turns of history the model sees")
+    e.add_argument("--greedy", action="store_true", help="argmax decoding instead of sampling")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.add_argument("--full", action="store_true", help="with --json: include per-maze rows")
+    e.add_argument("--out", default=None, help="write the JSON and trajectories JSONL here")
+    e.add_argument("--device", default="cpu", help="torch device for a model policy (cuda on GPUs)")
+    e.add_argument(
+        "--address",
+        default=None,
+        help="run the evaluation as a GPU Ray job on this cluster (SkyRL exports)",
+    )
+    e.add_argument("--gpus", type=float, default=1, help="with --address: GPUs for the job")
+    e.set_defaults(func=_cmd_eval)
+
+    mo = sub.add_parser("model", help="build models")
+    mo.add_argument("kind", choices=["tiny"])
+    mo.add_argument("--out", required=True)
+    mo.add_argument("--seed", type=int, default=0)
+    mo.set_defaults(func=_cmd_model)
+
+    t = sub.add_parser("train", help="GRPO training on the local backend (or as a Ray job)")
+    t.add_argument("--preset", required=True, help="smoke | local-tiny")
+    t.add_argument("--run-dir", required=True)
+    t.add_argument("--resume", default="latest", choices=["latest", "none"])
+    t.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. --set grpo.lr=1e-4 (repeatable)",
+    )
+    t.add_argument(
+        "--address",
+        default=None,
+        help="submit as a Ray job: 'local' (start/reuse a local head), http://HOST:8265, sagemaker_ray://...",
+    )
+    t.add_argument("--detach", action="store_true", help="with --address: submit and return")
+    t.set_defaults(func=_cmd_train)
+
+    pl = sub.add_parser("plot", help="solve rate across checkpoints (PNG)")
+    pl.add_argument("--run-dir", required=True)
+    pl.add_argument("--out", required=True, help="PNG path")
+    pl.add_argument("--curves", default=None, help="also write training curves to this PNG")
+    pl.set_defaults(func=_cmd_plot)
+
+    from rlkit.cli.cluster import register
+
+    register(sub)
+
+    de = sub.add_parser("demo", help="the whole workflow on the embedded default")
+    de.add_argument("--out", default="runs/demo")
+    de.add_argument("--quick", action="store_true", help="seconds-long settings (CI)")
+    de.set_defaults(func=_cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as e:
+        print(f"rlkit {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except RlkitError as e:
+        print(f"rlkit {args.command}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"rlkit {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,415 @@
+"""Reach a Ray cluster from a notebook or terminal and run rlkit's work on it as Ray jobs.
+
+Everything goes through Ray's Jobs API (HTTP on the dashboard port), never Ray Client
+(`ray://`): Ray Client kills the workload after 30 s without a connection and needs the
+client's Ray and Python to match the cluster exactly, which a notebook on a laptop or in
+Studio cannot promise. A job keeps running when the notebook's kernel dies, and
+`Cluster.reattach(run_name)` finds it again.
+
+Addresses `connect()` understands:
+  None                          a local head on 127.0.0.1 (started, or reused if one answers)
+  http://host:8265              a remote head, e.g. through `kubectl port-forward`
+  sagemaker_ray://cluster/ns    HyperPod through `toolkit-for-ray-on-sagemaker-ai`
+
+    from rlkit.cluster.client import connect
+    cluster = connect()                 # local head, Jobs API on 127.0.0.1
+    print(cluster.summary())
+    job = cluster.submit("smoke", "python -m rlkit.cli.main eval --policy oracle")
+    job.wait(600)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import platform
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.job_submission import JobSubmissionClient
+
+from rlkit.cluster.jobs import (
+    DEFAULT_REQUEST_TIMEOUT_S,
+    JobHandle,
+    JobRecord,
+    describe_submission,
+    next_submission_id,
+    project_root,
+    records_for_run,
+    to_record,
+    working_dir_runtime_env,
+)
+from rlkit.cluster.localhead import (
+    ADDRESS_ENV_VARS,
+    DEFAULT_DASHBOARD_PORT,
+    LocalHead,
+    start_local_head,
+)
+from rlkit.errors import RlkitError, UsageError
+
+__all__ = ["Cluster", "ClusterSummary", "JobHandle", "JobRecord", "LocalHead", "connect"]
+
+
+SUBMIT_DEADLINE_S = 300.0
+"""Submitting uploads the working dir (up to 100 MiB): slower links need minutes, not 20 s."""
+
+
+class _TimedJobClient(JobSubmissionClient):
+    """Ray's Jobs client with a timeout on every HTTP request.
+
+    Ray's client sends its requests without a timeout, so a head that accepts the connection
+    but never answers would hang a notebook cell forever.
+    """
+
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+
+    def _do_request(self, method: str, endpoint: str, **kwargs: Any):
+        kwargs.setdefault("timeout", self.request_timeout_s)
+        return super()._do_request(method, endpoint, **kwargs)
+
+
+def _within[T](seconds: float, what: str, fn: Callable[[], T]) -> T:
+    """Run `fn` in a daemon thread and give up after `seconds`.
+
+    A per-request timeout does not bound DNS resolution or a credential lookup, so connecting
+    needs a wall-clock deadline of its own.
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread below
+            box["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError(f"{what} did not answer within {seconds:.0f} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+@contextlib.contextmanager
+def _without_address_env() -> Iterator[None]:
+    """Hide RAY_ADDRESS & co. while Ray's client resolves an explicit address."""
+    saved = {k: os.environ.pop(k) for k in ADDRESS_ENV_VARS if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def _resolve_address(address: str | None) -> tuple[str | None, list[str]]:
+    """Apply the environment's address variables visibly; refuse Ray Client addresses."""
+    notes: list[str] = []
+    env = next(((k, os.environ[k]) for k in ADDRESS_ENV_VARS if os.environ.get(k)), None)
+    if address is None and env is not None:
+        address = env[1]
+        notes.append(f"using {env[0]}={env[1]} from the environment (unset it for a local head)")
+    elif env is not None and env[1] != address:
+        notes.append(f"ignoring {env[0]}={env[1]} from the environment: {address} was given")
+    if address is not None:
+        address = address.strip().rstrip("/")
+        scheme = address.split("://", 1)[0] if "://" in address else ""
+        if scheme == "ray":
+            raise UsageError(
+                f"{address}: ray:// (Ray Client) is not supported: it drops the job after 30 s "
+                "without a connection; give the Jobs API address instead, e.g. http://HEAD:8265"
+            )
+        if scheme == "":
+            raise UsageError(
+                f"{address}: give a Jobs API URL such as http://HEAD:8265 or "
+                "sagemaker_ray://CLUSTER/NAMESPACE (the dashboard port, not the GCS port 6379)"
+            )
+        if scheme == "sagemaker_ray" and importlib.util.find_spec("sagemaker_ray") is None:
+            raise RlkitError(
+                f"{address} needs the toolkit-for-ray-on-sagemaker-ai package: "
+                "pip install 'rlkit[sagemaker]' (or port-forward the head and use http://)"
+            )
+        if scheme not in ("http", "https", "sagemaker_ray"):
+            raise UsageError(
+                f"{address}: unknown scheme {scheme}://; use http(s):// or sagemaker_ray://"
+            )
+    return address, notes
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    """What a cluster has and runs, in a form a person reads at a glance."""
+
+    address: str
+    nodes_alive: int
+    nodes_dead: int
+    gpus: dict[str, float]
+    """GPU count by accelerator type (Ray's `accelerator_type:*` resource), alive nodes only."""
+    cpus: float
+    memory_gib: float
+    client_ray: str
+    cluster_ray: str
+    client_python: str
+    cluster_python: str | None
+    """None unless probed: the Jobs API does not report it, finding out costs a small job."""
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = field(default=())
+
+    def _lines(self) -> list[tuple[str, str]]:
+        gpus = ", ".join(f"{n:g}x {t}" for t, n in sorted(self.gpus.items())) or "none"
+        cluster_py = self.cluster_python or "not probed (summary(probe_python=True))"
+        return [
+            ("address", self.address),
+            ("nodes", f"{self.nodes_alive} alive, {self.nodes_dead} dead"),
+            ("GPUs", gpus),
+            ("CPUs", f"{self.cpus:g}"),
+            ("memory", f"{self.memory_gib:.1f} GiB"),
+            ("Ray", f"client {self.client_ray}, cluster {self.cluster_ray}"),
+            ("Python", f"client {self.client_python}, cluster {cluster_py}"),
+        ]
+
+    def __str__(self) -> str:
+        lines = [f"{k:>8}: {v}" for k, v in self._lines()]
+        lines += [f"    note: {n}" for n in self.notes]
+        lines += [f" WARNING: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        rows = "".join(
+            f"<tr><th style='text-align:right'>{escape(k)}</th><td>{escape(v)}</td></tr>"
+            for k, v in self._lines()
+        )
+        rows += "".join(f"<tr><td colspan=2><i>{escape(n)}</i></td></tr>" for n in self.notes)
+        rows += "".join(
+            f"<tr><td colspan=2 style='color:#b00'>&#9888; {escape(w)}</td></tr>"
+            for w in self.warnings
+        )
+        return f"<table>{rows}</table>"
+
+
+def _python_minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+class Cluster:
+    """A connection to one Ray cluster's Jobs API. Create it with `connect()`."""
+
+    def __init__(
+        self,
+        client: JobSubmissionClient,
+        address: str,
+        *,
+        notes: list[str] | None = None,
+        local_head: LocalHead | None = None,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    ) -> None:
+        self.client = client
+        self.address = address
+        self.notes = list(notes or [])
+        self.local_head = local_head
+        self.request_timeout_s = request_timeout_s
+        self.last_submission: str | None = None
+        """What the last `submit` sent, printable (env var values masked)."""
+
+    def __repr__(self) -> str:
+        return f"Cluster({self.address!r})"
+
+    def _call[T](self, what: str, fn: Callable[[], T], *, deadline_s: float | None = None) -> T:
+        """One Jobs API call, its failures turned into one-line RlkitErrors."""
+        try:
+            return _within(deadline_s or self.request_timeout_s * 2, what, fn)
+        except RlkitError:
+            raise
+        except Exception as e:  # noqa: BLE001 - every transport failure gets the same advice
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise RlkitError(f"{what} on {self.address} failed: {first}") from e
+
+    # -- what the cluster is ---------------------------------------------------------------
+
+    def summary(self, *, probe_python: bool = False) -> ClusterSummary:
+        """Nodes, GPUs by type, CPUs, memory and versions; warns on a Ray/Python mismatch."""
+        nodes = self._call("listing nodes", self._list_nodes)
+        alive = [n for n in nodes if n.get("state") == "ALIVE"]
+        gpus: dict[str, float] = {}
+        cpus = memory = 0.0
+        for node in alive:
+            res = node.get("resources_total") or {}
+            cpus += float(res.get("CPU", 0.0))
+            memory += float(res.get("memory", 0.0))
+            if res.get("GPU"):
+                kinds = [k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")]
+                kind = kinds[0] if kinds else "GPU (type not reported)"
+                gpus[kind] = gpus.get(kind, 0.0) + float(res["GPU"])
+        # Ray's client records the head's version while checking the connection.
+        cluster_ray = getattr(self.client, "_server_ray_version", None) or "?"
+        client_python = platform.python_version()
+        cluster_python = self._probe_python() if probe_python else None
+        warnings = []
+        if cluster_ray != ray.__version__:
+            warnings.append(
+                f"Ray differs: client {ray.__version__}, cluster {cluster_ray}; "
+                f"pip install ray[default]=={cluster_ray} in this environment"
+            )
+        if cluster_python and _python_minor(cluster_python) != _python_minor(client_python):
+            warnings.append(
+                f"Python differs: client {client_python}, cluster {cluster_python}; "
+                "pickled objects and pinned wheels may not travel between them"
+            )
+        if nodes and not alive:
+            warnings.append("no node is alive: check the head pod and the worker group")
+        return ClusterSummary(
+            address=self.address,
+            nodes_alive=len(alive),
+            nodes_dead=len(nodes) - len(alive),
+            gpus=gpus,
+            cpus=cpus,
+            memory_gib=memory / 2**30,
+            client_ray=ray.__version__,
+            cluster_ray=cluster_ray,
+            client_python=client_python,
+            cluster_python=cluster_python,
+            notes=tuple(self.notes),
+            warnings=tuple(warnings),
+        )
+
+    def _list_nodes(self) -> list[dict[str, Any]]:
+        # The state API behind `ray list nodes`; dead nodes stay listed, which is the point.
+        r = self.client._do_request("GET", "/api/v0/nodes?detail=1&limit=10000")
+        if r.status_code != 200:
+            raise RlkitError(f"GET /api/v0/nodes answered {r.status_code}: {r.text[:200]}")
+        return r.json()["data"]["result"]["result"]
+
+    def _probe_python(self) -> str:
+        """Ask the cluster for its Python version with a tiny job (a few seconds)."""
+        code = "import platform; print('rlkit-python', platform.python_version())"
+        sid = self._call(
+            "submitting the Python probe",
+            lambda: self.client.submit_job(entrypoint=f'python -c "{code}"'),
+        )
+        handle = JobHandle(self, sid, run_name="python-probe")
+        handle.wait(120)
+        for line in handle.logs().splitlines():
+            if line.startswith("rlkit-python "):
+                return line.split()[1]
+        raise RlkitError(f"the Python probe job {sid} printed no version; see its logs")
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        run_name: str,
+        entrypoint: str,
+        *,
+        runtime_env_vars: dict[str, str] | None = None,
+        metadata: dict[str, str] | None = None,
+        num_cpus: float | None = None,
+        num_gpus: float | None = None,
+        working_dir: str | Path | None = None,
+        pip: list[str] | None = None,
+    ) -> JobHandle:
+        """Submit `entrypoint` as job `rlkit-<run_name>-<n>`, shipping `working_dir` with it.
+
+        `working_dir` defaults to the project root (the checkout rlkit runs from); it is
+        packed as Ray does (honouring .gitignore) and refused up front above Ray's limit.
+        Env var values never appear in what rlkit prints: they often hold tokens.
+        """
+        existing = self.jobs()
+        submission_id = next_submission_id(run_name, [j.submission_id for j in existing])
+        root = Path(working_dir) if working_dir is not None else project_root()
+        runtime_env = working_dir_runtime_env(root)
+        if runtime_env_vars:
+            runtime_env["env_vars"] = {str(k): str(v) for k, v in runtime_env_vars.items()}
+        if pip:
+            runtime_env["pip"] = list(pip)
+        meta = {"rlkit_run_name": run_name, **{k: str(v) for k, v in (metadata or {}).items()}}
+        kwargs: dict[str, Any] = {}
+        if num_cpus is not None:
+            kwargs["entrypoint_num_cpus"] = num_cpus
+        if num_gpus is not None:
+            kwargs["entrypoint_num_gpus"] = num_gpus
+        self.last_submission = describe_submission(submission_id, entrypoint, runtime_env, meta)
+        # Uploading the working dir may take longer than one request; the deadline covers it.
+        sid = self._call(
+            f"submitting {submission_id}",
+            lambda: self.client.submit_job(
+                entrypoint=entrypoint,
+                submission_id=submission_id,
+                runtime_env=runtime_env,
+                metadata=meta,
+                **kwargs,
+            ),
+            deadline_s=SUBMIT_DEADLINE_S,
+        )
+        return JobHandle(self, sid, run_name=run_name)
+
+    def jobs(self) -> list[JobRecord]:
+        """Every submitted job on the cluster, oldest first."""
+        details = self._call("listing jobs", self.client.list_jobs)
+        records = [to_record(d) for d in details if d.submission_id]
+        return sorted(records, key=lambda r: (r.start_time or 0, r.submission_id))
+
+    def job(self, submission_id: str) -> JobHandle:
+        """A handle on a job by its submission id (as `rlkit jobs list` shows it)."""
+        for record in self.jobs():
+            if record.submission_id == submission_id:
+                return JobHandle(self, submission_id, run_name=record.run_name)
+        raise RlkitError(f"no job {submission_id} on {self.address}; see `rlkit jobs list`")
+
+    def reattach(self, run_name: str) -> JobHandle:
+        """The newest job submitted for `run_name`, e.g. after a kernel restart."""
+        records = records_for_run(run_name, self.jobs())
+        if not records:
+            raise RlkitError(
+                f"no job for run {run_name!r} on {self.address}; see `rlkit jobs list`"
+            )
+        return JobHandle(self, records[-1].submission_id, run_name=run_name)
+
+
+def connect(
+    address: str | None = None,
+    *,
+    timeout_s: float = 10.0,
+    local_port: int = DEFAULT_DASHBOARD_PORT,
+    local_num_cpus: int | None = None,
+) -> Cluster:
+    """Connect to a Ray cluster's Jobs API; with no address, start or reuse a local head.
+
+    `timeout_s` bounds reaching an address (a local head may take a minute to start the
+    first time; that has its own limit). Unreachable addresses raise `RlkitError` in one
+    line naming the address and what to check.
+    """
+    resolved, notes = _resolve_address(address)
+    local_head = None
+    if resolved is None:
+        local_head = start_local_head(local_port, num_cpus=local_num_cpus)
+        notes.append(local_head.describe())
+        resolved = local_head.dashboard_url
+
+    def make_client() -> JobSubmissionClient:
+        with _without_address_env():
+            client = _TimedJobClient(resolved)
+        return client
+
+    try:
+        client = _within(timeout_s, resolved, make_client)
+    except TimeoutError as e:
+        raise RlkitError(f"{resolved}: {e}; {_advice(resolved)}") from e
+    except Exception as e:  # noqa: BLE001 - connection, DNS, auth and version errors alike
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise RlkitError(
+            f"cannot reach Ray Jobs API at {resolved} ({first}); {_advice(resolved)}"
+        ) from e
+    return Cluster(client, resolved, notes=notes, local_head=local_head)
+
+
+def _advice(address: str) -> str:
+    if address.startswith("sagemaker_ray://"):
+        return "check AWS credentials, kubeconfig and that the HyperPod Ray endpoint is installed"
+    return "check the head is up and the dashboard port (8265) is reachable or port-forwarded"

@@ -1,0 +1,242 @@
+"""Launch local-backend training as a Ray job: the same run a terminal starts, on any head.
+
+    handle = submit_training("local-tiny", "runs/tiny")          # local head, started if needed
+    handle = submit_training("smoke", "/fsx/runs/s1", address="http://127.0.0.1:8265")
+
+The job runs `python -m rlkit.cli.main train ...` in the shipped working directory; the run
+directory must be reachable from the head's workers (local disk for a local head, FSx on
+HyperPod). Submitting the same run again resumes it from its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from rlkit.cluster.client import Cluster, connect
+from rlkit.cluster.jobs import JobHandle, run_slug
+from rlkit.cluster.skyrl import presets as skyrl
+from rlkit.errors import RlkitError, UsageError
+from rlkit.train.config import PRESETS as TRAIN_PRESETS
+from rlkit.train.config import preset as load_preset
+
+LOCAL = ("local", "auto", "")
+
+
+def training_entrypoint(
+    preset: str, run_dir: str | Path, *, resume: str = "latest", overrides: Sequence[str] = ()
+) -> str:
+    """The shell command the job runs (validated here, before anything is submitted)."""
+    load_preset(preset)  # unknown presets fail now, not minutes later on the cluster
+    parts = [
+        "python",
+        "-m",
+        "rlkit.cli.main",
+        "train",
+        "--preset",
+        preset,
+        "--run-dir",
+        str(run_dir),
+        "--resume",
+        resume,
+    ]
+    for item in overrides:
+        if "=" not in item:
+            raise UsageError(f"--set {item!r}: write section.field=value, e.g. grpo.lr=1e-4")
+        parts += ["--set", item]
+    return shlex.join(parts)
+
+
+def submit_training(
+    preset: str,
+    run_dir: str | Path,
+    *,
+    address: str | Cluster | None = None,
+    resume: str = "latest",
+    overrides: Sequence[str] = (),
+    follow: bool = False,
+    num_cpus: float | None = None,
+) -> JobHandle:
+    """Submit a training run as a Ray job named after the run directory; optionally follow its
+    log to stdout until it ends."""
+    if isinstance(address, Cluster):
+        cluster = address
+    else:
+        cluster = connect(None if address is None or address in LOCAL else address)
+    run_path = Path(run_dir)
+    # The job's working directory is a shipped copy: a relative path would land inside it.
+    entry = training_entrypoint(
+        preset,
+        run_path if run_path.is_absolute() else run_path.resolve(),
+        resume=resume,
+        overrides=overrides,
+    )
+    handle = cluster.submit(
+        run_path.name,
+        entry,
+        num_cpus=num_cpus,
+        metadata={"preset": preset, "run_dir": str(run_path), "backend": "local"},
+    )
+    if follow:
+        asyncio.run(_print_tail(handle))
+    return handle
+
+
+def submit_eval(
+    policy: str,
+    out: str,
+    *,
+    address: str | Cluster | None = None,
+    set_name: str = "test-large",
+    samples: int = 4,
+    device: str = "cuda",
+    gpus: float = 1,
+    follow: bool = False,
+) -> JobHandle:
+    """Evaluate a checkpoint (e.g. a SkyRL HF export on /fsx) with rlkit's evaluator as a Ray
+    job on the cluster's GPUs: pass@k, failure taxonomy and trajectories land in `out`."""
+    if samples < 1 or gpus < 0:
+        raise UsageError(f"samples ({samples}) must be >= 1 and gpus ({gpus}) >= 0")
+    cluster = (
+        address
+        if isinstance(address, Cluster)
+        else connect(None if address is None or address in LOCAL else address)
+    )
+    entry = shlex.join(
+        [
+            "python",
+            "-m",
+            "rlkit.cli.main",
+            "eval",
+            "--policy",
+            policy,
+            "--set",
+            set_name,
+            "--samples",
+            str(samples),
+            "--device",
+            device,
+            "--json",
+            "--out",
+            out,
+        ]
+    )
+    handle = cluster.submit(
+        f"eval-{Path(policy).name}",
+        entry,
+        num_gpus=gpus or None,
+        metadata={"policy": policy, "out": out, "kind": "eval"},
+    )
+    if follow:
+        asyncio.run(_print_tail(handle))
+    return handle
+
+
+async def _print_tail(handle: JobHandle) -> None:
+    async for chunk in handle.tail():
+        sys.stdout.write(chunk)
+        sys.stdout.flush()
+
+
+class Refreshable(Protocol):
+    """A live view of a job (e.g. `rlkit.notebook.widgets.JobMonitor`)."""
+
+    def stop_polling(self) -> None: ...
+
+    def refresh(self) -> object: ...
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """What notebook 03 submits: a local-backend preset or a SkyRL preset, where, and how."""
+
+    preset: str
+    run_name: str
+    run_dir: str
+    command: str
+    address: str | None
+    sky: skyrl.SkyRLPreset | None = None
+    """Set for cluster (SkyRL) presets."""
+
+    @property
+    def dry_run(self) -> bool:
+        """A SkyRL preset without a cluster address is only printed: it needs GPUs."""
+        return self.sky is not None and self.address is None
+
+    def __str__(self) -> str:
+        backend = "skyrl" if self.sky else "local"
+        where = self.address or ("no cluster: dry run" if self.dry_run else "local Ray head")
+        lines = [f"preset:   {self.preset} ({backend} backend)", f"run dir:  {self.run_dir}"]
+        lines += [f"address:  {where}", f"command:  {self.command}"]
+        if self.sky is not None:
+            lines.append(f"GPUs:     {self.sky.num_gpus}; SkyRL overrides:")
+            lines += [f"  {o}" for o in skyrl.build_overrides(self.sky, self.run_name)]
+        return "\n".join(lines)
+
+
+def plan_training(
+    preset: str,
+    out_dir: str | Path,
+    *,
+    address: str | None = None,
+    run_name: str | None = None,
+    skyrl_changes: Mapping[str, object] | None = None,
+) -> TrainingPlan:
+    """Resolve a preset name into a plan: local presets train in OUT/RUN_NAME, SkyRL presets
+    in their shared runs_root (changed by `skyrl_changes`, e.g. {"nodes": 2})."""
+    name = run_slug(run_name or preset)
+    if preset in TRAIN_PRESETS:
+        run_dir = (Path(out_dir) / name).resolve()
+        return TrainingPlan(
+            preset, name, str(run_dir), training_entrypoint(preset, run_dir), address
+        )
+    if preset not in skyrl.PRESETS:
+        known = ", ".join([*TRAIN_PRESETS, *skyrl.PRESETS])
+        raise UsageError(f"unknown preset {preset!r}: use one of {known}")
+    sky = skyrl.get_preset(preset, **dict(skyrl_changes or {}))
+    paths = skyrl.RunPaths.for_run(sky, name)
+    return TrainingPlan(
+        preset, name, paths.run_dir, skyrl.entrypoint_command(sky, name), address, sky
+    )
+
+
+def launch_plan(
+    plan: TrainingPlan, cluster: Cluster | None, *, env_vars: Mapping[str, str] | None = None
+) -> JobHandle | None:
+    """Submit the plan as a Ray job; None for a dry run (nothing submitted). `env_vars` are
+    forwarded to a SkyRL job (tokens for loggers, say), masked in everything rlkit prints."""
+    if plan.dry_run:
+        return None
+    if cluster is None:
+        raise UsageError("launch needs a cluster: cluster = connect(address) first")
+    if plan.sky is None:
+        return submit_training(plan.preset, plan.run_dir, address=cluster)
+    gpus = sum(cluster.summary().gpus.values())
+    if gpus < plan.sky.num_gpus:
+        raise RlkitError(
+            f"{cluster.address} has {gpus:g} GPUs, the preset needs {plan.sky.num_gpus} ({plan.preset}): "
+            "scale up the worker group or lower nodes in the preset file"
+        )
+    meta = {"preset": plan.preset, "run_dir": plan.run_dir, "backend": "skyrl"}
+    env = skyrl.job_env_vars(plan.sky, dict(env_vars or {}))
+    return cluster.submit(
+        plan.run_name, plan.command, runtime_env_vars=env, metadata=meta, num_cpus=1
+    )
+
+
+def finish(job: JobHandle, monitor: Refreshable | None, timeout_s: float) -> str:
+    """Block until the job ends, show its final state in the monitor; RlkitError unless it
+    succeeded (so a headless run of notebook 03 fails loudly)."""
+    status = job.wait(timeout_s, poll_s=5.0).value
+    if monitor is not None:
+        monitor.stop_polling()
+        monitor.refresh()
+    if status != "SUCCEEDED":
+        tail = "; ".join(job.logs().strip().splitlines()[-3:])
+        raise RlkitError(f"job {job.submission_id} ended {status}: {tail}")
+    return status

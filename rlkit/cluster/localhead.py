@@ -1,0 +1,206 @@
+"""A Ray head on this machine: the local cluster behind `rlkit.cluster.client.connect()`.
+
+The head is started with `ray start --head` in a session of its own: it outlives the notebook
+kernel that started it (so jobs can be reattached after a restart), and all its processes share
+one process group, so stopping that group takes down this head and nothing else on the machine
+(a blanket `ray stop` would also end other people's heads). Not `--block`: under load Ray's
+client server may miss its start deadline, and `--block` then kills the whole head over it. Its dashboard, which serves the Jobs
+API, listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlkit.errors import RlkitError
+
+# Ray reads these before any explicit address, silently (ray.dashboard.utils); rlkit reports them.
+ADDRESS_ENV_VARS = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+
+# ------------------------------------------------------------------------------
+
+DEFAULT_DASHBOARD_PORT = 8265
+"""Ray's own default, so `http://127.0.0.1:8265` means the local head everywhere in rlkit."""
+LOCAL_HEAD_START_TIMEOUT_S = 240.0
+"""A cold head on two busy cores takes ~40 s; Ray's own 30 s module deadline is too short."""
+
+
+def _state_file(port: int) -> Path:
+    return Path(tempfile.gettempdir()) / "rlkit-ray" / f"head-{port}.json"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _dashboard_answers(url: str, timeout_s: float = 2.0) -> bool:
+    import requests
+
+    try:
+        return "ray_version" in requests.get(f"{url}/api/version", timeout=timeout_s).json()
+    except Exception:  # noqa: BLE001 - anything but a Ray answer means "not a Ray head"
+        return False
+
+
+def _group_members(pgid: int) -> list[bytes]:
+    """Command lines of the processes in process group `pgid` (Linux /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid:
+                out.append((stat.parent / "cmdline").read_bytes())
+        except (OSError, IndexError, ValueError):
+            continue  # the process ended while being read
+    return out
+
+
+def _is_our_group(pgid: int | None) -> bool:
+    """Guard against a recycled id: the group must still hold Ray processes."""
+    return pgid is not None and any(b"ray" in cmd for cmd in _group_members(pgid))
+
+
+@dataclass
+class LocalHead:
+    """A Ray head on this machine, with its dashboard (the Jobs API) on 127.0.0.1 only."""
+
+    dashboard_url: str
+    port: int
+    pgid: int | None
+    """Process group of every Ray process of this head (`ray start` ran in its own session)."""
+    started: bool
+    """False when an already running head was reused (its jobs are still there)."""
+    log_path: Path | None = None
+
+    def describe(self) -> str:
+        verb = "started" if self.started else "reusing"
+        return f"{verb} local Ray head at {self.dashboard_url}"
+
+    def _gone_within(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not _group_members(self.pgid):
+                return True
+            time.sleep(0.2)
+        return False
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop this head (and its jobs); other Ray instances on the machine are left alone."""
+        if not _is_our_group(self.pgid):
+            raise RlkitError(
+                f"the head at {self.dashboard_url} was not started by rlkit or is already down; "
+                "stop a foreign head with `ray stop`"
+            )
+        # SIGTERM to the whole group: each Ray process shuts itself down, in parallel.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pgid, signal.SIGTERM)
+        if not self._gone_within(timeout_s):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pgid, signal.SIGKILL)
+            self._gone_within(10.0)
+        _state_file(self.port).unlink(missing_ok=True)
+
+
+def _node_alive(url: str, timeout_s: float = 2.0) -> bool:
+    """The dashboard answers before the head's node registers; jobs need the node."""
+    import requests
+
+    try:
+        r = requests.get(f"{url}/api/v0/nodes?detail=1", timeout=timeout_s)
+        return any(n.get("state") == "ALIVE" for n in r.json()["data"]["result"]["result"])
+    except Exception:  # noqa: BLE001 - not ready yet, whatever the reason
+        return False
+
+
+def start_local_head(
+    port: int = DEFAULT_DASHBOARD_PORT,
+    *,
+    num_cpus: int | None = None,
+    timeout_s: float = LOCAL_HEAD_START_TIMEOUT_S,
+) -> LocalHead:
+    """Reuse the Ray head answering on 127.0.0.1:`port`, or start one there.
+
+    The head runs in its own session, so it outlives the notebook kernel that started it and
+    its jobs can be reattached after a restart; `LocalHead.stop()` ends it.
+    """
+    url = f"http://127.0.0.1:{port}"
+    state = _state_file(port)
+    if _dashboard_answers(url):
+        pgid = json.loads(state.read_text()).get("pgid") if state.exists() else None
+        return LocalHead(url, port, pgid, started=False)
+    if _port_taken(port):
+        raise RlkitError(
+            f"127.0.0.1:{port} is taken by something that is not a Ray dashboard; "
+            "pass connect(local_port=...) a free port"
+        )
+    ray_cli = Path(sys.executable).parent / "ray"
+    cmd = [
+        str(ray_cli) if ray_cli.exists() else "ray",
+        *("start", "--head", "--disable-usage-stats"),
+        *("--include-dashboard", "true", "--dashboard-host", "127.0.0.1"),
+        *("--dashboard-port", str(port), "--port", str(_free_port())),
+        # Fixed defaults (10001, 52365) would collide with any other head on the machine.
+        *("--ray-client-server-port", str(_free_port())),
+        *("--dashboard-agent-listen-port", str(_free_port())),
+        *("--object-store-memory", str(512 * 2**20)),
+    ]
+    if num_cpus is not None:
+        cmd += ["--num-cpus", str(num_cpus)]
+    env = dict(os.environ)
+    env.update(
+        RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=str(timeout_s),
+        RAY_DASHBOARD_STARTUP_TIMEOUT_S=str(int(timeout_s)),
+        # the raylet's own 30 s registration deadline fails on busy cores before ours does
+        RAY_raylet_start_wait_time_s=str(int(timeout_s)),
+        # Job entrypoints say `python`: make that this interpreter, which has rlkit's deps.
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+    )
+    for k in ADDRESS_ENV_VARS:
+        env.pop(k, None)
+    state.parent.mkdir(parents=True, exist_ok=True)
+    log_path = state.with_suffix(".log")
+    deadline = time.monotonic() + timeout_s
+    # Ray gives its raylet a fixed 30 s to register; on an overloaded machine that can lapse
+    # once, so a head whose `ray start` died early gets one more try within the deadline.
+    for attempt in (1, 2):
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        head = LocalHead(url, port, proc.pid, started=True, log_path=log_path)
+        # `ray start` returns once the head runs; its processes stay in the group it leads.
+        while not (_dashboard_answers(url) and _node_alive(url)):
+            failed = proc.poll() not in (None, 0)
+            if failed or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        else:
+            break
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of this head did start
+        proc.wait()
+        if attempt == 2 or time.monotonic() > deadline:
+            raise RlkitError(
+                f"the local Ray head on 127.0.0.1:{port} did not come up within {timeout_s:.0f} s; "
+                f"see {log_path} (an overloaded machine is the usual cause)"
+            )
+    proc.wait()  # `ray start` itself has finished by now; reap it
+    state.write_text(json.dumps({"pgid": proc.pid, "url": url}))
+    return head

@@ -1,0 +1,95 @@
+"""The Ray-job entrypoint of a SkyRL run: write the datasets, register the maze env, run SkyRL.
+
+GPU cluster only (SkyRL with its FSDP/vLLM extras, Python >= 3.12). `rlkit submit` builds the
+command; by hand it is:
+
+    python -m rlkit.cluster.skyrl.entry --data-dir /fsx/rlkit/runs/RUN/data --train-rows 256 \\
+        -- trainer.policy.model.path=Qwen/Qwen3-VL-8B-Instruct ...
+
+Everything after `--` is SkyRL's own `key=value` overrides. skyrl-gym's registry lives in each
+process, so the env is registered inside the Ray task that builds SkyRL's generator (SkyRL's
+documented custom-env pattern), not only in this driver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rlkit.errors import RlkitError, UsageError
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """rlkit's own flags, then SkyRL's overrides after `--`."""
+    if "--" in argv:
+        cut = argv.index("--")
+        ours, overrides = argv[:cut], argv[cut + 1 :]
+    else:
+        ours, overrides = [], argv
+    parser = argparse.ArgumentParser(prog="python -m rlkit.cluster.skyrl.entry")
+    parser.add_argument("--data-dir", help="write train/eval parquet here if missing")
+    parser.add_argument("--train-rows", type=int, default=256)
+    parser.add_argument("--eval-set", default="test")
+    args = parser.parse_args(ours)
+    bad = [o for o in overrides if "=" not in o or o.startswith("+")]
+    if bad:
+        raise UsageError(f"SkyRL overrides must be key=value (no '+'): {' '.join(bad[:3])}")
+    return args, overrides
+
+
+def ensure_datasets(data_dir: str, train_rows: int, eval_set: str) -> tuple[Path, Path]:
+    """Write the datasets once per run dir; a resumed run must see the same rows."""
+    from rlkit.env.data import write_datasets
+
+    out = Path(data_dir)
+    train, evals = out / "train.parquet", out / "eval.parquet"
+    if train.is_file() and evals.is_file():
+        print(f"rlkit: reusing datasets in {out}", flush=True)
+        return train, evals
+    paths = write_datasets(out, train_rows, eval_set=eval_set)
+    print(f"rlkit: wrote {paths[0]} and {paths[1]}", flush=True)
+    return paths
+
+
+def _run_skyrl(cfg) -> None:
+    """Body of the Ray task: register the env in this process, then SkyRL's experiment."""
+    from skyrl.train.entrypoints.main_base import BasePPOExp
+
+    from rlkit.env.maze_env import register_env
+
+    register_env()
+    BasePPOExp(cfg).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, overrides = parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        import ray
+        from skyrl.train.config import SkyRLTrainConfig
+        from skyrl.train.utils import validate_cfg
+        from skyrl.train.utils.utils import initialize_ray
+    except ImportError as e:
+        raise RlkitError(
+            f"SkyRL is not installed here ({e.name}): run this on the cluster image "
+            "(novaskyai/skyrl-train-ray-2.57.0-py3.12-cu13.0)"
+        ) from e
+    import multiprocessing as mp
+
+    # vLLM and CUDA do not survive fork; SkyRL's own entrypoints force spawn too.
+    mp.set_start_method("spawn", force=True)
+    if args.data_dir:
+        ensure_datasets(args.data_dir, args.train_rows, args.eval_set)
+    cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
+    validate_cfg(cfg)
+    initialize_ray(cfg)
+    ray.get(ray.remote(num_cpus=1)(_run_skyrl).remote(cfg))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except RlkitError as e:
+        print(f"rlkit: {e}", file=sys.stderr)
+        sys.exit(2 if isinstance(e, UsageError) else 1)

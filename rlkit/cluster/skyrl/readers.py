@@ -1,0 +1,241 @@
+"""Reading what a SkyRL run wrote: checkpoints, HF exports and eval dumps, as rlkit types.
+
+SkyRL's eval dumps (`<export_path>/dumped_evals/global_step_N_evals/*.jsonl`) become the same
+`EvalResult` the local evaluator produces; every answer is replayed through `MazeEnv`, so the
+failure taxonomy, plots and replay widgets work for cluster runs as for local ones.
+
+    evals = read_eval_dumps("/fsx/rlkit/runs/RUN/exports")     # {step: EvalResult}
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlkit.env.maze_env import MazeEnv, maze_from_extras
+from rlkit.episodes.evaluate import EvalResult, summarize
+from rlkit.episodes.rollout import Trajectory, Turn
+from rlkit.errors import UsageError
+from rlkit.maze.core import Maze
+from rlkit.train.runs import MARKER
+
+LATEST_MARKER = MARKER
+"""SkyRL writes it after a checkpoint is complete (rlkit's local runs use the same name)."""
+_STEP_DIR = re.compile(r"global_step_(\d+)")
+_EVAL_DIR = re.compile(r"global_step_(\d+)_evals")
+# Qwen chat markers between turns in a decoded multi-turn response: the assistant's answer ends
+# with <|im_end|>, then the env's observation (a user turn) and the next assistant header.
+_BETWEEN_TURNS = re.compile(
+    r"<\|im_end\|>\s*<\|im_start\|>user\n.*?<\|im_start\|>assistant\n", re.S
+)
+_TRAILING = re.compile(r"(<\|im_end\|>|<\|endoftext\|>|\s)+$")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One step of a SkyRL run that left a `global_step_N` checkpoint, an HF export, or both."""
+
+    step: int
+    path: Path | None
+    """`<ckpt_path>/global_step_N`, or None once SkyRL's keep-k pruned it (exports stay)."""
+    complete: bool
+    """True when the checkpoint exists and SkyRL's latest marker (written last) has reached it:
+    a resumable state."""
+    hf_export: Path | None
+    """`<export_path>/global_step_N/policy`, an HF model dir for `rlkit eval`, if exported."""
+
+
+def latest_step(ckpt_dir: str | Path) -> int | None:
+    """The step in SkyRL's latest marker, or None before the first complete checkpoint."""
+    marker = Path(ckpt_dir) / LATEST_MARKER
+    if not marker.is_file():
+        return None
+    text = marker.read_text().strip()
+    if not text.isdigit():
+        raise UsageError(f"{marker} holds {text[:40]!r}, not a step number: the run dir is damaged")
+    return int(text)
+
+
+def _steps(root: Path) -> dict[int, Path]:
+    found = {}
+    if root.is_dir():
+        for d in root.iterdir():
+            m = _STEP_DIR.fullmatch(d.name)
+            if m and d.is_dir():
+                found[int(m.group(1))] = d
+    return found
+
+
+def list_checkpoints(
+    ckpt_dir: str | Path, export_dir: str | Path | None = None
+) -> list[Checkpoint]:
+    """Every step of a SkyRL run with a checkpoint or an HF export, oldest first.
+
+    SkyRL keeps only the newest `max_ckpts_to_keep` checkpoints but never prunes exports, so
+    older steps come back with `path=None` and their export. `export_dir` defaults to
+    `<ckpt_dir>/exports` (rlkit's run layout: SkyRL's ckpt_path is the run dir).
+    """
+    root = Path(ckpt_dir)
+    if not root.is_dir():
+        raise UsageError(f"no SkyRL run dir at {root}: check the path (e.g. /fsx/rlkit/runs/RUN)")
+    exports = Path(export_dir) if export_dir is not None else root / "exports"
+    latest = latest_step(root)
+    ckpts = _steps(root)
+    exported = {s: d / "policy" for s, d in _steps(exports).items() if (d / "policy").is_dir()}
+    return [
+        Checkpoint(
+            step,
+            ckpts.get(step),
+            step in ckpts and latest is not None and step <= latest,
+            exported.get(step),
+        )
+        for step in sorted(set(ckpts) | set(exported))
+    ]
+
+
+@dataclass(frozen=True)
+class EvalEpisode:
+    """One episode of a SkyRL eval dump, in rlkit's terms."""
+
+    maze: dict
+    maze_index: int
+    maze_hash: str
+    data_source: str
+    reward: float
+    solved: bool
+    """From SkyRL's reward (1 only when the exit was reached): the record of truth."""
+    responses: list[str]
+    """The model's answer text of each turn, observations removed."""
+    stop_reason: str | None
+    max_turns: int | None
+    extras: dict = field(default_factory=dict, repr=False)
+    """The row's extras as SkyRL dumped them (maze, the env config it was written for)."""
+
+    @property
+    def turns(self) -> int:
+        return len(self.responses)
+
+
+def split_turns(output_response: str) -> list[str]:
+    """A decoded multi-turn response cut into the assistant's answers (Qwen chat markers)."""
+    parts = _BETWEEN_TURNS.split(output_response)
+    return [_TRAILING.sub("", p) for p in parts if _TRAILING.sub("", p) or len(parts) == 1]
+
+
+def _episode(entry: dict, where: str) -> EvalEpisode:
+    try:
+        extras = entry["env_extras"] or {}
+        maze = maze_from_extras(extras)
+        score = entry["score"]
+        # The VLM generator stores per-token rewards; the episode's reward is their sum.
+        reward = float(sum(score)) if isinstance(score, list) else float(score)
+        info = extras.get("extra_info") or {}
+        return EvalEpisode(
+            maze=maze.to_dict(),
+            maze_index=int(info.get("index", -1)),
+            maze_hash=maze.content_hash,
+            data_source=str(entry.get("data_source") or extras.get("data_source") or "unknown"),
+            reward=reward,
+            solved=reward > 0,
+            responses=split_turns(entry["output_response"]),
+            stop_reason=entry.get("stop_reason"),
+            max_turns=int(extras["max_turns"]) if extras.get("max_turns") is not None else None,
+            extras=dict(extras),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise UsageError(
+            f"{where}: not a SkyRL eval dump record ({type(e).__name__}: {e})"
+        ) from None
+
+
+def read_eval_episodes(step_dir: str | Path) -> list[EvalEpisode]:
+    """Every episode in one `global_step_N_evals/` dir (all `*.jsonl` but the aggregate)."""
+    step_dir = Path(step_dir)
+    episodes = []
+    for f in sorted(step_dir.glob("*.jsonl")):
+        if f.name == "aggregated_results.jsonl":
+            continue
+        for n, line in enumerate(f.read_text().splitlines(), 1):
+            if line.strip():
+                episodes.append(_episode(json.loads(line), f"{f}:{n}"))
+    if not episodes:
+        raise UsageError(f"no eval records in {step_dir}: was trainer.dump_eval_results on?")
+    return episodes
+
+
+def to_trajectory(ep: EvalEpisode, sample: int, policy: str) -> Trajectory:
+    """Replay the answers through rlkit's env: turns, positions and parse errors for replays
+    and the failure taxonomy. The outcome is SkyRL's reward, not the replay's."""
+    # the row's env config (view, parser, moves per turn) and SkyRL's turn budget, as it played
+    env = MazeEnv(None, {**ep.extras, "maze": ep.maze, "max_turns": ep.max_turns})
+    turns = []
+    for text in ep.responses:
+        if env.done:
+            break
+        before = env.state.pos
+        out = env.step(text)
+        turns.append(
+            Turn(
+                text,
+                out["metadata"]["actions"],
+                out["metadata"]["parse_error"],
+                before,
+                env.state.pos,
+            )
+        )
+    return Trajectory(
+        maze=ep.maze,
+        maze_index=ep.maze_index,
+        sample=sample,
+        turns=turns,
+        reward=ep.reward,
+        terminated=ep.solved,
+        truncated=not ep.solved,
+        policy=policy,
+    )
+
+
+def episodes_to_result(episodes: list[EvalEpisode], *, step: int | None, policy: str) -> EvalResult:
+    """rlkit's EvalResult (solve rate, CI, pass@k, failures) from one step's episodes."""
+    by_maze: dict[int, list[EvalEpisode]] = {}
+    for ep in episodes:
+        by_maze.setdefault(ep.maze_index, []).append(ep)
+    counts = {len(v) for v in by_maze.values()}
+    if len(counts) != 1:
+        raise UsageError(f"eval dump has unequal samples per maze ({sorted(counts)}): incomplete?")
+    samples = counts.pop()
+    order = sorted(by_maze)
+    trajs = [to_trajectory(ep, k, policy) for i in order for k, ep in enumerate(by_maze[i])]
+    mismatched = sum(
+        (t.turns[-1].pos_after == Maze.from_dict(t.maze).exit) != t.terminated
+        for t in trajs
+        if t.turns
+    )
+    if mismatched:
+        warnings.warn(
+            f"{mismatched} episodes replay to a different outcome than SkyRL's reward; "
+            "the env config on the cluster may differ from this one",
+            stacklevel=2,
+        )
+    set_name = episodes[0].data_source.rsplit("/", 1)[-1]
+    mazes = [Maze.from_dict(by_maze[i][0].maze) for i in order]
+    return summarize(trajs, mazes, policy=policy, set_name=set_name, samples=samples, step=step)
+
+
+def read_eval_dumps(export_path: str | Path, *, policy: str = "skyrl") -> dict[int, EvalResult]:
+    """`{step: EvalResult}` for every `<export_path>/dumped_evals/global_step_N_evals/`."""
+    root = Path(export_path) / "dumped_evals"
+    if not root.is_dir():
+        raise UsageError(f"no dumped_evals under {export_path}: set trainer.dump_eval_results=true")
+    results = {}
+    for d in root.iterdir():
+        m = _EVAL_DIR.fullmatch(d.name)
+        if m and d.is_dir():
+            step = int(m.group(1))
+            results[step] = episodes_to_result(
+                read_eval_episodes(d), step=step, policy=f"{policy}@{step}"
+            )
+    return dict(sorted(results.items()))

@@ -1,0 +1,1 @@
+"""The skyrl-gym contract: `MazeEnv` (registered as `rlkit-maze`) and SkyRL-format dataset rows."""

@@ -1,0 +1,121 @@
+"""Datasets in SkyRL's row format (parquet): the training stream and the 64-maze eval split.
+
+A row is what SkyRL's generator hands to `skyrl_gym.make`: `prompt` (chat messages; the env's
+`init` replaces them with the rules and the first picture), `env_class` (`rlkit-maze`),
+`data_source`, `reward_spec`, and `extra_info` whose `maze` field carries the maze spec as JSON.
+Every other column reaches the env as extras.
+
+    rlkit data --out /fsx/rlkit/data --train 256
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rlkit.env.maze_env import COMPACT_TASK, ENV_ID, EnvConfig, env_for_set, system_prompt
+from rlkit.errors import UsageError
+from rlkit.maze.core import Maze, difficulty
+from rlkit.maze.sets import MazeSpec, pinned_set, pinned_set_hash, pinned_spec, train_mazes
+
+REQUIRED = ("prompt", "env_class", "data_source", "reward_spec", "extra_info")
+
+
+def _row_prompt(cfg: EnvConfig) -> list[dict]:
+    """A text-only stand-in; the env's `init` replaces it with the rules and the picture."""
+    rules_text = system_prompt(cfg)
+    head = [{"role": "system", "content": rules_text}] if rules_text else []
+    return [*head, {"role": "user", "content": COMPACT_TASK if not rules_text else "Your move?"}]
+
+
+def maze_row(maze: Maze, *, split: str, index: int, source: str, cfg: EnvConfig) -> dict:
+    d = difficulty(maze)
+    return {
+        "prompt": _row_prompt(cfg),
+        "env_class": ENV_ID,
+        "data_source": source,
+        "reward_spec": {"method": "rule", "ground_truth": maze.content_hash},
+        "extra_info": {
+            "maze": maze.to_json(),
+            "split": split,
+            "index": index,
+            "path_length": d.path_length,
+            "junctions": d.junctions,
+            "env": json.dumps(cfg.to_dict()),
+        },
+    }
+
+
+def build_rows(
+    *, n_train: int, spec: MazeSpec, eval_set: str, cfg: EnvConfig, train_start: int = 0
+) -> tuple[list[dict], list[dict]]:
+    if n_train < 1:
+        raise UsageError(f"--train ({n_train}) must be >= 1 rows")
+    train = [
+        maze_row(m, split="train", index=train_start + i, source=f"{ENV_ID}/train", cfg=cfg)
+        for i, m in enumerate(train_mazes(spec, train_start, n_train))
+    ]
+    evals = [
+        maze_row(m, split="eval", index=i, source=f"{ENV_ID}/{eval_set}", cfg=cfg)
+        for i, m in enumerate(pinned_set(eval_set))
+    ]
+    return train, evals
+
+
+def write_rows(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.parquet")
+    pq.write_table(pa.Table.from_pylist(rows), tmp)
+    tmp.replace(path)  # readers never see a half-written file
+    return path
+
+
+def write_datasets(
+    out_dir: str | Path,
+    n_train: int = 256,
+    *,
+    eval_set: str = "test",
+    spec: MazeSpec | None = None,
+    cfg: EnvConfig | None = None,
+) -> tuple[Path, Path]:
+    """Write `train.parquet` and `eval.parquet` (+ a small manifest) into `out_dir`."""
+    out = Path(out_dir)
+    spec = spec or pinned_spec(eval_set)
+    cfg = cfg or env_for_set(eval_set)
+    train, evals = build_rows(n_train=n_train, spec=spec, eval_set=eval_set, cfg=cfg)
+    paths = write_rows(out / "train.parquet", train), write_rows(out / "eval.parquet", evals)
+    manifest = {
+        "train_rows": len(train),
+        "eval_rows": len(evals),
+        "eval_set": eval_set,
+        "test_set_hash": pinned_set_hash(eval_set),
+        "train_spec": spec.to_dict(),
+        "env_config": cfg.to_dict(),
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return paths
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """Rows of a dataset file, checked for SkyRL's columns and a readable maze in each."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"no dataset at {path}: create it with `rlkit data --out {path.parent}`")
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise UsageError(
+            f"{path} is not a readable parquet file ({e}); regenerate it with `rlkit data`"
+        ) from None
+    for i, row in enumerate(rows):
+        missing = [c for c in REQUIRED if c not in row]
+        if missing:
+            raise UsageError(f"{path} row {i} lacks columns {missing}: rows need {list(REQUIRED)}")
+        info = row["extra_info"] or {}
+        if "maze" not in info:
+            raise UsageError(f"{path} row {i} has no extra_info.maze: regenerate with `rlkit data`")
+        Maze.from_dict(info["maze"])
+    return rows

@@ -1,0 +1,200 @@
+"""Evaluation on a pinned test set: solve rate with Wilson CI, pass@k, difficulty, failures.
+
+    rlkit eval --policy oracle --set test --json
+    rlkit eval --policy runs/demo/global_step_40/policy --samples 4 --json --out evals/step40.json
+
+`EvalResult` is the one result type for every source (scripted policies, local checkpoints,
+SkyRL eval dumps), so plots, replays and paired tests work the same for all of them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rlkit.env.maze_env import EnvConfig, env_for_set
+from rlkit.episodes.failures import KINDS, failure_counts
+from rlkit.episodes.policies import Policy
+from rlkit.episodes.rollout import Trajectory, load_trajectories, run_episodes, save_trajectories
+from rlkit.errors import UsageError
+from rlkit.maze.core import Maze, difficulty
+from rlkit.maze.sets import pinned_set, pinned_set_hash
+from rlkit.stats import McNemar, mcnemar_exact, pass_at_k, wilson
+
+
+@dataclass
+class EvalResult:
+    """A policy's results on a test set; `episodes[i][k]` is maze i's k-th sample solved?"""
+
+    policy: str
+    set: str
+    n_mazes: int
+    samples: int
+    solve_rate: float
+    ci95: tuple[float, float]
+    test_set_hash: str
+    pass_at_k: dict[str, float] = field(default_factory=dict)
+    by_path_length: dict[str, dict] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+    per_maze: list[dict] = field(default_factory=list)
+    mode: str = "sampled"
+    step: int | None = None
+    trajectories: str | None = None
+    """Path of the trajectories JSONL next to the JSON, when saved."""
+
+    @property
+    def episodes(self) -> list[list[bool]]:
+        return [m["solved"] for m in self.per_maze]
+
+    @property
+    def flat(self) -> list[bool]:
+        return [s for m in self.per_maze for s in m["solved"]]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ci95"] = list(self.ci95)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> EvalResult:
+        try:
+            return cls(**{**d, "ci95": tuple(d["ci95"])})
+        except (TypeError, KeyError) as e:
+            raise UsageError(
+                f"not an rlkit eval result ({e}): expected the JSON `rlkit eval --json` writes"
+            ) from None
+
+    def save(self, path: str | Path, trajs: list[Trajectory] | None = None) -> Path:
+        """Write the JSON (atomically) and, if given, the trajectories beside it."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if trajs is not None:
+            tpath = save_trajectories(path.with_suffix(".trajectories.jsonl"), trajs)
+            self.trajectories = tpath.name
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> EvalResult:
+        path = Path(path)
+        if not path.is_file():
+            raise UsageError(f"no eval result at {path}: run `rlkit eval ... --out {path}` first")
+        return cls.from_dict(json.loads(path.read_text()))
+
+    def load_trajectories(self, json_path: str | Path) -> list[Trajectory]:
+        if not self.trajectories:
+            raise UsageError("this eval result was saved without trajectories: re-run with --out")
+        return load_trajectories(Path(json_path).parent / self.trajectories)
+
+    def summary(self) -> str:
+        lo, hi = self.ci95
+        return (
+            f"{self.policy} on {self.set}: {self.solve_rate:.1%} solved "
+            f"[{lo:.1%}, {hi:.1%}] over {self.n_mazes} mazes x {self.samples} samples"
+        )
+
+
+def summarize(
+    trajs: list[Trajectory],
+    mazes: list[Maze],
+    *,
+    policy: str,
+    set_name: str,
+    samples: int,
+    mode: str = "sampled",
+    step: int | None = None,
+) -> EvalResult:
+    """Aggregate episodes (ordered maze-major, `samples` per maze) into an EvalResult."""
+    if len(trajs) != len(mazes) * samples:
+        raise UsageError(
+            f"{len(trajs)} episodes for {len(mazes)} mazes x {samples} samples: counts differ"
+        )
+    per_maze, by_len = [], defaultdict(list)
+    for i, maze in enumerate(mazes):
+        solved = [t.solved for t in trajs[i * samples : (i + 1) * samples]]
+        d = difficulty(maze)
+        per_maze.append(
+            {
+                "index": i,
+                "hash": maze.content_hash,
+                "path_length": d.path_length,
+                "junctions": d.junctions,
+                "solved": solved,
+            }
+        )
+        by_len[d.path_length].extend(solved)
+    flat = [s for m in per_maze for s in m["solved"]]
+    n_solved = sum(flat)
+    pak = {}
+    for k in sorted({1, samples} | ({2, 4, 8} & set(range(1, samples + 1)))):
+        pak[f"pass@{k}"] = sum(pass_at_k(samples, sum(m["solved"]), k) for m in per_maze) / len(
+            mazes
+        )
+    lengths = {
+        str(n): {
+            "episodes": len(v),
+            "solve_rate": sum(v) / len(v),
+            "ci95": list(wilson(sum(v), len(v))),
+        }
+        for n, v in sorted(by_len.items())
+    }
+    return EvalResult(
+        policy=policy,
+        set=set_name,
+        n_mazes=len(mazes),
+        samples=samples,
+        solve_rate=n_solved / len(flat),
+        ci95=wilson(n_solved, len(flat)),
+        test_set_hash=pinned_set_hash(set_name),
+        pass_at_k=pak,
+        by_path_length=lengths,
+        failures=failure_counts(trajs),
+        per_maze=per_maze,
+        mode=mode,
+        step=step,
+    )
+
+
+def evaluate(
+    policy: Policy,
+    *,
+    set_name: str = "test",
+    samples: int = 1,
+    seed: int = 0,
+    cfg: EnvConfig | None = None,
+    history: int | None = 1,
+    progress: bool = False,
+    mode: str = "sampled",
+    step: int | None = None,
+) -> tuple[EvalResult, list[Trajectory]]:
+    """Play every test maze `samples` times and summarise."""
+    mazes = pinned_set(set_name)
+    trajs = run_episodes(
+        policy,
+        mazes,
+        cfg or env_for_set(set_name),
+        samples=samples,
+        seed=seed,
+        history=history,
+        progress=progress,
+    )
+    result = summarize(
+        trajs, mazes, policy=policy.name, set_name=set_name, samples=samples, mode=mode, step=step
+    )
+    return result, trajs
+
+
+def compare(a: EvalResult, b: EvalResult) -> McNemar:
+    """Exact McNemar test on episodes paired by (maze, sample index): is B better than A?"""
+    if a.test_set_hash != b.test_set_hash or a.samples != b.samples:
+        raise UsageError(
+            "paired comparison needs the same test set and samples per maze in both results"
+        )
+    return mcnemar_exact(a.flat, b.flat)
+
+
+__all__ = ["KINDS", "EvalResult", "compare", "evaluate", "summarize"]

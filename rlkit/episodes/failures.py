@@ -1,0 +1,58 @@
+"""Why an episode failed, judged against the BFS oracle (pure).
+
+Each unsolved episode gets one primary kind, checked in this order (the first that fits):
+
+- `format_error`: at least half of its turns held no valid move.
+- `loop`: some cell was entered 3+ times (the agent circles instead of exploring).
+- `wall_bump`: at least half of its moves hit a wall.
+- `wrong_branch`: it left the optimal path at a junction and never came back to it.
+- `timeout`: none of the above; it was on its way but ran out of turns.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from rlkit.episodes.rollout import Trajectory, replay_states
+from rlkit.maze.core import open_degree, shortest_path
+
+KINDS = ("format_error", "loop", "wall_bump", "wrong_branch", "timeout")
+
+
+def left_optimal_path_at_junction(traj: Trajectory) -> bool:
+    """True if the agent stepped off the start->exit path at a 3+-way cell and ended off it."""
+    states = replay_states(traj)
+    maze = states[0].maze
+    path = set(shortest_path(maze))
+    if states[-1].pos in path:
+        return False
+    for prev, cur in zip(states, states[1:], strict=False):
+        if prev.pos in path and cur.pos not in path and open_degree(maze, prev.pos) >= 3:
+            return True
+    return False
+
+
+def classify(traj: Trajectory) -> str | None:
+    """The primary failure kind of an episode, or None if it was solved."""
+    if traj.solved:
+        return None
+    turns = len(traj.turns) or 1
+    if sum(t.parse_error is not None for t in traj.turns) * 2 >= turns:
+        return "format_error"
+    final = replay_states(traj)[-1]
+    if max(Counter(final.trail).values()) >= 3:
+        return "loop"
+    if final.moves and final.bumps * 2 >= final.moves:
+        return "wall_bump"
+    if left_optimal_path_at_junction(traj):
+        return "wrong_branch"
+    return "timeout"
+
+
+def failure_counts(trajs: list[Trajectory]) -> dict[str, int]:
+    counts = dict.fromkeys(KINDS, 0)
+    for t in trajs:
+        kind = classify(t)
+        if kind:
+            counts[kind] += 1
+    return counts

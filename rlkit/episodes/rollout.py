@@ -1,0 +1,232 @@
+"""Episodes: play policies on mazes through the env, batched, and record `Trajectory`s.
+
+`run_episodes` keeps every live episode in one batch: at each turn it asks the policy once for
+all of them (a model answers with one batched `generate`), steps each env, and drops finished
+episodes. `play_episode` is the plain one-episode loop, kept as the reference the batched path
+must match. Trajectories store the maze spec and the answers but no images: replays re-render
+from the spec, so files stay small and replays are exact.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from rlkit.env.maze_env import EnvConfig, MazeEnv, make_env
+from rlkit.episodes.policies import Policy, Response
+from rlkit.errors import UsageError
+from rlkit.maze import rules
+from rlkit.maze.core import Action, Maze
+from rlkit.maze.parsing import parse_actions
+
+
+@dataclass
+class Turn:
+    text: str
+    actions: list[str]
+    parse_error: str | None
+    pos_before: tuple[int, int]
+    pos_after: tuple[int, int]
+    prompt_ids: list[int] | None = None
+    response_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+
+
+@dataclass
+class Trajectory:
+    """One episode: which maze, every answer, and how it ended."""
+
+    maze: dict
+    maze_index: int
+    sample: int
+    turns: list[Turn] = field(default_factory=list)
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    policy: str = ""
+
+    @property
+    def solved(self) -> bool:
+        return self.terminated
+
+    @property
+    def maze_obj(self) -> Maze:
+        return Maze.from_dict(self.maze)
+
+    def to_json(self) -> str:
+        # vars() rather than asdict(): asdict deep-copies every token list (slow for evals)
+        d = {**vars(self), "turns": [vars(t) for t in self.turns]}
+        return json.dumps(d, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Trajectory:
+        turns = [
+            Turn(**{**t, "pos_before": tuple(t["pos_before"]), "pos_after": tuple(t["pos_after"])})
+            for t in d.get("turns", [])
+        ]
+        return cls(**{**d, "turns": turns})
+
+
+def history_window(messages: list[dict], history: int | None) -> list[dict]:
+    """What the model sees: the whole conversation (`None`, SkyRL's cluster mode) or the system
+    prompt plus the last `history` observations with the answers between them (Markov for 1)."""
+    if history is None:
+        return messages
+    if history < 1:
+        raise UsageError(
+            f"history ({history}) must be >= 1 turns, or None for the whole conversation"
+        )
+    head = [m for m in messages[:1] if m["role"] == "system"]
+    body = messages[len(head) :]
+    user_idx = [i for i, m in enumerate(body) if m["role"] == "user"]
+    keep_from = user_idx[-history] if len(user_idx) >= history else 0
+    return head + body[keep_from:]
+
+
+def episode_rngs(seed: int, n: int) -> list[np.random.Generator]:
+    """Independent per-episode streams from one seed (SeedSequence spawning)."""
+    return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n)]
+
+
+def _record(env: MazeEnv, resp: Response, before: tuple[int, int]) -> Turn:
+    moves, err = parse_actions(resp.text, env.cfg.parser, env.cfg.moves_per_turn)
+    return Turn(
+        resp.text,
+        [a.word for a in moves],
+        err,
+        before,
+        env.state.pos,
+        resp.prompt_ids,
+        resp.response_ids,
+        resp.logprobs,
+    )
+
+
+def run_episodes(
+    policy: Policy,
+    mazes: Sequence[Maze],
+    cfg: EnvConfig | None = None,
+    *,
+    samples: int = 1,
+    seed: int = 0,
+    history: int | None = 1,
+    progress: bool = False,
+) -> list[Trajectory]:
+    """Play `samples` episodes of every maze, all at once; results ordered maze-major."""
+    cfg = cfg or EnvConfig()
+    if samples < 1:
+        raise UsageError(f"samples ({samples}) must be >= 1")
+    jobs = [(i, k) for i in range(len(mazes)) for k in range(samples)]
+    envs = [make_env(mazes[i], cfg) for i, _ in jobs]
+    rngs = episode_rngs(seed, len(jobs))
+    convs = [env.init()[0] for env in envs]
+    trajs = [Trajectory(mazes[i].to_dict(), i, k, policy=policy.name) for i, k in jobs]
+    live = list(range(len(jobs)))
+    bar = tqdm(total=len(jobs), desc=f"episodes ({policy.name})", disable=not progress, leave=False)
+    while live:
+        responses = policy.act(
+            [envs[j].state for j in live],
+            [history_window(convs[j], history) for j in live],
+            [rngs[j] for j in live],
+        )
+        still = []
+        for j, resp in zip(live, responses, strict=True):
+            before = envs[j].state.pos
+            out = envs[j].step(resp.text)
+            trajs[j].turns.append(_record(envs[j], resp, before))
+            convs[j] += [{"role": "assistant", "content": resp.text}, *out["observations"]]
+            if out["done"]:
+                trajs[j].reward = float(out["reward"])
+                trajs[j].terminated, trajs[j].truncated = envs[j].terminated, envs[j].truncated
+                bar.update(1)
+            else:
+                still.append(j)
+        live = still
+    bar.close()
+    return trajs
+
+
+def play_episode(
+    policy: Policy,
+    maze: Maze,
+    cfg: EnvConfig | None = None,
+    *,
+    rng: np.random.Generator,
+    history: int | None = 1,
+) -> Trajectory:
+    """The plain loop: one env, one answer at a time (the reference for `run_episodes`)."""
+    env = make_env(maze, cfg or EnvConfig())
+    conv, _ = env.init()
+    traj = Trajectory(maze.to_dict(), 0, 0, policy=policy.name)
+    done = False
+    while not done:
+        (resp,) = policy.act([env.state], [history_window(conv, history)], [rng])
+        before = env.state.pos
+        out = env.step(resp.text)
+        traj.turns.append(_record(env, resp, before))
+        conv += [{"role": "assistant", "content": resp.text}, *out["observations"]]
+        done = out["done"]
+    traj.reward, traj.terminated, traj.truncated = (
+        float(out["reward"]),
+        env.terminated,
+        env.truncated,
+    )
+    return traj
+
+
+def turn_prompts(
+    traj: Trajectory, cfg: EnvConfig | None = None, *, history: int | None = 1
+) -> list[list[dict]]:
+    """The messages the policy saw at each turn, rebuilt by replaying the episode through the
+    env (same path as `run_episodes`): a trainer re-encodes these instead of storing images."""
+    env = MazeEnv(cfg or EnvConfig(), {"maze": traj.maze})
+    conv, _ = env.init()
+    prompts = []
+    for turn in traj.turns:
+        prompts.append(history_window(conv, history))
+        out = env.step(turn.text)
+        conv = [*conv, {"role": "assistant", "content": turn.text}, *out["observations"]]
+    return prompts
+
+
+def replay_states(traj: Trajectory) -> list[rules.State]:
+    """Every state of the episode, from the start, rebuilt from the spec and the parsed moves."""
+    state = rules.initial(traj.maze_obj)
+    states = [state]
+    for t in traj.turns:
+        state = rules.transition(state, [Action[a.upper()] for a in t.actions])
+        states.append(state)
+    return states
+
+
+def save_trajectories(path: str | Path, trajs: Iterable[Trajectory]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w") as f:
+        for t in trajs:
+            f.write(t.to_json() + "\n")
+    tmp.replace(path)
+    return path
+
+
+def load_trajectories(path: str | Path) -> list[Trajectory]:
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"no trajectory file at {path}: run an evaluation with --out first")
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(Trajectory.from_dict(json.loads(line)))
+        except (json.JSONDecodeError, TypeError, KeyError) as e:
+            raise UsageError(
+                f"{path}:{n} is not a trajectory record ({type(e).__name__}); re-run the evaluation"
+            ) from None
+    return out

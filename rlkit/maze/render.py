@@ -1,0 +1,260 @@
+"""Rendering: maze state -> PIL image, PNG bytes, data URI, or ASCII (pure; returns data).
+
+Images are assembled from cached per-wall-mask tiles with numpy (no per-pixel Python), so a
+render costs a few array ops. Two views:
+
+- `full`: the whole maze.
+- `ego`: an agent-centred window of (2*radius+1) cells, padded to an even number of cells so
+  that with one cell per vision patch and a 2x2 spatial merge the image tiles exactly; cells
+  outside the maze are drawn in the `outside` colour. Every cell draws its own four walls, so a
+  cell's appearance is local to the cell: with `cell_px` equal to the vision patch size one patch
+  sees exactly one cell (the lever that made the tiny VLM learn; see the trainer preset).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from rlkit.errors import UsageError
+from rlkit.maze.core import Action, Cell, Maze
+from rlkit.maze.rules import State
+
+RGB = tuple[int, int, int]
+VIEWS = ("full", "ego")
+_OUTSIDE = 16  # tile index for cells beyond the maze border (ego view padding)
+
+
+@dataclass(frozen=True)
+class RenderStyle:
+    """How a maze looks. Hashable: tiles are cached per style."""
+
+    cell_px: int = 8
+    """Pixels per cell side. 8 = one Qwen3-VL patch per cell for the tiny model's patch size 8."""
+    wall_px: int = 1
+    """Wall thickness drawn inside each cell on each walled side."""
+    view: str = "ego"
+    """`ego` (agent-centred window) or `full` (whole maze)."""
+    ego_radius: int = 2
+    """Cells visible on each side of the agent in the ego view (2 -> 5x5 cells, padded to 6x6)."""
+    show_trail: bool = True
+    """Colour visited cells: the model then sees where it has been without image history."""
+    floor: RGB = (255, 255, 255)
+    wall: RGB = (0, 0, 0)
+    outside: RGB = (0, 0, 0)
+    trail: RGB = (128, 128, 128)
+    last: RGB | None = None
+    """Colour of the cell the agent just left (shows the last move's direction); None draws it
+    as trail. Off for the model: the learned recipe used plain trails."""
+    agent: RGB = (255, 0, 0)
+    exit: RGB = (0, 255, 0)
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.cell_px <= 256:
+            raise UsageError(f"cell_px ({self.cell_px}) must be in [2, 256]")
+        if not 0 < self.wall_px * 2 < self.cell_px:
+            raise UsageError(
+                f"wall_px ({self.wall_px}) must be >= 1 and leave floor inside a {self.cell_px}px cell"
+            )
+        if self.view not in VIEWS:
+            raise UsageError(f"unknown view {self.view!r}: use one of {', '.join(VIEWS)}")
+        if not 1 <= self.ego_radius <= 16:
+            raise UsageError(f"ego_radius ({self.ego_radius}) must be in [1, 16]")
+
+
+@lru_cache(maxsize=64)
+def _wall_tiles(cell_px: int, wall_px: int) -> np.ndarray:
+    """(17, cell_px, cell_px) bool: True where a wall pixel is, for each 4-bit mask (+ outside)."""
+    tiles = np.zeros((17, cell_px, cell_px), dtype=bool)
+    for mask in range(16):
+        t = tiles[mask]
+        if mask & 1:
+            t[:wall_px, :] = True
+        if mask & 4:
+            t[-wall_px:, :] = True
+        if mask & 8:
+            t[:, :wall_px] = True
+        if mask & 2:
+            t[:, -wall_px:] = True
+    return tiles
+
+
+_FLOOR, _TRAIL, _LAST, _EXIT, _AGENT, _OUT = range(6)
+
+
+@lru_cache(maxsize=64)
+def _atlas(style: RenderStyle) -> np.ndarray:
+    """(17 * 6, cp, cp, 3) uint8: every (wall mask, cell colour) tile, fully drawn, cached.
+
+    A render is then one gather (`atlas[tile_index]`) and one reshape.
+    """
+    walls = _wall_tiles(style.cell_px, style.wall_px)
+    last = style.last if style.last is not None else style.trail
+    colours = [style.floor, style.trail, last, style.exit, style.agent, style.outside]
+    atlas = np.empty((17, len(colours), style.cell_px, style.cell_px, 3), dtype=np.uint8)
+    for ci, colour in enumerate(colours):
+        atlas[:, ci] = colour
+        atlas[:16, ci][walls[:16]] = style.wall
+    atlas[16, :] = style.outside
+    atlas.setflags(write=False)
+    return atlas.reshape(-1, style.cell_px, style.cell_px, 3)
+
+
+def _colour_index(state: State, style: RenderStyle) -> np.ndarray:
+    maze = state.maze
+    idx = np.full((maze.height, maze.width), _FLOOR, dtype=np.intp)
+    if style.show_trail and len(state.trail) > 1:
+        cells = np.asarray(state.trail)
+        idx[cells[:, 0], cells[:, 1]] = _TRAIL
+        prev = state.trail[-2]
+        if prev != state.pos:
+            idx[prev] = _LAST
+    idx[maze.exit] = _EXIT
+    idx[state.pos] = _AGENT
+    return idx
+
+
+def render_array(state: State, style: RenderStyle = RenderStyle()) -> np.ndarray:
+    """The state as an (H, W, 3) uint8 array (the fast path the local trainer feeds the model)."""
+    tiles = state.maze.walls.astype(np.intp) * 6 + _colour_index(state, style)
+    if style.view == "ego":
+        r = style.ego_radius
+        n_even = 2 * r + 1 + (2 * r + 1) % 2
+        window = np.full((n_even, n_even), _OUTSIDE * 6 + _OUT, dtype=np.intp)
+        pr, pc = state.pos
+        h, w = tiles.shape
+        r0, c0 = pr - r, pc - r  # maze cell at the window's top-left
+        rs, cs = max(0, r0), max(0, c0)
+        re, ce = min(h, r0 + n_even), min(w, c0 + n_even)
+        window[rs - r0 : re - r0, cs - c0 : ce - c0] = tiles[rs:re, cs:ce]
+        tiles = window
+    img = _atlas(style)[tiles]  # (h, w, cp, cp, 3)
+    h, w, cp = tiles.shape[0], tiles.shape[1], style.cell_px
+    return img.transpose(0, 2, 1, 3, 4).reshape(h * cp, w * cp, 3)
+
+
+def render(state: State, style: RenderStyle = RenderStyle()) -> Image.Image:
+    """The state as a PIL image."""
+    return Image.fromarray(render_array(state, style), mode="RGB")
+
+
+def render_maze(
+    maze: Maze, style: RenderStyle = RenderStyle(view="full", cell_px=16)
+) -> Image.Image:
+    """A maze at its start, full view by default (galleries, docs)."""
+    return render(State(maze=maze, pos=maze.start, trail=(maze.start,)), style)
+
+
+def png_bytes(img: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, format="PNG", compress_level=1)  # level 1: tiny images, speed over bytes
+    return buf.getvalue()
+
+
+def data_uri(img: Image.Image) -> str:
+    """`data:image/png;base64,...`: the image form OpenAI-style chat messages (and vLLM) take."""
+    return "data:image/png;base64," + base64.b64encode(png_bytes(img)).decode("ascii")
+
+
+@lru_cache(maxsize=8192)
+def _uri_from_raw(raw: bytes, h: int, w: int) -> str:
+    return data_uri(Image.frombytes("RGB", (w, h), raw))
+
+
+def state_data_uri(state: State, style: RenderStyle = RenderStyle()) -> str:
+    """`data_uri(render(state))`, memoised on the pixels: PNG encoding dominates an env step,
+    and GRPO replays the same states many times (k samples per maze, the same start)."""
+    arr = render_array(state, style)
+    return _uri_from_raw(arr.tobytes(), arr.shape[0], arr.shape[1])
+
+
+def image_from_data_uri(uri: str) -> Image.Image:
+    prefix = "data:image/png;base64,"
+    if not uri.startswith(prefix):
+        raise UsageError("expected a 'data:image/png;base64,' URI: images travel as PNG data URIs")
+    return Image.open(io.BytesIO(base64.b64decode(uri[len(prefix) :]))).convert("RGB")
+
+
+def to_ascii(state: State) -> str:
+    """Text view: '+---+' walls, '@' agent, 'E' exit, '.' visited cells."""
+    maze = state.maze
+    visited = state.visited
+    lines = []
+    for r in range(maze.height):
+        top, mid = ["+"], ["|" if maze.walls[r, 0] & 8 else " "]
+        for c in range(maze.width):
+            m = int(maze.walls[r, c])
+            top.append("---+" if m & 1 else "   +")
+            ch = (
+                "@"
+                if (r, c) == state.pos
+                else "E"
+                if (r, c) == maze.exit
+                else "."
+                if (r, c) in visited
+                else " "
+            )
+            mid.append(f" {ch} " + ("|" if m & 2 else " "))
+        lines += ["".join(top), "".join(mid)]
+    lines.append("+" + "---+" * maze.width)
+    return "\n".join(lines)
+
+
+def draw_arrow(
+    img: Image.Image,
+    cell: Cell,
+    action: Action,
+    style: RenderStyle,
+    *,
+    colour: RGB = (40, 90, 230),
+    origin: Cell = (0, 0),
+    scale: int = 1,
+) -> Image.Image:
+    """A copy of `img` with an arrow for `action` drawn from `cell` (e.g. the oracle's move).
+
+    `origin` is the maze cell drawn at the image's top-left (non-zero for ego views); `scale`
+    is the factor `img` was upscaled by.
+    """
+    out = img.copy()
+    cp = style.cell_px * scale
+    cy = (cell[0] - origin[0]) * cp + cp / 2
+    cx = (cell[1] - origin[1]) * cp + cp / 2
+    dr, dc = action.delta
+    end = (cx + dc * cp * 0.9, cy + dr * cp * 0.9)
+    draw = ImageDraw.Draw(out)
+    width = max(1, cp // 6)
+    draw.line([(cx, cy), end], fill=colour, width=width)
+    draw.ellipse([end[0] - width, end[1] - width, end[0] + width, end[1] + width], fill=colour)
+    return out
+
+
+def ego_origin(state: State, style: RenderStyle) -> Cell:
+    """The maze cell drawn at the top-left of the image (can be outside the maze in ego view)."""
+    if style.view == "full":
+        return (0, 0)
+    return (state.pos[0] - style.ego_radius, state.pos[1] - style.ego_radius)
+
+
+def upscale(img: Image.Image, factor: int) -> Image.Image:
+    """Nearest-neighbour enlargement for display (keeps walls crisp)."""
+    return img.resize((img.width * factor, img.height * factor), Image.NEAREST)
+
+
+def gallery(
+    images: list[Image.Image], cols: int = 8, pad: int = 4, background: RGB = (235, 235, 235)
+) -> Image.Image:
+    """Tile same-sized images into one picture (test-set overviews, demo output)."""
+    if not images:
+        raise UsageError("gallery needs at least one image")
+    w, h = images[0].size
+    rows = -(-len(images) // cols)
+    out = Image.new("RGB", (cols * (w + pad) + pad, rows * (h + pad) + pad), background)
+    for i, img in enumerate(images):
+        r, c = divmod(i, cols)
+        out.paste(img, (pad + c * (w + pad), pad + r * (h + pad)))
+    return out

@@ -1,0 +1,300 @@
+"""Model batches shared by sampling and training: padding, the forward pass, logprobs.
+
+`build_batch` left-pads prompt (+ response) ids, gathers each distinct image once and the
+cached multimodal rope positions; `response_logprobs` is the training forward (per-token
+logprobs and entropy of the response tokens). `rlkit.model.policy.ModelPolicy` samples through the same
+functions, so the logprobs it records equal the recomputed ones (the RL ratio is exactly 1 on
+un-updated weights; a test checks it). The definitions:
+
+- free: log softmax(logits / temperature) over the vocabulary minus the vision placeholder
+  tokens (`VISION_TOKENS`: an image pad in a response would claim image features that don't
+  exist), for every response token.
+  top-p changes which token is drawn but not the recorded value (as SkyRL's trainer recomputes
+  with temperature only), so keep top_p = 1 for on-policy RL.
+- constrained: the policy is a distribution over the four move words; the forced tokens
+  (`<action>`, `</action>`, `<|im_end|>`, the tail of a multi-token word) have probability 1
+  under it, so logprob 0 and entropy 0; the move-word token has log softmax(logits / T)
+  restricted to the four move-word tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from rlkit.errors import UsageError
+from rlkit.maze.core import Action
+from rlkit.model.chat import Encoded
+from rlkit.model.load import LoadedModel
+
+VISION_TOKENS = (
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+"""Never generated: the free-generation distribution excludes them (sampling and training)."""
+
+
+def banned_ids(loaded: LoadedModel) -> list[int]:
+    tok = loaded.tokenizer
+    ids = [tok.convert_tokens_to_ids(t) for t in VISION_TOKENS]
+    return sorted({i for i in ids if i is not None and i != tok.unk_token_id})
+
+
+def mask_banned(logits: torch.Tensor, banned: list[int]) -> torch.Tensor:
+    return logits.index_fill(-1, torch.tensor(banned, device=logits.device), float("-inf"))
+
+
+@dataclass(frozen=True)
+class AnswerSpec:
+    """The constrained answer's tokens: forced prefix, one choice token, forced tail per word."""
+
+    prefix: tuple[int, ...]
+    choices: tuple[int, ...]
+    """First token of each move word, in `Action` order (they must differ)."""
+    tails: tuple[tuple[int, ...], ...]
+    """The rest of each answer after its choice token, ending with the end-of-turn token."""
+
+    @classmethod
+    def from_loaded(cls, loaded: LoadedModel) -> AnswerSpec:
+        tok = loaded.tokenizer
+
+        def ids(text: str) -> tuple[int, ...]:
+            return tuple(tok(text, add_special_tokens=False)["input_ids"])
+
+        prefix, suffix = ids("<action>"), (*ids("</action>"), loaded.eos_id)
+        words = [ids(a.word) for a in Action]
+        choices = tuple(w[0] for w in words)
+        if len(set(choices)) != len(choices):
+            raise UsageError(
+                "move words share a first token in this tokenizer: use constrained=False"
+            )
+        return cls(prefix, choices, tuple((*w[1:], *suffix) for w in words))
+
+    @property
+    def choice_pos(self) -> int:
+        """Index of the choice token within the response."""
+        return len(self.prefix)
+
+    def response(self, action: int) -> list[int]:
+        return [*self.prefix, self.choices[action], *self.tails[action]]
+
+
+@dataclass
+class Batch:
+    """Prompts (+ responses) left-padded into one model input."""
+
+    input_ids: torch.Tensor
+    """(B, L) token ids, left-padded."""
+    attention_mask: torch.Tensor
+    """(B, L) 1 on real tokens."""
+    mm_token_type_ids: torch.Tensor
+    """(B, L) 1 on image tokens: Qwen3-VL's multimodal rope needs it."""
+    pixel_values: torch.Tensor | None
+    """(n_patches, D) patches of each distinct image, once."""
+    unique_grid_thw: torch.Tensor | None
+    """(n_distinct, 3) patch grid per distinct image."""
+    image_index: list[int]
+    """For each image placeholder in batch order, its distinct image (episodes of one maze
+    share most pictures: encoding each once cuts the vision tower's work several-fold)."""
+    image_grid_thw: torch.Tensor | None
+    """(n_images, 3) patch grid per image, batch order (multimodal rope positions)."""
+    position_ids: torch.Tensor
+    """(3, B, L) multimodal rope positions (time, height, width), 0 on padding, as the model's
+    `get_rope_index` gives them for this batch."""
+    response_ids: torch.Tensor
+    """(B, R) response tokens, right-padded with 0."""
+    response_mask: torch.Tensor
+    """(B, R) 1 on real response tokens."""
+
+    def model_inputs(self) -> dict:
+        """Inputs as the HF processor would give them (every image's patches, batch order)."""
+        kw = {
+            "input_ids": self.input_ids,
+            "attention_mask": self.attention_mask,
+            "mm_token_type_ids": self.mm_token_type_ids,
+        }
+        if self.pixel_values is not None:
+            starts = np.cumsum([0, *self.unique_grid_thw.prod(1).tolist()])
+            pv = torch.cat([self.pixel_values[starts[i] : starts[i + 1]] for i in self.image_index])
+            kw |= {"pixel_values": pv, "image_grid_thw": self.image_grid_thw}
+        return kw
+
+
+def forward_hidden(loaded: LoadedModel, batch: Batch) -> torch.Tensor:
+    """(B, L, H) last hidden states; the vision tower runs once per distinct image.
+
+    The model's own forward would run the tower on every image of every row, so the image
+    features are computed here, scattered into the token embeddings at the image pads, and
+    handed with their deepstack features to the language model, the way `Qwen3VLModel.forward`
+    does it (a test checks the hidden states equal that forward's on the same inputs).
+    """
+    vlm = loaded.model.model
+    if batch.pixel_values is None:
+        return vlm(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            mm_token_type_ids=batch.mm_token_type_ids,
+            position_ids=batch.position_ids,
+        ).last_hidden_state
+    feats = vlm.get_image_features(batch.pixel_values, batch.unique_grid_thw, return_dict=True)
+    sizes = (batch.unique_grid_thw.prod(-1) // vlm.visual.spatial_merge_size**2).tolist()
+
+    def per_image(x: torch.Tensor | Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
+        return x if isinstance(x, (list, tuple)) else torch.split(x, sizes)
+
+    def in_row_order(x: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+        parts = per_image(x)
+        return torch.cat([parts[i] for i in batch.image_index])
+
+    embeds = vlm.get_input_embeddings()(batch.input_ids)
+    image_pos = batch.mm_token_type_ids.bool()
+    image_embeds = in_row_order(feats.pooler_output).to(embeds.dtype)
+    if int(image_pos.sum()) != image_embeds.shape[0]:
+        raise UsageError(
+            f"{int(image_pos.sum())} image pads but {image_embeds.shape[0]} image features: "
+            "the prompt ids and images were not encoded together"
+        )
+    embeds = embeds.masked_scatter(image_pos.unsqueeze(-1).expand_as(embeds), image_embeds)
+    return vlm.language_model(
+        inputs_embeds=embeds,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        visual_pos_masks=image_pos,
+        deepstack_visual_embeds=[in_row_order(f) for f in feats.deepstack_features],
+    ).last_hidden_state
+
+
+def prompt_positions(loaded: LoadedModel, prompt: Encoded) -> np.ndarray:
+    """(3, P) rope positions of one prompt, by the model's own `get_rope_index` (cached)."""
+    grid = prompt.image_grid_thw
+    key = (tuple(prompt.prompt_ids), grid.tobytes())
+    hit = loaded.positions.get(key)
+    if hit is None:
+        ids = torch.tensor([prompt.prompt_ids])
+        image_id = loaded.model.config.image_token_id
+        pos, _ = loaded.model.model.get_rope_index(
+            ids,
+            (ids == image_id).int(),
+            image_grid_thw=torch.from_numpy(grid) if len(grid) else None,
+        )
+        hit = loaded.positions.put(key, pos[:, 0].numpy())
+    return hit
+
+
+def build_batch(
+    loaded: LoadedModel,
+    prompts: Sequence[Encoded],
+    responses: Sequence[Sequence[int]] | None = None,
+) -> Batch:
+    """Left-pad prompt + response ids into one batch on the model's device.
+
+    With left padding every row's last token sits at column L-1, so one index reads the next-
+    token logits for all rows (sampling), and response token j of row b sits at L - R_b + j.
+    """
+    responses = responses if responses is not None else [[] for _ in prompts]
+    if len(responses) != len(prompts):
+        raise UsageError(f"{len(prompts)} prompts but {len(responses)} responses")
+    seqs = [list(p.prompt_ids) + list(r) for p, r in zip(prompts, responses, strict=True)]
+    length = max(len(s) for s in seqs)
+    ids = np.full((len(seqs), length), loaded.pad_id, np.int64)
+    mask = np.zeros((len(seqs), length), np.int64)
+    pos = np.zeros((3, len(seqs), length), np.int64)
+    for b, s in enumerate(seqs):
+        ids[b, length - len(s) :] = s
+        mask[b, length - len(s) :] = 1
+        # response tokens are text: their positions continue from the prompt's last + 1
+        p_pos = prompt_positions(loaded, prompts[b])
+        n_resp = len(s) - p_pos.shape[1]
+        pos[:, b, length - len(s) : length - n_resp] = p_pos
+        pos[:, b, length - n_resp :] = p_pos.max() + 1 + np.arange(n_resp)
+    r_len = max([len(r) for r in responses] + [1])
+    resp = np.zeros((len(seqs), r_len), np.int64)
+    resp_mask = np.zeros((len(seqs), r_len), np.int64)
+    for b, r in enumerate(responses):
+        resp[b, : len(r)] = r
+        resp_mask[b, : len(r)] = 1
+    dev = loaded.device
+    image_id = loaded.model.config.image_token_id
+    pv = unique_grid = grid = None
+    slot: dict[int, int] = {}  # id(patch array) -> distinct index; the encoder reuses arrays
+    distinct, index = [], []
+    for p in prompts:
+        for patches, g in p.images:
+            if id(patches) not in slot:
+                slot[id(patches)] = len(distinct)
+                distinct.append((patches, g))
+            index.append(slot[id(patches)])
+    if distinct:
+        dtype = loaded.model.dtype
+        pv = torch.from_numpy(np.concatenate([p for p, _ in distinct])).to(dev, dtype)
+        unique_grid = torch.from_numpy(np.stack([g for _, g in distinct])).to(dev)
+        grid = unique_grid[index]
+    ids_t = torch.from_numpy(ids).to(dev)
+    return Batch(
+        ids_t,
+        torch.from_numpy(mask).to(dev),
+        (ids_t == image_id).long(),
+        pv,
+        unique_grid,
+        index,
+        grid,
+        torch.from_numpy(pos).to(dev),
+        torch.from_numpy(resp).to(dev),
+        torch.from_numpy(resp_mask).to(dev),
+    )
+
+
+def logits_at(loaded: LoadedModel, batch: Batch, cols: torch.Tensor) -> torch.Tensor:
+    """(B, K, V) next-token logits at columns `cols` (B, K): the LM head only where needed."""
+    hidden = forward_hidden(loaded, batch)
+    picked = hidden.gather(1, cols.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+    return loaded.model.lm_head(picked).float()
+
+
+def response_logprobs(
+    loaded: LoadedModel,
+    batch: Batch,
+    *,
+    temperature: float = 1.0,
+    answer: AnswerSpec | None = None,
+    mask_vision: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token (logprobs, entropy), each (B, R), of `batch.response_ids` (0 where masked).
+
+    Differentiable (call under `torch.no_grad()` when only evaluating). `answer` selects the
+    constrained definition (see the module docstring); it must match how the tokens were drawn.
+    `mask_vision=False` normalises the free distribution over the whole vocabulary, as vLLM's
+    reported logprobs do (its default `raw_logprobs`), to compare rollout and trainer values.
+    """
+    b, r = batch.response_ids.shape
+    length = batch.input_ids.shape[1]
+    r_lens = batch.response_mask.sum(1, keepdim=True)
+    j = torch.arange(r, device=batch.input_ids.device).unsqueeze(0)
+    cols = (length - r_lens - 1 + j).clamp(0, length - 1)
+    logits = logits_at(loaded, batch, cols) / temperature
+    mask = batch.response_mask.bool()
+    if answer is None:
+        logp_all = torch.log_softmax(
+            mask_banned(logits, banned_ids(loaded)) if mask_vision else logits, -1
+        )
+        logp = logp_all.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
+        entropy = -(logp_all.exp() * logp_all.nan_to_num(neginf=0.0)).sum(-1)
+        return logp.masked_fill(~mask, 0.0), entropy.masked_fill(~mask, 0.0)
+    pos = answer.choice_pos
+    choices = torch.tensor(answer.choices, device=logits.device)
+    chosen = batch.response_ids[:, pos]
+    which = (chosen.unsqueeze(-1) == choices).float().argmax(-1)
+    if not bool((chosen.unsqueeze(-1) == choices).any(-1).all()):
+        raise UsageError("a response's choice token is not a move word: pass answer=None")
+    logp_c = torch.log_softmax(logits[:, pos, choices], -1)
+    logp = torch.zeros(b, r, device=logits.device, dtype=logits.dtype)
+    entropy = torch.zeros_like(logp)
+    logp[:, pos] = logp_c.gather(-1, which.unsqueeze(-1)).squeeze(-1)
+    entropy[:, pos] = -(logp_c.exp() * logp_c).sum(-1)
+    return logp, entropy

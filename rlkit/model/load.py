@@ -1,0 +1,117 @@
+"""Load any Qwen3-VL checkpoint dir: rlkit's tiny one or a real one (e.g. Qwen3-VL-8B-Instruct
+on a GPU machine), through the same code path, with its own `AutoProcessor` and the one
+formatting path (`rlkit.model.chat.ChatEncoder`): env messages -> model inputs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoProcessor,
+    BaseImageProcessor,
+    PreTrainedTokenizerBase,
+    ProcessorMixin,
+    Qwen3VLForConditionalGeneration,
+)
+from transformers.utils import logging as hf_logging
+
+from rlkit.errors import UsageError
+from rlkit.model.chat import ChatEncoder, LruCache
+from rlkit.model.config import MODEL_TYPE
+from rlkit.model.vision_attention import use_uniform_vision_attention
+
+
+@dataclass
+class LoadedModel:
+    """Everything needed to run a Qwen3-VL checkpoint on env messages."""
+
+    model: Qwen3VLForConditionalGeneration
+    tokenizer: PreTrainedTokenizerBase
+    image_processor: BaseImageProcessor
+    processor: ProcessorMixin
+    """The checkpoint's own `AutoProcessor` (tokenizer + image processor + chat template)."""
+    path: Path
+    encoder: ChatEncoder = field(init=False)
+    positions: LruCache = field(init=False)
+    """Multimodal rope positions per distinct (prompt ids, image grids): a handful of distinct
+    prompts per run, while the model's own computation is a Python loop per row."""
+
+    def __post_init__(self) -> None:
+        self.encoder = ChatEncoder(self.processor)
+        self.positions = LruCache(4096)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def eos_id(self) -> int:
+        return int(self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
+
+    @property
+    def pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(
+            pad if pad is not None else self.tokenizer.convert_tokens_to_ids("<|endoftext|>")
+        )
+
+
+@contextmanager
+def no_progress_bars() -> Iterator[None]:
+    """transformers draws a bar per save/load; in CLI output and notebooks it is noise."""
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
+def check_checkpoint(path: str | Path) -> Path:
+    """`path` as a Path if it holds a Qwen3-VL checkpoint, else a one-line UsageError."""
+    p = Path(path)
+    cfg_file = p / "config.json"
+    if not cfg_file.is_file():
+        raise UsageError(
+            f"{p} is not a model directory (no config.json): build one with `rlkit model tiny --out DIR`"
+        )
+    model_type = json.loads(cfg_file.read_text()).get("model_type")
+    if model_type is None:
+        raise UsageError(f"{p}/config.json names no model_type: not a transformers checkpoint")
+    if model_type != MODEL_TYPE:
+        raise UsageError(f"{p} holds a {model_type!r} model; rlkit runs Qwen3-VL ({MODEL_TYPE!r})")
+    # transformers 5 saves a processor as one processor_config.json; older dirs (and Qwen's
+    # published checkpoints) keep the image processor in preprocessor_config.json.
+    if not any((p / n).is_file() for n in ("preprocessor_config.json", "processor_config.json")):
+        raise UsageError(
+            f"{p} has no preprocessor_config.json or processor_config.json: copy the "
+            "checkpoint's processor files beside its weights"
+        )
+    return p
+
+
+def load(
+    path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+) -> LoadedModel:
+    """Load a Qwen3-VL checkpoint dir (tiny or real) in eval mode on `device`.
+
+    `dtype` defaults to float32 on CPU (exact logprob checks) and bfloat16 elsewhere.
+    """
+    p = check_checkpoint(path)
+    if dtype is None:
+        dtype = torch.float32 if str(device).startswith("cpu") else torch.bfloat16
+    with no_progress_bars():
+        model = Qwen3VLForConditionalGeneration.from_pretrained(p, dtype=dtype)
+    model = model.to(device).eval()
+    use_uniform_vision_attention(model)  # one batched call instead of a loop over images
+    processor = AutoProcessor.from_pretrained(p)
+    tok = processor.tokenizer
+    tok.padding_side = "left"  # batched generation appends to the right end of every row
+    return LoadedModel(model, tok, processor.image_processor, processor, p)

@@ -1,0 +1,224 @@
+"""The model policy: a Qwen3-VL checkpoint answering maze turns, batched (and `load_policy`).
+
+`ModelPolicy.act` answers all live episodes with one batched model call per turn:
+
+- constrained (default): one forward pass over prompt + `<action>`, the next token drawn only
+  among the four move-word tokens; the answer is `<action>WORD</action><|im_end|>`.
+- free: one `generate` call (left padding, KV cache) up to `max_new_tokens`, stopping at
+  `<|im_end|>`; whatever the model writes goes to the env's parser (parse errors are the env's
+  business: feedback, no exception).
+
+Log-probabilities are defined once, in `rlkit.model.batching` (free vs constrained distribution);
+sampling records them with the same definition the training forward recomputes.
+
+Sampling uses one `torch.Generator` per episode, seeded from that episode's numpy stream, so an
+episode's answers do not depend on which other episodes share its batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+
+from rlkit.episodes.policies import Policy, Response, is_scripted, scripted_policy
+from rlkit.errors import UsageError
+from rlkit.maze import rules
+from rlkit.maze.core import Action
+from rlkit.maze.parsing import format_action
+from rlkit.model.batching import (
+    VISION_TOKENS,
+    AnswerSpec,
+    Batch,
+    banned_ids,
+    build_batch,
+    forward_hidden,
+    logits_at,
+    mask_banned,
+    prompt_positions,
+    response_logprobs,
+)
+from rlkit.model.chat import Encoded
+from rlkit.model.load import LoadedModel, load
+
+
+def _top_p_probs(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    probs = torch.softmax(logits, -1)
+    if top_p >= 1.0:
+        return probs
+    sorted_p, order = probs.sort(-1, descending=True)
+    drop = sorted_p.cumsum(-1) - sorted_p >= top_p  # keep the smallest set reaching top_p
+    sorted_p = sorted_p.masked_fill(drop, 0.0)
+    return torch.zeros_like(probs).scatter(-1, order, sorted_p)
+
+
+def sample_rows(
+    logits: torch.Tensor,
+    generators: Sequence[torch.Generator],
+    *,
+    temperature: float,
+    top_p: float,
+    greedy: bool,
+) -> torch.Tensor:
+    """(B,) one token per row of (B, V) logits, row b drawn with `generators[b]`."""
+    if greedy:
+        return logits.argmax(-1)
+    probs = _top_p_probs(logits.float() / temperature, top_p).cpu()
+    return torch.stack(
+        [torch.multinomial(probs[b], 1, generator=g)[0] for b, g in enumerate(generators)]
+    ).to(logits.device)
+
+
+class _RowSampler(LogitsProcessor):
+    """Makes `generate`'s greedy step pick our per-row sampled token (a seeded generator per
+    episode; `generate` itself has no per-row randomness)."""
+
+    def __init__(
+        self,
+        generators: Sequence[torch.Generator],
+        temperature: float,
+        top_p: float,
+        greedy: bool,
+        banned: list[int],
+    ) -> None:
+        self.generators, self.kw = generators, {"temperature": temperature, "top_p": top_p}
+        self.greedy, self.banned = greedy, banned
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.Tensor:
+        scores = mask_banned(scores, self.banned)
+        tokens = sample_rows(scores, self.generators, greedy=self.greedy, **self.kw)
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter(-1, tokens.unsqueeze(-1), 0.0)
+
+
+class ModelPolicy:
+    """A Qwen3-VL checkpoint answering maze turns (see the module docstring for the modes)."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        greedy: bool = False,
+        constrained: bool = True,
+        max_new_tokens: int = 24,
+        max_batch: int = 512,
+    ) -> None:
+        if not temperature > 0:
+            raise UsageError(f"temperature ({temperature}) must be > 0; use greedy=True for argmax")
+        if not 0 < top_p <= 1:
+            raise UsageError(f"top_p ({top_p}) must be in (0, 1]")
+        if max_new_tokens < 1 or max_batch < 1:
+            raise UsageError("max_new_tokens and max_batch must be >= 1")
+        self.loaded = loaded
+        self.temperature, self.top_p, self.greedy = temperature, top_p, greedy
+        self.constrained, self.max_new_tokens, self.max_batch = (
+            constrained,
+            max_new_tokens,
+            max_batch,
+        )
+        self.answer = AnswerSpec.from_loaded(loaded) if constrained else None
+        self.name = f"{Path(loaded.path).name}{'' if constrained else ':free'}"
+
+    def act(
+        self,
+        states: Sequence[rules.State],
+        messages: Sequence[list[dict]],
+        rngs: Sequence[np.random.Generator],
+    ) -> list[Response]:
+        if len(messages) != len(rngs):
+            raise UsageError(f"{len(messages)} conversations but {len(rngs)} random streams")
+        gens = [torch.Generator().manual_seed(int(r.integers(2**63))) for r in rngs]
+        encoded = [self.loaded.encoder.encode(m) for m in messages]
+        out: list[Response] = []
+        step = self._constrained if self.constrained else self._generate
+        with torch.no_grad():
+            for lo in range(0, len(encoded), self.max_batch):
+                hi = lo + self.max_batch
+                out += step(encoded[lo:hi], gens[lo:hi])
+        return out
+
+    def _constrained(self, encoded: list[Encoded], gens: list[torch.Generator]) -> list[Response]:
+        ans = self.answer
+        batch = build_batch(self.loaded, encoded, [ans.prefix] * len(encoded))
+        last = torch.full(
+            (len(encoded), 1), batch.input_ids.shape[1] - 1, device=batch.input_ids.device
+        )
+        logits = logits_at(self.loaded, batch, last)[:, 0, list(ans.choices)] / self.temperature
+        picks = sample_rows(logits, gens, temperature=1.0, top_p=self.top_p, greedy=self.greedy)
+        logp = torch.log_softmax(logits, -1).gather(-1, picks.unsqueeze(-1)).squeeze(-1).tolist()
+        out = []
+        for e, k, lp in zip(encoded, picks.tolist(), logp, strict=True):
+            ids = ans.response(k)
+            lps = [0.0] * len(ids)
+            lps[ans.choice_pos] = lp
+            out.append(Response(format_action(Action(k)), list(e.prompt_ids), ids, lps))
+        return out
+
+    def _generate(self, encoded: list[Encoded], gens: list[torch.Generator]) -> list[Response]:
+        lm = self.loaded
+        batch = build_batch(lm, encoded)
+        banned = banned_ids(lm)
+        sampler = _RowSampler(gens, self.temperature, self.top_p, self.greedy, banned)
+        gen = lm.model.generate(
+            **batch.model_inputs(),
+            # a fresh config: a checkpoint's own sampling defaults (8B: top_k 20...) must not apply
+            generation_config=GenerationConfig(
+                max_new_tokens=self.max_new_tokens,
+                do_sample=False,
+                eos_token_id=lm.eos_id,
+                pad_token_id=lm.pad_id,
+                output_logits=True,
+                return_dict_in_generate=True,
+            ),
+            logits_processor=LogitsProcessorList([sampler]),
+        )
+        new = gen.sequences[:, batch.input_ids.shape[1] :]
+        raw = mask_banned(torch.stack(gen.logits, 1).float(), banned) / self.temperature
+        logp = torch.log_softmax(raw, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        out = []
+        for b, e in enumerate(encoded):
+            ids = new[b].tolist()
+            if lm.eos_id in ids:
+                ids = ids[: ids.index(lm.eos_id) + 1]
+            text = lm.tokenizer.decode(ids, skip_special_tokens=True)
+            out.append(Response(text, list(e.prompt_ids), ids, logp[b, : len(ids)].tolist()))
+        return out
+
+
+def load_policy(name_or_path: str | Path, **kw) -> Policy:
+    """A scripted policy (`random`, `oracle`, `eps-oracle:E`) or a `ModelPolicy` for a model dir.
+
+    Keyword arguments go to `ModelPolicy` (plus `device`, `dtype` for `load`); scripted policies
+    take none.
+    """
+    name = str(name_or_path)
+    if is_scripted(name):
+        if kw:
+            raise UsageError(f"scripted policy {name!r} takes no options (got {sorted(kw)})")
+        return scripted_policy(name)
+    if not Path(name).is_dir():
+        raise UsageError(
+            f"unknown policy {name!r}: use random, oracle, eps-oracle:E or a model directory"
+        )
+    device, dtype = kw.pop("device", "cpu"), kw.pop("dtype", None)
+    return ModelPolicy(load(name, device=device, dtype=dtype), **kw)
+
+
+__all__ = [
+    "VISION_TOKENS",
+    "AnswerSpec",
+    "Batch",
+    "ModelPolicy",
+    "banned_ids",
+    "build_batch",
+    "forward_hidden",
+    "load_policy",
+    "prompt_positions",
+    "response_logprobs",
+    "sample_rows",
+]

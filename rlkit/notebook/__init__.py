@@ -1,0 +1,1 @@
+"""What the notebooks call: notebook-level steps, ipywidgets, matplotlib figures, the demo."""

@@ -1,0 +1,133 @@
+"""`rlkit demo` / `make demo`: notebooks 00-05 executed headless on the embedded default.
+
+    rlkit demo --out runs/demo            # local-tiny preset: ~20 min of training on 2 cores
+    rlkit demo --out runs/demo --quick    # smoke preset and small sample counts: a few minutes
+
+papermill runs each notebook in a kernel of this interpreter (kernelspec `rlkit`, installed
+into this environment's prefix when missing) with the same parameters, in order: they share
+OUT (baselines, the training run, plots) and one local Ray head, which the demo starts and
+stops itself unless `local_port` names a head that is already running. Left in OUT: the
+executed notebooks under notebooks/, PNGs under plots/, summary.json; the solve-rate table is
+printed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rlkit.cluster.jobs import project_root
+from rlkit.errors import RlkitError, UsageError
+
+NOTEBOOKS = (
+    "00_setup_and_connect",
+    "01_mazes",
+    "02_baseline_rollouts",
+    "03_train_grpo",
+    "04_solve_rate_across_checkpoints",
+    "05_replay_and_failures",
+)
+KERNEL = "rlkit"
+PROJECT_ROOT = project_root()
+NOTEBOOK_DIR = PROJECT_ROOT / "notebooks"
+
+
+def parameters(out_dir: str | Path, *, quick: bool, local_port: int) -> dict[str, Any]:
+    """papermill parameters shared by every notebook (each takes the ones it declares)."""
+    return {
+        "out_dir": str(Path(out_dir).resolve()),
+        "preset": "smoke" if quick else "local-tiny",
+        "local_port": local_port,
+        "samples": 2 if quick else 8,
+        "gallery_size": 16 if quick else 64,
+        "wait_s": 900 if quick else 3 * 3600,
+    }
+
+
+def ensure_kernel(name: str = KERNEL) -> str:
+    """A kernelspec `name` running this interpreter, in this environment's prefix (so papermill
+    and a JupyterLab started from this environment use the project's packages)."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        spec = KernelSpecManager().get_kernel_spec(name)
+        if spec.argv and Path(spec.argv[0]).resolve() == Path(sys.executable).resolve():
+            return name
+    except NoSuchKernel:
+        pass  # installed just below
+    from ipykernel.kernelspec import install
+
+    install(kernel_name=name, display_name=name, prefix=sys.prefix)
+    return name
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def execute(name: str, out_dir: Path, params: dict[str, Any], *, kernel: str = KERNEL) -> Path:
+    """Execute notebooks/NAME.ipynb into OUT/notebooks/NAME.ipynb (widget state stored)."""
+    import papermill
+
+    source = NOTEBOOK_DIR / f"{name}.ipynb"
+    if not source.is_file():
+        raise UsageError(f"{source} is missing: run `make notebooks` to pair it from {name}.py")
+    target = out_dir / "notebooks" / f"{name}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    declared = papermill.inspect_notebook(str(source))  # each notebook gets only its own
+    try:
+        papermill.execute_notebook(
+            str(source),
+            str(target),
+            parameters={k: v for k, v in params.items() if k in declared},
+            kernel_name=kernel,
+            cwd=str(PROJECT_ROOT),
+            progress_bar=False,
+        )
+    except papermill.PapermillExecutionError as e:
+        raise RlkitError(
+            f"notebook {name} failed in cell {e.exec_count}: {e.ename}: {e.evalue}; see {target}"
+        ) from None
+    return target
+
+
+def run_demo(
+    out_dir: str | Path = "runs/demo",
+    *,
+    quick: bool = False,
+    local_port: int | None = None,
+    notebooks: tuple[str, ...] = NOTEBOOKS,
+) -> dict:
+    """Execute the notebooks in order; returns summary.json's content plus timings."""
+    from rlkit.cluster.localhead import start_local_head
+
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    kernel = ensure_kernel()
+    head = None if local_port is not None else start_local_head(_free_port(), num_cpus=2)
+    port = local_port if head is None else head.port
+    params = parameters(out, quick=quick, local_port=port)
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    try:
+        for name in notebooks:
+            start = time.monotonic()
+            print(f"[demo] {name} ...", flush=True)
+            execute(name, out, params, kernel=kernel)
+            timings[name] = round(time.monotonic() - start, 1)
+            print(f"[demo] {name} done in {timings[name]:.0f} s", flush=True)
+    finally:
+        if head is not None:
+            head.stop()
+    summary_path = out / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    summary["timings_s"] = {**timings, "total": round(time.monotonic() - t0, 1)}
+    summary_path.write_text(json.dumps(summary, indent=1) + "\n")
+    print("\n".join(summary.get("table", [])))
+    return summary

@@ -1,0 +1,420 @@
+"""Figures for runs and evaluations: every function returns a matplotlib Figure.
+
+Figures are built with the object API (`PlotFigure`, a `matplotlib.figure.Figure`), never
+pyplot, so nothing here touches global state or needs a display: the same calls work in a
+notebook, under papermill, in the CLI and in tests. `PlotFigure` renders itself as PNG in
+Jupyter (`_repr_png_`), so a notebook cell that ends with `plots.solve_rate_curve(...)` shows
+the picture without `%matplotlib` or `plt.show()`.
+
+    evals = plots.load_run_evals("runs/demo/train")
+    fig = plots.solve_rate_curve(evals, baseline=0.4375, warm_start_end=20, run_id="demo")
+    fig.savefig("solve_rate.png")
+
+Every solve rate is drawn with its Wilson 95% interval: on 64 mazes two checkpoints a few points
+apart are usually indistinguishable, and the figure should say so.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from rlkit.episodes.evaluate import EvalResult
+from rlkit.episodes.failures import KINDS
+from rlkit.errors import UsageError
+from rlkit.maze.core import Maze, difficulty
+from rlkit.maze.render import RenderStyle, render_maze
+from rlkit.train.runs import RunDir
+
+Evals = Sequence[EvalResult] | Mapping[int, EvalResult]
+GALLERY_STYLE = RenderStyle(view="full", cell_px=16)
+
+
+class PlotFigure(Figure):
+    """A Figure that Jupyter displays as PNG without pyplot's inline backend."""
+
+    def _repr_png_(self) -> bytes:
+        return figure_png(self)
+
+
+def figure_png(fig: Figure, dpi: int = 100) -> bytes:
+    """The figure as PNG bytes (for widgets.Image and files)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return buf.getvalue()
+
+
+# reading a run directory
+
+
+def load_run_evals(run_dir: str | Path) -> dict[int, EvalResult]:
+    """Every RUN/evals/global_step_N.json as {N: EvalResult}, ascending; {} when none yet."""
+    run = RunDir(run_dir)
+    out = {}
+    for step in run.eval_steps():
+        result = EvalResult.from_dict(run.read_eval(step))
+        if result.step is None:
+            result.step = step  # the file name is the authority on which checkpoint it scored
+        out[step] = result
+    return out
+
+
+def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """RUN/metrics.jsonl records (a run dir or the file itself); [] before the first step."""
+    path = Path(run_dir)
+    if path.name == "metrics.jsonl" and not path.is_dir():
+        path = path.parent
+    elif path.is_file():
+        raise UsageError(f"{path} is not a run directory or a metrics.jsonl file")
+    return RunDir(path).read_metrics()
+
+
+def _by_step(evals: Evals) -> list[tuple[int, EvalResult]]:
+    if isinstance(evals, Mapping):
+        pairs = [(int(s), r) for s, r in evals.items()]
+    else:
+        pairs = []
+        for i, r in enumerate(evals):
+            if r.step is None:
+                raise UsageError(
+                    f"eval result {i} ({r.policy}) has no step: pass a dict {{step: result}}"
+                )
+            pairs.append((r.step, r))
+    if not pairs:
+        raise UsageError("no eval results to plot: evaluate a checkpoint first")
+    return sorted(pairs, key=lambda p: p[0])
+
+
+def _counts_line(results: Sequence[EvalResult]) -> str:
+    """`64 mazes x 4 samples/maze` (ranges when the results differ)."""
+
+    def span(values: set[int]) -> str:
+        return str(min(values)) if len(values) == 1 else f"{min(values)}-{max(values)}"
+
+    mazes = span({r.n_mazes for r in results})
+    samples = span({r.samples for r in results})
+    return f"{mazes} mazes x {samples} samples/maze, set '{results[0].set}'"
+
+
+def _header(fig: Figure, title: str, run_id: str | None, detail: str) -> None:
+    """Title plus a line stating the run and how much data stands behind the picture."""
+    height = fig.get_figheight()
+    fig.suptitle(title, fontsize=12, fontweight="bold", y=1 - 0.12 / height, va="top")
+    run = f"run {run_id}  |  " if run_id else ""
+    fig.text(0.5, 1 - 0.42 / height, run + detail, ha="center", va="top", fontsize=8.5, color="0.3")
+    fig.subplots_adjust(top=1 - 0.95 / height)
+
+
+# solve rate across checkpoints
+
+
+def solve_rate_curve(
+    evals: Evals,
+    *,
+    baseline: EvalResult | float | None = None,
+    warm_start_end: int | None = None,
+    title: str = "Solve rate across checkpoints",
+    run_id: str | None = None,
+) -> Figure:
+    """Solve rate vs step with Wilson 95% bands, a baseline line and the warm-start/GRPO boundary."""
+    pairs = _by_step(evals)
+    steps = [s for s, _ in pairs]
+    rates = [r.solve_rate for _, r in pairs]
+    fig = PlotFigure(figsize=(7.5, 4.2))
+    ax = fig.add_subplot()
+    ax.fill_between(
+        steps,
+        [r.ci95[0] for _, r in pairs],
+        [r.ci95[1] for _, r in pairs],
+        alpha=0.25,
+        color="C0",
+        label="Wilson 95% CI",
+    )
+    ax.plot(steps, rates, "o-", color="C0", label="solve rate")
+    last_step, last = pairs[-1]
+    ax.annotate(
+        f"{last.solve_rate:.1%}",
+        (last_step, last.solve_rate),
+        textcoords="offset points",
+        xytext=(4, 6),
+        fontsize=8,
+    )
+    if isinstance(baseline, EvalResult):
+        ax.axhspan(*baseline.ci95, color="0.5", alpha=0.12)
+        ax.axhline(
+            baseline.solve_rate,
+            color="0.35",
+            ls="--",
+            label=f"baseline {baseline.policy}: {baseline.solve_rate:.1%}",
+        )
+    elif baseline is not None:
+        if not 0.0 <= baseline <= 1.0:
+            raise UsageError(f"baseline ({baseline}) must be a solve rate in [0, 1]")
+        ax.axhline(baseline, color="0.35", ls="--", label=f"baseline: {baseline:.1%}")
+    if warm_start_end is not None:
+        ax.axvspan(min(steps[0], warm_start_end), warm_start_end, color="C1", alpha=0.1)
+        ax.axvline(warm_start_end, color="C1", ls=":", label=f"GRPO from step {warm_start_end}")
+        ax.text(warm_start_end, 1.02, " warm start | GRPO ", ha="center", fontsize=7, color="C1")
+    ax.set(xlabel="training step", ylabel="solve rate", ylim=(0, 1.08))
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    _header(fig, title, run_id, _counts_line([r for _, r in pairs]))
+    return fig
+
+
+# training curves from metrics.jsonl
+
+
+def _base(key: str) -> str:
+    return key.rsplit("/", 1)[-1]
+
+
+# Each panel takes every metric whose name matches, so renamed or extra series (eval/ next to
+# rollout/, loss/kl next to loss/approx_kl_old) appear without code changes.
+PANELS: tuple[tuple[str, Callable[[str], bool]], ...] = (
+    ("reward / solve rate", lambda k: _base(k) in {"reward", "reward_mean", "solve_rate", "solve"}),
+    ("loss", lambda k: k == "loss" or (k.startswith("loss/") and _base(k) in {"total", "policy"})),
+    ("KL", lambda k: re.search(r"(^|_)kl(_|$)", _base(k)) is not None),
+    ("entropy", lambda k: "entropy" in _base(k)),
+    ("turns", lambda k: _base(k).startswith("turns")),
+)
+PHASE_KEYS = ("phase", "train/phase")
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    xs, ys = [], []
+    for r in records:
+        y = _number(r.get(key))
+        if y is not None and isinstance(r.get("step"), int):
+            xs.append(r["step"])
+            ys.append(y)
+    return xs, ys
+
+
+def phase_spans(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, int]]:
+    """Contiguous (phase, first_step, last_step) runs from a `phase`/`train/phase` field."""
+    spans: list[tuple[str, int, int]] = []
+    for r in records:
+        phase = next((r[k] for k in PHASE_KEYS if isinstance(r.get(k), str)), None)
+        step = r.get("step")
+        if phase is None or not isinstance(step, int):
+            continue
+        if spans and spans[-1][0] == phase:
+            spans[-1] = (phase, spans[-1][1], step)
+        else:
+            spans.append((phase, step, step))
+    return spans
+
+
+def _mark_phases(axes: Sequence[Axes], spans: list[tuple[str, int, int]]) -> None:
+    for i, (phase, first, last) in enumerate(spans):
+        end = spans[i + 1][1] if i + 1 < len(spans) else last
+        for ax in axes:
+            if "grpo" not in phase.lower():
+                ax.axvspan(first, end, color="C1", alpha=0.08)
+            if i > 0:
+                ax.axvline(first, color="C1", ls=":", lw=1)
+        axes[0].text(
+            (first + end) / 2,
+            1.01,
+            phase,
+            transform=axes[0].get_xaxis_transform(),
+            ha="center",
+            va="bottom",
+            fontsize=7,
+            color="C1",
+        )
+
+
+def training_curves(
+    metrics: Sequence[Mapping[str, Any]] | str | Path, *, run_id: str | None = None
+) -> Figure:
+    """Reward, loss, KL, entropy and turns vs step; panels without data are left out."""
+    records = load_metrics(metrics) if isinstance(metrics, str | Path) else list(metrics)
+    if not records:
+        raise UsageError("no metric records to plot: the run has not logged a step yet")
+    keys = sorted({k for r in records for k in r if k != "step"})
+    panels = []
+    for name, match in PANELS:
+        series = [(k, *_series(records, k)) for k in keys if match(k)]
+        series = [s for s in series if s[1]]
+        if series:
+            panels.append((name, series))
+    if not panels:
+        raise UsageError(
+            f"no plottable metrics (reward, loss, kl, entropy, turns) among keys {keys[:12]}"
+        )
+    fig = PlotFigure(figsize=(7.5, 1.9 * len(panels) + 1.0))
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, (name, series) in zip(axes, panels, strict=True):
+        for key, xs, ys in series:
+            ax.plot(xs, ys, lw=1.3, marker="." if len(xs) < 40 else None, label=key)
+        ax.set_ylabel(name, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    axes[-1].set_xlabel("training step")
+    spans = phase_spans(records)
+    if spans:
+        _mark_phases(list(axes), spans)
+    steps = [r["step"] for r in records if isinstance(r.get("step"), int)]
+    detail = f"{len(records)} records, steps {min(steps, default=0)}-{max(steps, default=0)}"
+    _header(fig, "Training curves", run_id, detail)
+    fig.subplots_adjust(hspace=0.15)
+    return fig
+
+
+def live_curves(
+    metrics: Sequence[Mapping[str, Any]], evals: Mapping[int, EvalResult] | None = None
+) -> Figure:
+    """A small reward/solve-rate figure for a job monitor: rollout metrics plus eval points."""
+    fig = PlotFigure(figsize=(6.5, 2.8))
+    ax = fig.add_subplot()
+    for key in ("rollout/reward_mean", "rollout/solve_rate", "eval/solve_rate"):
+        xs, ys = _series(metrics, key)
+        if xs:
+            ax.plot(xs, ys, lw=1.3, label=key)
+    for step, r in sorted((evals or {}).items()):
+        ax.errorbar(
+            [step],
+            [r.solve_rate],
+            yerr=[[max(0.0, r.solve_rate - r.ci95[0])], [max(0.0, r.ci95[1] - r.solve_rate)]],
+            fmt="ks",
+            ms=4,
+            capsize=3,
+            label="test-set eval (95% CI)" if step == min(evals or {}) else None,
+        )
+    if not ax.lines and not ax.collections:
+        ax.text(0.5, 0.5, "waiting for the first step...", ha="center", transform=ax.transAxes)
+    else:
+        ax.legend(fontsize=7, loc="lower right")
+    ax.set(xlabel="step", ylim=(-0.02, 1.05))
+    ax.grid(alpha=0.3)
+    return fig
+
+
+# per-difficulty and failures
+
+
+def _labelled(evals: EvalResult | Evals) -> list[tuple[str, EvalResult]]:
+    if isinstance(evals, EvalResult):
+        return [(evals.policy if evals.step is None else f"step {evals.step}", evals)]
+    if isinstance(evals, Mapping):
+        items = list(evals.items())
+        return [(k if isinstance(k, str) else f"step {k}", r) for k, r in items]
+    return [(r.policy if r.step is None else f"step {r.step}", r) for r in evals]
+
+
+def by_difficulty(
+    evals: EvalResult | Evals | Mapping[str, EvalResult], *, run_id: str | None = None
+) -> Figure:
+    """Solve rate per shortest-path length with Wilson bars, one series per checkpoint/policy.
+
+    Dict keys label the series: ints read as steps, strings as given (e.g. {"base": r0, ...}).
+    """
+    labelled = _labelled(evals)
+    if not labelled:
+        raise UsageError("no eval results to plot: evaluate a checkpoint first")
+    lengths = sorted({int(n) for _, r in labelled for n in r.by_path_length})
+    if not lengths:
+        raise UsageError("eval results hold no per-path-length breakdown: re-run the evaluation")
+    fig = PlotFigure(figsize=(7.5, 4.2))
+    ax = fig.add_subplot()
+    width = 0.7 / len(labelled)
+    for i, (label, r) in enumerate(labelled):
+        xs, ys, lo, hi = [], [], [], []
+        for n in lengths:
+            cell = r.by_path_length.get(str(n))
+            if cell is None:
+                continue
+            xs.append(n + (i - (len(labelled) - 1) / 2) * width)
+            ys.append(cell["solve_rate"])
+            # max(0, .): Wilson bounds at p=0 or 1 can sit a rounding error past the rate
+            lo.append(max(0.0, cell["solve_rate"] - cell["ci95"][0]))
+            hi.append(max(0.0, cell["ci95"][1] - cell["solve_rate"]))
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", capsize=3, ms=4, label=label)
+    first = labelled[0][1].by_path_length
+    ax.set_xticks(lengths)
+    ax.set_xticklabels([f"{n}\n({first.get(str(n), {}).get('episodes', 0)} ep)" for n in lengths])
+    ax.set(xlabel="shortest-path length (moves)", ylabel="solve rate", ylim=(-0.02, 1.08))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _header(fig, "Solve rate by difficulty", run_id, _counts_line([r for _, r in labelled]))
+    return fig
+
+
+def failure_breakdown(
+    result: EvalResult | Mapping[str, int], *, title: str | None = None
+) -> Figure:
+    """Bars of failure kinds (counts and share of failed episodes)."""
+    counts = result.failures if isinstance(result, EvalResult) else dict(result)
+    kinds = list(KINDS) + sorted(set(counts) - set(KINDS))
+    values = [int(counts.get(k, 0)) for k in kinds]
+    failed = sum(values)
+    fig = PlotFigure(figsize=(6.5, 3.6))
+    ax = fig.add_subplot()
+    bars = ax.bar(kinds, values, color=[f"C{i}" for i in range(len(kinds))])
+    for bar, v in zip(bars, values, strict=True):
+        share = f" ({v / failed:.0%})" if failed else ""
+        ax.annotate(
+            f"{v}{share}",
+            (bar.get_x() + bar.get_width() / 2, v),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            xytext=(0, 2),
+            textcoords="offset points",
+        )
+    ax.set(ylabel="failed episodes", ylim=(0, max(values + [1]) * 1.2))
+    ax.tick_params(axis="x", labelsize=8)
+    if isinstance(result, EvalResult):
+        heading = title or f"Failures of {result.policy}"
+        detail = f"{failed} of {result.n_mazes * result.samples} episodes failed; " + _counts_line(
+            [result]
+        )
+    else:
+        heading, detail = title or "Failures", f"{failed} failed episodes"
+    _header(fig, heading, None, detail)
+    return fig
+
+
+def maze_gallery(
+    mazes: Sequence[Maze],
+    stats: bool = True,
+    *,
+    cols: int = 8,
+    style: RenderStyle = GALLERY_STYLE,
+    title: str = "Test mazes",
+) -> Figure:
+    """A grid of mazes; with `stats`, each title gives path length (L), junctions (J), turns (T)."""
+    if not mazes:
+        raise UsageError("maze_gallery needs at least one maze")
+    cols = max(1, min(cols, len(mazes)))
+    rows = -(-len(mazes) // cols)
+    fig = PlotFigure(figsize=(1.6 * cols, 1.75 * rows + 0.6))
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for i, ax in enumerate(axes):
+        ax.set_axis_off()
+        if i >= len(mazes):
+            continue
+        ax.imshow(render_maze(mazes[i], style), interpolation="nearest")
+        if stats:
+            d = difficulty(mazes[i])
+            ax.set_title(f"#{i} L{d.path_length} J{d.junctions} T{d.turns}", fontsize=7)
+    shape = {f"{m.height}x{m.width}" for m in mazes}
+    detail = f"{len(mazes)} mazes, {'/'.join(sorted(shape))}; L path length, J junctions, T turns"
+    _header(fig, title, None, detail if stats else f"{len(mazes)} mazes")
+    fig.subplots_adjust(hspace=0.35)
+    return fig

@@ -1,0 +1,387 @@
+"""Notebook widgets: episode replay, checkpoint diff, job monitor, maze browser (ipywidgets 8).
+
+Everything costly happens once, in plain functions (`replay_frames`, `replay_captions`,
+`maze_view`, `plots.live_curves`); the widgets only swap pre-computed values on a slider move,
+so scrubbing is instant and tests can check the content without widgets at all.
+
+In a browser `Play` drives the slider through `jslink` (no kernel round trip). `jslink` does
+nothing without a browser, so every widget also observes its slider in Python: setting
+`.slider.value` (or `.play.value`) from code or a test updates what is displayed.
+
+    w = ReplayWidget(trajs[3]); w            # in a notebook cell
+    w.slider.value = 2; w.text.value         # the model's answer at turn 3
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import ipywidgets as widgets
+
+from rlkit.episodes.failures import classify
+from rlkit.episodes.rollout import Trajectory, replay_states
+from rlkit.errors import RlkitError, UsageError
+from rlkit.maze.core import ALGORITHMS, MAX_SIZE, MIN_SIZE, Action, Maze, difficulty, generate
+from rlkit.maze.core import optimal_action as oracle_action
+from rlkit.maze.render import (
+    RenderStyle,
+    draw_arrow,
+    ego_origin,
+    png_bytes,
+    render,
+    to_ascii,
+    upscale,
+)
+from rlkit.maze.rules import initial
+from rlkit.notebook.plots import figure_png, live_curves, load_metrics, load_run_evals
+
+REPLAY_STYLE = RenderStyle(view="full", cell_px=16, last=(90, 90, 90))
+ORACLE_COLOUR = (40, 90, 230)
+MODEL_COLOUR = (245, 140, 20)
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+
+
+# plain functions: the work, testable without widgets
+
+
+def _scale(size: tuple[int, int], display_px: int) -> int:
+    return max(1, display_px // max(size))
+
+
+def replay_frames(
+    traj: Trajectory, style: RenderStyle = REPLAY_STYLE, *, display_px: int = 256
+) -> list[bytes]:
+    """PNG per frame: frame i < T is the state before turn i with the oracle's move (blue) and
+    the model's first parsed move (orange); frame T is the final state. T = number of turns."""
+    states = replay_states(traj)
+    frames = []
+    for i, state in enumerate(states):
+        img = render(state, style)
+        scale = _scale(img.size, display_px)
+        img = upscale(img, scale)
+        origin = ego_origin(state, style)
+        if i < len(traj.turns) and traj.turns[i].actions:
+            model = Action[traj.turns[i].actions[0].upper()]
+            img = draw_arrow(
+                img, state.pos, model, style, colour=MODEL_COLOUR, origin=origin, scale=scale
+            )
+        best = oracle_action(state.maze, state.pos)
+        if i < len(traj.turns) and best is not None:
+            img = draw_arrow(
+                img, state.pos, best, style, colour=ORACLE_COLOUR, origin=origin, scale=scale
+            )
+        frames.append(png_bytes(img))
+    return frames
+
+
+@dataclass(frozen=True)
+class Caption:
+    """What a frame says besides its picture."""
+
+    text: str
+    """The model's raw answer at this turn ("" on the final frame)."""
+    info: str
+    """One line: turn, parsed action, oracle move, position change, or the episode's outcome."""
+
+
+def replay_captions(traj: Trajectory) -> list[Caption]:
+    """One caption per frame of `replay_frames` (same indexing)."""
+    states = replay_states(traj)
+    n = len(traj.turns)
+    out = []
+    for i, turn in enumerate(traj.turns):
+        best = oracle_action(states[i].maze, states[i].pos)
+        parsed = ", ".join(turn.actions) if turn.actions else f"parse error: {turn.parse_error}"
+        moved = "stayed (wall bump)" if turn.pos_before == turn.pos_after else "moved"
+        info = (
+            f"turn {i + 1}/{n} | parsed: {parsed} | oracle: {best.word if best else '-'} | "
+            f"{moved} {tuple(turn.pos_before)} -> {tuple(turn.pos_after)}"
+        )
+        out.append(Caption(turn.text, info))
+    if traj.solved:
+        outcome = f"SOLVED in {n} turns"
+    else:
+        ending = "truncated (turn budget)" if traj.truncated else "not finished"
+        outcome = f"FAILED: {ending}, kind {classify(traj)}"
+    out.append(Caption("", f"end | {outcome} | reward {traj.reward:g} | policy {traj.policy}"))
+    return out
+
+
+class _Pane:
+    """Image + raw text + info line for one episode; `show(i)` holds the last frame past the end."""
+
+    def __init__(self, traj: Trajectory, style: RenderStyle, display_px: int, label: str = ""):
+        self.frames = replay_frames(traj, style, display_px=display_px)
+        self.captions = replay_captions(traj)
+        # a fixed width: JupyterLab otherwise stretches the picture to the output's width
+        self.image = widgets.Image(format="png", layout=widgets.Layout(width=f"{display_px}px"))
+        self.text = widgets.Textarea(
+            disabled=True, layout=widgets.Layout(width="100%", height="7em")
+        )
+        self.info = widgets.HTML()
+        title = widgets.HTML(f"<b>{html.escape(label)}</b>") if label else widgets.HTML()
+        self.box = widgets.VBox([title, self.image, self.info, self.text])
+
+    @property
+    def n_frames(self) -> int:
+        return len(self.frames)
+
+    def show(self, index: int) -> None:
+        i = min(index, self.n_frames - 1)
+        self.image.value = self.frames[i]
+        self.text.value = self.captions[i].text
+        self.info.value = f"<code>{html.escape(self.captions[i].info)}</code>"
+
+
+def _player(n_frames: int, interval_ms: int) -> tuple[widgets.Play, widgets.IntSlider]:
+    play = widgets.Play(min=0, max=n_frames - 1, step=1, interval=interval_ms)
+    slider = widgets.IntSlider(min=0, max=n_frames - 1, description="frame")
+    widgets.jslink((play, "value"), (slider, "value"))
+    # The Python-side mirror makes `play.value = k` work headless; in a browser it is a no-op
+    # because jslink has already set the slider to the same value.
+    play.observe(lambda change: setattr(slider, "value", change["new"]), names="value")
+    return play, slider
+
+
+class ReplayWidget(widgets.VBox):
+    """Scrub through one episode: frame, model answer, parsed move, oracle move, outcome."""
+
+    def __init__(
+        self,
+        trajectory: Trajectory,
+        style: RenderStyle = REPLAY_STYLE,
+        *,
+        display_px: int = 256,
+        interval_ms: int = 600,
+    ):
+        self.pane = _Pane(trajectory, style, display_px)
+        self.frames = self.pane.frames
+        self.image, self.text, self.info = self.pane.image, self.pane.text, self.pane.info
+        self.play, self.slider = _player(self.pane.n_frames, interval_ms)
+        self.slider.observe(lambda change: self.pane.show(change["new"]), names="value")
+        self.pane.show(0)
+        legend = widgets.HTML("<small>blue arrow: oracle move, orange: the model's move</small>")
+        super().__init__([widgets.HBox([self.play, self.slider]), self.pane.box, legend])
+
+
+class CheckpointDiffWidget(widgets.VBox):
+    """The same maze played by two policies side by side, one slider; a shorter episode holds
+    its last frame."""
+
+    def __init__(
+        self,
+        traj_a: Trajectory,
+        traj_b: Trajectory,
+        labels: Sequence[str] = ("A", "B"),
+        style: RenderStyle = REPLAY_STYLE,
+        *,
+        display_px: int = 256,
+        interval_ms: int = 600,
+    ):
+        if len(labels) != 2:
+            raise UsageError(f"labels needs two names (one per episode), got {list(labels)}")
+        if traj_a.maze_obj != traj_b.maze_obj:
+            raise UsageError("the two episodes are on different mazes: pick the same maze index")
+        self.panes = (
+            _Pane(traj_a, style, display_px, labels[0]),
+            _Pane(traj_b, style, display_px, labels[1]),
+        )
+        n = max(p.n_frames for p in self.panes)
+        self.play, self.slider = _player(n, interval_ms)
+        self.slider.observe(lambda change: self._show(change["new"]), names="value")
+        self._show(0)
+        super().__init__(
+            [widgets.HBox([self.play, self.slider]), widgets.HBox([p.box for p in self.panes])]
+        )
+
+    def _show(self, index: int) -> None:
+        for pane in self.panes:
+            pane.show(index)
+
+
+# job monitor
+
+
+class JobLike(Protocol):
+    """What the monitor needs from a job handle (rlkit.cluster.jobs.JobHandle has it)."""
+
+    def status(self) -> object: ...
+    def logs(self) -> str: ...
+    def stop(self) -> object: ...
+
+
+def status_name(status: object) -> str:
+    """ "RUNNING" from a Ray JobStatus, an Enum or a plain string."""
+    return str(getattr(status, "value", status)).upper()
+
+
+def tail_lines(text: str, n: int) -> str:
+    return "\n".join(text.splitlines()[-n:]) if n > 0 else ""
+
+
+class JobMonitor(widgets.VBox):
+    """Status, log tail, Stop button and reward/solve curves of a running job.
+
+    `refresh()` polls once; `start_polling()` refreshes every `refresh_s` on a daemon thread
+    until the job ends (or `stop_polling()`), so a notebook cell returns at once.
+    """
+
+    def __init__(
+        self, handle: JobLike, run_dir: str | Path, refresh_s: float = 2.0, *, log_lines: int = 15
+    ):
+        if refresh_s <= 0:
+            raise UsageError(f"refresh_s ({refresh_s}) must be > 0 seconds")
+        self.handle = handle
+        self.run_dir = Path(run_dir)
+        self.refresh_s = refresh_s
+        self.log_lines = log_lines
+        self.status = "UNKNOWN"
+        self.error: str | None = None
+        self.status_label = widgets.HTML()
+        self.log_view = widgets.Textarea(
+            disabled=True, layout=widgets.Layout(width="100%", height="16em")
+        )
+        self.curves = widgets.Image(format="png")
+        self.stop_button = widgets.Button(
+            description="Stop job", button_style="danger", icon="stop"
+        )
+        self.stop_button.on_click(lambda _: self.stop_job())
+        self._plotted: tuple[int, int] | None = None
+        self._halt = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # the poll thread and a button click may refresh at once
+        super().__init__(
+            [widgets.HBox([self.status_label, self.stop_button]), self.curves, self.log_view]
+        )
+        self.refresh()
+
+    @property
+    def done(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def polling(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def refresh(self) -> str:
+        """Poll the job and the run directory once; returns the status name."""
+        with self._lock:
+            try:
+                self.status = status_name(self.handle.status())
+                self.log_view.value = tail_lines(self.handle.logs(), self.log_lines)
+                self._refresh_curves()
+                self.error = None
+            except RlkitError as e:  # a dead cluster or a bad file is shown, not raised in a thread
+                self.error = str(e)
+            colour = {"SUCCEEDED": "green", "FAILED": "red", "STOPPED": "gray"}.get(
+                self.status, "#1060c0"
+            )
+            extra = f" <i>({html.escape(self.error)})</i>" if self.error else ""
+            self.status_label.value = (
+                f"<b style='color:{colour}'>{html.escape(self.status)}</b>{extra}"
+            )
+            self.stop_button.disabled = self.done
+            return self.status
+
+    def _refresh_curves(self) -> None:
+        metrics = load_metrics(self.run_dir)
+        evals = load_run_evals(self.run_dir) if self.run_dir.is_dir() else {}
+        key = (len(metrics), len(evals))
+        if key == self._plotted:
+            return  # nothing new: skip re-drawing (the expensive part of a refresh)
+        self.curves.value = figure_png(live_curves(metrics, evals), dpi=80)
+        self._plotted = key
+
+    def stop_job(self) -> None:
+        """Ask the cluster to stop the job, then show its new status."""
+        self.handle.stop()
+        self.refresh()
+
+    def start_polling(self) -> JobMonitor:
+        """Refresh every `refresh_s` in the background until the job ends; returns self."""
+        if self.polling or self.done:
+            return self
+        self._halt.clear()
+        self._thread = threading.Thread(target=self._poll, name="rlkit-job-monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop_polling(self, timeout_s: float = 5.0) -> None:
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _poll(self) -> None:
+        while not self._halt.wait(self.refresh_s):
+            if self.refresh() in TERMINAL:
+                return
+
+
+# maze browser
+
+
+def maze_view(
+    size: int,
+    seed: int,
+    algorithm: str = "wilson",
+    placement: str = "corners",
+    *,
+    cell_px: int = 24,
+) -> tuple[Maze, bytes, str, str]:
+    """(maze, PNG bytes, ASCII, stats line) for one generated maze."""
+    maze = generate(size, size, seed, algorithm=algorithm, placement=placement)
+    png = png_bytes(render(initial(maze), RenderStyle(view="full", cell_px=cell_px)))
+    d = difficulty(maze)
+    stats = (
+        f"{size}x{size} {algorithm} seed {seed}: path {d.path_length} moves, "
+        f"{d.turns} turns, {d.junctions} junctions, {d.dead_ends} dead ends"
+    )
+    return maze, png, to_ascii(initial(maze)), stats
+
+
+class MazeBrowser(widgets.VBox):
+    """Size/seed/algorithm controls and an image or ASCII view of the resulting maze."""
+
+    def __init__(self, size: int = 5, seed: int = 0, algorithm: str = "wilson"):
+        self.size = widgets.IntSlider(value=size, min=MIN_SIZE, max=MAX_SIZE, description="size")
+        self.seed = widgets.IntSlider(value=seed, min=0, max=999, description="seed")
+        self.algorithm = widgets.ToggleButtons(options=ALGORITHMS, value=algorithm)
+        self.placement = widgets.ToggleButtons(options=("corners", "random"), value="corners")
+        self.view = widgets.ToggleButtons(options=("image", "ASCII"), value="image")
+        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="480px"))
+        self.ascii = widgets.HTML()
+        self.stats = widgets.HTML()
+        self.maze: Maze | None = None
+        for control in (self.size, self.seed, self.algorithm, self.placement, self.view):
+            control.observe(lambda _: self.update(), names="value")
+        self.update()
+        super().__init__(
+            [
+                widgets.HBox([self.size, self.seed]),
+                widgets.HBox([self.algorithm, self.placement, self.view]),
+                self.stats,
+                self.image,
+                self.ascii,
+            ]
+        )
+
+    def update(self) -> None:
+        self.maze, png, text, stats = maze_view(
+            self.size.value, self.seed.value, self.algorithm.value, self.placement.value
+        )
+        self.image.value = png
+        self.ascii.value = f"<pre style='line-height:1.1'>{html.escape(text)}</pre>"
+        self.stats.value = f"<code>{html.escape(stats)}</code>"
+        ascii_view = self.view.value == "ASCII"
+        self.image.layout.display = "none" if ascii_view else None
+        self.ascii.layout.display = None if ascii_view else "none"
+
+
+def maze_browser(size: int = 5, seed: int = 0, algorithm: str = "wilson") -> MazeBrowser:
+    """An interactive maze browser for notebook 01."""
+    return MazeBrowser(size, seed, algorithm)

@@ -1,0 +1,229 @@
+"""Configuration of the local GRPO trainer: one dataclass per concern, and the named presets.
+
+Every field says why it has its value. Presets: `smoke` (seconds; tests and CI) and
+`local-tiny` (the embedded default, the recipe of `benchmarks/bench_learning.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from typing import Any, Literal
+
+from rlkit.env.maze_env import EnvConfig
+from rlkit.errors import UsageError
+from rlkit.maze.sets import MazeSpec, pinned_spec
+from rlkit.model.config import TinyConfig
+
+Reduction = Literal["token_mean", "sequence_mean", "seq_mean_token_sum_norm"]
+KLEstimator = Literal["k1", "k2", "k3", "abs"]
+REDUCTIONS: tuple[str, ...] = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
+"""Loss reductions, SkyRL's definitions (`rlkit.train.grpo.reduction_weights`)."""
+KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3", "abs")
+"""KL estimators (`rlkit.train.grpo.kl_estimate`)."""
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """What the agent plays."""
+
+    spec: MazeSpec = field(default_factory=lambda: pinned_spec("test"))
+    """Training maze family; the default matches the `test` set's family (disjoint seeds)."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """Turn budget, observation and parser: the same env the eval uses."""
+    eval_set: str = "test"
+    """Pinned 64-maze set for every checkpoint's evaluation."""
+    history: int | None = 1
+    """Turns of history the model sees: 1 = Markov (the picture shows the trail), None = all."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    init: str = "tiny"
+    """`tiny` builds the offline tiny Qwen3-VL (seeded) in RUN/init_model; else a checkpoint dir."""
+    tiny: TinyConfig = field(default_factory=TinyConfig)
+    """Shape of the tiny model when `init` is `tiny`."""
+    temperature: float = 1.0
+    """Sampling temperature for rollouts; logprobs use the same one (on-policy ratios)."""
+    constrained: bool = True
+    """Sample only among the four move words: the tiny model never learns free-form tags."""
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    """Behaviour cloning on BFS-oracle moves before GRPO: the local stand-in for starting from
+    an instruct model with partial skill (a random-init VLM is flat under GRPO alone)."""
+
+    enabled: bool = True
+    batch: int = 128
+    """States per BC step (oracle move as the target)."""
+    lr: float = 1e-3
+    max_steps: int = 400
+    """Upper bound on BC steps, whatever the validation solve rate."""
+    stop_at: float = 0.42
+    """Stop once the sampled validation solve rate reaches this: partial skill, like the 8B's
+    43.75% starting point, so that GRPO has something to improve."""
+    check_every: int = 5
+    """BC steps between validation checks."""
+    val_samples: int = 4
+    """Episodes per validation maze: 64 x 1 is too noisy for a stop rule at 42%."""
+    random_steps: int = 5
+    """States are reached by up to this many random moves from the start (varied trails)."""
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    mazes_per_step: int = 32
+    """Distinct mazes per step (groups)."""
+    group_size: int = 8
+    """Episodes per maze; GRPO compares them with each other instead of using a critic."""
+    epochs: int = 2
+    """Passes over each rollout batch (importance ratios keep later passes honest)."""
+    minibatch: int = 512
+    """Turns per optimizer step."""
+    lr: float = 3e-4
+    lr_late: float | None = 1e-4
+    """Rate from step `lr_late_from` on (None: constant). 3e-4 climbs fast but swings late;
+    dropping to 1e-4 let the probe settle above 90%."""
+    lr_late_from: int = 50
+    """GRPO step at which `lr_late` takes over (the probe reached ~75% there)."""
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    eps_clip_low: float = 0.2
+    eps_clip_high: float = 0.2
+    """Raise above eps_clip_low for clip-higher (DAPO)."""
+    norm_by_std: bool = True
+    """Divide advantages by the group std (textbook GRPO); False is Dr. GRPO."""
+    reduction: str = "token_mean"
+    """Loss reduction over the model's tokens (SkyRL's definitions)."""
+    kl_coef: float = 0.0
+    """KL penalty to the post-warm-start policy (0 disables it and the reference copy)."""
+    kl_estimator: str = "k3"
+    filter_zero_variance: bool = True
+    """Drop groups whose episodes all got the same reward: their advantages are zero anyway, and
+    they would dilute the token mean."""
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    steps: int = 160
+    """GRPO steps (warm-start steps come before and are counted separately)."""
+    eval_every: int = 10
+    eval_samples: int = 4
+    """Episodes per test maze at each eval (k for pass@k; 64 x 1 cannot tell 90% from 95%)."""
+    eval_greedy: bool = False
+    """Greedy (argmax) instead of sampled evaluation."""
+    eval_before_train: bool = True
+    ckpt_every: int = 10
+    keep: int | None = 3
+    """Complete checkpoints kept (the newest; the marker's one is never deleted)."""
+    seed: int = 0
+    threads: int | None = None
+    """torch threads (None: all cores)."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    name: str = "local-tiny"
+    task: TaskConfig = field(default_factory=TaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+
+    def __post_init__(self) -> None:
+        g, s = self.grpo, self.schedule
+        if g.group_size < 2:
+            raise UsageError(
+                f"group_size ({g.group_size}) must be >= 2: GRPO compares episodes within a group"
+            )
+        if g.mazes_per_step < 1 or g.epochs < 1 or g.minibatch < 1:
+            raise UsageError("mazes_per_step, epochs and minibatch must all be >= 1")
+        if not g.lr > 0 or (g.lr_late is not None and not g.lr_late > 0):
+            raise UsageError(f"lr ({g.lr}) and lr_late ({g.lr_late}) must be > 0")
+        if g.reduction not in REDUCTIONS:
+            raise UsageError(f"reduction {g.reduction!r}: use one of {', '.join(REDUCTIONS)}")
+        if g.kl_estimator not in KL_ESTIMATORS:
+            raise UsageError(
+                f"kl_estimator {g.kl_estimator!r}: use one of {', '.join(KL_ESTIMATORS)}"
+            )
+        if s.steps < 0:
+            raise UsageError(f"schedule.steps ({s.steps}) must be >= 0")
+        for name in ("eval_every", "ckpt_every", "eval_samples"):
+            if getattr(s, name) < 1:
+                raise UsageError(f"schedule.{name} ({getattr(s, name)}) must be >= 1")
+        if not self.model.constrained and self.warm_start.enabled:
+            raise UsageError("warm start clones move words: it needs model.constrained=True")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def with_overrides(self, overrides: dict[str, Any]) -> TrainConfig:
+        """`{"grpo.lr": 1e-4, "schedule.steps": 10}` -> a new config (CLI `--set key=value`)."""
+        cfg: Any = self
+        for key, value in overrides.items():
+            cfg = _set_path(cfg, key.split("."), value, key)
+        return cfg
+
+
+def _set_path(obj: Any, path: list[str], value: Any, full: str) -> Any:
+    names = {f.name: f for f in fields(obj)}
+    if path[0] not in names:
+        raise UsageError(f"unknown config key {full!r}: valid here are {sorted(names)}")
+    current = getattr(obj, path[0])
+    if len(path) > 1:
+        if not is_dataclass(current):
+            raise UsageError(f"config key {full!r} goes below a plain value")
+        return replace(obj, **{path[0]: _set_path(current, path[1:], value, full)})
+    if is_dataclass(current):
+        raise UsageError(f"config key {full!r} is a section: set one of its fields")
+    return replace(obj, **{path[0]: _coerce(value, current, full)})
+
+
+def _coerce(value: Any, current: Any, key: str) -> Any:
+    if not isinstance(value, str):
+        return value
+    if value.lower() in ("none", "null"):
+        return None
+    if isinstance(current, bool):
+        if value.lower() not in ("true", "false", "1", "0"):
+            raise UsageError(f"{key} takes true or false, got {value!r}")
+        return value.lower() in ("true", "1")
+    for kind in (int, float):
+        if isinstance(current, kind) or current is None:
+            try:
+                return kind(value)
+            except ValueError:
+                if current is not None:
+                    article = "an" if kind is int else "a"
+                    raise UsageError(
+                        f"{key} takes {article} {kind.__name__}, got {value!r}"
+                    ) from None
+    return value
+
+
+def _smoke() -> TrainConfig:
+    tiny = TinyConfig(
+        hidden=64, layers=1, heads=2, kv_heads=1, intermediate=128, vision_hidden=32, vision_heads=2
+    )
+    return TrainConfig(
+        name="smoke",
+        model=ModelConfig(tiny=tiny),
+        warm_start=WarmStartConfig(
+            batch=32, max_steps=4, stop_at=1.0, check_every=2, val_samples=1
+        ),
+        grpo=GRPOConfig(mazes_per_step=4, group_size=4, epochs=2, minibatch=64, lr_late=None),
+        schedule=ScheduleConfig(
+            steps=4, eval_every=2, eval_samples=1, ckpt_every=2, keep=2, threads=1
+        ),
+    )
+
+
+PRESETS = {"local-tiny": TrainConfig, "smoke": _smoke}
+
+
+def preset(name: str) -> TrainConfig:
+    if name not in PRESETS:
+        raise UsageError(
+            f"unknown preset {name!r}: use one of {', '.join(PRESETS)} (cluster: rlkit submit)"
+        )
+    return PRESETS[name]()

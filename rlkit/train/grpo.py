@@ -1,0 +1,375 @@
+"""GRPO math as small, pure tensor functions: advantages, clipped loss, reductions, KL, masks.
+
+The local trainer calls these; the cluster backend (SkyRL) has its own copy of the same math, and
+these functions follow SkyRL's definitions (`skyrl/backends/skyrl_train/utils/ppo_utils.py`) so
+that, with the same settings, a local run and a cluster run optimise the same objective.
+`tests/skyrl/test_objective.py` checks them against SkyRL's own code.
+
+Textbook GRPO (Shao et al. 2024, DeepSeekMath), for G episodes o_1..o_G of one prompt (one maze)
+with outcome rewards r_1..r_G and the importance ratio rho_it = pi(o_it) / pi_old(o_it)::
+
+    A_i  = (r_i - mean(r)) / std(r)
+    J    = 1/G sum_i 1/|o_i| sum_t [ min(rho_it A_i, clip(rho_it, 1-eps, 1+eps) A_i)
+                                     - beta KL_k3(pi || pi_ref)_it ]
+
+How ours differs, each switchable:
+
+- **Std division is optional** (`norm_by_std`). Dr. GRPO (Liu et al. 2025) shows that dividing by
+  the group std up-weights groups that are nearly all-solved or all-failed; without it the
+  advantage is only mean-centred. With it, std is the unbiased (Bessel) std plus `eps=1e-6`,
+  as SkyRL computes it.
+- **Clip-higher** (DAPO, Yu et al. 2025): separate `eps_clip_low` / `eps_clip_high`, so rare good
+  moves can gain probability faster than the symmetric clip allows.
+- **Loss reduction is a choice** (`token_mean`, the DAPO/SkyRL default; `sequence_mean`, the
+  textbook 1/G sum 1/|o_i|; `seq_mean_token_sum_norm`, Dr. GRPO's constant normaliser). All are
+  written as per-token weights (`reduction_weights`) so that summing weighted token losses over
+  micro-batches gives the mini-batch reduction exactly, as SkyRL does by rescaling advantages.
+- **KL to a reference policy is a separate, optional term** (`kl_coef`), estimator `k3`, `k1`,
+  `k2` or `abs` (Schulman, "Approximating KL divergence"), reduced as a per-sequence token mean
+  averaged over sequences, like SkyRL's `use_kl_loss`.
+- **Zero-variance groups** (every episode of a maze got the same reward) have all-zero
+  advantages; `nonzero_variance_mask` lets the trainer drop them from the loss and from the
+  token count, as SkyRL's `zero_variance_filter` does.
+- **Multi-turn**: one outcome reward per episode; its advantage is broadcast to every token the
+  model produced in the episode. Observation tokens (env feedback, images) are masked out
+  (`multiturn_loss_mask`). `token_mean` counts tokens, so it is the same whether a row is one
+  turn (the local trainer) or a whole episode (SkyRL); `sequence_mean` and
+  `seq_mean_token_sum_norm` count rows, so they are not.
+
+Where this differs from SkyRL (each shown by a test):
+
+- **A group of one episode is rejected.** SkyRL gives it mean 0 and std 1, so its raw reward
+  becomes its advantage (0.75 -> 0.75 / (1 + 1e-6)).
+- **Group statistics are float64**, so a zero-variance group gets exactly 0. SkyRL's float32 mean
+  of eight rewards of 0.1 is one ulp off, which dividing by std + eps = 1e-6 turns into
+  advantages of -0.0074. The maze's 0/1 rewards are exact in both.
+- **No dual-clip.** SkyRL's `dual_clip` loss type caps a negative-advantage token's loss at
+  -3 A (ratio e^2, A = -1: 3 instead of 7.39); its default `regular` type, the one the cluster
+  runs, is `clipped_surrogate`.
+- **No `token_mean_legacy` and no `prompt_mean` reduction.** `token_mean_legacy` (SkyRL's
+  visgym recipe's; the cluster preset runs `token_mean` instead, this trainer's default) takes the token mean of each micro-batch (`micro_train_batch_size_per_gpu`
+  consecutive sequences of the mini-batch) and averages those means with equal weight. It is
+  `token_mean` only when every micro-batch holds as many loss tokens (or there is one), and
+  `sequence_mean` when each holds one sequence. Two micro-batches with 5 and 4 loss tokens whose
+  losses sum to 8 and 4 give (8/5 + 4/4) / 2 = 1.3, where `token_mean` gives 12/9.
+- **Masked tokens never reach the sum, even NaN.** SkyRL's `reduce_loss` multiplies by the mask,
+  so a NaN at a padded position makes its whole loss NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from rlkit.errors import UsageError
+from rlkit.train.config import KL_ESTIMATORS, REDUCTIONS, KLEstimator, Reduction
+
+
+def _check_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Validate episode-level inputs; return (inverse index into groups, number of groups)."""
+    if rewards.ndim != 1 or group_ids.ndim != 1:
+        raise UsageError(
+            f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must be 1-D "
+            "(one entry per episode)"
+        )
+    if rewards.shape != group_ids.shape:
+        raise UsageError(
+            f"rewards ({rewards.numel()}) and group_ids ({group_ids.numel()}) must have one "
+            "entry per episode each"
+        )
+    if rewards.numel() == 0:
+        raise UsageError("rewards is empty: pass at least one group of episodes")
+    if not torch.isfinite(rewards).all():
+        raise UsageError("rewards contain NaN or inf: check the env's reward before GRPO")
+    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    if int(counts.min()) < 2:
+        raise UsageError(
+            f"group_size ({int(counts.min())}) must be >= 2: GRPO compares episodes within a group"
+        )
+    return inverse, int(counts.numel())
+
+
+def group_advantages(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    *,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Group-relative advantage of each episode.
+
+    rewards: (B,) float, one outcome reward per episode. group_ids: (B,) int, episodes of the same
+    maze share an id (any integers, any order). Returns (B,) float:
+    `r_i - mean_g` or, with `norm_by_std`, `(r_i - mean_g) / (std_g + eps)` with the unbiased std.
+    """
+    inverse, n_groups = _check_groups(rewards, group_ids)
+    r = rewards.detach().to(torch.float64)
+    counts = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inverse, torch.ones_like(r))
+    sums = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inverse, r)
+    means = sums / counts
+    centred = r - means[inverse]
+    if norm_by_std:
+        sq = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inverse, centred**2)
+        std = torch.sqrt(sq / (counts - 1))
+        centred = centred / (std[inverse] + eps)
+    return centred.to(rewards.dtype if rewards.is_floating_point() else torch.float32)
+
+
+def nonzero_variance_mask(
+    rewards: torch.Tensor, group_ids: torch.Tensor, *, tol: float = 1e-6
+) -> torch.Tensor:
+    """Which episodes belong to a group whose rewards differ (spread max - min > tol).
+
+    rewards, group_ids: (B,). Returns (B,) bool. A group where every episode got the same reward
+    has zero advantage everywhere: it adds no gradient, only tokens to the `token_mean` count.
+    """
+    if tol < 0:
+        raise UsageError(f"tol ({tol}) must be >= 0: it is the reward spread treated as equal")
+    inverse, n_groups = _check_groups(rewards, group_ids)
+    r = rewards.detach().to(torch.float64)
+    hi = torch.full((n_groups,), -torch.inf, dtype=torch.float64).scatter_reduce(
+        0, inverse, r, reduce="amax"
+    )
+    lo = torch.full((n_groups,), torch.inf, dtype=torch.float64).scatter_reduce(
+        0, inverse, r, reduce="amin"
+    )
+    return ((hi - lo) > tol)[inverse]
+
+
+def _as_token_tensor(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Broadcast episode advantages (B,) to tokens (B, T); pass (B, T) through."""
+    if advantages.ndim == 1 and like.ndim == 2 and advantages.shape[0] == like.shape[0]:
+        return advantages.unsqueeze(-1).expand_as(like)
+    if advantages.shape != like.shape:
+        raise UsageError(
+            f"advantages {tuple(advantages.shape)} must be (B,) or match logprobs "
+            f"{tuple(like.shape)}"
+        )
+    return advantages
+
+
+def clipped_surrogate(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    eps_clip_low: float = 0.2,
+    eps_clip_high: float = 0.2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token PPO clipped surrogate loss (to minimise), with clip-higher.
+
+    logprobs, old_logprobs: (B, T) log pi(token) under the current / rollout-time policy.
+    advantages: (B,) per episode or (B, T) per token. Returns `(loss, clipped)`, both (B, T):
+    `loss = -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A)` and `clipped` marks tokens where
+    the clipped branch was taken (its gradient is zero there).
+    """
+    if eps_clip_low < 0 or eps_clip_high < 0 or eps_clip_low >= 1:
+        raise UsageError(
+            f"eps_clip_low ({eps_clip_low}) must be in [0, 1) and eps_clip_high ({eps_clip_high})"
+            " >= 0: they bound the ratio to [1-low, 1+high]"
+        )
+    if logprobs.shape != old_logprobs.shape:
+        raise UsageError(
+            f"logprobs {tuple(logprobs.shape)} and old_logprobs {tuple(old_logprobs.shape)} "
+            "must have the same shape"
+        )
+    adv = _as_token_tensor(advantages, logprobs).to(logprobs.dtype)
+    # Clamping the log-ratio keeps exp finite for tokens whose probability collapsed.
+    ratio = torch.exp(torch.clamp(logprobs - old_logprobs, -20.0, 20.0))
+    surr = ratio * adv
+    surr_clipped = ratio.clamp(1.0 - eps_clip_low, 1.0 + eps_clip_high) * adv
+    return -torch.min(surr, surr_clipped), surr_clipped < surr
+
+
+def reduction_weights(
+    mask: torch.Tensor, reduction: Reduction, *, max_seq_len: int | None = None
+) -> torch.Tensor:
+    """Per-token weights w (B, T) such that `(token_loss * w).sum()` is the chosen reduction.
+
+    mask: (B, T), 1 where a token carries loss. With m = mask and B the number of rows:
+    - token_mean:              w = m / max(1, sum(m))
+    - sequence_mean:           w_i = m_i / (B * max(1, sum_t m_i))
+    - seq_mean_token_sum_norm: w = m / (B * max_seq_len)   (max_seq_len required)
+    Compute the weights on the whole optimiser mini-batch, then slice them for micro-batches.
+    """
+    m = mask.to(torch.float32) if not mask.is_floating_point() else mask
+    if m.ndim != 2:
+        raise UsageError(f"mask {tuple(m.shape)} must be (B, T)")
+    batch = m.shape[0]
+    if reduction == "token_mean":
+        return m / m.sum().clamp(min=1.0)
+    if reduction == "sequence_mean":
+        return m / (batch * m.sum(dim=-1, keepdim=True).clamp(min=1.0))
+    if reduction == "seq_mean_token_sum_norm":
+        if max_seq_len is None or max_seq_len < 1:
+            raise UsageError(
+                f"max_seq_len ({max_seq_len}) must be a positive int for "
+                "seq_mean_token_sum_norm: it is the constant token budget per sequence"
+            )
+        return m / (batch * max_seq_len)
+    raise UsageError(f"unknown loss reduction {reduction!r}: choose one of {', '.join(REDUCTIONS)}")
+
+
+def reduce_loss(
+    token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    reduction: Reduction,
+    *,
+    max_seq_len: int | None = None,
+) -> torch.Tensor:
+    """Reduce a (B, T) per-token loss to a scalar; masked tokens never contribute (even NaN)."""
+    if token_loss.shape != mask.shape:
+        raise UsageError(
+            f"token_loss {tuple(token_loss.shape)} and mask {tuple(mask.shape)} must match"
+        )
+    w = reduction_weights(mask, reduction, max_seq_len=max_seq_len).to(token_loss.dtype)
+    return torch.where(mask.bool(), token_loss * w, torch.zeros_like(token_loss)).sum()
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of `values` where `mask` is set (0 when nothing is set); same shapes, any rank."""
+    m = mask.to(values.dtype)
+    total = torch.where(mask.bool(), values * m, torch.zeros_like(values))
+    if dim is None:
+        return total.sum() / m.sum().clamp(min=1.0)
+    return total.sum(dim=dim) / m.sum(dim=dim).clamp(min=1.0)
+
+
+def kl_estimate(
+    logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: KLEstimator = "k3"
+) -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from sampled-token logprobs; shapes (B, T) -> (B, T).
+
+    With d = ref_logprobs - logprobs: k1 = -d, abs = |d|, k2 = d^2 / 2, k3 = exp(d) - d - 1
+    (unbiased and always >= 0). k3 clamps d to [-20, 20] and the result to [-10, 10], as SkyRL.
+    """
+    if logprobs.shape != ref_logprobs.shape:
+        raise UsageError(
+            f"logprobs {tuple(logprobs.shape)} and ref_logprobs {tuple(ref_logprobs.shape)} "
+            "must have the same shape"
+        )
+    delta = ref_logprobs - logprobs
+    if estimator == "k1":
+        return -delta
+    if estimator == "abs":
+        return delta.abs()
+    if estimator == "k2":
+        return 0.5 * delta.square()
+    if estimator == "k3":
+        d = delta.clamp(-20.0, 20.0)
+        return (torch.exp(d) - d - 1.0).clamp(-10.0, 10.0)
+    raise UsageError(
+        f"unknown KL estimator {estimator!r}: choose one of {', '.join(KL_ESTIMATORS)}"
+    )
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """The scalar to backpropagate and detached metrics named for the `loss/` log prefix."""
+
+    loss: torch.Tensor
+    metrics: dict[str, float]
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_clip_low: float = 0.2,
+    eps_clip_high: float = 0.2,
+    reduction: Reduction = "token_mean",
+    max_seq_len: int | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: KLEstimator = "k3",
+) -> PolicyLoss:
+    """GRPO loss for one mini-batch: reduced clipped surrogate + kl_coef * KL to the reference.
+
+    logprobs, old_logprobs, mask, ref_logprobs: (B, T); advantages: (B,) or (B, T).
+    Metrics: loss/total, loss/policy, loss/kl (when a reference is given), loss/clip_fraction,
+    loss/ratio_mean, loss/approx_kl_old (k3 of the rollout policy against the current one).
+    """
+    if kl_coef < 0:
+        raise UsageError(f"kl_coef ({kl_coef}) must be >= 0; use 0 to disable the KL penalty")
+    if kl_coef > 0 and ref_logprobs is None:
+        raise UsageError(f"kl_coef ({kl_coef}) > 0 needs ref_logprobs from the reference policy")
+    if mask.shape != logprobs.shape:
+        raise UsageError(f"mask {tuple(mask.shape)} must match logprobs {tuple(logprobs.shape)}")
+    token_loss, clipped = clipped_surrogate(
+        logprobs, old_logprobs, advantages, eps_clip_low=eps_clip_low, eps_clip_high=eps_clip_high
+    )
+    pg = reduce_loss(token_loss, mask, reduction, max_seq_len=max_seq_len)
+    total = pg
+    with torch.no_grad():
+        ratio = torch.exp(torch.clamp(logprobs - old_logprobs, -20.0, 20.0))
+        metrics = {
+            "loss/policy": float(pg),
+            "loss/clip_fraction": float(masked_mean(clipped.to(logprobs.dtype), mask)),
+            "loss/ratio_mean": float(masked_mean(ratio, mask)),
+            "loss/approx_kl_old": float(masked_mean(kl_estimate(logprobs, old_logprobs), mask)),
+        }
+    if ref_logprobs is not None:
+        kl_tokens = kl_estimate(logprobs, ref_logprobs, kl_estimator)
+        kl = masked_mean(kl_tokens, mask, dim=-1).mean()
+        metrics["loss/kl"] = float(kl.detach())
+        if kl_coef > 0:
+            total = total + kl_coef * kl
+    metrics["loss/total"] = float(total.detach())
+    return PolicyLoss(loss=total, metrics=metrics)
+
+
+def multiturn_loss_mask(
+    episodes: Sequence[Sequence[tuple[int, bool]]], *, seq_len: int | None = None
+) -> torch.Tensor:
+    """Loss mask for multi-turn token sequences, right-padded: (B, T) float.
+
+    episodes[i] lists the segments of sequence i in order as `(n_tokens, is_model)`: the prompt
+    and every observation are `is_model=False`, each of the model's replies `True`. Only the
+    model's own tokens get 1. The mask is aligned with the tokens themselves; for logprobs
+    computed from logits[:, :-1] predicting tokens[:, 1:], use `mask[:, 1:]`.
+    """
+    lengths = []
+    for i, segments in enumerate(episodes):
+        for n, _ in segments:
+            if n < 0:
+                raise UsageError(f"episode {i} has a segment of {n} tokens: lengths must be >= 0")
+        lengths.append(sum(n for n, _ in segments))
+    width = max(lengths, default=0) if seq_len is None else seq_len
+    if lengths and max(lengths) > width:
+        raise UsageError(
+            f"an episode has {max(lengths)} tokens but seq_len is {width}: raise seq_len or "
+            "truncate the episode"
+        )
+    mask = torch.zeros((len(lengths), width), dtype=torch.float32)
+    for i, segments in enumerate(episodes):
+        pos = 0
+        for n, is_model in segments:
+            if is_model:
+                mask[i, pos : pos + n] = 1.0
+            pos += n
+    return mask
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Log-probability of each target token: logits (B, T, V), targets (B, T) int -> (B, T).
+
+    logits[:, t] must already be the distribution that predicts targets[:, t] (shift first).
+    Computed in float32 so that bf16 logits give the same numbers as the rollout's.
+    """
+    if logits.shape[:-1] != targets.shape:
+        raise UsageError(
+            f"logits {tuple(logits.shape)} must be targets {tuple(targets.shape)} plus a vocab axis"
+        )
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the softmax distribution over the last axis: (..., V) -> (...), in nats."""
+    logits = logits.float()
+    logp = torch.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1)

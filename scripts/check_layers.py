@@ -1,0 +1,94 @@
+"""Enforce rlkit's layers (part of `make lint`): every import in every module, lazy ones included.
+
+    python scripts/check_layers.py [ROOT]      # ROOT defaults to this checkout's rlkit/
+
+Rules (the map is in rlkit/__init__.py):
+- a package imports only from packages below it, its own package, and the base modules
+  (errors, fsio, stats), which import nothing of rlkit but each other;
+- torch, torchvision and transformers only in model/ and train/, never in their `config`
+  modules (presets and clients read those without torch);
+- ray only in cluster/ and train/metrics.py (the trainer's metrics edge);
+- ipywidgets and matplotlib only in notebook/.
+Prints one line per violation (`file:line: what, and the rule`) and exits 1 if there is any.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+BASE = ("errors", "fsio", "stats")
+ORDER = ("maze", "env", "episodes", "model", "train", "cluster", "notebook", "cli")
+HEAVY = {
+    "torch": ("model", "train"),
+    "torchvision": ("model", "train"),
+    "transformers": ("model", "train"),
+    "ray": ("cluster", "train/metrics.py"),
+    "ipywidgets": ("notebook",),
+    "matplotlib": ("notebook",),
+}
+TORCH_FREE = ("model/config.py", "train/config.py")
+
+
+def rank(part: str) -> int:
+    return -1 if part in BASE else ORDER.index(part)
+
+
+def imported(tree: ast.AST) -> list[tuple[int, str]]:
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "rlkit":  # `from rlkit import x`: each name is a module or attr
+                out += [(node.lineno, f"rlkit.{a.name}") for a in node.names]
+            else:
+                out.append((node.lineno, node.module))
+    return out
+
+
+def violations(root: Path) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        top = rel.split("/")[0].removesuffix(".py")
+        if top == "__init__":
+            continue
+        here = rank(top)
+        for line, name in imported(ast.parse(path.read_text(), str(path))):
+            where = f"{root.name}/{rel}:{line}"
+            parts = name.split(".")
+            if parts[0] == "rlkit" and len(parts) > 1 and parts[1] != "__version__":
+                target = parts[1]
+                if target not in BASE and target not in ORDER:
+                    found.append(f"{where}: imports {name}, which is no rlkit package or module")
+                elif target != top and rank(target) >= here and not (here < 0 and target in BASE):
+                    found.append(
+                        f"{where}: {top} imports {name} from the same or a higher layer "
+                        f"({' < '.join(ORDER)}): move the shared piece down"
+                    )
+            allowed = HEAVY.get(parts[0])
+            if allowed is not None:
+                ok = any(rel == a or rel.startswith(a.rstrip("/") + "/") for a in allowed)
+                torchy = parts[0] in ("torch", "torchvision", "transformers")
+                if not ok or (torchy and rel in TORCH_FREE):
+                    found.append(
+                        f"{where}: imports {parts[0]}, allowed only in {', '.join(allowed)}"
+                        + (f" (not {', '.join(TORCH_FREE)})" if torchy else "")
+                    )
+    return found
+
+
+def main(argv: list[str]) -> int:
+    root = Path(argv[0]) if argv else Path(__file__).resolve().parent.parent / "rlkit"
+    found = violations(root)
+    for v in found:
+        print(v)
+    if found:
+        print(f"{len(found)} layer violation(s): see scripts/check_layers.py for the rules")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
