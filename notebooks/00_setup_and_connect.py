@@ -26,9 +26,11 @@
 address = None  # None: local Ray head; else http://HEAD:8265 or sagemaker_ray://CLUSTER/NAMESPACE
 local_port = 8265  # dashboard (Jobs API) port of the local head
 probe_python = False  # True: run a tiny job to read the cluster's Python version
+preflight_preset = None  # e.g. "qwen3vl-8b-6gpu": a short job checks what that run needs
 
 # %%
 from rlkit.cluster.client import connect
+from rlkit.cluster.preflight import format_checks, preflight
 from rlkit.notebook import workbench
 
 workbench.kernel_report()
@@ -36,6 +38,14 @@ workbench.kernel_report()
 # %%
 cluster = connect(address, local_port=local_port)
 cluster.summary(probe_python=probe_python)
+
+# %% [markdown]
+# Preflight (with `preflight_preset`): runtime packages, GPUs, /fsx space against the run's
+# estimate, the model, Ray versions; each failure comes with its fix.
+
+# %%
+if preflight_preset:
+    print(format_checks(preflight(cluster, preflight_preset)))
 
 # %% [markdown]
 # Jobs already on the cluster (a training run keeps going when a kernel dies; notebook 03

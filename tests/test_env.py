@@ -166,6 +166,27 @@ def test_rows_carry_their_env_and_sets_have_their_own_task(tmp_path):
     assert env.cfg.style.view == "full"
     # SkyRL's env_config still wins over the row
     env = MazeEnv({"max_turns": 5}, {k: v for k, v in row.items() if k != "prompt"})
-    assert env.max_turns == 5 and env.cfg.style.cell_px == 32
+    assert env.max_turns == 5 and env.cfg.style.cell_px == 64
     with pytest.raises(UsageError, match="no env config"):
         env_for_set("nope")
+
+
+def test_test_large_images_reach_qwen3vl_unresized_with_cells_on_token_edges():
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    from rlkit.env.maze_env import QWEN3VL_IMAGE, env_for_set, make_env
+    from rlkit.maze.render import image_from_data_uri
+    from rlkit.maze.sets import pinned_set
+
+    cfg = env_for_set("test-large")
+    maze = pinned_set("test-large")[0]
+    first, _ = make_env(maze, cfg).init()
+    (part,) = [p for p in first[-1]["content"] if p["type"] == "image_url"]
+    w, h = image_from_data_uri(part["image_url"]["url"]).size
+    q = QWEN3VL_IMAGE
+    token_px = q["patch"] * q["merge"]
+    resized = smart_resize(
+        h, w, factor=token_px, min_pixels=q["min_pixels"], max_pixels=q["max_pixels"]
+    )
+    assert resized == (h, w) == (maze.height * cfg.style.cell_px, maze.width * cfg.style.cell_px)
+    assert cfg.style.cell_px % token_px == 0  # every cell edge on a merged-token edge

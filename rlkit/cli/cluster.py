@@ -97,7 +97,7 @@ def _forwarded_env(names: list[str]) -> dict[str, str]:
 def _submit(args: argparse.Namespace) -> int:
     from rlkit.cluster.jobs import describe_submission
     from rlkit.cluster.launch import launch_plan, plan_training
-    from rlkit.cluster.skyrl.presets import PRESETS, build_overrides, job_env_vars
+    from rlkit.cluster.skyrl.presets import PRESETS, build_overrides, storage_estimate
 
     if args.preset not in PRESETS:
         raise UsageError(f"unknown SkyRL preset {args.preset!r}; choose from {', '.join(PRESETS)}")
@@ -109,14 +109,15 @@ def _submit(args: argparse.Namespace) -> int:
             "model_path": args.model,
             "logger": args.logger,
             "runs_root": args.runs_root,
-            "vllm_attention_backend": args.attention_backend,
+            "attention_backend": args.attention_backend,
+            "fsx_budget_gb": args.fsx_budget_gb,
         }.items()
         if v is not None
     }
     plan = plan_training(
         args.preset, ".", address=_address(args), run_name=args.run_name, skyrl_changes=changes
     )
-    env_vars = job_env_vars(plan.sky, _forwarded_env(args.env))
+    env_vars = _forwarded_env(args.env)
     if args.dry_run:
         metadata = {"rlkit_run_name": plan.run_name, "preset": args.preset, "run_dir": plan.run_dir}
         runtime_env = {"working_dir": "<this rlkit checkout>", "env_vars": env_vars}
@@ -126,7 +127,11 @@ def _submit(args: argparse.Namespace) -> int:
             )
         )
         print(f"address:       {plan.address}")
-        print(f"resources:     driver 1 CPU; SkyRL asks for {plan.sky.num_gpus} GPUs")
+        print(
+            f"resources:     driver 1 CPU; SkyRL's trainer task {plan.sky.driver_memory_gb} GiB "
+            f"on a GPU worker; SkyRL asks for {plan.sky.num_gpus} GPUs"
+        )
+        print(f"storage:       {storage_estimate(plan.sky).summary()}")
         print("skyrl overrides:")
         for item in build_overrides(plan.sky, plan.run_name):
             print(f"  {item}")
@@ -138,8 +143,19 @@ def _submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _preflight(args: argparse.Namespace) -> int:
+    from rlkit.cluster.preflight import format_checks, preflight
+
+    changes = {
+        k: v for k, v in {"model_path": args.model, "runs_root": args.runs_root}.items() if v
+    }
+    checks = preflight(_connect(args), args.preset, **changes)
+    print(format_checks(checks))
+    return 1 if any(c.status == "fail" for c in checks) else 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add `jobs {list|status|logs|stop}` and `submit` to the main `rlkit` parser."""
+    """Add `jobs {list|status|logs|stop}`, `submit` and `preflight` to the `rlkit` parser."""
     from rlkit.cluster.skyrl.presets import PRESETS
 
     address = argparse.ArgumentParser(add_help=False)
@@ -172,9 +188,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", help="HF id or /fsx path of the starting model")
     p.add_argument("--logger", help="console, wandb, tensorboard or mlflow")
     p.add_argument("--runs-root", help="shared storage for run dirs (default /fsx/rlkit/runs)")
-    p.add_argument("--attention-backend", help="VLLM_ATTENTION_BACKEND, e.g. TRITON_ATTN")
+    p.add_argument("--attention-backend", help="vLLM attention backend, e.g. TRITON_ATTN")
+    p.add_argument(
+        "--fsx-budget-gb", type=float, help="refuse a run whose /fsx estimate exceeds this"
+    )
     p.add_argument(
         "--env", action="append", default=[], metavar="NAME", help="forward an env var (masked)"
     )
     p.add_argument("--dry-run", action="store_true", help="print what would run; submit nothing")
     p.set_defaults(func=_submit)
+
+    p = subparsers.add_parser(
+        "preflight", parents=[address], help="check the cluster has what a run needs (a short job)"
+    )
+    p.add_argument("--preset", default="qwen3vl-8b-6gpu", choices=sorted(PRESETS))
+    p.add_argument("--model", help="HF id or /fsx path of the starting model")
+    p.add_argument("--runs-root", help="shared storage for run dirs (default /fsx/rlkit/runs)")
+    p.set_defaults(func=_preflight)

@@ -174,6 +174,7 @@ class TrainingPlan:
         lines = [f"preset:   {self.preset} ({backend} backend)", f"run dir:  {self.run_dir}"]
         lines += [f"address:  {where}", f"command:  {self.command}"]
         if self.sky is not None:
+            lines.append(f"storage:  {skyrl.storage_estimate(self.sky).summary()}")
             lines.append(f"GPUs:     {self.sky.num_gpus}; SkyRL overrides:")
             lines += [f"  {o}" for o in skyrl.build_overrides(self.sky, self.run_name)]
         return "\n".join(lines)
@@ -199,6 +200,7 @@ def plan_training(
         known = ", ".join([*TRAIN_PRESETS, *skyrl.PRESETS])
         raise UsageError(f"unknown preset {preset!r}: use one of {known}")
     sky = skyrl.get_preset(preset, **dict(skyrl_changes or {}))
+    skyrl.check_storage(sky)  # a run that would fill /fsx is refused before it starts
     paths = skyrl.RunPaths.for_run(sky, name)
     return TrainingPlan(
         preset, name, paths.run_dir, skyrl.entrypoint_command(sky, name), address, sky
@@ -223,9 +225,12 @@ def launch_plan(
             "scale up the worker group or lower nodes in the preset file"
         )
     meta = {"preset": plan.preset, "run_dir": plan.run_dir, "backend": "skyrl"}
-    env = skyrl.job_env_vars(plan.sky, dict(env_vars or {}))
     return cluster.submit(
-        plan.run_name, plan.command, runtime_env_vars=env, metadata=meta, num_cpus=1
+        plan.run_name,
+        plan.command,
+        runtime_env_vars=dict(env_vars or {}),
+        metadata=meta,
+        num_cpus=1,
     )
 
 

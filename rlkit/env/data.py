@@ -50,17 +50,27 @@ def maze_row(maze: Maze, *, split: str, index: int, source: str, cfg: EnvConfig)
 
 
 def build_rows(
-    *, n_train: int, spec: MazeSpec, eval_set: str, cfg: EnvConfig, train_start: int = 0
+    *,
+    n_train: int,
+    spec: MazeSpec,
+    eval_set: str,
+    cfg: EnvConfig,
+    train_start: int = 0,
+    n_eval: int | None = None,
 ) -> tuple[list[dict], list[dict]]:
+    """Training rows from the disjoint stream; eval rows: the pinned set (its first `n_eval`)."""
     if n_train < 1:
         raise UsageError(f"--train ({n_train}) must be >= 1 rows")
+    mazes = pinned_set(eval_set)
+    if n_eval is not None and not 1 <= n_eval <= len(mazes):
+        raise UsageError(f"n_eval ({n_eval}) must be 1..{len(mazes)} ({eval_set} has that many)")
     train = [
         maze_row(m, split="train", index=train_start + i, source=f"{ENV_ID}/train", cfg=cfg)
         for i, m in enumerate(train_mazes(spec, train_start, n_train))
     ]
     evals = [
         maze_row(m, split="eval", index=i, source=f"{ENV_ID}/{eval_set}", cfg=cfg)
-        for i, m in enumerate(pinned_set(eval_set))
+        for i, m in enumerate(mazes[:n_eval])
     ]
     return train, evals
 
@@ -80,12 +90,13 @@ def write_datasets(
     eval_set: str = "test",
     spec: MazeSpec | None = None,
     cfg: EnvConfig | None = None,
+    n_eval: int | None = None,
 ) -> tuple[Path, Path]:
     """Write `train.parquet` and `eval.parquet` (+ a small manifest) into `out_dir`."""
     out = Path(out_dir)
     spec = spec or pinned_spec(eval_set)
     cfg = cfg or env_for_set(eval_set)
-    train, evals = build_rows(n_train=n_train, spec=spec, eval_set=eval_set, cfg=cfg)
+    train, evals = build_rows(n_train=n_train, spec=spec, eval_set=eval_set, cfg=cfg, n_eval=n_eval)
     paths = write_rows(out / "train.parquet", train), write_rows(out / "eval.parquet", evals)
     manifest = {
         "train_rows": len(train),

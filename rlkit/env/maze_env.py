@@ -102,12 +102,19 @@ class EnvConfig:
 SET_ENV: dict[str, EnvConfig] = {
     "test": EnvConfig(),
     "test-large": EnvConfig(
-        max_turns=24, prompt_style="full", style=RenderStyle(view="full", cell_px=32)
+        max_turns=24, prompt_style="full", style=RenderStyle(view="full", cell_px=64, wall_px=4)
     ),
 }
 """The task each pinned test set is played under. The turn budget is part of a set's
 difficulty; `test` keeps the tiny model's agent-centred 8 px cells, `test-large` shows a
-large model the whole maze at 32 px per cell (one merged Qwen3-VL token per cell)."""
+large model the whole 6x6-cell maze at 64 px per cell: 384 x 384 px, which Qwen3-VL's processor
+(`QWEN3VL_IMAGE`) keeps as it is, each cell exactly 2 x 2 merged image tokens (144 per image).
+At 32 px (192 px, under its 65536 px minimum area) it was upscaled to 256 px and cell edges
+fell inside tokens."""
+
+QWEN3VL_IMAGE = {"patch": 16, "merge": 2, "min_pixels": 65536, "max_pixels": 16777216}
+"""Qwen3-VL's image processor (preprocessor_config.json of the released 2B-32B models): images
+are resized to multiples of patch x merge = 32 px with an area in [min_pixels, max_pixels]."""
 
 
 def env_for_set(name: str) -> EnvConfig:

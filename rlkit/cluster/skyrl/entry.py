@@ -31,6 +31,13 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--data-dir", help="write train/eval parquet here if missing")
     parser.add_argument("--train-rows", type=int, default=256)
     parser.add_argument("--eval-set", default="test")
+    parser.add_argument("--eval-rows", type=int, default=64, help="first N mazes of the set")
+    parser.add_argument(
+        "--driver-memory-gb",
+        type=int,
+        default=0,
+        help="Ray memory SkyRL's trainer task reserves (keeps it off a small head pod)",
+    )
     args = parser.parse_args(ours)
     bad = [o for o in overrides if "=" not in o or o.startswith("+")]
     if bad:
@@ -38,7 +45,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, overrides
 
 
-def ensure_datasets(data_dir: str, train_rows: int, eval_set: str) -> tuple[Path, Path]:
+def ensure_datasets(
+    data_dir: str, train_rows: int, eval_set: str, eval_rows: int = 64
+) -> tuple[Path, Path]:
     """Write the datasets once per run dir; a resumed run must see the same rows."""
     from rlkit.env.data import write_datasets
 
@@ -47,7 +56,7 @@ def ensure_datasets(data_dir: str, train_rows: int, eval_set: str) -> tuple[Path
     if train.is_file() and evals.is_file():
         print(f"rlkit: reusing datasets in {out}", flush=True)
         return train, evals
-    paths = write_datasets(out, train_rows, eval_set=eval_set)
+    paths = write_datasets(out, train_rows, eval_set=eval_set, n_eval=eval_rows)
     print(f"rlkit: wrote {paths[0]} and {paths[1]}", flush=True)
     return paths
 
@@ -71,19 +80,22 @@ def main(argv: list[str] | None = None) -> int:
         from skyrl.train.utils.utils import initialize_ray
     except ImportError as e:
         raise RlkitError(
-            f"SkyRL is not installed here ({e.name}): run this on the cluster image "
-            "(novaskyai/skyrl-train-ray-2.57.0-py3.12-cu13.0)"
+            f"SkyRL is not installed here ({e.name}): run this in rlkit's cluster runtime, the "
+            "image deploy/Dockerfile builds (deploy/build-image.sh) with SkyRL's uv env on PATH"
         ) from e
     import multiprocessing as mp
 
     # vLLM and CUDA do not survive fork; SkyRL's own entrypoints force spawn too.
     mp.set_start_method("spawn", force=True)
     if args.data_dir:
-        ensure_datasets(args.data_dir, args.train_rows, args.eval_set)
+        ensure_datasets(args.data_dir, args.train_rows, args.eval_set, args.eval_rows)
     cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
     validate_cfg(cfg)
     initialize_ray(cfg)
-    ray.get(ray.remote(num_cpus=1)(_run_skyrl).remote(cfg))
+    # SkyRL's trainer task holds every rollout's pixel values: reserve memory only a GPU
+    # worker has, so Ray cannot place it on the head pod
+    task = ray.remote(num_cpus=1, memory=args.driver_memory_gb * 2**30 or None)(_run_skyrl)
+    ray.get(task.remote(cfg))
     return 0
 
 

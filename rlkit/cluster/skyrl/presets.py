@@ -35,6 +35,8 @@ class SkyRLPreset:
 
     model_path: str = "Qwen/Qwen3-VL-8B-Instruct"
     """HF id or a path on /fsx (pre-download to /fsx to spare every node the download)."""
+    model_params_b: float = 8.8
+    """Parameters in billions (Qwen3-VL-8B: 8.77 B): sizes the /fsx estimate."""
     gpus_per_node: int = 6
     """RTX PRO 6000 nodes on HyperPod have 6 GPUs (the recipe assumed 8)."""
     nodes: int = 1
@@ -46,7 +48,8 @@ class SkyRLPreset:
     eval_set: str = "test-large"
     """Pinned maze set for the eval split (training rows come from its family, disjoint seeds).
     Departure: 6x6-cell mazes instead of VisGym's; the rows carry the set's env config (full
-    view, 32 px cells, full prompt), so the 8B sees the same task `rlkit eval --set` plays."""
+    view, 64 px cells aligned to Qwen3-VL's merged patches, full prompt), so the 8B sees the
+    same task `rlkit eval --set` plays."""
     max_turns: int = env_for_set("test-large").max_turns
     """Turn budget. Departure: the eval set's own budget (not the recipe's 18), so a cluster
     eval and `rlkit eval` on the same checkpoint measure the same thing."""
@@ -69,14 +72,20 @@ class SkyRLPreset:
     (tests/skyrl/test_objective.py)."""
     temperature: float = 1.0
     """Rollout sampling temperature; GRPO needs diverse groups."""
-    epochs: int = 20
-    """Passes over the training rows."""
-    train_rows: int = 256
-    """Training mazes written by `rlkit.env.data.write_datasets` (the recipe's 256)."""
+    steps: int = 140
+    """GRPO steps of the run. Departure from 20 epochs over 256 rows: SkyRL saves a checkpoint
+    and an HF export at every epoch end besides its intervals, and never prunes exports (7
+    steps an epoch -> ~34 exports, ~0.6 TB of /fsx for 140 steps). Mazes are free, so the run
+    is one epoch of `steps x prompts per step` fresh rows (`train_rows`)."""
+    eval_mazes: int = 64
+    """Mazes of the eval set in the eval split (the first N; 64 = the whole pinned set)."""
     eval_interval: int = 10
-    """Steps between evals on the 64-maze eval split (dumped for rlkit's readers)."""
+    """Steps between evals on the eval split (dumped for rlkit's readers)."""
     eval_samples: int = 4
     """Samples per eval maze. Departure from 1: 64 single samples give a +-12 point CI."""
+    eval_temperature: float = 1.0
+    """Eval sampling temperature. SkyRL's default eval sampling is greedy (temperature 0), so k
+    samples per maze would be k copies of one episode counted as k; `rlkit eval` samples at 1."""
     ckpt_interval: int = 10
     """Steps between resumable checkpoints (and HF exports at the same steps)."""
     max_ckpts_to_keep: int = 3
@@ -90,8 +99,15 @@ class SkyRLPreset:
     max_prompt_length: int = 2048
     gpu_memory_utilization: float = 0.8
     """vLLM's share of each GPU; the rest holds the sleeping FSDP policy."""
-    vllm_attention_backend: str | None = None
-    """VLLM_ATTENTION_BACKEND for the job; RTX PRO 6000 (sm_120) may need e.g. TRITON_ATTN."""
+    attention_backend: str | None = None
+    """vLLM attention backend, e.g. TRITON_ATTN for RTX PRO 6000 (sm_120). Passed as the
+    engine's `attention_backend` (vLLM 0.30 no longer reads VLLM_ATTENTION_BACKEND)."""
+    driver_memory_gb: int = 64
+    """Ray memory the SkyRL trainer task reserves: it holds every rollout's pixel values, so it
+    must land on a GPU worker (400 GiB), never on the head pod (32 GiB, deploy/raycluster.yaml)."""
+    fsx_budget_gb: float = 1500.0
+    """The dry run refuses a run whose estimated /fsx use (kept checkpoints + every export)
+    exceeds this; raise it or export less often (ckpt_interval)."""
     logger: str = "console"
     """SkyRL tracker: console, wandb (forward WANDB_API_KEY), tensorboard, mlflow."""
     runs_root: str = "/fsx/rlkit/runs"
@@ -99,7 +115,9 @@ class SkyRLPreset:
 
     def __post_init__(self) -> None:
         env_for_set(self.eval_set)  # an unknown set fails here, not on the cluster
-        for name in ("gpus_per_node", "nodes", "group_size", "mini_batches", "epochs"):
+        if not 1 <= self.eval_mazes <= 64:
+            raise UsageError(f"eval_mazes ({self.eval_mazes}) must be 1..64 (a pinned set)")
+        for name in ("gpus_per_node", "nodes", "group_size", "mini_batches", "steps"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} ({getattr(self, name)}) must be >= 1")
         if self.group_size < 2:
@@ -130,8 +148,39 @@ class SkyRLPreset:
     def num_gpus(self) -> int:
         return self.nodes * self.gpus_per_node
 
+    @property
+    def prompts_per_step(self) -> int:
+        return self.prompts_per_node * self.nodes
 
-PRESETS: dict[str, SkyRLPreset] = {"qwen3vl-8b-6gpu": SkyRLPreset()}
+    @property
+    def train_rows(self) -> int:
+        """One epoch = the whole run, so SkyRL's epoch-end save is the final one."""
+        return self.steps * self.prompts_per_step
+
+    @property
+    def images_per_episode(self) -> int:
+        """The env shows one image per turn plus the first: vLLM's per-prompt image limit."""
+        return self.max_turns + 1
+
+
+PRESETS: dict[str, SkyRLPreset] = {
+    "qwen3vl-8b-6gpu": SkyRLPreset(),
+    # The whole cluster path in minutes before the 8B run: one node, a 2B model, 3 steps,
+    # an eval of 8 mazes before training and at the end, one checkpoint and export.
+    "qwen3vl-2b-smoke": SkyRLPreset(
+        model_path="Qwen/Qwen3-VL-2B-Instruct",
+        model_params_b=2.1,
+        prompts_per_node=12,
+        mini_batches=1,
+        steps=3,
+        eval_mazes=8,
+        eval_samples=2,
+        eval_interval=3,
+        ckpt_interval=3,
+        max_ckpts_to_keep=1,
+        fsx_budget_gb=100.0,
+    ),
+}
 
 
 def get_preset(name: str, **changes: object) -> SkyRLPreset:
@@ -162,7 +211,7 @@ def _b(flag: bool) -> str:
 def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
     """SkyRL `key=value` overrides for one run of `preset` (SkyRL's config key names)."""
     p, paths = preset, RunPaths.for_run(preset, run_name)
-    train_batch = p.prompts_per_node * p.nodes
+    train_batch = p.prompts_per_step
     engines = p.num_gpus // p.tensor_parallel_size
     return [
         # data: rows from rlkit.env.data (env_class rlkit-maze, maze spec in extra_info)
@@ -187,9 +236,9 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         f"generator.inference_engine.num_engines={engines}",
         f"generator.inference_engine.tensor_parallel_size={p.tensor_parallel_size}",
         f"generator.inference_engine.gpu_memory_utilization={p.gpu_memory_utilization}",
-        f"generator.inference_engine.engine_init_kwargs.max_model_len={p.max_model_len}",
+        *engine_kwargs(p),
         # batches
-        f"trainer.epochs={p.epochs}",
+        "trainer.epochs=1",  # one epoch of steps x prompts rows: no per-epoch save flood
         f"trainer.train_batch_size={train_batch}",
         f"trainer.policy_mini_batch_size={train_batch // p.mini_batches}",
         f"trainer.micro_forward_batch_size_per_gpu={p.micro_batch_per_gpu}",
@@ -207,6 +256,9 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         f"generator.sampling_params.max_generate_length={p.max_generate_length}",
         f"generator.sampling_params.temperature={p.temperature}",
         f"generator.eval_n_samples_per_prompt={p.eval_samples}",
+        # sampled evals, as `rlkit eval` samples (SkyRL's default eval sampling is greedy)
+        f"generator.eval_sampling_params.temperature={p.eval_temperature}",
+        f"generator.eval_sampling_params.max_generate_length={p.max_generate_length}",
         # evals, checkpoints, resume: resubmitting the run continues from its latest checkpoint
         f"trainer.eval_interval={p.eval_interval}",
         "trainer.eval_before_train=true",
@@ -224,6 +276,70 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
     ]
 
 
+def engine_kwargs(p: SkyRLPreset) -> list[str]:
+    """vLLM engine arguments, set through SkyRL's `engine_init_kwargs` (vLLM's own names)."""
+    key = "generator.inference_engine.engine_init_kwargs"
+    out = [
+        f"{key}.max_model_len={p.max_model_len}",
+        # vLLM refuses a prompt with more images than this (HTTP 400); one image per turn
+        f"{key}.limit_mm_per_prompt.image={p.images_per_episode}",
+        # vLLM >= 0.32 normalises Qwen3-VL pixels on the GPU by default and then hands SkyRL raw
+        # uint8 patches, which the trainer's forward would read unnormalised (0.5 nats off,
+        # tests/skyrl/test_vllm_engine.py); normalised on the CPU, both see the same pixels
+        f"{key}.mm_device_do_normalize=false",
+    ]
+    if p.attention_backend:
+        out.append(f"{key}.attention_backend={p.attention_backend}")
+    return out
+
+
+@dataclass(frozen=True)
+class StorageEstimate:
+    """What a run leaves on /fsx: the kept checkpoints and every HF export (never pruned)."""
+
+    checkpoint_gb: float
+    export_gb: float
+    checkpoints_kept: int
+    exports: int
+
+    @property
+    def total_gb(self) -> float:
+        return self.checkpoint_gb * self.checkpoints_kept + self.export_gb * self.exports
+
+    def summary(self) -> str:
+        return (
+            f"~{self.total_gb:.0f} GB on /fsx: {self.checkpoints_kept} checkpoints x "
+            f"{self.checkpoint_gb:.0f} GB + {self.exports} HF exports x {self.export_gb:.0f} GB"
+        )
+
+
+CHECKPOINT_BYTES_PER_PARAM = 12
+"""An FSDP checkpoint holds fp32 weights (4 B) and Adam's two fp32 moments (8 B) per parameter."""
+EXPORT_BYTES_PER_PARAM = 2
+"""An HF export is the bf16 weights (Qwen3-VL-8B: ~17.5 GB)."""
+
+
+def storage_estimate(p: SkyRLPreset) -> StorageEstimate:
+    saves = len({*range(p.ckpt_interval, p.steps + 1, p.ckpt_interval), p.steps})  # + run end
+    return StorageEstimate(
+        checkpoint_gb=p.model_params_b * CHECKPOINT_BYTES_PER_PARAM,
+        export_gb=p.model_params_b * EXPORT_BYTES_PER_PARAM,
+        checkpoints_kept=min(saves, p.max_ckpts_to_keep),
+        exports=saves,
+    )
+
+
+def check_storage(p: SkyRLPreset) -> StorageEstimate:
+    """The estimate, or a one-line UsageError when it exceeds the preset's /fsx budget."""
+    est = storage_estimate(p)
+    if est.total_gb > p.fsx_budget_gb:
+        raise UsageError(
+            f"this run would leave {est.summary()}, over its {p.fsx_budget_gb:.0f} GB budget: "
+            "raise --fsx-budget-gb or export less often (a larger ckpt_interval)"
+        )
+    return est
+
+
 def entrypoint_command(preset: SkyRLPreset, run_name: str) -> str:
     """The shell command the Ray job runs: datasets on shared storage, then SkyRL."""
     paths = RunPaths.for_run(preset, run_name)
@@ -234,15 +350,11 @@ def entrypoint_command(preset: SkyRLPreset, run_name: str) -> str:
         str(preset.train_rows),
         "--eval-set",
         preset.eval_set,
+        "--eval-rows",
+        str(preset.eval_mazes),
+        "--driver-memory-gb",
+        str(preset.driver_memory_gb),
     ]
     return shlex.join(
         ["python", "-m", ENTRY_MODULE, *ours, "--", *build_overrides(preset, run_name)]
     )
-
-
-def job_env_vars(preset: SkyRLPreset, passthrough: dict[str, str] | None = None) -> dict[str, str]:
-    """Env vars for the job: the attention backend, plus tokens the caller forwards."""
-    env = dict(passthrough or {})
-    if preset.vllm_attention_backend:
-        env["VLLM_ATTENTION_BACKEND"] = preset.vllm_attention_backend
-    return env

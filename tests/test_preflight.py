@@ -1,0 +1,69 @@
+"""`rlkit preflight` against a real local Ray head: the job runs, every check reports, and the
+GPU checks say plainly that there is no GPU here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlkit.cli.main import main as rlkit_main
+from rlkit.cluster.preflight import (
+    Check,
+    _storage,
+    format_checks,
+    parse_report,
+    preflight,
+    with_client,
+)
+from rlkit.errors import RlkitError
+
+
+@pytest.fixture(scope="module")
+def checks(ray_cluster, tmp_path_factory) -> dict[str, Check]:
+    root = tmp_path_factory.mktemp("fsx")
+    got = preflight(ray_cluster, "qwen3vl-2b-smoke", runs_root=str(root), timeout_s=300)
+    return {c.name: c for c in got}
+
+
+def test_the_runtime_of_this_project_passes_its_package_checks(checks):
+    for name in ("ray", "python", "skyrl", "vllm", "torch", "transformers"):
+        assert checks[name].status == "ok", checks[name]
+    assert checks["ray"].detail == "client 2.57.0, cluster 2.57.0"
+    assert checks["skyrl"].detail == "0.4.0"
+
+
+def test_no_gpu_is_said_plainly_with_its_fix(checks):
+    gpus = checks["gpus"]
+    assert gpus.status == "fail" and gpus.detail.startswith("no GPU in this cluster")
+    assert "needs 6 GPUs" in gpus.fix
+    assert checks["flash-attn"].status == "fail" and "deploy/Dockerfile" in checks["flash-attn"].fix
+
+
+def test_storage_and_model_checks(checks, tmp_path: Path):
+    assert checks["storage"].status == "ok" and "GB free" in checks["storage"].detail
+    assert checks["model"].status == "warn" and "--local-dir /fsx" in checks["model"].fix
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert _storage(str(blocked / "runs"), 1).status == "fail"
+    assert _storage(str(tmp_path), 1e9).fix.startswith("free space")
+
+
+def test_table_and_exit_code(ray_cluster, capsys, tmp_path):
+    argv = ["preflight", "--address", ray_cluster.address, "--preset", "qwen3vl-2b-smoke"]
+    assert rlkit_main([*argv, "--runs-root", str(tmp_path)]) == 1  # no GPU here
+    out = capsys.readouterr().out
+    assert "fail  gpus" in out and "fix   gpus:" in out and out.rstrip().endswith("failed")
+
+
+def test_report_parsing_and_ray_mismatch():
+    report = with_client(
+        parse_report(
+            'RLKIT_PREFLIGHT [{"name": "ray", "status": "ok", "detail": "2.56.0", "fix": ""}]'
+        ),
+        "2.57.0",
+    )
+    assert report[0].status == "fail" and "ray[default]==2.56.0" in report[0].fix
+    assert format_checks(report).endswith("1 check(s) failed")
+    with pytest.raises(RlkitError, match="printed no report"):
+        parse_report("Traceback ...\nImportError: no rlkit")
