@@ -46,9 +46,9 @@ from rlkit.model.chat import Encoded
 from rlkit.model.load import LoadedModel, load
 
 try:  # tests/skyrl is a plain directory: a package named `skyrl` would shadow SkyRL itself
-    from vllm_server import make_client, run, start_server
+    from vllm_server import SERVER_ARGS, make_client, run, start_server
 except ImportError:  # pragma: no cover
-    from .vllm_server import make_client, run, start_server
+    from .vllm_server import SERVER_ARGS, make_client, run, start_server
 
 pytestmark = pytest.mark.skyrl
 
@@ -292,35 +292,33 @@ def test_image_placeholders_expand_as_vllm_processor(client, replays, loaded):
     print(f"\n{len(per_image)} images x {per_image[0]} tokens each (grid {ours.image_grid_thw[0]})")
 
 
-def normalise(loaded: LoadedModel, raw: torch.Tensor) -> np.ndarray:
-    """What the HF image processor does to uint8 pixels: rescale, then mean/std per channel."""
-    ip = loaded.encoder.image_processor
-    x = raw.numpy().astype(np.float64) * ip.rescale_factor
-    channel = np.repeat(np.arange(3), x.shape[1] // 3)  # patch rows are channel-major
-    mean, std = np.asarray(ip.image_mean)[channel], np.asarray(ip.image_std)[channel]
-    return ((x - mean) / std).astype(np.float32)
+def test_decode_mm_kwargs_gives_rlkit_pixels(rollout, replays, loaded):
+    """SkyRL's `decode_mm_kwargs` gives the last render's images: grids and pixel values equal
+    to rlkit's own encoding, float32 and normalised, with the presets' engine settings.
 
-
-def test_decode_mm_kwargs_gives_rlkit_images_as_raw_uint8(rollout, replays, loaded):
-    """SkyRL's `decode_mm_kwargs` gives the last render's images: grids equal to rlkit's, pixel
-    values equal to rlkit's patches BEFORE normalisation, as uint8.
-
-    vLLM 0.32 normalises Qwen3-VL pixels on the device (`mm_device_do_normalize`, default on for
-    models that declare support), so the render ships raw uint8 patches; SkyRL 0.4.0 puts them
-    unchanged into `GeneratorOutput.pixel_values` and its trainer hands them to the HF model,
-    whose patch embedding only casts: the trainer sees 0..255 where the rollout saw -1..1 (the
-    uint8 logprob test measures it). The cluster's vLLM 0.30 declares that support only for
-    Qwen2-VL and Qwen2.5-VL, so Qwen3-VL renders arrive normalised there; the gap opens with a
-    vLLM upgrade. `mm_device_do_normalize: false` in the engine kwargs (0.30 has the flag)
-    closes it. If this fails because the dtype became float, compare the values directly.
+    vLLM 0.32's default (`mm_device_do_normalize` on for Qwen3-VL) normalises on the GPU and
+    ships raw uint8 patches instead; SkyRL 0.4.0 puts them unchanged into
+    `GeneratorOutput.pixel_values`, and its trainer's HF forward only casts them: 0..255 where
+    the rollout saw -1..1, measured 0.47-0.57 nats off in the trainer's logprobs. The cluster's
+    vLLM 0.30 declares that support only for Qwen2-VL and Qwen2.5-VL; the presets set
+    `mm_device_do_normalize=false` (0.30 has the argument) so a vLLM upgrade cannot open the gap.
     """
     out = rollout.output
     for i, rep in enumerate(replays):
         ours = loaded.encoder.encode(rep.conversations[-1])
-        raw = out["pixel_values"][i]
-        assert raw.dtype == torch.uint8 and raw.shape == ours.pixel_values.shape
+        pixels = out["pixel_values"][i]
+        assert pixels.dtype == torch.float32 and pixels.shape == ours.pixel_values.shape
         np.testing.assert_array_equal(out["image_grid_thw"][i].numpy(), ours.image_grid_thw)
-        np.testing.assert_allclose(normalise(loaded, raw), ours.pixel_values, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(pixels.numpy(), ours.pixel_values, atol=1e-6, rtol=0)
+
+
+def test_server_flags_are_the_presets_engine_settings():
+    from rlkit.cluster.skyrl.presets import PRESETS, engine_kwargs
+
+    flags = {f[0] for f in SERVER_ARGS}
+    for preset in PRESETS.values():
+        assert any(k.endswith(".mm_device_do_normalize=false") for k in engine_kwargs(preset))
+    assert "--no-mm-device-do-normalize" in flags
 
 
 def test_skyrl_client_requests_vllm_032_does_not_serve(server, client, loaded):
@@ -417,7 +415,7 @@ def trainer_logprobs(loaded, prompts, responses, *, mask_vision: bool) -> list[n
 
 def with_skyrl_pixels(enc: Encoded, pixel_values: torch.Tensor) -> Encoded:
     """`enc` with its images replaced by SkyRL's `GeneratorOutput.pixel_values`, as the trainer
-    gets them (uint8, cast to float)."""
+    gets them (cast to float, as the HF patch embedding does)."""
     chunks = np.split(pixel_values.float().numpy(), np.cumsum(enc.image_grid_thw.prod(1))[:-1])
     return Encoded(
         enc.prompt_ids, list(zip(chunks, enc.image_grid_thw, strict=True)), enc.patch_dim
@@ -449,11 +447,11 @@ def test_vllm_logprobs_match_rlkit_training_forward(client, loaded, replays, rol
     assert offset.max() - offset.min() < 0.5 * offset.mean(), "about constant per token"
 
 
-def test_skyrl_uint8_pixels_move_the_trainer_logprobs(rollout, replays, loaded):
-    """The trainer's logprobs from SkyRL's `GeneratorOutput.pixel_values` (raw uint8, see the
-    decode test) vs from rlkit's normalised patches, against vLLM's for each episode's last
-    answer (that turn's prompt holds all of the episode's images). Measured: ~5e-7 vs ~0.5 nat.
-    """
+def test_skyrl_pixels_give_the_trainer_vllm_logprobs(rollout, replays, loaded):
+    """The trainer's logprobs from SkyRL's `GeneratorOutput.pixel_values` (what SkyRL trains
+    on) and from rlkit's own patches, against vLLM's for each episode's last answer (that
+    turn's prompt holds all of the episode's images): both ~5e-7 with the presets' engine
+    settings (~0.5 nats from SkyRL's pixels under vLLM 0.32's default; see the decode test)."""
     out = rollout.output
     clean, skyrl, answers, ref = [], [], [], []
     for i, rep in enumerate(replays):
@@ -469,4 +467,4 @@ def test_skyrl_uint8_pixels_move_the_trainer_logprobs(rollout, replays, loaded):
         for name, p in (("rlkit", clean), ("skyrl", skyrl))
     }
     print(f"\nlast answers, max |vLLM - trainer|: {gap}")
-    assert gap["rlkit"] < LOGPROB_TOL and gap["skyrl"] > 100 * LOGPROB_TOL
+    assert gap["rlkit"] < LOGPROB_TOL and gap["skyrl"] < LOGPROB_TOL

@@ -43,8 +43,12 @@ SERVER_ARGS = (
     ("--generation-config", "vllm"),
     # as SkyRL's actor: no processor cache, so every render carries every image's tensors
     ("--mm-processor-cache-gb", "0"),
+    # as the cluster presets set it (engine_init_kwargs.mm_device_do_normalize=false): vLLM
+    # normalises pixels on the CPU and hands SkyRL normalised patches, not raw uint8
+    ("--no-mm-device-do-normalize",),
 )
-"""Flags beyond model, host and port: the findings' measured command plus two of SkyRL's."""
+"""Flags beyond model, host and port: the findings' measured command plus SkyRL's and the
+presets' engine settings."""
 
 SERVER_ENV = {
     # SkyRL's actor sets it: control-plane routes (/pause, /sleep, /get_world_size, ...)
