@@ -17,9 +17,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from rlkit.cluster.skyrl.presets import PRESETS, entrypoint_command, get_preset
+from rlkit.cli.main import main as rlkit_main
+from rlkit.cluster.rayjob import rayjob
+from rlkit.cluster.skyrl.entry import parse_args
+from rlkit.cluster.skyrl.presets import PRESETS, build_overrides, entrypoint_command, get_preset
+from rlkit.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -84,3 +89,28 @@ def test_manifest_runs_the_image_and_places_the_trainer_on_a_worker():
         < need
         <= gib(worker["resources"]["limits"]["memory"])
     )
+
+
+def test_rayjob_retries_on_new_clusters_from_the_same_template(tmp_path, capsys):
+    out = tmp_path / "run.rayjob.yaml"
+    argv = ["submit", "--preset", "qwen3vl-8b-6gpu", "--run-name", "maze-a", "--rayjob", str(out)]
+    assert rlkit_main(argv) == 0
+    assert f"kubectl apply -n ray -f {out}" in capsys.readouterr().out
+    job = yaml.safe_load(out.read_text())
+    spec = job["spec"]
+    assert (job["apiVersion"], job["kind"], job["metadata"]["name"]) == (
+        "ray.io/v1",
+        "RayJob",
+        "maze-a",
+    )
+    assert spec["backoffLimit"] == 3 and spec["shutdownAfterJobFinishes"] is True
+    assert "activeDeadlineSeconds" not in spec and "clusterSelector" not in spec
+    cluster = yaml.safe_load((DEPLOY / "raycluster.yaml").read_text())
+    assert spec["rayClusterSpec"] == cluster["spec"]  # one template: no drift
+    argv = shlex.split(spec["entrypoint"])
+    args, overrides = parse_args(argv[3:])
+    assert overrides == build_overrides(get_preset("qwen3vl-8b-6gpu"), "maze-a")
+    assert "trainer.resume_mode=latest" in overrides  # every retry resumes from /fsx
+    assert args.data_dir == "/fsx/rlkit/runs/maze-a/data"  # and reuses the same rows
+    with pytest.raises(UsageError, match="backoff limit"):
+        rayjob(get_preset("qwen3vl-8b-6gpu"), "x", backoff_limit=0)

@@ -28,6 +28,7 @@ from safetensors.torch import load_file
 
 from rlkit.cli import main as cli
 from rlkit.cluster.launch import training_entrypoint
+from rlkit.errors import RlkitError
 from rlkit.train import faults
 from rlkit.train.config import preset
 from rlkit.train.runs import MARKER, CheckpointWarning, RunDir, checkpoint_problem
@@ -356,3 +357,48 @@ def test_kill_while_building_the_initial_model_is_rebuilt_on_restart(reference, 
     want = load_file(str(reference / "init_model" / "model.safetensors"))
     got = load_file(str(run / "init_model" / "model.safetensors"))
     assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # three jobs of a few CPU-minutes each on a shared, busy machine
+def test_a_run_killed_twice_is_resubmitted_by_the_watcher_and_ends_as_uninterrupted(
+    reference, ray_cluster, tmp_path
+):
+    """`rlkit jobs watch RUN --resubmit 2`: nobody resubmits; the run ends equal to one that
+    was never interrupted (every step once, no maze replayed)."""
+    from rlkit.cluster.watch import watch
+
+    run = tmp_path / "healed-run"
+    kills = "optimizer@3:once-kill,optimizer@7:once-kill"  # SIGKILL, each once, mid-training
+    env = {faults.ENV_VAR: kills, faults.STATE_VAR: str(tmp_path / "fired")}
+    ray_cluster.submit(run.name, training_entrypoint("smoke", run), runtime_env_vars=env)
+    said: list[str] = []
+    final = watch(
+        ray_cluster,
+        run.name,
+        resubmit=2,
+        poll_s=2.0,
+        timeout_s=3 * PROCESS_TIMEOUT_S,
+        say=said.append,
+    )
+    try:
+        assert final.status() == JobStatus.SUCCEEDED, final.logs()[-2000:]
+        assert [line.split(":")[0] for line in said[:2]] == ["restart 1/2", "restart 2/2"]
+        assert final.submission_id == f"rlkit-{run.name}-3"
+        assert sorted(p.name for p in (tmp_path / "fired").iterdir()) == [
+            "optimizer@3",
+            "optimizer@7",
+        ]
+        assert "resuming" in final.logs()
+        assert_equals_reference(run, reference)
+    finally:
+        final.stop()
+
+
+def test_watch_refuses_negative_restarts_and_a_run_with_no_job(ray_cluster):
+    from rlkit.cluster.watch import watch
+
+    with pytest.raises(RlkitError, match="must be >= 0"):
+        watch(ray_cluster, "nobody", resubmit=-1)
+    with pytest.raises(RlkitError, match="no job for run 'nobody'"):
+        watch(ray_cluster, "nobody", resubmit=1)

@@ -118,6 +118,15 @@ def _submit(args: argparse.Namespace) -> int:
         args.preset, ".", address=_address(args), run_name=args.run_name, skyrl_changes=changes
     )
     env_vars = _forwarded_env(args.env)
+    if args.rayjob:
+        from rlkit.cluster.rayjob import rayjob, write_rayjob
+
+        manifest = rayjob(plan.sky, plan.run_name, backoff_limit=args.backoff_limit)
+        out = write_rayjob(args.rayjob, manifest)
+        print(f"wrote {out}: a RayJob retried up to {args.backoff_limit} times on new clusters")
+        print(f"storage:       {storage_estimate(plan.sky).summary()}")
+        print(f"start it:      kubectl apply -n ray -f {out}")
+        return 0
     if args.dry_run:
         metadata = {"rlkit_run_name": plan.run_name, "preset": args.preset, "run_dir": plan.run_dir}
         runtime_env = {"working_dir": "<this rlkit checkout>", "env_vars": env_vars}
@@ -141,6 +150,13 @@ def _submit(args: argparse.Namespace) -> int:
     print(cluster.last_submission)
     print(f"submitted {job.submission_id}; follow: rlkit jobs logs {job.submission_id} --follow")
     return 0
+
+
+def _jobs_watch(args: argparse.Namespace) -> int:
+    from rlkit.cluster.watch import watch
+
+    job = watch(_connect(args), args.run, resubmit=args.resubmit, poll_s=args.poll)
+    return 0 if job.status().value == "SUCCEEDED" else 1
 
 
 def _preflight(args: argparse.Namespace) -> int:
@@ -168,6 +184,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser("list", parents=[address], help="every job on the cluster")
     p.add_argument("--run", help="only this run's jobs")
     p.set_defaults(func=_jobs_list)
+    p = sub.add_parser(
+        "watch", parents=[address], help="follow a run; resubmit it when its job fails"
+    )
+    p.add_argument("run", help="the run name (its newest job is followed)")
+    p.add_argument("--resubmit", type=int, default=0, help="restarts allowed after failures")
+    p.add_argument("--poll", type=float, default=10.0, help="seconds between status checks")
+    p.set_defaults(func=_jobs_watch)
     for name, func, help_ in (
         ("status", _jobs_status, "a job's status"),
         ("logs", _jobs_logs, "a job's output"),
@@ -196,6 +219,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--env", action="append", default=[], metavar="NAME", help="forward an env var (masked)"
     )
     p.add_argument("--dry-run", action="store_true", help="print what would run; submit nothing")
+    p.add_argument("--rayjob", metavar="FILE", help="write a KubeRay RayJob instead of submitting")
+    p.add_argument("--backoff-limit", type=int, default=3, help="RayJob retries (new clusters)")
     p.set_defaults(func=_submit)
 
     p = subparsers.add_parser(

@@ -355,6 +355,12 @@ class Cluster:
         records = [to_record(d) for d in details if d.submission_id]
         return sorted(records, key=lambda r: (r.start_time or 0, r.submission_id))
 
+    def job_details(self, submission_id: str) -> Any:
+        """Ray's JobDetails of one job: entrypoint, runtime env, metadata, resources."""
+        return self._call(
+            f"reading job {submission_id}", lambda: self.client.get_job_info(submission_id)
+        )
+
     def job(self, submission_id: str) -> JobHandle:
         """A handle on a job by its submission id (as `rlkit jobs list` shows it)."""
         for record in self.jobs():

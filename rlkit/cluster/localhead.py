@@ -88,6 +88,9 @@ class LocalHead:
     started: bool
     """False when an already running head was reused (its jobs are still there)."""
     log_path: Path | None = None
+    metrics_port: int | None = None
+    """Where this head exports Ray's Prometheus metrics (rlkit's gauges among them): what
+    HyperPod's observability add-on scrapes on a cluster's head."""
 
     def describe(self) -> str:
         verb = "started" if self.started else "reusing"
@@ -143,8 +146,10 @@ def start_local_head(
     url = f"http://127.0.0.1:{port}"
     state = _state_file(port)
     if _dashboard_answers(url):
-        pgid = json.loads(state.read_text()).get("pgid") if state.exists() else None
-        return LocalHead(url, port, pgid, started=False)
+        known = json.loads(state.read_text()) if state.exists() else {}
+        return LocalHead(
+            url, port, known.get("pgid"), started=False, metrics_port=known.get("metrics_port")
+        )
     if _port_taken(port):
         raise RlkitError(
             f"127.0.0.1:{port} is taken by something that is not a Ray dashboard; "
@@ -160,6 +165,7 @@ def start_local_head(
         *("--ray-client-server-port", str(_free_port())),
         *("--dashboard-agent-listen-port", str(_free_port())),
         *("--object-store-memory", str(512 * 2**20)),
+        *("--metrics-export-port", str(metrics_port := _free_port())),
     ]
     if num_cpus is not None:
         cmd += ["--num-cpus", str(num_cpus)]
@@ -184,7 +190,9 @@ def start_local_head(
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-        head = LocalHead(url, port, proc.pid, started=True, log_path=log_path)
+        head = LocalHead(
+            url, port, proc.pid, started=True, log_path=log_path, metrics_port=metrics_port
+        )
         # `ray start` returns once the head runs; its processes stay in the group it leads.
         while not (_dashboard_answers(url) and _node_alive(url)):
             failed = proc.poll() not in (None, 0)
@@ -202,5 +210,5 @@ def start_local_head(
                 f"see {log_path} (an overloaded machine is the usual cause)"
             )
     proc.wait()  # `ray start` itself has finished by now; reap it
-    state.write_text(json.dumps({"pgid": proc.pid, "url": url}))
+    state.write_text(json.dumps({"pgid": proc.pid, "url": url, "metrics_port": metrics_port}))
     return head

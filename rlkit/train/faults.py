@@ -7,6 +7,10 @@ Unless RLKIT_FAULT is set, `point` returns at once. RLKIT_FAULT holds `NAME@STEP
 
     RLKIT_FAULT=optimizer@6:kill        SIGKILL this process at its first `optimizer` of step 6
     RLKIT_FAULT=checkpoint@6:pause=60   print a line to stderr, then sleep 60 s (a test kills it)
+    RLKIT_FAULT=optimizer@3:once-kill,optimizer@7:once-kill
+                                        several faults; `once-` fires each only the first time
+                                        any process reaches it (recorded in RLKIT_FAULT_STATE,
+                                        a directory), so a resubmitted run gets past it
 
 The pause line is `rlkit-fault: paused at NAME@STEP pid PID`, so a test (or a Ray job's log)
 knows the process is inside the point before it sends the signal.
@@ -20,6 +24,7 @@ import sys
 import time
 
 ENV_VAR = "RLKIT_FAULT"
+STATE_VAR = "RLKIT_FAULT_STATE"
 POINTS = ("rollout", "optimizer", "checkpoint")
 
 
@@ -28,12 +33,28 @@ def parse(spec: str) -> tuple[str, int, str, float]:
     where, _, action = spec.partition(":")
     name, _, step = where.partition("@")
     kind, _, seconds = action.partition("=")
-    if name not in POINTS or not step.isdigit() or kind not in ("kill", "pause"):
+    if name not in POINTS or not step.isdigit() or kind.removeprefix("once-") not in ACTIONS:
         raise ValueError(
             f"{ENV_VAR}={spec!r}: write NAME@STEP:kill or NAME@STEP:pause=SECONDS "
-            f"with NAME one of {', '.join(POINTS)}"
+            f"(once-kill, once-pause=S to fire once) with NAME one of {', '.join(POINTS)}"
         )
     return name, int(step), kind, float(seconds or 0)
+
+
+ACTIONS = ("kill", "pause")
+
+
+def _fired_before(name: str, step: int) -> bool:
+    """For a once- fault: whether any process fired it already (else record that this one does)."""
+    state = os.environ.get(STATE_VAR)
+    if not state:
+        raise ValueError(f"{ENV_VAR} has a once- fault but {STATE_VAR} names no directory")
+    os.makedirs(state, exist_ok=True)
+    try:
+        os.close(os.open(os.path.join(state, f"{name}@{step}"), os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return True
+    return False
 
 
 def point(name: str, step: int) -> None:
@@ -41,9 +62,16 @@ def point(name: str, step: int) -> None:
     spec = os.environ.get(ENV_VAR)
     if not spec:
         return
-    want, at, action, seconds = parse(spec)
-    if (want, at) != (name, step):
-        return
+    for one in spec.split(","):
+        want, at, action, seconds = parse(one)
+        if (want, at) == (name, step):
+            if action.startswith("once-") and _fired_before(name, step):
+                return
+            _fire(name, step, action.removeprefix("once-"), seconds)
+            return
+
+
+def _fire(name: str, step: int, action: str, seconds: float) -> None:
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     print(f"rlkit-fault: paused at {name}@{step} pid {os.getpid()}", file=sys.stderr, flush=True)

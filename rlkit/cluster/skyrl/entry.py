@@ -63,12 +63,11 @@ def ensure_datasets(
 
 def _run_skyrl(cfg) -> None:
     """Body of the Ray task: register the env in this process, then SkyRL's experiment."""
-    from skyrl.train.entrypoints.main_base import BasePPOExp
-
+    from rlkit.cluster.skyrl.experiment import RlkitExp
     from rlkit.env.maze_env import register_env
 
     register_env()
-    BasePPOExp(cfg).run()
+    RlkitExp(cfg).run()  # SkyRL's experiment, its metrics bridged into the run dir
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,151 @@
+"""SkyRL's metrics in rlkit's names: one dashboard, one monitor and one MLflow view for both
+backends.
+
+SkyRL logs one dict per step through its `Tracking` (keys like `reward/avg_raw_reward`,
+`environment/solve_rate`, `eval/all/avg_score`, `policy/policy_loss`, `timing/step`).
+`BridgedTracking` is that class with one addition: every logged dict also goes, renamed
+(`rlkit_names`), to rlkit's `MetricsLogger` for the run dir (RUN/metrics.jsonl, read by the
+notebook's job monitor and `rlkit plot`; the Ray gauges the Grafana dashboard queries, under the
+local trainer's names) and to MLflow when `MLFLOW_TRACKING_URI` is set and SkyRL's own logger is
+not already MLflow. An eval step also gets its interval from SkyRL's eval dumps, and every step
+reports SkyRL's latest complete checkpoint (its marker file).
+
+`rlkit.cluster.skyrl.entry` runs SkyRL's experiment with `RlkitExp`, whose `get_tracker` (SkyRL's
+extension point) returns a `BridgedTracking`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rlkit.cluster.skyrl.readers import latest_step, read_eval_dumps
+from rlkit.errors import RlkitError
+from rlkit.train.metrics import MetricsLogger
+from rlkit.train.runs import RunDir
+
+_log = logging.getLogger(__name__)
+
+ALIASES = {
+    "reward/avg_raw_reward": "rollout/reward_mean",
+    "environment/solve_rate": "rollout/solve_rate",
+    "environment/turns_mean": "rollout/turns",
+    "environment/wall_bumps_mean": "rollout/wall_bumps",
+    "environment/revisits_mean": "rollout/revisits",
+    "environment/parse_errors_mean": "rollout/parse_errors",
+    "eval/all/avg_score": "eval/solve_rate",
+    "policy/policy_loss": "loss/policy",
+    "policy/final_loss": "loss/total",
+    "policy/policy_kl": "loss/kl",
+    "policy/policy_entropy": "loss/entropy",
+    "policy/policy_lr": "train/lr",
+    "trainer/global_step": "train/global_step",
+    "trainer/epoch": "train/epoch",
+}
+"""SkyRL key -> the local trainer's name, where both measure the same thing."""
+GROUPS = {
+    "reward/": "rollout/",
+    "environment/": "rollout/env_",
+    "generate/": "rollout/",
+    "policy/": "loss/",
+    "trainer/": "train/",
+    "timing/": "timing/",
+    "eval/": "eval/",
+}
+"""Every other SkyRL key keeps its name under rlkit's group prefix (rest's '/' -> '_')."""
+
+
+def rlkit_names(data: Mapping[str, Any]) -> dict[str, float]:
+    """SkyRL's logged dict as rlkit metrics: numbers only, renamed into rlkit's groups."""
+    out: dict[str, float] = {}
+    for key, value in data.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if not math.isfinite(value):
+            continue
+        name = ALIASES.get(key)
+        if name is None:
+            group = next((g for g in GROUPS if key.startswith(g)), None)
+            if group is None:
+                continue  # nothing rlkit's groups can hold (SkyRL's own logger still has it)
+            rest = key[len(group) :].replace("/", "_").replace("@", "_at_")
+            name = GROUPS[group] + rest
+        out[name] = float(value)
+    return out
+
+
+def eval_interval(export_path: str | Path, step: int) -> dict[str, float]:
+    """The eval's interval and pass@k from SkyRL's dump for `step` ({} when not dumped)."""
+    if not (Path(export_path) / "dumped_evals" / f"global_step_{step}_evals").is_dir():
+        return {}
+    try:
+        result = read_eval_dumps(export_path).get(step)
+    except RlkitError as e:  # a half-written dump must not stop training, only this number
+        _log.warning("no interval for the eval at step %d: %s", step, e)
+        return {}
+    if result is None:
+        return {}
+    low, high = result.ci95
+    out = {"eval/ci_low": low, "eval/ci_high": high, "eval/mazes": float(result.n_mazes)}
+    out |= {f"eval/{k.replace('@', '_at_')}": float(v) for k, v in result.pass_at_k.items()}
+    return out
+
+
+class MetricsBridge:
+    """Renames SkyRL's step dicts into rlkit's run dir, Ray gauges and (optionally) MLflow."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        export_path: str | Path,
+        *,
+        mlflow: bool | None = None,
+        ray_gauges: bool | None = None,
+        run_name: str = "",
+    ) -> None:
+        self.run = RunDir(run_dir)
+        self.export_path = Path(export_path)
+        self.logger = MetricsLogger(self.run, tensorboard=False, ray_gauges=ray_gauges)
+        self.checkpoint: int | None = None
+        self.mlflow = None
+        if mlflow if mlflow is not None else bool(os.environ.get("MLFLOW_TRACKING_URI")):
+            try:
+                import mlflow as mlflow_client
+            except ImportError:  # metrics must never stop a run: the run dir still has them
+                _log.warning(
+                    "MLFLOW_TRACKING_URI is set but mlflow is not installed here "
+                    "(pip install mlflow-skinny sagemaker-mlflow): metrics go to the run dir "
+                    "and Ray only"
+                )
+                return
+            if mlflow_client.active_run() is None:
+                mlflow_client.set_experiment("rlkit")
+                mlflow_client.start_run(run_name=run_name or self.run.path.name)
+            self.mlflow = mlflow_client
+
+    def log(self, data: Mapping[str, Any], step: int) -> dict[str, Any]:
+        metrics = rlkit_names(data)
+        if "eval/solve_rate" in metrics:
+            metrics |= eval_interval(self.export_path, step)
+        record = self.logger.log(step, metrics)
+        try:
+            ckpt = latest_step(self.run.path)
+        except RlkitError as e:
+            _log.warning("latest checkpoint unknown: %s", e)
+            ckpt = None
+        if ckpt is not None and ckpt != self.checkpoint:
+            self.checkpoint = ckpt
+            self.logger.log_checkpoint(ckpt)
+        if self.mlflow is not None:
+            self.mlflow.log_metrics(metrics, step=step)
+        return record
+
+    def close(self) -> None:
+        self.logger.close()
+        if self.mlflow is not None:
+            self.mlflow.end_run()
+            self.mlflow = None

@@ -1,0 +1,52 @@
+"""SkyRL's experiment with rlkit's metrics bridge at its extension point (runs where SkyRL is).
+
+`RlkitExp` is SkyRL's `BasePPOExp` whose `get_tracker` returns `BridgedTracking`: SkyRL's own
+`Tracking` (console, wandb, mlflow, ... as `trainer.logger` says) that also hands every step's
+dict to `MetricsBridge` (RUN/metrics.jsonl, Ray gauges, MLflow) for the run dir, which is
+SkyRL's `trainer.ckpt_path`.
+"""
+
+from __future__ import annotations
+
+from skyrl.train.entrypoints.main_base import BasePPOExp
+from skyrl.train.utils.tracking import Tracking
+
+from rlkit.cluster.skyrl.bridge import MetricsBridge
+
+
+class BridgedTracking(Tracking):
+    def __init__(self, *args, bridge: MetricsBridge, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.bridge = bridge
+
+    def log(self, data, step, commit=False):
+        super().log(data, step, commit=commit)
+        self.bridge.log(data, step)
+
+    def finish(self):
+        super().finish()
+        self.bridge.close()
+
+
+def bridged_tracker(cfg) -> BridgedTracking:
+    """SkyRL's tracker for `cfg`, bridged to rlkit's run dir (`trainer.ckpt_path`)."""
+    t = cfg.trainer
+    bridge = MetricsBridge(
+        t.ckpt_path,
+        t.export_path,
+        mlflow=None if t.logger != "mlflow" else False,  # SkyRL's own MLflow run already has it
+        run_name=t.run_name,
+    )
+    return BridgedTracking(
+        project_name=t.project_name,
+        experiment_name=t.run_name,
+        backend=t.logger,
+        config=cfg,
+        tags=t.tags,
+        bridge=bridge,
+    )
+
+
+class RlkitExp(BasePPOExp):
+    def get_tracker(self) -> Tracking:
+        return bridged_tracker(self.cfg)

@@ -1,0 +1,146 @@
+"""SkyRL's metrics reach rlkit's run dir, Ray gauge names, the dashboard and MLflow.
+
+Driven by SkyRL's own `Tracking` (through `BridgedTracking`, what `RlkitExp.get_tracker` gives
+SkyRL's trainer), with dicts in SkyRL's key names, on the run dir of the skyrl_eval fixture,
+whose eval dumps SkyRL's own `evaluate` wrote at step 10.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+from pathlib import Path
+
+from skyrl.train.utils.tracking import Tracking
+
+from rlkit.cluster.skyrl.bridge import MetricsBridge, rlkit_names
+from rlkit.cluster.skyrl.experiment import RlkitExp, bridged_tracker
+from rlkit.cluster.skyrl.readers import read_eval_dumps
+from rlkit.notebook.plots import load_metrics, training_curves
+from rlkit.train.metrics import GAUGES, PREFIXES
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-rlkit.json"
+
+TRAIN_STEP = {  # what SkyRL's trainer logs at a training step (a subset, its own names)
+    "reward/avg_raw_reward": 0.25,
+    "reward/avg_pass_at_8": 0.5,
+    "environment/solve_rate": 0.25,
+    "environment/turns_mean": 9.5,
+    "generate/avg_num_tokens": 120.0,
+    "policy/policy_loss": -0.01,
+    "policy/final_loss": -0.008,
+    "policy/policy_kl": 0.002,
+    "trainer/global_step": 10,
+    "trainer/epoch": 0,
+    "timing/step": 41.5,
+    "timing/generate": 30.0,
+    "unprefixed_thing": 1.0,
+}
+
+
+def test_names_land_in_rlkit_groups():
+    names = rlkit_names({**TRAIN_STEP, "eval/all/pass@4": 0.8, "text": "x", "nan": float("nan")})
+    assert names["rollout/reward_mean"] == 0.25 and names["rollout/solve_rate"] == 0.25
+    assert names["rollout/turns"] == 9.5 and names["loss/policy"] == -0.01
+    assert names["loss/total"] == -0.008 and names["loss/kl"] == 0.002
+    assert names["train/global_step"] == 10 and names["timing/step"] == 41.5
+    assert names["rollout/avg_pass_at_8"] == 0.5 and names["eval/all_pass_at_4"] == 0.8
+    assert all(k.startswith(PREFIXES) for k in names)
+    assert "unprefixed_thing" not in str(names) and "text" not in str(names)
+
+
+def test_skyrl_tracker_feeds_metrics_jsonl_plots_and_mlflow(skyrl_eval, tmp_path, monkeypatch):
+    cfg, eval_metrics = skyrl_eval
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file://{tmp_path / 'mlruns'}")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # a real local MLflow file store
+    run = Path(cfg.trainer.ckpt_path)
+    (run / "latest_ckpt_global_step.txt").write_text("10")
+    tracker = bridged_tracker(cfg)
+    assert isinstance(tracker, Tracking) and tracker.backend == "console"
+    assert RlkitExp.get_tracker is not Tracking  # SkyRL's extension point, overridden
+    tracker.log(TRAIN_STEP, step=10)
+    tracker.log(eval_metrics, step=10, commit=True)  # SkyRL logs its eval dict separately
+    assert tracker.bridge.checkpoint == 10
+    tracker.finish()
+
+    records = load_metrics(run)
+    assert [r["step"] for r in records] == [10, 10]
+    train, evals = records
+    assert train["rollout/solve_rate"] == 0.25 and train["loss/policy"] == -0.01
+    result = read_eval_dumps(cfg.trainer.export_path)[10]
+    assert evals["eval/solve_rate"] == eval_metrics["eval/all/avg_score"] == result.solve_rate
+    assert (evals["eval/ci_low"], evals["eval/ci_high"]) == tuple(result.ci95)
+    assert evals["eval/pass_at_4"] == result.pass_at_k["pass@4"]
+    assert training_curves(run, run_id=run.name) is not None  # the notebook's curves read it
+
+    import mlflow
+
+    mlflow.set_tracking_uri(f"file://{tmp_path / 'mlruns'}")
+    exp = mlflow.get_experiment_by_name("rlkit")
+    (logged,) = mlflow.search_runs([exp.experiment_id], output_format="list")
+    assert logged.info.run_name == cfg.trainer.run_name
+    assert logged.data.metrics["rollout/solve_rate"] == 0.25
+    assert logged.data.metrics["eval/ci_high"] == result.ci95[1]
+
+
+def test_without_mlflow_or_ray_only_the_run_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    bridge = MetricsBridge(tmp_path / "run", tmp_path / "run" / "exports", ray_gauges=False)
+    assert bridge.mlflow is None and not bridge.logger.gauges
+    record = bridge.log({"eval/all/avg_score": 0.5}, step=0)  # no dump for step 0: no interval
+    assert record == {"step": 0, "eval/solve_rate": 0.5}
+    bridge.close()
+
+
+def test_dashboard_queries_name_exported_metrics():
+    """Every panel queries a gauge both backends export (Ray adds `ray_`; these are gauges,
+    so no `_total`), and each is fed by a name the bridge produces."""
+    board = json.loads(DASHBOARD.read_text())
+    queries = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    queries += [json.dumps(v.get("query", "")) for v in board["templating"]["list"]]
+    used = {m for q in queries for m in re.findall(r"\bray_\w+", q)}
+    assert used and used <= {f"ray_{g}" for g in GAUGES}
+    fed = {key for _, sources in GAUGES.values() for key, _ in sources}
+    assert fed <= set(rlkit_names(TRAIN_STEP)) | {"eval/solve_rate"}
+
+
+def test_bridged_gauges_are_scraped_from_the_heads_metrics_endpoint(ray_cluster, tmp_path):
+    """Inside a Ray job (as SkyRL's trainer task is), the bridge's gauges reach the head's
+    Prometheus endpoint under the names the dashboard queries, tagged with the run."""
+    port = ray_cluster.local_head.metrics_port
+    assert port, "the local head exports Ray's metrics"
+    run, done = tmp_path / "bridge-run", tmp_path / "scraped"
+    code = (
+        "import os, time\n"
+        "from rlkit.cluster.skyrl.bridge import MetricsBridge\n"
+        f"b = MetricsBridge({str(run)!r}, {str(run / 'exports')!r}, mlflow=False)\n"
+        "assert b.logger.gauges, 'no Ray gauges inside a Ray job'\n"
+        "b.log({'reward/avg_raw_reward': 0.25, 'environment/solve_rate': 0.375}, step=7)\n"
+        "deadline = time.time() + 150\n"
+        f"while not os.path.exists({str(done)!r}) and time.time() < deadline:\n"
+        "    time.sleep(1)\n"
+    )
+    job = ray_cluster.submit("bridge-gauges", f'python -c "{code}"')
+    want = {
+        "ray_rlkit_train_step": "7.0",
+        "ray_rlkit_solve_rate": "0.375",
+        "ray_rlkit_reward_mean": "0.25",
+    }
+    found: dict[str, str] = {}
+    deadline = time.monotonic() + 150
+    try:
+        while set(found) != set(want) and time.monotonic() < deadline:
+            status = job.status().value
+            assert status in ("PENDING", "RUNNING"), job.logs()[-2000:]
+            page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+            for line in page.decode().splitlines():
+                name, _, rest = line.partition("{")
+                if name in want and 'run="bridge-run"' in rest:
+                    found[name] = line.rsplit(" ", 1)[-1]
+            time.sleep(2)
+    finally:
+        done.touch()
+        job.wait(120)
+    assert found == want, (found, job.logs()[-2000:])
