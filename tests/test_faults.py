@@ -402,3 +402,17 @@ def test_watch_refuses_negative_restarts_and_a_run_with_no_job(ray_cluster):
         watch(ray_cluster, "nobody", resubmit=-1)
     with pytest.raises(RlkitError, match="no job for run 'nobody'"):
         watch(ray_cluster, "nobody", resubmit=1)
+
+
+def test_a_job_whose_log_stops_growing_is_stopped_and_resubmitted(ray_cluster):
+    """Hang detection: no new output for `stall_s` -> stop, count as failed, resubmit."""
+    from rlkit.cluster.watch import watch
+
+    code = "import time; print('step 1', flush=True); time.sleep(600)"
+    ray_cluster.submit("hung-run", f'python -c "{code}"')
+    said: list[str] = []
+    with pytest.raises(RlkitError, match="rlkit-hung-run-2 stalled after 1 restart"):
+        watch(ray_cluster, "hung-run", resubmit=1, poll_s=1.0, stall_s=8, say=said.append)
+    assert said[0].endswith("wrote no output for 8 s: stopping it")
+    assert said[1].startswith("restart 1/1: rlkit-hung-run-1 stalled; resubmitted as")
+    assert ray_cluster.reattach("hung-run").status() == JobStatus.STOPPED

@@ -155,7 +155,8 @@ def _submit(args: argparse.Namespace) -> int:
 def _jobs_watch(args: argparse.Namespace) -> int:
     from rlkit.cluster.watch import watch
 
-    job = watch(_connect(args), args.run, resubmit=args.resubmit, poll_s=args.poll)
+    stall = args.stall_minutes * 60 if args.stall_minutes else None
+    job = watch(_connect(args), args.run, resubmit=args.resubmit, poll_s=args.poll, stall_s=stall)
     return 0 if job.status().value == "SUCCEEDED" else 1
 
 
@@ -190,6 +191,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("run", help="the run name (its newest job is followed)")
     p.add_argument("--resubmit", type=int, default=0, help="restarts allowed after failures")
     p.add_argument("--poll", type=float, default=10.0, help="seconds between status checks")
+    p.add_argument(
+        "--stall-minutes", type=float, help="stop (and resubmit) a job whose log stops growing"
+    )
     p.set_defaults(func=_jobs_watch)
     for name, func, help_ in (
         ("status", _jobs_status, "a job's status"),

@@ -330,10 +330,13 @@ class Cluster:
             runtime_env["pip"] = list(pip)
         meta = {"rlkit_run_name": run_name, **{k: str(v) for k, v in (metadata or {}).items()}}
         kwargs: dict[str, Any] = {}
+        # Ray's JobDetails do not report entrypoint resources: metadata keeps them for a
+        # resubmission (rlkit.cluster.watch)
         if num_cpus is not None:
-            kwargs["entrypoint_num_cpus"] = num_cpus
+            kwargs["entrypoint_num_cpus"] = meta["rlkit_num_cpus"] = num_cpus
         if num_gpus is not None:
-            kwargs["entrypoint_num_gpus"] = num_gpus
+            kwargs["entrypoint_num_gpus"] = meta["rlkit_num_gpus"] = num_gpus
+        meta = {k: str(v) for k, v in meta.items()}
         self.last_submission = describe_submission(submission_id, entrypoint, runtime_env, meta)
         # Uploading the working dir may take longer than one request; the deadline covers it.
         sid = self._call(

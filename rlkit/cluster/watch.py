@@ -6,8 +6,10 @@ A Ray job runs once: when a node dies mid-run, HyperPod replaces the node, but n
 the job again. `watch` follows the newest job of RUN; when it FAILS and restarts remain, it
 submits the same run again (same entrypoint, env vars, metadata and resources, rlkit's working
 dir uploaded afresh as `launch` does), and the run resumes from its last complete checkpoint on
-shared storage. A STOPPED job is a person's decision and is not resubmitted. For runs that
-must heal with no client attached, use a KubeRay RayJob (`rlkit submit --rayjob FILE`).
+shared storage. A STOPPED job is a person's decision and is not resubmitted. With `stall_s`, a
+job whose log has not grown for that long (a hung collective, a stuck engine) is stopped and
+counts as failed. For runs that must heal with no client attached, use a KubeRay RayJob
+(`rlkit submit --rayjob FILE`).
 """
 
 from __future__ import annotations
@@ -28,14 +30,34 @@ if TYPE_CHECKING:
 def _same_submission(cluster: Cluster, job: JobHandle) -> dict[str, Any]:
     """What `cluster.submit` needs to submit `job`'s run again."""
     info = cluster.job_details(job.submission_id)
-    meta = {k: v for k, v in (info.metadata or {}).items() if k != "rlkit_run_name"}
+    meta = dict(info.metadata or {})
+    cpus, gpus = meta.get("rlkit_num_cpus"), meta.get("rlkit_num_gpus")
     return {
         "entrypoint": info.entrypoint,
         "runtime_env_vars": dict((info.runtime_env or {}).get("env_vars") or {}),
-        "metadata": meta,
-        "num_cpus": info.entrypoint_num_cpus or None,
-        "num_gpus": info.entrypoint_num_gpus or None,
+        "metadata": {k: v for k, v in meta.items() if not k.startswith("rlkit_")},
+        "num_cpus": float(cpus) if cpus is not None else None,
+        "num_gpus": float(gpus) if gpus is not None else None,
     }
+
+
+class StallClock:
+    """Whether a running job's log has stopped growing for `seconds` (None: never)."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.reset()
+
+    def reset(self) -> None:
+        self.seen, self.since = -1, time.monotonic()
+
+    def stalled(self, job: JobHandle) -> bool:
+        if self.seconds is None:
+            return False
+        size = len(job.logs())
+        if size != self.seen:
+            self.seen, self.since = size, time.monotonic()
+        return time.monotonic() - self.since > self.seconds
 
 
 def watch(
@@ -45,6 +67,7 @@ def watch(
     resubmit: int = 0,
     poll_s: float = 10.0,
     timeout_s: float | None = None,
+    stall_s: float | None = None,
     say: Callable[[str], None] = print,
 ) -> JobHandle:
     """Follow `run_name` until its job ends and no restart is left; returns the last job.
@@ -54,27 +77,33 @@ def watch(
     if resubmit < 0:
         raise RlkitError(f"--resubmit ({resubmit}) must be >= 0 restarts")
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    job = cluster.reattach(run_name)
-    restarts = 0
+    job, restarts, clock = cluster.reattach(run_name), 0, StallClock(stall_s)
     while True:
         status = job.status()
-        if status not in TERMINAL:
+        stalled = status == JobStatus.RUNNING and clock.stalled(job)
+        if stalled:
+            say(f"{job.submission_id} wrote no output for {stall_s:.0f} s: stopping it")
+            job.stop()
+            job.wait(300)
+        elif status not in TERMINAL:
             if deadline is not None and time.monotonic() > deadline:
                 raise RlkitError(f"{job.submission_id} still {status.value} at the deadline")
             time.sleep(poll_s)
             continue
-        if status != JobStatus.FAILED:
+        elif status != JobStatus.FAILED:
             say(f"{job.submission_id} {status.value}")
             return job
+        how = "stalled" if stalled else "FAILED"
         if restarts == resubmit:
             tail = "; ".join(job.logs().strip().splitlines()[-3:])
             raise RlkitError(
-                f"{job.submission_id} FAILED after {restarts} restart(s): {tail or 'no output'}"
+                f"{job.submission_id} {how} after {restarts} restart(s): {tail or 'no output'}"
             )
         restarts += 1
         again = cluster.submit(run_name, **_same_submission(cluster, job))
+        clock.reset()
         say(
-            f"restart {restarts}/{resubmit}: {job.submission_id} FAILED; resubmitted as "
+            f"restart {restarts}/{resubmit}: {job.submission_id} {how}; resubmitted as "
             f"{again.submission_id} (it resumes from the run's last complete checkpoint)"
         )
         job = again
