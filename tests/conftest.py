@@ -1,14 +1,8 @@
 """Shared fixtures. One real local Ray head serves every test that needs a cluster."""
 
-import socket
-
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from rlkit.cluster.localhead import free_port
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ def _state_file(port: int) -> Path:
     return Path(tempfile.gettempdir()) / "rlkit-ray" / f"head-{port}.json"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -160,12 +160,12 @@ def start_local_head(
         str(ray_cli) if ray_cli.exists() else "ray",
         *("start", "--head", "--disable-usage-stats"),
         *("--include-dashboard", "true", "--dashboard-host", "127.0.0.1"),
-        *("--dashboard-port", str(port), "--port", str(_free_port())),
+        *("--dashboard-port", str(port), "--port", str(free_port())),
         # Fixed defaults (10001, 52365) would collide with any other head on the machine.
-        *("--ray-client-server-port", str(_free_port())),
-        *("--dashboard-agent-listen-port", str(_free_port())),
+        *("--ray-client-server-port", str(free_port())),
+        *("--dashboard-agent-listen-port", str(free_port())),
         *("--object-store-memory", str(512 * 2**20)),
-        *("--metrics-export-port", str(metrics_port := _free_port())),
+        *("--metrics-export-port", str(metrics_port := free_port())),
     ]
     if num_cpus is not None:
         cmd += ["--num-cpus", str(num_cpus)]

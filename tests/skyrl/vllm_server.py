@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ from pathlib import Path
 from skyrl.backends.skyrl_train.inference_servers.remote_inference_client import (
     RemoteInferenceClient,
 )
+
+from rlkit.cluster.localhead import free_port
 
 SERVER_ARGS = (
     # float32 on CPU: logprob parity with rlkit's float32 trainer forward is then ~1e-6
@@ -55,12 +56,6 @@ SERVER_ENV = {
     "VLLM_SERVER_DEV_MODE": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
