@@ -66,7 +66,8 @@ def test_entrypoint_command_round_trips_through_the_shell():
     argv = shlex.split(entrypoint_command(preset, "run-a"))
     assert argv[:3] == ["python", "-m", "rlkit.cluster.skyrl.entry"]
     args, overrides = parse_args(argv[3:])
-    assert args.data_dir == "/fsx/rlkit/runs/run-a/data" and args.train_rows == 256
+    assert args.data_dir == "/fsx/rlkit/runs/run-a/data" and args.train_rows == 5040
+    assert args.train_rows == preset.steps * preset.prompts_per_step  # one epoch: the run
     assert overrides == build_overrides(preset, "run-a")
     with pytest.raises(UsageError, match="key=value"):
         parse_args(["--", "+trainer.new_key=1"])

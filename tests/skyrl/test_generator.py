@@ -98,7 +98,9 @@ def replay(extras: dict, texts: list[str]) -> MazeEnv:
 @pytest.mark.parametrize("name", list(PLAYERS))
 def test_skyrl_rewards_are_rlkit_verdicts(dataset, encoder, name):
     set_name, ds = dataset
-    cfg = preset_config()
+    # room for 24 turns of the tiny model's images (576 tokens at patch 8, where Qwen3-VL's
+    # patch 16 makes 144): the input-length cut has its own test below
+    cfg = preset_config(max_input_length=32768)
     batch, out, engine = play(cfg, ds, encoder, PLAYERS[name])
     solved = []
     for i in range(len(batch["prompts"])):
