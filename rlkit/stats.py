@@ -24,11 +24,12 @@ computed in integers, so k = 1 gives deff == 1 exactly and the interval *is* Wil
 For equal n_i = k, deff lies in [0, k] and equals 1 + (k - 1) ICC. Why this and not a
 bootstrap: it is deterministic without a seed, it keeps Wilson's good behaviour near 0 and 1
 (a percentile bootstrap on 64 clusters collapses to a point at 100%), and it reduces to the
-familiar interval at k = 1. deff < 1 (mazes more alike than coin flips) is read as noise and
-floored at 1: an eval never claims more than N independent episodes. When every episode
+familiar interval at k = 1. deff < 1 (per-maze fractions spread less than coin flips would) is
+noise and floored at 1: an eval never claims more than N independent episodes. When every episode
 agrees (p = 0 or 1) there is no spread to estimate the correlation from, so the mazes are
 counted instead of the episodes (deff = max n_i), the cautious end. The coverage test
 (tests/test_stats.py) measures it against flat Wilson on Beta-distributed maze difficulties.
+With few mazes (a per-difficulty bucket of 3) deff itself is noisy: read those bars loosely.
 
 Paired test (`PAIRED_METHOD`): per maze, d_i = (B's solve fraction) - (A's); under "no
 difference" each d_i is as likely positive as negative, so the exact null distribution of
@@ -49,7 +50,7 @@ from rlkit.errors import UsageError
 
 Z95 = 1.959964
 CI_METHOD = "wilson-maze-deff"
-"""Wilson on the maze-clustered effective n (above): the interval of every solve rate rlkit stores."""
+"""Wilson on the maze-clustered effective n (above): the interval of every rate rlkit stores."""
 FLAT_CI_METHOD = "wilson-episodes"
 """Wilson on n = mazes x samples as if episodes were independent: what eval JSON files written
 before `ci_method` existed hold, when their per-maze results are missing and cannot be redone."""

@@ -253,7 +253,7 @@ def milestones(evals: Mapping[int, EvalResult], boundary: int | None) -> dict[st
 
 @dataclass(frozen=True)
 class PairedTest:
-    """Two checkpoints compared maze by maze on the same test mazes (`rlkit.stats.PAIRED_METHOD`)."""
+    """Two checkpoints compared maze by maze on the same mazes (`rlkit.stats.PAIRED_METHOD`)."""
 
     step_a: int
     step_b: int
