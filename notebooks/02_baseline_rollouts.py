@@ -19,7 +19,8 @@
 #
 # Scripted policies (random: the floor; an oracle that errs 25% of the time; the BFS oracle: the
 # ceiling) and the untrained base model, each on every test maze `samples` times. Solve rates
-# come with Wilson 95% intervals; results are cached in OUT/baselines/ for notebooks 04 and 05.
+# come with 95% intervals clustered by maze (a maze's samples are not independent evidence: the
+# table's last line names the method); results are cached in OUT/baselines/ for notebooks 04, 05.
 
 # %% tags=["parameters"]
 out_dir = "runs/demo"

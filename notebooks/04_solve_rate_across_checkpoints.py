@@ -18,9 +18,9 @@
 # # 04 · Solve rate across checkpoints
 #
 # Every checkpoint of the run on the pinned test set (a local run: the trainer's evals, plus any
-# checkpoint without one scored now; a SkyRL run: its eval dumps), with Wilson 95% bands, the
-# untrained model as baseline and the warm-start/GRPO boundary. Then per-difficulty curves, a
-# paired McNemar test between GRPO's first checkpoint and the last, and summary.json.
+# checkpoint without one scored now; a SkyRL run: its eval dumps), with 95% bands clustered by
+# maze, the untrained model as baseline and the warm-start/GRPO boundary. Then per-difficulty
+# curves, a test paired by maze between GRPO's first checkpoint and the last, and summary.json.
 
 # %% tags=["parameters"]
 out_dir = "runs/demo"
@@ -55,7 +55,8 @@ curves_png = workbench.save_png(fig, out_dir, "training_curves")
 fig
 
 # %% [markdown]
-# Did GRPO help? Episodes paired by (maze, sample): the checkpoints met the same random streams.
+# Did GRPO help? Paired by maze: how the fraction of each maze's samples solved changed, an exact
+# sign-flip test on those changes, and the difference in solve rate with its 95% interval.
 
 # %%
 paired = workbench.grpo_paired_test(evals, boundary)

@@ -1,9 +1,43 @@
 """Honest statistics for small evaluation sets (pure functions, hand-checkable).
 
-64 mazes at p ~ 0.44 give a 95% interval of about +-12 points, so every solve rate carries a
-Wilson interval, models are sampled k times per maze (pass@k by the unbiased estimator), and
-two checkpoints are compared on the same episodes with an exact McNemar test, not by eyeballing
-two rates.
+64 mazes at p ~ 0.44 give a 95% interval of about +-12 points, so every solve rate carries an
+interval, models are sampled k times per maze (pass@k by the unbiased estimator), and two
+checkpoints are compared maze by maze with an exact paired test, not by eyeballing two rates.
+
+The k episodes of one maze are not independent evidence: an easy maze is solved every time, a
+hard one rarely, so episodes of a maze are correlated and n = mazes x k overstates what the
+data know. The question an eval answers is "how often does this policy solve mazes of this
+family?", and the pinned set is a sample of 64 mazes from that family, so the maze is the unit
+of evidence. (For the 64 pinned mazes alone, as a fixed population, episodes would be
+independent and flat Wilson would do; rlkit never reports that narrower quantity.)
+
+Interval (`CI_METHOD`, stored as `ci_method`): Wilson's score interval on the design-effect
+adjusted effective sample size (Kish 1965; Korn & Graubard 1998 do the same for survey
+proportions). With Y of N episodes solved over mazes i with y_i of n_i solved and p = Y / N,
+
+    var_maze  = sum_i (y_i - p n_i)^2 / N^2      (cluster-robust variance of p, no M/(M-1))
+    deff      = var_maze / (p (1 - p) / N)       = sum_i (N y_i - Y n_i)^2 / (N Y (N - Y))
+    n_eff     = N / max(1, deff)
+    interval  = wilson(p, n_eff)
+
+computed in integers, so k = 1 gives deff == 1 exactly and the interval *is* Wilson(Y, N).
+For equal n_i = k, deff lies in [0, k] and equals 1 + (k - 1) ICC. Why this and not a
+bootstrap: it is deterministic without a seed, it keeps Wilson's good behaviour near 0 and 1
+(a percentile bootstrap on 64 clusters collapses to a point at 100%), and it reduces to the
+familiar interval at k = 1. deff < 1 (per-maze fractions spread less than coin flips would) is
+noise and floored at 1: an eval never claims more than N independent episodes. When every episode
+agrees (p = 0 or 1) there is no spread to estimate the correlation from, so the mazes are
+counted instead of the episodes (deff = max n_i), the cautious end. The coverage test
+(tests/test_stats.py) measures it against flat Wilson on Beta-distributed maze difficulties.
+With few mazes (a per-difficulty bucket of 3) deff itself is noisy: read those bars loosely.
+
+Paired test (`PAIRED_METHOD`): per maze, d_i = (B's solve fraction) - (A's); under "no
+difference" each d_i is as likely positive as negative, so the exact null distribution of
+sum d_i flips every sign independently (Fisher's paired randomization test). The k d_i are
+integers, so the 2^M flips are counted exactly by convolution, no Monte Carlo; at k = 1 this
+is exactly McNemar's exact test. The difference's interval is the paired t interval on the
+d_i (M - 1 degrees of freedom). Test and interval are two readings of the same d_i and almost
+always agree; at the 0.05 boundary they can disagree, and the verdict follows the test.
 """
 
 from __future__ import annotations
@@ -14,18 +48,74 @@ from dataclasses import dataclass
 
 from rlkit.errors import UsageError
 
+Z95 = 1.959964
+CI_METHOD = "wilson-maze-deff"
+"""Wilson on the maze-clustered effective n (above): the interval of every rate rlkit stores."""
+FLAT_CI_METHOD = "wilson-episodes"
+"""Wilson on n = mazes x samples as if episodes were independent: what eval JSON files written
+before `ci_method` existed hold, when their per-maze results are missing and cannot be redone."""
+CI_METHODS = {
+    CI_METHOD: "Wilson on the effective n, episodes clustered by maze",
+    FLAT_CI_METHOD: "Wilson on all episodes as if independent (an old file: too narrow)",
+}
+"""Each `ci_method` in words, for tables and legends."""
+PAIRED_METHOD = "exact sign-flip test on per-maze solve-fraction differences; paired t interval"
 
-def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+
+def _wilson(p: float, n: float, z: float) -> tuple[float, float]:
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion (good at p near 0 or 1, small n)."""
     if n <= 0:
         return (0.0, 1.0)
     if not 0 <= successes <= n:
         raise UsageError(f"successes ({successes}) must be in [0, n={n}]")
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    return _wilson(successes / n, n, z)
+
+
+def _check_counts(successes: Sequence[int], trials: Sequence[int]) -> None:
+    if len(successes) != len(trials):
+        raise UsageError(f"{len(successes)} success counts for {len(trials)} mazes: counts differ")
+    for y, n in zip(successes, trials, strict=True):
+        if not 0 <= y <= n:
+            raise UsageError(f"a maze with {y} of {n} episodes solved: successes must be in [0, n]")
+
+
+def design_effect(successes: Sequence[int], trials: Sequence[int]) -> float:
+    """Variance of the pooled rate over its binomial variance, mazes as clusters (>= 1).
+
+    `successes[i]` of `trials[i]` episodes of maze i were solved. See the module docstring.
+    """
+    _check_counts(successes, trials)
+    total, solved = sum(trials), sum(successes)
+    if total == 0:
+        return 1.0
+    if solved in (0, total):
+        return float(max(trials))
+    num = sum((total * y - solved * n) ** 2 for y, n in zip(successes, trials, strict=True))
+    den = total * solved * (total - solved)
+    return max(1.0, num / den)
+
+
+def clustered_wilson(
+    successes: Sequence[int], trials: Sequence[int], z: float = Z95
+) -> tuple[float, float]:
+    """`CI_METHOD`: Wilson on n_eff = episodes / design effect; Wilson(Y, N) when all n_i = 1."""
+    total, solved = sum(trials), sum(successes)
+    deff = design_effect(successes, trials)
+    if total == 0:
+        return (0.0, 1.0)
+    return _wilson(solved / total, total / deff, z)
+
+
+def maze_interval(per_maze: Sequence[Sequence[bool]], z: float = Z95) -> tuple[float, float]:
+    """`clustered_wilson` from per-maze outcome lists (`per_maze[i][j]`: sample j of maze i)."""
+    return clustered_wilson([sum(s) for s in per_maze], [len(s) for s in per_maze], z)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -40,36 +130,122 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
+# paired comparison
+
+
+def t_quantile(df: int, level: float = 0.95) -> float:
+    """Two-sided Student-t critical value: P(|T_df| <= t) = level (bisection on the closed-form
+    CDF for integer df, Abramowitz & Stegun 26.7.3-4; t(1) = 12.706, t(63) = 1.998)."""
+    if df < 1:
+        raise UsageError(f"a t interval needs df >= 1, got {df}")
+
+    def central(t: float) -> float:
+        theta = math.atan(t / math.sqrt(df))
+        s, c2 = math.sin(theta), math.cos(theta) ** 2
+        if df % 2:  # odd: 2/pi (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))
+            term, total = 1.0, 1.0
+            for j in range(1, (df - 1) // 2):
+                term *= c2 * (2 * j) / (2 * j + 1)
+                total += term
+            extra = s * math.cos(theta) * total if df > 1 else 0.0
+            return 2 / math.pi * (theta + extra)
+        term, total = 1.0, 1.0  # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
+        for j in range(1, df // 2):
+            term *= c2 * (2 * j - 1) / (2 * j)
+            total += term
+        return s * total
+
+    lo, hi = 0.0, 1e3
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if central(mid) < level else (lo, mid)
+    return (lo + hi) / 2
+
+
+def sign_flip_p_value(diffs: Sequence[int]) -> float:
+    """Two-sided exact p of sum(diffs) when each integer difference's sign is a fair coin."""
+    mags = [abs(int(d)) for d in diffs if d]
+    observed = abs(sum(int(d) for d in diffs))
+    counts = {0: 1}  # sum of signed magnitudes -> number of sign patterns
+    for m in mags:
+        nxt: dict[int, int] = {}
+        for s, c in counts.items():
+            nxt[s + m] = nxt.get(s + m, 0) + c
+            nxt[s - m] = nxt.get(s - m, 0) + c
+        counts = nxt
+    extreme = sum(c for s, c in counts.items() if abs(s) >= observed)
+    return min(1.0, extreme / 2 ** len(mags))
+
+
 @dataclass(frozen=True)
-class McNemar:
-    """Paired comparison of A and B on the same episodes."""
+class PairedByMaze:
+    """A and B on the same mazes (same k samples each), compared maze by maze."""
 
-    n: int
-    a_only: int
-    """Episodes A solved and B did not."""
-    b_only: int
-    """Episodes B solved and A did not."""
+    n_mazes: int
+    samples: int
+    rate_a: float
+    rate_b: float
+    diff: float
+    """rate_b - rate_a, the mean of the per-maze solve-fraction differences."""
+    ci95: tuple[float, float]
+    """95% interval on `diff` (paired t over mazes, clipped to [-1, 1])."""
+    b_better: int
+    """Mazes where B solved a larger fraction of its samples than A."""
+    a_better: int
+    """Mazes where A did."""
     p_value: float
-    """Two-sided exact binomial p-value on the discordant pairs."""
+    """Two-sided exact sign-flip p-value (McNemar's exact test when samples = 1)."""
+    method: str = PAIRED_METHOD
 
-    @property
-    def verdict(self) -> str:
+    def verdict(self, a: str = "A", b: str = "B") -> str:
+        """In words: which is better, by how many points, with the interval and the evidence."""
+        lo, hi = self.ci95
         if self.p_value >= 0.05:
-            return f"no significant difference (p={self.p_value:.3g})"
-        better = "B" if self.b_only > self.a_only else "A"
+            return (
+                f"no significant difference between {a} and {b}: {b} - {a} = "
+                f"{self.diff * 100:+.1f} points (95% CI {lo * 100:+.1f} to {hi * 100:+.1f}), "
+                f"p={self.p_value:.3g} over {self.n_mazes} mazes"
+            )
+        better, worse, sign = (b, a, 1) if self.diff > 0 else (a, b, -1)
+        ahead, behind = (self.b_better, self.a_better)[::sign]
+        lo, hi = sorted((sign * lo, sign * hi))
         return (
-            f"{better} is better (p={self.p_value:.3g}, {self.b_only} vs {self.a_only} discordant)"
+            f"{better} is better than {worse} by {abs(self.diff) * 100:.1f} points "
+            f"(95% CI {lo * 100:.1f} to {hi * 100:.1f}), p={self.p_value:.3g}: "
+            f"ahead on {ahead} of {self.n_mazes} mazes, behind on {behind}"
         )
 
+    def __str__(self) -> str:
+        return self.verdict()
 
-def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> McNemar:
-    """Exact McNemar test: under H0 the discordant pairs split 50/50."""
-    if len(a) != len(b):
-        raise UsageError(f"paired test needs the same episodes: got {len(a)} vs {len(b)} results")
-    a_only = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
-    b_only = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
-    d = a_only + b_only
-    if d == 0:
-        return McNemar(len(a), 0, 0, 1.0)
-    tail = sum(math.comb(d, i) for i in range(0, min(a_only, b_only) + 1)) / 2**d
-    return McNemar(len(a), a_only, b_only, min(1.0, 2 * tail))
+
+def paired_by_maze(a: Sequence[Sequence[bool]], b: Sequence[Sequence[bool]]) -> PairedByMaze:
+    """Compare per-maze outcomes `a[i][j]`, `b[i][j]` (sample j of maze i) of A and B."""
+    if len(a) != len(b) or any(len(x) != len(y) for x, y in zip(a, b, strict=False)):
+        raise UsageError(
+            f"paired test needs the same mazes and samples per maze: got {len(a)} vs {len(b)} mazes"
+        )
+    if not a:
+        raise UsageError("paired test needs at least one maze")
+    k = len(a[0])
+    if k == 0 or any(len(x) != k for x in a):
+        raise UsageError("paired test needs the same number of samples (>= 1) for every maze")
+    m = len(a)
+    ints = [sum(y) - sum(x) for x, y in zip(a, b, strict=True)]  # k * d_i
+    diff = sum(ints) / (m * k)
+    if m > 1:
+        var = sum((d / k - diff) ** 2 for d in ints) / (m - 1)
+        half = t_quantile(m - 1) * math.sqrt(var / m)
+    else:
+        half = 2.0  # one maze: no spread to estimate, the interval is everything
+    return PairedByMaze(
+        n_mazes=m,
+        samples=k,
+        rate_a=sum(map(sum, a)) / (m * k),
+        rate_b=sum(map(sum, b)) / (m * k),
+        diff=diff,
+        ci95=(max(-1.0, diff - half), min(1.0, diff + half)),
+        b_better=sum(d > 0 for d in ints),
+        a_better=sum(d < 0 for d in ints),
+        p_value=sign_flip_p_value(ints),
+    )

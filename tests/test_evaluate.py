@@ -19,7 +19,7 @@ from rlkit.errors import UsageError
 from rlkit.maze.core import Action
 from rlkit.maze.parsing import format_action
 from rlkit.maze.sets import pinned_set
-from rlkit.stats import mcnemar_exact, pass_at_k, wilson
+from rlkit.stats import CI_METHOD, FLAT_CI_METHOD, maze_interval, pass_at_k, wilson
 
 
 def test_wilson_hand_computed():
@@ -39,19 +39,6 @@ def test_pass_at_k_hand_computed():
     assert pass_at_k(8, 2, 1) == pytest.approx(0.25)
     with pytest.raises(UsageError):
         pass_at_k(2, 1, 3)
-
-
-def test_mcnemar_hand_computed():
-    # discordant: A-only 1, B-only 9 -> p = 2 * P(X<=1 | Bin(10, .5)) = 2 * 11/1024
-    a = [True] * 1 + [False] * 9 + [True] * 5
-    b = [False] * 1 + [True] * 9 + [True] * 5
-    r = mcnemar_exact(a, b)
-    assert (r.a_only, r.b_only) == (1, 9)
-    assert r.p_value == pytest.approx(22 / 1024)
-    assert r.verdict.startswith("B is better")
-    assert mcnemar_exact([True], [True]).p_value == 1.0
-    with pytest.raises(UsageError):
-        mcnemar_exact([True], [])
 
 
 def test_oracle_solves_every_test_maze_and_json_schema(tmp_path):
@@ -74,6 +61,37 @@ def test_oracle_solves_every_test_maze_and_json_schema(tmp_path):
     again = EvalResult.load(path)
     assert again.flat == result.flat
     assert len(again.load_trajectories(path)) == 128
+
+
+def test_intervals_are_clustered_by_maze_overall_and_by_path_length():
+    result, _ = evaluate(scripted_policy("eps-oracle:0.5"), samples=4, seed=2)
+    assert result.ci_method == CI_METHOD == result.to_dict()["ci_method"]
+    assert result.ci95 == maze_interval(result.episodes)
+    flat = wilson(sum(result.flat), len(result.flat))
+    assert result.ci95[1] - result.ci95[0] > flat[1] - flat[0]  # this policy's mazes differ
+    for n, cell in result.by_path_length.items():
+        mazes = [m["solved"] for m in result.per_maze if str(m["path_length"]) == n]
+        assert cell["mazes"] == len(mazes) and cell["episodes"] == 4 * len(mazes)
+        assert tuple(cell["ci95"]) == maze_interval(mazes)
+    one, _ = evaluate(scripted_policy("eps-oracle:0.5"), samples=1, seed=2)
+    assert one.ci95 == wilson(sum(one.flat), 64)  # k = 1: Wilson exactly
+
+
+def test_old_eval_json_without_ci_method_reads_with_intervals_redone():
+    result, _ = evaluate(scripted_policy("eps-oracle:0.5"), samples=4, seed=2)
+    old = result.to_dict()
+    del old["ci_method"]
+    old["ci95"] = list(wilson(sum(result.flat), len(result.flat)))  # what old files hold
+    for cell in old["by_path_length"].values():
+        del cell["mazes"]
+        cell["ci95"] = [0.4, 0.6]
+    again = EvalResult.from_dict(old)
+    assert again.ci_method == CI_METHOD and again.ci95 == result.ci95
+    assert again.by_path_length == result.by_path_length
+    bare = {**old, "per_maze": []}  # nothing to redo them from: kept, and named for what they are
+    legacy = EvalResult.from_dict(bare)
+    assert legacy.ci_method == FLAT_CI_METHOD and list(legacy.ci95) == old["ci95"]
+    assert FLAT_CI_METHOD in legacy.summary()
 
 
 def test_random_lands_near_expected_rate():
@@ -108,7 +126,8 @@ def test_compare_checks_pairing():
     a, _ = evaluate(scripted_policy("random"), samples=1, seed=0)
     b, _ = evaluate(scripted_policy("oracle"), samples=1, seed=0)
     r = compare(a, b)
-    assert r.b_only > 30 and r.p_value < 1e-6
+    assert r.b_better > 30 and r.a_better == 0 and r.p_value < 1e-6
+    assert r.verdict("random", "oracle").startswith("oracle is better than random by")
     c, _ = evaluate(scripted_policy("oracle"), samples=2)
     with pytest.raises(UsageError, match="same test set"):
         compare(a, c)

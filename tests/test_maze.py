@@ -10,6 +10,7 @@ from rlkit.maze.core import (
     distances_from,
     generate,
     is_perfect,
+    open_border,
     optimal_action,
     shortest_path,
 )
@@ -110,6 +111,20 @@ def test_invalid_maze_values():
         Maze(np.full((3, 3), 15), (0, 0), (5, 5))
     with pytest.raises(UsageError, match="same cell"):
         Maze(np.full((3, 3), 15), (1, 1), (1, 1))
+
+
+def test_open_outer_wall_is_refused_by_the_constructor_and_from_dict():
+    walls = np.full((3, 3), 15)
+    walls[1, 2] &= ~2  # (1, 2) loses its east wall: the agent could step to (1, 3)
+    with pytest.raises(UsageError, match=r"cell \(1, 2\) has no outer wall on its right side") as e:
+        Maze(walls, (0, 0), (2, 2))
+    assert "\n" not in str(e.value) and "set wall bit 2" in str(e.value)
+    spec = {"walls": "fff/ffd/fff", "start": [0, 0], "exit": [2, 2]}  # the same maze as text
+    with pytest.raises(UsageError, match="no outer wall on its right side"):
+        Maze.from_dict(spec)
+    assert open_border(walls) == ((1, 2), Action.RIGHT)
+    assert open_border(np.full((3, 3), 15)) is None
+    assert all(open_border(m.walls) is None for m in pinned_set("test"))
 
 
 def test_test_set_pinned_and_train_stream_disjoint_and_deterministic():

@@ -54,6 +54,13 @@ def test_build_save_load_round_trip(tiny, loaded):
         assert torch.equal(a, b), k
 
 
+def test_build_leaves_the_callers_torch_rng_alone(tmp_path):
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    build_tiny(tmp_path / "m", seed=0)
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 def test_build_is_seeded(tiny, tmp_path, loaded):
     other = load(build_tiny(tmp_path / "s1", seed=1))
     same = load(build_tiny(tmp_path / "s0", seed=0))

@@ -60,6 +60,7 @@ def test_solve_rate_curve_draws_rates_bands_baseline_and_boundary(evals):
     band = ax.collections[0].get_paths()[0].vertices
     assert band[:, 1].min() == pytest.approx(min(r.ci95[0] for r in evals.values()))
     assert band[:, 1].max() == pytest.approx(max(r.ci95[1] for r in evals.values()))
+    assert ax.collections[0].get_label() == "95% CI (wilson-maze-deff)"
     labels = [line.get_label() for line in ax.lines]
     assert any(lbl.startswith("baseline eps-oracle:1") for lbl in labels)
     boundary = next(line for line in ax.lines if "GRPO from step 10" in line.get_label())
@@ -140,6 +141,7 @@ def test_by_difficulty_one_series_per_result(evals):
     assert set(series[1].get_ydata()) == {1.0}
     single = plots.by_difficulty(evals[10])
     assert single.axes[0].get_legend().get_texts()[0].get_text() == "step 10"
+    assert "95% CI wilson-maze-deff" in texts(fig)
 
 
 def test_failure_breakdown_bars_match_counts(evals):

@@ -100,15 +100,21 @@ def test_boundary_milestones_paired_test_and_summary(smoke_run):
     assert list(rows) == ["step 0 (start)", "step 4 (warm start done)", "step 8 (final)"]
     paired = workbench.grpo_paired_test(evals, boundary)
     assert (paired.step_a, paired.step_b) == (4, 8)
-    assert paired.test.n == 64 and 0.0 <= paired.test.p_value <= 1.0
-    assert "step 4 -> step 8: 64 paired episodes" in str(paired)
+    assert paired.test.n_mazes == 64 and 0.0 <= paired.test.p_value <= 1.0
+    assert "on 64 mazes x 1 samples/maze, paired by maze; " in str(paired)
+    assert ("step 8 is better" in str(paired)) == (
+        paired.test.p_value < 0.05 and paired.test.diff > 0
+    )
     summary = workbench.build_summary(
         {}, evals, boundary=boundary, paired=paired, run=plan.run_dir, plots=[]
     )
     assert summary["final"]["step"] == 8 and summary["baseline"]["step"] == 0
     assert summary["paired_test"]["steps"] == [4, 8]
+    assert summary["paired_test"]["verdict"] == paired.verdict
+    assert summary["paired_test"]["method"].startswith("exact sign-flip test")
+    assert summary["final"]["ci_method"] == "wilson-maze-deff"
     assert summary["final"]["solve_rate"] == round(evals[8].solve_rate, 4)
-    assert len(summary["table"]) == 4
+    assert len(summary["table"]) == 5 and summary["table"][-1].startswith("95% CI wilson-maze")
     path = workbench.write_summary(out, summary)
     assert json.loads(path.read_text())["warm_start_end"] == 4
 
@@ -116,16 +122,22 @@ def test_boundary_milestones_paired_test_and_summary(smoke_run):
 def test_solve_rate_table_lines():
     result, _ = evaluate(scripted_policy("oracle"), samples=2)
     text = workbench.solve_rate_table({"oracle": result})
-    header, row = text.splitlines()
+    header, row, method = text.splitlines()
     assert header.startswith("policy") and "95% CI" in header
-    assert row.split() == ["oracle", "100.0%", "[97.1%,", "100.0%]", "100%", "@2", "64x2"]
+    # all solved: the 64 mazes count, not the 128 episodes (flat Wilson said [97.1%, 100%])
+    assert row.split() == ["oracle", "100.0%", "[94.3%,", "100.0%]", "100%", "@2", "64x2"]
+    assert (
+        method == "95% CI wilson-maze-deff: Wilson on the effective n, episodes clustered by maze"
+    )
     with pytest.raises(UsageError):
         workbench.solve_rate_table({})
 
 
 def _result(solved: list[bool]) -> EvalResult:
     per_maze = [{"solved": [s]} for s in solved]
-    return EvalResult("p", "test", len(solved), 1, 0.5, (0.0, 1.0), "h", per_maze=per_maze)
+    return EvalResult(
+        "p", "test", len(solved), 1, 0.5, (0.0, 1.0), "wilson-maze-deff", "h", per_maze=per_maze
+    )
 
 
 def test_diff_maze_prefers_newly_solved_then_newly_failed_then_zero():

@@ -1,10 +1,13 @@
-"""Evaluation on a pinned test set: solve rate with Wilson CI, pass@k, difficulty, failures.
+"""Evaluation on a pinned test set: solve rate with its maze-clustered 95% interval, pass@k,
+difficulty, failures.
 
     rlkit eval --policy oracle --set test --json
     rlkit eval --policy runs/demo/global_step_40/policy --samples 4 --json --out evals/step40.json
 
 `EvalResult` is the one result type for every source (scripted policies, local checkpoints,
-SkyRL eval dumps), so plots, replays and paired tests work the same for all of them.
+SkyRL eval dumps), so plots, replays and paired tests work the same for all of them. Every
+interval is `rlkit.stats.CI_METHOD` (Wilson on the effective n of mazes x samples, clustered by
+maze; named in the JSON as `ci_method`), and `compare` pairs two results maze by maze.
 """
 
 from __future__ import annotations
@@ -21,7 +24,14 @@ from rlkit.episodes.rollout import Trajectory, load_trajectories, run_episodes, 
 from rlkit.errors import UsageError
 from rlkit.maze.core import Maze, difficulty
 from rlkit.maze.sets import pinned_set, pinned_set_hash
-from rlkit.stats import McNemar, mcnemar_exact, pass_at_k, wilson
+from rlkit.stats import (
+    CI_METHOD,
+    FLAT_CI_METHOD,
+    PairedByMaze,
+    maze_interval,
+    paired_by_maze,
+    pass_at_k,
+)
 
 
 @dataclass
@@ -34,6 +44,9 @@ class EvalResult:
     samples: int
     solve_rate: float
     ci95: tuple[float, float]
+    """95% interval of `solve_rate`, by `ci_method`."""
+    ci_method: str
+    """How `ci95` (and each `by_path_length` interval) was computed: `rlkit.stats.CI_METHOD`."""
     test_set_hash: str
     pass_at_k: dict[str, float] = field(default_factory=dict)
     by_path_length: dict[str, dict] = field(default_factory=dict)
@@ -59,8 +72,14 @@ class EvalResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> EvalResult:
+        """Read `to_dict`'s JSON. Files written before `ci_method` existed hold flat Wilson
+        intervals; their intervals are recomputed from `per_maze` (flat ones are kept, and named
+        `FLAT_CI_METHOD`, only when a file has no per-maze results to recompute from)."""
         try:
-            return cls(**{**d, "ci95": tuple(d["ci95"])})
+            d = {**d, "ci95": tuple(d["ci95"])}
+            if "ci_method" not in d:
+                d = _upgrade_intervals(d)
+            return cls(**d)
         except (TypeError, KeyError) as e:
             raise UsageError(
                 f"not an rlkit eval result ({e}): expected the JSON `rlkit eval --json` writes"
@@ -94,8 +113,37 @@ class EvalResult:
         lo, hi = self.ci95
         return (
             f"{self.policy} on {self.set}: {self.solve_rate:.1%} solved "
-            f"[{lo:.1%}, {hi:.1%}] over {self.n_mazes} mazes x {self.samples} samples"
+            f"[{lo:.1%}, {hi:.1%}] over {self.n_mazes} mazes x {self.samples} samples "
+            f"(95% CI, {self.ci_method})"
         )
+
+
+def _by_path_length(per_maze: list[dict]) -> dict[str, dict]:
+    """Solve rate and interval per shortest-path length, the mazes of each length as clusters."""
+    groups: dict[int, list[list[bool]]] = defaultdict(list)
+    for m in per_maze:
+        groups[m["path_length"]].append(m["solved"])
+    return {
+        str(n): {
+            "mazes": len(g),
+            "episodes": sum(map(len, g)),
+            "solve_rate": sum(map(sum, g)) / sum(map(len, g)),
+            "ci95": list(maze_interval(g)),
+        }
+        for n, g in sorted(groups.items())
+    }
+
+
+def _upgrade_intervals(d: dict) -> dict:
+    """An eval dict from before `ci_method`: maze-clustered intervals from its per-maze results."""
+    per_maze = d.get("per_maze") or []
+    if not per_maze or not all("solved" in m for m in per_maze):
+        return {**d, "ci_method": FLAT_CI_METHOD}
+    d = {**d, "ci95": maze_interval([m["solved"] for m in per_maze]), "ci_method": CI_METHOD}
+    if d.get("by_path_length"):  # flat intervals are not kept under a clustered name
+        known = all("path_length" in m for m in per_maze)
+        d["by_path_length"] = _by_path_length(per_maze) if known else {}
+    return d
 
 
 def summarize(
@@ -113,7 +161,7 @@ def summarize(
         raise UsageError(
             f"{len(trajs)} episodes for {len(mazes)} mazes x {samples} samples: counts differ"
         )
-    per_maze, by_len = [], defaultdict(list)
+    per_maze = []
     for i, maze in enumerate(mazes):
         solved = [t.solved for t in trajs[i * samples : (i + 1) * samples]]
         d = difficulty(maze)
@@ -126,7 +174,6 @@ def summarize(
                 "solved": solved,
             }
         )
-        by_len[d.path_length].extend(solved)
     flat = [s for m in per_maze for s in m["solved"]]
     n_solved = sum(flat)
     pak = {}
@@ -134,24 +181,17 @@ def summarize(
         pak[f"pass@{k}"] = sum(pass_at_k(samples, sum(m["solved"]), k) for m in per_maze) / len(
             mazes
         )
-    lengths = {
-        str(n): {
-            "episodes": len(v),
-            "solve_rate": sum(v) / len(v),
-            "ci95": list(wilson(sum(v), len(v))),
-        }
-        for n, v in sorted(by_len.items())
-    }
     return EvalResult(
         policy=policy,
         set=set_name,
         n_mazes=len(mazes),
         samples=samples,
         solve_rate=n_solved / len(flat),
-        ci95=wilson(n_solved, len(flat)),
+        ci95=maze_interval([m["solved"] for m in per_maze]),
+        ci_method=CI_METHOD,
         test_set_hash=pinned_set_hash(set_name),
         pass_at_k=pak,
-        by_path_length=lengths,
+        by_path_length=_by_path_length(per_maze),
         failures=failure_counts(trajs),
         per_maze=per_maze,
         mode=mode,
@@ -188,13 +228,14 @@ def evaluate(
     return result, trajs
 
 
-def compare(a: EvalResult, b: EvalResult) -> McNemar:
-    """Exact McNemar test on episodes paired by (maze, sample index): is B better than A?"""
+def compare(a: EvalResult, b: EvalResult) -> PairedByMaze:
+    """Is B better than A? Paired by maze: an exact sign-flip test on the per-maze differences
+    in solve fraction, and an interval on B's rate minus A's (`rlkit.stats.PAIRED_METHOD`)."""
     if a.test_set_hash != b.test_set_hash or a.samples != b.samples:
         raise UsageError(
             "paired comparison needs the same test set and samples per maze in both results"
         )
-    return mcnemar_exact(a.flat, b.flat)
+    return paired_by_maze(a.episodes, b.episodes)
 
 
 __all__ = ["KINDS", "EvalResult", "compare", "evaluate", "summarize"]

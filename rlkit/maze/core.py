@@ -81,6 +81,13 @@ class Maze:
                 f"maze walls must be a 2-D grid with sides in [{MIN_SIZE}, {MAX_SIZE}], got "
                 f"shape {walls.shape}: pass one wall mask per cell"
             )
+        gap = open_border(walls)
+        if gap is not None:
+            cell, side = gap
+            raise UsageError(
+                f"maze cell {cell} has no outer wall on its {side.word} side, so the agent could "
+                f"leave the grid: set wall bit {side.wall_bit} there or regenerate the maze"
+            )
         walls.setflags(write=False)
         object.__setattr__(self, "walls", walls)
         object.__setattr__(self, "start", _cell(self.start, walls.shape, "start"))
@@ -153,6 +160,25 @@ class Maze:
                 "maze spec hash does not match its walls/start/exit: the spec was edited or corrupted"
             )
         return maze
+
+
+def open_border(walls: np.ndarray) -> tuple[Cell, Action] | None:
+    """The first edge cell (row-major) whose side facing out of the grid has no wall, and that
+    side; None when the outer wall is closed (every maze must be: moves are checked against
+    walls only, so an open edge lets `rules.transition` step off the grid)."""
+    h, w = walls.shape
+    gaps = [
+        ((r, c), action)
+        for action, cells in (
+            (Action.UP, [(0, c) for c in range(w)]),
+            (Action.DOWN, [(h - 1, c) for c in range(w)]),
+            (Action.LEFT, [(r, 0) for r in range(h)]),
+            (Action.RIGHT, [(r, w - 1) for r in range(h)]),
+        )
+        for r, c in cells
+        if not walls[r, c] & action.wall_bit
+    ]
+    return min(gaps, default=None)
 
 
 def _cell(value, shape: tuple[int, int], name: str) -> Cell:

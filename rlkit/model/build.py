@@ -63,15 +63,20 @@ def _hf_config(cfg: TinyConfig, vocab: int, tok: PreTrainedTokenizerBase) -> Qwe
 
 
 def build_tiny(out_dir: str | Path, *, seed: int = 0, config: TinyConfig | None = None) -> Path:
-    """Build, randomly initialise (seeded) and save the tiny Qwen3-VL with its tokenizer."""
+    """Build, randomly initialise (seeded) and save the tiny Qwen3-VL with its tokenizer.
+
+    The caller's torch RNG is left as it was: transformers initialises weights from torch's
+    global CPU generator (its init takes no Generator), so the build seeds that generator inside
+    `fork_rng`, which restores it afterwards. Same seed, same weights as a plain manual_seed."""
     from rlkit.model.tokenizer import build_tokenizer  # training the BPE imports the env's texts
 
     cfg = config or TinyConfig()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer(cfg.vocab_size)
-    torch.manual_seed(seed)
-    model = Qwen3VLForConditionalGeneration(_hf_config(cfg, len(tok), tok))
+    with torch.random.fork_rng(devices=[]):  # CPU only: the model is built on the CPU
+        torch.default_generator.manual_seed(seed)
+        model = Qwen3VLForConditionalGeneration(_hf_config(cfg, len(tok), tok))
     model.generation_config.eos_token_id = tok.convert_tokens_to_ids("<|im_end|>")
     model.generation_config.pad_token_id = tok.pad_token_id
     with no_progress_bars():

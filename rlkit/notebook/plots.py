@@ -10,8 +10,9 @@ the picture without `%matplotlib` or `plt.show()`.
     fig = plots.solve_rate_curve(evals, baseline=0.4375, warm_start_end=20, run_id="demo")
     fig.savefig("solve_rate.png")
 
-Every solve rate is drawn with its Wilson 95% interval: on 64 mazes two checkpoints a few points
-apart are usually indistinguishable, and the figure should say so.
+Every solve rate is drawn with its 95% interval as the eval result stores it (`ci95`, by
+`ci_method`: Wilson on the maze-clustered effective n, see `rlkit.stats`): on 64 mazes two
+checkpoints a few points apart are usually indistinguishable, and the figure should say so.
 """
 
 from __future__ import annotations
@@ -103,6 +104,11 @@ def _counts_line(results: Sequence[EvalResult]) -> str:
     return f"{mazes} mazes x {samples} samples/maze, set '{results[0].set}'"
 
 
+def _methods(results: Sequence[EvalResult]) -> str:
+    """The interval method(s) behind the results' bands, for a legend."""
+    return ", ".join(sorted({r.ci_method for r in results}))
+
+
 def _header(fig: Figure, title: str, run_id: str | None, detail: str) -> None:
     """Title plus a line stating the run and how much data stands behind the picture."""
     height = fig.get_figheight()
@@ -123,7 +129,8 @@ def solve_rate_curve(
     title: str = "Solve rate across checkpoints",
     run_id: str | None = None,
 ) -> Figure:
-    """Solve rate vs step with Wilson 95% bands, a baseline line and the warm-start/GRPO boundary."""
+    """Solve rate vs step with 95% bands (the results' `ci_method`), a baseline line and the
+    warm-start/GRPO boundary."""
     pairs = _by_step(evals)
     steps = [s for s, _ in pairs]
     rates = [r.solve_rate for _, r in pairs]
@@ -135,7 +142,7 @@ def solve_rate_curve(
         [r.ci95[1] for _, r in pairs],
         alpha=0.25,
         color="C0",
-        label="Wilson 95% CI",
+        label=f"95% CI ({_methods([r for _, r in pairs])})",
     )
     ax.plot(steps, rates, "o-", color="C0", label="solve rate")
     last_step, last = pairs[-1]
@@ -294,7 +301,9 @@ def live_curves(
             fmt="ks",
             ms=4,
             capsize=3,
-            label="test-set eval (95% CI)" if step == min(evals or {}) else None,
+            label=f"test-set eval (95% CI, {_methods(list((evals or {}).values()))})"
+            if step == min(evals or {})
+            else None,
         )
     if not ax.lines and not ax.collections:
         ax.text(0.5, 0.5, "waiting for the first step...", ha="center", transform=ax.transAxes)
@@ -320,7 +329,8 @@ def _labelled(evals: EvalResult | Evals) -> list[tuple[str, EvalResult]]:
 def by_difficulty(
     evals: EvalResult | Evals | Mapping[str, EvalResult], *, run_id: str | None = None
 ) -> Figure:
-    """Solve rate per shortest-path length with Wilson bars, one series per checkpoint/policy.
+    """Solve rate per shortest-path length with 95% bars (the mazes of each length clustered,
+    as `ci_method` says), one series per checkpoint/policy.
 
     Dict keys label the series: ints read as steps, strings as given (e.g. {"base": r0, ...}).
     """
@@ -341,7 +351,7 @@ def by_difficulty(
                 continue
             xs.append(n + (i - (len(labelled) - 1) / 2) * width)
             ys.append(cell["solve_rate"])
-            # max(0, .): Wilson bounds at p=0 or 1 can sit a rounding error past the rate
+            # max(0, .): interval bounds at p=0 or 1 can sit a rounding error past the rate
             lo.append(max(0.0, cell["solve_rate"] - cell["ci95"][0]))
             hi.append(max(0.0, cell["ci95"][1] - cell["solve_rate"]))
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", capsize=3, ms=4, label=label)
@@ -351,7 +361,9 @@ def by_difficulty(
     ax.set(xlabel="shortest-path length (moves)", ylabel="solve rate", ylim=(-0.02, 1.08))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    _header(fig, "Solve rate by difficulty", run_id, _counts_line([r for _, r in labelled]))
+    results = [r for _, r in labelled]
+    detail = f"{_counts_line(results)}; 95% CI {_methods(results)}"
+    _header(fig, "Solve rate by difficulty", run_id, detail)
     return fig
 
 

@@ -31,7 +31,7 @@ from rlkit.maze.sets import pinned_set_hash
 from rlkit.model.build import build_tiny
 from rlkit.model.policy import load_policy
 from rlkit.notebook.plots import figure_png, load_metrics, load_run_evals
-from rlkit.stats import McNemar
+from rlkit.stats import CI_METHODS, PairedByMaze
 from rlkit.train.config import TaskConfig, TrainConfig
 from rlkit.train.config import preset as train_preset
 from rlkit.train.runs import RunDir, checkpoint_problem
@@ -253,23 +253,27 @@ def milestones(evals: Mapping[int, EvalResult], boundary: int | None) -> dict[st
 
 @dataclass(frozen=True)
 class PairedTest:
-    """McNemar test between two checkpoints on the same (maze, sample) episodes."""
+    """Two checkpoints compared maze by maze on the same mazes (`rlkit.stats.PAIRED_METHOD`)."""
 
     step_a: int
     step_b: int
-    test: McNemar
+    test: PairedByMaze
+
+    @property
+    def verdict(self) -> str:
+        return self.test.verdict(f"step {self.step_a}", f"step {self.step_b}")
 
     def __str__(self) -> str:
         t = self.test
         return (
-            f"step {self.step_a} -> step {self.step_b}: {t.n} paired episodes, "
-            f"{t.b_only} newly solved, {t.a_only} newly failed; {t.verdict}"
+            f"step {self.step_a} -> step {self.step_b}: {t.rate_a:.1%} -> {t.rate_b:.1%} on "
+            f"{t.n_mazes} mazes x {t.samples} samples/maze, paired by maze; {self.verdict}"
         )
 
 
 def grpo_paired_test(evals: Mapping[int, EvalResult], boundary: int | None) -> PairedTest:
     """Did GRPO help? GRPO's first checkpoint (the warm-start boundary, or the first eval when
-    there was no warm start) against the last one, episode by episode."""
+    there was no warm start) against the last one, maze by maze."""
     steps = sorted(evals)
     if len(steps) < 2:
         raise UsageError(f"a paired test needs two evaluated checkpoints, found {len(steps)}")
@@ -322,7 +326,8 @@ def eval_trajectories(run_dir: str | Path, step: int) -> list[Trajectory]:
 
 
 def solve_rate_table(rows: Mapping[str, EvalResult]) -> str:
-    """Plain-text table: solve rate, Wilson 95% CI, pass@k and how many episodes stand behind it."""
+    """Plain-text table: solve rate, 95% CI, pass@k and how many episodes stand behind it; the
+    last line names the interval method (`ci_method`)."""
     if not rows:
         raise UsageError("solve_rate_table needs at least one eval result")
     width = max(len("policy"), *(len(n) for n in rows))
@@ -335,6 +340,8 @@ def solve_rate_table(rows: Mapping[str, EvalResult]) -> str:
             f"{name:<{width}}  {r.solve_rate:6.1%}  [{lo:5.1%}, {hi:6.1%}]  {pak:<7}  "
             f"{r.n_mazes}x{r.samples}"
         )
+    for method in sorted({r.ci_method for r in rows.values()}):
+        lines.append(f"95% CI {method}: {CI_METHODS.get(method, 'unknown method')}")
     return "\n".join(lines)
 
 
@@ -344,6 +351,7 @@ def _row(r: EvalResult) -> dict:
         "step": r.step,
         "solve_rate": round(r.solve_rate, 4),
         "ci95": [round(x, 4) for x in r.ci95],
+        "ci_method": r.ci_method,
         "n_mazes": r.n_mazes,
         "samples": r.samples,
         "failures": r.failures,
@@ -359,7 +367,8 @@ def build_summary(
     run: str,
     plots: list[str],
 ) -> dict:
-    """The demo's summary.json: baseline (untrained model) and final solve rate with CI."""
+    """The demo's summary.json: baseline (untrained model) and final solve rate with CI, and the
+    paired by-maze test (its verdict in words, the difference with its interval)."""
     if not evals:
         raise UsageError("no checkpoint evals to summarise: train first (notebook 03)")
     final = evals[max(evals)]
@@ -373,7 +382,11 @@ def build_summary(
         "warm_start_end": boundary,
         "paired_test": None
         if paired is None
-        else {"steps": [paired.step_a, paired.step_b], **asdict(paired.test)},
+        else {
+            "steps": [paired.step_a, paired.step_b],
+            "verdict": paired.verdict,
+            **asdict(paired.test),
+        },
         "baselines": {k: _row(v) for k, v in baselines.items()},
         "checkpoints": {str(s): _row(r) for s, r in sorted(evals.items())},
         "table": solve_rate_table(table).splitlines(),

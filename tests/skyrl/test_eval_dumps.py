@@ -58,6 +58,7 @@ def test_dump_reads_as_rlkit_own_eval_of_the_same_play(skyrl_eval):
     own, _ = rlkit_evaluate(PlayerPolicy(se.mixed), set_name="test", samples=SAMPLES)
     assert from_dump.test_set_hash == own.test_set_hash
     assert from_dump.solve_rate == own.solve_rate and from_dump.ci95 == own.ci95
+    assert from_dump.ci_method == own.ci_method == "wilson-maze-deff"
     assert from_dump.pass_at_k == own.pass_at_k
     assert from_dump.failures == own.failures and sum(own.failures.values()) > 0
     assert [sorted(e) for e in from_dump.episodes] == [sorted(e) for e in own.episodes]
