@@ -1,4 +1,5 @@
-"""The local trainer: one GRPO step learns, resume equals an uninterrupted run, layout."""
+"""The local trainer: resume equals an uninterrupted run, layout, config (its step's functions:
+tests/test_step.py)."""
 
 import json
 from dataclasses import replace
@@ -7,12 +8,8 @@ import pytest
 import torch
 
 from rlkit.episodes.evaluate import EvalResult
-from rlkit.episodes.rollout import run_episodes
 from rlkit.errors import UsageError
-from rlkit.maze.sets import train_mazes
-from rlkit.train import grpo
 from rlkit.train.config import TrainConfig, preset
-from rlkit.train.metrics import NullLogger
 from rlkit.train.runs import MARKER
 from rlkit.train.trainer import Trainer, train
 
@@ -31,33 +28,6 @@ def _params(run_dir, step):
 def _metrics(run_dir):
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in r.items() if not k.startswith("timing/")} for r in rows]
-
-
-def test_one_grpo_step_changes_parameters_and_lowers_loss(tmp_path):
-    cfg = preset("smoke")
-    cfg = replace(cfg, warm_start=replace(cfg.warm_start, enabled=False))
-    t = Trainer(cfg, tmp_path, progress=False)
-    t._restore()
-    t.log = NullLogger()
-    before = {k: v.clone() for k, v in t.loaded.model.named_parameters()}
-    g = cfg.grpo
-    # A fixed batch where groups disagree: reward 1 for episodes that solved.
-    trajs = run_episodes(
-        t._policy(), train_mazes(cfg.task.spec, 0, 8), cfg.task.env, samples=4, seed=3
-    )
-    rewards = torch.tensor([tr.reward for tr in trajs])
-    groups = torch.tensor([tr.maze_index for tr in trajs])
-    adv = grpo.group_advantages(rewards, groups)
-    samples = t._samples(trajs, adv, grpo.nonzero_variance_mask(rewards, groups))
-    assert samples, "the fixed batch needs at least one informative group"
-    with torch.no_grad():
-        loss0 = t._minibatch_loss(samples)
-    t.cfg = replace(cfg, grpo=replace(g, epochs=1, minibatch=len(samples), lr=1e-4))
-    t._update(samples)
-    with torch.no_grad():
-        loss1 = t._minibatch_loss(samples)
-    changed = [k for k, v in t.loaded.model.named_parameters() if not torch.equal(v, before[k])]
-    assert changed and loss1 < loss0
 
 
 def test_resume_equals_uninterrupted_run(tmp_path):

@@ -1,0 +1,161 @@
+"""What one GRPO step computes besides the update, as free functions the trainer calls.
+
+- seeds: every random draw of a step comes from (seed, step[, epoch]), so a run resumed from a
+  checkpoint draws exactly what an uninterrupted one would (`rollout_seed`, `shuffle_seed`);
+- `score`: rewards -> group-relative advantages and which episodes the loss keeps;
+- `turn_samples`: trajectories -> one training row per model turn, the prompt re-encoded and
+  checked against the one that was sampled;
+- `rollout_metrics`: the `rollout/` numbers of a batch of episodes;
+- `lr_at`: the learning rate of a GRPO step;
+- `due`: whether an eval and a checkpoint follow a step.
+
+The update itself (loss, minibatches, optimizer) is `rlkit.train.update`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from rlkit.env.maze_env import EnvConfig
+from rlkit.episodes.rollout import Trajectory, turn_prompts
+from rlkit.model.chat import Encoded
+from rlkit.train import grpo
+from rlkit.train.config import GRPOConfig, ScheduleConfig
+
+
+def seed_for(*parts: int) -> int:
+    return int(np.random.SeedSequence([abs(int(p)) for p in parts]).generate_state(1)[0])
+
+
+def rollout_seed(seed: int, step: int) -> int:
+    """Seed of the episodes sampled at global step `step`."""
+    return seed_for(seed, step)
+
+
+def shuffle_seed(seed: int, step: int, epoch: int) -> int:
+    """Seed of the minibatch order of epoch `epoch` of the update at global step `step`."""
+    return seed_for(seed, step, epoch)
+
+
+@dataclass
+class TrainState:
+    """Everything besides weights and optimizer that a resume needs (saved in trainer_state.pt)."""
+
+    step: int = 0
+    phase: str = "warm_start"
+    grpo_steps: int = 0
+    warm_start_end: int | None = None
+    cursor: int = 0
+    """Index of the next training maze in the stream: no maze replayed or skipped on resume."""
+    elapsed_s: float = 0.0
+    """Training wall time up to this state, summed over resumed segments (benchmarks)."""
+
+
+@dataclass
+class TurnSample:
+    """One training row: a turn's prompt, the model's reply and the episode's advantage."""
+
+    prompt: Encoded
+    response_ids: list[int]
+    old_logprobs: list[float]
+    """Per response token, log pi_old as recorded while sampling."""
+    advantage: float
+
+
+@dataclass(frozen=True)
+class Scores:
+    """A rollout batch scored for GRPO; every tensor is (B,), one entry per episode."""
+
+    rewards: torch.Tensor
+    groups: torch.Tensor
+    """Maze index of each episode: the group GRPO compares it within."""
+    advantages: torch.Tensor
+    keep: torch.Tensor
+    """bool: the episode's turns enter the loss."""
+
+
+def score(trajs: Sequence[Trajectory], g: GRPOConfig) -> Scores:
+    """Group-relative advantages of `trajs`; with `g.filter_zero_variance`, `keep` drops the
+    groups whose episodes all got the same reward."""
+    rewards = torch.tensor([t.reward for t in trajs])
+    groups = torch.tensor([t.maze_index for t in trajs])
+    adv = grpo.group_advantages(rewards, groups, norm_by_std=g.norm_by_std)
+    keep = (
+        grpo.nonzero_variance_mask(rewards, groups)
+        if g.filter_zero_variance
+        else torch.ones_like(rewards, dtype=torch.bool)
+    )
+    return Scores(rewards, groups, adv, keep)
+
+
+def turn_samples(
+    trajs: Sequence[Trajectory],
+    scores: Scores,
+    encode: Callable[[list[dict]], Encoded],
+    env: EnvConfig,
+    *,
+    history: int | None = 1,
+) -> list[TurnSample]:
+    """One row per model turn of every kept episode, in episode then turn order.
+
+    `encode` turns a turn's messages (replayed through the env, `turn_prompts`) into model
+    input, as the rollout did; a prompt that encodes differently from the sampled one raises.
+    """
+    out = []
+    kept = zip(trajs, scores.advantages.tolist(), scores.keep.tolist(), strict=True)
+    for traj, a, k in kept:
+        if not k or a == 0.0:
+            continue  # zero-advantage turns carry no gradient but would dilute the mean
+        for turn, msgs in zip(traj.turns, turn_prompts(traj, env, history=history), strict=True):
+            enc = encode(msgs)
+            if list(enc.prompt_ids) != list(turn.prompt_ids):
+                raise RuntimeError(
+                    "re-encoded prompt differs from the sampled one: rollout and trainer disagree"
+                )
+            out.append(TurnSample(enc, turn.response_ids, turn.logprobs, a))
+    return out
+
+
+def rollout_metrics(trajs: Sequence[Trajectory], scores: Scores, n_groups: int) -> dict:
+    """The `rollout/` metrics of a batch of `n_groups` mazes' episodes."""
+    kept_groups = len(set(scores.groups[scores.keep].tolist()))
+    return {
+        "rollout/reward_mean": float(scores.rewards.mean()),
+        "rollout/solve_rate": float(np.mean([t.solved for t in trajs])),
+        "rollout/turns_mean": float(np.mean([len(t.turns) for t in trajs])),
+        "rollout/episodes": len(trajs),
+        "rollout/zero_variance_groups": int(n_groups - kept_groups),
+    }
+
+
+def lr_at(g: GRPOConfig, grpo_steps: int) -> float:
+    """Learning rate of the GRPO step that follows `grpo_steps` finished ones."""
+    late = g.lr_late is not None and grpo_steps >= g.lr_late_from
+    return g.lr_late if late else g.lr
+
+
+@dataclass(frozen=True)
+class Due:
+    """What follows a step: an eval of the pinned test set, a checkpoint."""
+
+    eval: bool
+    checkpoint: bool
+
+
+def due(s: TrainState, sched: ScheduleConfig) -> Due:
+    """What is due after the step `s` has just finished.
+
+    The warm-start boundary and the last GRPO step get both; otherwise evals come every
+    `eval_every` GRPO steps and checkpoints every `ckpt_every` global steps.
+    """
+    boundary = s.warm_start_end == s.step
+    last = s.grpo_steps >= sched.steps and s.phase == "grpo"
+    grpo_tick = s.phase == "grpo" and not boundary and s.grpo_steps > 0
+    return Due(
+        eval=boundary or last or (grpo_tick and s.grpo_steps % sched.eval_every == 0),
+        checkpoint=boundary or last or s.step % sched.ckpt_every == 0,
+    )
