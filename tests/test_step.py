@@ -160,3 +160,18 @@ def test_one_update_changes_parameters_and_lowers_loss(learner, rollout, smoke):
     assert learner.opt.param_groups[0]["lr"] == 1e-4 and not model.training
     assert {"loss/policy", "loss/grad_norm", "loss/entropy"} <= set(metrics)
     assert update(learner, [], g, lr=1e-4, seed=0, step=2) == {}
+
+
+def test_zero_variance_filter_off_keeps_every_turn_and_still_counts_the_groups(
+    learner, rollout, smoke
+):
+    g = replace(smoke.grpo, filter_zero_variance=False)
+    scores = st.score(rollout, g)
+    encode = learner.loaded.encoder.encode
+    samples = st.turn_samples(rollout, scores, encode, smoke.task.env, history=smoke.task.history)
+    assert len(samples) == sum(len(t.turns) for t in rollout)  # zero advantages included
+    assert any(x.advantage == 0.0 for x in samples)
+    n_groups = len({t.maze_index for t in rollout})
+    on = st.rollout_metrics(rollout, st.score(rollout, smoke.grpo), n_groups)
+    off = st.rollout_metrics(rollout, scores, n_groups)
+    assert off == on and on["rollout/zero_variance_groups"] > 0

@@ -108,3 +108,15 @@ def test_kl_to_the_warm_start_policy_is_logged_and_the_reference_is_kept(tmp_pat
     grpo_rows = [r for r in _metrics(tmp_path) if "rollout/reward_mean" in r]
     assert grpo_rows and all("loss/kl" in r and r["loss/kl"] >= 0 for r in grpo_rows)
     assert (tmp_path / "reference_policy" / "config.json").exists()
+
+
+def test_without_the_zero_variance_filter_every_turn_trains_and_groups_are_still_counted(
+    tmp_path,
+):
+    cfg = _cfg(steps=1, eval_before_train=False).with_overrides(
+        {"grpo.filter_zero_variance": "false"}
+    )
+    train(cfg, tmp_path, progress=False)
+    (row,) = [r for r in _metrics(tmp_path) if "rollout/reward_mean" in r]
+    assert row["rollout/zero_variance_groups"] > 0  # a rollout fact, filter or not
+    assert row["train/samples"] == round(row["rollout/turns_mean"] * row["rollout/episodes"])

@@ -100,7 +100,8 @@ class GRPOConfig:
     kl_estimator: str = "k3"
     filter_zero_variance: bool = True
     """Drop groups whose episodes all got the same reward: their advantages are zero anyway, and
-    they would dilute the token mean."""
+    they would dilute the token mean. False trains on them too (zero advantage, counted in the
+    reduction), like SkyRL's `zero_variance_filter=false`."""
 
 
 @dataclass(frozen=True)

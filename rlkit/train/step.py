@@ -74,22 +74,22 @@ class Scores:
     groups: torch.Tensor
     """Maze index of each episode: the group GRPO compares it within."""
     advantages: torch.Tensor
+    informative: torch.Tensor
+    """bool: the episode's group has rewards that differ (its advantages are not all zero)."""
     keep: torch.Tensor
-    """bool: the episode's turns enter the loss."""
+    """bool: the episode's turns enter the loss (`informative`, or every episode when the
+    zero-variance filter is off)."""
 
 
 def score(trajs: Sequence[Trajectory], g: GRPOConfig) -> Scores:
     """Group-relative advantages of `trajs`; with `g.filter_zero_variance`, `keep` drops the
-    groups whose episodes all got the same reward."""
+    groups whose episodes all got the same reward, else it keeps every episode."""
     rewards = torch.tensor([t.reward for t in trajs])
     groups = torch.tensor([t.maze_index for t in trajs])
     adv = grpo.group_advantages(rewards, groups, norm_by_std=g.norm_by_std)
-    keep = (
-        grpo.nonzero_variance_mask(rewards, groups)
-        if g.filter_zero_variance
-        else torch.ones_like(rewards, dtype=torch.bool)
-    )
-    return Scores(rewards, groups, adv, keep)
+    informative = grpo.nonzero_variance_mask(rewards, groups)
+    keep = informative if g.filter_zero_variance else torch.ones_like(informative)
+    return Scores(rewards, groups, adv, informative, keep)
 
 
 def turn_samples(
@@ -100,16 +100,18 @@ def turn_samples(
     *,
     history: int | None = 1,
 ) -> list[TurnSample]:
-    """One row per model turn of every kept episode, in episode then turn order.
+    """One row per model turn of every kept episode (`scores.keep`), in episode then turn order.
 
+    A kept episode's turns stay even when its advantage is 0: with the zero-variance filter off
+    they count in the reduction's denominators, as that setting means (SkyRL keeps them too).
     `encode` turns a turn's messages (replayed through the env, `turn_prompts`) into model
     input, as the rollout did; a prompt that encodes differently from the sampled one raises.
     """
     out = []
     kept = zip(trajs, scores.advantages.tolist(), scores.keep.tolist(), strict=True)
     for traj, a, k in kept:
-        if not k or a == 0.0:
-            continue  # zero-advantage turns carry no gradient but would dilute the mean
+        if not k:
+            continue
         for turn, msgs in zip(traj.turns, turn_prompts(traj, env, history=history), strict=True):
             enc = encode(msgs)
             if list(enc.prompt_ids) != list(turn.prompt_ids):
@@ -121,8 +123,9 @@ def turn_samples(
 
 
 def rollout_metrics(trajs: Sequence[Trajectory], scores: Scores, n_groups: int) -> dict:
-    """The `rollout/` metrics of a batch of `n_groups` mazes' episodes."""
-    kept_groups = len(set(scores.groups[scores.keep].tolist()))
+    """The `rollout/` metrics of a batch of `n_groups` mazes' episodes (the zero-variance
+    count is a fact of the rollout, whether the filter drops those groups or not)."""
+    kept_groups = len(set(scores.groups[scores.informative].tolist()))
     return {
         "rollout/reward_mean": float(scores.rewards.mean()),
         "rollout/solve_rate": float(np.mean([t.solved for t in trajs])),
