@@ -15,7 +15,7 @@ from rlkit.model.load import load
 from rlkit.model.policy import AnswerSpec, ModelPolicy
 from rlkit.train import step as st
 from rlkit.train.config import GRPOConfig, ScheduleConfig, preset
-from rlkit.train.update import Learner, minibatch_loss, minibatches, update
+from rlkit.train.update import Learner, minibatch_loss, minibatch_order, minibatches, update
 
 
 def _traj(maze_index: int, reward: float, turns: int = 1) -> Trajectory:
@@ -175,3 +175,46 @@ def test_zero_variance_filter_off_keeps_every_turn_and_still_counts_the_groups(
     on = st.rollout_metrics(rollout, st.score(rollout, smoke.grpo), n_groups)
     off = st.rollout_metrics(rollout, scores, n_groups)
     assert off == on and on["rollout/zero_variance_groups"] > 0
+
+
+def test_reductions_average_over_episodes_even_with_one_answer_token_per_turn(
+    learner, rollout, smoke
+):
+    encode = learner.loaded.encoder.encode
+    scores = st.score(rollout, smoke.grpo)
+    samples = st.turn_samples(rollout, scores, encode, smoke.task.env, history=smoke.task.history)
+    episodes = sorted({x.episode for x in samples})[:6]
+    samples = [x for x in samples if x.episode in episodes]
+    turns = {e: sum(x.episode == e for x in samples) for e in episodes}
+    assert len(set(turns.values())) > 1, "the check needs episodes of different lengths"
+    g = replace(smoke.grpo, max_seq_len=12)
+    with torch.no_grad():  # constrained: each row has one loss token, so its loss is the row's
+        row = [float(minibatch_loss(learner, [x], g).out.metrics["loss/policy"]) for x in samples]
+        got = {
+            r: float(minibatch_loss(learner, samples, replace(g, reduction=r)).out.loss)
+            for r in ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
+        }
+    by_ep = {e: [v for v, x in zip(row, samples, strict=True) if x.episode == e] for e in episodes}
+    # Expected: token_mean averages turns; the other two average episodes, as SkyRL's one
+    # row per episode does: 1/G sum_i mean_t, and 1/G sum_i sum_t / max_seq_len.
+    want = {
+        "token_mean": sum(row) / len(row),
+        "sequence_mean": sum(sum(v) / len(v) for v in by_ep.values()) / len(by_ep),
+        "seq_mean_token_sum_norm": sum(sum(v) / 12 for v in by_ep.values()) / len(by_ep),
+    }
+    assert got == pytest.approx(want, rel=1e-4, abs=1e-6)
+    assert got["sequence_mean"] != pytest.approx(got["token_mean"], rel=1e-3)
+
+
+def test_per_episode_reductions_train_on_whole_episodes():
+    episodes = [0, 0, 0, 1, 2, 2, 3, 3, 3, 3, 3, 4]  # the episode of each sample, in order
+    gen = torch.Generator().manual_seed(0)
+    g = GRPOConfig(minibatch=4, reduction="sequence_mean")
+    got = minibatch_order(episodes, g, gen)
+    assert sorted(i for mb in got for i in mb) == list(range(len(episodes)))
+    for mb in got:  # never an episode cut in two; at most 4 turns unless one episode has more
+        eps = {episodes[i] for i in mb}
+        assert all(episodes.count(e) == sum(episodes[i] == e for i in mb) for e in eps)
+        assert len(mb) <= 4 or len(eps) == 1
+    turn_level = minibatch_order(episodes, replace(g, reduction="token_mean"), gen.manual_seed(0))
+    assert turn_level == minibatches(len(episodes), 4, torch.Generator().manual_seed(0))

@@ -120,3 +120,14 @@ def test_without_the_zero_variance_filter_every_turn_trains_and_groups_are_still
     (row,) = [r for r in _metrics(tmp_path) if "rollout/reward_mean" in r]
     assert row["rollout/zero_variance_groups"] > 0  # a rollout fact, filter or not
     assert row["train/samples"] == round(row["rollout/turns_mean"] * row["rollout/episodes"])
+
+
+def test_seq_mean_token_sum_norm_needs_max_seq_len_and_then_trains(tmp_path):
+    with pytest.raises(UsageError, match=r"grpo\.max_seq_len"):
+        preset("smoke").with_overrides({"grpo.reduction": "seq_mean_token_sum_norm"})
+    cfg = _cfg(steps=1, eval_before_train=False).with_overrides(
+        {"grpo.reduction": "seq_mean_token_sum_norm", "grpo.max_seq_len": "12"}
+    )
+    train(cfg, tmp_path, progress=False)  # crashed at the first GRPO update before
+    (row,) = [r for r in _metrics(tmp_path) if "rollout/reward_mean" in r]
+    assert row["train/samples"] > 0 and "loss/policy" in row

@@ -79,7 +79,8 @@ class GRPOConfig:
     epochs: int = 2
     """Passes over each rollout batch (importance ratios keep later passes honest)."""
     minibatch: int = 512
-    """Turns per optimizer step."""
+    """Turns per optimizer step. The per-episode reductions take whole episodes instead, as
+    many as fit in this many turns (an episode longer than that alone)."""
     lr: float = 3e-4
     lr_late: float | None = 1e-4
     """Rate from step `lr_late_from` on (None: constant). 3e-4 climbs fast but swings late;
@@ -94,7 +95,13 @@ class GRPOConfig:
     norm_by_std: bool = True
     """Divide advantages by the group std (textbook GRPO); False is Dr. GRPO."""
     reduction: str = "token_mean"
-    """Loss reduction over the model's tokens (SkyRL's definitions)."""
+    """Loss reduction over the model's tokens (SkyRL's definitions, a sequence = an episode):
+    `token_mean` weighs every token alike; `sequence_mean` and `seq_mean_token_sum_norm` weigh
+    every episode alike, whatever its number of turns."""
+    max_seq_len: int | None = None
+    """The constant per-episode token budget `seq_mean_token_sum_norm` divides by (Dr. GRPO),
+    required for it as SkyRL's `trainer.algorithm.max_seq_len` is; e.g. the env's `max_turns`
+    with the constrained one-token answer."""
     kl_coef: float = 0.0
     """KL penalty to the post-warm-start policy (0 disables it and the reference copy)."""
     kl_estimator: str = "k3"
@@ -143,6 +150,13 @@ class TrainConfig:
             raise UsageError(f"lr ({g.lr}) and lr_late ({g.lr_late}) must be > 0")
         if g.reduction not in REDUCTIONS:
             raise UsageError(f"reduction {g.reduction!r}: use one of {', '.join(REDUCTIONS)}")
+        if g.reduction == "seq_mean_token_sum_norm" and g.max_seq_len is None:
+            raise UsageError(
+                "grpo.reduction=seq_mean_token_sum_norm needs grpo.max_seq_len: the constant "
+                "per-episode token budget it divides by"
+            )
+        if g.max_seq_len is not None and g.max_seq_len < 1:
+            raise UsageError(f"grpo.max_seq_len ({g.max_seq_len}) must be >= 1 or none")
         if g.kl_estimator not in KL_ESTIMATORS:
             raise UsageError(
                 f"kl_estimator {g.kl_estimator!r}: use one of {', '.join(KL_ESTIMATORS)}"
@@ -159,11 +173,25 @@ class TrainConfig:
         return asdict(self)
 
     def with_overrides(self, overrides: dict[str, Any]) -> TrainConfig:
-        """`{"grpo.lr": 1e-4, "schedule.steps": 10}` -> a new config (CLI `--set key=value`)."""
-        cfg: Any = self
+        """`{"grpo.lr": 1e-4, "schedule.steps": 10}` -> a new config (CLI `--set key=value`).
+
+        The cross-field checks run once, on the result: `--set` order never matters (e.g.
+        `grpo.reduction=seq_mean_token_sum_norm` before the `grpo.max_seq_len` it needs).
+        """
+        parts: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         for key, value in overrides.items():
-            cfg = _set_path(cfg, key.split("."), value, key)
-        return cfg
+            head, *rest = key.split(".")
+            if head not in parts:
+                raise UsageError(f"unknown config key {key!r}: valid here are {sorted(parts)}")
+            if rest and not is_dataclass(parts[head]):
+                raise UsageError(f"config key {key!r} goes below a plain value")
+            if not rest and is_dataclass(parts[head]):
+                raise UsageError(f"config key {key!r} is a section: set one of its fields")
+            if rest:
+                parts[head] = _set_path(parts[head], rest, value, key)
+            else:
+                parts[head] = _coerce(value, parts[head], key)
+        return replace(self, **parts)
 
 
 def _set_path(obj: Any, path: list[str], value: Any, full: str) -> Any:

@@ -64,6 +64,8 @@ class TurnSample:
     old_logprobs: list[float]
     """Per response token, log pi_old as recorded while sampling."""
     advantage: float
+    episode: int
+    """Index of its episode in the rollout batch: the sequence of the per-episode reductions."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ def turn_samples(
     """
     out = []
     kept = zip(trajs, scores.advantages.tolist(), scores.keep.tolist(), strict=True)
-    for traj, a, k in kept:
+    for episode, (traj, a, k) in enumerate(kept):
         if not k:
             continue
         for turn, msgs in zip(traj.turns, turn_prompts(traj, env, history=history), strict=True):
@@ -118,7 +120,7 @@ def turn_samples(
                 raise RuntimeError(
                     "re-encoded prompt differs from the sampled one: rollout and trainer disagree"
                 )
-            out.append(TurnSample(enc, turn.response_ids, turn.logprobs, a))
+            out.append(TurnSample(enc, turn.response_ids, turn.logprobs, a, episode))
     return out
 
 

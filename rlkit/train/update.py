@@ -4,7 +4,11 @@
 optimizer step per minibatch, and returns the minibatch metrics averaged. The loss of a
 minibatch (`minibatch_loss`) recomputes each reply's logprobs under the current weights, masks
 everything the policy did not choose (constrained mode: only the move word's token) and hands
-them to `rlkit.train.grpo.policy_loss`.
+them to `rlkit.train.grpo.policy_loss` with each row's episode as its sequence.
+
+`token_mean` shuffles turns; the per-episode reductions (`sequence_mean`,
+`seq_mean_token_sum_norm`) shuffle whole episodes into minibatches, as SkyRL's episode rows
+are, since an episode cut across two optimizer steps would be averaged as two.
 """
 
 from __future__ import annotations
@@ -70,6 +74,8 @@ def minibatch_loss(learner: Learner, mb: Sequence[TurnSample], g: GRPOConfig) ->
         eps_clip_low=g.eps_clip_low,
         eps_clip_high=g.eps_clip_high,
         reduction=g.reduction,
+        max_seq_len=g.max_seq_len,
+        seq_ids=torch.tensor([x.episode for x in mb]),
         ref_logprobs=ref,
         kl_coef=g.kl_coef,
         kl_estimator=g.kl_estimator,
@@ -101,6 +107,35 @@ def minibatches(n: int, size: int, generator: torch.Generator) -> list[list[int]
     return [perm[lo : lo + size] for lo in range(0, n, size)]
 
 
+def episode_minibatches(
+    episodes: Sequence[int], size: int, generator: torch.Generator
+) -> list[list[int]]:
+    """Sample indices grouped by episode (`episodes[i]` is sample i's), the episodes in a random
+    order, packed into minibatches of at most `size` samples without cutting an episode (one
+    longer than `size` fills a minibatch alone)."""
+    members: dict[int, list[int]] = {}
+    for i, e in enumerate(episodes):
+        members.setdefault(e, []).append(i)
+    order = [list(members)[j] for j in torch.randperm(len(members), generator=generator)]
+    out: list[list[int]] = []
+    for e in order:
+        if out and len(out[-1]) + len(members[e]) <= size:
+            out[-1].extend(members[e])
+        else:
+            out.append(list(members[e]))
+    return out
+
+
+def minibatch_order(
+    episodes: Sequence[int], g: GRPOConfig, generator: torch.Generator
+) -> list[list[int]]:
+    """One epoch's minibatches of sample indices: turns for `token_mean`, whole episodes for
+    the per-episode reductions."""
+    if g.reduction == "token_mean":
+        return minibatches(len(episodes), g.minibatch, generator)
+    return episode_minibatches(episodes, g.minibatch, generator)
+
+
 def update(
     learner: Learner,
     samples: Sequence[TurnSample],
@@ -123,7 +158,7 @@ def update(
     model.train()
     for epoch in range(g.epochs):
         gen = torch.Generator().manual_seed(shuffle_seed(seed, step, epoch))
-        for idx in minibatches(len(samples), g.minibatch, gen):
+        for idx in minibatch_order([x.episode for x in samples], g, gen):
             metrics = optimizer_step(learner, [samples[i] for i in idx], g, step=step)
             n_mb += 1
             for k, v in metrics.items():
