@@ -9,7 +9,7 @@ import torch
 
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.errors import UsageError
-from rlkit.train.config import TrainConfig, preset
+from rlkit.train.config import TrainConfig, config_changes, preset
 from rlkit.train.runs import MARKER
 from rlkit.train.trainer import Trainer, train
 
@@ -95,6 +95,15 @@ def test_config_validation_and_overrides():
         preset("smoke").with_overrides({"grpo.lr": "fast"})
 
 
+def test_config_changes_name_every_changed_field():
+    old = preset("smoke").to_dict()
+    new = preset("smoke").with_overrides({"grpo.lr": "1e-4", "task.history": "none"}).to_dict()
+    assert config_changes(old, new) == {"grpo.lr": (3e-4, 1e-4), "task.history": (1, None)}
+    assert config_changes(old, old) == {}
+    del old["grpo"]["max_seq_len"]  # a run.json older than the field: not compared
+    assert config_changes(old, preset("smoke").to_dict()) == {}
+
+
 def test_resume_none_refuses_existing_checkpoints(tmp_path):
     Trainer(_cfg(), tmp_path, progress=False).fit(stop_at_step=2)
     with pytest.raises(UsageError, match="already holds checkpoints"):
@@ -131,3 +140,21 @@ def test_seq_mean_token_sum_norm_needs_max_seq_len_and_then_trains(tmp_path):
     train(cfg, tmp_path, progress=False)  # crashed at the first GRPO update before
     (row,) = [r for r in _metrics(tmp_path) if "rollout/reward_mean" in r]
     assert row["train/samples"] > 0 and "loss/policy" in row
+
+
+def test_resume_refuses_a_changed_recipe_and_records_a_changed_schedule(tmp_path):
+    Trainer(_cfg(), tmp_path, progress=False).fit(stop_at_step=2)
+    changed = _cfg().with_overrides({"grpo.lr": "1e-4", "grpo.epochs": "3"})
+    with pytest.raises(UsageError) as e:
+        train(changed, tmp_path, progress=False)
+    msg = str(e.value)
+    assert "\n" not in msg and "grpo.epochs 2 -> 3, grpo.lr 0.0003 -> 0.0001" in msg
+    assert "new --run-dir" in msg
+    assert json.loads((tmp_path / "run.json").read_text())["config"]["grpo"]["lr"] == 3e-4
+    summary = train(_cfg(steps=5), tmp_path, progress=False)  # more steps: same recipe
+    assert summary["grpo_steps"] == 5
+    info = json.loads((tmp_path / "run.json").read_text())
+    assert info["config"]["schedule"]["steps"] == 5
+    assert [(c["step"], c["changed"]) for c in info["config_changes"]] == [
+        (2, {"schedule.steps": [4, 5]})
+    ]

@@ -6,6 +6,8 @@ Every field says why it has its value. Presets: `smoke` (seconds; tests and CI) 
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal
 
@@ -20,6 +22,18 @@ REDUCTIONS: tuple[str, ...] = ("token_mean", "sequence_mean", "seq_mean_token_su
 """Loss reductions, SkyRL's definitions (`rlkit.train.grpo.reduction_weights`)."""
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3", "abs")
 """KL estimators (`rlkit.train.grpo.kl_estimate`)."""
+RESUME_MAY_CHANGE: tuple[str, ...] = (
+    "schedule.steps",
+    "schedule.eval_every",
+    "schedule.ckpt_every",
+    "schedule.keep",
+    "schedule.threads",
+    "schedule.eval_before_train",
+)
+"""The fields a resumed run may change (recorded in run.json's `config_changes`): how long it
+runs and how often it checkpoints or evaluates. Every other field is the recipe (what is
+trained, and how each eval measures it); changing one mid-run would give a curve no single
+config produced, so a resume refuses it."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +206,37 @@ class TrainConfig:
             else:
                 parts[head] = _coerce(value, parts[head], key)
         return replace(self, **parts)
+
+
+def config_changes(
+    old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = ""
+) -> dict[str, tuple[Any, Any]]:
+    """Dotted key -> (old, new) for every field whose value differs between two `to_dict()`
+    configs, compared as JSON (run.json's form). A field only one side has (a run.json older
+    than the field) is not compared."""
+    old, new = json.loads(json.dumps(old)), json.loads(json.dumps(new))
+    out: dict[str, tuple[Any, Any]] = {}
+    for key in old.keys() & new.keys():
+        a, b = old[key], new[key]
+        if isinstance(a, dict) and isinstance(b, dict):
+            out |= config_changes(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out[f"{prefix}{key}"] = (a, b)
+    return dict(sorted(out.items()))
+
+
+def check_resume(saved: Mapping[str, Any] | None, cfg: TrainConfig, where: str) -> dict:
+    """The changes from run `where`'s saved config (run.json; None: not recorded) to `cfg`, if
+    each is one `RESUME_MAY_CHANGE` allows; else a one-line UsageError naming them."""
+    changes = config_changes(saved, cfg.to_dict()) if saved else {}
+    fixed = [f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items() if k not in RESUME_MAY_CHANGE]
+    if fixed:
+        raise UsageError(
+            f"{where} was trained with another recipe ({', '.join(fixed)}): resume with its "
+            "settings (run.json) or start a new --run-dir; a resume may change only "
+            + ", ".join(RESUME_MAY_CHANGE)
+        )
+    return changes
 
 
 def _set_path(obj: Any, path: list[str], value: Any, full: str) -> Any:

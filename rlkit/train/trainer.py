@@ -37,7 +37,7 @@ from rlkit.model.build import build_tiny
 from rlkit.model.load import LoadedModel, load, no_progress_bars
 from rlkit.model.policy import AnswerSpec, ModelPolicy
 from rlkit.train import faults
-from rlkit.train.config import TrainConfig
+from rlkit.train.config import TrainConfig, check_resume
 from rlkit.train.metrics import MetricsLogger
 from rlkit.train.runs import Checkpoint, RunDir
 from rlkit.train.step import (
@@ -142,13 +142,14 @@ class Trainer:
         if self.cfg.schedule.threads:
             torch.set_num_threads(self.cfg.schedule.threads)
         with self.run.lock():
-            self.run.init(
-                preset=self.cfg.name,
-                seed=self.cfg.schedule.seed,
-                backend="local",
-                config=self.cfg.to_dict(),
+            cfg = self.cfg
+            info = self.run.init(
+                preset=cfg.name, seed=cfg.schedule.seed, backend="local", config=cfg.to_dict()
             )
+            changes = check_resume(info.get("config"), cfg, str(self.run.path))
             ckpt = self._restore()
+            if changes:
+                self.run.record_config(cfg.to_dict(), changes, step=ckpt.step if ckpt else 0)
             if ckpt is not None:  # says which checkpoint a restarted job really continues from
                 print(
                     f"resuming {self.run.path} from {ckpt.path.name}", file=sys.stderr, flush=True
