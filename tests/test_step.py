@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from rlkit.episodes.rollout import Trajectory, Turn, run_episodes
+from rlkit.errors import UsageError
 from rlkit.maze.sets import train_mazes
 from rlkit.model.build import build_tiny
 from rlkit.model.load import load
@@ -52,6 +53,21 @@ def rollout(learner, smoke):
 
 
 # bookkeeping ----------------------------------------------------------------------------------
+
+
+def test_each_random_stream_of_a_step_has_its_own_seed():
+    # numpy's SeedSequence pads its key with zeros: (seed, step) and (seed, step, 0) were one
+    # seed, so a step's rollout drew from the same stream as its epoch-0 minibatch shuffle.
+    assert st.rollout_seed(0, 5) != st.shuffle_seed(0, 5, 0)
+    assert st.seed_for(1, 2) != st.seed_for(1, 2, 0)
+    keys = [(s, t) for s in range(3) for t in range(40)]
+    rollout = {st.rollout_seed(s, t) for s, t in keys}
+    shuffle = {st.shuffle_seed(s, t, e) for s, t in keys for e in range(3)}
+    assert len(rollout) == len(keys) and len(shuffle) == 3 * len(keys)
+    assert not rollout & shuffle
+    assert st.rollout_seed(0, 5) == st.rollout_seed(0, 5)  # a pure function: resumes redraw it
+    with pytest.raises(UsageError, match="non-negative"):
+        st.seed_for(-1, 2)  # abs() made seed -1 replay seed 1
 
 
 def test_score_hand_computed():

@@ -93,6 +93,8 @@ def test_config_validation_and_overrides():
         preset("huge")
     with pytest.raises(UsageError, match="takes a float"):
         preset("smoke").with_overrides({"grpo.lr": "fast"})
+    with pytest.raises(UsageError, match=r"schedule\.seed \(-1\) must be >= 0"):
+        preset("smoke").with_overrides({"schedule.seed": "-1"})
 
 
 def test_config_changes_name_every_changed_field():

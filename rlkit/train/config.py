@@ -177,6 +177,8 @@ class TrainConfig:
             )
         if s.steps < 0:
             raise UsageError(f"schedule.steps ({s.steps}) must be >= 0")
+        if s.seed < 0:
+            raise UsageError(f"schedule.seed ({s.seed}) must be >= 0: it keys numpy SeedSequences")
         for name in ("eval_every", "ckpt_every", "eval_samples"):
             if getattr(s, name) < 1:
                 raise UsageError(f"schedule.{name} ({getattr(s, name)}) must be >= 1")

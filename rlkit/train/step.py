@@ -22,23 +22,35 @@ import torch
 
 from rlkit.env.maze_env import EnvConfig
 from rlkit.episodes.rollout import Trajectory, turn_prompts
+from rlkit.errors import UsageError
 from rlkit.model.chat import Encoded
 from rlkit.train import grpo
 from rlkit.train.config import GRPOConfig, ScheduleConfig
 
+ROLLOUT, SHUFFLE = 1, 2
+"""Stream tags: the key part after the run's seed, so that no two streams share a key."""
+
 
 def seed_for(*parts: int) -> int:
-    return int(np.random.SeedSequence([abs(int(p)) for p in parts]).generate_state(1)[0])
+    """A 64-bit seed from a key of non-negative ints; every distinct key is distinct entropy.
+
+    The key's length is part of it: SeedSequence pads its entropy with zeros, so (s, t) and
+    (s, t, 0) would be one seed.
+    """
+    if any(int(p) < 0 for p in parts):
+        raise UsageError(f"seed key {parts} must be non-negative ints (SeedSequence entropy)")
+    key = [*map(int, parts), len(parts)]
+    return int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0])
 
 
 def rollout_seed(seed: int, step: int) -> int:
     """Seed of the episodes sampled at global step `step`."""
-    return seed_for(seed, step)
+    return seed_for(seed, ROLLOUT, step)
 
 
 def shuffle_seed(seed: int, step: int, epoch: int) -> int:
     """Seed of the minibatch order of epoch `epoch` of the update at global step `step`."""
-    return seed_for(seed, step, epoch)
+    return seed_for(seed, SHUFFLE, step, epoch)
 
 
 @dataclass
