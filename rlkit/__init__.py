@@ -8,7 +8,7 @@ base modules), and `scripts/check_layers.py` (part of `make lint`) enforces it:
     env       skyrl-gym env (`rlkit-maze`) and SkyRL dataset rows
     episodes  policies, batched rollouts, evaluation, failure taxonomy
     model     Qwen3-VL: build, load, encode, batch, policy            (torch)
-    train     config, GRPO math, trainer, warm start, runs, metrics    (torch)
+    train     config, GRPO math, step + update, trainer, warm start, runs, metrics   (torch)
     cluster   Ray: connect, jobs, launch; skyrl/ presets, entry, readers (ray)
     notebook  workbench steps, widgets, plots, demo          (ipywidgets, matplotlib)
     cli       the `rlkit` command

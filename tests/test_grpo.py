@@ -9,6 +9,8 @@ import torch
 from rlkit.errors import UsageError
 from rlkit.train import grpo
 
+REDS = grpo.REDUCTIONS
+
 
 def test_group_advantages_mean_centred_without_std():
     rewards = torch.tensor([6.0, 3.0, 4.5, 1.0, 0.0, 1.0, 0.0])
@@ -104,6 +106,25 @@ MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
 def test_reductions_by_hand_ignore_masked_nan(reduction, expected):
     got = grpo.reduce_loss(LOSS, MASK, reduction, max_seq_len=8)
     assert float(got) == pytest.approx(expected)
+
+
+def test_reductions_with_sequence_ids_count_episodes_not_rows():
+    # Three turn rows: episode 0 is rows 0 (1 token) and 1 (2 tokens), episode 1 is row 2.
+    loss = torch.tensor([[2.0, 0.0], [4.0, 6.0], [3.0, 0.0]])
+    mask = torch.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, 0.0]])
+    ids = torch.tensor([7, 7, 2])
+    got = {r: float(grpo.reduce_loss(loss, mask, r, max_seq_len=4, seq_ids=ids)) for r in REDS}
+    # Expected: token_mean (2 + 4 + 6 + 3) / 4; sequence_mean ((2 + 4 + 6) / 3 + 3 / 1) / 2;
+    # seq_mean_token_sum_norm ((2 + 4 + 6) / 4 + 3 / 4) / 2. Rows alone would give
+    # (2 + 5 + 3) / 3 for sequence_mean: a turn of a long episode would weigh as an episode.
+    assert got == pytest.approx(
+        {"token_mean": 15 / 4, "sequence_mean": 3.5, "seq_mean_token_sum_norm": 1.875}
+    )
+    per_row = grpo.reduce_loss(loss, mask, "sequence_mean", seq_ids=torch.arange(3))
+    assert float(per_row) == pytest.approx(10 / 3)
+    assert per_row == grpo.reduce_loss(loss, mask, "sequence_mean")
+    with pytest.raises(UsageError, match="one sequence id per row"):
+        grpo.reduce_loss(loss, mask, "sequence_mean", seq_ids=torch.tensor([0, 1]))
 
 
 def test_reduction_weights_split_over_micro_batches_equal_the_whole():

@@ -1,4 +1,5 @@
-"""The local trainer: one GRPO step learns, resume equals an uninterrupted run, layout."""
+"""The local trainer: resume equals an uninterrupted run, layout, config (its step's functions:
+tests/test_step.py)."""
 
 import json
 from dataclasses import replace
@@ -7,12 +8,8 @@ import pytest
 import torch
 
 from rlkit.episodes.evaluate import EvalResult
-from rlkit.episodes.rollout import run_episodes
 from rlkit.errors import UsageError
-from rlkit.maze.sets import train_mazes
-from rlkit.train import grpo
-from rlkit.train.config import TrainConfig, preset
-from rlkit.train.metrics import NullLogger
+from rlkit.train.config import TrainConfig, config_changes, preset
 from rlkit.train.runs import MARKER
 from rlkit.train.trainer import Trainer, train
 
@@ -31,33 +28,6 @@ def _params(run_dir, step):
 def _metrics(run_dir):
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in r.items() if not k.startswith("timing/")} for r in rows]
-
-
-def test_one_grpo_step_changes_parameters_and_lowers_loss(tmp_path):
-    cfg = preset("smoke")
-    cfg = replace(cfg, warm_start=replace(cfg.warm_start, enabled=False))
-    t = Trainer(cfg, tmp_path, progress=False)
-    t._restore()
-    t.log = NullLogger()
-    before = {k: v.clone() for k, v in t.loaded.model.named_parameters()}
-    g = cfg.grpo
-    # A fixed batch where groups disagree: reward 1 for episodes that solved.
-    trajs = run_episodes(
-        t._policy(), train_mazes(cfg.task.spec, 0, 8), cfg.task.env, samples=4, seed=3
-    )
-    rewards = torch.tensor([tr.reward for tr in trajs])
-    groups = torch.tensor([tr.maze_index for tr in trajs])
-    adv = grpo.group_advantages(rewards, groups)
-    samples = t._samples(trajs, adv, grpo.nonzero_variance_mask(rewards, groups))
-    assert samples, "the fixed batch needs at least one informative group"
-    with torch.no_grad():
-        loss0 = t._minibatch_loss(samples)
-    t.cfg = replace(cfg, grpo=replace(g, epochs=1, minibatch=len(samples), lr=1e-4))
-    t._update(samples)
-    with torch.no_grad():
-        loss1 = t._minibatch_loss(samples)
-    changed = [k for k, v in t.loaded.model.named_parameters() if not torch.equal(v, before[k])]
-    assert changed and loss1 < loss0
 
 
 def test_resume_equals_uninterrupted_run(tmp_path):
@@ -123,6 +93,17 @@ def test_config_validation_and_overrides():
         preset("huge")
     with pytest.raises(UsageError, match="takes a float"):
         preset("smoke").with_overrides({"grpo.lr": "fast"})
+    with pytest.raises(UsageError, match=r"schedule\.seed \(-1\) must be >= 0"):
+        preset("smoke").with_overrides({"schedule.seed": "-1"})
+
+
+def test_config_changes_name_every_changed_field():
+    old = preset("smoke").to_dict()
+    new = preset("smoke").with_overrides({"grpo.lr": "1e-4", "task.history": "none"}).to_dict()
+    assert config_changes(old, new) == {"grpo.lr": (3e-4, 1e-4), "task.history": (1, None)}
+    assert config_changes(old, old) == {}
+    del old["grpo"]["max_seq_len"]  # a run.json older than the field: not compared
+    assert config_changes(old, preset("smoke").to_dict()) == {}
 
 
 def test_resume_none_refuses_existing_checkpoints(tmp_path):
@@ -138,3 +119,44 @@ def test_kl_to_the_warm_start_policy_is_logged_and_the_reference_is_kept(tmp_pat
     grpo_rows = [r for r in _metrics(tmp_path) if "rollout/reward_mean" in r]
     assert grpo_rows and all("loss/kl" in r and r["loss/kl"] >= 0 for r in grpo_rows)
     assert (tmp_path / "reference_policy" / "config.json").exists()
+
+
+def test_without_the_zero_variance_filter_every_turn_trains_and_groups_are_still_counted(
+    tmp_path,
+):
+    cfg = _cfg(steps=1, eval_before_train=False).with_overrides(
+        {"grpo.filter_zero_variance": "false"}
+    )
+    train(cfg, tmp_path, progress=False)
+    (row,) = [r for r in _metrics(tmp_path) if "rollout/reward_mean" in r]
+    assert row["rollout/zero_variance_groups"] > 0  # a rollout fact, filter or not
+    assert row["train/samples"] == round(row["rollout/turns_mean"] * row["rollout/episodes"])
+
+
+def test_seq_mean_token_sum_norm_needs_max_seq_len_and_then_trains(tmp_path):
+    with pytest.raises(UsageError, match=r"grpo\.max_seq_len"):
+        preset("smoke").with_overrides({"grpo.reduction": "seq_mean_token_sum_norm"})
+    cfg = _cfg(steps=1, eval_before_train=False).with_overrides(
+        {"grpo.reduction": "seq_mean_token_sum_norm", "grpo.max_seq_len": "12"}
+    )
+    train(cfg, tmp_path, progress=False)  # crashed at the first GRPO update before
+    (row,) = [r for r in _metrics(tmp_path) if "rollout/reward_mean" in r]
+    assert row["train/samples"] > 0 and "loss/policy" in row
+
+
+def test_resume_refuses_a_changed_recipe_and_records_a_changed_schedule(tmp_path):
+    Trainer(_cfg(), tmp_path, progress=False).fit(stop_at_step=2)
+    changed = _cfg().with_overrides({"grpo.lr": "1e-4", "grpo.epochs": "3"})
+    with pytest.raises(UsageError) as e:
+        train(changed, tmp_path, progress=False)
+    msg = str(e.value)
+    assert "\n" not in msg and "grpo.epochs 2 -> 3, grpo.lr 0.0003 -> 0.0001" in msg
+    assert "new --run-dir" in msg
+    assert json.loads((tmp_path / "run.json").read_text())["config"]["grpo"]["lr"] == 3e-4
+    summary = train(_cfg(steps=5), tmp_path, progress=False)  # more steps: same recipe
+    assert summary["grpo_steps"] == 5
+    info = json.loads((tmp_path / "run.json").read_text())
+    assert info["config"]["schedule"]["steps"] == 5
+    assert [(c["step"], c["changed"]) for c in info["config_changes"]] == [
+        (2, {"schedule.steps": [4, 5]})
+    ]

@@ -6,6 +6,8 @@ Every field says why it has its value. Presets: `smoke` (seconds; tests and CI) 
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal
 
@@ -20,6 +22,18 @@ REDUCTIONS: tuple[str, ...] = ("token_mean", "sequence_mean", "seq_mean_token_su
 """Loss reductions, SkyRL's definitions (`rlkit.train.grpo.reduction_weights`)."""
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3", "abs")
 """KL estimators (`rlkit.train.grpo.kl_estimate`)."""
+RESUME_MAY_CHANGE: tuple[str, ...] = (
+    "schedule.steps",
+    "schedule.eval_every",
+    "schedule.ckpt_every",
+    "schedule.keep",
+    "schedule.threads",
+    "schedule.eval_before_train",
+)
+"""The fields a resumed run may change (recorded in run.json's `config_changes`): how long it
+runs and how often it checkpoints or evaluates. Every other field is the recipe (what is
+trained, and how each eval measures it); changing one mid-run would give a curve no single
+config produced, so a resume refuses it."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +93,8 @@ class GRPOConfig:
     epochs: int = 2
     """Passes over each rollout batch (importance ratios keep later passes honest)."""
     minibatch: int = 512
-    """Turns per optimizer step."""
+    """Turns per optimizer step. The per-episode reductions take whole episodes instead, as
+    many as fit in this many turns (an episode longer than that alone)."""
     lr: float = 3e-4
     lr_late: float | None = 1e-4
     """Rate from step `lr_late_from` on (None: constant). 3e-4 climbs fast but swings late;
@@ -94,13 +109,20 @@ class GRPOConfig:
     norm_by_std: bool = True
     """Divide advantages by the group std (textbook GRPO); False is Dr. GRPO."""
     reduction: str = "token_mean"
-    """Loss reduction over the model's tokens (SkyRL's definitions)."""
+    """Loss reduction over the model's tokens (SkyRL's definitions, a sequence = an episode):
+    `token_mean` weighs every token alike; `sequence_mean` and `seq_mean_token_sum_norm` weigh
+    every episode alike, whatever its number of turns."""
+    max_seq_len: int | None = None
+    """The constant per-episode token budget `seq_mean_token_sum_norm` divides by (Dr. GRPO),
+    required for it as SkyRL's `trainer.algorithm.max_seq_len` is; e.g. the env's `max_turns`
+    with the constrained one-token answer."""
     kl_coef: float = 0.0
     """KL penalty to the post-warm-start policy (0 disables it and the reference copy)."""
     kl_estimator: str = "k3"
     filter_zero_variance: bool = True
     """Drop groups whose episodes all got the same reward: their advantages are zero anyway, and
-    they would dilute the token mean."""
+    they would dilute the token mean. False trains on them too (zero advantage, counted in the
+    reduction), like SkyRL's `zero_variance_filter=false`."""
 
 
 @dataclass(frozen=True)
@@ -142,12 +164,21 @@ class TrainConfig:
             raise UsageError(f"lr ({g.lr}) and lr_late ({g.lr_late}) must be > 0")
         if g.reduction not in REDUCTIONS:
             raise UsageError(f"reduction {g.reduction!r}: use one of {', '.join(REDUCTIONS)}")
+        if g.reduction == "seq_mean_token_sum_norm" and g.max_seq_len is None:
+            raise UsageError(
+                "grpo.reduction=seq_mean_token_sum_norm needs grpo.max_seq_len: the constant "
+                "per-episode token budget it divides by"
+            )
+        if g.max_seq_len is not None and g.max_seq_len < 1:
+            raise UsageError(f"grpo.max_seq_len ({g.max_seq_len}) must be >= 1 or none")
         if g.kl_estimator not in KL_ESTIMATORS:
             raise UsageError(
                 f"kl_estimator {g.kl_estimator!r}: use one of {', '.join(KL_ESTIMATORS)}"
             )
         if s.steps < 0:
             raise UsageError(f"schedule.steps ({s.steps}) must be >= 0")
+        if s.seed < 0:
+            raise UsageError(f"schedule.seed ({s.seed}) must be >= 0: it keys numpy SeedSequences")
         for name in ("eval_every", "ckpt_every", "eval_samples"):
             if getattr(s, name) < 1:
                 raise UsageError(f"schedule.{name} ({getattr(s, name)}) must be >= 1")
@@ -158,11 +189,56 @@ class TrainConfig:
         return asdict(self)
 
     def with_overrides(self, overrides: dict[str, Any]) -> TrainConfig:
-        """`{"grpo.lr": 1e-4, "schedule.steps": 10}` -> a new config (CLI `--set key=value`)."""
-        cfg: Any = self
+        """`{"grpo.lr": 1e-4, "schedule.steps": 10}` -> a new config (CLI `--set key=value`).
+
+        The cross-field checks run once, on the result: `--set` order never matters (e.g.
+        `grpo.reduction=seq_mean_token_sum_norm` before the `grpo.max_seq_len` it needs).
+        """
+        parts: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         for key, value in overrides.items():
-            cfg = _set_path(cfg, key.split("."), value, key)
-        return cfg
+            head, *rest = key.split(".")
+            if head not in parts:
+                raise UsageError(f"unknown config key {key!r}: valid here are {sorted(parts)}")
+            if rest and not is_dataclass(parts[head]):
+                raise UsageError(f"config key {key!r} goes below a plain value")
+            if not rest and is_dataclass(parts[head]):
+                raise UsageError(f"config key {key!r} is a section: set one of its fields")
+            if rest:
+                parts[head] = _set_path(parts[head], rest, value, key)
+            else:
+                parts[head] = _coerce(value, parts[head], key)
+        return replace(self, **parts)
+
+
+def config_changes(
+    old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = ""
+) -> dict[str, tuple[Any, Any]]:
+    """Dotted key -> (old, new) for every field whose value differs between two `to_dict()`
+    configs, compared as JSON (run.json's form). A field only one side has (a run.json older
+    than the field) is not compared."""
+    old, new = json.loads(json.dumps(old)), json.loads(json.dumps(new))
+    out: dict[str, tuple[Any, Any]] = {}
+    for key in old.keys() & new.keys():
+        a, b = old[key], new[key]
+        if isinstance(a, dict) and isinstance(b, dict):
+            out |= config_changes(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out[f"{prefix}{key}"] = (a, b)
+    return dict(sorted(out.items()))
+
+
+def check_resume(saved: Mapping[str, Any] | None, cfg: TrainConfig, where: str) -> dict:
+    """The changes from run `where`'s saved config (run.json; None: not recorded) to `cfg`, if
+    each is one `RESUME_MAY_CHANGE` allows; else a one-line UsageError naming them."""
+    changes = config_changes(saved, cfg.to_dict()) if saved else {}
+    fixed = [f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items() if k not in RESUME_MAY_CHANGE]
+    if fixed:
+        raise UsageError(
+            f"{where} was trained with another recipe ({', '.join(fixed)}): resume with its "
+            "settings (run.json) or start a new --run-dir; a resume may change only "
+            + ", ".join(RESUME_MAY_CHANGE)
+        )
+    return changes
 
 
 def _set_path(obj: Any, path: list[str], value: Any, full: str) -> Any:

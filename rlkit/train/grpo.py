@@ -32,9 +32,11 @@ How ours differs, each switchable:
   token count, as SkyRL's `zero_variance_filter` does.
 - **Multi-turn**: one outcome reward per episode; its advantage is broadcast to every token the
   model produced in the episode. Observation tokens (env feedback, images) are masked out
-  (`multiturn_loss_mask`). `token_mean` counts tokens, so it is the same whether a row is one
-  turn (the local trainer) or a whole episode (SkyRL); `sequence_mean` and
-  `seq_mean_token_sum_norm` count rows, so they are not.
+  (`multiturn_loss_mask`). A sequence is an episode: SkyRL trains one row per episode, the
+  local trainer one row per turn and passes each row's episode as `seq_ids`, so all three
+  reductions give the same number for either layout (`sequence_mean` is then 1/G sum_i 1/|o_i|
+  over episodes, even with one answer token per turn). `token_mean` counts tokens and needs no
+  ids; without ids, `sequence_mean` and `seq_mean_token_sum_norm` count rows.
 
 Where this differs from SkyRL (each shown by a test):
 
@@ -183,32 +185,52 @@ def clipped_surrogate(
     return -torch.min(surr, surr_clipped), surr_clipped < surr
 
 
+def _sequence_tokens(m: torch.Tensor, seq_ids: torch.Tensor | None) -> tuple[torch.Tensor, int]:
+    """(loss tokens of each row's sequence (B, 1), number of sequences) for mask m (B, T)."""
+    if seq_ids is None:
+        return m.sum(dim=-1, keepdim=True), m.shape[0]
+    if seq_ids.shape != (m.shape[0],):
+        raise UsageError(
+            f"seq_ids {tuple(seq_ids.shape)} must be ({m.shape[0]},): one sequence id per row"
+        )
+    _, inverse = torch.unique(seq_ids, return_inverse=True)
+    n = int(inverse.max()) + 1 if inverse.numel() else 0
+    tokens = torch.zeros(n, dtype=m.dtype, device=m.device).index_add_(0, inverse, m.sum(-1))
+    return tokens[inverse].unsqueeze(-1), n
+
+
 def reduction_weights(
-    mask: torch.Tensor, reduction: Reduction, *, max_seq_len: int | None = None
+    mask: torch.Tensor,
+    reduction: Reduction,
+    *,
+    max_seq_len: int | None = None,
+    seq_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-token weights w (B, T) such that `(token_loss * w).sum()` is the chosen reduction.
 
-    mask: (B, T), 1 where a token carries loss. With m = mask and B the number of rows:
-    - token_mean:              w = m / max(1, sum(m))
-    - sequence_mean:           w_i = m_i / (B * max(1, sum_t m_i))
-    - seq_mean_token_sum_norm: w = m / (B * max_seq_len)   (max_seq_len required)
+    mask: (B, T), 1 where a token carries loss. seq_ids: (B,) int, rows with the same id are
+    parts of one sequence (the turns of one episode); None makes each row its own sequence.
+    With m = mask, S the number of sequences and n_i the loss tokens of row i's sequence:
+    - token_mean:              w = m / max(1, sum(m))            (seq_ids change nothing)
+    - sequence_mean:           w_i = m_i / (S * max(1, n_i))
+    - seq_mean_token_sum_norm: w = m / (S * max_seq_len)   (max_seq_len required)
     Compute the weights on the whole optimiser mini-batch, then slice them for micro-batches.
     """
     m = mask.to(torch.float32) if not mask.is_floating_point() else mask
     if m.ndim != 2:
         raise UsageError(f"mask {tuple(m.shape)} must be (B, T)")
-    batch = m.shape[0]
     if reduction == "token_mean":
         return m / m.sum().clamp(min=1.0)
+    tokens, n_seqs = _sequence_tokens(m, seq_ids)
     if reduction == "sequence_mean":
-        return m / (batch * m.sum(dim=-1, keepdim=True).clamp(min=1.0))
+        return m / (n_seqs * tokens.clamp(min=1.0))
     if reduction == "seq_mean_token_sum_norm":
         if max_seq_len is None or max_seq_len < 1:
             raise UsageError(
                 f"max_seq_len ({max_seq_len}) must be a positive int for "
                 "seq_mean_token_sum_norm: it is the constant token budget per sequence"
             )
-        return m / (batch * max_seq_len)
+        return m / (n_seqs * max_seq_len)
     raise UsageError(f"unknown loss reduction {reduction!r}: choose one of {', '.join(REDUCTIONS)}")
 
 
@@ -218,13 +240,16 @@ def reduce_loss(
     reduction: Reduction,
     *,
     max_seq_len: int | None = None,
+    seq_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Reduce a (B, T) per-token loss to a scalar; masked tokens never contribute (even NaN)."""
+    """Reduce a (B, T) per-token loss to a scalar; masked tokens never contribute (even NaN).
+    seq_ids (B,): which rows form one sequence (see `reduction_weights`)."""
     if token_loss.shape != mask.shape:
         raise UsageError(
             f"token_loss {tuple(token_loss.shape)} and mask {tuple(mask.shape)} must match"
         )
-    w = reduction_weights(mask, reduction, max_seq_len=max_seq_len).to(token_loss.dtype)
+    w = reduction_weights(mask, reduction, max_seq_len=max_seq_len, seq_ids=seq_ids)
+    w = w.to(token_loss.dtype)
     return torch.where(mask.bool(), token_loss * w, torch.zeros_like(token_loss)).sum()
 
 
@@ -283,14 +308,15 @@ def policy_loss(
     eps_clip_high: float = 0.2,
     reduction: Reduction = "token_mean",
     max_seq_len: int | None = None,
+    seq_ids: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     kl_estimator: KLEstimator = "k3",
 ) -> PolicyLoss:
     """GRPO loss for one mini-batch: reduced clipped surrogate + kl_coef * KL to the reference.
 
-    logprobs, old_logprobs, mask, ref_logprobs: (B, T); advantages: (B,) or (B, T).
-    Metrics: loss/total, loss/policy, loss/kl (when a reference is given), loss/clip_fraction,
+    logprobs, old_logprobs, mask, ref_logprobs: (B, T); advantages: (B,) or (B, T); seq_ids:
+    (B,) which rows form one sequence in the reduction (None: each row). Metrics: loss/total, loss/policy, loss/kl (when a reference is given), loss/clip_fraction,
     loss/ratio_mean, loss/approx_kl_old (k3 of the rollout policy against the current one).
     """
     if kl_coef < 0:
@@ -302,7 +328,7 @@ def policy_loss(
     token_loss, clipped = clipped_surrogate(
         logprobs, old_logprobs, advantages, eps_clip_low=eps_clip_low, eps_clip_high=eps_clip_high
     )
-    pg = reduce_loss(token_loss, mask, reduction, max_seq_len=max_seq_len)
+    pg = reduce_loss(token_loss, mask, reduction, max_seq_len=max_seq_len, seq_ids=seq_ids)
     total = pg
     with torch.no_grad():
         ratio = torch.exp(torch.clamp(logprobs - old_logprobs, -20.0, 20.0))

@@ -196,6 +196,17 @@ class RunDir:
         atomic_write_text(self.run_json, json.dumps(info, indent=1) + "\n")
         return info
 
+    def record_config(
+        self, config: Mapping[str, Any], changed: Mapping[str, Any], *, step: int
+    ) -> None:
+        """A resume from `step` changed `changed` (key -> (old, new)): run.json's config becomes
+        `config`, and the change joins its `config_changes` history."""
+        info = self.read_info()
+        entry = {"step": step, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": changed}
+        info["config"] = _json_safe(dict(config))
+        info["config_changes"] = [*info.get("config_changes", []), _json_safe(entry)]
+        atomic_write_text(self.run_json, json.dumps(info, indent=1) + "\n")
+
     def read_info(self) -> dict[str, Any]:
         try:
             return json.loads(self.run_json.read_text(encoding="utf-8"))

@@ -21,6 +21,8 @@ from rlkit.maze.sets import MazeSpec, train_maze
 from rlkit.model.chat import Encoded
 from rlkit.model.load import LoadedModel
 from rlkit.model.policy import AnswerSpec, build_batch, response_logprobs
+from rlkit.train import faults
+from rlkit.train.update import Learner
 
 BC_STREAM = 20_000_000
 """Training-stream index where BC mazes start (apart from GRPO's cursor and validation)."""
@@ -65,6 +67,20 @@ def bc_loss(
     logp, _ = response_logprobs(loaded, batch, temperature=temperature, answer=answer)
     choice = logp[:, answer.choice_pos]
     return -choice.mean(), float((choice > np.log(0.5)).float().mean())
+
+
+def bc_update(
+    learner: Learner, prompts: Sequence[Encoded], actions: Sequence[Action], *, step: int
+) -> dict[str, float]:
+    """One optimizer step of behaviour cloning; returns `loss/bc` and `train/bc_accuracy`."""
+    learner.loaded.model.train()
+    loss, acc = bc_loss(learner.loaded, learner.answer, prompts, actions, learner.temperature)
+    learner.opt.zero_grad()
+    loss.backward()
+    faults.point("optimizer", step)
+    learner.opt.step()
+    learner.loaded.model.eval()
+    return {"loss/bc": float(loss.detach()), "train/bc_accuracy": acc}
 
 
 def validation_mazes(spec: MazeSpec, n: int = 64) -> list:

@@ -322,10 +322,11 @@ def test_masked_nan_never_reaches_the_loss_where_skyrl_reduce_loss_multiplies_it
     assert torch.isnan(sky.reduce_loss(token_loss * 0.5, mask))
 
 
-def test_only_token_mean_is_the_same_for_turn_rows_and_episode_rows():
+def test_turn_rows_with_episode_ids_equal_skyrl_episode_rows_for_every_reduction():
     # The local trainer feeds one row per turn, each carrying its episode's advantage; SkyRL
     # trains one row per episode with observation tokens masked out. token_mean counts tokens,
-    # so it does not care; sequence_mean counts rows, so turn rows and episode rows differ.
+    # so it does not care; sequence_mean counts rows, so turn rows and episode rows differ
+    # unless the turn rows say which episode they belong to (seq_ids), as the trainer passes.
     episodes = [[(3, False), (2, True), (4, False), (3, True)], [(2, False), (4, True)]]
     ep_mask = grpo.multiturn_loss_mask(episodes)
     token_loss = torch.randn(ep_mask.shape, generator=torch.Generator().manual_seed(11))
@@ -338,14 +339,17 @@ def test_only_token_mean_is_the_same_for_turn_rows_and_episode_rows():
             pos += n
     turn_loss = torch.nn.utils.rnn.pad_sequence(turns, batch_first=True)
     turn_mask = _mask(torch.tensor([len(t) for t in turns]), turn_loss.shape[1])
-    for reduction in ("token_mean", "sequence_mean"):
+    episode_of_turn = torch.tensor([0, 0, 1])
+    for reduction in grpo.REDUCTIONS:
         scale = sky.apply_loss_reduction_to_advantages_minibatch(
             torch.ones_like(ep_mask), ep_mask, reduction, micro_batch_size=2, max_seq_len=12
         )
         sky_episode_rows = sky.reduce_loss(token_loss * scale, ep_mask)
-        ours_turn_rows = grpo.reduce_loss(turn_loss, turn_mask, reduction)
-        same = torch.allclose(ours_turn_rows, sky_episode_rows, **TOL)
-        assert same == (reduction == "token_mean")
+        kw = {"max_seq_len": 12}
+        rows = grpo.reduce_loss(turn_loss, turn_mask, reduction, **kw)
+        turns = grpo.reduce_loss(turn_loss, turn_mask, reduction, seq_ids=episode_of_turn, **kw)
+        torch.testing.assert_close(turns, sky_episode_rows, **TOL)
+        assert torch.allclose(rows, sky_episode_rows, **TOL) == (reduction == "token_mean")
 
 
 # KL -----------------------------------------------------------------------------------------

@@ -1,0 +1,178 @@
+"""What one GRPO step computes besides the update, as free functions the trainer calls.
+
+- seeds: every random draw of a step comes from (seed, step[, epoch]), so a run resumed from a
+  checkpoint draws exactly what an uninterrupted one would (`rollout_seed`, `shuffle_seed`);
+- `score`: rewards -> group-relative advantages and which episodes the loss keeps;
+- `turn_samples`: trajectories -> one training row per model turn, the prompt re-encoded and
+  checked against the one that was sampled;
+- `rollout_metrics`: the `rollout/` numbers of a batch of episodes;
+- `lr_at`: the learning rate of a GRPO step;
+- `due`: whether an eval and a checkpoint follow a step.
+
+The update itself (loss, minibatches, optimizer) is `rlkit.train.update`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from rlkit.env.maze_env import EnvConfig
+from rlkit.episodes.rollout import Trajectory, turn_prompts
+from rlkit.errors import UsageError
+from rlkit.model.chat import Encoded
+from rlkit.train import grpo
+from rlkit.train.config import GRPOConfig, ScheduleConfig
+
+ROLLOUT, SHUFFLE = 1, 2
+"""Stream tags: the key part after the run's seed, so that no two streams share a key."""
+
+
+def seed_for(*parts: int) -> int:
+    """A 64-bit seed from a key of non-negative ints; every distinct key is distinct entropy.
+
+    The key's length is part of it: SeedSequence pads its entropy with zeros, so (s, t) and
+    (s, t, 0) would be one seed.
+    """
+    if any(int(p) < 0 for p in parts):
+        raise UsageError(f"seed key {parts} must be non-negative ints (SeedSequence entropy)")
+    key = [*map(int, parts), len(parts)]
+    return int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0])
+
+
+def rollout_seed(seed: int, step: int) -> int:
+    """Seed of the episodes sampled at global step `step`."""
+    return seed_for(seed, ROLLOUT, step)
+
+
+def shuffle_seed(seed: int, step: int, epoch: int) -> int:
+    """Seed of the minibatch order of epoch `epoch` of the update at global step `step`."""
+    return seed_for(seed, SHUFFLE, step, epoch)
+
+
+@dataclass
+class TrainState:
+    """Everything besides weights and optimizer that a resume needs (saved in trainer_state.pt)."""
+
+    step: int = 0
+    phase: str = "warm_start"
+    grpo_steps: int = 0
+    warm_start_end: int | None = None
+    cursor: int = 0
+    """Index of the next training maze in the stream: no maze replayed or skipped on resume."""
+    elapsed_s: float = 0.0
+    """Training wall time up to this state, summed over resumed segments (benchmarks)."""
+
+
+@dataclass
+class TurnSample:
+    """One training row: a turn's prompt, the model's reply and the episode's advantage."""
+
+    prompt: Encoded
+    response_ids: list[int]
+    old_logprobs: list[float]
+    """Per response token, log pi_old as recorded while sampling."""
+    advantage: float
+    episode: int
+    """Index of its episode in the rollout batch: the sequence of the per-episode reductions."""
+
+
+@dataclass(frozen=True)
+class Scores:
+    """A rollout batch scored for GRPO; every tensor is (B,), one entry per episode."""
+
+    rewards: torch.Tensor
+    groups: torch.Tensor
+    """Maze index of each episode: the group GRPO compares it within."""
+    advantages: torch.Tensor
+    informative: torch.Tensor
+    """bool: the episode's group has rewards that differ (its advantages are not all zero)."""
+    keep: torch.Tensor
+    """bool: the episode's turns enter the loss (`informative`, or every episode when the
+    zero-variance filter is off)."""
+
+
+def score(trajs: Sequence[Trajectory], g: GRPOConfig) -> Scores:
+    """Group-relative advantages of `trajs`; with `g.filter_zero_variance`, `keep` drops the
+    groups whose episodes all got the same reward, else it keeps every episode."""
+    rewards = torch.tensor([t.reward for t in trajs])
+    groups = torch.tensor([t.maze_index for t in trajs])
+    adv = grpo.group_advantages(rewards, groups, norm_by_std=g.norm_by_std)
+    informative = grpo.nonzero_variance_mask(rewards, groups)
+    keep = informative if g.filter_zero_variance else torch.ones_like(informative)
+    return Scores(rewards, groups, adv, informative, keep)
+
+
+def turn_samples(
+    trajs: Sequence[Trajectory],
+    scores: Scores,
+    encode: Callable[[list[dict]], Encoded],
+    env: EnvConfig,
+    *,
+    history: int | None = 1,
+) -> list[TurnSample]:
+    """One row per model turn of every kept episode (`scores.keep`), in episode then turn order.
+
+    A kept episode's turns stay even when its advantage is 0: with the zero-variance filter off
+    they count in the reduction's denominators, as that setting means (SkyRL keeps them too).
+    `encode` turns a turn's messages (replayed through the env, `turn_prompts`) into model
+    input, as the rollout did; a prompt that encodes differently from the sampled one raises.
+    """
+    out = []
+    kept = zip(trajs, scores.advantages.tolist(), scores.keep.tolist(), strict=True)
+    for episode, (traj, a, k) in enumerate(kept):
+        if not k:
+            continue
+        for turn, msgs in zip(traj.turns, turn_prompts(traj, env, history=history), strict=True):
+            enc = encode(msgs)
+            if list(enc.prompt_ids) != list(turn.prompt_ids):
+                raise RuntimeError(
+                    "re-encoded prompt differs from the sampled one: rollout and trainer disagree"
+                )
+            out.append(TurnSample(enc, turn.response_ids, turn.logprobs, a, episode))
+    return out
+
+
+def rollout_metrics(trajs: Sequence[Trajectory], scores: Scores, n_groups: int) -> dict:
+    """The `rollout/` metrics of a batch of `n_groups` mazes' episodes (the zero-variance
+    count is a fact of the rollout, whether the filter drops those groups or not)."""
+    kept_groups = len(set(scores.groups[scores.informative].tolist()))
+    return {
+        "rollout/reward_mean": float(scores.rewards.mean()),
+        "rollout/solve_rate": float(np.mean([t.solved for t in trajs])),
+        "rollout/turns_mean": float(np.mean([len(t.turns) for t in trajs])),
+        "rollout/episodes": len(trajs),
+        "rollout/zero_variance_groups": int(n_groups - kept_groups),
+    }
+
+
+def lr_at(g: GRPOConfig, grpo_steps: int) -> float:
+    """Learning rate of the GRPO step that follows `grpo_steps` finished ones."""
+    late = g.lr_late is not None and grpo_steps >= g.lr_late_from
+    return g.lr_late if late else g.lr
+
+
+@dataclass(frozen=True)
+class Due:
+    """What follows a step: an eval of the pinned test set, a checkpoint."""
+
+    eval: bool
+    checkpoint: bool
+
+
+def due(s: TrainState, sched: ScheduleConfig) -> Due:
+    """What is due after the step `s` has just finished.
+
+    The warm-start boundary and the last GRPO step get both; otherwise evals come every
+    `eval_every` GRPO steps and checkpoints every `ckpt_every` global steps.
+    """
+    boundary = s.warm_start_end == s.step
+    last = s.grpo_steps >= sched.steps and s.phase == "grpo"
+    grpo_tick = s.phase == "grpo" and not boundary and s.grpo_steps > 0
+    return Due(
+        eval=boundary or last or (grpo_tick and s.grpo_steps % sched.eval_every == 0),
+        checkpoint=boundary or last or s.step % sched.ckpt_every == 0,
+    )

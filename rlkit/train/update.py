@@ -1,0 +1,167 @@
+"""The GRPO update of one rollout batch, as free functions: minibatch order, loss, optimizer.
+
+`update` runs `epochs` passes over the batch's turn samples in a seeded random order, one
+optimizer step per minibatch, and returns the minibatch metrics averaged. The loss of a
+minibatch (`minibatch_loss`) recomputes each reply's logprobs under the current weights, masks
+everything the policy did not choose (constrained mode: only the move word's token) and hands
+them to `rlkit.train.grpo.policy_loss` with each row's episode as its sequence.
+
+`token_mean` shuffles turns; the per-episode reductions (`sequence_mean`,
+`seq_mean_token_sum_norm`) shuffle whole episodes into minibatches, as SkyRL's episode rows
+are, since an episode cut across two optimizer steps would be averaged as two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from rlkit.model.load import LoadedModel
+from rlkit.model.policy import AnswerSpec, build_batch, response_logprobs
+from rlkit.train import faults, grpo
+from rlkit.train.config import GRPOConfig
+from rlkit.train.step import TurnSample, shuffle_seed
+
+
+@dataclass
+class Learner:
+    """The policy being trained and what its loss needs."""
+
+    loaded: LoadedModel
+    opt: torch.optim.Optimizer
+    answer: AnswerSpec | None = None
+    """Set in constrained mode: the policy chose only the move word's token."""
+    ref: LoadedModel | None = None
+    """The frozen reference policy of the KL term (None when kl_coef is 0)."""
+    temperature: float = 1.0
+    """The rollout's sampling temperature: logprobs must use the same one (on-policy ratios)."""
+
+
+@dataclass(frozen=True)
+class MinibatchLoss:
+    out: grpo.PolicyLoss
+    entropy: torch.Tensor
+    """(B, R) per-token entropy of the policy."""
+    mask: torch.Tensor
+    """(B, R) 1 on the tokens that carry loss."""
+
+
+def minibatch_loss(learner: Learner, mb: Sequence[TurnSample], g: GRPOConfig) -> MinibatchLoss:
+    """The GRPO loss of `mb` under the learner's current weights (differentiable)."""
+    loaded, answer = learner.loaded, learner.answer
+    batch = build_batch(loaded, [x.prompt for x in mb], [x.response_ids for x in mb])
+    logp, entropy = response_logprobs(loaded, batch, temperature=learner.temperature, answer=answer)
+    old = torch.zeros_like(logp)
+    for i, x in enumerate(mb):
+        old[i, : len(x.old_logprobs)] = torch.tensor(x.old_logprobs)
+    mask = batch.response_mask.float()
+    if answer is not None:  # constrained: only the move word was chosen by the policy
+        mask = torch.zeros_like(mask)
+        mask[:, answer.choice_pos] = 1.0
+    ref = None
+    if learner.ref is not None:
+        with torch.no_grad():
+            ref, _ = response_logprobs(
+                learner.ref, batch, temperature=learner.temperature, answer=answer
+            )
+    out = grpo.policy_loss(
+        logp,
+        old,
+        torch.tensor([x.advantage for x in mb]),
+        mask,
+        eps_clip_low=g.eps_clip_low,
+        eps_clip_high=g.eps_clip_high,
+        reduction=g.reduction,
+        max_seq_len=g.max_seq_len,
+        seq_ids=torch.tensor([x.episode for x in mb]),
+        ref_logprobs=ref,
+        kl_coef=g.kl_coef,
+        kl_estimator=g.kl_estimator,
+    )
+    return MinibatchLoss(out, entropy, mask)
+
+
+def optimizer_step(
+    learner: Learner, mb: Sequence[TurnSample], g: GRPOConfig, *, step: int
+) -> dict[str, float]:
+    """One optimizer step on minibatch `mb` (gradient clipped); returns its `loss/` metrics."""
+    loss = minibatch_loss(learner, mb, g)
+    learner.opt.zero_grad()
+    loss.out.loss.backward()
+    gn = torch.nn.utils.clip_grad_norm_(learner.loaded.model.parameters(), g.max_grad_norm)
+    faults.point("optimizer", step)
+    learner.opt.step()
+    return {
+        **loss.out.metrics,
+        "loss/grad_norm": float(gn),
+        "loss/entropy": float(grpo.masked_mean(loss.entropy.detach(), loss.mask)),
+    }
+
+
+def minibatches(n: int, size: int, generator: torch.Generator) -> list[list[int]]:
+    """Indices 0..n-1 in a random order, cut into consecutive minibatches of `size` (the last
+    may be smaller)."""
+    perm = torch.randperm(n, generator=generator).tolist()
+    return [perm[lo : lo + size] for lo in range(0, n, size)]
+
+
+def episode_minibatches(
+    episodes: Sequence[int], size: int, generator: torch.Generator
+) -> list[list[int]]:
+    """Sample indices grouped by episode (`episodes[i]` is sample i's), the episodes in a random
+    order, packed into minibatches of at most `size` samples without cutting an episode (one
+    longer than `size` fills a minibatch alone)."""
+    members: dict[int, list[int]] = {}
+    for i, e in enumerate(episodes):
+        members.setdefault(e, []).append(i)
+    order = [list(members)[j] for j in torch.randperm(len(members), generator=generator)]
+    out: list[list[int]] = []
+    for e in order:
+        if out and len(out[-1]) + len(members[e]) <= size:
+            out[-1].extend(members[e])
+        else:
+            out.append(list(members[e]))
+    return out
+
+
+def minibatch_order(
+    episodes: Sequence[int], g: GRPOConfig, generator: torch.Generator
+) -> list[list[int]]:
+    """One epoch's minibatches of sample indices: turns for `token_mean`, whole episodes for
+    the per-episode reductions."""
+    if g.reduction == "token_mean":
+        return minibatches(len(episodes), g.minibatch, generator)
+    return episode_minibatches(episodes, g.minibatch, generator)
+
+
+def update(
+    learner: Learner,
+    samples: Sequence[TurnSample],
+    g: GRPOConfig,
+    *,
+    lr: float,
+    seed: int,
+    step: int,
+) -> dict[str, float]:
+    """`g.epochs` passes over `samples` at learning rate `lr`, one optimizer step per minibatch;
+    returns every metric averaged over the minibatches ({} when there are no samples).
+
+    seed, step: the run's seed and the global step, which fix each epoch's minibatch order.
+    """
+    if not samples:
+        return {}
+    for group in learner.opt.param_groups:
+        group["lr"] = lr
+    model, totals, n_mb = learner.loaded.model, {}, 0
+    model.train()
+    for epoch in range(g.epochs):
+        gen = torch.Generator().manual_seed(shuffle_seed(seed, step, epoch))
+        for idx in minibatch_order([x.episode for x in samples], g, gen):
+            metrics = optimizer_step(learner, [samples[i] for i in idx], g, step=step)
+            n_mb += 1
+            for k, v in metrics.items():
+                totals[k] = totals.get(k, 0.0) + v
+    model.eval()
+    return {k: v / n_mb for k, v in totals.items()}
