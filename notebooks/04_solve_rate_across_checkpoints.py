@@ -36,7 +36,7 @@ from rlkit.notebook import plots, workbench
 
 source = skyrl_export or launch.plan_training(preset, out_dir, run_name=run_name).run_dir
 evals = workbench.checkpoint_evals(source)
-boundary = workbench.warm_start_end(source)
+boundary = plots.warm_start_end(source)
 base = workbench.cached_baselines(out_dir)
 fig = plots.solve_rate_curve(
     evals, baseline=base.get(workbench.BASE), warm_start_end=boundary, run_id=Path(source).name

@@ -10,7 +10,7 @@ from rlkit.episodes.evaluate import EvalResult, evaluate
 from rlkit.episodes.failures import KINDS, classify
 from rlkit.episodes.policies import scripted_policy
 from rlkit.errors import UsageError
-from rlkit.notebook import workbench
+from rlkit.notebook import plots, workbench
 from rlkit.train.config import preset
 from rlkit.train.runs import RunDir
 from rlkit.train.trainer import train
@@ -94,7 +94,7 @@ def test_checkpoint_evals_rescore_a_checkpoint_exactly_as_the_trainer_did(smoke_
 def test_boundary_milestones_paired_test_and_summary(smoke_run):
     out, plan = smoke_run
     evals = workbench.checkpoint_evals(plan.run_dir)
-    boundary = workbench.warm_start_end(plan.run_dir)
+    boundary = plots.warm_start_end(plan.run_dir)
     assert boundary == 4
     rows = workbench.milestones(evals, boundary)
     assert list(rows) == ["step 0 (start)", "step 4 (warm start done)", "step 8 (final)"]

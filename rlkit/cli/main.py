@@ -162,10 +162,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_plot(args: argparse.Namespace) -> int:
     from rlkit.notebook.plots import (
         figure_png,
-        load_metrics,
         load_run_evals,
         solve_rate_curve,
         training_curves,
+        warm_start_end,
     )
 
     run = Path(args.run_dir)
@@ -179,9 +179,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         evals = load_run_evals(run)
     if not evals:
         raise UsageError(f"{run} has no evals/global_step_N.json yet: train first (rlkit train)")
-    phases = [r for r in load_metrics(run) if r.get("train/phase") == "warm_start"]
-    ws_end = max((r["step"] for r in phases), default=None)
-    fig = solve_rate_curve(evals, warm_start_end=ws_end, run_id=run.name)
+    fig = solve_rate_curve(evals, warm_start_end=warm_start_end(run), run_id=run.name)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(figure_png(fig))

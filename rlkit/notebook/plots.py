@@ -77,6 +77,15 @@ def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return RunDir(path).read_metrics()
 
 
+def warm_start_end(run_dir: str | Path) -> int | None:
+    """The step where warm start handed over to GRPO (None: no warm start, or a SkyRL run)."""
+    path = Path(run_dir)
+    if not (path / "metrics.jsonl").is_file():
+        return None
+    steps = [r["step"] for r in load_metrics(path) if r.get("train/phase") == "warm_start"]
+    return max(steps, default=None)
+
+
 def _by_step(evals: Evals) -> list[tuple[int, EvalResult]]:
     if isinstance(evals, Mapping):
         pairs = [(int(s), r) for s, r in evals.items()]

@@ -30,7 +30,7 @@ from rlkit.errors import UsageError
 from rlkit.maze.sets import pinned_set_hash
 from rlkit.model.build import build_tiny
 from rlkit.model.policy import load_policy
-from rlkit.notebook.plots import figure_png, load_metrics, load_run_evals
+from rlkit.notebook.plots import figure_png, load_run_evals
 from rlkit.stats import CI_METHODS, PairedByMaze
 from rlkit.train.config import TaskConfig, TrainConfig
 from rlkit.train.config import preset as train_preset
@@ -228,15 +228,6 @@ def checkpoint_evals(source: str | Path, *, progress: bool = False) -> dict[int,
                 step=step,
             )
     return load_run_evals(run.path)
-
-
-def warm_start_end(run_dir: str | Path) -> int | None:
-    """The step where warm start handed over to GRPO (None: no warm start, or a SkyRL run)."""
-    path = Path(run_dir)
-    if not (path / "metrics.jsonl").is_file():
-        return None
-    steps = [r["step"] for r in load_metrics(path) if r.get("train/phase") == "warm_start"]
-    return max(steps, default=None)
 
 
 def milestones(evals: Mapping[int, EvalResult], boundary: int | None) -> dict[str, EvalResult]:
