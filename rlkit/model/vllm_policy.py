@@ -95,6 +95,21 @@ def engine_limits(set_name: str, history: int | None = 1) -> dict[str, Any]:
     return {"max_images": n_images, "image_size": size}
 
 
+@contextlib.contextmanager
+def _environ(**values: str) -> Iterator[None]:
+    """Set environment variables for a block only (subprocesses started later see the old ones)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _import_vllm():
     try:
         import vllm
@@ -122,21 +137,20 @@ class VllmEngine:
 
 @contextlib.contextmanager
 def _in_process_engine() -> Iterator[None]:
-    """Start vLLM in this process, and leave the process as it was: vLLM's CPU worker binds the
-    OpenMP threads and replaces `torch.set_num_threads` with a no-op for good."""
+    """Import and start vLLM in this process, and leave the process as it was. vLLM's CPU worker
+    replaces `torch.set_num_threads` with a no-op for good; vLLM configures its logging on
+    import and again when an engine starts, to stdout at INFO unless told, so both happen with
+    its logs on stderr at WARNING (`rlkit eval --json` prints one JSON object; a caller's own
+    VLLM_LOGGING_* settings win)."""
     import torch
 
-    saved_env = {k: os.environ.get(k) for k in ("VLLM_ENABLE_V1_MULTIPROCESSING",)}
+    quiet = {"VLLM_LOGGING_STREAM": "ext://sys.stderr", "VLLM_LOGGING_LEVEL": "WARNING"}
+    quiet = {k: os.environ.get(k, v) for k, v in quiet.items()}
     set_threads, threads = torch.set_num_threads, torch.get_num_threads()
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     try:
-        yield
+        with _environ(VLLM_ENABLE_V1_MULTIPROCESSING="0", **quiet):
+            yield
     finally:
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         torch.set_num_threads = set_threads
         torch.set_num_threads(threads)
 
@@ -163,24 +177,56 @@ def start_engine(
     Defaults by platform: float32 and eager on CPU (exact parity with rlkit's float32 path;
     no compile at start-up), bfloat16 with CUDA graphs on a GPU; the KV cache `kv_cache_gb`
     GiB if given, else `CPU_KV_CACHE_GB` on CPU and `GPU_MEMORY_UTILIZATION` of a GPU.
-    `llm_kwargs` go to `vllm.LLM` as they are (e.g. `tensor_parallel_size`).
+    `llm_kwargs` go to `vllm.LLM` as they are (`tensor_parallel_size=N` with
+    `distributed_executor_backend="mp"` for several GPUs: workers in processes, the engine here).
     """
     p = check_checkpoint(path)
     if max_images < 0:
         raise UsageError(f"max_images ({max_images}) must be >= 0")
     if kv_cache_gb is not None and not kv_cache_gb > 0:
         raise UsageError(f"kv_cache_gb ({kv_cache_gb}) must be > 0")
-    # vLLM logs to stdout by default: keep `rlkit eval --json` one JSON object
-    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    vllm = _import_vllm()
-    from vllm.platforms import current_platform
+    with _in_process_engine():
+        vllm = _import_vllm()
+        from vllm.platforms import current_platform
 
-    cpu = current_platform.is_cpu()
+        kw = _llm_kwargs(
+            p,
+            cpu=current_platform.is_cpu(),
+            max_images=max_images,
+            image_size=image_size,
+            kv_cache_gb=kv_cache_gb,
+            max_model_len=max_model_len,
+            dtype=dtype,
+            enforce_eager=enforce_eager,
+            seed=seed,
+        )
+        kw.update(llm_kwargs)
+        try:
+            llm = vllm.LLM(**kw)
+        except Exception as e:
+            err = _startup_error(e, p, kw)
+            if err is e:
+                raise
+            raise err from e
+    return VllmEngine(llm, llm.get_tokenizer(), p, max_images)
+
+
+def _llm_kwargs(
+    p: Path,
+    *,
+    cpu: bool,
+    max_images: int,
+    image_size: tuple[int, int] | None,
+    kv_cache_gb: float | None,
+    max_model_len: int | None,
+    dtype: str | None,
+    enforce_eager: bool | None,
+    seed: int,
+) -> dict[str, Any]:
     if kv_cache_gb is None and cpu:
         kv_cache_gb = CPU_KV_CACHE_GB
     limit = _model_limit(p)
-    image = {"count": max_images}
+    image: dict[str, int] = {"count": max_images}
     if image_size is not None and max_images:
         image.update(width=int(image_size[0]), height=int(image_size[1]))
     kw: dict[str, Any] = {
@@ -194,6 +240,8 @@ def start_engine(
         # sampling is ours: a checkpoint's generation_config (8B: top_k 20, ...) must not apply
         "generation_config": "vllm",
         "seed": seed,
+        # one device: the worker in this process too (errors arrive as vLLM raised them)
+        "distributed_executor_backend": "uni",
     }
     if cpu:
         # vLLM 0.32 on CPU: a seeded request whose prefill is split over two steps crashes the
@@ -205,15 +253,7 @@ def start_engine(
         kw["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
     else:
         kw["gpu_memory_utilization"] = GPU_MEMORY_UTILIZATION
-    if llm_kwargs.get("tensor_parallel_size", 1) == 1:
-        kw["distributed_executor_backend"] = "uni"
-    kw.update(llm_kwargs)
-    try:
-        with _in_process_engine():
-            llm = vllm.LLM(**kw)
-    except Exception as e:
-        raise _startup_error(e, p, kw) from e
-    return VllmEngine(llm, llm.get_tokenizer(), p, max_images)
+    return kw
 
 
 def _startup_error(e: Exception, path: Path, kw: dict[str, Any]) -> Exception:
