@@ -7,9 +7,10 @@ base modules), and `scripts/check_layers.py` (part of `make lint`) enforces it:
     maze      the game: mazes, pinned sets, rules, rendering, answer parsing
     env       skyrl-gym env (`rlkit-maze`) and SkyRL dataset rows
     episodes  policies, batched rollouts, evaluation, failure taxonomy
-    model     Qwen3-VL: build, load, encode, batch, policy            (torch)
+    model     Qwen3-VL: build, load, encode, batch, policy, vLLM policy   (torch; vllm)
     train     config, GRPO math, step + update, trainer, warm start, runs, metrics   (torch)
-    cluster   Ray: connect, jobs, launch; skyrl/ presets, entry, readers (ray)
+    cluster   Ray: connect, jobs, launch, watch, preflight, rayjob; skyrl/ presets, entry,
+              readers, bridge, experiment                                         (ray)
     notebook  workbench steps, widgets, plots, demo          (ipywidgets, matplotlib)
     cli       the `rlkit` command
 """

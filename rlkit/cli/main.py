@@ -56,8 +56,11 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_policy(name: str, *, greedy: bool = False, device: str = "cpu"):
-    """A scripted policy by name, or a model policy from a checkpoint directory."""
+def load_policy(
+    name: str, *, greedy: bool = False, device: str = "cpu", engine: str = "hf", **vllm_kw
+):
+    """A scripted policy by name, or a model policy from a checkpoint directory (on HF's engine
+    or vLLM's; `vllm_kw` go to `rlkit.model.vllm_policy.load_vllm_policy`)."""
     from rlkit.episodes.policies import is_scripted, scripted_policy
 
     if is_scripted(name):
@@ -66,6 +69,10 @@ def load_policy(name: str, *, greedy: bool = False, device: str = "cpu"):
         raise UsageError(
             f"policy {name!r} is neither random|oracle|eps-oracle:E nor an existing model directory"
         )
+    if engine == "vllm":
+        from rlkit.model.vllm_policy import load_vllm_policy
+
+        return load_vllm_policy(name, greedy=greedy, **vllm_kw)
     from rlkit.model.policy import load_policy as load_model_policy
 
     return load_model_policy(name, greedy=greedy, device=device)
@@ -87,10 +94,19 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             samples=args.samples,
             device=args.device if args.device != "cpu" else "cuda",
             gpus=args.gpus,
+            engine=args.engine,
+            kv_cache_gb=args.kv_cache_gb,
             follow=True,
         )
         return 0 if handle.status() == "SUCCEEDED" else 1
-    policy = load_policy(args.policy, greedy=args.greedy, device=args.device)
+    vllm_kw = {"set_name": args.set, "history": args.history, "kv_cache_gb": args.kv_cache_gb}
+    policy = load_policy(
+        args.policy,
+        greedy=args.greedy,
+        device=args.device,
+        engine=args.engine,
+        **(vllm_kw if args.engine == "vllm" else {}),
+    )
     result, trajs = evaluate(
         policy,
         set_name=args.set,
@@ -236,6 +252,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the evaluation as a GPU Ray job on this cluster (SkyRL exports)",
     )
     e.add_argument("--gpus", type=float, default=1, help="with --address: GPUs for the job")
+    e.add_argument(
+        "--engine",
+        default="hf",
+        choices=["hf", "vllm"],
+        help="inference engine for a model policy: HF generate (default) or vLLM (same results)",
+    )
+    e.add_argument(
+        "--kv-cache-gb",
+        type=float,
+        default=None,
+        help="with --engine vllm: KV cache GiB (default 1 on CPU, 85%% of a GPU's memory)",
+    )
     e.set_defaults(func=_cmd_eval)
 
     mo = sub.add_parser("model", help="build models")

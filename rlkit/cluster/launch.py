@@ -96,12 +96,20 @@ def submit_eval(
     samples: int = 4,
     device: str = "cuda",
     gpus: float = 1,
+    engine: str = "hf",
+    kv_cache_gb: float | None = None,
     follow: bool = False,
 ) -> JobHandle:
     """Evaluate a checkpoint (e.g. a SkyRL HF export on /fsx) with rlkit's evaluator as a Ray
-    job on the cluster's GPUs: pass@k, failure taxonomy and trajectories land in `out`."""
+    job on the cluster's GPUs: pass@k, failure taxonomy and trajectories land in `out`.
+    `engine` "vllm" plays the episodes with vLLM inside the job (this client needs no vLLM)."""
     if samples < 1 or gpus < 0:
         raise UsageError(f"samples ({samples}) must be >= 1 and gpus ({gpus}) >= 0")
+    if engine not in ("hf", "vllm"):
+        raise UsageError(f"unknown engine {engine!r}: use hf or vllm")
+    vllm_args = ["--engine", engine] if engine != "hf" else []
+    if kv_cache_gb is not None:
+        vllm_args += ["--kv-cache-gb", f"{kv_cache_gb:g}"]
     cluster = (
         address
         if isinstance(address, Cluster)
@@ -124,13 +132,14 @@ def submit_eval(
             "--json",
             "--out",
             out,
+            *vllm_args,
         ]
     )
     handle = cluster.submit(
         f"eval-{Path(policy).name}",
         entry,
         num_gpus=gpus or None,
-        metadata={"policy": policy, "out": out, "kind": "eval"},
+        metadata={"policy": policy, "out": out, "kind": "eval", "engine": engine},
     )
     if follow:
         asyncio.run(_print_tail(handle))
