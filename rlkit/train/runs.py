@@ -46,8 +46,19 @@ from rlkit.errors import RlkitError, UsageError
 from rlkit.fsio import FULL_DISK, RunLock, atomic_write_text, fsync, write_synced
 
 MARKER = "latest_ckpt_global_step.txt"
+"""Written last, atomically: the completion marker. SkyRL's name, so both layouts share it."""
 MANIFEST = "rlkit_manifest.json"
-_STEP_DIR = re.compile(r"^global_step_(\d+)$")
+STEP_DIR = re.compile(r"^global_step_(\d+)$")
+"""A checkpoint (or export) directory, local or SkyRL's."""
+
+
+def step_dirs(root: str | Path) -> dict[int, Path]:
+    """`{N: root/global_step_N}` for every such directory under `root` ({} if none)."""
+    root = Path(root)
+    if not root.is_dir():
+        return {}
+    found = ((STEP_DIR.match(p.name), p) for p in root.iterdir() if p.is_dir())
+    return {int(m.group(1)): p for m, p in found if m}
 
 
 class CheckpointWarning(UserWarning):
@@ -221,10 +232,7 @@ class RunDir:
 
     def checkpoint_steps(self) -> list[int]:
         """Steps of every global_step_N directory present, complete or not, ascending."""
-        if not self.path.is_dir():
-            return []
-        steps = [int(m.group(1)) for p in self.path.iterdir() if (m := _STEP_DIR.match(p.name))]
-        return sorted(steps)
+        return sorted(step_dirs(self.path))
 
     def marker_step(self) -> int | None:
         """The step the completion marker names, or None when there is none (or it is unreadable)."""
@@ -405,4 +413,4 @@ class RunDir:
         if not self.evals_dir.is_dir():
             return []
         names = (p.stem for p in self.evals_dir.glob("global_step_*.json"))
-        return sorted(int(m.group(1)) for n in names if (m := _STEP_DIR.match(n)))
+        return sorted(int(m.group(1)) for n in names if (m := STEP_DIR.match(n)))

@@ -20,11 +20,10 @@ from rlkit.episodes.evaluate import EvalResult, summarize
 from rlkit.episodes.rollout import Trajectory, Turn
 from rlkit.errors import UsageError
 from rlkit.maze.core import Maze
-from rlkit.train.runs import MARKER
+from rlkit.train.runs import MARKER, step_dirs
 
 LATEST_MARKER = MARKER
 """SkyRL writes it after a checkpoint is complete (rlkit's local runs use the same name)."""
-_STEP_DIR = re.compile(r"global_step_(\d+)")
 _EVAL_DIR = re.compile(r"global_step_(\d+)_evals")
 # Qwen chat markers between turns in a decoded multi-turn response: the assistant's answer ends
 # with <|im_end|>, then the env's observation (a user turn) and the next assistant header.
@@ -59,16 +58,6 @@ def latest_step(ckpt_dir: str | Path) -> int | None:
     return int(text)
 
 
-def _steps(root: Path) -> dict[int, Path]:
-    found = {}
-    if root.is_dir():
-        for d in root.iterdir():
-            m = _STEP_DIR.fullmatch(d.name)
-            if m and d.is_dir():
-                found[int(m.group(1))] = d
-    return found
-
-
 def list_checkpoints(
     ckpt_dir: str | Path, export_dir: str | Path | None = None
 ) -> list[Checkpoint]:
@@ -83,8 +72,8 @@ def list_checkpoints(
         raise UsageError(f"no SkyRL run dir at {root}: check the path (e.g. /fsx/rlkit/runs/RUN)")
     exports = Path(export_dir) if export_dir is not None else root / "exports"
     latest = latest_step(root)
-    ckpts = _steps(root)
-    exported = {s: d / "policy" for s, d in _steps(exports).items() if (d / "policy").is_dir()}
+    ckpts = step_dirs(root)
+    exported = {s: d / "policy" for s, d in step_dirs(exports).items() if (d / "policy").is_dir()}
     return [
         Checkpoint(
             step,
