@@ -94,6 +94,16 @@ class _RowSampler(LogitsProcessor):
         return out.scatter(-1, tokens.unsqueeze(-1), 0.0)
 
 
+def check_sampling(temperature: float, top_p: float, max_new_tokens: int) -> None:
+    """One-line errors for sampling settings either engine would misread."""
+    if not temperature > 0:
+        raise UsageError(f"temperature ({temperature}) must be > 0; use greedy=True for argmax")
+    if not 0 < top_p <= 1:
+        raise UsageError(f"top_p ({top_p}) must be in (0, 1]")
+    if max_new_tokens < 1:
+        raise UsageError(f"max_new_tokens ({max_new_tokens}) must be >= 1")
+
+
 class ModelPolicy:
     """A Qwen3-VL checkpoint answering maze turns (see the module docstring for the modes)."""
 
@@ -108,12 +118,9 @@ class ModelPolicy:
         max_new_tokens: int = 24,
         max_batch: int = 512,
     ) -> None:
-        if not temperature > 0:
-            raise UsageError(f"temperature ({temperature}) must be > 0; use greedy=True for argmax")
-        if not 0 < top_p <= 1:
-            raise UsageError(f"top_p ({top_p}) must be in (0, 1]")
-        if max_new_tokens < 1 or max_batch < 1:
-            raise UsageError("max_new_tokens and max_batch must be >= 1")
+        check_sampling(temperature, top_p, max_new_tokens)
+        if max_batch < 1:
+            raise UsageError(f"max_batch ({max_batch}) must be >= 1")
         self.loaded = loaded
         self.temperature, self.top_p, self.greedy = temperature, top_p, greedy
         self.constrained, self.max_new_tokens, self.max_batch = (

@@ -59,6 +59,7 @@ from rlkit.maze.render import image_from_data_uri
 from rlkit.maze.sets import pinned_set
 from rlkit.model.batching import VISION_TOKENS, AnswerSpec
 from rlkit.model.load import check_checkpoint
+from rlkit.model.policy import check_sampling
 
 CPU_KV_CACHE_GB = 1.0
 """KV cache on CPU when not given: vLLM's default there (a share of RAM less this process's
@@ -296,12 +297,7 @@ class VllmPolicy:
         constrained: bool = True,
         max_new_tokens: int = 24,
     ) -> None:
-        if not temperature > 0:
-            raise UsageError(f"temperature ({temperature}) must be > 0; use greedy=True for argmax")
-        if not 0 < top_p <= 1:
-            raise UsageError(f"top_p ({top_p}) must be in (0, 1]")
-        if max_new_tokens < 1:
-            raise UsageError("max_new_tokens must be >= 1")
+        check_sampling(temperature, top_p, max_new_tokens)
         self.engine = engine
         self.temperature, self.top_p, self.greedy = temperature, top_p, greedy
         self.constrained, self.max_new_tokens = constrained, max_new_tokens
