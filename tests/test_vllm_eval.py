@@ -255,3 +255,19 @@ def test_vllm_eval_as_a_ray_job(ray_cluster, checkpoint, engine, tmp_path):
     local, trajs = evaluate(VllmPolicy(engine), set_name=SET, samples=1, seed=0)
     assert job.to_dict() | {"trajectories": None} == local.to_dict()
     assert moves(job.load_trajectories(out)) == moves(trajs)
+
+
+def test_the_engine_starts_after_numba_has_loaded_llvmlite(tmp_path):
+    """vLLM's start-up scan of every module trips over llvmlite's library object once numba
+    is loaded (as an earlier vLLM import or a notebook leaves it); rlkit's start passes it."""
+    code = (
+        "import numba, llvmlite.binding.ffi\n"
+        "from rlkit.model.build import build_tiny\n"
+        "from rlkit.model.vllm_policy import start_engine\n"
+        f"start_engine(build_tiny({str(tmp_path / 'm')!r}))\n"
+        "print('engine up')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert out.returncode == 0 and "engine up" in out.stdout, out.stderr[-3000:]

@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,6 +204,7 @@ def start_engine(
             seed=seed,
         )
         kw.update(llm_kwargs)
+        _llvmlite_scannable()
         try:
             llm = vllm.LLM(**kw)
         except Exception as e:
@@ -256,6 +258,21 @@ def _llm_kwargs(
     else:
         kw["gpu_memory_utilization"] = GPU_MEMORY_UTILIZATION
     return kw
+
+
+def _llvmlite_scannable() -> None:
+    """Let vLLM's kernel-override scan pass llvmlite's library object.
+
+    At engine start vLLM 0.32 (`triton_utils.dispatcher`) reads `vars(x).get("kernel")` of
+    every object in every loaded module. llvmlite's `ffi.lib` answers any attribute, `__dict__`
+    included, with a wrapped C function, so once numba has loaded llvmlite in this process
+    (vLLM imports it for some kernels; a notebook may too) the scan raises AttributeError and
+    the engine never starts. Giving that lookup a real (empty) dict keeps both working.
+    """
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    table = getattr(getattr(ffi, "lib", None), "_fntab", None)
+    if isinstance(table, dict):
+        table.setdefault("__dict__", {})
 
 
 def _startup_error(e: Exception, path: Path, kw: dict[str, Any]) -> Exception:
