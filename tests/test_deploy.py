@@ -57,6 +57,8 @@ def test_dockerfile_and_script_lint():
 def test_image_pins_the_tested_versions():
     assert arg("SKYRL_VERSION") == pins()["skyrl"] and arg("SKYRL_REF").endswith(pins()["skyrl"])
     assert f"ray-{pins()['ray']}-py3.12" in arg("BASE_IMAGE")
+    toolkit = "toolkit-for-ray-on-sagemaker-ai"  # hang detection's rules (rlkit.cluster.hang)
+    assert f'"{toolkit}=={pins()[toolkit]}"' in (DEPLOY / "Dockerfile").read_text()
     text = (DEPLOY / "Dockerfile").read_text()
     assert "uv sync --frozen --extra fsdp" in text
     assert re.search(r"PATH=/opt/skyrl/\.venv/bin:", text)  # `python` is SkyRL's interpreter

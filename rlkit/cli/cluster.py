@@ -94,6 +94,16 @@ def _forwarded_env(names: list[str]) -> dict[str, str]:
     return {n: os.environ[n] for n in names}
 
 
+def _hang_summary(sky) -> str:
+    rules = sky.hang_rules()
+    if not rules.enabled:
+        return "off (--hang-minutes 0)"
+    return (
+        f"on HyperPod, {rules.action} after {rules.stall_minutes} min without a step line "
+        f"({rules.start_minutes} min to the first); off elsewhere"
+    )
+
+
 def _submit(args: argparse.Namespace) -> int:
     from rlkit.cluster.jobs import describe_submission
     from rlkit.cluster.launch import launch_plan, plan_training
@@ -111,6 +121,8 @@ def _submit(args: argparse.Namespace) -> int:
             "runs_root": args.runs_root,
             "attention_backend": args.attention_backend,
             "fsx_budget_gb": args.fsx_budget_gb,
+            "hang_minutes": args.hang_minutes,
+            "hang_action": args.hang_action,
         }.items()
         if v is not None
     }
@@ -141,6 +153,7 @@ def _submit(args: argparse.Namespace) -> int:
             f"on a GPU worker; SkyRL asks for {plan.sky.num_gpus} GPUs"
         )
         print(f"storage:       {storage_estimate(plan.sky).summary()}")
+        print(f"hang rule:     {_hang_summary(plan.sky)}")
         print("skyrl overrides:")
         for item in build_overrides(plan.sky, plan.run_name):
             print(f"  {item}")
@@ -219,6 +232,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--fsx-budget-gb", type=float, help="refuse a run whose /fsx estimate exceeds this"
     )
+    p.add_argument(
+        "--hang-minutes", type=int, help="HyperPod: a run with no step for this long hangs (0=off)"
+    )
+    p.add_argument("--hang-action", choices=("notify", "cancel"), help="HyperPod's hang response")
     p.add_argument(
         "--env", action="append", default=[], metavar="NAME", help="forward an env var (masked)"
     )

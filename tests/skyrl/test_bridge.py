@@ -15,6 +15,7 @@ from pathlib import Path
 
 from skyrl.train.utils.tracking import Tracking
 
+from rlkit.cluster.hang import STEP_PATTERN
 from rlkit.cluster.skyrl.bridge import MetricsBridge, rlkit_names
 from rlkit.cluster.skyrl.experiment import RlkitExp, bridged_tracker
 from rlkit.cluster.skyrl.readers import read_eval_dumps
@@ -85,13 +86,16 @@ def test_skyrl_tracker_feeds_metrics_jsonl_plots_and_mlflow(skyrl_eval, tmp_path
     assert logged.data.metrics["eval/ci_high"] == result.ci95[1]
 
 
-def test_without_mlflow_or_ray_only_the_run_dir(tmp_path, monkeypatch):
+def test_without_mlflow_or_ray_only_the_run_dir(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     bridge = MetricsBridge(tmp_path / "run", tmp_path / "run" / "exports", ray_gauges=False)
     assert bridge.mlflow is None and not bridge.logger.gauges
     record = bridge.log({"eval/all/avg_score": 0.5}, step=0)  # no dump for step 0: no interval
     assert record == {"step": 0, "eval/solve_rate": 0.5}
     bridge.close()
+    # every step prints the line HyperPod's hang rule waits for (rlkit.cluster.hang)
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line == "rlkit: step 0 eval/solve_rate=0.5" and re.search(STEP_PATTERN, line)
 
 
 def test_dashboard_queries_name_exported_metrics():

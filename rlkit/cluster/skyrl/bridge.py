@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rlkit.cluster.hang import step_line
 from rlkit.cluster.skyrl.readers import latest_step, read_eval_dumps
 from rlkit.errors import RlkitError
 from rlkit.train.metrics import MetricsLogger
@@ -132,6 +133,7 @@ class MetricsBridge:
         if "eval/solve_rate" in metrics:
             metrics |= eval_interval(self.export_path, step)
         record = self.logger.log(step, metrics)
+        print(step_line(step, metrics), flush=True)  # what HyperPod's hang rule watches
         try:
             ckpt = latest_step(self.run.path)
         except RlkitError as e:

@@ -17,6 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from rlkit.cluster.hang import ACTIONS, DONE_LINE, HangRules, start_hang_detection
 from rlkit.errors import RlkitError, UsageError
 
 
@@ -38,6 +39,15 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         default=0,
         help="Ray memory SkyRL's trainer task reserves (keeps it off a small head pod)",
     )
+    hang = HangRules()
+    parser.add_argument(
+        "--hang-minutes",
+        type=int,
+        default=hang.stall_minutes,
+        help="HyperPod hang detection: minutes without a step line (0 = off)",
+    )
+    parser.add_argument("--hang-start-minutes", type=int, default=hang.start_minutes)
+    parser.add_argument("--hang-action", choices=ACTIONS, default=hang.action)
     args = parser.parse_args(ours)
     bad = [o for o in overrides if "=" not in o or o.startswith("+")]
     if bad:
@@ -61,13 +71,19 @@ def ensure_datasets(
     return paths
 
 
-def _run_skyrl(cfg) -> None:
-    """Body of the Ray task: register the env in this process, then SkyRL's experiment."""
+def _run_skyrl(cfg, hang: HangRules) -> None:
+    """Body of the Ray task: register the env in this process, then SkyRL's experiment.
+
+    The step lines come from this process (the bridged tracker), so HyperPod's hang rules are
+    registered here, with this task's Ray job and worker ids.
+    """
     from rlkit.cluster.skyrl.experiment import RlkitExp
     from rlkit.env.maze_env import register_env
 
     register_env()
+    print(f"rlkit: {start_hang_detection(hang)}", flush=True)
     RlkitExp(cfg).run()  # SkyRL's experiment, its metrics bridged into the run dir
+    print(DONE_LINE, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     # SkyRL's trainer task holds every rollout's pixel values: reserve memory only a GPU
     # worker has, so Ray cannot place it on the head pod
     task = ray.remote(num_cpus=1, memory=args.driver_memory_gb * 2**30 or None)(_run_skyrl)
-    ray.get(task.remote(cfg))
+    hang = HangRules(args.hang_minutes, args.hang_start_minutes, args.hang_action)
+    ray.get(task.remote(cfg, hang))
     return 0
 
 

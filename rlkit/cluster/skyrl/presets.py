@@ -20,6 +20,7 @@ import shlex
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
+from rlkit.cluster.hang import HangRules
 from rlkit.env.maze_env import ENV_ID, env_for_set
 from rlkit.errors import UsageError
 
@@ -112,6 +113,16 @@ class SkyRLPreset:
     """SkyRL tracker: console, wandb (forward WANDB_API_KEY), tensorboard, mlflow."""
     runs_root: str = "/fsx/rlkit/runs"
     """Shared storage visible to every node; the run dir is `<runs_root>/<run name>`."""
+    hang_minutes: int = 30
+    """HyperPod hang detection (rlkit.cluster.hang): no step line for this long is a hang;
+    0 = off. Longer than the slowest step plus its eval."""
+    hang_start_minutes: int = 60
+    """Time to the first step line: model download, vLLM start-up, the step-0 eval."""
+    hang_action: str = "notify"
+    """What HyperPod does on a hang: notify, or cancel (the job fails and is resubmitted)."""
+
+    def hang_rules(self) -> HangRules:
+        return HangRules(self.hang_minutes, self.hang_start_minutes, self.hang_action)
 
     def __post_init__(self) -> None:
         env_for_set(self.eval_set)  # an unknown set fails here, not on the cluster
@@ -122,6 +133,7 @@ class SkyRLPreset:
                 raise UsageError(f"{name} ({getattr(self, name)}) must be >= 1")
         if self.group_size < 2:
             raise UsageError(f"group_size ({self.group_size}) must be >= 2: GRPO compares a group")
+        self.hang_rules()  # a bad hang setting fails here, not on the cluster
         if self.gpus_per_node % self.tensor_parallel_size:
             raise UsageError(
                 f"gpus_per_node ({self.gpus_per_node}) must be a multiple of "
@@ -354,6 +366,12 @@ def entrypoint_command(preset: SkyRLPreset, run_name: str) -> str:
         str(preset.eval_mazes),
         "--driver-memory-gb",
         str(preset.driver_memory_gb),
+        "--hang-minutes",
+        str(preset.hang_minutes),
+        "--hang-start-minutes",
+        str(preset.hang_start_minutes),
+        "--hang-action",
+        preset.hang_action,
     ]
     return shlex.join(
         ["python", "-m", ENTRY_MODULE, *ours, "--", *build_overrides(preset, run_name)]
