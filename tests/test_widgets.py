@@ -1,6 +1,7 @@
 """Widgets driven headless: set `.value`, check what they display (no browser, no kernel)."""
 
 import io
+import time
 
 import numpy as np
 import pytest
@@ -192,3 +193,46 @@ def test_maze_browser_follows_controls():
     mb.view.value = "ASCII"
     assert mb.image.layout.display == "none" and mb.ascii.layout.display is None
     assert text != to_ascii(initial(mb.maze))
+
+
+def test_job_monitor_switch_resubmits_failed_jobs_up_to_its_limit(tmp_path):
+    submitted = []
+
+    def resubmitter(job):
+        submitted.append(FakeJob(["FAILED"]))
+        submitted[-1].submission_id = f"rlkit-a-{len(submitted) + 1}"
+        return submitted[-1]
+
+    first = FakeJob(["FAILED"])
+    first.submission_id = "rlkit-a-1"
+    off = w.JobMonitor(first, tmp_path / "run", resubmitter=resubmitter)
+    assert off.status == "FAILED" and not off.resubmit_switch.value and not submitted
+    on = w.JobMonitor(first, tmp_path / "run", resubmit=2, resubmitter=resubmitter)
+    on.refresh()  # every new job fails too: two restarts, then it stays FAILED
+    assert on.status == "FAILED" and on.handle is submitted[1] and len(submitted) == 2
+    assert on.restarts[-1].startswith("restart 2/2: rlkit-a-2 FAILED; resubmitted as rlkit-a-3")
+    assert "restart 2/2" in on.status_label.value
+    with pytest.raises(UsageError, match="resubmit"):
+        w.JobMonitor(first, tmp_path, resubmit=-1)
+
+
+def test_job_monitor_resubmits_a_failed_run_on_the_local_head(ray_cluster, tmp_path):
+    """The switch on a real job: the first attempt fails, the resubmitted one succeeds."""
+    state = tmp_path / "attempts"
+    code = (
+        f"import os, sys; p = {str(state)!r}; n = os.path.exists(p); "
+        "open(p, 'a').write('x'); sys.exit(0 if n else 1)"
+    )
+    job = ray_cluster.submit("monitor-heal", f'python -c "{code}"')
+    mon = w.JobMonitor(job, tmp_path / "run", refresh_s=1, resubmit=1)
+    deadline = time.monotonic() + 120
+    while mon.refresh() != "SUCCEEDED" and time.monotonic() < deadline:
+        assert mon.status != "FAILED" or not mon.restarts, mon.handle.logs()[-1000:]
+        time.sleep(1)
+    assert mon.status == "SUCCEEDED" and state.read_text() == "xx"
+    n = int(job.submission_id.rsplit("-", 1)[1])
+    assert mon.handle.submission_id == f"rlkit-monitor-heal-{n + 1}"
+    assert mon.restarts == [
+        f"restart 1/1: {job.submission_id} FAILED; resubmitted as {mon.handle.submission_id} "
+        "(it resumes from the run's last complete checkpoint)"
+    ]

@@ -41,6 +41,23 @@ def _same_submission(cluster: Cluster, job: JobHandle) -> dict[str, Any]:
     }
 
 
+def resubmit_job(cluster: Cluster, job: JobHandle, run_name: str | None = None) -> JobHandle:
+    """Submit `job`'s run again, as it was submitted; the new job resumes from the run dir."""
+    name = run_name or job.run_name
+    if not name:
+        name = (cluster.job_details(job.submission_id).metadata or {}).get("rlkit_run_name")
+    if not name:
+        raise RlkitError(f"{job.submission_id} was not submitted by rlkit: no run to resubmit")
+    return cluster.submit(name, **_same_submission(cluster, job))
+
+
+def restart_line(restarts: int, limit: int, old: JobHandle, new: JobHandle, how: str) -> str:
+    return (
+        f"restart {restarts}/{limit}: {old.submission_id} {how}; resubmitted as "
+        f"{new.submission_id} (it resumes from the run's last complete checkpoint)"
+    )
+
+
 class StallClock:
     """Whether a running job's log has stopped growing for `seconds` (None: never)."""
 
@@ -100,10 +117,7 @@ def watch(
                 f"{job.submission_id} {how} after {restarts} restart(s): {tail or 'no output'}"
             )
         restarts += 1
-        again = cluster.submit(run_name, **_same_submission(cluster, job))
+        again = resubmit_job(cluster, job, run_name)
         clock.reset()
-        say(
-            f"restart {restarts}/{resubmit}: {job.submission_id} {how}; resubmitted as "
-            f"{again.submission_id} (it resumes from the run's last complete checkpoint)"
-        )
+        say(restart_line(restarts, resubmit, job, again, how))
         job = again

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import html
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -224,19 +224,51 @@ def tail_lines(text: str, n: int) -> str:
     return "\n".join(text.splitlines()[-n:]) if n > 0 else ""
 
 
+def _resubmit_on_its_cluster(job: JobLike) -> JobLike:
+    from rlkit.cluster.watch import resubmit_job
+
+    cluster = getattr(job, "cluster", None)
+    if cluster is None:
+        raise RlkitError(f"{job!r} has no cluster to resubmit on: pass resubmitter=")
+    return resubmit_job(cluster, job)
+
+
 class JobMonitor(widgets.VBox):
     """Status, log tail, Stop button and reward/solve curves of a running job.
 
     `refresh()` polls once; `start_polling()` refreshes every `refresh_s` on a daemon thread
     until the job ends (or `stop_polling()`), so a notebook cell returns at once.
+
+    The "Resubmit on failure" switch (on when `resubmit` > 0) does what
+    `rlkit jobs watch --resubmit N` does: a FAILED job is submitted again as the same run, up
+    to "restarts" times, and the monitor follows the new job (it resumes from the run dir).
+    `resubmitter(job)` submits it; the default resubmits an rlkit `JobHandle` on its cluster.
     """
 
     def __init__(
-        self, handle: JobLike, run_dir: str | Path, refresh_s: float = 2.0, *, log_lines: int = 15
+        self,
+        handle: JobLike,
+        run_dir: str | Path,
+        refresh_s: float = 2.0,
+        *,
+        log_lines: int = 15,
+        resubmit: int = 0,
+        resubmitter: Callable[[JobLike], JobLike] | None = None,
     ):
         if refresh_s <= 0:
             raise UsageError(f"refresh_s ({refresh_s}) must be > 0 seconds")
+        if resubmit < 0:
+            raise UsageError(f"resubmit ({resubmit}) must be >= 0 restarts")
         self.handle = handle
+        self.resubmitter = resubmitter or _resubmit_on_its_cluster
+        self.resubmit_switch = widgets.Checkbox(
+            value=resubmit > 0, description="Resubmit on failure", indent=False
+        )
+        self.max_restarts = widgets.BoundedIntText(
+            value=resubmit or 3, min=0, max=100, description="restarts", layout={"width": "9em"}
+        )
+        self.restarts: list[str] = []
+        """One line per automatic restart, e.g. `restart 1/3: rlkit-a-1 FAILED; ...`."""
         self.run_dir = Path(run_dir)
         self.refresh_s = refresh_s
         self.log_lines = log_lines
@@ -255,9 +287,8 @@ class JobMonitor(widgets.VBox):
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # the poll thread and a button click may refresh at once
-        super().__init__(
-            [widgets.HBox([self.status_label, self.stop_button]), self.curves, self.log_view]
-        )
+        controls = [self.status_label, self.stop_button, self.resubmit_switch, self.max_restarts]
+        super().__init__([widgets.HBox(controls), self.curves, self.log_view])
         self.refresh()
 
     @property
@@ -273,6 +304,8 @@ class JobMonitor(widgets.VBox):
         with self._lock:
             try:
                 self.status = status_name(self.handle.status())
+                if self.status == "FAILED" and self._may_restart():
+                    self._restart()
                 self.log_view.value = tail_lines(self.handle.logs(), self.log_lines)
                 self._refresh_curves()
                 self.error = None
@@ -282,11 +315,24 @@ class JobMonitor(widgets.VBox):
                 self.status, "#1060c0"
             )
             extra = f" <i>({html.escape(self.error)})</i>" if self.error else ""
+            if self.restarts:
+                extra += f"<br><small>{html.escape(self.restarts[-1])}</small>"
             self.status_label.value = (
                 f"<b style='color:{colour}'>{html.escape(self.status)}</b>{extra}"
             )
             self.stop_button.disabled = self.done
             return self.status
+
+    def _may_restart(self) -> bool:
+        return self.resubmit_switch.value and len(self.restarts) < self.max_restarts.value
+
+    def _restart(self) -> None:
+        from rlkit.cluster.watch import restart_line
+
+        old, self.handle = self.handle, self.resubmitter(self.handle)
+        n = len(self.restarts) + 1
+        self.restarts.append(restart_line(n, self.max_restarts.value, old, self.handle, "FAILED"))
+        self.status = status_name(self.handle.status())
 
     def _refresh_curves(self) -> None:
         metrics = load_metrics(self.run_dir)
