@@ -104,10 +104,18 @@ def test_dashboard_queries_name_exported_metrics():
     board = json.loads(DASHBOARD.read_text())
     queries = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
     queries += [json.dumps(v.get("query", "")) for v in board["templating"]["list"]]
-    used = {m for q in queries for m in re.findall(r"\bray_\w+", q)}
+    label = "ray_io_cluster"  # the Ray-cluster label, not a metric
+    used = {m for q in queries for m in re.findall(r"\bray_\w+", q.replace(label, ""))}
     assert used and used <= {f"ray_{g}" for g in GAUGES}
     fed = {key for _, sources in GAUGES.values() for key, _ in sources}
     assert fed <= set(rlkit_names(TRAIN_STEP)) | {"eval/solve_rate"}
+    # every panel filters by Ray cluster (KubeRay's ray.io/cluster, as Ray's own dashboards
+    # read it) and run; 'All' is `.*`, which also keeps series that carry no such label
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    assert all('ray_io_cluster=~"$cluster"' in e and 'run=~"$run"' in e for e in exprs)
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert variables["cluster"]["allValue"] == variables["run"]["allValue"] == ".*"
+    assert "$cluster" in variables["run"]["query"]["query"]  # runs of the chosen cluster
 
 
 def test_bridged_gauges_are_scraped_from_the_heads_metrics_endpoint(ray_cluster, tmp_path):
