@@ -236,3 +236,13 @@ def test_job_monitor_resubmits_a_failed_run_on_the_local_head(ray_cluster, tmp_p
         f"restart 1/1: {job.submission_id} FAILED; resubmitted as {mon.handle.submission_id} "
         "(it resumes from the run's last complete checkpoint)"
     ]
+
+
+def test_captions_name_the_oracles_move_up_too():
+    """Action.UP is 0: the caption once read it as 'no move' and printed 'oracle: -'."""
+    trajs = run_episodes(scripted_policy("oracle"), [generate(5, 5, seed=s) for s in range(8)])
+    infos = [c.info for t in trajs for c in w.replay_captions(t)[:-1]]
+    assert any("parsed: up" in i for i in infos)
+    for info in infos:  # the oracle policy plays the oracle's move at every turn
+        parsed = info.split("parsed: ")[1].split(" |")[0]
+        assert f"oracle: {parsed} |" in info, info

@@ -38,6 +38,7 @@ from rlkit.maze.render import (
     upscale,
 )
 from rlkit.maze.rules import initial
+from rlkit.notebook.player import PaneFrames, colour_key_html, player_html
 from rlkit.notebook.plots import figure_png, live_curves, load_metrics, load_run_evals
 
 REPLAY_STYLE = RenderStyle(view="full", cell_px=16, last=(90, 90, 90))
@@ -89,8 +90,9 @@ class Caption:
     """One line: turn, parsed action, oracle move, position change, or the episode's outcome."""
 
 
-def replay_captions(traj: Trajectory) -> list[Caption]:
-    """One caption per frame of `replay_frames` (same indexing)."""
+def replay_captions(traj: Trajectory, policy: str | None = None) -> list[Caption]:
+    """One caption per frame of `replay_frames` (same indexing); the end frame names `policy`
+    (default: the trajectory's own policy name)."""
     states = replay_states(traj)
     n = len(traj.turns)
     out = []
@@ -99,7 +101,7 @@ def replay_captions(traj: Trajectory) -> list[Caption]:
         parsed = ", ".join(turn.actions) if turn.actions else f"parse error: {turn.parse_error}"
         moved = "stayed (wall bump)" if turn.pos_before == turn.pos_after else "moved"
         info = (
-            f"turn {i + 1}/{n} | parsed: {parsed} | oracle: {best.word if best else '-'} | "
+            f"turn {i + 1}/{n} | parsed: {parsed} | oracle: {best.word if best is not None else '-'} | "
             f"{moved} {tuple(turn.pos_before)} -> {tuple(turn.pos_after)}"
         )
         out.append(Caption(turn.text, info))
@@ -108,24 +110,37 @@ def replay_captions(traj: Trajectory) -> list[Caption]:
     else:
         ending = "truncated (turn budget)" if traj.truncated else "not finished"
         outcome = f"FAILED: {ending}, kind {classify(traj)}"
-    out.append(Caption("", f"end | {outcome} | reward {traj.reward:g} | policy {traj.policy}"))
+    who = policy or traj.policy
+    out.append(Caption("", f"end | {outcome} | reward {traj.reward:g} | policy {who}"))
     return out
 
 
+def colour_key() -> str:
+    return colour_key_html(REPLAY_STYLE, ORACLE_COLOUR, MODEL_COLOUR)
+
+
 class _Pane:
-    """Image + raw text + info line for one episode; `show(i)` holds the last frame past the end."""
+    """Image + raw text + info line for one episode; `show(i)` holds the last frame past the end.
+
+    Its width is fixed (the picture's), so a neighbouring pane never moves as captions change.
+    """
 
     def __init__(self, traj: Trajectory, style: RenderStyle, display_px: int, label: str = ""):
+        self.label = label
         self.frames = replay_frames(traj, style, display_px=display_px)
-        self.captions = replay_captions(traj)
-        # a fixed width: JupyterLab otherwise stretches the picture to the output's width
-        self.image = widgets.Image(format="png", layout=widgets.Layout(width=f"{display_px}px"))
+        self.captions = replay_captions(traj, policy=label or None)
+        self.width_px = display_px
+        px = widgets.Layout(width=f"{display_px}px")
+        self.image = widgets.Image(format="png", layout=px)
         self.text = widgets.Textarea(
             disabled=True, layout=widgets.Layout(width="100%", height="7em")
         )
-        self.info = widgets.HTML()
+        self.info = widgets.HTML(layout=widgets.Layout(width="100%"))
         title = widgets.HTML(f"<b>{html.escape(label)}</b>") if label else widgets.HTML()
-        self.box = widgets.VBox([title, self.image, self.info, self.text])
+        self.box = widgets.VBox(
+            [title, self.image, self.info, self.text],
+            layout=widgets.Layout(width=f"{display_px + 8}px", margin="0 24px 0 0"),
+        )
 
     @property
     def n_frames(self) -> int:
@@ -135,7 +150,19 @@ class _Pane:
         i = min(index, self.n_frames - 1)
         self.image.value = self.frames[i]
         self.text.value = self.captions[i].text
-        self.info.value = f"<code>{html.escape(self.captions[i].info)}</code>"
+        self.info.value = (
+            "<div style='font-family:monospace;font-size:0.8em;white-space:normal;"
+            f"word-break:break-word'>{html.escape(self.captions[i].info)}</div>"
+        )
+
+    def frames_for_player(self) -> PaneFrames:
+        return PaneFrames(
+            self.label,
+            self.frames,
+            [c.info for c in self.captions],
+            [c.text for c in self.captions],
+            self.width_px,
+        )
 
 
 def _player(n_frames: int, interval_ms: int) -> tuple[widgets.Play, widgets.IntSlider]:
@@ -148,7 +175,26 @@ def _player(n_frames: int, interval_ms: int) -> tuple[widgets.Play, widgets.IntS
     return play, slider
 
 
-class ReplayWidget(widgets.VBox):
+class _KernelFree:
+    """A replay widget that also displays as a kernel-free HTML/JS player (`text/html`)."""
+
+    panes: tuple[_Pane, ...]
+    interval_ms: int
+
+    def to_html(self) -> str:
+        """The same frames as a self-contained player that needs no kernel."""
+        return player_html(
+            [p.frames_for_player() for p in self.panes], self.interval_ms, colour_key()
+        )
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is not None:
+            bundle["text/html"] = self.to_html()
+        return bundle
+
+
+class ReplayWidget(_KernelFree, widgets.VBox):
     """Scrub through one episode: frame, model answer, parsed move, oracle move, outcome."""
 
     def __init__(
@@ -158,18 +204,20 @@ class ReplayWidget(widgets.VBox):
         *,
         display_px: int = 256,
         interval_ms: int = 600,
+        label: str = "",
     ):
-        self.pane = _Pane(trajectory, style, display_px)
+        self.pane = _Pane(trajectory, style, display_px, label)
+        self.panes, self.interval_ms = (self.pane,), interval_ms
         self.frames = self.pane.frames
         self.image, self.text, self.info = self.pane.image, self.pane.text, self.pane.info
         self.play, self.slider = _player(self.pane.n_frames, interval_ms)
         self.slider.observe(lambda change: self.pane.show(change["new"]), names="value")
         self.pane.show(0)
-        legend = widgets.HTML("<small>blue arrow: oracle move, orange: the model's move</small>")
+        legend = widgets.HTML(colour_key())
         super().__init__([widgets.HBox([self.play, self.slider]), self.pane.box, legend])
 
 
-class CheckpointDiffWidget(widgets.VBox):
+class CheckpointDiffWidget(_KernelFree, widgets.VBox):
     """The same maze played by two policies side by side, one slider; a shorter episode holds
     its last frame."""
 
@@ -191,12 +239,17 @@ class CheckpointDiffWidget(widgets.VBox):
             _Pane(traj_a, style, display_px, labels[0]),
             _Pane(traj_b, style, display_px, labels[1]),
         )
+        self.interval_ms = interval_ms
         n = max(p.n_frames for p in self.panes)
         self.play, self.slider = _player(n, interval_ms)
         self.slider.observe(lambda change: self._show(change["new"]), names="value")
         self._show(0)
         super().__init__(
-            [widgets.HBox([self.play, self.slider]), widgets.HBox([p.box for p in self.panes])]
+            [
+                widgets.HBox([self.play, self.slider]),
+                widgets.HBox([p.box for p in self.panes]),
+                widgets.HTML(colour_key()),
+            ]
         )
 
     def _show(self, index: int) -> None:
