@@ -36,7 +36,10 @@ from IPython.display import Image
 from rlkit.maze.core import difficulty
 from rlkit.maze.sets import pinned_set
 from rlkit.notebook import plots, workbench
+from rlkit.notebook.paths import home_path
 from rlkit.notebook.widgets import maze_browser, maze_view
+
+out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
 
 mazes = pinned_set(test_set_name)
 fig = plots.maze_gallery(mazes[:gallery_size], title=f"Test set '{test_set_name}'")

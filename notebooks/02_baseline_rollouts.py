@@ -30,7 +30,10 @@ replay_maze = 0  # test maze index to replay
 
 # %%
 from rlkit.notebook import plots, workbench
+from rlkit.notebook.paths import home_path
 from rlkit.notebook.widgets import ReplayWidget
+
+out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
 
 base = workbench.baseline_evals(out_dir, preset, samples=samples)
 print(workbench.solve_rate_table(base))

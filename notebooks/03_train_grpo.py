@@ -34,7 +34,10 @@ wait_s = 3 * 3600  # how long a headless run waits for the job (0: don't wait)
 # %%
 from rlkit.cluster import launch
 from rlkit.cluster.client import connect
+from rlkit.notebook.paths import home_path
 from rlkit.notebook.widgets import JobMonitor
+
+out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
 
 plan = launch.plan_training(
     preset, out_dir, address=address, run_name=run_name, skyrl_changes=skyrl

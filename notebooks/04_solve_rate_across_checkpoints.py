@@ -33,6 +33,10 @@ from pathlib import Path
 
 from rlkit.cluster import launch
 from rlkit.notebook import plots, workbench
+from rlkit.notebook.paths import home_path
+
+out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
+skyrl_export = home_path(skyrl_export) if skyrl_export else None
 
 source = skyrl_export or launch.plan_training(preset, out_dir, run_name=run_name).run_dir
 evals = workbench.checkpoint_evals(source)

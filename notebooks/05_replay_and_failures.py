@@ -32,7 +32,10 @@ from IPython.display import HTML, display
 
 from rlkit.cluster import launch
 from rlkit.notebook import plots, workbench
+from rlkit.notebook.paths import home_path
 from rlkit.notebook.widgets import CheckpointDiffWidget, ReplayWidget
+
+out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
 
 run_dir = launch.plan_training(preset, out_dir, run_name=run_name).run_dir
 evals = workbench.checkpoint_evals(run_dir)

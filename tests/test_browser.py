@@ -1,9 +1,11 @@
-"""A real browser check: JupyterLab shows the replay widget of an executed notebook 05.
+"""Real browser checks: notebook 05 in JupyterLab, in headless Chromium over DevTools.
 
-The notebook is executed headless (papermill stores the widget state in its metadata), trusted,
-and opened in JupyterLab on 127.0.0.1 by headless Chromium, driven over the DevTools protocol:
-the test waits until the widget's maze image is in the page, then saves a screenshot
-(RLKIT_SCREENSHOT_DIR, else the test's tmp dir) and checks it is not blank.
+- Executed (as `make demo` writes it): with every kernel shut down, the replay's kernel-free
+  player steps to the next frame on a click.
+- Source (notebooks/05 as a user opens it, its default `out_dir` resolved against RLKIT_HOME):
+  run top to bottom in JupyterLab's own kernel, the ipywidgets Play button changes the frame.
+
+Screenshots go to RLKIT_SCREENSHOT_DIR, else runs/screenshots/ of the project (CI keeps them).
 
 Chromium comes from Debian's `chromium` package; when missing it is installed with apt-get if
 the tests run as root, else the test is skipped with the reason.
@@ -96,65 +98,91 @@ class DevTools:
         ].get("value")
 
 
+SCREENSHOTS = Path(
+    os.environ.get("RLKIT_SCREENSHOT_DIR")
+    or Path(__file__).resolve().parents[1] / "runs/screenshots"
+)
+PLAYER_JS = "document.querySelectorAll('.rlkit-player img.rlkit-frame').length"
+FIRST_PLAYER = "document.querySelector('.rlkit-player')"
+WIDGET_REPLAY = (  # the first output holding a Play widget, and its maze image
+    "(() => { const o = Array.from(document.querySelectorAll('.jp-OutputArea-output'))"
+    ".find(o => o.querySelector('.widget-play') && o.querySelector('.widget-image'));"
+    " return o ? o : null; })()"
+)
+
+
 @pytest.fixture(scope="module")
-def executed_replay_notebook(tmp_path_factory) -> Path:
-    from rlkit.cluster.launch import plan_training
-    from rlkit.notebook.demo import ensure_kernel, execute
+def trained_home(tmp_path_factory) -> Path:
+    """RLKIT_HOME with a smoke run where notebook 05's defaults look (runs/demo/local-tiny)."""
     from rlkit.train.config import preset
     from rlkit.train.trainer import train
 
-    out = tmp_path_factory.mktemp("browser")
-    train(preset("smoke"), plan_training("smoke", out).run_dir, progress=False)
-    params = {"out_dir": str(out), "preset": "smoke"}
-    return execute("05_replay_and_failures", out, params, kernel=ensure_kernel())
+    home = tmp_path_factory.mktemp("home")
+    train(preset("smoke"), home / "runs" / "demo" / "local-tiny", progress=False)
+    return home
 
 
-def test_jupyterlab_renders_the_replay_widget_in_chromium(executed_replay_notebook, tmp_path, port):
-    from PIL import Image, ImageStat
+class Lab:
+    """JupyterLab on 127.0.0.1 with a private Jupyter home, and headless Chromium on one page."""
 
-    chromium = _chromium()
-    nb = executed_replay_notebook
-    state = json.loads(nb.read_text())["metadata"]["widgets"]
-    assert state["application/vnd.jupyter.widget-state+json"]["state"], "no widget state stored"
-    env = {
-        **os.environ,
-        # A private Jupyter home: the trust database, workspaces and settings of this test only.
-        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
-        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
-        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
-    }
-    jupyter = Path(sys.executable).parent / "jupyter"
-    # Widget views render only in trusted notebooks (their renderer is not "safe").
-    subprocess.run([str(jupyter), "trust", str(nb)], check=True, env=env, capture_output=True)
-    token = secrets.token_hex(16)
-    lab = subprocess.Popen(
-        [
-            *(str(jupyter), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}"),
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={nb.parent}",
-            "--ServerApp.port_retries=0",
-            "--allow-root",  # CI containers run as root; the server listens on 127.0.0.1 only
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "lab.log", "w"),  # noqa: SIM115 - closed with the process
-    )
-    browser = None
-    try:
-        _wait_http(f"http://127.0.0.1:{port}/api/status?token={token}", 120)
-        profile = tmp_path / "chromium-profile"
-        browser = subprocess.Popen(
+    def __init__(self, root: Path, tmp: Path, port: int, extra_env: dict[str, str]):
+        self.root, self.tmp, self.port = root, tmp, port
+        self.token = secrets.token_hex(16)
+        self.env = {
+            **os.environ,
+            **extra_env,
+            # the trust database, workspaces and settings of this test only
+            "JUPYTER_DATA_DIR": str(tmp / "data"),
+            "JUPYTER_CONFIG_DIR": str(tmp / "config"),
+            "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
+            "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"),
+        }
+        self.jupyter = str(Path(sys.executable).parent / "jupyter")
+        self.lab = self.browser = None
+        news = tmp / "settings" / "@jupyterlab" / "apputils-extension"
+        news.mkdir(parents=True, exist_ok=True)  # no "get notified about Jupyter news?" popup
+        (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+
+    def trust(self, nb: Path) -> None:
+        subprocess.run(
+            [self.jupyter, "trust", str(nb)], check=True, env=self.env, capture_output=True
+        )
+
+    def api(self, path: str, method: str = "GET"):
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/api/{path}?token={self.token}", method=method
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            body = r.read()
+        return json.loads(body) if body else None
+
+    def open(self, rel: str) -> DevTools:
+        self.lab = subprocess.Popen(
             [
-                chromium,
+                *(self.jupyter, "lab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}"),
+                f"--IdentityProvider.token={self.token}",
+                f"--ServerApp.root_dir={self.root}",
+                "--ServerApp.port_retries=0",
+                "--allow-root",  # CI containers run as root; the server listens on 127.0.0.1 only
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: run cells by command
+            ],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.tmp / "lab.log", "w"),  # noqa: SIM115 - closed with the process
+        )
+        _wait_http(f"http://127.0.0.1:{self.port}/api/status?token={self.token}", 120)
+        profile = self.tmp / "chromium-profile"
+        self.browser = subprocess.Popen(
+            [
+                _chromium(),
                 *("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"),
                 *("--no-first-run", "--disable-background-networking"),
                 *("--disable-component-update", "--disable-sync"),
                 f"--user-data-dir={profile}",
                 "--remote-debugging-port=0",
                 "--window-size=1400,1800",
-                f"http://127.0.0.1:{port}/lab/tree/{nb.name}?token={token}",
+                f"http://127.0.0.1:{self.port}/lab/tree/{rel}?token={self.token}",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -167,22 +195,99 @@ def test_jupyterlab_renders_the_replay_widget_in_chromium(executed_replay_notebo
         devtools_port = int(port_file.read_text().split()[0])
         with urllib.request.urlopen(f"http://127.0.0.1:{devtools_port}/json/list") as r:
             pages = [t for t in json.load(r) if t["type"] == "page"]
-        page = DevTools(pages[0]["webSocketDebuggerUrl"])
-        deadline = time.monotonic() + 180
-        while not page.evaluate(REPLAY_IMAGE_JS):
-            assert time.monotonic() < deadline, "no rendered widget image after 180 s"
-            time.sleep(1)
-        time.sleep(2)  # let the remaining outputs finish their layout
-        shot = base64.b64decode(page.call("Page.captureScreenshot", format="png")["data"])
-    finally:
-        if browser is not None:
-            _stop(browser)
-        _stop(lab)
-    out_dir = Path(os.environ.get("RLKIT_SCREENSHOT_DIR", tmp_path))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "05_replay_and_failures.png"
+        return DevTools(pages[0]["webSocketDebuggerUrl"])
+
+    def close(self) -> None:
+        for proc in (self.browser, self.lab):
+            if proc is not None:
+                _stop(proc)
+
+
+def wait_for(page: DevTools, js: str, what: str, timeout_s: float = 180):
+    deadline = time.monotonic() + timeout_s
+    while not (value := page.evaluate(js)):
+        if time.monotonic() > deadline:
+            shot = base64.b64decode(page.call("Page.captureScreenshot", format="png")["data"])
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            (SCREENSHOTS / "failed.png").write_bytes(shot)
+            raise AssertionError(
+                f"{what}: not seen after {timeout_s:.0f} s ({SCREENSHOTS}/failed.png)"
+            )
+        time.sleep(1)
+    return value
+
+
+def screenshot(page: DevTools, name: str) -> Path:
+    from PIL import Image, ImageStat
+
+    shot = base64.b64decode(page.call("Page.captureScreenshot", format="png")["data"])
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / name
     path.write_bytes(shot)
     image = Image.open(io.BytesIO(shot)).convert("RGB")
     assert image.size[0] >= 800 and image.size[1] >= 600
     assert len(image.getcolors(maxcolors=1 << 20) or []) > 50, f"blank screenshot: {path}"
     assert max(ImageStat.Stat(image).stddev) > 10, f"blank screenshot: {path}"
+    return path
+
+
+def test_an_executed_notebooks_replay_plays_with_no_kernel(trained_home, tmp_path, port):
+    from nbformat import read
+    from nbformat.sign import NotebookNotary
+
+    from rlkit.notebook.demo import ensure_kernel, execute
+
+    out = trained_home / "runs" / "demo"
+    nb = execute("05_replay_and_failures", out, {"out_dir": str(out)}, kernel=ensure_kernel())
+    assert NotebookNotary().check_signature(read(nb, as_version=4)), "execute() did not trust it"
+    lab = Lab(nb.parent, tmp_path, port, {})
+    lab.trust(nb)  # the same signature, in this test's private trust database
+    try:
+        page = lab.open(nb.name)
+        wait_for(page, PLAYER_JS, "a kernel-free replay player")
+        for kernel in lab.api("kernels"):  # JupyterLab starts one on open: stop them all
+            lab.api(f"kernels/{kernel['id']}", method="DELETE")
+        assert lab.api("kernels") == []
+        frame = f"{FIRST_PLAYER}.querySelector('img.rlkit-frame').src"
+        counter = f"{FIRST_PLAYER}.querySelector('.rlkit-counter').textContent"
+        before, label = page.evaluate(frame), page.evaluate(counter)
+        assert label.startswith("frame 1/"), label
+        screenshot(page, "05_executed_frame1.png")
+        page.evaluate(f"{FIRST_PLAYER}.querySelector('.rlkit-next').click()")
+        time.sleep(0.5)
+        assert page.evaluate(counter).startswith("frame 2/")
+        assert page.evaluate(frame) != before, "the frame did not change"
+        page.evaluate(f"{FIRST_PLAYER}.querySelector('.rlkit-play').click()")
+        time.sleep(2)
+        assert page.evaluate(counter) not in ("frame 1/", "frame 2/"), "Play did not advance"
+        screenshot(page, "05_executed_after_click.png")
+        assert lab.api("kernels") == [], "a kernel came back"
+    finally:
+        lab.close()
+
+
+def test_a_source_notebook_runs_in_jupyterlab_and_its_widgets_play(trained_home, tmp_path, port):
+    """notebooks/05 with its defaults, in JupyterLab's kernel started in the notebook's folder
+    (a copy, so the source keeps no outputs); RLKIT_HOME points at the trained run."""
+    from rlkit.notebook.demo import NOTEBOOK_DIR, ensure_kernel
+
+    ensure_kernel()
+    root = tmp_path / "project"
+    shutil.copytree(NOTEBOOK_DIR, root / "notebooks", ignore=shutil.ignore_patterns("*.py"))
+    lab = Lab(root, tmp_path, port, {"RLKIT_HOME": str(trained_home)})
+    try:
+        page = lab.open("notebooks/05_replay_and_failures.ipynb")
+        kernel = "window.jupyterapp?.shell.currentWidget?.sessionContext?.session?.kernel"
+        wait_for(page, f"{kernel}?.status === 'idle'", "an idle kernel for the notebook", 180)
+        page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        text = "document.body.innerText"
+        wait_for(page, f"!!{WIDGET_REPLAY} || {text}.includes('Traceback')", "a replay widget", 240)
+        assert "Traceback" not in page.evaluate(text), page.evaluate(text)[-3000:]
+        image = f"{WIDGET_REPLAY}.querySelector('.widget-image').src"
+        before = wait_for(page, image, "the replay's first frame", 60)
+        screenshot(page, "05_live_before_play.png")
+        page.evaluate(f"{WIDGET_REPLAY}.querySelector('.widget-play button').click()")
+        wait_for(page, f"{image} !== {json.dumps(before)}", "a new frame after Play", 30)
+        screenshot(page, "05_live_after_play.png")
+    finally:
+        lab.close()

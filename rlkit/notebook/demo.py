@@ -14,7 +14,6 @@ printed at the end.
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import time
 from pathlib import Path
@@ -65,14 +64,15 @@ def ensure_kernel(name: str = KERNEL) -> str:
     return name
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def execute(name: str, out_dir: Path, params: dict[str, Any], *, kernel: str = KERNEL) -> Path:
-    """Execute notebooks/NAME.ipynb into OUT/notebooks/NAME.ipynb (widget state stored)."""
+    """Execute notebooks/NAME.ipynb into OUT/notebooks/NAME.ipynb, as JupyterLab would run it.
+
+    The kernel starts in notebooks/ (JupyterLab's working directory for a notebook; relative
+    path parameters resolve through `rlkit.notebook.paths`). The result is ready to open: every
+    replay keeps its kernel-free HTML player instead of a widget view that would need a kernel
+    (`player.kernel_free_outputs`), and the notebook is signed as trusted in this user's Jupyter
+    trust database, so JupyterLab runs the players' scripts and draws the stored widgets.
+    """
     import papermill
 
     source = NOTEBOOK_DIR / f"{name}.ipynb"
@@ -87,14 +87,28 @@ def execute(name: str, out_dir: Path, params: dict[str, Any], *, kernel: str = K
             str(target),
             parameters={k: v for k, v in params.items() if k in declared},
             kernel_name=kernel,
-            cwd=str(PROJECT_ROOT),
+            cwd=str(NOTEBOOK_DIR),
             progress_bar=False,
         )
     except papermill.PapermillExecutionError as e:
         raise RlkitError(
             f"notebook {name} failed in cell {e.exec_count}: {e.ename}: {e.evalue}; see {target}"
         ) from None
+    ready_to_open(target)
     return target
+
+
+def ready_to_open(path: Path) -> None:
+    """Kernel-free players for the replays, then trust (`jupyter trust`, the same signature)."""
+    import nbformat
+    from nbformat.sign import NotebookNotary
+
+    from rlkit.notebook.player import kernel_free_outputs
+
+    nb = nbformat.read(path, as_version=4)
+    kernel_free_outputs(nb)
+    NotebookNotary().sign(nb)
+    nbformat.write(nb, path)
 
 
 def run_demo(
@@ -105,12 +119,12 @@ def run_demo(
     notebooks: tuple[str, ...] = NOTEBOOKS,
 ) -> dict:
     """Execute the notebooks in order; returns summary.json's content plus timings."""
-    from rlkit.cluster.localhead import start_local_head
+    from rlkit.cluster.localhead import free_port, start_local_head
 
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     kernel = ensure_kernel()
-    head = None if local_port is not None else start_local_head(_free_port(), num_cpus=2)
+    head = None if local_port is not None else start_local_head(free_port(), num_cpus=2)
     port = local_port if head is None else head.port
     params = parameters(out, quick=quick, local_port=port)
     timings: dict[str, float] = {}
