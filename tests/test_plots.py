@@ -173,3 +173,62 @@ def test_figures_render_as_png_without_pyplot(evals):
     assert np.asarray(Image.open(io.BytesIO(png))).std() > 0  # not a blank canvas
     empty = plots.live_curves([])
     assert "waiting for the first step" in empty.axes[0].texts[0].get_text()
+
+
+def _legend_labels(ax) -> list[str]:
+    legend = ax.get_legend()
+    return [t.get_text() for t in legend.get_texts()] if legend else []
+
+
+def test_equal_series_are_drawn_once_and_named_together():
+    """With a 0/1 reward the mean reward is the solve rate, and without KL the total loss is
+    the policy loss: one line each, both names on it, nothing hidden under it."""
+    records = [
+        {
+            "step": s,
+            "rollout/reward_mean": s / 10,
+            "rollout/solve_rate": s / 10,
+            "loss/policy": -s,
+            "loss/total": -s,
+            "loss/bc": 1.0 / (s + 1),
+            "train/phase": "grpo",
+        }
+        for s in range(5)
+    ]
+    fig = plots.training_curves(records)
+    reward, loss = fig.axes[:2]
+    assert _legend_labels(reward) == ["rollout/reward_mean = rollout/solve_rate"]
+    assert len(reward.lines) == 1
+    assert _legend_labels(loss) == ["loss/bc", "loss/policy = loss/total"]
+    live = plots.live_curves(records)
+    assert _legend_labels(live.axes[0]) == ["rollout/reward_mean = rollout/solve_rate"]
+    assert live.axes[0].get_title(loc="left") == "Training progress"
+    assert live.axes[0].get_ylabel() and live.axes[0].get_xlabel() == "training step"
+
+
+def test_legends_sit_outside_the_data(evals):
+    for fig in (plots.by_difficulty(evals), plots.training_curves([{"step": 1, "loss": 2.0}])):
+        ax = fig.axes[0]
+        fig.canvas.draw()
+        legend = ax.get_legend().get_window_extent()
+        assert legend.x0 >= ax.get_window_extent().x1  # right of the axes, over no point
+
+
+def test_the_monitor_shows_its_chart_at_the_size_it_was_drawn(tmp_path):
+    from rlkit.notebook import widgets as w
+
+    class Done:
+        def status(self):
+            return "SUCCEEDED"
+
+        def logs(self):
+            return ""
+
+        def stop(self):
+            return False
+
+    run = RunDir(tmp_path / "run")
+    run.append_metrics({"step": 1, "rollout/solve_rate": 0.5})
+    mon = w.JobMonitor(Done(), run.path)
+    width = Image.open(io.BytesIO(mon.curves.value)).size[0]
+    assert mon.curves.layout.width == f"{width}px" and width >= 500

@@ -182,8 +182,16 @@ def test_status_name_accepts_enums_and_strings():
 
 def test_maze_browser_follows_controls():
     mb = w.maze_browser(size=4, seed=1)
-    maze, png, text, stats = w.maze_view(4, 1)
+    maze, png, text, stats = w.maze_view(4, 1, cell_px=w.browser_cell_px(4))
     assert mb.maze == maze and mb.image.value == png and "4x4 wilson seed 1" in mb.stats.value
+    # drawn at its display size (~480 px), shown pixel for pixel; every toggle group labelled
+    width = Image.open(io.BytesIO(png)).size[0]
+    assert 400 <= width <= 520 and mb.image.layout.width == f"{width}px"
+    assert [mb.algorithm.description, mb.placement.description, mb.view.description] == [
+        "generator",
+        "start/exit",
+        "view",
+    ]
     assert to_ascii(initial(maze)).splitlines()[1] in mb.ascii.value
     mb.size.value = 6
     assert mb.maze.height == 6 and "6x6" in mb.stats.value

@@ -127,6 +127,27 @@ def _header(fig: Figure, title: str, run_id: str | None, detail: str) -> None:
     fig.subplots_adjust(top=1 - 0.95 / height)
 
 
+def _legend_outside(ax: Axes, fontsize: float = 8) -> None:
+    """The legend right of the axes, where it covers no data."""
+    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+
+
+def _distinct(
+    series: Sequence[tuple[str, list[int], list[float]]],
+) -> list[tuple[str, list[int], list[float]]]:
+    """Series with identical points drawn once, their names joined with ' = ' (with a 0/1
+    reward, rollout/reward_mean is rollout/solve_rate; without KL, loss/total is loss/policy):
+    a line drawn on top of an equal one would hide it and leave a legend entry for nothing."""
+    out: list[tuple[str, list[int], list[float]]] = []
+    for key, xs, ys in series:
+        same = next((i for i, (_, x, y) in enumerate(out) if x == xs and y == ys), None)
+        if same is None:
+            out.append((key, xs, ys))
+        else:
+            out[same] = (f"{out[same][0]} = {key}", xs, ys)
+    return out
+
+
 # solve rate across checkpoints
 
 
@@ -196,7 +217,10 @@ def _base(key: str) -> str:
 # rollout/, loss/kl next to loss/approx_kl_old) appear without code changes.
 PANELS: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("reward / solve rate", lambda k: _base(k) in {"reward", "reward_mean", "solve_rate", "solve"}),
-    ("loss", lambda k: k == "loss" or (k.startswith("loss/") and _base(k) in {"total", "policy"})),
+    (
+        "loss",
+        lambda k: k == "loss" or (k.startswith("loss/") and _base(k) in {"total", "policy", "bc"}),
+    ),
     ("KL", lambda k: re.search(r"(^|_)kl(_|$)", _base(k)) is not None),
     ("entropy", lambda k: "entropy" in _base(k)),
     ("turns", lambda k: _base(k).startswith("turns")),
@@ -273,15 +297,16 @@ def training_curves(
         raise UsageError(
             f"no plottable metrics (reward, loss, kl, entropy, turns) among keys {keys[:12]}"
         )
-    fig = PlotFigure(figsize=(7.5, 1.9 * len(panels) + 1.0))
+    fig = PlotFigure(figsize=(10, 1.9 * len(panels) + 1.0))
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     for ax, (name, series) in zip(axes, panels, strict=True):
-        for key, xs, ys in series:
+        for key, xs, ys in _distinct(series):
             ax.plot(xs, ys, lw=1.3, marker="." if len(xs) < 40 else None, label=key)
         ax.set_ylabel(name, fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        _legend_outside(ax)
     axes[-1].set_xlabel("training step")
+    fig.subplots_adjust(left=0.08, right=0.68)
     spans = phase_spans(records)
     if spans:
         _mark_phases(list(axes), spans)
@@ -293,15 +318,20 @@ def training_curves(
 
 
 def live_curves(
-    metrics: Sequence[Mapping[str, Any]], evals: Mapping[int, EvalResult] | None = None
+    metrics: Sequence[Mapping[str, Any]],
+    evals: Mapping[int, EvalResult] | None = None,
+    *,
+    run_id: str | None = None,
+    size_px: tuple[int, int] = (720, 300),
 ) -> Figure:
-    """A small reward/solve-rate figure for a job monitor: rollout metrics plus eval points."""
-    fig = PlotFigure(figsize=(6.5, 2.8))
+    """The job monitor's figure, drawn at `size_px` at 100 dpi (the widget shows it at that
+    size, unscaled): rollout metrics plus the test-set evals with their intervals."""
+    fig = PlotFigure(figsize=(size_px[0] / 100, size_px[1] / 100))
     ax = fig.add_subplot()
-    for key in ("rollout/reward_mean", "rollout/solve_rate", "eval/solve_rate"):
-        xs, ys = _series(metrics, key)
-        if xs:
-            ax.plot(xs, ys, lw=1.3, label=key)
+    keys = ("rollout/reward_mean", "rollout/solve_rate", "eval/solve_rate")
+    series = [(k, *_series(metrics, k)) for k in keys]
+    for key, xs, ys in _distinct([s for s in series if s[1]]):
+        ax.plot(xs, ys, lw=1.3, label=key)
     for step, r in sorted((evals or {}).items()):
         ax.errorbar(
             [step],
@@ -310,16 +340,19 @@ def live_curves(
             fmt="ks",
             ms=4,
             capsize=3,
-            label=f"test-set eval (95% CI, {_methods(list((evals or {}).values()))})"
+            label=f"test set (95% CI, {_methods(list((evals or {}).values()))})"
             if step == min(evals or {})
             else None,
         )
+    title = "Training progress" + (f": {run_id}" if run_id else "")
+    ax.set_title(title, fontsize=10, loc="left")
     if not ax.lines and not ax.collections:
         ax.text(0.5, 0.5, "waiting for the first step...", ha="center", transform=ax.transAxes)
     else:
-        ax.legend(fontsize=7, loc="lower right")
-    ax.set(xlabel="step", ylim=(-0.02, 1.05))
+        _legend_outside(ax, fontsize=7.5)
+    ax.set(xlabel="training step", ylabel="rate (0-1)", ylim=(-0.02, 1.05))
     ax.grid(alpha=0.3)
+    fig.subplots_adjust(left=0.09, right=0.62, bottom=0.17, top=0.88)
     return fig
 
 
@@ -349,7 +382,7 @@ def by_difficulty(
     lengths = sorted({int(n) for _, r in labelled for n in r.by_path_length})
     if not lengths:
         raise UsageError("eval results hold no per-path-length breakdown: re-run the evaluation")
-    fig = PlotFigure(figsize=(7.5, 4.2))
+    fig = PlotFigure(figsize=(9.5, 4.2))
     ax = fig.add_subplot()
     width = 0.7 / len(labelled)
     for i, (label, r) in enumerate(labelled):
@@ -369,7 +402,8 @@ def by_difficulty(
     ax.set_xticklabels([f"{n}\n({first.get(str(n), {}).get('episodes', 0)} ep)" for n in lengths])
     ax.set(xlabel="shortest-path length (moves)", ylabel="solve rate", ylim=(-0.02, 1.08))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
+    fig.subplots_adjust(right=0.74)
     results = [r for _, r in labelled]
     detail = f"{_counts_line(results)}; 95% CI {_methods(results)}"
     _header(fig, "Solve rate by difficulty", run_id, detail)

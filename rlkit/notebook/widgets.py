@@ -50,6 +50,13 @@ TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 # plain functions: the work, testable without widgets
 
 
+def png_width(png: bytes) -> int:
+    """A PNG's width in pixels, from its IHDR chunk."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n" or len(png) < 24:
+        raise ValueError("not a PNG")
+    return int.from_bytes(png[16:20], "big")
+
+
 def _scale(size: tuple[int, int], display_px: int) -> int:
     return max(1, display_px // max(size))
 
@@ -331,7 +338,7 @@ class JobMonitor(widgets.VBox):
         self.log_view = widgets.Textarea(
             disabled=True, layout=widgets.Layout(width="100%", height="16em")
         )
-        self.curves = widgets.Image(format="png")
+        self.curves = widgets.Image(format="png", layout=widgets.Layout(width="720px"))
         self.stop_button = widgets.Button(
             description="Stop job", button_style="danger", icon="stop"
         )
@@ -393,7 +400,10 @@ class JobMonitor(widgets.VBox):
         key = (len(metrics), len(evals))
         if key == self._plotted:
             return  # nothing new: skip re-drawing (the expensive part of a refresh)
-        self.curves.value = figure_png(live_curves(metrics, evals), dpi=80)
+        figure = live_curves(metrics, evals, run_id=self.run_dir.name, size_px=(720, 300))
+        png = figure_png(figure, dpi=100)
+        self.curves.value = png
+        self.curves.layout.width = f"{png_width(png)}px"  # its own size: never stretched
         self._plotted = key
 
     def stop_job(self) -> None:
@@ -443,16 +453,31 @@ def maze_view(
     return maze, png, to_ascii(initial(maze)), stats
 
 
+BROWSER_PX = 480
+
+
+def browser_cell_px(size: int) -> int:
+    """Cell size that draws a `size`-cell maze at about BROWSER_PX, pixel for pixel."""
+    return max(4, min(160, BROWSER_PX // size))
+
+
 class MazeBrowser(widgets.VBox):
     """Size/seed/algorithm controls and an image or ASCII view of the resulting maze."""
 
     def __init__(self, size: int = 5, seed: int = 0, algorithm: str = "wilson"):
         self.size = widgets.IntSlider(value=size, min=MIN_SIZE, max=MAX_SIZE, description="size")
         self.seed = widgets.IntSlider(value=seed, min=0, max=999, description="seed")
-        self.algorithm = widgets.ToggleButtons(options=ALGORITHMS, value=algorithm)
-        self.placement = widgets.ToggleButtons(options=("corners", "random"), value="corners")
-        self.view = widgets.ToggleButtons(options=("image", "ASCII"), value="image")
-        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="480px"))
+        labelled = {"description_width": "6em"}
+        self.algorithm = widgets.ToggleButtons(
+            options=ALGORITHMS, value=algorithm, description="generator", style=labelled
+        )
+        self.placement = widgets.ToggleButtons(
+            options=("corners", "random"), value="corners", description="start/exit", style=labelled
+        )
+        self.view = widgets.ToggleButtons(
+            options=("image", "ASCII"), value="image", description="view", style=labelled
+        )
+        self.image = widgets.Image(format="png")
         self.ascii = widgets.HTML()
         self.stats = widgets.HTML()
         self.maze: Maze | None = None
@@ -462,7 +487,9 @@ class MazeBrowser(widgets.VBox):
         super().__init__(
             [
                 widgets.HBox([self.size, self.seed]),
-                widgets.HBox([self.algorithm, self.placement, self.view]),
+                self.algorithm,
+                self.placement,
+                self.view,
                 self.stats,
                 self.image,
                 self.ascii,
@@ -470,10 +497,16 @@ class MazeBrowser(widgets.VBox):
         )
 
     def update(self) -> None:
+        size = self.size.value
         self.maze, png, text, stats = maze_view(
-            self.size.value, self.seed.value, self.algorithm.value, self.placement.value
+            size,
+            self.seed.value,
+            self.algorithm.value,
+            self.placement.value,
+            cell_px=browser_cell_px(size),
         )
         self.image.value = png
+        self.image.layout.width = f"{png_width(png)}px"  # drawn at display size, not stretched
         self.ascii.value = f"<pre style='line-height:1.1'>{html.escape(text)}</pre>"
         self.stats.value = f"<code>{html.escape(stats)}</code>"
         ascii_view = self.view.value == "ASCII"
