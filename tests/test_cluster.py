@@ -17,6 +17,7 @@ from ray.job_submission import JobStatus
 
 from rlkit.cluster.client import connect
 from rlkit.cluster.jobs import (
+    PACKAGING_LOGGERS,
     mask_env,
     next_submission_id,
     records_for_run,
@@ -166,14 +167,47 @@ def test_refused_addresses(address, error, words):
         connect(address)
 
 
-def test_sagemaker_address_without_toolkit_says_what_to_install():
-    pytest.importorskip("ray")
+def test_sagemaker_address_goes_through_the_toolkit(tmp_path, monkeypatch):
+    """The real toolkit (the sagemaker extra) handles sagemaker_ray://; off HyperPod its
+    missing kubeconfig comes back as one line naming the command that fixes it."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    with pytest.raises(RlkitError) as e:
+        connect("sagemaker_ray://my-cluster/my-namespace")
+    message = str(e.value)
+    assert "\n" not in message and "aws eks update-kubeconfig" in message
+
+
+def test_sagemaker_address_without_toolkit_says_what_to_install(monkeypatch):
     import importlib.util
 
-    if importlib.util.find_spec("sagemaker_ray") is not None:
-        pytest.skip("the toolkit is installed here, so the missing-package message cannot show")
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(  # as in an environment without the sagemaker extra
+        importlib.util,
+        "find_spec",
+        lambda n, *a: None if n == "sagemaker_ray" else find_spec(n, *a),
+    )
     with pytest.raises(RlkitError, match=r"pip install 'rlkit\[sagemaker\]'"):
         connect("sagemaker_ray://my-cluster/my-namespace")
+
+
+def test_submitting_keeps_rays_packaging_chatter_out_of_the_output(cluster):
+    import logging
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(level=logging.DEBUG)
+    handler.emit = records.append
+    loggers = [logging.getLogger(name) for name in PACKAGING_LOGGERS]
+    before = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(handler)
+    try:
+        job = cluster.submit("quiet-upload", "python -c \"print('ok')\"")
+    finally:
+        for lg in loggers:
+            lg.removeHandler(handler)
+    assert job.wait(90) == JobStatus.SUCCEEDED
+    assert [r.getMessage() for r in records if r.levelno < logging.ERROR] == []
+    assert [lg.level for lg in loggers] == before  # restored after the upload
 
 
 def test_submission_ids_count_up_per_run():

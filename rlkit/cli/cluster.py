@@ -43,10 +43,9 @@ def _jobs_list(args: argparse.Namespace) -> int:
         from rlkit.cluster.jobs import records_for_run
 
         records = records_for_run(args.run, records)
-    if not records:
-        print(f"no jobs on {cluster.address}")
-    for r in records:
-        print(r)
+    from rlkit.cluster.jobs import format_jobs
+
+    print(format_jobs(records, cluster.address))
     return 0
 
 

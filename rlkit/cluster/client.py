@@ -40,6 +40,7 @@ from rlkit.cluster.jobs import (
     describe_submission,
     next_submission_id,
     project_root,
+    quiet_packaging,
     records_for_run,
     to_record,
     working_dir_runtime_env,
@@ -339,17 +340,18 @@ class Cluster:
         meta = {k: str(v) for k, v in meta.items()}
         self.last_submission = describe_submission(submission_id, entrypoint, runtime_env, meta)
         # Uploading the working dir may take longer than one request; the deadline covers it.
-        sid = self._call(
-            f"submitting {submission_id}",
-            lambda: self.client.submit_job(
-                entrypoint=entrypoint,
-                submission_id=submission_id,
-                runtime_env=runtime_env,
-                metadata=meta,
-                **kwargs,
-            ),
-            deadline_s=SUBMIT_DEADLINE_S,
-        )
+        with quiet_packaging():
+            sid = self._call(
+                f"submitting {submission_id}",
+                lambda: self.client.submit_job(
+                    entrypoint=entrypoint,
+                    submission_id=submission_id,
+                    runtime_env=runtime_env,
+                    metadata=meta,
+                    **kwargs,
+                ),
+                deadline_s=SUBMIT_DEADLINE_S,
+            )
         return JobHandle(self, sid, run_name=run_name)
 
     def jobs(self) -> list[JobRecord]:

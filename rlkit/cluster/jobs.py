@@ -10,10 +10,12 @@ clear line instead of inside Ray's upload.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import re
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,6 +90,13 @@ def to_record(d: JobDetails) -> JobRecord:
     )
 
 
+def format_jobs(records: list[JobRecord], address: str) -> str:
+    """One line per job, or a line saying there are none yet (never an empty output)."""
+    if not records:
+        return f"no jobs yet on {address} (notebook 03 or `rlkit train --address` submits one)"
+    return "\n".join(str(r) for r in records)
+
+
 def records_for_run(run_name: str, records: list[JobRecord]) -> list[JobRecord]:
     """This run's jobs, oldest (lowest n) first."""
     mine = [(i, r) for r in records if (i := _run_index(run_name, r.submission_id)) is not None]
@@ -147,6 +156,31 @@ def working_dir_runtime_env(root: Path, *, limit: int = MAX_WORKING_DIR_BYTES) -
             f"limit; largest: {names}; add them to .gitignore or .rayignore"
         )
     return {"working_dir": str(root), "excludes": list(WORKING_DIR_EXCLUDES)}
+
+
+PACKAGING_LOGGERS = {
+    "ray.dashboard.modules.dashboard_sdk": logging.WARNING,  # "Uploading package gcs://..."
+    "ray._private.runtime_env.packaging": logging.WARNING,  # each .gitignore, per pass
+    # "Directory '.git' is now ignored by default": rlkit never ships .git (WORKING_DIR_EXCLUDES)
+    "ray._private.runtime_env.working_dir": logging.ERROR,
+}
+
+
+@contextlib.contextmanager
+def quiet_packaging() -> Iterator[None]:
+    """Ray's per-file packaging chatter off while a working dir uploads (warnings stay).
+
+    `describe_submission` already says what ships; Ray would add a dozen INFO lines per
+    submission (every .gitignore it honours, three times) to a notebook's output.
+    """
+    saved = {name: logging.getLogger(name).level for name in PACKAGING_LOGGERS}
+    for name, level in PACKAGING_LOGGERS.items():
+        logging.getLogger(name).setLevel(level)
+    try:
+        yield
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def mask_env(env_vars: dict[str, str]) -> dict[str, str]:
