@@ -17,9 +17,16 @@
 # %% [markdown]
 # # 00 · Setup and connect
 #
-# Checks this kernel (Python, torch, transformers, Ray: the cluster's versions), then
-# connects to a Ray cluster's Jobs API: by default a local head on 127.0.0.1 (started, or reused
-# if one answers), on a cluster the address from a preset file, e.g.
+# rlkit trains a vision-language model with GRPO to solve mazes: each turn the model sees the
+# maze as a picture and answers one move; an episode earns reward 1 only if it reaches the exit.
+# These six notebooks are one workflow: 00 connect, 01 the mazes, 02 the baselines, 03 train,
+# 04 the solve rate across checkpoints, 05 replays and failures. On a laptop or in CI they use
+# the embedded default (a local Ray head and a tiny Qwen3-VL-architecture model trained on CPU);
+# on SageMaker HyperPod the same cells drive SkyRL training Qwen3-VL-8B.
+#
+# This notebook checks the kernel (Python, torch, transformers, Ray: the cluster's versions),
+# then connects to a Ray cluster's Jobs API: by default a local head on 127.0.0.1 (started, or
+# reused if one answers); on a cluster, the head's address, e.g. from a preset file:
 # `papermill 00_setup_and_connect.ipynb out.ipynb -f presets/hyperpod-qwen3vl-8b.yaml`.
 
 # %% tags=["parameters"]
@@ -28,8 +35,16 @@ local_port = 8265  # dashboard (Jobs API) port of the local head
 probe_python = False  # True: run a tiny job to read the cluster's Python version
 preflight_preset = None  # e.g. "qwen3vl-8b-6gpu": a short job checks what that run needs
 
+# %% [markdown]
+# The cell above is tagged `parameters`: every setting of this notebook, with its default.
+# `make demo` runs the notebooks with papermill, which adds a cell headed `# Parameters` right
+# after it holding the demo's values; those are the ones that count in an executed notebook.
+# Relative paths (`out_dir="runs/demo"`) mean the project root (or `$RLKIT_HOME`), wherever
+# the notebook runs from.
+
 # %%
 from rlkit.cluster.client import connect
+from rlkit.cluster.jobs import format_jobs
 from rlkit.cluster.preflight import format_checks, preflight
 from rlkit.notebook import workbench
 
@@ -52,5 +67,9 @@ if preflight_preset:
 # reattaches to it by run name).
 
 # %%
-for record in cluster.jobs():
-    print(record)
+print(format_jobs(cluster.jobs(), cluster.address))
+
+# %% [markdown]
+# **Next:** 01 shows the mazes the model plays. On HyperPod: create the Ray cluster and reach
+# its head (`deploy/README.md`, steps 1-2), set `address` here, and run the preflight with
+# `preflight_preset="qwen3vl-8b-6gpu"` before the first submission.

@@ -21,12 +21,22 @@
 # difficulty: shortest path length (L), junctions (J) and turns (T) on the path. Then an
 # interactive browser over sizes, seeds and generators, and the two views a model can get:
 # the image and the ASCII grid.
+#
+# In every picture the agent is red, the exit green, walls black; the trail of visited cells
+# is grey. The model sees the maze this way, one picture per turn.
 
 # %% tags=["parameters"]
 out_dir = "runs/demo"  # where pictures go (OUT/plots)
 test_set_name = "test"  # a pinned set from rlkit.maze.sets
 gallery_size = 64  # mazes drawn in the gallery
 browser_size = 5  # the browser's starting size (cells per side)
+
+# %% [markdown]
+# The cell above is tagged `parameters`: every setting of this notebook, with its default.
+# `make demo` runs the notebooks with papermill, which adds a cell headed `# Parameters` right
+# after it holding the demo's values; those are the ones that count in an executed notebook.
+# Relative paths (`out_dir="runs/demo"`) mean the project root (or `$RLKIT_HOME`), wherever
+# the notebook runs from.
 
 # %%
 from collections import Counter
@@ -47,10 +57,15 @@ workbench.save_png(fig, out_dir, "test_mazes")
 fig
 
 # %% [markdown]
-# How many test mazes have each shortest-path length (the main difficulty axis):
+# How many test mazes have each shortest-path length (the main difficulty axis: a maze whose exit
+# is 6 moves away leaves less slack in a 12-turn budget than one 2 moves away):
 
 # %%
 sorted(Counter(difficulty(m).path_length for m in mazes).items())
+
+# %% [markdown]
+# The maze browser: generate any maze the library can (size, seed, generator, where start and
+# exit go) and see it as the model would.
 
 # %%
 maze_browser(size=browser_size)
@@ -63,3 +78,7 @@ maze, png, ascii_grid, stats = maze_view(browser_size, seed=3)
 print(stats)
 print(ascii_grid)
 Image(png)
+
+# %% [markdown]
+# **Next:** 02 scores the baselines on the test set, the floor and ceiling any trained model
+# must be read against.

@@ -21,12 +21,26 @@
 # ceiling) and the untrained base model, each on every test maze `samples` times. Solve rates
 # come with 95% intervals clustered by maze (a maze's samples are not independent evidence: the
 # table's last line names the method); results are cached in OUT/baselines/ for notebooks 04, 05.
+#
+# How to read the table: `solve` is the share of episodes that reached the exit; `95% CI` is
+# where the true rate lies with 95% confidence, widened for the correlation between a maze's
+# samples; `pass@k` is the chance that at least one of k samples solves a maze. The random
+# policy solves about a fifth of these small mazes by luck within 12 turns; the untrained base
+# model (the run's initial weights) lands near it because its move choice is close to uniform.
+# Training has to beat both by more than their intervals.
 
 # %% tags=["parameters"]
 out_dir = "runs/demo"
 preset = "local-tiny"  # local training preset: fixes the base model and the env
 samples = 8  # episodes per test maze (64 x 1 cannot tell 90% from 95%)
 replay_maze = 0  # test maze index to replay
+
+# %% [markdown]
+# The cell above is tagged `parameters`: every setting of this notebook, with its default.
+# `make demo` runs the notebooks with papermill, which adds a cell headed `# Parameters` right
+# after it holding the demo's values; those are the ones that count in an executed notebook.
+# Relative paths (`out_dir="runs/demo"`) mean the project root (or `$RLKIT_HOME`), wherever
+# the notebook runs from.
 
 # %%
 from rlkit.notebook import plots, workbench
@@ -44,15 +58,20 @@ workbench.save_png(fig, out_dir, "baselines_by_difficulty")
 fig
 
 # %% [markdown]
-# One episode of the base model: blue arrow the oracle's move, orange the model's.
+# One episode of the base model, turn by turn. Blue arrow: the oracle's (shortest-path) move;
+# orange: the model's; when they agree only blue shows. The caption gives the parsed move, the
+# oracle's, and whether the agent moved or bumped into a wall. In an executed notebook this
+# is a player that needs no kernel; run the notebook for the live widget.
 
 # %%
 trajs = workbench.baseline_trajectories(out_dir, workbench.BASE)
 ReplayWidget(workbench.episode(trajs, base[workbench.BASE], replay_maze))
 
 # %% [markdown]
-# Failure taxonomy: how the failed episodes went wrong (loop, wall bump, wrong branch at a
-# junction, format error, out of turns).
+# Failure taxonomy: each failed episode gets the first kind that fits, in this order.
+# `format_error`: half its turns held no valid move; `loop`: it entered some cell 3+ times;
+# `wall_bump`: half its moves hit a wall; `wrong_branch`: it left the shortest path at a
+# junction and ended off it; `timeout`: none of these, it just ran out of turns.
 
 # %%
 fig = plots.failure_breakdown(base[workbench.BASE])
@@ -61,3 +80,6 @@ fig
 
 # %%
 plots.failure_breakdown(base["random"])
+
+# %% [markdown]
+# **Next:** 03 trains the base model with GRPO.

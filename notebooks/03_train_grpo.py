@@ -21,6 +21,21 @@
 # train the tiny Qwen3-VL with rlkit's GRPO loop on the local head; the cluster preset
 # `qwen3vl-8b-6gpu` runs SkyRL on HyperPod (values in `presets/hyperpod-qwen3vl-8b.yaml`) and,
 # without an address, is only printed (a dry run).
+#
+# What GRPO does here: each step takes `mazes_per_step` training mazes (never the test mazes)
+# and plays `group_size` episodes on each with the current policy. Every episode is scored 0
+# or 1 (exit reached or not) and compared with its own group: its advantage is its reward
+# minus the group's mean, divided by the group's spread. There is no critic; the group is the
+# baseline. The update makes every move of above-average episodes more likely and of
+# below-average ones less likely, with PPO's clipped ratio over a couple of passes. A group
+# where all episodes scored alike teaches nothing and is skipped.
+#
+# Why a warm start: GRPO needs groups that sometimes succeed. A randomly initialised model
+# solves a fifth of the mazes by luck but not consistently, and learns little from that.
+# Locally, a short behaviour-cloning phase on the BFS oracle's moves brings it to ~42% first:
+# the stand-in for the instruct model the cluster run starts from (Qwen3-VL-8B solves 43.75%
+# of the test set before training). Optionally a KL penalty (`grpo.kl_coef`) keeps the policy
+# near that starting point; `local-tiny` leaves it off.
 
 # %% tags=["parameters"]
 out_dir = "runs/demo"  # local runs train in OUT/<run name>
@@ -30,6 +45,13 @@ local_port = 8265
 run_name = None  # None: the preset's name
 skyrl = {}  # SkyRL preset changes, e.g. {"nodes": 2, "runs_root": "/fsx/rlkit/runs"}
 wait_s = 3 * 3600  # how long a headless run waits for the job (0: don't wait)
+
+# %% [markdown]
+# The cell above is tagged `parameters`: every setting of this notebook, with its default.
+# `make demo` runs the notebooks with papermill, which adds a cell headed `# Parameters` right
+# after it holding the demo's values; those are the ones that count in an executed notebook.
+# Relative paths (`out_dir="runs/demo"`) mean the project root (or `$RLKIT_HOME`), wherever
+# the notebook runs from.
 
 # %%
 from rlkit.cluster import launch
@@ -51,7 +73,8 @@ job
 
 # %% [markdown]
 # The live monitor: status, Stop button, reward/solve curves and the log tail, refreshed every
-# few seconds in the background (the cell returns at once).
+# few seconds in the background (the cell returns at once). Tick "Resubmit on failure" and a
+# failed job is submitted again as the same run, resuming from its last complete checkpoint.
 
 # %%
 monitor = JobMonitor(job, plan.run_dir, refresh_s=5).start_polling() if job else None
@@ -71,3 +94,14 @@ job
 # %%
 if job is not None and wait_s > 0:
     print(launch.finish(job, monitor, wait_s))
+
+# %% [markdown]
+# **Next:** 04 scores every checkpoint on the test set.
+#
+# **The same on HyperPod** (`deploy/README.md`): with the cluster reachable (notebook 00), set
+# `preset="qwen3vl-8b-6gpu"`, `address` to the head's Jobs API and
+# `skyrl={"runs_root": "/fsx/rlkit/runs"}`. The plan cell prints SkyRL's full command first;
+# the job then trains Qwen3-VL-8B with vLLM rollouts beside the FSDP policy on 6 GPUs, writes
+# checkpoints and `metrics.jsonl` under `/fsx/rlkit/runs/<run name>`, and the monitor above
+# follows it. After a node failure, the monitor's resubmit switch (or `rlkit jobs watch RUN
+# --resubmit 3`) starts it again from its last checkpoint.

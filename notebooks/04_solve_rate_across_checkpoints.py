@@ -21,12 +21,25 @@
 # checkpoint without one scored now; a SkyRL run: its eval dumps), with 95% bands clustered by
 # maze, the untrained model as baseline and the warm-start/GRPO boundary. Then per-difficulty
 # curves, a test paired by maze between GRPO's first checkpoint and the last, and summary.json.
+#
+# How to read it: each point is one checkpoint's solve rate on the same 64 mazes, the band its
+# 95% interval. Step 0 is the untrained model as the trainer scored it; the dashed line is the
+# same weights as notebook 02 scored them, with more samples and another seed: the two differ
+# by sampling noise only, so read them through their intervals. The shaded span is the warm
+# start; GRPO's own gain is measured from its boundary.
 
 # %% tags=["parameters"]
 out_dir = "runs/demo"
 preset = "local-tiny"
 run_name = None
 skyrl_export = None  # a SkyRL run's export dir (holding dumped_evals/) instead of a local run
+
+# %% [markdown]
+# The cell above is tagged `parameters`: every setting of this notebook, with its default.
+# `make demo` runs the notebooks with papermill, which adds a cell headed `# Parameters` right
+# after it holding the demo's values; those are the ones that count in an executed notebook.
+# Relative paths (`out_dir="runs/demo"`) mean the project root (or `$RLKIT_HOME`), wherever
+# the notebook runs from.
 
 # %%
 from pathlib import Path
@@ -59,8 +72,11 @@ curves_png = workbench.save_png(fig, out_dir, "training_curves")
 fig
 
 # %% [markdown]
-# Did GRPO help? Paired by maze: how the fraction of each maze's samples solved changed, an exact
-# sign-flip test on those changes, and the difference in solve rate with its 95% interval.
+# Did GRPO help? Paired by maze: for every maze, the fraction of its samples solved at the last
+# checkpoint minus the fraction at GRPO's first. If GRPO changed nothing, each difference would
+# be as likely positive as negative; the exact sign-flip test gives the probability (p) of
+# differences at least this lopsided under that assumption. The verdict names the better
+# checkpoint when p < 0.05, and the interval is on the mean difference in points.
 
 # %%
 paired = workbench.grpo_paired_test(evals, boundary)
@@ -77,3 +93,8 @@ summary = workbench.build_summary(
 )
 workbench.write_summary(out_dir, summary)
 print("\n".join(summary["table"]))
+
+# %% [markdown]
+# **Next:** 05 replays the episodes behind these numbers. For a HyperPod run, set
+# `skyrl_export="/fsx/rlkit/runs/<run name>/exports"`: the same curves and test come from
+# SkyRL's eval dumps.

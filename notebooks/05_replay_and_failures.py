@@ -20,12 +20,23 @@
 # The trained model's episodes, turn by turn (press Play or drag the slider): a maze where GRPO's
 # first checkpoint and the final one disagree, then the two side by side on one slider, then
 # one failed episode of each kind.
+#
+# Colours: red agent, green exit, grey trail, dark grey the previous cell; blue arrow the
+# oracle's move, orange the model's (only blue when they agree). Executed notebooks carry a
+# player that runs in the browser with no kernel; run the notebook for the live widgets.
 
 # %% tags=["parameters"]
 out_dir = "runs/demo"
 preset = "local-tiny"
 run_name = None
 maze = None  # test maze index; None: one where the two checkpoints disagree
+
+# %% [markdown]
+# The cell above is tagged `parameters`: every setting of this notebook, with its default.
+# `make demo` runs the notebooks with papermill, which adds a cell headed `# Parameters` right
+# after it holding the demo's values; those are the ones that count in an executed notebook.
+# Relative paths (`out_dir="runs/demo"`) mean the project root (or `$RLKIT_HOME`), wherever
+# the notebook runs from.
 
 # %%
 from IPython.display import HTML, display
@@ -44,7 +55,7 @@ first, last = evals[paired.step_a], evals[paired.step_b]
 first_trajs = workbench.eval_trajectories(run_dir, paired.step_a)
 last_trajs = workbench.eval_trajectories(run_dir, paired.step_b)
 index = workbench.diff_maze(first, last) if maze is None else maze
-ReplayWidget(workbench.episode(last_trajs, last, index))
+ReplayWidget(workbench.episode(last_trajs, last, index), label=f"step {paired.step_b}")
 
 # %%
 CheckpointDiffWidget(
@@ -54,8 +65,14 @@ CheckpointDiffWidget(
 )
 
 # %% [markdown]
-# Failure examples of the final checkpoint, one per kind.
+# Failure examples of the final checkpoint, one per kind (02 defines the kinds). Wall bumps and
+# loops that remain after training usually mean the model misreads a wall in one specific view.
 
 # %%
 for kind, traj in workbench.failure_examples(last_trajs).items():
-    display(HTML(f"<h4>{kind}</h4>"), ReplayWidget(traj))
+    display(HTML(f"<h4>{kind}</h4>"), ReplayWidget(traj, label=f"step {paired.step_b}"))
+
+# %% [markdown]
+# **Next:** the same run on a real cluster. `deploy/README.md` builds the image, creates the
+# Ray cluster on HyperPod and submits `qwen3vl-8b-6gpu`; notebooks 03-05 then follow, score and
+# replay it with `address`, `skyrl` and `skyrl_export` set.
