@@ -31,6 +31,9 @@ NOTEBOOKS = (
     "05_replay_and_failures",
 )
 KERNEL = "rlkit"
+KERNEL_CONFIG = {"KernelManager": {"transport": "ipc"}}
+"""The demo's kernels talk over local IPC sockets (in Jupyter's runtime dir), not TCP: nothing
+listens on a port, and the kernel has no reason to warn about unencrypted TCP."""
 PROJECT_ROOT = project_root()
 NOTEBOOK_DIR = PROJECT_ROOT / "notebooks"
 
@@ -74,6 +77,7 @@ def execute(name: str, out_dir: Path, params: dict[str, Any], *, kernel: str = K
     trust database, so JupyterLab runs the players' scripts and draws the stored widgets.
     """
     import papermill
+    from traitlets.config import Config
 
     source = NOTEBOOK_DIR / f"{name}.ipynb"
     if not source.is_file():
@@ -89,6 +93,7 @@ def execute(name: str, out_dir: Path, params: dict[str, Any], *, kernel: str = K
             kernel_name=kernel,
             cwd=str(NOTEBOOK_DIR),
             progress_bar=False,
+            config=Config(KERNEL_CONFIG),
         )
     except papermill.PapermillExecutionError as e:
         raise RlkitError(
