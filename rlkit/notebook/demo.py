@@ -30,6 +30,7 @@ NOTEBOOKS = (
     "04_solve_rate_across_checkpoints",
     "05_replay_and_failures",
 )
+TRAINING_NOTEBOOK = "03_train_grpo"
 KERNEL = "rlkit"
 KERNEL_CONFIG = {"KernelManager": {"transport": "ipc"}}
 """The demo's kernels talk over local IPC sockets (in Jupyter's runtime dir), not TCP: nothing
@@ -125,6 +126,7 @@ def run_demo(
 ) -> dict:
     """Execute the notebooks in order; returns summary.json's content plus timings."""
     from rlkit.cluster.localhead import free_port, start_local_head
+    from rlkit.notebook.progress import follow_run
 
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -138,7 +140,11 @@ def run_demo(
         for name in notebooks:
             start = time.monotonic()
             print(f"[demo] {name} ...", flush=True)
-            execute(name, out, params, kernel=kernel)
+            if name == TRAINING_NOTEBOOK:  # minutes of training: show where it is
+                with follow_run(out / params["preset"]):
+                    execute(name, out, params, kernel=kernel)
+            else:
+                execute(name, out, params, kernel=kernel)
             timings[name] = round(time.monotonic() - start, 1)
             print(f"[demo] {name} done in {timings[name]:.0f} s", flush=True)
     finally:

@@ -40,6 +40,7 @@ from rlkit.maze.render import (
 from rlkit.maze.rules import initial
 from rlkit.notebook.player import PaneFrames, colour_key_html, player_html
 from rlkit.notebook.plots import figure_png, live_curves, load_metrics, load_run_evals
+from rlkit.notebook.progress import read_progress
 
 REPLAY_STYLE = RenderStyle(view="full", cell_px=16, last=(90, 90, 90))
 ORACLE_COLOUR = (40, 90, 230)
@@ -339,6 +340,8 @@ class JobMonitor(widgets.VBox):
             disabled=True, layout=widgets.Layout(width="100%", height="16em")
         )
         self.curves = widgets.Image(format="png", layout=widgets.Layout(width="720px"))
+        self.progress = widgets.HTML()
+        """Phase, step of total, the latest eval with its interval, ETA (`notebook.progress`)."""
         self.stop_button = widgets.Button(
             description="Stop job", button_style="danger", icon="stop"
         )
@@ -348,7 +351,7 @@ class JobMonitor(widgets.VBox):
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # the poll thread and a button click may refresh at once
         controls = [self.status_label, self.stop_button, self.resubmit_switch, self.max_restarts]
-        super().__init__([widgets.HBox(controls), self.curves, self.log_view])
+        super().__init__([widgets.HBox(controls), self.progress, self.curves, self.log_view])
         self.refresh()
 
     @property
@@ -396,6 +399,9 @@ class JobMonitor(widgets.VBox):
 
     def _refresh_curves(self) -> None:
         metrics = load_metrics(self.run_dir)
+        self.progress.value = (
+            f"<code>{html.escape(read_progress(self.run_dir, metrics).line())}</code>"
+        )
         evals = load_run_evals(self.run_dir) if self.run_dir.is_dir() else {}
         key = (len(metrics), len(evals))
         if key == self._plotted:

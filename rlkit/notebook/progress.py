@@ -1,0 +1,172 @@
+"""Where a training run is, read from its run directory: phase, step of total, the latest eval
+with its interval, and an ETA. One reader for the terminal bar `make demo` shows while notebook
+03 trains (`follow_run`) and for the notebook's job monitor (`RunProgress.line`).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlkit.errors import RlkitError
+from rlkit.train.runs import RunDir
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    phase: str
+    """`starting` (nothing logged yet), `warm start` or `GRPO`."""
+    step: int
+    """The latest global step logged (warm-start steps included)."""
+    grpo_step: int
+    """GRPO steps done (0 during the warm start)."""
+    grpo_total: int | None
+    """GRPO steps the run's config asks for (None when run.json is not written yet)."""
+    eval_step: int | None = None
+    eval_rate: float | None = None
+    eval_ci: tuple[float, float] | None = None
+    elapsed_s: float = 0.0
+    grpo_s: float = 0.0
+    """Training seconds spent in GRPO so far (the basis of the ETA)."""
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds of GRPO left at the pace so far (None before the first GRPO step)."""
+        if not self.grpo_total or self.grpo_step < 1 or self.grpo_s <= 0:
+            return None
+        return max(0.0, (self.grpo_total - self.grpo_step) * self.grpo_s / self.grpo_step)
+
+    def eval_text(self) -> str:
+        if self.eval_rate is None:
+            return "no eval yet"
+        ci = f" [{self.eval_ci[0]:.1%}, {self.eval_ci[1]:.1%}]" if self.eval_ci else ""
+        return f"eval step {self.eval_step}: {self.eval_rate:.1%}{ci}"
+
+    def line(self) -> str:
+        """One line, e.g. `GRPO step 40/160 | eval step 100: 80.1% [72.2%, 86.2%] | ETA 5 min`."""
+        if self.phase == "starting":
+            return "starting: no step logged yet"
+        if self.phase == "warm start":
+            where = f"warm start, step {self.step}"
+        else:
+            total = f"/{self.grpo_total}" if self.grpo_total else ""
+            where = f"GRPO step {self.grpo_step}{total}"
+        eta = self.eta_s
+        tail = f" | ETA {_duration(eta)}" if eta is not None else ""
+        return f"{where} | {self.eval_text()}{tail}"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def _grpo_total(run: RunDir) -> int | None:
+    try:
+        return int(run.read_info()["config"]["schedule"]["steps"])
+    except (RlkitError, KeyError, TypeError, ValueError):
+        return None
+
+
+def read_progress(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> RunProgress:
+    """The run's progress from metrics.jsonl (pass `records` if already read) and run.json."""
+    run = RunDir(run_dir)
+    if records is None:
+        records = run.read_metrics() if run.metrics_path.is_file() else []
+    total = _grpo_total(run) if run.run_json.is_file() else None
+    steps = [r for r in records if isinstance(r.get("step"), int)]
+    if not steps:
+        return RunProgress("starting", 0, 0, total)
+    warm = [r["step"] for r in steps if r.get("train/phase") == "warm_start" and "loss/bc" in r]
+    ws_end = max(warm, default=0)
+    grpo = [r for r in steps if r.get("train/phase") == "grpo" and "rollout/episodes" in r]
+    evals = [r for r in steps if "eval/solve_rate" in r]
+    last_eval = evals[-1] if evals else None
+    elapsed = max((r.get("timing/elapsed_s", 0.0) for r in steps), default=0.0)
+    ws_elapsed = max(
+        (r.get("timing/elapsed_s", 0.0) for r in steps if r["step"] <= ws_end), default=0.0
+    )
+    ci = None
+    if last_eval and "eval/ci_low" in last_eval and "eval/ci_high" in last_eval:
+        ci = (last_eval["eval/ci_low"], last_eval["eval/ci_high"])
+    return RunProgress(
+        phase="GRPO" if grpo else "warm start",
+        step=max(r["step"] for r in steps),
+        grpo_step=len({r["step"] for r in grpo}),
+        grpo_total=total,
+        eval_step=last_eval["step"] if last_eval else None,
+        eval_rate=last_eval["eval/solve_rate"] if last_eval else None,
+        eval_ci=ci,
+        elapsed_s=elapsed,
+        grpo_s=max(0.0, elapsed - ws_elapsed) if grpo else 0.0,
+    )
+
+
+class RunFollower:
+    """A tqdm bar on the terminal that follows a run directory until `stop()`.
+
+    It polls metrics.jsonl every `poll_s` (the run is trained by another process, e.g. a Ray
+    job): the bar counts GRPO steps of the run's total, its text says the phase and the latest
+    eval with its interval; tqdm adds the ETA.
+    """
+
+    def __init__(self, run_dir: str | Path, *, poll_s: float = 2.0, file=None) -> None:
+        self.run_dir = Path(run_dir)
+        self.poll_s = poll_s
+        self.file = file if file is not None else sys.stderr
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._follow, name="rlkit-run-follower", daemon=True)
+        self.last: RunProgress | None = None
+
+    def __enter__(self) -> RunFollower:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self._thread.join(10)
+
+    def _follow(self) -> None:
+        from tqdm import tqdm
+
+        interactive = hasattr(self.file, "isatty") and self.file.isatty()
+        bar = tqdm(
+            total=None,
+            desc="training",
+            unit="step",
+            file=self.file,
+            dynamic_ncols=True,
+            mininterval=0.5 if interactive else 30.0,  # a log gets a line every 30 s, not a flood
+        )
+        try:
+            while True:
+                self._update(bar)
+                if self._halt.wait(self.poll_s):
+                    self._update(bar)
+                    return
+        finally:
+            bar.close()
+
+    def _update(self, bar) -> None:
+        try:
+            p = read_progress(self.run_dir)
+        except RlkitError:  # a line being written: the next poll reads it whole
+            return
+        self.last = p
+        if p.grpo_total and bar.total != p.grpo_total:
+            bar.reset(total=p.grpo_total)
+        if p.grpo_step > bar.n:
+            bar.update(p.grpo_step - bar.n)  # through update(): tqdm's rate and ETA follow
+        bar.set_description(p.phase if p.phase != "warm start" else f"warm start ({p.step})")
+        bar.set_postfix_str(p.eval_text(), refresh=False)
+        bar.refresh()
+
+
+def follow_run(run_dir: str | Path, **kwargs) -> RunFollower:
+    """`with follow_run(run_dir): ...` shows the run's progress bar while the block runs."""
+    return RunFollower(run_dir, **kwargs)

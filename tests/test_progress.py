@@ -1,0 +1,83 @@
+"""A run's progress as the demo's terminal bar and the job monitor show it."""
+
+import io
+import time
+
+from rlkit.notebook import widgets as w
+from rlkit.notebook.progress import follow_run, read_progress
+from rlkit.train.config import preset
+from rlkit.train.runs import RunDir
+
+
+def _run(tmp_path, grpo_steps_done: int) -> RunDir:
+    """A run dir as the trainer writes it: run.json, 3 warm-start steps, then GRPO steps."""
+    run = RunDir(tmp_path / "run")
+    cfg = preset("smoke").with_overrides({"schedule.steps": 8})
+    run.init(preset="smoke", seed=0, backend="local", config=cfg.to_dict())
+    run.append_metrics({"step": 0, "eval/solve_rate": 0.2, "eval/ci_low": 0.1, "eval/ci_high": 0.3})
+    for s in range(1, 4):
+        run.append_metrics(
+            {"step": s, "loss/bc": 1.0, "train/phase": "warm_start", "timing/elapsed_s": s * 1.0}
+        )
+    for k in range(grpo_steps_done):
+        s = 4 + k
+        record = {"step": s, "rollout/episodes": 16, "train/phase": "grpo"}
+        run.append_metrics(record | {"timing/elapsed_s": 3.0 + 2.0 * (k + 1)})
+    if grpo_steps_done >= 2:
+        run.append_metrics(
+            {
+                "step": 5,
+                "eval/solve_rate": 0.5,
+                "eval/ci_low": 0.4,
+                "eval/ci_high": 0.6,
+                "train/phase": "grpo",
+            }
+        )
+    return run
+
+
+def test_progress_names_phase_step_of_total_eval_and_eta(tmp_path):
+    assert read_progress(tmp_path / "empty").line() == "starting: no step logged yet"
+    warm = read_progress(_run(tmp_path / "a", 0).path)
+    assert warm.phase == "warm start" and warm.step == 3 and warm.eta_s is None
+    assert warm.line() == "warm start, step 3 | eval step 0: 20.0% [10.0%, 30.0%]"
+    p = read_progress(_run(tmp_path / "b", 2).path)
+    assert (p.phase, p.grpo_step, p.grpo_total) == ("GRPO", 2, 8)
+    assert p.eta_s == 6 * 2.0  # 2 s per GRPO step so far, 6 steps left
+    assert p.line() == "GRPO step 2/8 | eval step 5: 50.0% [40.0%, 60.0%] | ETA 12 s"
+
+
+def test_the_terminal_bar_follows_a_run_being_written(tmp_path):
+    out = io.StringIO()
+    run = _run(tmp_path, 0)
+    with follow_run(run.path, poll_s=0.05, file=out) as follower:
+        time.sleep(0.3)
+        for k in range(3):
+            run.append_metrics(
+                {
+                    "step": 10 + k,
+                    "rollout/episodes": 16,
+                    "train/phase": "grpo",
+                    "timing/elapsed_s": 10.0 + k,
+                }
+            )
+        time.sleep(0.3)
+    assert follower.last.grpo_step == 3 and follower.last.grpo_total == 8
+    text = out.getvalue()
+    assert "GRPO" in text and "3/8" in text and "eval step 0: 20.0%" in text
+
+
+def test_the_job_monitor_shows_the_same_line(tmp_path):
+    class Running:
+        def status(self):
+            return "RUNNING"
+
+        def logs(self):
+            return ""
+
+        def stop(self):
+            return True
+
+    run = _run(tmp_path, 2)
+    mon = w.JobMonitor(Running(), run.path)
+    assert read_progress(run.path).line() in mon.progress.value
