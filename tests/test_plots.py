@@ -207,7 +207,12 @@ def test_equal_series_are_drawn_once_and_named_together():
 
 
 def test_legends_sit_outside_the_data(evals):
-    for fig in (plots.by_difficulty(evals), plots.training_curves([{"step": 1, "loss": 2.0}])):
+    figures = (
+        plots.by_difficulty(evals),
+        plots.training_curves([{"step": 1, "loss": 2.0}]),
+        plots.solve_rate_curve(evals, baseline=0.25, warm_start_end=1),
+    )
+    for fig in figures:
         ax = fig.axes[0]
         fig.canvas.draw()
         legend = ax.get_legend().get_window_extent()

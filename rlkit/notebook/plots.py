@@ -164,7 +164,7 @@ def solve_rate_curve(
     pairs = _by_step(evals)
     steps = [s for s, _ in pairs]
     rates = [r.solve_rate for _, r in pairs]
-    fig = PlotFigure(figsize=(7.5, 4.2))
+    fig = PlotFigure(figsize=(10, 4.2))
     ax = fig.add_subplot()
     ax.fill_between(
         steps,
@@ -201,7 +201,8 @@ def solve_rate_curve(
         ax.text(warm_start_end, 1.02, " warm start | GRPO ", ha="center", fontsize=7, color="C1")
     ax.set(xlabel="training step", ylabel="solve rate", ylim=(0, 1.08))
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    _legend_outside(ax)
+    fig.subplots_adjust(right=0.7)
     _header(fig, title, run_id, _counts_line([r for _, r in pairs]))
     return fig
 
