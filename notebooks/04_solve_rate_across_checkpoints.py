@@ -93,6 +93,7 @@ summary = workbench.build_summary(
 )
 workbench.write_summary(out_dir, summary)
 print("\n".join(summary["table"]))
+print(summary["headline"])
 
 # %% [markdown]
 # **Next:** 05 replays the episodes behind these numbers. For a HyperPod run, set

@@ -115,6 +115,12 @@ def test_boundary_milestones_paired_test_and_summary(smoke_run):
     assert summary["final"]["ci_method"] == "wilson-maze-deff"
     assert summary["final"]["solve_rate"] == round(evals[8].solve_rate, 4)
     assert len(summary["table"]) == 5 and summary["table"][-1].startswith("95% CI wilson-maze")
+    e0, e4, e8 = (evals[s] for s in (0, 4, 8))
+    rate = lambda r: f"{r.solve_rate:.1%} [{r.ci95[0]:.1%}, {r.ci95[1]:.1%}]"  # noqa: E731
+    assert summary["headline"] == (
+        f"base {rate(e0)} -> warm start {rate(e4)} (step 4) -> final {rate(e8)} (step 8); "
+        f"95% CI wilson-maze-deff; paired by maze: {paired.verdict}"
+    )
     path = workbench.write_summary(out, summary)
     assert json.loads(path.read_text())["warm_start_end"] == 4
 

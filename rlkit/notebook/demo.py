@@ -155,4 +155,6 @@ def run_demo(
     summary["timings_s"] = {**timings, "total": round(time.monotonic() - t0, 1)}
     summary_path.write_text(json.dumps(summary, indent=1) + "\n")
     print("\n".join(summary.get("table", [])))
+    if summary.get("headline"):
+        print(summary["headline"])
     return summary

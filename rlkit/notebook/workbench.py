@@ -367,6 +367,7 @@ def build_summary(
     table = {**baselines, **milestones(evals, boundary)}
     return {
         "run": run,
+        "headline": headline(base, evals, boundary, paired),
         "test_set_hash": final.test_set_hash,
         "baseline": _row(base),
         "final": _row(final),
@@ -383,6 +384,26 @@ def build_summary(
         "table": solve_rate_table(table).splitlines(),
         "plots": plots,
     }
+
+
+def _rate(r: EvalResult) -> str:
+    return f"{r.solve_rate:.1%} [{r.ci95[0]:.1%}, {r.ci95[1]:.1%}]"
+
+
+def headline(
+    base: EvalResult,
+    evals: Mapping[int, EvalResult],
+    boundary: int | None,
+    paired: PairedTest | None,
+) -> str:
+    """One line: base -> warm start -> final with their intervals, then the paired verdict."""
+    final_step = max(evals)
+    parts = [f"base {_rate(base)}"]
+    if boundary in evals and boundary != final_step:
+        parts.append(f"warm start {_rate(evals[boundary])} (step {boundary})")
+    parts.append(f"final {_rate(evals[final_step])} (step {final_step})")
+    line = " -> ".join(parts) + f"; 95% CI {evals[final_step].ci_method}"
+    return line + (f"; paired by maze: {paired.verdict}" if paired is not None else "")
 
 
 def write_summary(out_dir: str | Path, summary: dict) -> Path:
