@@ -47,11 +47,13 @@ def test_progress_names_phase_step_of_total_eval_and_eta(tmp_path):
     assert p.line() == "GRPO step 2/8 | eval step 5: 50.0% [40.0%, 60.0%] | ETA 12 s"
 
 
-def test_the_terminal_bar_follows_a_run_being_written(tmp_path):
+def test_in_a_log_the_follower_writes_plain_lines(tmp_path):
     out = io.StringIO()
     run = _run(tmp_path, 0)
     with follow_run(run.path, poll_s=0.05, file=out) as follower:
-        time.sleep(0.3)
+        deadline = time.monotonic() + 10
+        while follower.last is None and time.monotonic() < deadline:  # its first read
+            time.sleep(0.02)
         for k in range(3):
             run.append_metrics(
                 {
@@ -63,8 +65,24 @@ def test_the_terminal_bar_follows_a_run_being_written(tmp_path):
             )
         time.sleep(0.3)
     assert follower.last.grpo_step == 3 and follower.last.grpo_total == 8
+    # not a terminal: plain lines, the first at once, then at most every 30 s, and the last
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "training: warm start, step 3 | eval step 0: 20.0% [10.0%, 30.0%]",
+        "training: GRPO step 3/8 | eval step 0: 20.0% [10.0%, 30.0%] | ETA 15 s",
+    ]
+
+
+def test_on_a_terminal_it_is_a_tqdm_bar(tmp_path):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Terminal()
+    with follow_run(_run(tmp_path, 2).path, poll_s=0.05, file=out):
+        time.sleep(0.3)
     text = out.getvalue()
-    assert "GRPO" in text and "3/8" in text and "eval step 0: 20.0%" in text
+    assert "\r" in text and "2/8" in text and "eval step 5: 50.0% [40.0%, 60.0%]" in text
 
 
 def test_the_job_monitor_shows_the_same_line(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,16 +106,20 @@ def read_progress(run_dir: str | Path, records: list[dict[str, Any]] | None = No
 
 
 class RunFollower:
-    """A tqdm bar on the terminal that follows a run directory until `stop()`.
+    """Follows a run directory until `stop()`: a tqdm bar on a terminal, plain lines in a log.
 
     It polls metrics.jsonl every `poll_s` (the run is trained by another process, e.g. a Ray
-    job): the bar counts GRPO steps of the run's total, its text says the phase and the latest
-    eval with its interval; tqdm adds the ETA.
+    job). On a terminal the bar counts GRPO steps of the run's total, its text says the phase
+    and the latest eval with its interval, and tqdm adds the ETA. Elsewhere (CI, a redirected
+    `make demo`) it writes `RunProgress.line()` at most every `log_every_s`, and once at the end.
     """
 
-    def __init__(self, run_dir: str | Path, *, poll_s: float = 2.0, file=None) -> None:
+    def __init__(
+        self, run_dir: str | Path, *, poll_s: float = 2.0, log_every_s: float = 30.0, file=None
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.poll_s = poll_s
+        self.log_every_s = log_every_s
         self.file = file if file is not None else sys.stderr
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="rlkit-run-follower", daemon=True)
@@ -131,40 +136,50 @@ class RunFollower:
         self._halt.set()
         self._thread.join(10)
 
+    def _read(self) -> RunProgress | None:
+        try:
+            self.last = read_progress(self.run_dir)
+        except RlkitError:  # a line being written: the next poll reads it whole
+            return None
+        return self.last
+
     def _follow(self) -> None:
+        interactive = hasattr(self.file, "isatty") and self.file.isatty()
+        (self._follow_bar if interactive else self._follow_lines)()
+
+    def _follow_lines(self) -> None:
+        said, said_at = None, float("-inf")
+        while True:
+            final = self._halt.wait(self.poll_s)
+            p = self._read()
+            now = time.monotonic()
+            if p is not None and p.line() != said and (final or now - said_at >= self.log_every_s):
+                print(f"training: {p.line()}", file=self.file, flush=True)
+                said, said_at = p.line(), now
+            if final:
+                return
+
+    def _follow_bar(self) -> None:
         from tqdm import tqdm
 
-        interactive = hasattr(self.file, "isatty") and self.file.isatty()
-        bar = tqdm(
-            total=None,
-            desc="training",
-            unit="step",
-            file=self.file,
-            dynamic_ncols=True,
-            mininterval=0.5 if interactive else 30.0,  # a log gets a line every 30 s, not a flood
-        )
+        bar = tqdm(total=None, desc="training", unit="step", file=self.file, dynamic_ncols=True)
         try:
             while True:
-                self._update(bar)
-                if self._halt.wait(self.poll_s):
-                    self._update(bar)
+                final = self._halt.wait(self.poll_s)
+                p = self._read()
+                if p is not None:
+                    if p.grpo_total and bar.total != p.grpo_total:
+                        bar.reset(total=p.grpo_total)
+                    if p.grpo_step > bar.n:
+                        bar.update(p.grpo_step - bar.n)  # tqdm's rate and ETA follow it
+                    desc = p.phase if p.phase != "warm start" else f"warm start ({p.step})"
+                    bar.set_description(desc, refresh=False)
+                    bar.set_postfix_str(p.eval_text(), refresh=False)
+                    bar.refresh()
+                if final:
                     return
         finally:
             bar.close()
-
-    def _update(self, bar) -> None:
-        try:
-            p = read_progress(self.run_dir)
-        except RlkitError:  # a line being written: the next poll reads it whole
-            return
-        self.last = p
-        if p.grpo_total and bar.total != p.grpo_total:
-            bar.reset(total=p.grpo_total)
-        if p.grpo_step > bar.n:
-            bar.update(p.grpo_step - bar.n)  # through update(): tqdm's rate and ETA follow
-        bar.set_description(p.phase if p.phase != "warm start" else f"warm start ({p.step})")
-        bar.set_postfix_str(p.eval_text(), refresh=False)
-        bar.refresh()
 
 
 def follow_run(run_dir: str | Path, **kwargs) -> RunFollower:
