@@ -163,13 +163,19 @@ class RunFollower:
         from tqdm import tqdm
 
         bar = tqdm(total=None, desc="training", unit="step", file=self.file, dynamic_ncols=True)
+        in_grpo = False
         try:
             while True:
                 final = self._halt.wait(self.poll_s)
                 p = self._read()
                 if p is not None:
-                    if p.grpo_total and bar.total != p.grpo_total:
+                    # the clock restarts with GRPO: the warm start's minutes are no GRPO pace
+                    if (p.grpo_total and bar.total != p.grpo_total) or (
+                        p.phase == "GRPO" and not in_grpo
+                    ):
                         bar.reset(total=p.grpo_total)
+                        bar.n = bar.last_print_n = p.grpo_step  # done before the clock started
+                        in_grpo = p.phase == "GRPO"
                     if p.grpo_step > bar.n:
                         bar.update(p.grpo_step - bar.n)  # tqdm's rate and ETA follow it
                     desc = p.phase if p.phase != "warm start" else f"warm start ({p.step})"
