@@ -217,23 +217,3 @@ def test_legends_sit_outside_the_data(evals):
         fig.canvas.draw()
         legend = ax.get_legend().get_window_extent()
         assert legend.x0 >= ax.get_window_extent().x1  # right of the axes, over no point
-
-
-def test_the_monitor_shows_its_chart_at_the_size_it_was_drawn(tmp_path):
-    from rlkit.notebook import widgets as w
-
-    class Done:
-        def status(self):
-            return "SUCCEEDED"
-
-        def logs(self):
-            return ""
-
-        def stop(self):
-            return False
-
-    run = RunDir(tmp_path / "run")
-    run.append_metrics({"step": 1, "rollout/solve_rate": 0.5})
-    mon = w.JobMonitor(Done(), run.path)
-    width = Image.open(io.BytesIO(mon.curves.value)).size[0]
-    assert mon.curves.layout.width == f"{width}px" and width >= 500

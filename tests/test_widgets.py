@@ -254,3 +254,11 @@ def test_captions_name_the_oracles_move_up_too():
     for info in infos:  # the oracle policy plays the oracle's move at every turn
         parsed = info.split("parsed: ")[1].split(" |")[0]
         assert f"oracle: {parsed} |" in info, info
+
+
+def test_the_monitor_shows_its_chart_at_the_size_it_was_drawn(tmp_path):
+    run = RunDir(tmp_path / "run")
+    run.append_metrics({"step": 1, "rollout/solve_rate": 0.5})
+    mon = w.JobMonitor(FakeJob(["SUCCEEDED"]), run.path)
+    width = Image.open(io.BytesIO(mon.curves.value)).size[0]
+    assert mon.curves.layout.width == f"{width}px" and width >= 500
