@@ -56,8 +56,8 @@ wait_s = 3 * 3600  # how long a headless run waits for the job (0: don't wait)
 # %%
 from rlkit.cluster import launch
 from rlkit.cluster.client import connect
+from rlkit.notebook.monitor import JobMonitor
 from rlkit.notebook.paths import home_path
-from rlkit.notebook.widgets import JobMonitor
 
 out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
 

@@ -3,7 +3,7 @@
 import io
 import time
 
-from rlkit.notebook import widgets as w
+from rlkit.notebook import monitor as m
 from rlkit.notebook.progress import follow_run, read_progress
 from rlkit.train.config import preset
 from rlkit.train.runs import RunDir
@@ -97,5 +97,5 @@ def test_the_job_monitor_shows_the_same_line(tmp_path):
             return True
 
     run = _run(tmp_path, 2)
-    mon = w.JobMonitor(Running(), run.path)
+    mon = m.JobMonitor(Running(), run.path)
     assert read_progress(run.path).line() in mon.progress.value

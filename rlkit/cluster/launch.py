@@ -153,7 +153,7 @@ async def _print_tail(handle: JobHandle) -> None:
 
 
 class Refreshable(Protocol):
-    """A live view of a job (e.g. `rlkit.notebook.widgets.JobMonitor`)."""
+    """A live view of a job (e.g. `rlkit.notebook.monitor.JobMonitor`)."""
 
     def stop_polling(self) -> None: ...
 

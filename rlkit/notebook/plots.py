@@ -52,6 +52,13 @@ def figure_png(fig: Figure, dpi: int = 100) -> bytes:
     return buf.getvalue()
 
 
+def png_width(png: bytes) -> int:
+    """A PNG's width in pixels, from its IHDR chunk."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n" or len(png) < 24:
+        raise ValueError("not a PNG")
+    return int.from_bytes(png[16:20], "big")
+
+
 # reading a run directory
 
 

@@ -1,0 +1,192 @@
+"""The job monitor: a running job's status, progress, curves and log tail in a notebook, with
+Stop and "Resubmit on failure" (`rlkit jobs watch --resubmit` as a switch).
+
+The monitor polls a job handle (`rlkit.cluster.jobs.JobHandle`, or anything with `status`,
+`logs` and `stop`) and the run directory it writes (metrics.jsonl, evals), on a daemon thread
+so a notebook cell returns at once.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import ipywidgets as widgets
+
+from rlkit.errors import RlkitError, UsageError
+from rlkit.notebook.plots import figure_png, live_curves, load_metrics, load_run_evals, png_width
+from rlkit.notebook.progress import read_progress
+
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+
+
+class JobLike(Protocol):
+    """What the monitor needs from a job handle (rlkit.cluster.jobs.JobHandle has it)."""
+
+    def status(self) -> object: ...
+    def logs(self) -> str: ...
+    def stop(self) -> object: ...
+
+
+def status_name(status: object) -> str:
+    """ "RUNNING" from a Ray JobStatus, an Enum or a plain string."""
+    return str(getattr(status, "value", status)).upper()
+
+
+def tail_lines(text: str, n: int) -> str:
+    return "\n".join(text.splitlines()[-n:]) if n > 0 else ""
+
+
+def _resubmit_on_its_cluster(job: JobLike) -> JobLike:
+    from rlkit.cluster.watch import resubmit_job
+
+    cluster = getattr(job, "cluster", None)
+    if cluster is None:
+        raise RlkitError(f"{job!r} has no cluster to resubmit on: pass resubmitter=")
+    return resubmit_job(cluster, job)
+
+
+class JobMonitor(widgets.VBox):
+    """Status, log tail, Stop button and reward/solve curves of a running job.
+
+    `refresh()` polls once; `start_polling()` refreshes every `refresh_s` on a daemon thread
+    until the job ends (or `stop_polling()`), so a notebook cell returns at once.
+
+    The "Resubmit on failure" switch (on when `resubmit` > 0) does what
+    `rlkit jobs watch --resubmit N` does: a FAILED job is submitted again as the same run, up
+    to "restarts" times, and the monitor follows the new job (it resumes from the run dir).
+    `resubmitter(job)` submits it; the default resubmits an rlkit `JobHandle` on its cluster.
+    """
+
+    def __init__(
+        self,
+        handle: JobLike,
+        run_dir: str | Path,
+        refresh_s: float = 2.0,
+        *,
+        log_lines: int = 15,
+        resubmit: int = 0,
+        resubmitter: Callable[[JobLike], JobLike] | None = None,
+    ):
+        if refresh_s <= 0:
+            raise UsageError(f"refresh_s ({refresh_s}) must be > 0 seconds")
+        if resubmit < 0:
+            raise UsageError(f"resubmit ({resubmit}) must be >= 0 restarts")
+        self.handle = handle
+        self.resubmitter = resubmitter or _resubmit_on_its_cluster
+        self.resubmit_switch = widgets.Checkbox(
+            value=resubmit > 0, description="Resubmit on failure", indent=False
+        )
+        self.max_restarts = widgets.BoundedIntText(
+            value=resubmit or 3, min=0, max=100, description="restarts", layout={"width": "9em"}
+        )
+        self.restarts: list[str] = []
+        """One line per automatic restart, e.g. `restart 1/3: rlkit-a-1 FAILED; ...`."""
+        self.run_dir = Path(run_dir)
+        self.refresh_s = refresh_s
+        self.log_lines = log_lines
+        self.status = "UNKNOWN"
+        self.error: str | None = None
+        self.status_label = widgets.HTML()
+        self.log_view = widgets.Textarea(
+            disabled=True, layout=widgets.Layout(width="100%", height="16em")
+        )
+        self.curves = widgets.Image(format="png", layout=widgets.Layout(width="720px"))
+        self.progress = widgets.HTML()
+        """Phase, step of total, the latest eval with its interval, ETA (`notebook.progress`)."""
+        self.stop_button = widgets.Button(
+            description="Stop job", button_style="danger", icon="stop"
+        )
+        self.stop_button.on_click(lambda _: self.stop_job())
+        self._plotted: tuple[int, int] | None = None
+        self._halt = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # the poll thread and a button click may refresh at once
+        controls = [self.status_label, self.stop_button, self.resubmit_switch, self.max_restarts]
+        super().__init__([widgets.HBox(controls), self.progress, self.curves, self.log_view])
+        self.refresh()
+
+    @property
+    def done(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def polling(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def refresh(self) -> str:
+        """Poll the job and the run directory once; returns the status name."""
+        with self._lock:
+            try:
+                self.status = status_name(self.handle.status())
+                if self.status == "FAILED" and self._may_restart():
+                    self._restart()
+                self.log_view.value = tail_lines(self.handle.logs(), self.log_lines)
+                self._refresh_curves()
+                self.error = None
+            except RlkitError as e:  # a dead cluster or a bad file is shown, not raised in a thread
+                self.error = str(e)
+            colour = {"SUCCEEDED": "green", "FAILED": "red", "STOPPED": "gray"}.get(
+                self.status, "#1060c0"
+            )
+            extra = f" <i>({html.escape(self.error)})</i>" if self.error else ""
+            if self.restarts:
+                extra += f"<br><small>{html.escape(self.restarts[-1])}</small>"
+            self.status_label.value = (
+                f"<b style='color:{colour}'>{html.escape(self.status)}</b>{extra}"
+            )
+            self.stop_button.disabled = self.done
+            return self.status
+
+    def _may_restart(self) -> bool:
+        return self.resubmit_switch.value and len(self.restarts) < self.max_restarts.value
+
+    def _restart(self) -> None:
+        from rlkit.cluster.watch import restart_line
+
+        old, self.handle = self.handle, self.resubmitter(self.handle)
+        n = len(self.restarts) + 1
+        self.restarts.append(restart_line(n, self.max_restarts.value, old, self.handle, "FAILED"))
+        self.status = status_name(self.handle.status())
+
+    def _refresh_curves(self) -> None:
+        metrics = load_metrics(self.run_dir)
+        self.progress.value = (
+            f"<code>{html.escape(read_progress(self.run_dir, metrics).line())}</code>"
+        )
+        evals = load_run_evals(self.run_dir) if self.run_dir.is_dir() else {}
+        key = (len(metrics), len(evals))
+        if key == self._plotted:
+            return  # nothing new: skip re-drawing (the expensive part of a refresh)
+        figure = live_curves(metrics, evals, run_id=self.run_dir.name, size_px=(720, 300))
+        png = figure_png(figure, dpi=100)
+        self.curves.value = png
+        self.curves.layout.width = f"{png_width(png)}px"  # its own size: never stretched
+        self._plotted = key
+
+    def stop_job(self) -> None:
+        """Ask the cluster to stop the job, then show its new status."""
+        self.handle.stop()
+        self.refresh()
+
+    def start_polling(self) -> JobMonitor:
+        """Refresh every `refresh_s` in the background until the job ends; returns self."""
+        if self.polling or self.done:
+            return self
+        self._halt.clear()
+        self._thread = threading.Thread(target=self._poll, name="rlkit-job-monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop_polling(self, timeout_s: float = 5.0) -> None:
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _poll(self) -> None:
+        while not self._halt.wait(self.refresh_s):
+            if self.refresh() in TERMINAL:
+                return
