@@ -125,6 +125,7 @@ def run_demo(
     notebooks: tuple[str, ...] = NOTEBOOKS,
 ) -> dict:
     """Execute the notebooks in order; returns summary.json's content plus timings."""
+    from rlkit.cluster.launch import plan_training
     from rlkit.cluster.localhead import free_port, start_local_head
     from rlkit.notebook.progress import follow_run
 
@@ -141,7 +142,7 @@ def run_demo(
             start = time.monotonic()
             print(f"[demo] {name} ...", flush=True)
             if name == TRAINING_NOTEBOOK:  # minutes of training: show where it is
-                with follow_run(out / params["preset"]):
+                with follow_run(plan_training(params["preset"], out).run_dir):
                     execute(name, out, params, kernel=kernel)
             else:
                 execute(name, out, params, kernel=kernel)
