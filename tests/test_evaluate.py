@@ -3,6 +3,7 @@ import math
 
 import pytest
 
+from rlkit.env.maze_env import EnvConfig
 from rlkit.episodes.evaluate import EvalResult, compare, evaluate
 from rlkit.episodes.failures import classify
 from rlkit.episodes.policies import Response, scripted_policy
@@ -14,6 +15,8 @@ from rlkit.episodes.rollout import (
     play_episode,
     replay_states,
     run_episodes,
+    save_trajectories,
+    turn_prompts,
 )
 from rlkit.errors import UsageError
 from rlkit.maze.core import Action
@@ -111,10 +114,27 @@ def test_scripted_results_identical_batched_vs_plain_loop():
     assert [t.reward for t in batched] == [t.reward for t in plain]
 
 
+def test_per_maze_turn_budgets_end_episodes_and_travel_with_their_trajectories(tmp_path):
+    mazes, budgets = pinned_set()[:6], [1, 2, 3, 4, 5, 6]
+    cfg = EnvConfig(prompt_style="full")  # its prompt says how many turns are left
+    trajs = run_episodes(scripted_policy("random"), mazes, cfg, samples=3, max_turns=budgets)
+    for t in trajs:
+        budget = budgets[t.maze_index]
+        assert t.max_turns == budget and len(t.turns) <= budget
+        assert t.solved or (t.truncated and len(t.turns) == budget)
+    assert any(t.truncated and len(t.turns) < 12 for t in trajs)  # the budget, not the env's
+    (back,) = load_trajectories(save_trajectories(tmp_path / "t.jsonl", trajs[-1:]))
+    assert back.max_turns == 6
+    shown = [m[-1]["content"][1]["text"] for m in turn_prompts(back, cfg)]
+    assert shown[0] == "Turns left: 6. Your move?" and len(shown) == len(back.turns)
+    plain = run_episodes(scripted_policy("random"), mazes[:1], cfg)
+    assert plain[0].max_turns == cfg.max_turns
+    with pytest.raises(UsageError, match="6 turn budgets for 5 mazes"):
+        run_episodes(scripted_policy("random"), mazes[:5], cfg, max_turns=budgets)
+
+
 def test_replay_rebuilds_every_state(tmp_path):
     trajs = run_episodes(scripted_policy("eps-oracle:0.5"), pinned_set()[:4], samples=2, seed=0)
-    from rlkit.episodes.rollout import save_trajectories
-
     loaded = load_trajectories(save_trajectories(tmp_path / "t.jsonl", trajs))
     for t in loaded:
         states = replay_states(t)

@@ -119,6 +119,17 @@ def _schedule(ws_end: int | None, sched: ScheduleConfig) -> tuple[list[int], lis
     return evals, ckpts
 
 
+def test_turn_budgets_are_the_shortest_path_plus_slack_capped_at_the_env(smoke):
+    from rlkit.maze.core import shortest_path
+
+    mazes, env = train_mazes(smoke.task.spec, 0, 50), smoke.task.env
+    assert st.turn_budgets(mazes, env, None) is None
+    paths = [len(shortest_path(m)) - 1 for m in mazes]
+    assert st.turn_budgets(mazes, env, 0) == paths
+    assert st.turn_budgets(mazes, env, 2) == [min(env.max_turns, n + 2) for n in paths]
+    assert st.turn_budgets(mazes, replace(env, max_turns=3), 1) == [min(3, n + 1) for n in paths]
+
+
 def test_due_evals_and_checkpoints_by_hand(smoke):
     # smoke: 4 GRPO steps, eval every 2 GRPO steps, checkpoint every 2 global steps.
     # Warm start ends at 4: both there; GRPO steps 1..4 are global 5..8.

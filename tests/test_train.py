@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rlkit.episodes.evaluate import EvalResult
+from rlkit.episodes.rollout import load_trajectories
 from rlkit.errors import UsageError
 from rlkit.train.config import TrainConfig, config_changes, preset
 from rlkit.train.runs import MARKER
@@ -95,6 +96,8 @@ def test_config_validation_and_overrides():
         preset("smoke").with_overrides({"grpo.lr": "fast"})
     with pytest.raises(UsageError, match=r"schedule\.seed \(-1\) must be >= 0"):
         preset("smoke").with_overrides({"schedule.seed": "-1"})
+    with pytest.raises(UsageError, match=r"task\.turn_slack \(-1\) must be >= 0"):
+        preset("smoke").with_overrides({"task.turn_slack": "-1"})
 
 
 def test_config_changes_name_every_changed_field():
@@ -119,6 +122,17 @@ def test_kl_to_the_warm_start_policy_is_logged_and_the_reference_is_kept(tmp_pat
     grpo_rows = [r for r in _metrics(tmp_path) if "rollout/reward_mean" in r]
     assert grpo_rows and all("loss/kl" in r and r["loss/kl"] >= 0 for r in grpo_rows)
     assert (tmp_path / "reference_policy" / "config.json").exists()
+
+
+def test_a_turn_slack_shortens_training_episodes_but_not_the_evals(tmp_path):
+    cfg = _cfg(steps=2, eval_before_train=False).with_overrides(
+        {"task.turn_slack": "0", "grpo.filter_zero_variance": "false"}
+    )
+    train(cfg, tmp_path, progress=False)
+    rows = [r for r in _metrics(tmp_path) if "rollout/turns_mean" in r]
+    assert len(rows) == 2 and all(r["rollout/turns_mean"] <= 8 for r in rows)  # 3x3: paths <= 8
+    played = load_trajectories(next((tmp_path / "evals").glob("*.trajectories.jsonl")))
+    assert {t.max_turns for t in played} == {cfg.task.env.max_turns}  # evals: the env's budget
 
 
 def test_without_the_zero_variance_filter_every_turn_trains_and_groups_are_still_counted(

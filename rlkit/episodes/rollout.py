@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +49,9 @@ class Trajectory:
     terminated: bool = False
     truncated: bool = False
     policy: str = ""
+    max_turns: int | None = None
+    """The turn budget it was played under (None: the env config's, in files written before
+    budgets could differ per maze)."""
 
     @property
     def solved(self) -> bool:
@@ -116,16 +119,30 @@ def run_episodes(
     seed: int = 0,
     history: int | None = 1,
     progress: bool = False,
+    max_turns: Sequence[int] | None = None,
 ) -> list[Trajectory]:
-    """Play `samples` episodes of every maze, all at once; results ordered maze-major."""
+    """Play `samples` episodes of every maze, all at once; results ordered maze-major.
+
+    `max_turns` gives each maze its own turn budget (training curricula); None: `cfg`'s.
+    """
     cfg = cfg or EnvConfig()
     if samples < 1:
         raise UsageError(f"samples ({samples}) must be >= 1")
+    if max_turns is not None and len(max_turns) != len(mazes):
+        raise UsageError(f"{len(max_turns)} turn budgets for {len(mazes)} mazes: give one each")
+    cfgs = (
+        [cfg] * len(mazes)
+        if max_turns is None
+        else [replace(cfg, max_turns=int(n)) for n in max_turns]
+    )
     jobs = [(i, k) for i in range(len(mazes)) for k in range(samples)]
-    envs = [make_env(mazes[i], cfg) for i, _ in jobs]
+    envs = [make_env(mazes[i], cfgs[i]) for i, _ in jobs]
     rngs = episode_rngs(seed, len(jobs))
     convs = [env.init()[0] for env in envs]
-    trajs = [Trajectory(mazes[i].to_dict(), i, k, policy=policy.name) for i, k in jobs]
+    trajs = [
+        Trajectory(mazes[i].to_dict(), i, k, policy=policy.name, max_turns=cfgs[i].max_turns)
+        for i, k in jobs
+    ]
     live = list(range(len(jobs)))
     bar = tqdm(total=len(jobs), desc=f"episodes ({policy.name})", disable=not progress, leave=False)
     while live:
@@ -162,7 +179,7 @@ def play_episode(
     """The plain loop: one env, one answer at a time (the reference for `run_episodes`)."""
     env = make_env(maze, cfg or EnvConfig())
     conv, _ = env.init()
-    traj = Trajectory(maze.to_dict(), 0, 0, policy=policy.name)
+    traj = Trajectory(maze.to_dict(), 0, 0, policy=policy.name, max_turns=env.max_turns)
     done = False
     while not done:
         (resp,) = policy.act([env.state], [history_window(conv, history)], [rng])
@@ -184,7 +201,10 @@ def turn_prompts(
 ) -> list[list[dict]]:
     """The messages the policy saw at each turn, rebuilt by replaying the episode through the
     env (same path as `run_episodes`): a trainer re-encodes these instead of storing images."""
-    env = MazeEnv(cfg or EnvConfig(), {"maze": traj.maze})
+    cfg = cfg or EnvConfig()
+    if traj.max_turns is not None:
+        cfg = replace(cfg, max_turns=traj.max_turns)
+    env = MazeEnv(cfg, {"maze": traj.maze})
     conv, _ = env.init()
     prompts = []
     for turn in traj.turns:

@@ -7,6 +7,7 @@
   checked against the one that was sampled;
 - `rollout_metrics`: the `rollout/` numbers of a batch of episodes;
 - `lr_at`: the learning rate of a GRPO step;
+- `turn_budgets`: each training maze's turn budget (`task.turn_slack`);
 - `due`: whether an eval and a checkpoint follow a step.
 
 The update itself (loss, minibatches, optimizer) is `rlkit.train.update`.
@@ -23,6 +24,7 @@ import torch
 from rlkit.env.maze_env import EnvConfig
 from rlkit.episodes.rollout import Trajectory, turn_prompts
 from rlkit.errors import UsageError
+from rlkit.maze.core import Maze, exit_distances
 from rlkit.model.chat import Encoded
 from rlkit.train import grpo
 from rlkit.train.config import GRPOConfig, ScheduleConfig
@@ -147,6 +149,14 @@ def rollout_metrics(trajs: Sequence[Trajectory], scores: Scores, n_groups: int) 
         "rollout/episodes": len(trajs),
         "rollout/zero_variance_groups": int(n_groups - kept_groups),
     }
+
+
+def turn_budgets(mazes: Sequence[Maze], env: EnvConfig, slack: int | None) -> list[int] | None:
+    """Per-maze turn budgets of a GRPO rollout: shortest path + `slack`, at most the env's
+    `max_turns`; None (every maze plays the env's budget) when `slack` is None."""
+    if slack is None:
+        return None
+    return [min(env.max_turns, int(exit_distances(m)[m.start]) + slack) for m in mazes]
 
 
 def lr_at(g: GRPOConfig, grpo_steps: int) -> float:

@@ -47,6 +47,7 @@ from rlkit.train.step import (
     rollout_metrics,
     rollout_seed,
     score,
+    turn_budgets,
     turn_samples,
 )
 from rlkit.train.update import Learner, update
@@ -245,6 +246,7 @@ class Trainer:
                 samples=g.group_size,
                 seed=rollout_seed(self.cfg.schedule.seed, s.step),
                 history=task.history,
+                max_turns=turn_budgets(mazes, task.env, task.turn_slack),
             )
             faults.point("rollout", s.step)
         scores = score(trajs, g)
