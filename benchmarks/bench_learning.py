@@ -1,11 +1,19 @@
-"""Does the tiny Qwen3-VL learn? The `local-tiny` preset's held-out curve, and the target.
+"""Does the tiny Qwen3-VL learn? The `local-tiny` preset's held-out curve on every seed, and the targets.
 
-    python benchmarks/bench_learning.py [--run-dir runs/bench-learning] [--seed 0] [--set k=v ...]
+    python benchmarks/bench_learning.py [--seeds 0 1 2] [--run-root runs/bench-learning] [--set k=v ...]
 
-Trains (or resumes) the `local-tiny` preset, then prints the held-out 64-maze solve rate at
-every evaluated checkpoint: step, phase, training wall time, episodes seen, solve rate with its
-maze-clustered 95% interval (`rlkit.stats.CI_METHOD`), next to the target (<= 50% at the first GRPO checkpoint, >= 90% within 20
-minutes of training on 2 CPU cores). Writes the curve to benchmarks/results/.
+Trains (or resumes) the `local-tiny` preset once per seed, one seed after the other, then
+prints each seed's held-out 64-maze curve (step, phase, training seconds, episodes seen, solve
+rate with its maze-clustered 95% interval, `rlkit.stats.CI_METHOD`) and one table of every
+seed against the targets:
+
+- first GRPO checkpoint (right after the warm start) <= 50%: partial skill, like the 8B's start;
+- final >= 95% sampled (the run's own k=4 evals) and >= 95% greedy (one argmax episode per maze);
+- a plateau: no drop of more than 2 points between any two of the last three evals;
+- training (wall time of the steps, evals excluded) <= 8 minutes; time to 95% reported.
+
+Writes `benchmarks/results/learning_local_tiny_seed{N}.{json,png}` and
+`learning_local_tiny_summary.json`.
 """
 
 from __future__ import annotations
@@ -15,44 +23,39 @@ import json
 import time
 from pathlib import Path
 
-from rlkit.episodes.evaluate import EvalResult
+from rlkit.episodes.evaluate import EvalResult, evaluate
+from rlkit.model.policy import load_policy
 from rlkit.notebook.plots import figure_png, load_run_evals, solve_rate_curve
 from rlkit.train.config import preset
 from rlkit.train.runs import RunDir
 from rlkit.train.trainer import train
 
-TARGET_START, TARGET_END, BUDGET_S = 0.50, 0.90, 20 * 60
+START_MAX, FINAL_MIN, PLATEAU_DROP, BUDGET_S = 0.50, 0.95, 0.02, 8 * 60
+RESULTS = Path(__file__).parent / "results"
 
 
 def curve(run_dir: Path) -> tuple[list[dict], int | None]:
+    """Every evaluated checkpoint of a run: step, phase, training s, episodes seen, solve rate."""
     run = RunDir(run_dir)
-    records = run.read_metrics()
-    elapsed, episodes, ws_end = {}, {}, None
-    total = 0
-    for r in records:
-        if "rollout/episodes" in r:
-            total += r["rollout/episodes"]
+    elapsed, episodes, ws_end, total = {}, {}, None, 0
+    for r in run.read_metrics():
+        total += r.get("rollout/episodes", 0)
         if "timing/elapsed_s" in r:
-            elapsed[r["step"]] = r["timing/elapsed_s"]
-            episodes[r["step"]] = total
+            elapsed[r["step"]], episodes[r["step"]] = r["timing/elapsed_s"], total
         if r.get("train/phase") == "warm_start" and "loss/bc" in r:
             ws_end = r["step"]
     rows = []
     for step in run.eval_steps():
         e = EvalResult.from_dict(run.read_eval(step)).to_dict()  # old files: intervals redone
+        phase = "init" if step == 0 else "warm_start" if ws_end and step <= ws_end else "grpo"
         rows.append(
             {
                 "step": step,
-                "phase": "init"
-                if step == 0
-                else "warm_start"
-                if ws_end and step <= ws_end
-                else "grpo",
+                "phase": phase,
                 "train_s": round(elapsed.get(step, 0.0), 1),
                 "episodes": episodes.get(step, 0),
                 "solve_rate": e["solve_rate"],
                 "ci95": e["ci95"],
-                "ci_method": e["ci_method"],
                 "samples": e["samples"],
                 "mode": e["mode"],
             }
@@ -60,20 +63,66 @@ def curve(run_dir: Path) -> tuple[list[dict], int | None]:
     return rows, ws_end
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--run-dir", default="runs/bench-learning")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = ap.parse_args()
-    overrides = dict(item.split("=", 1) for item in args.set)
-    cfg = preset("local-tiny").with_overrides({"schedule.seed": args.seed, **overrides})
+def largest_drop(rates: list[float]) -> float:
+    """The largest fall from an earlier to a later value (0 for a curve that never falls)."""
+    return max([0.0, *(a - b for i, a in enumerate(rates) for b in rates[i + 1 :])])
+
+
+def greedy_final(run_dir: Path) -> tuple[int, EvalResult]:
+    """The last checkpoint, one greedy (argmax) episode per test maze."""
+    ckpt = RunDir(run_dir).latest_complete_checkpoint()
+    policy = load_policy(ckpt.path / "policy", greedy=True)
+    result, _ = evaluate(policy, samples=1, mode="greedy", step=ckpt.step)
+    return ckpt.step, result
+
+
+def verdict(rows: list[dict], ws_end: int | None, greedy: EvalResult) -> dict:
+    """One seed's numbers against the targets."""
+    first = next(r for r in rows if r["step"] == ws_end) if ws_end else rows[0]
+    final, last3 = rows[-1], [r["solve_rate"] for r in rows[-3:]]
+    reached = next((r for r in rows if r["solve_rate"] >= FINAL_MIN), None)
+    checks = {
+        "first_grpo_ckpt": first["solve_rate"] <= START_MAX,
+        "final_sampled": final["solve_rate"] >= FINAL_MIN,
+        "final_greedy": greedy.solve_rate >= FINAL_MIN,
+        "plateau": largest_drop(last3) <= PLATEAU_DROP + 1e-9,
+        "train_budget": final["train_s"] <= BUDGET_S,
+    }
+    return {
+        "first_grpo_ckpt": {
+            "step": first["step"],
+            "solve_rate": first["solve_rate"],
+            "ci95": first["ci95"],
+        },
+        "final_sampled": {
+            "step": final["step"],
+            "solve_rate": final["solve_rate"],
+            "ci95": final["ci95"],
+        },
+        "final_greedy": {
+            "step": greedy.step,
+            "solve_rate": greedy.solve_rate,
+            "ci95": list(greedy.ci95),
+        },
+        "last_three": last3,
+        "largest_drop_last_three": largest_drop(last3),
+        "time_to_95": {"step": reached["step"], "train_s": reached["train_s"]} if reached else None,
+        "train_s": final["train_s"],
+        "checks": checks,
+        "met": all(checks.values()),
+    }
+
+
+def run_seed(seed: int, run_root: Path, overrides: dict) -> dict:
+    run_dir = run_root / f"seed{seed}"
+    cfg = preset("local-tiny").with_overrides({"schedule.seed": seed, **overrides})
     t0 = time.time()
-    train(cfg, args.run_dir)
+    train(cfg, run_dir)
+    rows, ws_end = curve(run_dir)
+    _, greedy = greedy_final(run_dir)
     wall = time.time() - t0
-    rows, ws_end = curve(Path(args.run_dir))
     print(
-        f"\nlocal-tiny, seed {args.seed}: held-out 64-maze set, {rows[-1]['samples']} {rows[-1]['mode']} samples/maze"
+        f"\nlocal-tiny, seed {seed}: held-out 64-maze set, {rows[-1]['samples']} {rows[-1]['mode']} samples/maze"
     )
     print(f"{'step':>5} {'phase':>10} {'train s':>8} {'episodes':>9} {'solve':>7} {'95% CI':>15}")
     for r in rows:
@@ -81,35 +130,100 @@ def main() -> None:
         print(
             f"{r['step']:5d} {r['phase']:>10} {r['train_s']:8.0f} {r['episodes']:9d} {r['solve_rate']:7.1%} [{lo:5.1%}, {hi:5.1%}]"
         )
-    first = next((r for r in rows if r["phase"] != "init" and r["step"] >= (ws_end or 0)), rows[0])
-    in_budget = [r for r in rows if r["train_s"] <= BUDGET_S]
-    best = max(in_budget, key=lambda r: r["solve_rate"]) if in_budget else rows[-1]
-    print(f"\n{'':24s} {'measured':>10s} {'target':>10s}")
-    print(f"{'first GRPO checkpoint':24s} {first['solve_rate']:10.1%} {'<= 50%':>10s}")
+    lo, hi = greedy.ci95
     print(
-        f"{'best within 20 min':24s} {best['solve_rate']:10.1%} {'>= 90%':>10s}   (step {best['step']}, {best['train_s']:.0f} s)"
+        f"{'greedy':>5} {'final':>10} {'':8s} {'':9s} {greedy.solve_rate:7.1%} [{lo:5.1%}, {hi:5.1%}]"
     )
-    print(f"{'final':24s} {rows[-1]['solve_rate']:10.1%}   wall incl. evals {wall:.0f} s")
-    out = Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
-    name = f"learning_local_tiny_seed{args.seed}"
-    (out / f"{name}.json").write_text(
-        json.dumps(
-            {
-                "seed": args.seed,
-                "overrides": overrides,
-                "warm_start_end": ws_end,
-                "wall_s": round(wall),
-                "curve": rows,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
+    out = {
+        "seed": seed,
+        "overrides": overrides,
+        "warm_start_end": ws_end,
+        "wall_s": round(wall),
+        "curve": rows,
+    }
+    out["verdict"] = verdict(rows, ws_end, greedy)
+    RESULTS.mkdir(exist_ok=True)
+    name = f"learning_local_tiny_seed{seed}"
+    (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=1) + "\n")
     fig = solve_rate_curve(
-        load_run_evals(args.run_dir), warm_start_end=ws_end, run_id=f"local-tiny seed {args.seed}"
+        load_run_evals(run_dir), warm_start_end=ws_end, run_id=f"local-tiny seed {seed}"
     )
-    (out / f"{name}.png").write_bytes(figure_png(fig))
+    (RESULTS / f"{name}.png").write_bytes(figure_png(fig))
+    return out
+
+
+def _rate(d: dict) -> str:
+    lo, hi = d["ci95"]
+    return f"{d['solve_rate']:.1%} [{lo:.1%}, {hi:.1%}]"
+
+
+def summary_table(results: list[dict]) -> str:
+    """Every seed side by side against the targets, one row per target."""
+    v = [r["verdict"] for r in results]
+    mark = {True: "ok", False: "MISS"}
+
+    def t95(x: dict) -> str:
+        return (
+            f"step {x['time_to_95']['step']}, {x['time_to_95']['train_s']:.0f} s"
+            if x["time_to_95"]
+            else "never"
+        )
+
+    rows = [
+        ("first GRPO ckpt", "<= 50%", [_rate(x["first_grpo_ckpt"]) for x in v], "first_grpo_ckpt"),
+        ("final, sampled k=4", ">= 95%", [_rate(x["final_sampled"]) for x in v], "final_sampled"),
+        ("final, greedy k=1", ">= 95%", [_rate(x["final_greedy"]) for x in v], "final_greedy"),
+        (
+            "drop over last 3",
+            "<= 2 pts",
+            [f"{100 * x['largest_drop_last_three']:.1f} pts" for x in v],
+            "plateau",
+        ),
+        ("training time", "<= 480 s", [f"{x['train_s']:.0f} s" for x in v], "train_budget"),
+        ("time to 95%", "reported", [t95(x) for x in v], None),
+    ]
+    width = 26
+    lines = [
+        f"{'':20s} {'target':>9s} "
+        + " ".join(f"{'seed ' + str(r['seed']):>{width}s}" for r in results)
+    ]
+    for name, target, cells, key in rows:
+        flags = [f" {mark[x['checks'][key]]}" if key else "" for x in v]
+        lines.append(
+            f"{name:20s} {target:>9s} "
+            + " ".join(f"{c + f:>{width}s}" for c, f in zip(cells, flags, strict=True))
+        )
+    met = [r["seed"] for r in results if r["verdict"]["met"]]
+    lines.append(
+        f"\nall targets met on {len(met)} of {len(results)} seeds"
+        + (f" ({', '.join(map(str, met))})" if met else "")
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run-root", default="runs/bench-learning", type=Path)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = ap.parse_args()
+    overrides = dict(item.split("=", 1) for item in args.set)
+    results = [run_seed(seed, args.run_root, overrides) for seed in args.seeds]
+    table = summary_table(results)
+    print("\n" + table)
+    summary = {
+        "seeds": args.seeds,
+        "overrides": overrides,
+        "targets": {
+            "first_max": START_MAX,
+            "final_min": FINAL_MIN,
+            "plateau_drop": PLATEAU_DROP,
+            "train_s": BUDGET_S,
+        },
+        "per_seed": {str(r["seed"]): r["verdict"] for r in results},
+        "table": table,
+    }
+    (RESULTS / "learning_local_tiny_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 
 
 if __name__ == "__main__":
