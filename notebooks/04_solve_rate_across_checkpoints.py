@@ -82,6 +82,16 @@ fig
 paired = workbench.grpo_paired_test(evals, boundary)
 print(paired)
 
+# %% [markdown]
+# The curve samples each move (temperature 1, k=4 per maze). The last checkpoint played
+# greedily, always its most likely move, one episode per maze, says whether the policy itself
+# solves the mazes or only recovers by chance: a greedy policy that errs tends to repeat the
+# error, so its failures are mostly loops. (None for a SkyRL export: its evals are SkyRL's.)
+
+# %%
+greedy = workbench.final_greedy_eval(source)
+print(greedy.summary() if greedy else "greedy: SkyRL export, not evaluated here")
+
 # %%
 summary = workbench.build_summary(
     base,
@@ -90,6 +100,7 @@ summary = workbench.build_summary(
     paired=paired,
     run=str(source),
     plots=[str(curve_png), str(difficulty_png), str(curves_png)],
+    greedy=greedy,
 )
 workbench.write_summary(out_dir, summary)
 print("\n".join(summary["table"]))

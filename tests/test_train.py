@@ -96,8 +96,8 @@ def test_config_validation_and_overrides():
         preset("smoke").with_overrides({"grpo.lr": "fast"})
     with pytest.raises(UsageError, match=r"schedule\.seed \(-1\) must be >= 0"):
         preset("smoke").with_overrides({"schedule.seed": "-1"})
-    with pytest.raises(UsageError, match=r"task\.turn_slack \(-1\) must be >= 0"):
-        preset("smoke").with_overrides({"task.turn_slack": "-1"})
+    with pytest.raises(UsageError, match=r"grpo\.turn_slack \(-1\) must be >= 0"):
+        preset("smoke").with_overrides({"grpo.turn_slack": "-1"})
 
 
 def test_config_changes_name_every_changed_field():
@@ -126,7 +126,7 @@ def test_kl_to_the_warm_start_policy_is_logged_and_the_reference_is_kept(tmp_pat
 
 def test_a_turn_slack_shortens_training_episodes_but_not_the_evals(tmp_path):
     cfg = _cfg(steps=2, eval_before_train=False).with_overrides(
-        {"task.turn_slack": "0", "grpo.filter_zero_variance": "false"}
+        {"grpo.turn_slack": "0", "grpo.filter_zero_variance": "false"}
     )
     train(cfg, tmp_path, progress=False)
     rows = [r for r in _metrics(tmp_path) if "rollout/turns_mean" in r]

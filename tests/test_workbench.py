@@ -125,6 +125,30 @@ def test_boundary_milestones_paired_test_and_summary(smoke_run):
     assert json.loads(path.read_text())["warm_start_end"] == 4
 
 
+def test_final_greedy_eval_plays_the_last_checkpoint_by_argmax_and_joins_the_summary(smoke_run):
+    from rlkit.model.policy import load_policy
+
+    out, plan = smoke_run
+    greedy = workbench.final_greedy_eval(plan.run_dir)
+    assert (greedy.step, greedy.mode, greedy.samples, greedy.n_mazes) == (8, "greedy", 1, 64)
+    policy = load_policy(Path(plan.run_dir) / "global_step_8" / "policy", greedy=True)
+    direct, _ = evaluate(policy, samples=1, mode="greedy")
+    assert greedy.per_maze == direct.per_maze  # argmax: the same episodes whatever the seed
+    cached = RunDir(plan.run_dir).evals_dir / "greedy" / "global_step_8.json"
+    assert cached.is_file() and workbench.final_greedy_eval(plan.run_dir).flat == greedy.flat
+    assert sorted(workbench.checkpoint_evals(plan.run_dir)) == [0, 4, 6, 8]  # not a 5th eval
+    evals = workbench.checkpoint_evals(plan.run_dir)
+    summary = workbench.build_summary(
+        {}, evals, boundary=4, paired=None, run=plan.run_dir, plots=[], greedy=greedy
+    )
+    rate = f"{greedy.solve_rate:.1%} [{greedy.ci95[0]:.1%}, {greedy.ci95[1]:.1%}]"
+    assert f"(step 8), greedy {rate}; 95% CI" in summary["headline"]
+    assert summary["final_greedy"]["solve_rate"] == round(greedy.solve_rate, 4)
+    assert any(line.startswith("step 8 greedy (k=1)") for line in summary["table"])
+    with pytest.raises(UsageError, match="no complete checkpoint"):
+        workbench.final_greedy_eval(out)
+
+
 def test_solve_rate_table_lines():
     result, _ = evaluate(scripted_policy("oracle"), samples=2)
     text = workbench.solve_rate_table({"oracle": result})

@@ -85,6 +85,7 @@ def evaluate_cached(
     seed: int = 0,
     label: str | None = None,
     step: int | None = None,
+    mode: str = "sampled",
 ) -> tuple[EvalResult, list[Trajectory]]:
     """Evaluate once and keep the result (JSON + trajectories) at `path`; later calls read it.
 
@@ -98,6 +99,7 @@ def evaluate_cached(
         cached = EvalResult.load(path)
         if (
             cached.samples == samples
+            and cached.mode == mode
             and cached.test_set_hash == pinned_set_hash(task.eval_set)
             and cached.trajectories
         ):
@@ -109,6 +111,7 @@ def evaluate_cached(
         seed=seed,
         cfg=task.env,
         history=task.history,
+        mode=mode,
         step=step,
     )
     if label is not None:
@@ -228,6 +231,30 @@ def checkpoint_evals(source: str | Path, *, progress: bool = False) -> dict[int,
                 step=step,
             )
     return load_run_evals(run.path)
+
+
+def final_greedy_eval(source: str | Path) -> EvalResult | None:
+    """A local run's last checkpoint played greedily (argmax, one episode per test maze): the
+    deterministic policy's solve rate beside the sampled evals. Cached in
+    RUN/evals/greedy/global_step_N.json. None for a SkyRL export (its evals are SkyRL's)."""
+    if is_skyrl_export(source):
+        return None
+    run = RunDir(source)
+    ckpt = run.latest_complete_checkpoint(hashes=False) if run.run_json.exists() else None
+    if ckpt is None:
+        raise UsageError(f"{source} holds no complete checkpoint yet: train first (notebook 03)")
+    cfg = _run_config(run)
+    result, _ = evaluate_cached(
+        run.evals_dir / "greedy" / f"global_step_{ckpt.step}.json",
+        lambda: _model_policy(ckpt.path / "policy", cfg, greedy=True),
+        samples=1,
+        task=cfg.task,
+        seed=EVAL_SEED,
+        label=f"{run.path.name}@{ckpt.step} greedy",
+        step=ckpt.step,
+        mode="greedy",
+    )
+    return result
 
 
 def milestones(evals: Mapping[int, EvalResult], boundary: int | None) -> dict[str, EvalResult]:
@@ -357,20 +384,25 @@ def build_summary(
     paired: PairedTest | None,
     run: str,
     plots: list[str],
+    greedy: EvalResult | None = None,
 ) -> dict:
     """The demo's summary.json: baseline (untrained model) and final solve rate with CI, and the
-    paired by-maze test (its verdict in words, the difference with its interval)."""
+    paired by-maze test (its verdict in words, the difference with its interval); with
+    `greedy` (`final_greedy_eval`), the last checkpoint's greedy solve rate too."""
     if not evals:
         raise UsageError("no checkpoint evals to summarise: train first (notebook 03)")
     final = evals[max(evals)]
     base = baselines.get(BASE) or evals[min(evals)]
     table = {**baselines, **milestones(evals, boundary)}
+    if greedy is not None:
+        table[f"step {greedy.step} greedy (k=1)"] = greedy
     return {
         "run": run,
-        "headline": headline(base, evals, boundary, paired),
+        "headline": headline(base, evals, boundary, paired, greedy),
         "test_set_hash": final.test_set_hash,
         "baseline": _row(base),
         "final": _row(final),
+        "final_greedy": None if greedy is None else _row(greedy),
         "warm_start_end": boundary,
         "paired_test": None
         if paired is None
@@ -395,13 +427,16 @@ def headline(
     evals: Mapping[int, EvalResult],
     boundary: int | None,
     paired: PairedTest | None,
+    greedy: EvalResult | None = None,
 ) -> str:
-    """One line: base -> warm start -> final with their intervals, then the paired verdict."""
+    """One line: base -> warm start -> final with their intervals (and the final greedy one),
+    then the paired verdict."""
     final_step = max(evals)
     parts = [f"base {_rate(base)}"]
     if boundary in evals and boundary != final_step:
         parts.append(f"warm start {_rate(evals[boundary])} (step {boundary})")
-    parts.append(f"final {_rate(evals[final_step])} (step {final_step})")
+    final = f"final {_rate(evals[final_step])} (step {final_step})"
+    parts.append(final + (f", greedy {_rate(greedy)}" if greedy is not None else ""))
     line = " -> ".join(parts) + f"; 95% CI {evals[final_step].ci_method}"
     return line + (f"; paired by maze: {paired.verdict}" if paired is not None else "")
 

@@ -48,11 +48,6 @@ class TaskConfig:
     """Pinned 64-maze set for every checkpoint's evaluation."""
     history: int | None = 1
     """Turns of history the model sees: 1 = Markov (the picture shows the trail), None = all."""
-    turn_slack: int | None = None
-    """GRPO rollouts get a maze's shortest path + this many turns (capped at `env.max_turns`);
-    None: `env.max_turns` for every maze. Evals always play the pinned env's budget. A tight
-    training budget makes a detour cost the reward: with 12 turns on a 3x3 maze most detours
-    still reach the exit, so a 0/1 reward barely separates a sharp policy from a wandering one."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +119,11 @@ class GRPOConfig:
     kl_coef: float = 0.0
     """KL penalty to the post-warm-start policy (0 disables it and the reference copy)."""
     kl_estimator: str = "k3"
+    turn_slack: int | None = None
+    """Rollouts get a maze's shortest path + this many turns (capped at `env.max_turns`);
+    None: `env.max_turns` for every maze. Evals always play the pinned env's budget. A tight
+    training budget makes a detour cost the reward: with 12 turns on a 3x3 maze most detours
+    still reach the exit, so a 0/1 reward barely separates a sharp policy from a wandering one."""
     filter_zero_variance: bool = True
     """Drop groups whose episodes all got the same reward: their advantages are zero anyway, and
     they would dilute the token mean. False trains on them too (zero advantage, counted in the
@@ -180,9 +180,9 @@ class TrainConfig:
             raise UsageError(
                 f"kl_estimator {g.kl_estimator!r}: use one of {', '.join(KL_ESTIMATORS)}"
             )
-        if self.task.turn_slack is not None and self.task.turn_slack < 0:
+        if g.turn_slack is not None and g.turn_slack < 0:
             raise UsageError(
-                f"task.turn_slack ({self.task.turn_slack}) must be >= 0 (spare turns beyond the "
+                f"grpo.turn_slack ({g.turn_slack}) must be >= 0 (spare turns beyond the "
                 "shortest path) or none (the env's max_turns)"
             )
         if s.steps < 0:

@@ -7,7 +7,7 @@
   checked against the one that was sampled;
 - `rollout_metrics`: the `rollout/` numbers of a batch of episodes;
 - `lr_at`: the learning rate of a GRPO step;
-- `turn_budgets`: each training maze's turn budget (`task.turn_slack`);
+- `turn_budgets`: each training maze's turn budget (`grpo.turn_slack`);
 - `due`: whether an eval and a checkpoint follow a step.
 
 The update itself (loss, minibatches, optimizer) is `rlkit.train.update`.
