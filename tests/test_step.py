@@ -128,6 +128,8 @@ def test_turn_budgets_are_the_shortest_path_plus_slack_capped_at_the_env(smoke):
     assert st.turn_budgets(mazes, env, 0) == paths
     assert st.turn_budgets(mazes, env, 2) == [min(env.max_turns, n + 2) for n in paths]
     assert st.turn_budgets(mazes, replace(env, max_turns=3), 1) == [min(3, n + 1) for n in paths]
+    half = st.turn_budgets(mazes, env, 0, tight_fraction=0.5)
+    assert half == paths[:25] + [env.max_turns] * 25
 
 
 def test_due_evals_and_checkpoints_by_hand(smoke):

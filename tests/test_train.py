@@ -98,6 +98,8 @@ def test_config_validation_and_overrides():
         preset("smoke").with_overrides({"schedule.seed": "-1"})
     with pytest.raises(UsageError, match=r"grpo\.turn_slack \(-1\) must be >= 0"):
         preset("smoke").with_overrides({"grpo.turn_slack": "-1"})
+    with pytest.raises(UsageError, match=r"grpo\.tight_fraction \(1\.5\) must be in \[0, 1\]"):
+        preset("smoke").with_overrides({"grpo.tight_fraction": "1.5"})
 
 
 def test_config_changes_name_every_changed_field():

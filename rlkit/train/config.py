@@ -124,6 +124,10 @@ class GRPOConfig:
     None: `env.max_turns` for every maze. Evals always play the pinned env's budget. A tight
     training budget makes a detour cost the reward: with 12 turns on a 3x3 maze most detours
     still reach the exit, so a 0/1 reward barely separates a sharp policy from a wandering one."""
+    tight_fraction: float = 1.0
+    """Share of each step's mazes played on the `turn_slack` budget; the others get the env's
+    `max_turns`. Tight budgets train sharp moves on the shortest path, the full one trains
+    recovering after a wrong move (a tight budget ends such an episode at once)."""
     filter_zero_variance: bool = True
     """Drop groups whose episodes all got the same reward: their advantages are zero anyway, and
     they would dilute the token mean. False trains on them too (zero advantage, counted in the
@@ -185,6 +189,8 @@ class TrainConfig:
                 f"grpo.turn_slack ({g.turn_slack}) must be >= 0 (spare turns beyond the "
                 "shortest path) or none (the env's max_turns)"
             )
+        if not 0.0 <= g.tight_fraction <= 1.0:
+            raise UsageError(f"grpo.tight_fraction ({g.tight_fraction}) must be in [0, 1]")
         if s.steps < 0:
             raise UsageError(f"schedule.steps ({s.steps}) must be >= 0")
         if s.seed < 0:

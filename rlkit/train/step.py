@@ -151,12 +151,19 @@ def rollout_metrics(trajs: Sequence[Trajectory], scores: Scores, n_groups: int) 
     }
 
 
-def turn_budgets(mazes: Sequence[Maze], env: EnvConfig, slack: int | None) -> list[int] | None:
-    """Per-maze turn budgets of a GRPO rollout: shortest path + `slack`, at most the env's
-    `max_turns`; None (every maze plays the env's budget) when `slack` is None."""
+def turn_budgets(
+    mazes: Sequence[Maze], env: EnvConfig, slack: int | None, tight_fraction: float = 1.0
+) -> list[int] | None:
+    """Per-maze turn budgets of a GRPO rollout: the first `tight_fraction` of the mazes (they
+    come from a shuffled stream) get their shortest path + `slack`, at most the env's
+    `max_turns`, the rest the env's budget; None (every maze the env's) when `slack` is None."""
     if slack is None:
         return None
-    return [min(env.max_turns, int(exit_distances(m)[m.start]) + slack) for m in mazes]
+    tight = round(tight_fraction * len(mazes))
+    return [
+        min(env.max_turns, int(exit_distances(m)[m.start]) + slack) if i < tight else env.max_turns
+        for i, m in enumerate(mazes)
+    ]
 
 
 def lr_at(g: GRPOConfig, grpo_steps: int) -> float:

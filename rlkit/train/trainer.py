@@ -246,7 +246,7 @@ class Trainer:
                 samples=g.group_size,
                 seed=rollout_seed(self.cfg.schedule.seed, s.step),
                 history=task.history,
-                max_turns=turn_budgets(mazes, task.env, g.turn_slack),
+                max_turns=turn_budgets(mazes, task.env, g.turn_slack, g.tight_fraction),
             )
             faults.point("rollout", s.step)
         scores = score(trajs, g)
