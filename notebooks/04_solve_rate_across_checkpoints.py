@@ -45,7 +45,7 @@ skyrl_export = None  # a SkyRL run's export dir (holding dumped_evals/) instead 
 from pathlib import Path
 
 from rlkit.cluster import launch
-from rlkit.notebook import plots, workbench
+from rlkit.notebook import curves, plots, workbench
 from rlkit.notebook.paths import home_path
 
 out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
@@ -67,7 +67,7 @@ difficulty_png = workbench.save_png(fig, out_dir, "solve_rate_by_difficulty")
 fig
 
 # %%
-fig = plots.training_curves(source, run_id=Path(source).name)
+fig = curves.training_curves(source, run_id=Path(source).name)
 curves_png = workbench.save_png(fig, out_dir, "training_curves")
 fig
 

@@ -12,7 +12,7 @@ from rlkit.episodes.policies import scripted_policy
 from rlkit.errors import UsageError
 from rlkit.maze.core import difficulty
 from rlkit.maze.sets import pinned_set
-from rlkit.notebook import plots
+from rlkit.notebook import curves, plots
 from rlkit.train.runs import RunDir
 
 
@@ -91,7 +91,7 @@ def test_phase_spans_hand_computed():
         {"step": 3, "phase": "grpo"},
         {"step": 5, "phase": "grpo"},
     ]
-    assert plots.phase_spans(records) == [("warm_start", 0, 1), ("grpo", 3, 5)]
+    assert curves.phase_spans(records) == [("warm_start", 0, 1), ("grpo", 3, 5)]
 
 
 def test_training_curves_skips_absent_panels_and_tolerates_missing_keys(tmp_path):
@@ -104,7 +104,7 @@ def test_training_curves_skips_absent_panels_and_tolerates_missing_keys(tmp_path
         r["loss/kl"] = None if s == 3 else 0.01 * s
         r["timing/rollout"] = 0.5
         records.append(r)
-    fig = plots.training_curves(records, run_id="t")
+    fig = curves.training_curves(records, run_id="t")
     names = [ax.get_ylabel() for ax in fig.axes]
     assert names == ["reward / solve rate", "loss", "KL"]  # no entropy or turns logged
     loss = fig.axes[1].lines[0]
@@ -116,15 +116,15 @@ def test_training_curves_skips_absent_panels_and_tolerates_missing_keys(tmp_path
     run = RunDir(tmp_path / "run")
     for r in records:
         run.append_metrics(r)
-    from_file = plots.training_curves(run.metrics_path)
+    from_file = curves.training_curves(run.metrics_path)
     assert [ax.get_ylabel() for ax in from_file.axes] == names
 
 
 def test_training_curves_refuses_nothing_to_plot():
     with pytest.raises(UsageError, match="not logged a step"):
-        plots.training_curves([])
+        curves.training_curves([])
     with pytest.raises(UsageError, match="no plottable metrics"):
-        plots.training_curves([{"step": 0, "timing/rollout": 1.0}])
+        curves.training_curves([{"step": 0, "timing/rollout": 1.0}])
 
 
 def test_by_difficulty_one_series_per_result(evals):
@@ -167,11 +167,11 @@ def test_maze_gallery_titles_state_difficulty():
 
 
 def test_figures_render_as_png_without_pyplot(evals):
-    fig = plots.live_curves([{"step": 0, "rollout/reward_mean": 0.2}], evals)
+    fig = curves.live_curves([{"step": 0, "rollout/reward_mean": 0.2}], evals)
     png = fig._repr_png_()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert np.asarray(Image.open(io.BytesIO(png))).std() > 0  # not a blank canvas
-    empty = plots.live_curves([])
+    empty = curves.live_curves([])
     assert "waiting for the first step" in empty.axes[0].texts[0].get_text()
 
 
@@ -195,12 +195,12 @@ def test_equal_series_are_drawn_once_and_named_together():
         }
         for s in range(5)
     ]
-    fig = plots.training_curves(records)
+    fig = curves.training_curves(records)
     reward, loss = fig.axes[:2]
     assert _legend_labels(reward) == ["rollout/reward_mean = rollout/solve_rate"]
     assert len(reward.lines) == 1
     assert _legend_labels(loss) == ["loss/bc", "loss/policy = loss/total"]
-    live = plots.live_curves(records)
+    live = curves.live_curves(records)
     assert _legend_labels(live.axes[0]) == ["rollout/reward_mean = rollout/solve_rate"]
     assert live.axes[0].get_title(loc="left") == "Training progress"
     assert live.axes[0].get_ylabel() and live.axes[0].get_xlabel() == "training step"
@@ -209,7 +209,7 @@ def test_equal_series_are_drawn_once_and_named_together():
 def test_legends_sit_outside_the_data(evals):
     figures = (
         plots.by_difficulty(evals),
-        plots.training_curves([{"step": 1, "loss": 2.0}]),
+        curves.training_curves([{"step": 1, "loss": 2.0}]),
         plots.solve_rate_curve(evals, baseline=0.25, warm_start_end=1),
     )
     for fig in figures:

@@ -176,13 +176,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from rlkit.notebook.plots import (
-        figure_png,
-        load_run_evals,
-        solve_rate_curve,
-        training_curves,
-        warm_start_end,
-    )
+    from rlkit.notebook.curves import training_curves
+    from rlkit.notebook.plots import figure_png, load_run_evals, solve_rate_curve, warm_start_end
 
     run = Path(args.run_dir)
     # a SkyRL run dir (its exports/ hold dumped_evals/) or its export dir, else a local run

@@ -17,7 +17,8 @@ from typing import Protocol
 import ipywidgets as widgets
 
 from rlkit.errors import RlkitError, UsageError
-from rlkit.notebook.plots import figure_png, live_curves, load_metrics, load_run_evals, png_width
+from rlkit.notebook.curves import live_curves
+from rlkit.notebook.plots import figure_png, load_metrics, load_run_evals, png_width
 from rlkit.notebook.progress import read_progress
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})

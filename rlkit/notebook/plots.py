@@ -18,9 +18,7 @@ checkpoints a few points apart are usually indistinguishable, and the figure sho
 from __future__ import annotations
 
 import io
-import math
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,12 +118,12 @@ def _counts_line(results: Sequence[EvalResult]) -> str:
     return f"{mazes} mazes x {samples} samples/maze, set '{results[0].set}'"
 
 
-def _methods(results: Sequence[EvalResult]) -> str:
+def ci_methods(results: Sequence[EvalResult]) -> str:
     """The interval method(s) behind the results' bands, for a legend."""
     return ", ".join(sorted({r.ci_method for r in results}))
 
 
-def _header(fig: Figure, title: str, run_id: str | None, detail: str) -> None:
+def figure_header(fig: Figure, title: str, run_id: str | None, detail: str) -> None:
     """Title plus a line stating the run and how much data stands behind the picture."""
     height = fig.get_figheight()
     fig.suptitle(title, fontsize=12, fontweight="bold", y=1 - 0.12 / height, va="top")
@@ -134,12 +132,12 @@ def _header(fig: Figure, title: str, run_id: str | None, detail: str) -> None:
     fig.subplots_adjust(top=1 - 0.95 / height)
 
 
-def _legend_outside(ax: Axes, fontsize: float = 8) -> None:
+def legend_outside(ax: Axes, fontsize: float = 8) -> None:
     """The legend right of the axes, where it covers no data."""
     ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
-def _distinct(
+def distinct_series(
     series: Sequence[tuple[str, list[int], list[float]]],
 ) -> list[tuple[str, list[int], list[float]]]:
     """Series with identical points drawn once, their names joined with ' = ' (with a 0/1
@@ -179,7 +177,7 @@ def solve_rate_curve(
         [r.ci95[1] for _, r in pairs],
         alpha=0.25,
         color="C0",
-        label=f"95% CI ({_methods([r for _, r in pairs])})",
+        label=f"95% CI ({ci_methods([r for _, r in pairs])})",
     )
     ax.plot(steps, rates, "o-", color="C0", label="solve rate")
     last_step, last = pairs[-1]
@@ -208,159 +206,9 @@ def solve_rate_curve(
         ax.text(warm_start_end, 1.02, " warm start | GRPO ", ha="center", fontsize=7, color="C1")
     ax.set(xlabel="training step", ylabel="solve rate", ylim=(0, 1.08))
     ax.grid(alpha=0.3)
-    _legend_outside(ax)
+    legend_outside(ax)
     fig.subplots_adjust(right=0.7)
-    _header(fig, title, run_id, _counts_line([r for _, r in pairs]))
-    return fig
-
-
-# training curves from metrics.jsonl
-
-
-def _base(key: str) -> str:
-    return key.rsplit("/", 1)[-1]
-
-
-# Each panel takes every metric whose name matches, so renamed or extra series (eval/ next to
-# rollout/, loss/kl next to loss/approx_kl_old) appear without code changes.
-PANELS: tuple[tuple[str, Callable[[str], bool]], ...] = (
-    ("reward / solve rate", lambda k: _base(k) in {"reward", "reward_mean", "solve_rate", "solve"}),
-    (
-        "loss",
-        lambda k: k == "loss" or (k.startswith("loss/") and _base(k) in {"total", "policy", "bc"}),
-    ),
-    ("KL", lambda k: re.search(r"(^|_)kl(_|$)", _base(k)) is not None),
-    ("entropy", lambda k: "entropy" in _base(k)),
-    ("turns", lambda k: _base(k).startswith("turns")),
-)
-PHASE_KEYS = ("phase", "train/phase")
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
-    xs, ys = [], []
-    for r in records:
-        y = _number(r.get(key))
-        if y is not None and isinstance(r.get("step"), int):
-            xs.append(r["step"])
-            ys.append(y)
-    return xs, ys
-
-
-def phase_spans(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, int]]:
-    """Contiguous (phase, first_step, last_step) runs from a `phase`/`train/phase` field."""
-    spans: list[tuple[str, int, int]] = []
-    for r in records:
-        phase = next((r[k] for k in PHASE_KEYS if isinstance(r.get(k), str)), None)
-        step = r.get("step")
-        if phase is None or not isinstance(step, int):
-            continue
-        if spans and spans[-1][0] == phase:
-            spans[-1] = (phase, spans[-1][1], step)
-        else:
-            spans.append((phase, step, step))
-    return spans
-
-
-def _mark_phases(axes: Sequence[Axes], spans: list[tuple[str, int, int]]) -> None:
-    for i, (phase, first, last) in enumerate(spans):
-        end = spans[i + 1][1] if i + 1 < len(spans) else last
-        for ax in axes:
-            if "grpo" not in phase.lower():
-                ax.axvspan(first, end, color="C1", alpha=0.08)
-            if i > 0:
-                ax.axvline(first, color="C1", ls=":", lw=1)
-        axes[0].text(
-            (first + end) / 2,
-            1.01,
-            phase,
-            transform=axes[0].get_xaxis_transform(),
-            ha="center",
-            va="bottom",
-            fontsize=7,
-            color="C1",
-        )
-
-
-def training_curves(
-    metrics: Sequence[Mapping[str, Any]] | str | Path, *, run_id: str | None = None
-) -> Figure:
-    """Reward, loss, KL, entropy and turns vs step; panels without data are left out."""
-    records = load_metrics(metrics) if isinstance(metrics, str | Path) else list(metrics)
-    if not records:
-        raise UsageError("no metric records to plot: the run has not logged a step yet")
-    keys = sorted({k for r in records for k in r if k != "step"})
-    panels = []
-    for name, match in PANELS:
-        series = [(k, *_series(records, k)) for k in keys if match(k)]
-        series = [s for s in series if s[1]]
-        if series:
-            panels.append((name, series))
-    if not panels:
-        raise UsageError(
-            f"no plottable metrics (reward, loss, kl, entropy, turns) among keys {keys[:12]}"
-        )
-    fig = PlotFigure(figsize=(10, 1.9 * len(panels) + 1.0))
-    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
-    for ax, (name, series) in zip(axes, panels, strict=True):
-        for key, xs, ys in _distinct(series):
-            ax.plot(xs, ys, lw=1.3, marker="." if len(xs) < 40 else None, label=key)
-        ax.set_ylabel(name, fontsize=9)
-        ax.grid(alpha=0.3)
-        _legend_outside(ax)
-    axes[-1].set_xlabel("training step")
-    fig.subplots_adjust(left=0.08, right=0.68)
-    spans = phase_spans(records)
-    if spans:
-        _mark_phases(list(axes), spans)
-    steps = [r["step"] for r in records if isinstance(r.get("step"), int)]
-    detail = f"{len(records)} records, steps {min(steps, default=0)}-{max(steps, default=0)}"
-    _header(fig, "Training curves", run_id, detail)
-    fig.subplots_adjust(hspace=0.15)
-    return fig
-
-
-def live_curves(
-    metrics: Sequence[Mapping[str, Any]],
-    evals: Mapping[int, EvalResult] | None = None,
-    *,
-    run_id: str | None = None,
-    size_px: tuple[int, int] = (720, 300),
-) -> Figure:
-    """The job monitor's figure, drawn at `size_px` at 100 dpi (the widget shows it at that
-    size, unscaled): rollout metrics plus the test-set evals with their intervals."""
-    fig = PlotFigure(figsize=(size_px[0] / 100, size_px[1] / 100))
-    ax = fig.add_subplot()
-    keys = ("rollout/reward_mean", "rollout/solve_rate", "eval/solve_rate")
-    series = [(k, *_series(metrics, k)) for k in keys]
-    for key, xs, ys in _distinct([s for s in series if s[1]]):
-        ax.plot(xs, ys, lw=1.3, label=key)
-    for step, r in sorted((evals or {}).items()):
-        ax.errorbar(
-            [step],
-            [r.solve_rate],
-            yerr=[[max(0.0, r.solve_rate - r.ci95[0])], [max(0.0, r.ci95[1] - r.solve_rate)]],
-            fmt="ks",
-            ms=4,
-            capsize=3,
-            label=f"test set (95% CI, {_methods(list((evals or {}).values()))})"
-            if step == min(evals or {})
-            else None,
-        )
-    title = "Training progress" + (f": {run_id}" if run_id else "")
-    ax.set_title(title, fontsize=10, loc="left")
-    if not ax.lines and not ax.collections:
-        ax.text(0.5, 0.5, "waiting for the first step...", ha="center", transform=ax.transAxes)
-    else:
-        _legend_outside(ax, fontsize=7.5)
-    ax.set(xlabel="training step", ylabel="rate (0-1)", ylim=(-0.02, 1.05))
-    ax.grid(alpha=0.3)
-    fig.subplots_adjust(left=0.09, right=0.62, bottom=0.17, top=0.88)
+    figure_header(fig, title, run_id, _counts_line([r for _, r in pairs]))
     return fig
 
 
@@ -410,11 +258,11 @@ def by_difficulty(
     ax.set_xticklabels([f"{n}\n({first.get(str(n), {}).get('episodes', 0)} ep)" for n in lengths])
     ax.set(xlabel="shortest-path length (moves)", ylabel="solve rate", ylim=(-0.02, 1.08))
     ax.grid(alpha=0.3)
-    _legend_outside(ax)
+    legend_outside(ax)
     fig.subplots_adjust(right=0.74)
     results = [r for _, r in labelled]
-    detail = f"{_counts_line(results)}; 95% CI {_methods(results)}"
-    _header(fig, "Solve rate by difficulty", run_id, detail)
+    detail = f"{_counts_line(results)}; 95% CI {ci_methods(results)}"
+    figure_header(fig, "Solve rate by difficulty", run_id, detail)
     return fig
 
 
@@ -449,7 +297,7 @@ def failure_breakdown(
         )
     else:
         heading, detail = title or "Failures", f"{failed} failed episodes"
-    _header(fig, heading, None, detail)
+    figure_header(fig, heading, None, detail)
     return fig
 
 
@@ -478,6 +326,6 @@ def maze_gallery(
             ax.set_title(f"#{i} L{d.path_length} J{d.junctions} T{d.turns}", fontsize=7)
     shape = {f"{m.height}x{m.width}" for m in mazes}
     detail = f"{len(mazes)} mazes, {'/'.join(sorted(shape))}; L path length, J junctions, T turns"
-    _header(fig, title, None, detail if stats else f"{len(mazes)} mazes")
+    figure_header(fig, title, None, detail if stats else f"{len(mazes)} mazes")
     fig.subplots_adjust(hspace=0.35)
     return fig

@@ -2,7 +2,7 @@
 monitor is `rlkit.notebook.monitor`.
 
 Everything costly happens once, in plain functions (`replay_frames`, `replay_captions`,
-`maze_view`, `plots.live_curves`); the widgets only swap pre-computed values on a slider move,
+`maze_view`, `curves.live_curves`); the widgets only swap pre-computed values on a slider move,
 so scrubbing is instant and tests can check the content without widgets at all.
 
 In a browser `Play` drives the slider through `jslink` (no kernel round trip). `jslink` does

@@ -19,7 +19,8 @@ from rlkit.cluster.hang import STEP_PATTERN
 from rlkit.cluster.skyrl.bridge import MetricsBridge, rlkit_names
 from rlkit.cluster.skyrl.experiment import RlkitExp, bridged_tracker
 from rlkit.cluster.skyrl.readers import read_eval_dumps
-from rlkit.notebook.plots import load_metrics, training_curves
+from rlkit.notebook.curves import training_curves
+from rlkit.notebook.plots import load_metrics
 from rlkit.train.metrics import GAUGES, PREFIXES
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-rlkit.json"
