@@ -98,8 +98,19 @@ def test_rollout_metrics_hand_computed():
 
 def test_lr_drops_to_lr_late_from_its_step():
     g = GRPOConfig(lr=3e-4, lr_late=1e-4, lr_late_from=50)
-    assert [st.lr_at(g, n) for n in (0, 49, 50, 160)] == [3e-4, 3e-4, 1e-4, 1e-4]
-    assert st.lr_at(replace(g, lr_late=None), 160) == 3e-4
+    assert [st.lr_at(g, n, 160) for n in (0, 49, 50, 160)] == [3e-4, 3e-4, 1e-4, 1e-4]
+    assert st.lr_at(replace(g, lr_late=None), 160, 160) == 3e-4
+
+
+def test_lr_end_falls_along_a_cosine_to_the_last_step():
+    g = GRPOConfig(lr=3e-4, lr_late=1e-4, lr_late_from=50, lr_end=1e-5)
+    rates = [st.lr_at(g, n, 151) for n in range(151)]
+    assert rates[49] == 3e-4 and rates[50] == pytest.approx(1e-4)
+    assert rates[100] == pytest.approx(5.5e-5) and rates[150] == pytest.approx(1e-5)
+    assert all(a >= b for a, b in zip(rates[50:], rates[51:], strict=False))
+    assert st.lr_at(replace(g, lr_late=None), 50, 151) == pytest.approx(3e-4)
+    with pytest.raises(UsageError, match=r"grpo\.lr_end \(-1\) must be >= 0"):
+        preset("smoke").with_overrides({"grpo.lr_end": "-1"})
 
 
 def _schedule(ws_end: int | None, sched: ScheduleConfig) -> tuple[list[int], list[int]]:

@@ -101,6 +101,9 @@ class GRPOConfig:
     dropping to 1e-4 let the probe settle above 90%."""
     lr_late_from: int = 50
     """GRPO step at which `lr_late` takes over (the probe reached ~75% there)."""
+    lr_end: float | None = None
+    """With a value, from `lr_late_from` on the rate falls from `lr_late` (or `lr`) along a
+    half cosine to this at the last GRPO step (`schedule.steps`); None: it stays constant."""
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     eps_clip_low: float = 0.2
@@ -171,6 +174,8 @@ class TrainConfig:
             raise UsageError("mazes_per_step, epochs and minibatch must all be >= 1")
         if not g.lr > 0 or (g.lr_late is not None and not g.lr_late > 0):
             raise UsageError(f"lr ({g.lr}) and lr_late ({g.lr_late}) must be > 0")
+        if g.lr_end is not None and not g.lr_end >= 0:
+            raise UsageError(f"grpo.lr_end ({g.lr_end}) must be >= 0 or none")
         if g.reduction not in REDUCTIONS:
             raise UsageError(f"reduction {g.reduction!r}: use one of {', '.join(REDUCTIONS)}")
         if g.reduction == "seq_mean_token_sum_norm" and g.max_seq_len is None:

@@ -15,6 +15,7 @@ The update itself (loss, minibatches, optimizer) is `rlkit.train.update`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -166,10 +167,16 @@ def turn_budgets(
     ]
 
 
-def lr_at(g: GRPOConfig, grpo_steps: int) -> float:
-    """Learning rate of the GRPO step that follows `grpo_steps` finished ones."""
-    late = g.lr_late is not None and grpo_steps >= g.lr_late_from
-    return g.lr_late if late else g.lr
+def lr_at(g: GRPOConfig, grpo_steps: int, total: int) -> float:
+    """Learning rate of the GRPO step that follows `grpo_steps` finished ones, of `total`."""
+    if grpo_steps < g.lr_late_from:
+        return g.lr
+    late = g.lr if g.lr_late is None else g.lr_late
+    if g.lr_end is None:
+        return late
+    span = max(1, total - 1 - g.lr_late_from)
+    t = min(1.0, (grpo_steps - g.lr_late_from) / span)
+    return g.lr_end + (late - g.lr_end) * 0.5 * (1.0 + math.cos(math.pi * t))
 
 
 @dataclass(frozen=True)

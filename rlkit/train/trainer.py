@@ -253,7 +253,7 @@ class Trainer:
         with self.log.timer("encode"):
             encode = self.learner.loaded.encoder.encode
             samples = turn_samples(trajs, scores, encode, task.env, history=task.history)
-        lr = lr_at(g, s.grpo_steps)
+        lr = lr_at(g, s.grpo_steps, self.cfg.schedule.steps)
         with self.log.timer("update"):
             seed = self.cfg.schedule.seed
             metrics = update(self.learner, samples, g, lr=lr, seed=seed, step=s.step)
