@@ -86,8 +86,10 @@ class WarmStartConfig:
 
 @dataclass(frozen=True)
 class GRPOConfig:
-    mazes_per_step: int = 32
-    """Distinct mazes per step (groups)."""
+    mazes_per_step: int = 64
+    """Distinct mazes per step (groups). Late in training most groups are all solved and teach
+    nothing: at 32 only ~7 groups a step were left and the curve swung +-4 points; 64 keeps
+    twice as many (seed 1: 88.7% -> 95.3% sampled at 160 GRPO steps, 87.5% -> 96.9% greedy)."""
     group_size: int = 8
     """Episodes per maze; GRPO compares them with each other instead of using a critic."""
     epochs: int = 2
@@ -119,18 +121,21 @@ class GRPOConfig:
     """The constant per-episode token budget `seq_mean_token_sum_norm` divides by (Dr. GRPO),
     required for it as SkyRL's `trainer.algorithm.max_seq_len` is; e.g. the env's `max_turns`
     with the constrained one-token answer."""
-    kl_coef: float = 0.0
-    """KL penalty to the post-warm-start policy (0 disables it and the reference copy)."""
+    kl_coef: float = 0.05
+    """KL penalty to the post-warm-start policy (0 disables it and the reference copy); 0.05
+    steadied the late curve (seed 1 greedy 85.9% -> 93.8% with 32 mazes a step)."""
     kl_estimator: str = "k3"
-    turn_slack: int | None = None
+    turn_slack: int | None = 0
     """Rollouts get a maze's shortest path + this many turns (capped at `env.max_turns`);
     None: `env.max_turns` for every maze. Evals always play the pinned env's budget. A tight
     training budget makes a detour cost the reward: with 12 turns on a 3x3 maze most detours
     still reach the exit, so a 0/1 reward barely separates a sharp policy from a wandering one."""
-    tight_fraction: float = 1.0
+    tight_fraction: float = 0.5
     """Share of each step's mazes played on the `turn_slack` budget; the others get the env's
     `max_turns`. Tight budgets train sharp moves on the shortest path, the full one trains
-    recovering after a wrong move (a tight budget ends such an episode at once)."""
+    recovering after a wrong move (a tight budget ends such an episode at once). All tight:
+    rollouts 2x cheaper, long paths solved, but greedy failed by bumping where it never
+    trained; half and half learned fastest (90% at GRPO step 60 on seed 1)."""
     filter_zero_variance: bool = True
     """Drop groups whose episodes all got the same reward: their advantages are zero anyway, and
     they would dilute the token mean. False trains on them too (zero advantage, counted in the
@@ -308,7 +313,18 @@ def _smoke() -> TrainConfig:
         warm_start=WarmStartConfig(
             batch=32, max_steps=4, stop_at=1.0, check_every=2, val_samples=1
         ),
-        grpo=GRPOConfig(mazes_per_step=4, group_size=4, epochs=2, minibatch=64, lr_late=None),
+        # the env's full budget and no KL: an untrained model's 4 x 4 episodes rarely score on
+        # a tight budget, and a smoke run must train on its few steps
+        grpo=GRPOConfig(
+            mazes_per_step=4,
+            group_size=4,
+            epochs=2,
+            minibatch=64,
+            lr_late=None,
+            kl_coef=0.0,
+            turn_slack=None,
+            tight_fraction=1.0,
+        ),
         schedule=ScheduleConfig(
             steps=4, eval_every=2, eval_samples=1, ckpt_every=2, keep=2, threads=1
         ),
