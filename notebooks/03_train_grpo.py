@@ -34,8 +34,15 @@
 # solves a fifth of the mazes by luck but not consistently, and learns little from that.
 # Locally, a short behaviour-cloning phase on the BFS oracle's moves brings it to ~42% first:
 # the stand-in for the instruct model the cluster run starts from (Qwen3-VL-8B solves 43.75%
-# of the test set before training). Optionally a KL penalty (`grpo.kl_coef`) keeps the policy
-# near that starting point; `local-tiny` leaves it off.
+# of the test set before training). A KL penalty (`grpo.kl_coef`, 0.05 in `local-tiny`) keeps
+# the policy near that starting point, which steadies the late curve.
+#
+# Why half the mazes get a tight turn budget (`grpo.turn_slack`, `grpo.tight_fraction`): the
+# test env allows 12 turns on a 3x3 maze, so most detours still reach the exit and a 0/1
+# reward hardly tells a sharp policy from a wandering one. Half of each step's mazes are played
+# with their shortest path's number of turns (any wrong move costs the reward), the other half
+# with the full 12 (so the policy also learns to recover after a wrong move). The reward stays
+# 0/1 and the evals always play the pinned 12-turn env.
 
 # %% tags=["parameters"]
 out_dir = "runs/demo"  # local runs train in OUT/<run name>
