@@ -56,3 +56,19 @@ def test_eval_on_a_cluster_needs_shared_output(capsys):
 
     assert main(["eval", "--policy", "oracle", "--address", "http://127.0.0.1:1"]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_ray_job_trains_on_every_core_although_ray_sets_omp_to_one(ray_cluster):
+    code = (
+        "import os, torch; from rlkit.train.trainer import torch_threads; "
+        "torch.set_num_threads(torch_threads(None)); "
+        "print('omp', os.environ.get('OMP_NUM_THREADS'), 'torch', torch.get_num_threads(), "
+        "'cores', len(os.sched_getaffinity(0)))"
+    )
+    handle = ray_cluster.submit("threads-probe", f'python -c "{code}"')
+    assert handle.wait(300) == "SUCCEEDED", handle.logs()[-2000:]
+    line = next(x for x in handle.logs().splitlines() if x.startswith("omp "))
+    _, omp, _, threads, _, cores = line.split()
+    assert omp == "1"  # Ray's default in its workers: it left the demo's trainer on one core
+    assert threads == cores

@@ -102,6 +102,14 @@ def test_config_validation_and_overrides():
         preset("smoke").with_overrides({"grpo.tight_fraction": "1.5"})
 
 
+def test_torch_threads_are_the_setting_or_every_usable_core():
+    import os
+
+    from rlkit.train.trainer import torch_threads
+
+    assert torch_threads(3) == 3 and torch_threads(None) == len(os.sched_getaffinity(0))
+
+
 def test_config_changes_name_every_changed_field():
     old = preset("smoke").to_dict()
     new = preset("smoke").with_overrides({"grpo.lr": "1e-4", "task.history": "none"}).to_dict()

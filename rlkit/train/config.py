@@ -157,7 +157,7 @@ class ScheduleConfig:
     """Complete checkpoints kept (the newest; the marker's one is never deleted)."""
     seed: int = 0
     threads: int | None = None
-    """torch threads (None: all cores)."""
+    """torch threads (None: every core this process may use, whatever OMP_NUM_THREADS says)."""
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,13 @@ EVAL_SEED = 1234
 """Fixed eval sampling seed: every checkpoint meets the same random streams (paired tests)."""
 
 
+def torch_threads(threads: int | None) -> int:
+    """The torch thread count of a run: `threads`, or every core this process may use. Set
+    explicitly because a Ray job's entrypoint inherits OMP_NUM_THREADS=1 from Ray (it sets that
+    in its workers), which left the demo's training job on one of two cores."""
+    return threads or len(os.sched_getaffinity(0))
+
+
 class Trainer:
     """Coordinates the phases; a step's logic lives in step.py and update.py, the math in
     grpo.py, the episodes in rollout.py."""
@@ -140,8 +147,7 @@ class Trainer:
         `stop_at_step` pauses after that global step (a later `fit` resumes from the last
         checkpoint): train in slices from a notebook, or test that resuming changes nothing.
         """
-        if self.cfg.schedule.threads:
-            torch.set_num_threads(self.cfg.schedule.threads)
+        torch.set_num_threads(torch_threads(self.cfg.schedule.threads))
         with self.run.lock():
             cfg = self.cfg
             info = self.run.init(
