@@ -59,3 +59,15 @@ def test_quick_demo_executes_every_notebook(ray_cluster, tmp_path):
     dry = execute("03_train_grpo", tmp_path / "dry", params, kernel=ensure_kernel())
     text = Path(dry).read_text()
     assert "no cluster: dry run" in text and "rlkit.cluster.skyrl.entry" in text
+
+
+def test_demo_kernels_keep_their_ipc_sockets_in_jupyters_runtime_dir():
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    from rlkit.notebook.demo import kernel_config
+
+    km = kernel_config()["KernelManager"]
+    ip = Path(km["ip"])
+    assert km["transport"] == "ipc" and ip.is_absolute()
+    assert ip.parent == Path(jupyter_runtime_dir()) and ip.parent.is_dir()
+    assert not [p for p in NOTEBOOK_DIR.iterdir() if p.is_socket()]  # none left in the tree

@@ -32,9 +32,20 @@ NOTEBOOKS = (
 )
 TRAINING_NOTEBOOK = "03_train_grpo"
 KERNEL = "rlkit"
-KERNEL_CONFIG = {"KernelManager": {"transport": "ipc"}}
-"""The demo's kernels talk over local IPC sockets (in Jupyter's runtime dir), not TCP: nothing
-listens on a port, and the kernel has no reason to warn about unencrypted TCP."""
+
+
+def kernel_config() -> dict:
+    """The demo's kernels talk over local IPC sockets, not TCP: nothing listens on a port, and
+    the kernel has no reason to warn about unencrypted TCP. The sockets' path is absolute, in
+    Jupyter's runtime dir: jupyter_client's default (`kernel-ipc`) is relative to the kernel's
+    cwd, and a killed demo left its sockets in notebooks/ (which broke copying the tree)."""
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    runtime = Path(jupyter_runtime_dir())
+    runtime.mkdir(parents=True, exist_ok=True)
+    return {"KernelManager": {"transport": "ipc", "ip": str(runtime / "rlkit-kernel-ipc")}}
+
+
 PROJECT_ROOT = project_root()
 NOTEBOOK_DIR = PROJECT_ROOT / "notebooks"
 
@@ -94,7 +105,7 @@ def execute(name: str, out_dir: Path, params: dict[str, Any], *, kernel: str = K
             kernel_name=kernel,
             cwd=str(NOTEBOOK_DIR),
             progress_bar=False,
-            config=Config(KERNEL_CONFIG),
+            config=Config(kernel_config()),
         )
     except papermill.PapermillExecutionError as e:
         raise RlkitError(
