@@ -23,9 +23,9 @@ import json
 import time
 from pathlib import Path
 
-from rlkit.episodes.evaluate import EvalResult, evaluate
-from rlkit.model.policy import load_policy
+from rlkit.episodes.evaluate import EvalResult
 from rlkit.notebook.plots import figure_png, load_run_evals, solve_rate_curve
+from rlkit.notebook.workbench import final_greedy_eval
 from rlkit.train.config import preset
 from rlkit.train.runs import RunDir
 from rlkit.train.trainer import train
@@ -66,14 +66,6 @@ def curve(run_dir: Path) -> tuple[list[dict], int | None]:
 def largest_drop(rates: list[float]) -> float:
     """The largest fall from an earlier to a later value (0 for a curve that never falls)."""
     return max([0.0, *(a - b for i, a in enumerate(rates) for b in rates[i + 1 :])])
-
-
-def greedy_final(run_dir: Path) -> tuple[int, EvalResult]:
-    """The last checkpoint, one greedy (argmax) episode per test maze."""
-    ckpt = RunDir(run_dir).latest_complete_checkpoint()
-    policy = load_policy(ckpt.path / "policy", greedy=True)
-    result, _ = evaluate(policy, samples=1, mode="greedy", step=ckpt.step)
-    return ckpt.step, result
 
 
 def verdict(rows: list[dict], ws_end: int | None, greedy: EvalResult) -> dict:
@@ -119,7 +111,7 @@ def run_seed(seed: int, run_root: Path, overrides: dict) -> dict:
     t0 = time.time()
     train(cfg, run_dir)
     rows, ws_end = curve(run_dir)
-    _, greedy = greedy_final(run_dir)
+    greedy = final_greedy_eval(run_dir)  # the last checkpoint, argmax, one episode per maze
     wall = time.time() - t0
     print(
         f"\nlocal-tiny, seed {seed}: held-out 64-maze set, {rows[-1]['samples']} {rows[-1]['mode']} samples/maze"
