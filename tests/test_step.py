@@ -3,6 +3,7 @@
 Bookkeeping against hand-computed values; turn samples and the update on the real tiny model.
 """
 
+import copy
 from dataclasses import replace
 
 import pytest
@@ -16,7 +17,14 @@ from rlkit.model.load import load
 from rlkit.model.policy import AnswerSpec, ModelPolicy
 from rlkit.train import step as st
 from rlkit.train.config import GRPOConfig, ScheduleConfig, preset
-from rlkit.train.update import Learner, minibatch_loss, minibatch_order, minibatches, update
+from rlkit.train.update import (
+    Learner,
+    minibatch_loss,
+    minibatch_order,
+    minibatches,
+    update,
+    with_reference,
+)
 
 
 def _traj(maze_index: int, reward: float, turns: int = 1) -> Trajectory:
@@ -200,6 +208,29 @@ def test_one_update_changes_parameters_and_lowers_loss(learner, rollout, smoke):
     assert learner.opt.param_groups[0]["lr"] == 1e-4 and not model.training
     assert {"loss/policy", "loss/grad_norm", "loss/entropy"} <= set(metrics)
     assert update(learner, [], g, lr=1e-4, seed=0, step=2) == {}
+
+
+def test_the_reference_is_computed_once_per_update_and_gives_the_same_loss(
+    learner, rollout, smoke
+):
+    scores = st.score(rollout, smoke.grpo)
+    encode = learner.loaded.encoder.encode
+    samples = st.turn_samples(rollout, scores, encode, smoke.task.env, history=smoke.task.history)
+    assert with_reference(learner, samples, 8) == samples  # no reference: nothing to add
+    ref = replace(learner.loaded, model=copy.deepcopy(learner.loaded.model))
+    with torch.no_grad():  # a reference that differs from the policy, so the KL is not zero
+        for p in ref.model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    with_ref = replace(learner, ref=ref)
+    cached = with_reference(with_ref, samples, 8)  # several chunks of 8 rows
+    assert [x.ref_logprobs is not None for x in cached] == [True] * len(samples)
+    assert [len(x.ref_logprobs) for x in cached] == [len(x.response_ids) for x in samples]
+    g = replace(smoke.grpo, kl_coef=0.1)
+    with torch.no_grad():
+        fresh = minibatch_loss(with_ref, samples, g).out.metrics
+        reused = minibatch_loss(with_ref, cached, g).out.metrics
+    assert fresh["loss/kl"] > 0
+    assert reused == pytest.approx(fresh, rel=1e-4, abs=1e-6)
 
 
 def test_zero_variance_filter_off_keeps_every_turn_and_still_counts_the_groups(

@@ -81,6 +81,9 @@ class TurnSample:
     advantage: float
     episode: int
     """Index of its episode in the rollout batch: the sequence of the per-episode reductions."""
+    ref_logprobs: list[float] | None = None
+    """Per response token, log pi_ref (the KL term's frozen reference), once computed for the
+    update (`rlkit.train.update.with_reference`); None: not computed."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ are, since an episode cut across two optimizer steps would be averaged as two.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -53,15 +53,15 @@ def minibatch_loss(learner: Learner, mb: Sequence[TurnSample], g: GRPOConfig) ->
     loaded, answer = learner.loaded, learner.answer
     batch = build_batch(loaded, [x.prompt for x in mb], [x.response_ids for x in mb])
     logp, entropy = response_logprobs(loaded, batch, temperature=learner.temperature, answer=answer)
-    old = torch.zeros_like(logp)
-    for i, x in enumerate(mb):
-        old[i, : len(x.old_logprobs)] = torch.tensor(x.old_logprobs)
+    old = _rows(logp, [x.old_logprobs for x in mb])
     mask = batch.response_mask.float()
     if answer is not None:  # constrained: only the move word was chosen by the policy
         mask = torch.zeros_like(mask)
         mask[:, answer.choice_pos] = 1.0
     ref = None
-    if learner.ref is not None:
+    if learner.ref is not None and all(x.ref_logprobs is not None for x in mb):
+        ref = _rows(logp, [x.ref_logprobs for x in mb])
+    elif learner.ref is not None:
         with torch.no_grad():
             ref, _ = response_logprobs(
                 learner.ref, batch, temperature=learner.temperature, answer=answer
@@ -81,6 +81,34 @@ def minibatch_loss(learner: Learner, mb: Sequence[TurnSample], g: GRPOConfig) ->
         kl_estimator=g.kl_estimator,
     )
     return MinibatchLoss(out, entropy, mask)
+
+
+def _rows(like: torch.Tensor, values: Sequence[Sequence[float]]) -> torch.Tensor:
+    """Per-row token values as a zero-padded tensor shaped like `like` (B, R)."""
+    out = torch.zeros_like(like, requires_grad=False)
+    for i, v in enumerate(values):
+        out[i, : len(v)] = torch.tensor(v, dtype=out.dtype)
+    return out
+
+
+def with_reference(learner: Learner, samples: Sequence[TurnSample], size: int) -> list[TurnSample]:
+    """`samples` with `ref_logprobs` filled from the frozen reference, in no-grad passes of
+    `size` rows; unchanged when there is no reference. The reference never changes during an
+    update, so computing it once instead of in every epoch's minibatches saves one forward per
+    sample and extra epoch."""
+    if learner.ref is None:
+        return list(samples)
+    out: list[TurnSample] = []
+    for lo in range(0, len(samples), size):
+        chunk = samples[lo : lo + size]
+        batch = build_batch(learner.ref, [x.prompt for x in chunk], [x.response_ids for x in chunk])
+        with torch.no_grad():
+            ref, _ = response_logprobs(
+                learner.ref, batch, temperature=learner.temperature, answer=learner.answer
+            )
+        for x, row in zip(chunk, ref.tolist(), strict=True):
+            out.append(replace(x, ref_logprobs=row[: len(x.response_ids)]))
+    return out
 
 
 def optimizer_step(
@@ -154,6 +182,7 @@ def update(
         return {}
     for group in learner.opt.param_groups:
         group["lr"] = lr
+    samples = with_reference(learner, samples, g.minibatch)
     model, totals, n_mb = learner.loaded.model, {}, 0
     model.train()
     for epoch in range(g.epochs):
