@@ -74,6 +74,9 @@ def test_each_random_stream_of_a_step_has_its_own_seed():
     assert len(rollout) == len(keys) and len(shuffle) == 3 * len(keys)
     assert not rollout & shuffle
     assert st.rollout_seed(0, 5) == st.rollout_seed(0, 5)  # a pure function: resumes redraw it
+    rounds = {st.rollout_seed(s, t, r) for s, t in keys for r in range(1, 4)}  # dynamic sampling
+    assert len(rounds) == 3 * len(keys) and not rounds & (rollout | shuffle)
+    assert st.rollout_seed(0, 5, 0) == st.rollout_seed(0, 5)  # round 0 is the one-round stream
     with pytest.raises(UsageError, match="non-negative"):
         st.seed_for(-1, 2)  # abs() made seed -1 replay seed 1
 

@@ -31,9 +31,12 @@ def _metrics(run_dir):
     return [{k: v for k, v in r.items() if not k.startswith("timing/")} for r in rows]
 
 
-def test_resume_equals_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("dynamic", [False, True], ids=["one-round", "dynamic-sampling"])
+def test_resume_equals_uninterrupted_run(tmp_path, dynamic):
     straight, split = tmp_path / "straight", tmp_path / "split"
     cfg = _cfg()
+    if dynamic:  # rounds drawn until 3 groups teach: the cursor and seeds must still resume
+        cfg = cfg.with_overrides({"grpo.min_informative": 3, "grpo.max_rounds": 3})
     train(cfg, straight, progress=False)
     Trainer(cfg, split, progress=False).fit(stop_at_step=6)  # warm start 4 + 2 GRPO steps
     assert (split / MARKER).read_text().strip() == "6"
@@ -81,6 +84,24 @@ def test_run_directory_layout(tmp_path):
     }
 
 
+def test_dynamic_sampling_draws_rounds_until_enough_groups_teach(tmp_path):
+    cfg = _cfg().with_overrides({"grpo.min_informative": 1000, "grpo.max_rounds": 3})
+    train(cfg, tmp_path / "capped", progress=False)  # never enough: every step draws 3 rounds
+    n = cfg.grpo.mazes_per_step
+    rows = [r for r in _metrics(tmp_path / "capped") if "rollout/rounds" in r]
+    assert [r["rollout/rounds"] for r in rows] == [3] * cfg.schedule.steps
+    assert all(r["rollout/episodes"] == 3 * n * cfg.grpo.group_size for r in rows)
+    cursors = [r["train/cursor"] for r in rows]
+    assert [b - a for a, b in zip(cursors, cursors[1:], strict=False)] == [3 * n] * (len(rows) - 1)
+    assert all(r["rollout/zero_variance_groups"] <= 3 * n for r in rows)
+    one = _cfg().with_overrides({"grpo.min_informative": 1})
+    train(one, tmp_path / "one", progress=False)  # one teaching group is enough at once
+    rows = [r for r in _metrics(tmp_path / "one") if "rollout/rounds" in r]
+    # a further round only after rounds where no group taught; stops once one does
+    assert all(r["rollout/zero_variance_groups"] >= (r["rollout/rounds"] - 1) * n for r in rows)
+    assert any(r["rollout/rounds"] == 1 for r in rows)
+
+
 def test_config_validation_and_overrides():
     cfg = preset("local-tiny").with_overrides(
         {"grpo.lr": "1e-4", "schedule.steps": "7", "grpo.lr_late": "none"}
@@ -98,6 +119,10 @@ def test_config_validation_and_overrides():
         preset("smoke").with_overrides({"schedule.seed": "-1"})
     with pytest.raises(UsageError, match=r"grpo\.turn_slack \(-1\) must be >= 0"):
         preset("smoke").with_overrides({"grpo.turn_slack": "-1"})
+    with pytest.raises(UsageError, match=r"grpo\.min_informative \(0\) must be >= 1 or none"):
+        preset("smoke").with_overrides({"grpo.min_informative": "0"})
+    with pytest.raises(UsageError, match=r"grpo\.max_rounds \(0\) must be >= 1"):
+        preset("smoke").with_overrides({"grpo.max_rounds": "0"})
     with pytest.raises(UsageError, match=r"grpo\.tight_fraction \(1\.5\) must be in \[0, 1\]"):
         preset("smoke").with_overrides({"grpo.tight_fraction": "1.5"})
 

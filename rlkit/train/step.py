@@ -46,9 +46,10 @@ def seed_for(*parts: int) -> int:
     return int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0])
 
 
-def rollout_seed(seed: int, step: int) -> int:
-    """Seed of the episodes sampled at global step `step`."""
-    return seed_for(seed, ROLLOUT, step)
+def rollout_seed(seed: int, step: int, round_: int = 0) -> int:
+    """Seed of the episodes sampled at global step `step` (in its rollout round `round_`, when
+    dynamic sampling draws more than one)."""
+    return seed_for(seed, ROLLOUT, step) if round_ == 0 else seed_for(seed, ROLLOUT, step, round_)
 
 
 def shuffle_seed(seed: int, step: int, epoch: int) -> int:
@@ -142,10 +143,24 @@ def turn_samples(
     return out
 
 
+def informative_groups(scores: Scores) -> int:
+    """How many groups of a scored batch have rewards that differ (a GRPO signal)."""
+    return len(set(scores.groups[scores.informative].tolist()))
+
+
+def enough_groups(scores: Scores, g: GRPOConfig, rounds: int) -> bool:
+    """Whether a step's rollout may stop after `rounds` rounds: always without dynamic sampling
+    (`g.min_informative` None); else once that many groups are informative or `g.max_rounds`
+    rounds are drawn."""
+    if g.min_informative is None or rounds >= g.max_rounds:
+        return True
+    return informative_groups(scores) >= g.min_informative
+
+
 def rollout_metrics(trajs: Sequence[Trajectory], scores: Scores, n_groups: int) -> dict:
     """The `rollout/` metrics of a batch of `n_groups` mazes' episodes (the zero-variance
     count is a fact of the rollout, whether the filter drops those groups or not)."""
-    kept_groups = len(set(scores.groups[scores.informative].tolist()))
+    kept_groups = informative_groups(scores)
     return {
         "rollout/reward_mean": float(scores.rewards.mean()),
         "rollout/solve_rate": float(np.mean([t.solved for t in trajs])),

@@ -22,7 +22,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rlkit.episodes.evaluate import EvalResult, evaluate
-from rlkit.episodes.rollout import run_episodes
+from rlkit.episodes.rollout import Trajectory, run_episodes
 from rlkit.errors import UsageError
 from rlkit.maze.sets import train_mazes
 from rlkit.model.build import build_tiny
@@ -43,6 +43,7 @@ from rlkit.train.runs import Checkpoint, RunDir
 from rlkit.train.step import (
     TrainState,
     due,
+    enough_groups,
     lr_at,
     rollout_metrics,
     rollout_seed,
@@ -242,20 +243,16 @@ class Trainer:
 
     def _grpo_step(self) -> dict:
         g, s, task = self.cfg.grpo, self.state, self.cfg.task
-        mazes = train_mazes(task.spec, s.cursor, g.mazes_per_step)
-        s.cursor += g.mazes_per_step
+        trajs: list[Trajectory] = []
+        rounds = 0
         with self.log.timer("rollout"):
-            trajs = run_episodes(
-                self._policy(),
-                mazes,
-                task.env,
-                samples=g.group_size,
-                seed=rollout_seed(self.cfg.schedule.seed, s.step),
-                history=task.history,
-                max_turns=turn_budgets(mazes, task.env, g.turn_slack, g.tight_fraction),
-            )
+            while True:  # one round, or with dynamic sampling until enough groups teach
+                trajs += self._rollout_round(rounds, offset=len(trajs) // g.group_size)
+                rounds += 1
+                scores = score(trajs, g)
+                if enough_groups(scores, g, rounds):
+                    break
             faults.point("rollout", s.step)
-        scores = score(trajs, g)
         with self.log.timer("encode"):
             encode = self.learner.loaded.encoder.encode
             samples = turn_samples(trajs, scores, encode, task.env, history=task.history)
@@ -264,12 +261,30 @@ class Trainer:
             seed = self.cfg.schedule.seed
             metrics = update(self.learner, samples, g, lr=lr, seed=seed, step=s.step)
         return {
-            **rollout_metrics(trajs, scores, g.mazes_per_step),
+            **rollout_metrics(trajs, scores, rounds * g.mazes_per_step),
+            "rollout/rounds": rounds,
             "train/samples": len(samples),
             "train/lr": lr,
             "train/cursor": s.cursor,
             **metrics,
         }
+
+    def _rollout_round(self, round_: int, offset: int) -> list[Trajectory]:
+        """The next `mazes_per_step` training mazes' groups of episodes; their maze indices
+        start at `offset`, so that the groups of a step's rounds stay apart."""
+        g, s, task = self.cfg.grpo, self.state, self.cfg.task
+        mazes = train_mazes(task.spec, s.cursor, g.mazes_per_step)
+        s.cursor += g.mazes_per_step
+        trajs = run_episodes(
+            self._policy(),
+            mazes,
+            task.env,
+            samples=g.group_size,
+            seed=rollout_seed(self.cfg.schedule.seed, s.step, round_),
+            history=task.history,
+            max_turns=turn_budgets(mazes, task.env, g.turn_slack, g.tight_fraction),
+        )
+        return [replace(t, maze_index=t.maze_index + offset) for t in trajs]
 
     # eval and checkpoints -----------------------------------------------------------------
     def _evaluate(self, step: int) -> EvalResult:
