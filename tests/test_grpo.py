@@ -67,6 +67,12 @@ def test_nonzero_variance_mask_drops_uniform_groups():
     assert near.tolist() == [False, False]
 
 
+def test_unsolved_group_mask_marks_groups_where_nobody_scored():
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0])
+    groups = torch.tensor([0, 0, 1, 1, 2, 2, 2])
+    assert grpo.unsolved_group_mask(rewards, groups).tolist() == [False] * 4 + [True] * 3
+
+
 def test_clipped_surrogate_clip_higher_by_hand():
     old = torch.zeros(1, 4)
     new = torch.log(torch.tensor([[1.5, 0.5, 1.1, 0.5]]))

@@ -91,6 +91,13 @@ def test_score_hand_computed():
     assert s.keep.tolist() == [True] * 4 + [False] * 4
     dr = st.score(trajs, GRPOConfig(norm_by_std=False))  # Dr. GRPO: only mean-centred
     torch.testing.assert_close(dr.advantages, torch.tensor([0.25, -0.75, 0.25, 0.25, 0, 0, 0, 0]))
+    # fail_advantage: maze 5's group all failed, so each episode gets -0.5 and is trained on;
+    # maze 0 is unchanged, and an all-solved group would still be dropped.
+    solved = [_traj(7, 1.0) for _ in range(4)]
+    neg = st.score(trajs + solved, GRPOConfig(fail_advantage=-0.5))
+    torch.testing.assert_close(neg.advantages, torch.tensor(want[:4] + [-0.5] * 4 + [0.0] * 4))
+    assert neg.keep.tolist() == [True] * 8 + [False] * 4
+    assert neg.informative.tolist() == [True] * 4 + [False] * 8  # still zero-variance groups
 
 
 def test_rollout_metrics_hand_computed():
@@ -213,9 +220,7 @@ def test_one_update_changes_parameters_and_lowers_loss(learner, rollout, smoke):
     assert update(learner, [], g, lr=1e-4, seed=0, step=2) == {}
 
 
-def test_the_reference_is_computed_once_per_update_and_gives_the_same_loss(
-    learner, rollout, smoke
-):
+def test_the_reference_is_computed_once_per_update_and_gives_the_same_loss(learner, rollout, smoke):
     scores = st.score(rollout, smoke.grpo)
     encode = learner.loaded.encoder.encode
     samples = st.turn_samples(rollout, scores, encode, smoke.task.env, history=smoke.task.history)

@@ -121,6 +121,8 @@ def test_config_validation_and_overrides():
         preset("smoke").with_overrides({"grpo.turn_slack": "-1"})
     with pytest.raises(UsageError, match=r"grpo\.min_informative \(0\) must be >= 1 or none"):
         preset("smoke").with_overrides({"grpo.min_informative": "0"})
+    with pytest.raises(UsageError, match=r"grpo\.fail_advantage \(0\.5\) must be < 0"):
+        preset("smoke").with_overrides({"grpo.fail_advantage": "0.5"})
     with pytest.raises(UsageError, match=r"grpo\.max_rounds \(0\) must be >= 1"):
         preset("smoke").with_overrides({"grpo.max_rounds": "0"})
     with pytest.raises(UsageError, match=r"grpo\.tight_fraction \(1\.5\) must be in \[0, 1\]"):

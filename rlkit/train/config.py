@@ -143,6 +143,13 @@ class GRPOConfig:
     solved, so a fixed batch leaves fewer and fewer groups that teach anything."""
     max_rounds: int = 4
     """Most rollout rounds a step draws with `min_informative` (bounds a step's cost)."""
+    fail_advantage: float | None = None
+    """With a (negative) value, every episode of a group that no episode solved gets this
+    advantage instead of 0, and its turns enter the loss: the moves of failed episodes are
+    pushed down (negative-sample reinforcement). Plain GRPO learns nothing from such a group,
+    so a state where the policy is confidently wrong (a wall it keeps bumping into: the
+    picture does not change, so neither does the move) stays wrong once no sample escapes it.
+    None: these groups are zero-variance groups like the all-solved ones."""
     filter_zero_variance: bool = True
     """Drop groups whose episodes all got the same reward: their advantages are zero anyway, and
     they would dilute the token mean. False trains on them too (zero advantage, counted in the
@@ -208,6 +215,11 @@ class TrainConfig:
             )
         if g.min_informative is not None and g.min_informative < 1:
             raise UsageError(f"grpo.min_informative ({g.min_informative}) must be >= 1 or none")
+        if g.fail_advantage is not None and not g.fail_advantage < 0:
+            raise UsageError(
+                f"grpo.fail_advantage ({g.fail_advantage}) must be < 0 (it pushes down the moves "
+                "of groups that all failed) or none"
+            )
         if g.max_rounds < 1:
             raise UsageError(f"grpo.max_rounds ({g.max_rounds}) must be >= 1")
         if not 0.0 <= g.tight_fraction <= 1.0:

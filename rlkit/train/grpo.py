@@ -129,6 +129,21 @@ def nonzero_variance_mask(
     """
     if tol < 0:
         raise UsageError(f"tol ({tol}) must be >= 0: it is the reward spread treated as equal")
+    hi, lo, inverse = _group_range(rewards, group_ids)
+    return ((hi - lo) > tol)[inverse]
+
+
+def unsolved_group_mask(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """Which episodes belong to a group where no episode scored (every reward <= 0): with the
+    0/1 solve reward, the mazes whose whole group failed. rewards, group_ids: (B,) -> (B,) bool."""
+    hi, _, inverse = _group_range(rewards, group_ids)
+    return (hi <= 0)[inverse]
+
+
+def _group_range(
+    rewards: torch.Tensor, group_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per group (max, min) of the rewards, and each episode's group position."""
     inverse, n_groups = _check_groups(rewards, group_ids)
     r = rewards.detach().to(torch.float64)
     hi = torch.full((n_groups,), -torch.inf, dtype=torch.float64).scatter_reduce(
@@ -137,7 +152,7 @@ def nonzero_variance_mask(
     lo = torch.full((n_groups,), torch.inf, dtype=torch.float64).scatter_reduce(
         0, inverse, r, reduce="amin"
     )
-    return ((hi - lo) > tol)[inverse]
+    return hi, lo, inverse
 
 
 def _as_token_tensor(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

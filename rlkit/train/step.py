@@ -104,12 +104,18 @@ class Scores:
 
 def score(trajs: Sequence[Trajectory], g: GRPOConfig) -> Scores:
     """Group-relative advantages of `trajs`; with `g.filter_zero_variance`, `keep` drops the
-    groups whose episodes all got the same reward, else it keeps every episode."""
+    groups whose episodes all got the same reward, else it keeps every episode. With
+    `g.fail_advantage`, the episodes of groups that no episode solved get that advantage and
+    are kept."""
     rewards = torch.tensor([t.reward for t in trajs])
     groups = torch.tensor([t.maze_index for t in trajs])
     adv = grpo.group_advantages(rewards, groups, norm_by_std=g.norm_by_std)
     informative = grpo.nonzero_variance_mask(rewards, groups)
     keep = informative if g.filter_zero_variance else torch.ones_like(informative)
+    if g.fail_advantage is not None:
+        unsolved = grpo.unsolved_group_mask(rewards, groups)
+        adv = torch.where(unsolved, torch.full_like(adv, g.fail_advantage), adv)
+        keep = keep | unsolved
     return Scores(rewards, groups, adv, informative, keep)
 
 
