@@ -102,6 +102,19 @@ def test_dynamic_sampling_draws_rounds_until_enough_groups_teach(tmp_path):
     assert any(r["rollout/rounds"] == 1 for r in rows)
 
 
+def test_fail_advantage_trains_on_the_groups_that_all_failed(tmp_path):
+    base = _cfg(steps=1)
+    train(base, tmp_path / "plain", progress=False)
+    train(base.with_overrides({"grpo.fail_advantage": -1.0}), tmp_path / "fail", progress=False)
+    plain, fail = (
+        [r for r in _metrics(tmp_path / d) if "train/samples" in r] for d in ("plain", "fail")
+    )
+    # the same rollout (same weights and seed before the first GRPO step), more of it trained on
+    assert plain[0]["rollout/reward_mean"] == fail[0]["rollout/reward_mean"]
+    assert plain[0]["rollout/zero_variance_groups"] > 0
+    assert fail[0]["train/samples"] > plain[0]["train/samples"]
+
+
 def test_config_validation_and_overrides():
     cfg = preset("local-tiny").with_overrides(
         {"grpo.lr": "1e-4", "schedule.steps": "7", "grpo.lr_late": "none"}
