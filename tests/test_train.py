@@ -103,7 +103,8 @@ def test_dynamic_sampling_draws_rounds_until_enough_groups_teach(tmp_path):
 
 
 def test_fail_advantage_trains_on_the_groups_that_all_failed(tmp_path):
-    base = _cfg(steps=1)
+    base = _cfg(steps=1)  # smoke is plain GRPO
+    assert base.grpo.fail_advantage is None
     train(base, tmp_path / "plain", progress=False)
     train(base.with_overrides({"grpo.fail_advantage": -1.0}), tmp_path / "fail", progress=False)
     plain, fail = (

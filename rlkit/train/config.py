@@ -103,9 +103,12 @@ class GRPOConfig:
     dropping to 1e-4 let the probe settle above 90%."""
     lr_late_from: int = 50
     """GRPO step at which `lr_late` takes over (the probe reached ~75% there)."""
-    lr_end: float | None = None
+    lr_end: float | None = 1e-5
     """With a value, from `lr_late_from` on the rate falls from `lr_late` (or `lr`) along a
-    half cosine to this at the last GRPO step (`schedule.steps`); None: it stays constant."""
+    half cosine to this at the last GRPO step (`schedule.steps`); None: it stays constant.
+    With `fail_advantage` the policy reaches ~95% by GRPO step ~80, and a constant 1e-4 then
+    swung the evals by up to 8 points (seed 0: 98.4% -> 90.6% in 10 steps); decaying to 1e-5
+    held seed 0 at 97.7-99.6% over its last eight evals."""
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     eps_clip_low: float = 0.2
@@ -143,13 +146,15 @@ class GRPOConfig:
     solved, so a fixed batch leaves fewer and fewer groups that teach anything."""
     max_rounds: int = 4
     """Most rollout rounds a step draws with `min_informative` (bounds a step's cost)."""
-    fail_advantage: float | None = None
+    fail_advantage: float | None = -1.0
     """With a (negative) value, every episode of a group that no episode solved gets this
     advantage instead of 0, and its turns enter the loss: the moves of failed episodes are
     pushed down (negative-sample reinforcement). Plain GRPO learns nothing from such a group,
-    so a state where the policy is confidently wrong (a wall it keeps bumping into: the
-    picture does not change, so neither does the move) stays wrong once no sample escapes it.
-    None: these groups are zero-variance groups like the all-solved ones."""
+    so a state where the policy is confidently wrong stays wrong once no sample escapes it:
+    the last failures were whole mazes lost 4 times in 4, a wrong first move into a loop the
+    Markov picture repeats. None: these groups are zero-variance groups like the all-solved
+    ones. Seed 1, 160 GRPO steps, constant late rate: final 91.0% at -0.5, 96.1% at -1.0
+    (89.1% without), for ~30% more turns trained on (early, many groups all fail)."""
     filter_zero_variance: bool = True
     """Drop groups whose episodes all got the same reward: their advantages are zero anyway, and
     they would dilute the token mean. False trains on them too (zero advantage, counted in the
@@ -158,8 +163,9 @@ class GRPOConfig:
 
 @dataclass(frozen=True)
 class ScheduleConfig:
-    steps: int = 160
-    """GRPO steps (warm-start steps come before and are counted separately)."""
+    steps: int = 140
+    """GRPO steps (warm-start steps come before and are counted separately). 140 keeps the
+    training within 8 minutes on 2 cores; seed 1 ended at 96.5% after 140 as after 160."""
     eval_every: int = 10
     eval_samples: int = 4
     """Episodes per test maze at each eval (k for pass@k; 64 x 1 cannot tell 90% from 95%)."""
@@ -336,8 +342,8 @@ def _smoke() -> TrainConfig:
         warm_start=WarmStartConfig(
             batch=32, max_steps=4, stop_at=1.0, check_every=2, val_samples=1
         ),
-        # the env's full budget and no KL: an untrained model's 4 x 4 episodes rarely score on
-        # a tight budget, and a smoke run must train on its few steps
+        # plain GRPO on the env's full budget, no KL: an untrained model's 4 x 4 episodes
+        # rarely score on a tight budget, and a smoke run must train on its few steps
         grpo=GRPOConfig(
             mazes_per_step=4,
             group_size=4,
@@ -347,6 +353,8 @@ def _smoke() -> TrainConfig:
             kl_coef=0.0,
             turn_slack=None,
             tight_fraction=1.0,
+            fail_advantage=None,
+            lr_end=None,
         ),
         schedule=ScheduleConfig(
             steps=4, eval_every=2, eval_samples=1, ckpt_every=2, keep=2, threads=1
