@@ -43,6 +43,14 @@
 # with their shortest path's number of turns (any wrong move costs the reward), the other half
 # with the full 12 (so the policy also learns to recover after a wrong move). The reward stays
 # 0/1 and the evals always play the pinned 12-turn env.
+#
+# Why groups that all failed still teach (`grpo.fail_advantage`, -1 in `local-tiny`): plain
+# GRPO skips a group whose episodes all failed, so a maze where the policy is confidently
+# wrong (a wrong first move into a loop that the picture repeats) stays wrong for good: the
+# last failures of a plain run were whole mazes lost in 4 samples of 4. Here each episode of
+# such a group gets advantage -1, which makes its moves less likely and leaves room to find
+# the way. The late learning rate then falls along a cosine to 1e-5 (`grpo.lr_end`), so the
+# curve settles instead of swinging once the policy is near the top.
 
 # %% tags=["parameters"]
 out_dir = "runs/demo"  # local runs train in OUT/<run name>

@@ -29,7 +29,9 @@ How ours differs, each switchable:
   averaged over sequences, like SkyRL's `use_kl_loss`.
 - **Zero-variance groups** (every episode of a maze got the same reward) have all-zero
   advantages; `nonzero_variance_mask` lets the trainer drop them from the loss and from the
-  token count, as SkyRL's `zero_variance_filter` does.
+  token count, as SkyRL's `zero_variance_filter` does. The local trainer can instead give the
+  groups that no episode solved (`unsolved_group_mask`) a fixed negative advantage
+  (`GRPOConfig.fail_advantage`, negative-sample reinforcement); SkyRL has no such option.
 - **Multi-turn**: one outcome reward per episode; its advantage is broadcast to every token the
   model produced in the episode. Observation tokens (env feedback, images) are masked out
   (`multiturn_loss_mask`). A sequence is an episode: SkyRL trains one row per episode, the
