@@ -1,6 +1,6 @@
 """`rlkit demo` / `make demo`: notebooks 00-05 executed headless on the embedded default.
 
-    rlkit demo --out runs/demo            # local-tiny preset: ~20 min of training on 2 cores
+    rlkit demo --out runs/demo            # local-tiny preset: ~8 min of training on 2 cores
     rlkit demo --out runs/demo --quick    # smoke preset and small sample counts: a few minutes
 
 papermill runs each notebook in a kernel of this interpreter (kernelspec `rlkit`, installed
