@@ -49,7 +49,7 @@
 # wrong (a wrong first move into a loop that the picture repeats) stays wrong for good: the
 # last failures of a plain run were whole mazes lost in 4 samples of 4. Here each episode of
 # such a group gets advantage -1, which makes its moves less likely and leaves room to find
-# the way. The late learning rate then falls along a cosine to 1e-5 (`grpo.lr_end`), so the
+# the way. The late learning rate then falls along a cosine to 1e-6 (`grpo.lr_end`), so the
 # curve settles instead of swinging once the policy is near the top.
 
 # %% tags=["parameters"]
