@@ -43,14 +43,14 @@ replay_maze = 0  # test maze index to replay
 # the notebook runs from.
 
 # %%
-from rlkit.notebook import plots, workbench
+from rlkit.notebook import plots, report, workbench
 from rlkit.notebook.paths import home_path
 from rlkit.notebook.widgets import ReplayWidget
 
 out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
 
 base = workbench.baseline_evals(out_dir, preset, samples=samples)
-print(workbench.solve_rate_table(base))
+print(report.solve_rate_table(base))
 
 # %%
 fig = plots.by_difficulty(base)
@@ -64,8 +64,8 @@ fig
 # is a player that needs no kernel; run the notebook for the live widget.
 
 # %%
-trajs = workbench.baseline_trajectories(out_dir, workbench.BASE)
-ReplayWidget(workbench.episode(trajs, base[workbench.BASE], replay_maze))
+trajs = workbench.baseline_trajectories(out_dir, report.BASE)
+ReplayWidget(workbench.episode(trajs, base[report.BASE], replay_maze))
 
 # %% [markdown]
 # Failure taxonomy: each failed episode gets the first kind that fits, in this order.
@@ -74,7 +74,7 @@ ReplayWidget(workbench.episode(trajs, base[workbench.BASE], replay_maze))
 # junction and ended off it; `timeout`: none of these, it just ran out of turns.
 
 # %%
-fig = plots.failure_breakdown(base[workbench.BASE])
+fig = plots.failure_breakdown(base[report.BASE])
 workbench.save_png(fig, out_dir, "base_failures")
 fig
 

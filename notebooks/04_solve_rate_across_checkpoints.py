@@ -45,7 +45,7 @@ skyrl_export = None  # a SkyRL run's export dir (holding dumped_evals/) instead 
 from pathlib import Path
 
 from rlkit.cluster import launch
-from rlkit.notebook import curves, plots, workbench
+from rlkit.notebook import curves, plots, report, workbench
 from rlkit.notebook.paths import home_path
 
 out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
@@ -56,13 +56,13 @@ evals = workbench.checkpoint_evals(source)
 boundary = plots.warm_start_end(source)
 base = workbench.cached_baselines(out_dir)
 fig = plots.solve_rate_curve(
-    evals, baseline=base.get(workbench.BASE), warm_start_end=boundary, run_id=Path(source).name
+    evals, baseline=base.get(report.BASE), warm_start_end=boundary, run_id=Path(source).name
 )
 curve_png = workbench.save_png(fig, out_dir, "solve_rate_across_checkpoints")
 fig
 
 # %%
-fig = plots.by_difficulty(workbench.milestones(evals, boundary), run_id=Path(source).name)
+fig = plots.by_difficulty(report.milestones(evals, boundary), run_id=Path(source).name)
 difficulty_png = workbench.save_png(fig, out_dir, "solve_rate_by_difficulty")
 fig
 
@@ -79,7 +79,7 @@ fig
 # checkpoint when p < 0.05, and the interval is on the mean difference in points.
 
 # %%
-paired = workbench.grpo_paired_test(evals, boundary)
+paired = report.grpo_paired_test(evals, boundary)
 print(paired)
 
 # %% [markdown]
@@ -93,7 +93,7 @@ greedy = workbench.final_greedy_eval(source)
 print(greedy.summary() if greedy else "greedy: SkyRL export, not evaluated here")
 
 # %%
-summary = workbench.build_summary(
+summary = report.build_summary(
     base,
     evals,
     boundary=boundary,
@@ -102,7 +102,7 @@ summary = workbench.build_summary(
     plots=[str(curve_png), str(difficulty_png), str(curves_png)],
     greedy=greedy,
 )
-workbench.write_summary(out_dir, summary)
+report.write_summary(out_dir, summary)
 print("\n".join(summary["table"]))
 print(summary["headline"])
 

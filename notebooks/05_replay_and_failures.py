@@ -42,7 +42,7 @@ maze = None  # test maze index; None: one where the two checkpoints disagree
 from IPython.display import HTML, display
 
 from rlkit.cluster import launch
-from rlkit.notebook import plots, workbench
+from rlkit.notebook import plots, report, workbench
 from rlkit.notebook.paths import home_path
 from rlkit.notebook.widgets import CheckpointDiffWidget, ReplayWidget
 
@@ -50,7 +50,7 @@ out_dir = home_path(out_dir)  # relative: against the project root, as `make dem
 
 run_dir = launch.plan_training(preset, out_dir, run_name=run_name).run_dir
 evals = workbench.checkpoint_evals(run_dir)
-paired = workbench.grpo_paired_test(evals, plots.warm_start_end(run_dir))
+paired = report.grpo_paired_test(evals, plots.warm_start_end(run_dir))
 first, last = evals[paired.step_a], evals[paired.step_b]
 first_trajs = workbench.eval_trajectories(run_dir, paired.step_a)
 last_trajs = workbench.eval_trajectories(run_dir, paired.step_b)

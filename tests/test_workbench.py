@@ -10,7 +10,7 @@ from rlkit.episodes.evaluate import EvalResult, evaluate
 from rlkit.episodes.failures import KINDS, classify
 from rlkit.episodes.policies import scripted_policy
 from rlkit.errors import UsageError
-from rlkit.notebook import plots, workbench
+from rlkit.notebook import plots, report, workbench
 from rlkit.train.config import preset
 from rlkit.train.runs import RunDir
 from rlkit.train.trainer import train
@@ -96,16 +96,16 @@ def test_boundary_milestones_paired_test_and_summary(smoke_run):
     evals = workbench.checkpoint_evals(plan.run_dir)
     boundary = plots.warm_start_end(plan.run_dir)
     assert boundary == 4
-    rows = workbench.milestones(evals, boundary)
+    rows = report.milestones(evals, boundary)
     assert list(rows) == ["step 0 (start)", "step 4 (warm start done)", "step 8 (final)"]
-    paired = workbench.grpo_paired_test(evals, boundary)
+    paired = report.grpo_paired_test(evals, boundary)
     assert (paired.step_a, paired.step_b) == (4, 8)
     assert paired.test.n_mazes == 64 and 0.0 <= paired.test.p_value <= 1.0
     assert "on 64 mazes x 1 samples/maze, paired by maze; " in str(paired)
     assert ("step 8 is better" in str(paired)) == (
         paired.test.p_value < 0.05 and paired.test.diff > 0
     )
-    summary = workbench.build_summary(
+    summary = report.build_summary(
         {}, evals, boundary=boundary, paired=paired, run=plan.run_dir, plots=[]
     )
     assert summary["final"]["step"] == 8 and summary["baseline"]["step"] == 0
@@ -121,7 +121,7 @@ def test_boundary_milestones_paired_test_and_summary(smoke_run):
         f"base {rate(e0)} -> warm start {rate(e4)} (step 4) -> final {rate(e8)} (step 8); "
         f"95% CI wilson-maze-deff; paired by maze: {paired.verdict}"
     )
-    path = workbench.write_summary(out, summary)
+    path = report.write_summary(out, summary)
     assert json.loads(path.read_text())["warm_start_end"] == 4
 
 
@@ -138,7 +138,7 @@ def test_final_greedy_eval_plays_the_last_checkpoint_by_argmax_and_joins_the_sum
     assert cached.is_file() and workbench.final_greedy_eval(plan.run_dir).flat == greedy.flat
     assert sorted(workbench.checkpoint_evals(plan.run_dir)) == [0, 4, 6, 8]  # not a 5th eval
     evals = workbench.checkpoint_evals(plan.run_dir)
-    summary = workbench.build_summary(
+    summary = report.build_summary(
         {}, evals, boundary=4, paired=None, run=plan.run_dir, plots=[], greedy=greedy
     )
     rate = f"{greedy.solve_rate:.1%} [{greedy.ci95[0]:.1%}, {greedy.ci95[1]:.1%}]"
@@ -151,7 +151,7 @@ def test_final_greedy_eval_plays_the_last_checkpoint_by_argmax_and_joins_the_sum
 
 def test_solve_rate_table_lines():
     result, _ = evaluate(scripted_policy("oracle"), samples=2)
-    text = workbench.solve_rate_table({"oracle": result})
+    text = report.solve_rate_table({"oracle": result})
     header, row, method = text.splitlines()
     assert header.startswith("policy") and "95% CI" in header
     # all solved: the 64 mazes count, not the 128 episodes (flat Wilson said [97.1%, 100%])
@@ -160,7 +160,7 @@ def test_solve_rate_table_lines():
         method == "95% CI wilson-maze-deff: Wilson on the effective n, episodes clustered by maze"
     )
     with pytest.raises(UsageError):
-        workbench.solve_rate_table({})
+        report.solve_rate_table({})
 
 
 def _result(solved: list[bool]) -> EvalResult:
