@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rlkit.errors import UsageError
-from rlkit.train import grpo
+from rlkit.train import advantages, grpo
 
 REDS = grpo.REDUCTIONS
 
@@ -15,7 +15,7 @@ REDS = grpo.REDUCTIONS
 def test_group_advantages_mean_centred_without_std():
     rewards = torch.tensor([6.0, 3.0, 4.5, 1.0, 0.0, 1.0, 0.0])
     groups = torch.tensor([7, 7, 7, 2, 2, 2, 2])
-    adv = grpo.group_advantages(rewards, groups, norm_by_std=False)
+    adv = advantages.group_advantages(rewards, groups, norm_by_std=False)
     # Expected: group 7 mean 4.5, group 2 mean 0.5
     expected = [6.0 - 4.5, 3.0 - 4.5, 4.5 - 4.5, 1.0 - 0.5, 0.0 - 0.5, 1.0 - 0.5, 0.0 - 0.5]
     torch.testing.assert_close(adv, torch.tensor(expected))
@@ -24,7 +24,7 @@ def test_group_advantages_mean_centred_without_std():
 def test_group_advantages_divide_by_unbiased_std():
     rewards = torch.tensor([6.0, 3.0, 4.5, 1.0, 1.0, 1.0, 0.0])
     groups = torch.tensor([0, 0, 0, 1, 1, 1, 1])
-    adv = grpo.group_advantages(rewards, groups, norm_by_std=True, eps=0.0)
+    adv = advantages.group_advantages(rewards, groups, norm_by_std=True, eps=0.0)
     # Expected: group 0 std = sqrt((1.5^2 + 1.5^2 + 0) / 2) = 1.5;
     # group 1 mean 0.75, std = sqrt((3 * 0.25^2 + 0.75^2) / 3) = 0.5
     expected = [1.5 / 1.5, -1.5 / 1.5, 0.0, 0.25 / 0.5, 0.25 / 0.5, 0.25 / 0.5, -0.75 / 0.5]
@@ -32,7 +32,9 @@ def test_group_advantages_divide_by_unbiased_std():
 
 
 def test_group_advantages_zero_variance_group_is_zero_not_nan():
-    adv = grpo.group_advantages(torch.tensor([1.0, 1.0, 0.0, 0.0]), torch.tensor([0, 0, 1, 1]))
+    adv = advantages.group_advantages(
+        torch.tensor([1.0, 1.0, 0.0, 0.0]), torch.tensor([0, 0, 1, 1])
+    )
     torch.testing.assert_close(adv, torch.zeros(4))
 
 
@@ -41,7 +43,7 @@ def test_group_advantages_matches_plain_loop():
     groups = torch.randint(0, 9, (200,), generator=gen)
     groups = torch.cat([groups, torch.arange(9), torch.arange(9)])  # every group has >= 2
     rewards = torch.rand(groups.numel(), generator=gen, dtype=torch.float64)
-    fast = grpo.group_advantages(rewards, groups, norm_by_std=True)
+    fast = advantages.group_advantages(rewards, groups, norm_by_std=True)
     slow = []
     for i in range(groups.numel()):
         members = [float(rewards[j]) for j in range(groups.numel()) if groups[j] == groups[i]]
@@ -52,25 +54,25 @@ def test_group_advantages_matches_plain_loop():
 
 def test_group_of_one_is_refused_with_clear_message():
     with pytest.raises(UsageError, match=r"group_size \(1\) must be >= 2"):
-        grpo.group_advantages(torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]))
+        advantages.group_advantages(torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]))
     with pytest.raises(UsageError, match="NaN"):
-        grpo.group_advantages(torch.tensor([1.0, math.nan]), torch.tensor([0, 0]))
+        advantages.group_advantages(torch.tensor([1.0, math.nan]), torch.tensor([0, 0]))
 
 
 def test_nonzero_variance_mask_drops_uniform_groups():
     rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0])
     groups = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2])
-    keep = grpo.nonzero_variance_mask(rewards, groups)
+    keep = advantages.nonzero_variance_mask(rewards, groups)
     assert keep.tolist() == [False] * 3 + [True] * 3 + [False] * 3
     # A spread within tol counts as equal (float rewards from a judge).
-    near = grpo.nonzero_variance_mask(torch.tensor([0.5, 0.5 + 1e-9]), torch.tensor([0, 0]))
+    near = advantages.nonzero_variance_mask(torch.tensor([0.5, 0.5 + 1e-9]), torch.tensor([0, 0]))
     assert near.tolist() == [False, False]
 
 
 def test_unsolved_group_mask_marks_groups_where_nobody_scored():
     rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0])
     groups = torch.tensor([0, 0, 1, 1, 2, 2, 2])
-    assert grpo.unsolved_group_mask(rewards, groups).tolist() == [False] * 4 + [True] * 3
+    assert advantages.unsolved_group_mask(rewards, groups).tolist() == [False] * 4 + [True] * 3
 
 
 def test_clipped_surrogate_clip_higher_by_hand():

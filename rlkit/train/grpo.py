@@ -1,4 +1,4 @@
-"""GRPO math as small, pure tensor functions: advantages, clipped loss, reductions, KL, masks.
+"""GRPO math as small, pure tensor functions: clipped loss, reductions, KL, masks.
 
 The local trainer calls these; the cluster backend (SkyRL) has its own copy of the same math, and
 these functions follow SkyRL's definitions (`skyrl/backends/skyrl_train/utils/ppo_utils.py`) so
@@ -14,10 +14,8 @@ with outcome rewards r_1..r_G and the importance ratio rho_it = pi(o_it) / pi_ol
 
 How ours differs, each switchable:
 
-- **Std division is optional** (`norm_by_std`). Dr. GRPO (Liu et al. 2025) shows that dividing by
-  the group std up-weights groups that are nearly all-solved or all-failed; without it the
-  advantage is only mean-centred. With it, std is the unbiased (Bessel) std plus `eps=1e-6`,
-  as SkyRL computes it.
+- **Advantages are group-relative, the std division optional**: `rlkit.train.advantages`
+  (with the zero-variance and all-failed group masks, and how they differ from SkyRL's).
 - **Clip-higher** (DAPO, Yu et al. 2025): separate `eps_clip_low` / `eps_clip_high`, so rare good
   moves can gain probability faster than the symmetric clip allows.
 - **Loss reduction is a choice** (`token_mean`, the DAPO/SkyRL default; `sequence_mean`, the
@@ -27,11 +25,6 @@ How ours differs, each switchable:
 - **KL to a reference policy is a separate, optional term** (`kl_coef`), estimator `k3`, `k1`,
   `k2` or `abs` (Schulman, "Approximating KL divergence"), reduced as a per-sequence token mean
   averaged over sequences, like SkyRL's `use_kl_loss`.
-- **Zero-variance groups** (every episode of a maze got the same reward) have all-zero
-  advantages; `nonzero_variance_mask` lets the trainer drop them from the loss and from the
-  token count, as SkyRL's `zero_variance_filter` does. The local trainer can instead give the
-  groups that no episode solved (`unsolved_group_mask`) a fixed negative advantage
-  (`GRPOConfig.fail_advantage`, negative-sample reinforcement); SkyRL has no such option.
 - **Multi-turn**: one outcome reward per episode; its advantage is broadcast to every token the
   model produced in the episode. Observation tokens (env feedback, images) are masked out
   (`multiturn_loss_mask`). A sequence is an episode: SkyRL trains one row per episode, the
@@ -42,11 +35,6 @@ How ours differs, each switchable:
 
 Where this differs from SkyRL (each shown by a test):
 
-- **A group of one episode is rejected.** SkyRL gives it mean 0 and std 1, so its raw reward
-  becomes its advantage (0.75 -> 0.75 / (1 + 1e-6)).
-- **Group statistics are float64**, so a zero-variance group gets exactly 0. SkyRL's float32 mean
-  of eight rewards of 0.1 is one ulp off, which dividing by std + eps = 1e-6 turns into
-  advantages of -0.0074. The maze's 0/1 rewards are exact in both.
 - **No dual-clip.** SkyRL's `dual_clip` loss type caps a negative-advantage token's loss at
   -3 A (ratio e^2, A = -1: 3 instead of 7.39); its default `regular` type, the one the cluster
   runs, is `clipped_surrogate`.
@@ -69,92 +57,6 @@ import torch
 
 from rlkit.errors import UsageError
 from rlkit.train.config import KL_ESTIMATORS, REDUCTIONS, KLEstimator, Reduction
-
-
-def _check_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Validate episode-level inputs; return (inverse index into groups, number of groups)."""
-    if rewards.ndim != 1 or group_ids.ndim != 1:
-        raise UsageError(
-            f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must be 1-D "
-            "(one entry per episode)"
-        )
-    if rewards.shape != group_ids.shape:
-        raise UsageError(
-            f"rewards ({rewards.numel()}) and group_ids ({group_ids.numel()}) must have one "
-            "entry per episode each"
-        )
-    if rewards.numel() == 0:
-        raise UsageError("rewards is empty: pass at least one group of episodes")
-    if not torch.isfinite(rewards).all():
-        raise UsageError("rewards contain NaN or inf: check the env's reward before GRPO")
-    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
-    if int(counts.min()) < 2:
-        raise UsageError(
-            f"group_size ({int(counts.min())}) must be >= 2: GRPO compares episodes within a group"
-        )
-    return inverse, int(counts.numel())
-
-
-def group_advantages(
-    rewards: torch.Tensor,
-    group_ids: torch.Tensor,
-    *,
-    norm_by_std: bool = True,
-    eps: float = 1e-6,
-) -> torch.Tensor:
-    """Group-relative advantage of each episode.
-
-    rewards: (B,) float, one outcome reward per episode. group_ids: (B,) int, episodes of the same
-    maze share an id (any integers, any order). Returns (B,) float:
-    `r_i - mean_g` or, with `norm_by_std`, `(r_i - mean_g) / (std_g + eps)` with the unbiased std.
-    """
-    inverse, n_groups = _check_groups(rewards, group_ids)
-    r = rewards.detach().to(torch.float64)
-    counts = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inverse, torch.ones_like(r))
-    sums = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inverse, r)
-    means = sums / counts
-    centred = r - means[inverse]
-    if norm_by_std:
-        sq = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inverse, centred**2)
-        std = torch.sqrt(sq / (counts - 1))
-        centred = centred / (std[inverse] + eps)
-    return centred.to(rewards.dtype if rewards.is_floating_point() else torch.float32)
-
-
-def nonzero_variance_mask(
-    rewards: torch.Tensor, group_ids: torch.Tensor, *, tol: float = 1e-6
-) -> torch.Tensor:
-    """Which episodes belong to a group whose rewards differ (spread max - min > tol).
-
-    rewards, group_ids: (B,). Returns (B,) bool. A group where every episode got the same reward
-    has zero advantage everywhere: it adds no gradient, only tokens to the `token_mean` count.
-    """
-    if tol < 0:
-        raise UsageError(f"tol ({tol}) must be >= 0: it is the reward spread treated as equal")
-    hi, lo, inverse = _group_range(rewards, group_ids)
-    return ((hi - lo) > tol)[inverse]
-
-
-def unsolved_group_mask(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-    """Which episodes belong to a group where no episode scored (every reward <= 0): with the
-    0/1 solve reward, the mazes whose whole group failed. rewards, group_ids: (B,) -> (B,) bool."""
-    hi, _, inverse = _group_range(rewards, group_ids)
-    return (hi <= 0)[inverse]
-
-
-def _group_range(
-    rewards: torch.Tensor, group_ids: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per group (max, min) of the rewards, and each episode's group position."""
-    inverse, n_groups = _check_groups(rewards, group_ids)
-    r = rewards.detach().to(torch.float64)
-    hi = torch.full((n_groups,), -torch.inf, dtype=torch.float64).scatter_reduce(
-        0, inverse, r, reduce="amax"
-    )
-    lo = torch.full((n_groups,), torch.inf, dtype=torch.float64).scatter_reduce(
-        0, inverse, r, reduce="amin"
-    )
-    return hi, lo, inverse
 
 
 def _as_token_tensor(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

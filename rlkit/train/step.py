@@ -27,7 +27,7 @@ from rlkit.episodes.rollout import Trajectory, turn_prompts
 from rlkit.errors import UsageError
 from rlkit.maze.core import Maze, exit_distances
 from rlkit.model.chat import Encoded
-from rlkit.train import grpo
+from rlkit.train.advantages import group_advantages, nonzero_variance_mask, unsolved_group_mask
 from rlkit.train.config import GRPOConfig, ScheduleConfig
 
 ROLLOUT, SHUFFLE = 1, 2
@@ -109,11 +109,11 @@ def score(trajs: Sequence[Trajectory], g: GRPOConfig) -> Scores:
     are kept."""
     rewards = torch.tensor([t.reward for t in trajs])
     groups = torch.tensor([t.maze_index for t in trajs])
-    adv = grpo.group_advantages(rewards, groups, norm_by_std=g.norm_by_std)
-    informative = grpo.nonzero_variance_mask(rewards, groups)
+    adv = group_advantages(rewards, groups, norm_by_std=g.norm_by_std)
+    informative = nonzero_variance_mask(rewards, groups)
     keep = informative if g.filter_zero_variance else torch.ones_like(informative)
     if g.fail_advantage is not None:
-        unsolved = grpo.unsolved_group_mask(rewards, groups)
+        unsolved = unsolved_group_mask(rewards, groups)
         adv = torch.where(unsolved, torch.full_like(adv, g.fail_advantage), adv)
         keep = keep | unsolved
     return Scores(rewards, groups, adv, informative, keep)

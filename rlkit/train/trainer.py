@@ -67,7 +67,7 @@ def torch_threads(threads: int | None) -> int:
 
 class Trainer:
     """Coordinates the phases; a step's logic lives in step.py and update.py, the math in
-    grpo.py, the episodes in rollout.py."""
+    advantages.py and grpo.py, the episodes in rollout.py."""
 
     def __init__(
         self,

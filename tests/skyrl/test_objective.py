@@ -1,11 +1,11 @@
-"""rlkit.train.grpo against SkyRL's own GRPO math (`skyrl.backends.skyrl_train.utils.ppo_utils`).
+"""rlkit.train.grpo and rlkit.train.advantages against SkyRL's own GRPO math (`skyrl.backends.skyrl_train.utils.ppo_utils`).
 
 Where rlkit mirrors SkyRL the tests assert equality to float32 tolerance; where it deliberately
-differs (listed in `rlkit/train/grpo.py`'s module docstring) a test asserts the difference on an input
-chosen to show it. SkyRL applies a loss reduction by rescaling the advantages of a mini-batch
-(`apply_loss_reduction_to_advantages_minibatch`) and then summing the per-token loss
-(`reduce_loss`) over micro-batches; rlkit writes the same reduction as per-token weights. The two
-are defined to be equal at the level of the mini-batch sum, so that is where they are compared.
+differs (listed in the module docstrings of `rlkit/train/grpo.py` and `advantages.py`) a test
+asserts the difference on an input chosen to show it. SkyRL applies a loss reduction by
+rescaling the advantages of a mini-batch (`apply_loss_reduction_to_advantages_minibatch`) and
+then summing the per-token loss (`reduce_loss`) over micro-batches; rlkit writes the same
+reduction as per-token weights. The two are defined to be equal at the level of the mini-batch sum, so that is where they are compared.
 """
 
 import ast
@@ -23,7 +23,7 @@ from skyrl.backends.skyrl_train.utils.torch_utils import masked_mean as sky_mask
 from skyrl.train.config import AlgorithmConfig
 
 from rlkit.errors import UsageError
-from rlkit.train import grpo
+from rlkit.train import advantages, grpo
 
 pytestmark = pytest.mark.skyrl
 
@@ -92,7 +92,7 @@ def test_group_advantages_match_skyrl_grpo(norm_by_std, binary):
     if binary:  # the maze env's 0/1 rewards: ties and some zero-variance groups
         rewards = (rewards > 0.3).float()
     mask = _mask(torch.randint(0, 6, (groups.numel(),), generator=gen), 6)
-    ours = grpo.group_advantages(rewards, groups, norm_by_std=norm_by_std)
+    ours = advantages.group_advantages(rewards, groups, norm_by_std=norm_by_std)
     # rlkit keeps one advantage per episode and broadcasts it over the row; the mask is applied
     # by the loss. SkyRL broadcasts and multiplies by the mask up front.
     torch.testing.assert_close(
@@ -108,7 +108,7 @@ def test_group_advantages_hand_computed_ties_and_zero_variance():
     s1 = 1 / math.sqrt(3) + 1e-6
     expected = [0.75 / 0.500001] + [-0.25 / 0.500001] * 3 + [0.5 / s1] * 2 + [-0.5 / s1] * 2
     expected = torch.tensor(expected + [0.0] * 4)
-    ours = grpo.group_advantages(rewards, groups)
+    ours = advantages.group_advantages(rewards, groups)
     torch.testing.assert_close(ours, expected, **TOL)
     ones = torch.ones(12, 1)
     torch.testing.assert_close(_sky_advantages(rewards, groups, ones)[:, 0], expected, **TOL)
@@ -123,7 +123,7 @@ def test_group_of_one_episode_rejected_where_skyrl_uses_mean_0_std_1():
     s = math.sqrt(0.5) + 1e-6
     torch.testing.assert_close(sky_adv, torch.tensor([0.75 / 1.000001, 0.5 / s, -0.5 / s]))
     with pytest.raises(UsageError, match="group_size"):
-        grpo.group_advantages(rewards, groups)
+        advantages.group_advantages(rewards, groups)
 
 
 def test_zero_variance_group_exactly_zero_where_skyrl_float32_mean_is_an_ulp_off():
@@ -132,7 +132,7 @@ def test_zero_variance_group_exactly_zero_where_skyrl_float32_mean_is_an_ulp_off
     # std + eps = 1e-6 turns that into advantages of about -0.0074. The maze's 0/1 rewards are
     # exact in both (see the hand-computed test above).
     rewards, groups = torch.full((8,), 0.1), torch.zeros(8, dtype=torch.long)
-    assert grpo.group_advantages(rewards, groups).abs().max() == 0.0
+    assert advantages.group_advantages(rewards, groups).abs().max() == 0.0
     sky_adv = _sky_advantages(rewards, groups, torch.ones(8, 1))[:, 0]
     assert 1e-3 < sky_adv.abs().max() < 0.1
 
@@ -149,7 +149,7 @@ def test_nonzero_variance_mask_matches_skyrl_zero_variance_filter():
     # equality) group 2 is kept too and group 0 still dropped.
     for tol, want in ((1e-6, [1, 3]), (0.0, [1, 2, 3])):
         kept = zero_variance_filter(rewards.tolist(), uids, tol=tol)
-        ours = grpo.nonzero_variance_mask(rewards, groups, tol=tol)
+        ours = advantages.nonzero_variance_mask(rewards, groups, tol=tol)
         assert torch.nonzero(ours).flatten().tolist() == kept
         assert sorted({i // 4 for i in kept}) == want
 
@@ -179,7 +179,7 @@ def test_policy_loss_matches_skyrl_regular_loss_and_kl_term(reduction):
     rewards, groups, mask, logp, old, ref = _batch(1)
     b, width = mask.shape
     cfg = AlgorithmConfig(eps_clip_low=0.2, eps_clip_high=0.28, kl_loss_coef=0.005)
-    ours_adv = grpo.group_advantages(rewards, groups)
+    ours_adv = advantages.group_advantages(rewards, groups)
     a, live = ours_adv.unsqueeze(-1).expand_as(logp), mask.bool()
     i, t = torch.nonzero(live & (a > 0))[0].tolist()
     old[i, t] = logp[i, t] - math.log(1.25)  # clipped at 1.2, not at 1.28
