@@ -26,7 +26,8 @@ from rlkit.maze.sets import pinned_set
 from rlkit.model.build import build_tiny
 from rlkit.model.load import load
 from rlkit.model.policy import ModelPolicy
-from rlkit.model.vllm_policy import VllmPolicy, engine_limits, start_engine
+from rlkit.model.vllm_engine import engine_limits, start_engine
+from rlkit.model.vllm_policy import VllmPolicy
 
 
 def timed(policy, mazes, cfg, args):

@@ -8,7 +8,8 @@ Rules (the map is in rlkit/__init__.py):
 - torch, torchvision and transformers only in model/ and train/, never in their `config`
   modules (presets and clients read those without torch);
 - ray only in cluster/ and train/metrics.py (the trainer's metrics edge);
-- vllm only in model/vllm_policy.py (rlkit's vLLM engine; nothing else needs it installed);
+- vllm only in model/vllm_engine.py and model/vllm_policy.py (rlkit's vLLM engine and policy;
+  nothing else needs it installed);
 - ipywidgets and matplotlib only in notebook/.
 Prints one line per violation (`file:line: what, and the rule`) and exits 1 if there is any.
 """
@@ -26,7 +27,7 @@ HEAVY = {
     "torchvision": ("model", "train"),
     "transformers": ("model", "train"),
     "ray": ("cluster", "train/metrics.py"),
-    "vllm": ("model/vllm_policy.py",),
+    "vllm": ("model/vllm_engine.py", "model/vllm_policy.py"),
     "ipywidgets": ("notebook",),
     "matplotlib": ("notebook",),
 }

@@ -28,12 +28,8 @@ from rlkit.errors import UsageError  # noqa: E402
 from rlkit.maze.sets import pinned_set  # noqa: E402
 from rlkit.model.load import load  # noqa: E402
 from rlkit.model.policy import ModelPolicy  # noqa: E402
-from rlkit.model.vllm_policy import (  # noqa: E402
-    VllmPolicy,
-    engine_limits,
-    images_per_prompt,
-    start_engine,
-)
+from rlkit.model.vllm_engine import engine_limits, images_per_prompt, start_engine  # noqa: E402
+from rlkit.model.vllm_policy import VllmPolicy  # noqa: E402
 
 SET = "test"
 KV_GB = "0.25"
@@ -263,7 +259,7 @@ def test_the_engine_starts_after_numba_has_loaded_llvmlite(tmp_path):
     code = (
         "import numba, llvmlite.binding.ffi\n"
         "from rlkit.model.build import build_tiny\n"
-        "from rlkit.model.vllm_policy import start_engine\n"
+        "from rlkit.model.vllm_engine import start_engine\n"
         f"start_engine(build_tiny({str(tmp_path / 'm')!r}))\n"
         "print('engine up')\n"
     )

@@ -1,4 +1,4 @@
 """Qwen3-VL: the tiny offline model, one loader for any checkpoint, env messages -> model inputs,
 batched vision attention, padded batches with logprobs, the model policy and its vLLM twin
-(`vllm_policy`, the only module that imports vllm). Torch lives here (`rlkit.model.config`
+(`vllm_engine` and `vllm_policy`, the only modules that import vllm). Torch lives here (`rlkit.model.config`
 excepted)."""

