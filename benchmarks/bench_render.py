@@ -18,7 +18,8 @@ from PIL import Image, ImageDraw
 
 from rlkit.env.maze_env import EnvConfig, make_env
 from rlkit.maze import rules
-from rlkit.maze.core import Action, Maze, generate
+from rlkit.maze.core import Action, Maze
+from rlkit.maze.generation import generate
 from rlkit.maze.parsing import format_action
 from rlkit.maze.render import RenderStyle, data_uri, render, render_array
 

@@ -22,7 +22,7 @@ from rlkit.cli import main as cli
 from rlkit.cluster.client import connect
 from rlkit.env.maze_env import MazeEnv
 from rlkit.errors import RlkitError, UsageError
-from rlkit.maze.core import generate
+from rlkit.maze.generation import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD_MAZE = generate(3, 3, 0).to_dict()

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlkit.env.maze_env import EnvConfig, MazeEnv
-from rlkit.maze.core import Action, generate
+from rlkit.maze.core import Action
+from rlkit.maze.generation import generate
 from rlkit.maze.parsing import PARSERS, format_action, parse_actions
 
 N_ADVERSARIAL = 12_000

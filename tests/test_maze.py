@@ -3,17 +3,16 @@ import pytest
 
 from rlkit.errors import UsageError
 from rlkit.maze.core import (
-    ALGORITHMS,
     Action,
     Maze,
     difficulty,
     distances_from,
-    generate,
     is_perfect,
     open_border,
     optimal_action,
     shortest_path,
 )
+from rlkit.maze.generation import ALGORITHMS, generate
 from rlkit.maze.sets import (
     MazeSpec,
     combined_hash,

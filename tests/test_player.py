@@ -11,7 +11,7 @@ from nbformat.sign import NotebookNotary
 
 from rlkit.episodes.policies import Response, scripted_policy
 from rlkit.episodes.rollout import run_episodes
-from rlkit.maze.core import generate
+from rlkit.maze.generation import generate
 from rlkit.notebook import widgets as w
 from rlkit.notebook.demo import NOTEBOOK_DIR, ready_to_open
 from rlkit.notebook.paths import HOME_ENV, home_path

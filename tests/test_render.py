@@ -5,7 +5,8 @@ import pytest
 
 from rlkit.errors import UsageError
 from rlkit.maze import rules
-from rlkit.maze.core import Action, generate
+from rlkit.maze.core import Action
+from rlkit.maze.generation import generate
 from rlkit.maze.render import (
     RenderStyle,
     data_uri,

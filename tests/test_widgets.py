@@ -9,7 +9,8 @@ from PIL import Image
 from rlkit.episodes.policies import Response, scripted_policy
 from rlkit.episodes.rollout import run_episodes
 from rlkit.errors import UsageError
-from rlkit.maze.core import Action, generate
+from rlkit.maze.core import Action
+from rlkit.maze.generation import generate
 from rlkit.maze.parsing import format_action
 from rlkit.maze.render import to_ascii
 from rlkit.maze.rules import initial

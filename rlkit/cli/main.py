@@ -24,7 +24,8 @@ from rlkit.errors import RlkitError, UsageError
 
 def _cmd_maze(args: argparse.Namespace) -> int:
     from rlkit.maze import rules
-    from rlkit.maze.core import difficulty, generate
+    from rlkit.maze.core import difficulty
+    from rlkit.maze.generation import generate
     from rlkit.maze.render import RenderStyle, render, to_ascii
 
     maze = generate(

@@ -1,10 +1,12 @@
-"""Mazes: generation, solving, difficulty, hashing, and the pinned test sets (pure functions).
+"""Mazes: the frozen maze value, moves, BFS solving, difficulty and hashing (pure functions).
 
 A maze is a perfect maze (exactly one path between any two cells) on a `height x width` grid of
 cells, stored as one 4-bit wall mask per cell (N=1, E=2, S=4, W=8; a set bit is a wall). Mazes
 are frozen values: generation takes an explicit `np.random.Generator` or integer seed and never
-touches global randomness, so the same seed gives the same maze on every machine.
+touches global randomness, so the same seed gives the same maze on every machine
+(`rlkit.maze.generation`).
 
+    >>> from rlkit.maze.generation import generate
     >>> m = generate(4, 4, seed=0)
     >>> len(shortest_path(m)) - 1 == difficulty(m).path_length
     True
@@ -24,8 +26,6 @@ import numpy as np
 from rlkit.errors import UsageError
 
 MIN_SIZE, MAX_SIZE = 2, 16
-ALGORITHMS = ("wilson", "dfs")
-PLACEMENTS = ("corners", "random")
 
 Cell = tuple[int, int]
 
@@ -55,7 +55,7 @@ N, E, S, W = 1, 2, 4, 8
 ALL_WALLS = N | E | S | W
 _DELTAS = {Action.UP: (-1, 0), Action.DOWN: (1, 0), Action.LEFT: (0, -1), Action.RIGHT: (0, 1)}
 _WALL_BITS = {Action.UP: N, Action.DOWN: S, Action.LEFT: W, Action.RIGHT: E}
-_OPPOSITE = {N: S, S: N, E: W, W: E}
+OPPOSITE = {N: S, S: N, E: W, W: E}
 
 
 @dataclass(frozen=True, eq=False)
@@ -191,124 +191,13 @@ def _cell(value, shape: tuple[int, int], name: str) -> Cell:
     return (r, c)
 
 
-def _rng(seed: int | np.random.Generator) -> np.random.Generator:
-    if isinstance(seed, np.random.Generator):
-        return seed
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise UsageError(
-            f"seed must be a non-negative integer or np.random.Generator, got {seed!r}"
-        )
-    return np.random.default_rng(int(seed))
-
-
-def check_size(height: int, width: int) -> None:
-    for name, n in (("height", height), ("width", width)):
-        if (
-            isinstance(n, bool)
-            or not isinstance(n, int | np.integer)
-            or not MIN_SIZE <= n <= MAX_SIZE
-        ):
-            raise UsageError(
-                f"maze {name} must be an integer in [{MIN_SIZE}, {MAX_SIZE}], got {n!r}"
-            )
-
-
-def _neighbours(cell: Cell, h: int, w: int):
+def neighbours(cell: Cell, h: int, w: int):
+    """(wall bit, neighbour cell) for each side of `cell` that faces another cell of the grid."""
     r, c = cell
     for bit, (dr, dc) in ((N, (-1, 0)), (S, (1, 0)), (W, (0, -1)), (E, (0, 1))):
         rr, cc = r + dr, c + dc
         if 0 <= rr < h and 0 <= cc < w:
             yield bit, (rr, cc)
-
-
-def _carve(walls: np.ndarray, a: Cell, b: Cell) -> None:
-    for bit, nb in _neighbours(a, *walls.shape):
-        if nb == b:
-            walls[a] &= ~bit & 0xF
-            walls[b] &= ~_OPPOSITE[bit] & 0xF
-            return
-    raise AssertionError(f"{a} and {b} are not adjacent")
-
-
-def _wilson(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
-    """Uniform spanning tree by loop-erased random walks (Wilson 1996)."""
-    walls = np.full((h, w), ALL_WALLS, dtype=np.uint8)
-    in_tree = np.zeros((h, w), dtype=bool)
-    in_tree[int(rng.integers(h)), int(rng.integers(w))] = True
-    order = [(r, c) for r in range(h) for c in range(w)]
-    for idx in rng.permutation(len(order)):
-        start = order[idx]
-        if in_tree[start]:
-            continue
-        nxt: dict[Cell, Cell] = {}
-        cell = start
-        while not in_tree[cell]:  # random walk; overwriting nxt erases loops
-            nbs = [nb for _, nb in _neighbours(cell, h, w)]
-            nxt[cell] = nbs[int(rng.integers(len(nbs)))]
-            cell = nxt[cell]
-        cell = start
-        while not in_tree[cell]:
-            in_tree[cell] = True
-            _carve(walls, cell, nxt[cell])
-            cell = nxt[cell]
-    return walls
-
-
-def _dfs(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
-    """Recursive backtracker (iterative): long corridors, few junctions."""
-    walls = np.full((h, w), ALL_WALLS, dtype=np.uint8)
-    seen = np.zeros((h, w), dtype=bool)
-    stack = [(int(rng.integers(h)), int(rng.integers(w)))]
-    seen[stack[0]] = True
-    while stack:
-        cell = stack[-1]
-        nbs = [nb for _, nb in _neighbours(cell, h, w) if not seen[nb]]
-        if not nbs:
-            stack.pop()
-            continue
-        nb = nbs[int(rng.integers(len(nbs)))]
-        _carve(walls, cell, nb)
-        seen[nb] = True
-        stack.append(nb)
-    return walls
-
-
-def generate(
-    height: int,
-    width: int,
-    seed: int | np.random.Generator = 0,
-    *,
-    algorithm: str = "wilson",
-    placement: str = "corners",
-    min_path: int = 1,
-) -> Maze:
-    """A perfect maze with start and exit placed by `placement`.
-
-    `corners`: start top-left, exit bottom-right. `random`: two distinct random cells whose
-    shortest path has at least `min_path` moves (resampled until it does).
-    """
-    check_size(height, width)
-    if algorithm not in ALGORITHMS:
-        raise UsageError(
-            f"unknown maze algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}"
-        )
-    if placement not in PLACEMENTS:
-        raise UsageError(f"unknown placement {placement!r}: use one of {', '.join(PLACEMENTS)}")
-    if not 1 <= min_path <= height * width - 1:
-        raise UsageError(
-            f"min_path ({min_path}) must be in [1, {height * width - 1}] for a {height}x{width} maze"
-        )
-    int_seed = None if isinstance(seed, np.random.Generator) else seed
-    rng = _rng(seed)
-    walls = (_wilson if algorithm == "wilson" else _dfs)(height, width, rng)
-    if placement == "corners":
-        return Maze(walls, (0, 0), (height - 1, width - 1), int_seed, algorithm)
-    for _ in range(10_000):
-        a, b = rng.choice(height * width, size=2, replace=False)
-        start, exit_ = divmod(int(a), width), divmod(int(b), width)
-        if distances_from(walls, exit_)[start] >= min_path:
-            return Maze(walls, start, exit_, int_seed, algorithm)
-    raise UsageError(f"could not place endpoints {min_path} moves apart: lower min_path")
 
 
 def distances_from(walls: np.ndarray, target: Cell) -> np.ndarray:
@@ -319,7 +208,7 @@ def distances_from(walls: np.ndarray, target: Cell) -> np.ndarray:
     queue = deque([target])
     while queue:
         cell = queue.popleft()
-        for bit, nb in _neighbours(cell, h, w):
+        for bit, nb in neighbours(cell, h, w):
             if not walls[cell] & bit and dist[nb] < 0:
                 dist[nb] = dist[cell] + 1
                 queue.append(nb)
@@ -402,8 +291,8 @@ def is_perfect(maze: Maze) -> bool:
     h, wd = w.shape
     for r in range(h):
         for c in range(wd):
-            for bit, nb in _neighbours((r, c), h, wd):
-                if bool(w[r, c] & bit) != bool(w[nb] & _OPPOSITE[bit]):
+            for bit, nb in neighbours((r, c), h, wd):
+                if bool(w[r, c] & bit) != bool(w[nb] & OPPOSITE[bit]):
                     return False
     border_ok = all(w[0, c] & N and w[h - 1, c] & S for c in range(wd)) and all(
         w[r, 0] & W and w[r, wd - 1] & E for r in range(h)

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from rlkit.errors import UsageError
-from rlkit.maze.core import Maze, check_size, generate
+from rlkit.maze.core import Maze
+from rlkit.maze.generation import check_size, generate
 
 TRAIN_SEED_BASE = 1_000_000
 """Training seeds start here, far from the test seeds (0..63)."""

@@ -16,7 +16,8 @@ from transformers import PreTrainedTokenizerFast
 
 from rlkit.env.maze_env import EnvConfig, MazeEnv, observation_message, system_prompt
 from rlkit.maze import rules
-from rlkit.maze.core import Action, generate
+from rlkit.maze.core import Action
+from rlkit.maze.generation import generate
 from rlkit.maze.parsing import format_action
 from rlkit.maze.render import to_ascii
 

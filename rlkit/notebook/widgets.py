@@ -24,8 +24,9 @@ import ipywidgets as widgets
 from rlkit.episodes.failures import classify
 from rlkit.episodes.rollout import Trajectory, replay_states
 from rlkit.errors import UsageError
-from rlkit.maze.core import ALGORITHMS, MAX_SIZE, MIN_SIZE, Action, Maze, difficulty, generate
+from rlkit.maze.core import MAX_SIZE, MIN_SIZE, Action, Maze, difficulty
 from rlkit.maze.core import optimal_action as oracle_action
+from rlkit.maze.generation import ALGORITHMS, generate
 from rlkit.maze.render import (
     RenderStyle,
     draw_arrow,

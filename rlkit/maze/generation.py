@@ -1,0 +1,140 @@
+"""Maze generation: perfect mazes from an explicit seed or `np.random.Generator`.
+
+Two algorithms with different textures: `wilson` (loop-erased random walks, Wilson 1996: a
+uniform spanning tree, many short dead ends) and `dfs` (recursive backtracker: long corridors,
+few junctions). Start and exit go to the corners or to two random cells at least `min_path`
+moves apart. No global randomness is touched, so a seed gives the same maze on every machine.
+
+    >>> m = generate(4, 4, seed=0, placement="random", min_path=3)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlkit.errors import UsageError
+from rlkit.maze.core import (
+    ALL_WALLS,
+    MAX_SIZE,
+    MIN_SIZE,
+    OPPOSITE,
+    Cell,
+    Maze,
+    distances_from,
+    neighbours,
+)
+
+ALGORITHMS = ("wilson", "dfs")
+PLACEMENTS = ("corners", "random")
+
+
+def _rng(seed: int | np.random.Generator) -> np.random.Generator:
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise UsageError(
+            f"seed must be a non-negative integer or np.random.Generator, got {seed!r}"
+        )
+    return np.random.default_rng(int(seed))
+
+
+def check_size(height: int, width: int) -> None:
+    for name, n in (("height", height), ("width", width)):
+        if (
+            isinstance(n, bool)
+            or not isinstance(n, int | np.integer)
+            or not MIN_SIZE <= n <= MAX_SIZE
+        ):
+            raise UsageError(
+                f"maze {name} must be an integer in [{MIN_SIZE}, {MAX_SIZE}], got {n!r}"
+            )
+
+
+def _carve(walls: np.ndarray, a: Cell, b: Cell) -> None:
+    for bit, nb in neighbours(a, *walls.shape):
+        if nb == b:
+            walls[a] &= ~bit & 0xF
+            walls[b] &= ~OPPOSITE[bit] & 0xF
+            return
+    raise AssertionError(f"{a} and {b} are not adjacent")
+
+
+def _wilson(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    """Uniform spanning tree by loop-erased random walks (Wilson 1996)."""
+    walls = np.full((h, w), ALL_WALLS, dtype=np.uint8)
+    in_tree = np.zeros((h, w), dtype=bool)
+    in_tree[int(rng.integers(h)), int(rng.integers(w))] = True
+    order = [(r, c) for r in range(h) for c in range(w)]
+    for idx in rng.permutation(len(order)):
+        start = order[idx]
+        if in_tree[start]:
+            continue
+        nxt: dict[Cell, Cell] = {}
+        cell = start
+        while not in_tree[cell]:  # random walk; overwriting nxt erases loops
+            nbs = [nb for _, nb in neighbours(cell, h, w)]
+            nxt[cell] = nbs[int(rng.integers(len(nbs)))]
+            cell = nxt[cell]
+        cell = start
+        while not in_tree[cell]:
+            in_tree[cell] = True
+            _carve(walls, cell, nxt[cell])
+            cell = nxt[cell]
+    return walls
+
+
+def _dfs(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    """Recursive backtracker (iterative): long corridors, few junctions."""
+    walls = np.full((h, w), ALL_WALLS, dtype=np.uint8)
+    seen = np.zeros((h, w), dtype=bool)
+    stack = [(int(rng.integers(h)), int(rng.integers(w)))]
+    seen[stack[0]] = True
+    while stack:
+        cell = stack[-1]
+        nbs = [nb for _, nb in neighbours(cell, h, w) if not seen[nb]]
+        if not nbs:
+            stack.pop()
+            continue
+        nb = nbs[int(rng.integers(len(nbs)))]
+        _carve(walls, cell, nb)
+        seen[nb] = True
+        stack.append(nb)
+    return walls
+
+
+def generate(
+    height: int,
+    width: int,
+    seed: int | np.random.Generator = 0,
+    *,
+    algorithm: str = "wilson",
+    placement: str = "corners",
+    min_path: int = 1,
+) -> Maze:
+    """A perfect maze with start and exit placed by `placement`.
+
+    `corners`: start top-left, exit bottom-right. `random`: two distinct random cells whose
+    shortest path has at least `min_path` moves (resampled until it does).
+    """
+    check_size(height, width)
+    if algorithm not in ALGORITHMS:
+        raise UsageError(
+            f"unknown maze algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}"
+        )
+    if placement not in PLACEMENTS:
+        raise UsageError(f"unknown placement {placement!r}: use one of {', '.join(PLACEMENTS)}")
+    if not 1 <= min_path <= height * width - 1:
+        raise UsageError(
+            f"min_path ({min_path}) must be in [1, {height * width - 1}] for a {height}x{width} maze"
+        )
+    int_seed = None if isinstance(seed, np.random.Generator) else seed
+    rng = _rng(seed)
+    walls = (_wilson if algorithm == "wilson" else _dfs)(height, width, rng)
+    if placement == "corners":
+        return Maze(walls, (0, 0), (height - 1, width - 1), int_seed, algorithm)
+    for _ in range(10_000):
+        a, b = rng.choice(height * width, size=2, replace=False)
+        start, exit_ = divmod(int(a), width), divmod(int(b), width)
+        if distances_from(walls, exit_)[start] >= min_path:
+            return Maze(walls, start, exit_, int_seed, algorithm)
+    raise UsageError(f"could not place endpoints {min_path} moves apart: lower min_path")
