@@ -170,7 +170,7 @@ def test_disk_full_in_manifest_keeps_previous_checkpoint(tmp_path, monkeypatch):
     def no_space(directory: Path, step: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(runs, "_write_manifest", no_space)
+    monkeypatch.setattr(runs, "write_manifest", no_space)
     with pytest.raises(RlkitError, match="disk full"):
         run.save_checkpoint(2, payload(2))
     assert hidden_dirs(run) == []

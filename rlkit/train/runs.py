@@ -26,7 +26,6 @@ Trainer usage::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -43,11 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.errors import RlkitError, UsageError
-from rlkit.fsio import FULL_DISK, RunLock, atomic_write_text, fsync, write_synced
+from rlkit.fsio import FULL_DISK, RunLock, atomic_write_text, fsync
+from rlkit.train.manifest import MANIFEST, checkpoint_problem, write_manifest
 
 MARKER = "latest_ckpt_global_step.txt"
 """Written last, atomically: the completion marker. SkyRL's name, so both layouts share it."""
-MANIFEST = "rlkit_manifest.json"
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
 """A checkpoint (or export) directory, local or SkyRL's."""
 
@@ -86,50 +85,6 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
     return value
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _write_manifest(directory: Path, step: int) -> None:
-    """Record every payload file's size and hash, fsyncing each so the manifest never lies."""
-    files = {}
-    for p in sorted(directory.rglob("*")):
-        fsync(p)
-        if p.is_file():
-            files[p.relative_to(directory).as_posix()] = {
-                "size": p.stat().st_size,
-                "sha256": _sha256(p),
-            }
-    write_synced(
-        directory / MANIFEST, json.dumps({"format": 1, "step": step, "files": files}, indent=1)
-    )
-    fsync(directory)
-
-
-def checkpoint_problem(directory: Path, *, hashes: bool = True) -> str | None:
-    """Why `directory` is not a complete checkpoint, or None if its manifest verifies."""
-    try:
-        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-        files = manifest["files"]
-    except FileNotFoundError:
-        return "no manifest (the save did not finish)"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "unreadable manifest"
-    for rel, want in files.items():
-        p = directory / rel
-        if not p.is_file():
-            return f"missing file {rel}"
-        if p.stat().st_size != want["size"]:
-            return f"{rel} has {p.stat().st_size} bytes, manifest says {want['size']} (truncated)"
-        if hashes and _sha256(p) != want["sha256"]:
-            return f"{rel} does not match its sha256 (corrupted)"
-    return None
 
 
 def _versions(*dists: str) -> dict[str, str | None]:
@@ -258,7 +213,7 @@ class RunDir:
         tmp.mkdir()
         try:
             write_fn(tmp)
-            _write_manifest(tmp, step)
+            write_manifest(tmp, step)
             if final.exists():
                 # A leftover from an abandoned save at this step: replace it, never merge.
                 old = self.path / f".{final.name}.old-{os.getpid()}"
