@@ -20,12 +20,8 @@ Addresses `connect()` understands:
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import os
 import platform
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,100 +42,24 @@ from rlkit.cluster.jobs import (
     working_dir_runtime_env,
 )
 from rlkit.cluster.localhead import (
-    ADDRESS_ENV_VARS,
     DEFAULT_DASHBOARD_PORT,
     LocalHead,
     start_local_head,
 )
-from rlkit.errors import RlkitError, UsageError
+from rlkit.cluster.reach import (
+    TimedJobClient,
+    reach_advice,
+    resolve_address,
+    within_deadline,
+    without_address_env,
+)
+from rlkit.errors import RlkitError
 
 __all__ = ["Cluster", "ClusterSummary", "JobHandle", "JobRecord", "LocalHead", "connect"]
 
 
 SUBMIT_DEADLINE_S = 300.0
 """Submitting uploads the working dir (up to 100 MiB): slower links need minutes, not 20 s."""
-
-
-class _TimedJobClient(JobSubmissionClient):
-    """Ray's Jobs client with a timeout on every HTTP request.
-
-    Ray's client sends its requests without a timeout, so a head that accepts the connection
-    but never answers would hang a notebook cell forever.
-    """
-
-    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
-
-    def _do_request(self, method: str, endpoint: str, **kwargs: Any):
-        kwargs.setdefault("timeout", self.request_timeout_s)
-        return super()._do_request(method, endpoint, **kwargs)
-
-
-def _within[T](seconds: float, what: str, fn: Callable[[], T]) -> T:
-    """Run `fn` in a daemon thread and give up after `seconds`.
-
-    A per-request timeout does not bound DNS resolution or a credential lookup, so connecting
-    needs a wall-clock deadline of its own.
-    """
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread below
-            box["error"] = e
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        raise TimeoutError(f"{what} did not answer within {seconds:.0f} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
-@contextlib.contextmanager
-def _without_address_env() -> Iterator[None]:
-    """Hide RAY_ADDRESS & co. while Ray's client resolves an explicit address."""
-    saved = {k: os.environ.pop(k) for k in ADDRESS_ENV_VARS if k in os.environ}
-    try:
-        yield
-    finally:
-        os.environ.update(saved)
-
-
-def _resolve_address(address: str | None) -> tuple[str | None, list[str]]:
-    """Apply the environment's address variables visibly; refuse Ray Client addresses."""
-    notes: list[str] = []
-    env = next(((k, os.environ[k]) for k in ADDRESS_ENV_VARS if os.environ.get(k)), None)
-    if address is None and env is not None:
-        address = env[1]
-        notes.append(f"using {env[0]}={env[1]} from the environment (unset it for a local head)")
-    elif env is not None and env[1] != address:
-        notes.append(f"ignoring {env[0]}={env[1]} from the environment: {address} was given")
-    if address is not None:
-        address = address.strip().rstrip("/")
-        scheme = address.split("://", 1)[0] if "://" in address else ""
-        if scheme == "ray":
-            raise UsageError(
-                f"{address}: ray:// (Ray Client) is not supported: it drops the job after 30 s "
-                "without a connection; give the Jobs API address instead, e.g. http://HEAD:8265"
-            )
-        if scheme == "":
-            raise UsageError(
-                f"{address}: give a Jobs API URL such as http://HEAD:8265 or "
-                "sagemaker_ray://CLUSTER/NAMESPACE (the dashboard port, not the GCS port 6379)"
-            )
-        if scheme == "sagemaker_ray" and importlib.util.find_spec("sagemaker_ray") is None:
-            raise RlkitError(
-                f"{address} needs the toolkit-for-ray-on-sagemaker-ai package: "
-                "pip install 'rlkit[sagemaker]' (or port-forward the head and use http://)"
-            )
-        if scheme not in ("http", "https", "sagemaker_ray"):
-            raise UsageError(
-                f"{address}: unknown scheme {scheme}://; use http(s):// or sagemaker_ray://"
-            )
-    return address, notes
 
 
 @dataclass(frozen=True)
@@ -225,7 +145,7 @@ class Cluster:
     def _call[T](self, what: str, fn: Callable[[], T], *, deadline_s: float | None = None) -> T:
         """One Jobs API call, its failures turned into one-line RlkitErrors."""
         try:
-            return _within(deadline_s or self.request_timeout_s * 2, what, fn)
+            return within_deadline(deadline_s or self.request_timeout_s * 2, what, fn)
         except RlkitError:
             raise
         except Exception as e:  # noqa: BLE001 - every transport failure gets the same advice
@@ -396,7 +316,7 @@ def connect(
     first time; that has its own limit). Unreachable addresses raise `RlkitError` in one
     line naming the address and what to check.
     """
-    resolved, notes = _resolve_address(address)
+    resolved, notes = resolve_address(address)
     local_head = None
     if resolved is None:
         local_head = start_local_head(local_port, num_cpus=local_num_cpus)
@@ -404,23 +324,17 @@ def connect(
         resolved = local_head.dashboard_url
 
     def make_client() -> JobSubmissionClient:
-        with _without_address_env():
-            client = _TimedJobClient(resolved)
+        with without_address_env():
+            client = TimedJobClient(resolved)
         return client
 
     try:
-        client = _within(timeout_s, resolved, make_client)
+        client = within_deadline(timeout_s, resolved, make_client)
     except TimeoutError as e:
-        raise RlkitError(f"{resolved}: {e}; {_advice(resolved)}") from e
+        raise RlkitError(f"{resolved}: {e}; {reach_advice(resolved)}") from e
     except Exception as e:  # noqa: BLE001 - connection, DNS, auth and version errors alike
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise RlkitError(
-            f"cannot reach Ray Jobs API at {resolved} ({first}); {_advice(resolved)}"
+            f"cannot reach Ray Jobs API at {resolved} ({first}); {reach_advice(resolved)}"
         ) from e
     return Cluster(client, resolved, notes=notes, local_head=local_head)
-
-
-def _advice(address: str) -> str:
-    if address.startswith("sagemaker_ray://"):
-        return "check AWS credentials, kubeconfig and that the HyperPod Ray endpoint is installed"
-    return "check the head is up and the dashboard port (8265) is reachable or port-forwarded"
