@@ -20,8 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import time
+from datetime import UTC, datetime
 from pathlib import Path
+
+import torch
 
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.notebook.plots import figure_png, load_run_evals, solve_rate_curve
@@ -144,6 +149,30 @@ def run_seed(seed: int, run_root: Path, overrides: dict) -> dict:
     return out
 
 
+def machine() -> dict:
+    """Where the seconds were measured: training time scales with the machine (the same seeds
+    trained 1.4-1.6x slower on one 2-core machine than on another, to identical numbers)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        names = [
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "usable_cores": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
+
+
 def _rate(d: dict) -> str:
     lo, hi = d["ci95"]
     return f"{d['solve_rate']:.1%} [{lo:.1%}, {hi:.1%}]"
@@ -200,6 +229,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
     overrides = dict(item.split("=", 1) for item in args.set)
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     results = [run_seed(seed, args.run_root, overrides) for seed in args.seeds]
     table = summary_table(results)
     print("\n" + table)
@@ -214,6 +244,8 @@ def main() -> None:
         },
         "per_seed": {str(r["seed"]): r["verdict"] for r in results},
         "table": table,
+        "machine": machine(),
+        "utc": [started, datetime.now(UTC).isoformat(timespec="seconds")],
     }
     (RESULTS / "learning_local_tiny_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 
