@@ -47,6 +47,32 @@ def test_progress_names_phase_step_of_total_eval_and_eta(tmp_path):
     assert p.line() == "GRPO step 2/8 | eval step 5: 50.0% [40.0%, 60.0%] | ETA 12 s"
 
 
+def test_the_eta_follows_the_pace_of_the_last_ten_grpo_steps(tmp_path):
+    """Early GRPO steps cost the most: the ETA uses the recent pace, not the average since."""
+    run = RunDir(tmp_path / "run")
+    cfg = preset("smoke").with_overrides({"schedule.steps": 40})
+    run.init(preset="smoke", seed=0, backend="local", config=cfg.to_dict())
+    run.append_metrics(
+        {"step": 1, "loss/bc": 1.0, "train/phase": "warm_start", "timing/elapsed_s": 5.0}
+    )
+    clock = 5.0
+    for k in range(20):  # ten steps of 8 s, then ten of 2 s
+        clock += 8.0 if k < 10 else 2.0
+        run.append_metrics(
+            {
+                "step": 2 + k,
+                "rollout/episodes": 16,
+                "train/phase": "grpo",
+                "timing/elapsed_s": clock,
+            }
+        )
+    p = read_progress(run.path)
+    assert p.grpo_step == 20 and p.grpo_s == 100.0
+    assert p.pace_s == 2.0 and p.eta_s == 20 * 2.0  # the average since the start would say 100
+    early = read_progress(run.path, run.read_metrics()[:4])  # warm start + 3 GRPO steps
+    assert early.pace_s == 8.0 and early.eta_s == 37 * 8.0
+
+
 def test_in_a_log_the_follower_writes_plain_lines(tmp_path):
     out = io.StringIO()
     run = _run(tmp_path, 0)

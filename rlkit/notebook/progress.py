@@ -15,6 +15,9 @@ from typing import Any
 from rlkit.errors import RlkitError
 from rlkit.train.runs import RunDir
 
+PACE_WINDOW = 10
+"""GRPO steps the ETA's pace is measured over."""
+
 
 @dataclass(frozen=True)
 class RunProgress:
@@ -31,14 +34,18 @@ class RunProgress:
     eval_ci: tuple[float, float] | None = None
     elapsed_s: float = 0.0
     grpo_s: float = 0.0
-    """Training seconds spent in GRPO so far (the basis of the ETA)."""
+    """Training seconds spent in GRPO so far."""
+    pace_s: float | None = None
+    """Seconds per GRPO step over the last `PACE_WINDOW` steps (the basis of the ETA)."""
 
     @property
     def eta_s(self) -> float | None:
-        """Seconds of GRPO left at the pace so far (None before the first GRPO step)."""
-        if not self.grpo_total or self.grpo_step < 1 or self.grpo_s <= 0:
+        """Seconds of GRPO left at the recent pace (None before the first GRPO step). Early
+        GRPO steps cost the most (long failed episodes, every group trained) and later ones
+        ~4x less, so the pace since the start would overstate what is left ~2x mid-run."""
+        if not self.grpo_total or self.grpo_step < 1 or self.pace_s is None:
             return None
-        return max(0.0, (self.grpo_total - self.grpo_step) * self.grpo_s / self.grpo_step)
+        return max(0.0, (self.grpo_total - self.grpo_step) * self.pace_s)
 
     def eval_text(self) -> str:
         if self.eval_rate is None:
@@ -89,6 +96,9 @@ def read_progress(run_dir: str | Path, records: list[dict[str, Any]] | None = No
     ws_elapsed = max(
         (r.get("timing/elapsed_s", 0.0) for r in steps if r["step"] <= ws_end), default=0.0
     )
+    clock = [ws_elapsed] + [r["timing/elapsed_s"] for r in grpo if "timing/elapsed_s" in r]
+    n = min(PACE_WINDOW, len(clock) - 1)
+    pace = (clock[-1] - clock[-1 - n]) / n if n and clock[-1] > clock[-1 - n] else None
     ci = None
     if last_eval and "eval/ci_low" in last_eval and "eval/ci_high" in last_eval:
         ci = (last_eval["eval/ci_low"], last_eval["eval/ci_high"])
@@ -102,6 +112,7 @@ def read_progress(run_dir: str | Path, records: list[dict[str, Any]] | None = No
         eval_ci=ci,
         elapsed_s=elapsed,
         grpo_s=max(0.0, elapsed - ws_elapsed) if grpo else 0.0,
+        pace_s=pace,
     )
 
 
