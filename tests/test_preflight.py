@@ -3,11 +3,14 @@ GPU checks say plainly that there is no GPU here."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 
 import pytest
 
 from rlkit.cli.main import main as rlkit_main
+from rlkit.cluster import preflight as preflight_module
 from rlkit.cluster.preflight import (
     Check,
     _storage,
@@ -20,10 +23,28 @@ from rlkit.errors import RlkitError
 
 
 @pytest.fixture(scope="module")
-def checks(ray_cluster, tmp_path_factory) -> dict[str, Check]:
+def cli_run(ray_cluster, tmp_path_factory) -> tuple[int, str, dict[str, Check]]:
+    """One `rlkit preflight` through the CLI, so one preflight job on the head: its exit code,
+    its table and the checks it computed, which the tests below share (a job costs ~40 s)."""
     root = tmp_path_factory.mktemp("fsx")
-    got = preflight(ray_cluster, "qwen3vl-2b-smoke", runs_root=str(root), timeout_s=300)
-    return {c.name: c for c in got}
+    seen: list[list[Check]] = []
+
+    def recording(*args, **kwargs):
+        seen.append(preflight(*args, **kwargs))
+        return seen[-1]
+
+    argv = ["preflight", "--address", ray_cluster.address, "--preset", "qwen3vl-2b-smoke"]
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
+        mp.setattr(preflight_module, "preflight", recording)
+        code = rlkit_main([*argv, "--runs-root", str(root)])
+    assert len(seen) == 1, "the CLI did not run the preflight job"
+    return code, out.getvalue(), {c.name: c for c in seen[0]}
+
+
+@pytest.fixture(scope="module")
+def checks(cli_run) -> dict[str, Check]:
+    return cli_run[2]
 
 
 def test_the_runtime_of_this_project_passes_its_package_checks(checks):
@@ -49,11 +70,11 @@ def test_storage_and_model_checks(checks, tmp_path: Path):
     assert _storage(str(tmp_path), 1e9).fix.startswith("free space")
 
 
-def test_table_and_exit_code(ray_cluster, capsys, tmp_path):
-    argv = ["preflight", "--address", ray_cluster.address, "--preset", "qwen3vl-2b-smoke"]
-    assert rlkit_main([*argv, "--runs-root", str(tmp_path)]) == 1  # no GPU here
-    out = capsys.readouterr().out
+def test_table_and_exit_code(cli_run):
+    code, out, checks = cli_run
+    assert code == 1  # no GPU here
     assert "fail  gpus" in out and "fix   gpus:" in out and out.rstrip().endswith("failed")
+    assert out.strip() == format_checks(list(checks.values()))
 
 
 def test_report_parsing_and_ray_mismatch():
