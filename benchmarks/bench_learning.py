@@ -150,8 +150,9 @@ def run_seed(seed: int, run_root: Path, overrides: dict) -> dict:
 
 
 def machine() -> dict:
-    """Where the seconds were measured: training time scales with the machine (the same seeds
-    trained 1.4-1.6x slower on one 2-core machine than on another, to identical numbers)."""
+    """Where the seconds were measured: training time scales with the machine (one 2-core
+    machine ran the same warm start, same steps to the same solve rate, 1.4-1.6x slower than
+    another)."""
     cpu = platform.processor() or platform.machine()
     try:
         names = [
@@ -164,9 +165,7 @@ def machine() -> dict:
         pass
     return {
         "cpu": cpu,
-        "usable_cores": len(os.sched_getaffinity(0))
-        if hasattr(os, "sched_getaffinity")
-        else os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)),  # what the trainer's threads default to
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
