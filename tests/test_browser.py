@@ -104,6 +104,7 @@ SCREENSHOTS = Path(
 )
 PLAYER_JS = "document.querySelectorAll('.rlkit-player img.rlkit-frame').length"
 FIRST_PLAYER = "document.querySelector('.rlkit-player')"
+SESSION = "window.jupyterapp?.shell.currentWidget?.sessionContext"
 WIDGET_REPLAY = (  # the first output holding a Play widget, and its maze image
     "(() => { const o = Array.from(document.querySelectorAll('.jp-OutputArea-output'))"
     ".find(o => o.querySelector('.widget-play') && o.querySelector('.widget-image'));"
@@ -245,9 +246,13 @@ def test_an_executed_notebooks_replay_plays_with_no_kernel(trained_home, tmp_pat
     try:
         page = lab.open(nb.name)
         wait_for(page, PLAYER_JS, "a kernel-free replay player")
-        for kernel in lab.api("kernels"):  # JupyterLab starts one on open: stop them all
-            lab.api(f"kernels/{kernel['id']}", method="DELETE")
-        assert lab.api("kernels") == []
+        # JupyterLab starts a kernel on open. Wait until it is up, then shut the session down
+        # through JupyterLab itself, so that it knows the notebook has none (a kernel deleted
+        # behind its back, or before it had started, comes back).
+        wait_for(page, f"{SESSION}?.session?.kernel?.status === 'idle'", "the kernel on open")
+        page.call("Runtime.evaluate", expression=f"{SESSION}.shutdown()", awaitPromise=True)
+        wait_for(page, f"!{SESSION}?.session", "the notebook with no session", 60)
+        assert lab.api("kernels") == [] and lab.api("sessions") == []
         frame = f"{FIRST_PLAYER}.querySelector('img.rlkit-frame').src"
         counter = f"{FIRST_PLAYER}.querySelector('.rlkit-counter').textContent"
         before, label = page.evaluate(frame), page.evaluate(counter)
@@ -277,7 +282,7 @@ def test_a_source_notebook_runs_in_jupyterlab_and_its_widgets_play(trained_home,
     lab = Lab(root, tmp_path, port, {"RLKIT_HOME": str(trained_home)})
     try:
         page = lab.open("notebooks/05_replay_and_failures.ipynb")
-        kernel = "window.jupyterapp?.shell.currentWidget?.sessionContext?.session?.kernel"
+        kernel = f"{SESSION}?.session?.kernel"
         wait_for(page, f"{kernel}?.status === 'idle'", "an idle kernel for the notebook", 180)
         page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
         text = "document.body.innerText"
