@@ -19,9 +19,9 @@ from rlkit.train import step as st
 from rlkit.train.config import GRPOConfig, ScheduleConfig, preset
 from rlkit.train.update import (
     Learner,
+    grouped_minibatches,
     minibatch_loss,
     minibatch_order,
-    minibatches,
     update,
     with_reference,
 )
@@ -173,11 +173,16 @@ def test_due_evals_and_checkpoints_by_hand(smoke):
     assert _schedule(None, sched) == ([2, 4, 5], [3, 5])
 
 
-def test_minibatches_cover_every_index_once():
-    got = minibatches(10, 4, torch.Generator().manual_seed(0))
-    assert [len(mb) for mb in got] == [4, 4, 2]
+def test_grouped_minibatches_cover_every_index_once_and_never_cut_a_group():
+    keys = [0, 0, 1, 2, 2, 2, 3, 4, 4, 5]
+    got = grouped_minibatches(keys, 4, torch.Generator().manual_seed(0))
     assert sorted(i for mb in got for i in mb) == list(range(10))
-    assert got == minibatches(10, 4, torch.Generator().manual_seed(0))  # seeded
+    assert all(len(mb) <= 4 for mb in got)
+    for k in set(keys):  # every group lies in one minibatch
+        assert sum(any(keys[i] == k for i in mb) for mb in got) == 1
+    assert got == grouped_minibatches(keys, 4, torch.Generator().manual_seed(0))  # seeded
+    assert got != grouped_minibatches(keys, 4, torch.Generator().manual_seed(1))
+    assert grouped_minibatches([7] * 6, 4, torch.Generator()) == [list(range(6))]  # alone
 
 
 # turn samples and the update on the tiny model ------------------------------------------------
@@ -286,15 +291,24 @@ def test_reductions_average_over_episodes_even_with_one_answer_token_per_turn(
     assert got["sequence_mean"] != pytest.approx(got["token_mean"], rel=1e-3)
 
 
-def test_per_episode_reductions_train_on_whole_episodes():
+def test_minibatches_keep_whole_episodes_or_turns_that_share_a_prompt():
+    from rlkit.model.chat import Encoded
+
     episodes = [0, 0, 0, 1, 2, 2, 3, 3, 3, 3, 3, 4]  # the episode of each sample, in order
+    prompts = [1, 2, 3, 1, 1, 4, 1, 2, 5, 6, 7, 1]  # prompt 1: every episode's first turn
+    samples = [
+        st.TurnSample(Encoded([9, p], [], 4), [0], [0.0], 0.0, e)
+        for p, e in zip(prompts, episodes, strict=True)
+    ]
     gen = torch.Generator().manual_seed(0)
     g = GRPOConfig(minibatch=4, reduction="sequence_mean")
-    got = minibatch_order(episodes, g, gen)
+    got = minibatch_order(samples, g, gen)
     assert sorted(i for mb in got for i in mb) == list(range(len(episodes)))
     for mb in got:  # never an episode cut in two; at most 4 turns unless one episode has more
         eps = {episodes[i] for i in mb}
         assert all(episodes.count(e) == sum(episodes[i] == e for i in mb) for e in eps)
         assert len(mb) <= 4 or len(eps) == 1
-    turn_level = minibatch_order(episodes, replace(g, reduction="token_mean"), gen.manual_seed(0))
-    assert turn_level == minibatches(len(episodes), 4, torch.Generator().manual_seed(0))
+    turn_level = minibatch_order(samples, replace(g, reduction="token_mean"), gen.manual_seed(0))
+    assert sorted(i for mb in turn_level for i in mb) == list(range(len(episodes)))
+    assert [i for mb in turn_level for i in mb if prompts[i] == 1] == [0, 3, 4, 6, 11]
+    assert any(len({prompts[i] for i in mb}) > 1 for mb in turn_level)

@@ -20,6 +20,7 @@ from rlkit.model.policy import (
     forward_hidden,
     load_policy,
     response_logprobs,
+    turn_logprobs,
 )
 
 SHORT = EnvConfig(max_turns=4)
@@ -127,6 +128,44 @@ def test_sampled_logprobs_equal_training_forward(loaded, mazes, constrained):
     assert bool((entropy >= 0).all())
     if constrained:
         assert float(entropy[:, 1].min()) > 0 and float(entropy[:, [0, 2, 3]].abs().max()) == 0
+
+
+@pytest.mark.parametrize("constrained", [True, False], ids=["constrained", "free"])
+def test_turn_logprobs_run_each_distinct_forward_once_with_equal_values_and_gradients(
+    loaded, mazes, constrained
+):
+    from rlkit.model.batching import distinct, prompt_key
+
+    pol = ModelPolicy(loaded, constrained=constrained, max_new_tokens=4)
+    trajs = run_episodes(pol, mazes[:3], EnvConfig(max_turns=2), samples=4, seed=5, history=1)
+    prompts, responses = [], []
+    for t in trajs:
+        for u, msgs in zip(t.turns, _replayed_prompts(t), strict=True):
+            prompts.append(loaded.encoder.encode(msgs))
+            responses.append(u.response_ids)
+    prompts.append(prompts[0])  # a row equal in prompt and reply: shared in both modes
+    responses.append(responses[0])
+    first, index = distinct([prompt_key(p) for p in prompts])
+    assert len(first) <= len(prompts) - 9, "the 4 episodes of each maze share their first prompt"
+    assert [prompts[first[i]].prompt_ids for i in index] == [p.prompt_ids for p in prompts]
+    weights = torch.randn(len(prompts), generator=torch.Generator().manual_seed(0))
+    values, grads = [], []
+    for shared in (True, False):
+        if shared:
+            logp, entropy, mask = turn_logprobs(loaded, prompts, responses, answer=pol.answer)
+        else:
+            batch = build_batch(loaded, prompts, responses)
+            logp, entropy = response_logprobs(loaded, batch, answer=pol.answer)
+            mask = batch.response_mask
+        (logp.sum(1) * weights).sum().backward()
+        values.append((logp.detach(), entropy.detach(), mask))
+        grads.append([p.grad.clone() for p in loaded.model.parameters() if p.grad is not None])
+        loaded.model.zero_grad(set_to_none=True)
+    for a, b in zip(*values, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert len(grads[0]) == len(grads[1]) > 0
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
 
 
 def _replayed_prompts(traj) -> list[list[dict]]:

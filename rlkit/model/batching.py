@@ -2,7 +2,9 @@
 
 `build_batch` left-pads prompt (+ response) ids, gathers each distinct image once and the
 cached multimodal rope positions; `response_logprobs` is the training forward (per-token
-logprobs and entropy of the response tokens). `rlkit.model.policy.ModelPolicy` samples through the same
+logprobs and entropy of the response tokens) of a batch's rows, and `turn_logprobs` the same
+values for many turns with every distinct forward run once (`choice_logits` likewise for
+constrained sampling): episodes of one maze repeat prompts, 8 times on the first turn. `rlkit.model.policy.ModelPolicy` samples through the same
 functions, so the logprobs it records equal the recomputed ones (the RL ratio is exactly 1 on
 un-updated weights; a test checks it). The definitions:
 
@@ -19,7 +21,7 @@ un-updated weights; a test checks it). The definitions:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -286,15 +288,85 @@ def response_logprobs(
         logp = logp_all.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
         entropy = -(logp_all.exp() * logp_all.nan_to_num(neginf=0.0)).sum(-1)
         return logp.masked_fill(~mask, 0.0), entropy.masked_fill(~mask, 0.0)
-    pos = answer.choice_pos
     choices = torch.tensor(answer.choices, device=logits.device)
-    chosen = batch.response_ids[:, pos]
-    which = (chosen.unsqueeze(-1) == choices).float().argmax(-1)
-    if not bool((chosen.unsqueeze(-1) == choices).any(-1).all()):
+    return _chosen_logprobs(logits[:, answer.choice_pos, choices], batch.response_ids, answer)
+
+
+def _chosen_logprobs(
+    choice_logits: torch.Tensor, response_ids: torch.Tensor, answer: AnswerSpec
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Constrained (logprobs, entropy), each (B, R), from each row's (B, 4) move-word logits
+    (already divided by the temperature) and its (B, R) response."""
+    pos = answer.choice_pos
+    choices = torch.tensor(answer.choices, device=response_ids.device)
+    hits = response_ids[:, pos].unsqueeze(-1) == choices
+    if not bool(hits.any(-1).all()):
         raise UsageError("a response's choice token is not a move word: pass answer=None")
-    logp_c = torch.log_softmax(logits[:, pos, choices], -1)
-    logp = torch.zeros(b, r, device=logits.device, dtype=logits.dtype)
+    logp_c = torch.log_softmax(choice_logits, -1)
+    logp = torch.zeros(response_ids.shape, device=choice_logits.device, dtype=logp_c.dtype)
     entropy = torch.zeros_like(logp)
-    logp[:, pos] = logp_c.gather(-1, which.unsqueeze(-1)).squeeze(-1)
+    logp[:, pos] = logp_c.gather(-1, hits.float().argmax(-1, keepdim=True)).squeeze(-1)
     entropy[:, pos] = -(logp_c.exp() * logp_c).sum(-1)
     return logp, entropy
+
+
+def prompt_key(prompt: Encoded) -> tuple:
+    """A prompt's identity among live prompts: its ids and its image arrays (the encoder hands
+    out one array per distinct image; two equal images in two arrays only cost a forward)."""
+    return tuple(prompt.prompt_ids), tuple(id(patches) for patches, _ in prompt.images)
+
+
+def distinct(keys: Sequence[Hashable]) -> tuple[list[int], torch.Tensor]:
+    """The first row of each distinct key (in order of appearance) and, for every row, the
+    index of its key among those: rows == [rows[i] for i in index] up to equal keys."""
+    slots: dict[Hashable, int] = {}
+    first, index = [], []
+    for row, key in enumerate(keys):
+        if key not in slots:
+            slots[key] = len(first)
+            first.append(row)
+        index.append(slots[key])
+    return first, torch.tensor(index, dtype=torch.long)
+
+
+def choice_logits(
+    loaded: LoadedModel, prompts: Sequence[Encoded], answer: AnswerSpec
+) -> torch.Tensor:
+    """(B, 4) logits of the move words after each prompt and the forced answer prefix, one
+    forward per distinct prompt (the choice token sees nothing else)."""
+    first, index = distinct([prompt_key(p) for p in prompts])
+    batch = build_batch(loaded, [prompts[i] for i in first], [answer.prefix] * len(first))
+    last = torch.full((len(first), 1), batch.input_ids.shape[1] - 1, device=loaded.device)
+    return logits_at(loaded, batch, last)[:, 0, list(answer.choices)][index.to(loaded.device)]
+
+
+def turn_logprobs(
+    loaded: LoadedModel,
+    prompts: Sequence[Encoded],
+    responses: Sequence[Sequence[int]],
+    *,
+    temperature: float = 1.0,
+    answer: AnswerSpec | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`response_logprobs` of `build_batch(prompts, responses)`, and its (B, R) response mask,
+    with each distinct forward computed once: constrained, rows that share a prompt share its
+    move-word distribution whatever move they chose; free, rows equal in prompt and response.
+    Gradients flow back through the shared rows (each row's loss term is its own)."""
+    if len(responses) != len(prompts):
+        raise UsageError(f"{len(prompts)} prompts but {len(responses)} responses")
+    r_len = max([len(r) for r in responses] + [1])
+    resp = torch.zeros(len(responses), r_len, dtype=torch.long)
+    for b, r in enumerate(responses):
+        resp[b, : len(r)] = torch.tensor(r, dtype=torch.long)
+    resp = resp.to(loaded.device)
+    mask = (torch.arange(r_len) < torch.tensor([len(r) for r in responses]).unsqueeze(1)).long()
+    mask = mask.to(loaded.device)
+    if answer is not None:
+        logits = choice_logits(loaded, prompts, answer) / temperature
+        return (*_chosen_logprobs(logits, resp, answer), mask)
+    keys = [(prompt_key(p), tuple(r)) for p, r in zip(prompts, responses, strict=True)]
+    first, index = distinct(keys)
+    batch = build_batch(loaded, [prompts[i] for i in first], [responses[i] for i in first])
+    logp, entropy = response_logprobs(loaded, batch, temperature=temperature)
+    index = index.to(loaded.device)
+    return logp[index], entropy[index], mask

@@ -35,11 +35,12 @@ from rlkit.model.batching import (
     Batch,
     banned_ids,
     build_batch,
+    choice_logits,
     forward_hidden,
-    logits_at,
     mask_banned,
     prompt_positions,
     response_logprobs,
+    turn_logprobs,
 )
 from rlkit.model.chat import Encoded
 from rlkit.model.load import LoadedModel, load
@@ -151,11 +152,7 @@ class ModelPolicy:
 
     def _constrained(self, encoded: list[Encoded], gens: list[torch.Generator]) -> list[Response]:
         ans = self.answer
-        batch = build_batch(self.loaded, encoded, [ans.prefix] * len(encoded))
-        last = torch.full(
-            (len(encoded), 1), batch.input_ids.shape[1] - 1, device=batch.input_ids.device
-        )
-        logits = logits_at(self.loaded, batch, last)[:, 0, list(ans.choices)] / self.temperature
+        logits = choice_logits(self.loaded, encoded, ans) / self.temperature
         picks = sample_rows(logits, gens, temperature=1.0, top_p=self.top_p, greedy=self.greedy)
         logp = torch.log_softmax(logits, -1).gather(-1, picks.unsqueeze(-1)).squeeze(-1).tolist()
         out = []
@@ -228,4 +225,5 @@ __all__ = [
     "prompt_positions",
     "response_logprobs",
     "sample_rows",
+    "turn_logprobs",
 ]

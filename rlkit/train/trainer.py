@@ -34,7 +34,7 @@ from rlkit.episodes.rollout import Trajectory, run_episodes
 from rlkit.errors import UsageError
 from rlkit.maze.sets import train_mazes
 from rlkit.model.build import build_tiny
-from rlkit.model.load import LoadedModel, load, no_progress_bars
+from rlkit.model.load import LoadedModel, fast_vision, load, no_progress_bars
 from rlkit.model.policy import AnswerSpec, ModelPolicy
 from rlkit.train import faults
 from rlkit.train.config import TrainConfig, check_resume
@@ -138,7 +138,8 @@ class Trainer:
             os.replace(tmp, ref_dir)
         model = loaded.model
         ref = copy.copy(loaded)
-        ref.model = type(model).from_pretrained(ref_dir, dtype=model.dtype).to(model.device).eval()
+        ref_model = type(model).from_pretrained(ref_dir, dtype=model.dtype)
+        ref.model = fast_vision(ref_model.to(model.device).eval())
         return ref
 
     # the run -----------------------------------------------------------------------------

@@ -6,20 +6,22 @@ minibatch (`minibatch_loss`) recomputes each reply's logprobs under the current 
 everything the policy did not choose (constrained mode: only the move word's token) and hands
 them to `rlkit.train.grpo.policy_loss` with each row's episode as its sequence.
 
-`token_mean` shuffles turns; the per-episode reductions (`sequence_mean`,
-`seq_mean_token_sum_norm`) shuffle whole episodes into minibatches, as SkyRL's episode rows
-are, since an episode cut across two optimizer steps would be averaged as two.
+`token_mean` shuffles turns, keeping together those that share a prompt (one forward serves
+them); the per-episode reductions (`sequence_mean`, `seq_mean_token_sum_norm`) shuffle whole
+episodes into minibatches, as SkyRL's episode rows are, since an episode cut across two
+optimizer steps would be averaged as two.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
 
+from rlkit.model.batching import distinct, prompt_key
 from rlkit.model.load import LoadedModel
-from rlkit.model.policy import AnswerSpec, build_batch, response_logprobs
+from rlkit.model.policy import AnswerSpec, turn_logprobs
 from rlkit.train import faults, grpo
 from rlkit.train.config import GRPOConfig
 from rlkit.train.step import TurnSample, shuffle_seed
@@ -50,11 +52,10 @@ class MinibatchLoss:
 
 def minibatch_loss(learner: Learner, mb: Sequence[TurnSample], g: GRPOConfig) -> MinibatchLoss:
     """The GRPO loss of `mb` under the learner's current weights (differentiable)."""
-    loaded, answer = learner.loaded, learner.answer
-    batch = build_batch(loaded, [x.prompt for x in mb], [x.response_ids for x in mb])
-    logp, entropy = response_logprobs(loaded, batch, temperature=learner.temperature, answer=answer)
+    answer = learner.answer
+    logp, entropy, mask = _logprobs(learner.loaded, learner, mb)
     old = _rows(logp, [x.old_logprobs for x in mb])
-    mask = batch.response_mask.float()
+    mask = mask.float()
     if answer is not None:  # constrained: only the move word was chosen by the policy
         mask = torch.zeros_like(mask)
         mask[:, answer.choice_pos] = 1.0
@@ -63,9 +64,7 @@ def minibatch_loss(learner: Learner, mb: Sequence[TurnSample], g: GRPOConfig) ->
         ref = _rows(logp, [x.ref_logprobs for x in mb])
     elif learner.ref is not None:
         with torch.no_grad():
-            ref, _ = response_logprobs(
-                learner.ref, batch, temperature=learner.temperature, answer=answer
-            )
+            ref, _, _ = _logprobs(learner.ref, learner, mb)
     out = grpo.policy_loss(
         logp,
         old,
@@ -81,6 +80,20 @@ def minibatch_loss(learner: Learner, mb: Sequence[TurnSample], g: GRPOConfig) ->
         kl_estimator=g.kl_estimator,
     )
     return MinibatchLoss(out, entropy, mask)
+
+
+def _logprobs(
+    model: LoadedModel, learner: Learner, rows: Sequence[TurnSample]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(logprobs, entropy, response mask), each (B, R), of the rows' replies under `model`
+    (the policy or its reference), as the rollout defined them."""
+    return turn_logprobs(
+        model,
+        [x.prompt for x in rows],
+        [x.response_ids for x in rows],
+        temperature=learner.temperature,
+        answer=learner.answer,
+    )
 
 
 def _rows(like: torch.Tensor, values: Sequence[Sequence[float]]) -> torch.Tensor:
@@ -101,11 +114,8 @@ def with_reference(learner: Learner, samples: Sequence[TurnSample], size: int) -
     out: list[TurnSample] = []
     for lo in range(0, len(samples), size):
         chunk = samples[lo : lo + size]
-        batch = build_batch(learner.ref, [x.prompt for x in chunk], [x.response_ids for x in chunk])
         with torch.no_grad():
-            ref, _ = response_logprobs(
-                learner.ref, batch, temperature=learner.temperature, answer=learner.answer
-            )
+            ref, _, _ = _logprobs(learner.ref, learner, chunk)
         for x, row in zip(chunk, ref.tolist(), strict=True):
             out.append(replace(x, ref_logprobs=row[: len(x.response_ids)]))
     return out
@@ -128,40 +138,37 @@ def optimizer_step(
     }
 
 
-def minibatches(n: int, size: int, generator: torch.Generator) -> list[list[int]]:
-    """Indices 0..n-1 in a random order, cut into consecutive minibatches of `size` (the last
-    may be smaller)."""
-    perm = torch.randperm(n, generator=generator).tolist()
-    return [perm[lo : lo + size] for lo in range(0, n, size)]
-
-
-def episode_minibatches(
-    episodes: Sequence[int], size: int, generator: torch.Generator
+def grouped_minibatches(
+    keys: Sequence[Hashable], size: int, generator: torch.Generator
 ) -> list[list[int]]:
-    """Sample indices grouped by episode (`episodes[i]` is sample i's), the episodes in a random
-    order, packed into minibatches of at most `size` samples without cutting an episode (one
-    longer than `size` fills a minibatch alone)."""
-    members: dict[int, list[int]] = {}
-    for i, e in enumerate(episodes):
-        members.setdefault(e, []).append(i)
-    order = [list(members)[j] for j in torch.randperm(len(members), generator=generator)]
+    """Sample indices grouped by key (`keys[i]` is sample i's), the groups in a random order,
+    packed into minibatches of at most `size` samples without cutting a group (one larger than
+    `size` fills a minibatch alone)."""
+    members: dict[Hashable, list[int]] = {}
+    for i, k in enumerate(keys):
+        members.setdefault(k, []).append(i)
+    groups = list(members.values())
     out: list[list[int]] = []
-    for e in order:
-        if out and len(out[-1]) + len(members[e]) <= size:
-            out[-1].extend(members[e])
+    for j in torch.randperm(len(groups), generator=generator).tolist():
+        if out and len(out[-1]) + len(groups[j]) <= size:
+            out[-1].extend(groups[j])
         else:
-            out.append(list(members[e]))
+            out.append(list(groups[j]))
     return out
 
 
 def minibatch_order(
-    episodes: Sequence[int], g: GRPOConfig, generator: torch.Generator
+    samples: Sequence[TurnSample], g: GRPOConfig, generator: torch.Generator
 ) -> list[list[int]]:
-    """One epoch's minibatches of sample indices: turns for `token_mean`, whole episodes for
-    the per-episode reductions."""
+    """One epoch's minibatches of sample indices. `token_mean`: the turns in a random order,
+    those that share a prompt kept together so that one forward serves them all (the episodes
+    of a maze share their first prompt and often more: a third fewer forwards early in
+    training); the per-episode reductions: whole episodes."""
     if g.reduction == "token_mean":
-        return minibatches(len(episodes), g.minibatch, generator)
-    return episode_minibatches(episodes, g.minibatch, generator)
+        keys = distinct([prompt_key(x.prompt) for x in samples])[1].tolist()
+    else:
+        keys = [x.episode for x in samples]
+    return grouped_minibatches(keys, g.minibatch, generator)
 
 
 def update(
@@ -187,7 +194,7 @@ def update(
     model.train()
     for epoch in range(g.epochs):
         gen = torch.Generator().manual_seed(shuffle_seed(seed, step, epoch))
-        for idx in minibatch_order([x.episode for x in samples], g, gen):
+        for idx in minibatch_order(samples, g, gen):
             metrics = optimizer_step(learner, [samples[i] for i in idx], g, step=step)
             n_mb += 1
             for k, v in metrics.items():

@@ -20,7 +20,7 @@ from rlkit.maze.core import Action, optimal_action
 from rlkit.maze.sets import MazeSpec, train_maze
 from rlkit.model.chat import Encoded
 from rlkit.model.load import LoadedModel
-from rlkit.model.policy import AnswerSpec, build_batch, response_logprobs
+from rlkit.model.policy import AnswerSpec, turn_logprobs
 from rlkit.train import faults
 from rlkit.train.update import Learner
 
@@ -63,8 +63,8 @@ def bc_loss(
     temperature: float = 1.0,
 ) -> tuple[torch.Tensor, float]:
     """Cross-entropy of the oracle's move under the constrained policy, and its accuracy."""
-    batch = build_batch(loaded, prompts, [answer.response(int(a)) for a in actions])
-    logp, _ = response_logprobs(loaded, batch, temperature=temperature, answer=answer)
+    responses = [answer.response(int(a)) for a in actions]
+    logp, _, _ = turn_logprobs(loaded, prompts, responses, temperature=temperature, answer=answer)
     choice = logp[:, answer.choice_pos]
     return -choice.mean(), float((choice > np.log(0.5)).float().mean())
 
