@@ -84,6 +84,21 @@ def test_run_directory_layout(tmp_path):
     }
 
 
+def test_the_warm_start_turns_fine_near_its_target_and_resumes_in_that_phase(tmp_path):
+    # fine from any validated rate: BC at fine_lr, validated after every step, from step 3
+    cfg = _cfg().with_overrides({"warm_start.fine_from": 0.0, "warm_start.fine_lr": 1e-5})
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    train(cfg, straight, progress=False)
+    rows = {r["step"]: r for r in _metrics(straight) if "loss/bc" in r}
+    assert [rows[k]["train/lr"] for k in (1, 2, 3, 4)] == [cfg.warm_start.lr] * 2 + [1e-5] * 2
+    assert sorted(k for k, r in rows.items() if "train/val_solve_rate" in r) == [2, 3, 4]
+    Trainer(cfg, split, progress=False).fit(stop_at_step=3)  # resumes from step 2's state
+    train(cfg, split, progress=False)
+    assert _metrics(straight) == _metrics(split)
+    with pytest.raises(UsageError, match="fine_from"):
+        _cfg().with_overrides({"warm_start.fine_from": 1.5})
+
+
 def test_dynamic_sampling_draws_rounds_until_enough_groups_teach(tmp_path):
     cfg = _cfg().with_overrides({"grpo.min_informative": 1000, "grpo.max_rounds": 3})
     train(cfg, tmp_path / "capped", progress=False)  # never enough: every step draws 3 rounds

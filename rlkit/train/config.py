@@ -73,11 +73,20 @@ class WarmStartConfig:
     lr: float = 1e-3
     max_steps: int = 400
     """Upper bound on BC steps, whatever the validation solve rate."""
-    stop_at: float = 0.42
+    stop_at: float = 0.38
     """Stop once the sampled validation solve rate reaches this: partial skill, like the 8B's
-    43.75% starting point, so that GRPO has something to improve."""
+    43.75% starting point, so that GRPO has something to improve. The test set's rate at the
+    stop lies within a few points of it either way (a different set of mazes, each measured
+    with sampling noise), so the target sits below the 50% ceiling: at 0.42, seeds 1 and 2
+    started GRPO at 50.8% and 50.4% on the test set."""
     check_every: int = 5
-    """BC steps between validation checks."""
+    """BC steps between validation checks (before the fine phase)."""
+    fine_from: float | None = 0.30
+    """From a validation solve rate of this on, BC runs at `fine_lr` and validates after every
+    step. Near the target the solve rate turns sharply: at 1e-3, two steps took seeds 4-6 from
+    ~0.32 to 0.41-0.48, and the first GRPO checkpoint to 51% on the test set. None: one phase."""
+    fine_lr: float = 2.5e-4
+    """BC learning rate of the fine phase."""
     val_samples: int = 4
     """Episodes per validation maze: 64 x 1 is too noisy for a stop rule at 42%."""
     random_steps: int = 5
@@ -232,6 +241,11 @@ class TrainConfig:
             raise UsageError(f"grpo.max_rounds ({g.max_rounds}) must be >= 1")
         if not 0.0 <= g.tight_fraction <= 1.0:
             raise UsageError(f"grpo.tight_fraction ({g.tight_fraction}) must be in [0, 1]")
+        w = self.warm_start
+        if not (w.lr > 0 and w.fine_lr > 0):
+            raise UsageError(f"warm_start.lr ({w.lr}) and fine_lr ({w.fine_lr}) must be > 0")
+        if w.fine_from is not None and not 0.0 <= w.fine_from <= 1.0:
+            raise UsageError(f"warm_start.fine_from ({w.fine_from}) must be in [0, 1] or none")
         if s.steps < 0:
             raise UsageError(f"schedule.steps ({s.steps}) must be >= 0")
         if s.seed < 0:
@@ -342,7 +356,7 @@ def _smoke() -> TrainConfig:
         name="smoke",
         model=ModelConfig(tiny=tiny),
         warm_start=WarmStartConfig(
-            batch=32, max_steps=4, stop_at=1.0, check_every=2, val_samples=1
+            batch=32, max_steps=4, stop_at=1.0, check_every=2, val_samples=1, fine_from=None
         ),
         # plain GRPO on the env's full budget, no KL: an untrained model's 4 x 4 episodes
         # rarely score on a tight budget, and a smoke run must train on its few steps

@@ -67,6 +67,8 @@ class TrainState:
     warm_start_end: int | None = None
     cursor: int = 0
     """Index of the next training maze in the stream: no maze replayed or skipped on resume."""
+    val_solve_rate: float | None = None
+    """The warm start's latest validation solve rate (None: none yet); it picks the BC phase."""
     elapsed_s: float = 0.0
     """Training wall time up to this state, summed over resumed segments (benchmarks)."""
 

@@ -132,13 +132,14 @@ class Trainer:
         it shares the policy's tokenizer and encoder caches."""
         ref_dir = self.run.path / "reference_policy"
         loaded = self.learner.loaded
-        if not (ref_dir / "config.json").exists():
-            tmp = self.run.path / ".reference_policy.tmp"
-            loaded.model.save_pretrained(tmp)
-            os.replace(tmp, ref_dir)
         model = loaded.model
+        with no_progress_bars():
+            if not (ref_dir / "config.json").exists():
+                tmp = self.run.path / ".reference_policy.tmp"
+                model.save_pretrained(tmp)
+                os.replace(tmp, ref_dir)
+            ref_model = type(model).from_pretrained(ref_dir, dtype=model.dtype)
         ref = copy.copy(loaded)
-        ref_model = type(model).from_pretrained(ref_dir, dtype=model.dtype)
         ref.model = fast_vision(ref_model.to(model.device).eval())
         return ref
 
@@ -210,13 +211,18 @@ class Trainer:
                 self.cfg.task.spec, s.step - 1, w.batch, w.random_steps, self.cfg.schedule.seed
             )
             prompts = encode_states(self.learner.loaded, [p[0] for p in pairs], self.cfg.task.env)
-            metrics = bc_update(self.learner, prompts, [p[1] for p in pairs], step=s.step)
+            last = s.val_solve_rate
+            fine = w.fine_from is not None and last is not None and last >= w.fine_from
+            lr = w.fine_lr if fine else w.lr
+            actions = [p[1] for p in pairs]
+            metrics = bc_update(self.learner, prompts, actions, lr=lr, step=s.step)
         done = s.step >= w.max_steps
-        if s.step % w.check_every == 0 or done:
+        if s.step % (1 if fine else w.check_every) == 0 or done:
             with self.log.timer("validate"):
-                val = self._validation_solve_rate()
-            metrics["train/val_solve_rate"] = val
-            done = done or val >= w.stop_at
+                s.val_solve_rate = self._validation_solve_rate()
+            metrics["train/val_solve_rate"] = s.val_solve_rate
+            done = done or s.val_solve_rate >= w.stop_at
+        metrics["train/lr"] = lr
         if done:
             s.phase, s.warm_start_end = "grpo", s.step
             self.learner.opt = self._optimizer(self.learner.loaded)

@@ -70,9 +70,17 @@ def bc_loss(
 
 
 def bc_update(
-    learner: Learner, prompts: Sequence[Encoded], actions: Sequence[Action], *, step: int
+    learner: Learner,
+    prompts: Sequence[Encoded],
+    actions: Sequence[Action],
+    *,
+    lr: float,
+    step: int,
 ) -> dict[str, float]:
-    """One optimizer step of behaviour cloning; returns `loss/bc` and `train/bc_accuracy`."""
+    """One optimizer step of behaviour cloning at learning rate `lr`; returns `loss/bc` and
+    `train/bc_accuracy`."""
+    for group in learner.opt.param_groups:
+        group["lr"] = lr
     learner.loaded.model.train()
     loss, acc = bc_loss(learner.loaded, learner.answer, prompts, actions, learner.temperature)
     learner.opt.zero_grad()
