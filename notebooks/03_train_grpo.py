@@ -32,7 +32,7 @@
 #
 # Why a warm start: GRPO needs groups that sometimes succeed. A randomly initialised model
 # solves a fifth of the mazes by luck but not consistently, and learns little from that.
-# Locally, a short behaviour-cloning phase on the BFS oracle's moves brings it to ~42% first:
+# Locally, a short behaviour-cloning phase on the BFS oracle's moves brings it to ~40% first:
 # the stand-in for the instruct model the cluster run starts from (Qwen3-VL-8B solves 43.75%
 # of the test set before training). A KL penalty (`grpo.kl_coef`, 0.05 in `local-tiny`) keeps
 # the policy near that starting point, which steadies the late curve.
