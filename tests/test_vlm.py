@@ -166,6 +166,10 @@ def test_turn_logprobs_run_each_distinct_forward_once_with_equal_values_and_grad
     assert len(grads[0]) == len(grads[1]) > 0
     for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+    if constrained:  # the shared forward assumes the forced prefix: anything else is refused
+        bad = [responses[0][-1], *responses[0][1:]]
+        with pytest.raises(UsageError, match="forced answer prefix"):
+            turn_logprobs(loaded, prompts[:1], [bad], answer=pol.answer)
 
 
 def _replayed_prompts(traj) -> list[list[dict]]:

@@ -362,6 +362,8 @@ def turn_logprobs(
     mask = (torch.arange(r_len) < torch.tensor([len(r) for r in responses]).unsqueeze(1)).long()
     mask = mask.to(loaded.device)
     if answer is not None:
+        if any(tuple(r[: answer.choice_pos]) != answer.prefix for r in responses):
+            raise UsageError("a response lacks the forced answer prefix: pass answer=None")
         logits = choice_logits(loaded, prompts, answer) / temperature
         return (*_chosen_logprobs(logits, resp, answer), mask)
     keys = [(prompt_key(p), tuple(r)) for p, r in zip(prompts, responses, strict=True)]
