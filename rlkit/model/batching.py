@@ -4,9 +4,10 @@
 cached multimodal rope positions; `response_logprobs` is the training forward (per-token
 logprobs and entropy of the response tokens) of a batch's rows, and `turn_logprobs` the same
 values for many turns with every distinct forward run once (`choice_logits` likewise for
-constrained sampling): episodes of one maze repeat prompts, 8 times on the first turn. `rlkit.model.policy.ModelPolicy` samples through the same
-functions, so the logprobs it records equal the recomputed ones (the RL ratio is exactly 1 on
-un-updated weights; a test checks it). The definitions:
+constrained sampling): episodes of one maze repeat prompts, 8 times on the first turn.
+`rlkit.model.policy.ModelPolicy` samples through the same functions, so the logprobs it
+records equal the recomputed ones (the RL ratio is exactly 1 on un-updated weights; a test
+checks it). The definitions:
 
 - free: log softmax(logits / temperature) over the vocabulary minus the vision placeholder
   tokens (`VISION_TOKENS`: an image pad in a response would claim image features that don't
@@ -189,6 +190,17 @@ def prompt_positions(loaded: LoadedModel, prompt: Encoded) -> np.ndarray:
     return hit
 
 
+def padded_responses(responses: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, R) response tokens right-padded with 0, and (B, R) 1 on the real ones (R >= 1)."""
+    r_len = max([len(r) for r in responses] + [1])
+    resp = np.zeros((len(responses), r_len), np.int64)
+    mask = np.zeros((len(responses), r_len), np.int64)
+    for b, r in enumerate(responses):
+        resp[b, : len(r)] = r
+        mask[b, : len(r)] = 1
+    return torch.from_numpy(resp), torch.from_numpy(mask)
+
+
 def build_batch(
     loaded: LoadedModel,
     prompts: Sequence[Encoded],
@@ -215,12 +227,7 @@ def build_batch(
         n_resp = len(s) - p_pos.shape[1]
         pos[:, b, length - len(s) : length - n_resp] = p_pos
         pos[:, b, length - n_resp :] = p_pos.max() + 1 + np.arange(n_resp)
-    r_len = max([len(r) for r in responses] + [1])
-    resp = np.zeros((len(seqs), r_len), np.int64)
-    resp_mask = np.zeros((len(seqs), r_len), np.int64)
-    for b, r in enumerate(responses):
-        resp[b, : len(r)] = r
-        resp_mask[b, : len(r)] = 1
+    resp, resp_mask = padded_responses(responses)
     dev = loaded.device
     image_id = loaded.model.config.image_token_id
     pv = unique_grid = grid = None
@@ -247,8 +254,8 @@ def build_batch(
         index,
         grid,
         torch.from_numpy(pos).to(dev),
-        torch.from_numpy(resp).to(dev),
-        torch.from_numpy(resp_mask).to(dev),
+        resp.to(dev),
+        resp_mask.to(dev),
     )
 
 
@@ -354,13 +361,7 @@ def turn_logprobs(
     Gradients flow back through the shared rows (each row's loss term is its own)."""
     if len(responses) != len(prompts):
         raise UsageError(f"{len(prompts)} prompts but {len(responses)} responses")
-    r_len = max([len(r) for r in responses] + [1])
-    resp = torch.zeros(len(responses), r_len, dtype=torch.long)
-    for b, r in enumerate(responses):
-        resp[b, : len(r)] = torch.tensor(r, dtype=torch.long)
-    resp = resp.to(loaded.device)
-    mask = (torch.arange(r_len) < torch.tensor([len(r) for r in responses]).unsqueeze(1)).long()
-    mask = mask.to(loaded.device)
+    resp, mask = (t.to(loaded.device) for t in padded_responses(responses))
     if answer is not None:
         if any(tuple(r[: answer.choice_pos]) != answer.prefix for r in responses):
             raise UsageError("a response lacks the forced answer prefix: pass answer=None")
