@@ -246,7 +246,7 @@ def launch_plan(
 def finish(job: JobHandle, monitor: Refreshable | None, timeout_s: float) -> str:
     """Block until the job ends, show its final state in the monitor; RlkitError unless it
     succeeded (so a headless run of notebook 03 fails loudly)."""
-    status = job.wait(timeout_s, poll_s=5.0).value
+    status = job.wait(timeout_s, poll_s=1.0).value
     if monitor is not None:
         monitor.stop_polling()
         monitor.refresh()

@@ -199,6 +199,11 @@ def summarize(
     )
 
 
+EVAL_SEED = 1234
+"""The sampling seed of every checkpoint eval (the trainer's and the notebooks'): each
+checkpoint meets the same random streams, so evals pair by maze and sample."""
+
+
 def evaluate(
     policy: Policy,
     *,

@@ -24,20 +24,17 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from rlkit.cluster.skyrl import readers as skyrl_readers
-from rlkit.episodes.evaluate import EvalResult, evaluate
+from rlkit.episodes.evaluate import EVAL_SEED, EvalResult, evaluate
 from rlkit.episodes.failures import KINDS, classify
-from rlkit.episodes.policies import Policy
+from rlkit.episodes.policies import Policy, scripted_policy
 from rlkit.episodes.rollout import Trajectory
 from rlkit.errors import UsageError
 from rlkit.maze.sets import pinned_set_hash
-from rlkit.model.build import build_tiny
-from rlkit.model.policy import load_policy
 from rlkit.notebook.plots import figure_png, load_run_evals
 from rlkit.notebook.report import BASE
 from rlkit.train.config import TaskConfig, TrainConfig
 from rlkit.train.config import preset as train_preset
 from rlkit.train.runs import RunDir, checkpoint_problem
-from rlkit.train.trainer import EVAL_SEED
 
 SCRIPTED_BASELINES = ("random", "eps-oracle:0.25", "oracle")
 """The floor, a noisy planner and the ceiling: a trained model should land between them."""
@@ -125,11 +122,15 @@ def base_model(preset: str, out_dir: str | Path) -> Path:
     cfg = train_preset(preset)
     path = Path(out_dir) / f"base_model-{preset}"
     if not (path / "config.json").exists():
+        from rlkit.model.build import build_tiny
+
         build_tiny(path, seed=cfg.schedule.seed, config=cfg.model.tiny)
     return path
 
 
 def _model_policy(model_dir: Path, cfg: TrainConfig, *, greedy: bool = False) -> Policy:
+    from rlkit.model.policy import load_policy
+
     m = cfg.model
     return load_policy(
         model_dir, temperature=m.temperature, greedy=greedy, constrained=m.constrained
@@ -153,7 +154,7 @@ def baseline_evals(
             model_dir = base_model(preset, out_dir)
             make: Callable[[], Policy] = lambda d=model_dir: _model_policy(d, cfg)  # noqa: E731
         else:
-            make = lambda n=name: load_policy(n)  # noqa: E731
+            make = lambda n=name: scripted_policy(n)  # noqa: E731
         results[name], _ = evaluate_cached(
             root / f"{_slug(name)}.json", make, samples=samples, task=cfg.task, label=name
         )

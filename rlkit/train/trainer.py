@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from rlkit.episodes.evaluate import EvalResult, evaluate
+from rlkit.episodes.evaluate import EVAL_SEED, EvalResult, evaluate
 from rlkit.episodes.rollout import Trajectory, run_episodes
 from rlkit.errors import UsageError
 from rlkit.maze.sets import train_mazes
@@ -53,9 +53,6 @@ from rlkit.train.step import (
 )
 from rlkit.train.update import Learner, update
 from rlkit.train.warmstart import bc_states, bc_update, encode_states, validation_mazes
-
-EVAL_SEED = 1234
-"""Fixed eval sampling seed: every checkpoint meets the same random streams (paired tests)."""
 
 
 def torch_threads(threads: int | None) -> int:

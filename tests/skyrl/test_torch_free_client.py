@@ -2,7 +2,9 @@
 
 Each step runs in a fresh interpreter where importing torch, torchvision or transformers fails:
 the dry-run submit, the jobs listing and `connect` against a real local Ray head, reading a
-SkyRL run (its checkpoints and SkyRL's own eval dumps) and plotting it.
+SkyRL run (its checkpoints and SkyRL's own eval dumps) and plotting it, and the workbench steps
+of notebooks 00-02 that need no model (the kernel report, the mazes, the scripted baselines).
+Notebooks import the workbench in their first cell, so this also keeps their start fast.
 """
 
 from __future__ import annotations
@@ -60,3 +62,19 @@ def test_skyrl_run_reads_and_plots_without_torch(tmp_path, skyrl_eval):
     out = run_without_torch(code, tmp_path)
     assert float(out.splitlines()[1]) == metrics["eval/all/avg_score"]
     assert (tmp_path / "solve.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_workbench_steps_without_a_model_need_no_torch(tmp_path):
+    code = textwrap.dedent(f"""
+        from rlkit.maze.sets import pinned_set
+        from rlkit.notebook import plots, workbench
+        from rlkit.notebook.widgets import maze_browser, maze_view
+        assert workbench.kernel_report()["ray"] != "missing"
+        png = plots.figure_png(plots.maze_gallery(pinned_set("test")[:4]))
+        assert png.startswith(b"\\x89PNG")
+        maze_browser(size=5)
+        maze_view(5, seed=0)
+        evals = workbench.baseline_evals({str(tmp_path)!r}, "local-tiny", samples=1, policies=("oracle",))
+        print(evals["oracle"].solve_rate)
+    """)
+    assert float(run_without_torch(code, tmp_path).splitlines()[-1]) == 1.0
