@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from rlkit.cluster.jobs import (
     records_for_run,
     working_dir_runtime_env,
 )
+from rlkit.cluster.localhead import _start_lock, start_local_head
 from rlkit.errors import RlkitError, UsageError
 
 
@@ -49,6 +51,23 @@ def test_second_connect_reuses_the_head(cluster):
     assert again.address == cluster.address
     assert again.local_head is not None and not again.local_head.started
     assert any("reusing" in n for n in again.notes)
+
+
+def test_a_connect_during_a_start_waits_for_it_then_reuses_the_head(cluster):
+    """Held here as a starting `ray start` holds it, the port's start lock makes other callers
+    wait, and the waiter then reuses the head instead of starting a second one on the port."""
+    port = cluster.local_head.port
+    pool = ThreadPoolExecutor(1)
+    with _start_lock(port, timeout_s=5.0):
+        with pytest.raises(RlkitError, match="another process has been starting") as e:
+            start_local_head(port, timeout_s=0.5)
+        assert "\n" not in str(e.value)
+        waiting = pool.submit(connect, local_port=port)
+        time.sleep(1.0)
+        assert not waiting.done()
+    again = waiting.result(timeout=60)
+    pool.shutdown()
+    assert again.address == cluster.address and not again.local_head.started
 
 
 def test_job_round_trip_with_live_tail(cluster):

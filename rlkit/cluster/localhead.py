@@ -11,6 +11,7 @@ API, listens on 127.0.0.1 only.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,6 +139,33 @@ def _node_alive(url: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _start_lock(port: int, timeout_s: float) -> Iterator[None]:
+    """One start per port at a time, across processes and threads: a second `connect()` while
+    a head is starting waits for it and then reuses it, instead of racing a second `ray start`
+    onto the same port. An flock is released when its holder exits, however it exits."""
+    path = _state_file(port).with_suffix(".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as lock:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RlkitError(
+                        f"another process has been starting the local Ray head on 127.0.0.1:{port} "
+                        f"for over {timeout_s:.0f} s; see {_state_file(port).with_suffix('.log')} "
+                        "or pass connect(local_port=...) a free port"
+                    ) from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def start_local_head(
     port: int = DEFAULT_DASHBOARD_PORT,
     *,
@@ -146,8 +175,15 @@ def start_local_head(
     """Reuse the Ray head answering on 127.0.0.1:`port`, or start one there.
 
     The head runs in its own session, so it outlives the notebook kernel that started it and
-    its jobs can be reattached after a restart; `LocalHead.stop()` ends it.
+    its jobs can be reattached after a restart; `LocalHead.stop()` ends it. Calls for one port
+    take turns: one that finds a start under way waits for it (up to `timeout_s`) and reuses
+    that head.
     """
+    with _start_lock(port, timeout_s):
+        return _start_or_reuse(port, num_cpus, timeout_s)
+
+
+def _start_or_reuse(port: int, num_cpus: int | None, timeout_s: float) -> LocalHead:
     url = f"http://127.0.0.1:{port}"
     state = _state_file(port)
     if _dashboard_answers(url):
