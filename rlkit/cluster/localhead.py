@@ -205,6 +205,9 @@ def _start_or_reuse(port: int, num_cpus: int | None, timeout_s: float) -> LocalH
         # Fixed defaults (10001, 52365) would collide with any other head on the machine.
         *("--ray-client-server-port", str(free_port())),
         *("--dashboard-agent-listen-port", str(free_port())),
+        # Workers take ports from 10002 up by default, counted by each raylet alone: two heads
+        # started together bind the same ones and one's jobs fail. 0: the OS picks each port.
+        *("--min-worker-port", "0", "--max-worker-port", "0"),
         *("--object-store-memory", str(512 * 2**20)),
         *("--metrics-export-port", str(metrics_port := free_port())),
     ]
