@@ -43,12 +43,8 @@ demo: $(STAMP)
 notebooks: $(STAMP)
 	$(VENV)/bin/jupytext --sync notebooks/*.py
 
-# Two workers, one test file each at a time: most of the suite waits on processes it started
-# (Ray heads and jobs, vLLM's server, kernels, Chromium), so two overlap well on two cores. Each
-# worker starts its own Ray head; more workers would mean more heads and vLLM servers.
-TEST_WORKERS ?= 2
 test: $(STAMP) lint
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check rlkit tests benchmarks scripts notebooks
