@@ -24,7 +24,7 @@ from rlkit.cluster.jobs import (
     records_for_run,
     working_dir_runtime_env,
 )
-from rlkit.cluster.localhead import _start_lock, start_local_head
+from rlkit.cluster.localhead import _start_lock, ray_temp_dir, start_local_head
 from rlkit.errors import RlkitError, UsageError
 
 
@@ -68,6 +68,16 @@ def test_a_connect_during_a_start_waits_for_it_then_reuses_the_head(cluster):
     again = waiting.result(timeout=60)
     pool.shutdown()
     assert again.address == cluster.address and not again.local_head.started
+
+
+def test_a_job_runs_against_its_own_head(cluster):
+    """The head keeps its own Ray temp dir, whose ray_current_cluster Ray's job supervisor
+    hands each driver as RAY_ADDRESS: a head started later on the machine cannot take it."""
+    current = (ray_temp_dir(cluster.local_head.port) / "ray_current_cluster").read_text().strip()
+    code = "import os; print('RAY_ADDRESS', os.environ['RAY_ADDRESS'])"
+    job = cluster.submit("own head", f'python -c "{code}"', metadata={"preset": "none"})
+    assert job.wait(120).value == "SUCCEEDED", job.logs()
+    assert f"RAY_ADDRESS {current}" in job.logs()
 
 
 def test_job_round_trip_with_live_tail(cluster):

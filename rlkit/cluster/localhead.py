@@ -41,6 +41,17 @@ def _state_file(port: int) -> Path:
     return Path(tempfile.gettempdir()) / "rlkit-ray" / f"head-{port}.json"
 
 
+def ray_temp_dir(port: int) -> Path:
+    """The Ray temp dir (sessions, logs, sockets) of the local head on `port`: its own.
+
+    Ray's job supervisor points each job's driver at the head named in its temp dir's
+    `ray_current_cluster`, i.e. the latest head started with that dir. With Ray's shared
+    /tmp/ray, a job of one head ran against another head started later on the machine. Short
+    and under /tmp: Ray's Unix sockets live inside it, and their paths are limited to 107 bytes.
+    """
+    return Path("/tmp/rlkit-ray") / f"ray-{port}"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -210,6 +221,7 @@ def _start_or_reuse(port: int, num_cpus: int | None, timeout_s: float) -> LocalH
         *("--min-worker-port", "0", "--max-worker-port", "0"),
         *("--object-store-memory", str(512 * 2**20)),
         *("--metrics-export-port", str(metrics_port := free_port())),
+        *("--temp-dir", str(ray_temp_dir(port))),
     ]
     if num_cpus is not None:
         cmd += ["--num-cpus", str(num_cpus)]
