@@ -8,7 +8,9 @@ whose eval dumps SkyRL's own `evaluate` wrote at step 10.
 from __future__ import annotations
 
 import json
+import logging
 import re
+import shutil
 import time
 import urllib.request
 from pathlib import Path
@@ -24,6 +26,7 @@ from rlkit.notebook.plots import load_metrics
 from rlkit.train.metrics import GAUGES, PREFIXES
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-rlkit.json"
+U0085_DUMP = Path(__file__).parent / "data" / "u0085_eval_dump"  # a real dump: 4 mazes x 2
 
 TRAIN_STEP = {  # what SkyRL's trainer logs at a training step (a subset, its own names)
     "reward/avg_raw_reward": 0.25,
@@ -157,3 +160,35 @@ def test_bridged_gauges_are_scraped_from_the_heads_metrics_endpoint(ray_cluster,
         done.touch()
         job.wait(120)
     assert found == want, (found, job.logs()[-2000:])
+
+
+def put_dump(export_path: Path, step: int) -> Path:
+    """The real U+0085 dump as SkyRL's eval dump for `step`; returns its jsonl file."""
+    step_dir = export_path / "dumped_evals" / f"global_step_{step}_evals"
+    shutil.copytree(U0085_DUMP, step_dir, copy_function=shutil.copyfile)
+    return step_dir / "rlkit-maze_test.jsonl"
+
+
+def test_a_broken_eval_dump_costs_only_its_interval(tmp_path, caplog):
+    run, export = tmp_path / "run", tmp_path / "run" / "exports"
+    with open(put_dump(export, 3), "ab") as f:
+        f.write(b'{"input_prompt": "a write cut sh')  # step 3: a torn last line
+    garbage = export / "dumped_evals" / "global_step_6_evals" / "x.jsonl"
+    garbage.parent.mkdir()
+    garbage.write_bytes(b"\x00\xffnot json\n")  # step 6: no record at all
+    (export / "dumped_evals" / "global_step_9_evals" / "x.jsonl").mkdir(parents=True)  # unreadable
+    bridge = MetricsBridge(run, export, mlflow=False, ray_gauges=False)
+    with caplog.at_level(logging.WARNING, logger="rlkit.cluster.skyrl.bridge"):
+        for step in (3, 6, 9, 10):  # step 3 reads its own dump only, not step 6's garbage
+            bridge.log({"eval/all/avg_score": 0.0}, step=step)
+    bridge.close()
+    r3, r6, r9, r10 = load_metrics(run)
+    assert r3["eval/bad_records"] == 1.0 and r3["eval/mazes"] == 4.0
+    assert r3["eval/ci_low"] == 0.0 and r3["eval/pass_at_2"] == 0.0  # the dump's own result
+    assert f"{export}/dumped_evals/global_step_3_evals/rlkit-maze_test.jsonl:9" in caplog.text
+    for r in (r6, r9, r10):  # no interval, but the step is logged and the run goes on
+        assert r == {"step": r["step"], "eval/solve_rate": 0.0}
+    assert "no interval for the eval at step 6" in caplog.text
+    assert (
+        "no interval for the eval at step 9" in caplog.text and "IsADirectoryError" in caplog.text
+    )

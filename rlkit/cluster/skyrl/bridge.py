@@ -7,8 +7,9 @@ SkyRL logs one dict per step through its `Tracking` (keys like `reward/avg_raw_r
 (`rlkit_names`), to rlkit's `MetricsLogger` for the run dir (RUN/metrics.jsonl, read by the
 notebook's job monitor and `rlkit plot`; the Ray gauges the Grafana dashboard queries, under the
 local trainer's names) and to MLflow when `MLFLOW_TRACKING_URI` is set and SkyRL's own logger is
-not already MLflow. An eval step also gets its interval from SkyRL's eval dumps, and every step
-reports SkyRL's latest complete checkpoint (its marker file).
+not already MLflow. An eval step also gets its interval (and `eval/bad_records`, the dump lines
+that were not JSON) from SkyRL's dump for that step; a dump that cannot be read costs only that
+interval. Every step reports SkyRL's latest complete checkpoint (its marker file).
 
 `rlkit.cluster.skyrl.entry` runs SkyRL's experiment with `RlkitExp`, whose `get_tracker` (SkyRL's
 extension point) returns a `BridgedTracking`.
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.cluster.hang import step_line
-from rlkit.cluster.skyrl.readers import latest_step, read_eval_dumps
+from rlkit.cluster.skyrl.readers import latest_step, read_eval_dump
 from rlkit.errors import RlkitError
 from rlkit.train.metrics import MetricsLogger
 from rlkit.train.runs import RunDir
@@ -80,19 +81,28 @@ def rlkit_names(data: Mapping[str, Any]) -> dict[str, float]:
 
 
 def eval_interval(export_path: str | Path, step: int) -> dict[str, float]:
-    """The eval's interval and pass@k from SkyRL's dump for `step` ({} when not dumped)."""
+    """The eval's interval, pass@k and skipped dump lines from SkyRL's dump for `step` alone
+    ({} when not dumped, or when the dump cannot be read: that costs this number, never the run).
+    """
     if not (Path(export_path) / "dumped_evals" / f"global_step_{step}_evals").is_dir():
         return {}
     try:
-        result = read_eval_dumps(export_path).get(step)
-    except RlkitError as e:  # a half-written dump must not stop training, only this number
-        _log.warning("no interval for the eval at step %d: %s", step, e)
+        dump = read_eval_dump(export_path, step)
+        result = dump.result()
+    except Exception as e:  # a half-written or odd dump must not stop training, only this number
+        _log.warning("no interval for the eval at step %d: %s: %s", step, type(e).__name__, e)
         return {}
-    if result is None:
-        return {}
+    if dump.bad_lines:
+        _log.warning(
+            "eval at step %d: %d dump lines not JSON, skipped: %s",
+            step,
+            len(dump.bad_lines),
+            ", ".join(dump.bad_lines),
+        )
     low, high = result.ci95
     out = {"eval/ci_low": low, "eval/ci_high": high, "eval/mazes": float(result.n_mazes)}
     out |= {f"eval/{k.replace('@', '_at_')}": float(v) for k, v in result.pass_at_k.items()}
+    out["eval/bad_records"] = float(len(dump.bad_lines))
     return out
 
 

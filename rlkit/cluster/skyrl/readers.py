@@ -5,6 +5,12 @@ SkyRL's eval dumps (`<export_path>/dumped_evals/global_step_N_evals/*.jsonl`) be
 failure taxonomy, plots and replay widgets work for cluster runs as for local ones.
 
     evals = read_eval_dumps("/fsx/rlkit/runs/RUN/exports")     # {step: EvalResult}
+    dump = read_eval_dump("/fsx/rlkit/runs/RUN/exports", 10)   # one step: episodes, bad lines
+
+SkyRL writes one record per "\n" with `ensure_ascii=False`, so an answer may hold a raw U+0085,
+U+2028 or U+2029: records are split on "\n" only (`str.splitlines` would cut them). A line that
+is still not JSON (a write cut short, garbage) is skipped and counted (`EvalDump.bad_lines`, a
+`BadRecordsWarning`), so one bad line costs one episode, not the whole step.
 """
 
 from __future__ import annotations
@@ -140,19 +146,93 @@ def _episode(entry: dict, where: str) -> EvalEpisode:
         ) from None
 
 
-def read_eval_episodes(step_dir: str | Path) -> list[EvalEpisode]:
-    """Every episode in one `global_step_N_evals/` dir (all `*.jsonl` but the aggregate)."""
+class BadRecordsWarning(UserWarning):
+    """Lines of an eval dump that are not JSON (a write cut short, garbage) were skipped."""
+
+
+@dataclass(frozen=True)
+class EvalDump:
+    """One `global_step_N_evals/` dir as read: its episodes and the lines skipped."""
+
+    path: Path
+    step: int | None
+    """N from the dir's name (None for a dir named otherwise)."""
+    episodes: list[EvalEpisode]
+    bad_lines: tuple[str, ...] = ()
+    """`file:line` of each line that is not a JSON object: skipped, and counted here so that a
+    torn write shows up (the bridge logs it as `eval/bad_records`) instead of vanishing."""
+
+    def result(self, policy: str = "skyrl") -> EvalResult:
+        """The step's EvalResult; its policy reads `policy@N`."""
+        name = policy if self.step is None else f"{policy}@{self.step}"
+        return episodes_to_result(self.episodes, step=self.step, policy=name)
+
+    def warn_bad_lines(self) -> None:
+        """Tell a person reading the dump how many lines were skipped, and where."""
+        if self.bad_lines:
+            n = len(self.bad_lines)
+            shown = ", ".join(self.bad_lines[:3]) + (", ..." if n > 3 else "")
+            warnings.warn(
+                f"{n} line{'s' if n > 1 else ''} of {self.path} not JSON (a write cut short?), "
+                f"skipped: {shown}",
+                BadRecordsWarning,
+                stacklevel=3,
+            )
+
+
+def _records(f: Path) -> tuple[list[tuple[int, dict]], list[int]]:
+    """(line number, object) of each record in `f` and the numbers of lines that are not one."""
+    records, bad = [], []
+    for n, line in enumerate(f.read_bytes().split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:  # JSONDecodeError, or UnicodeDecodeError for bytes cut mid-character
+            entry = None
+        if isinstance(entry, dict):
+            records.append((n, entry))
+        else:
+            bad.append(n)
+    return records, bad
+
+
+def read_step_dir(step_dir: str | Path) -> EvalDump:
+    """One `global_step_N_evals/` dir: every `*.jsonl` but the aggregate, read as episodes."""
     step_dir = Path(step_dir)
-    episodes = []
+    m = _EVAL_DIR.fullmatch(step_dir.name)
+    episodes: list[EvalEpisode] = []
+    bad_lines: list[str] = []
     for f in sorted(step_dir.glob("*.jsonl")):
         if f.name == "aggregated_results.jsonl":
             continue
-        for n, line in enumerate(f.read_text().splitlines(), 1):
-            if line.strip():
-                episodes.append(_episode(json.loads(line), f"{f}:{n}"))
+        records, bad = _records(f)
+        episodes += [_episode(entry, f"{f}:{n}") for n, entry in records]
+        bad_lines += [f"{f}:{n}" for n in bad]
     if not episodes:
-        raise UsageError(f"no eval records in {step_dir}: was trainer.dump_eval_results on?")
-    return episodes
+        skipped = f" ({len(bad_lines)} lines not JSON, first {bad_lines[0]})" if bad_lines else ""
+        raise UsageError(
+            f"no eval records in {step_dir}{skipped}: was trainer.dump_eval_results on?"
+        )
+    return EvalDump(step_dir, int(m.group(1)) if m else None, episodes, tuple(bad_lines))
+
+
+def read_eval_episodes(step_dir: str | Path) -> list[EvalEpisode]:
+    """Every episode in one `global_step_N_evals/` dir; skipped lines give a BadRecordsWarning."""
+    dump = read_step_dir(step_dir)
+    dump.warn_bad_lines()
+    return dump.episodes
+
+
+def read_eval_dump(export_path: str | Path, step: int) -> EvalDump:
+    """The dump of one step, `<export_path>/dumped_evals/global_step_N_evals/`, alone (the
+    bridge's read at each eval: other steps' dumps are neither read nor able to break it)."""
+    step_dir = Path(export_path) / "dumped_evals" / f"global_step_{step}_evals"
+    if not step_dir.is_dir():
+        raise UsageError(
+            f"no eval dump for step {step} at {step_dir}: set trainer.dump_eval_results=true"
+        )
+    return read_step_dir(step_dir)
 
 
 def to_trajectory(ep: EvalEpisode, sample: int, policy: str) -> Trajectory:
@@ -215,7 +295,8 @@ def episodes_to_result(episodes: list[EvalEpisode], *, step: int | None, policy:
 
 
 def read_eval_dumps(export_path: str | Path, *, policy: str = "skyrl") -> dict[int, EvalResult]:
-    """`{step: EvalResult}` for every `<export_path>/dumped_evals/global_step_N_evals/`."""
+    """`{step: EvalResult}` for every `<export_path>/dumped_evals/global_step_N_evals/`;
+    skipped lines give a BadRecordsWarning naming them."""
     root = Path(export_path) / "dumped_evals"
     if not root.is_dir():
         raise UsageError(f"no dumped_evals under {export_path}: set trainer.dump_eval_results=true")
@@ -223,8 +304,7 @@ def read_eval_dumps(export_path: str | Path, *, policy: str = "skyrl") -> dict[i
     for d in root.iterdir():
         m = _EVAL_DIR.fullmatch(d.name)
         if m and d.is_dir():
-            step = int(m.group(1))
-            results[step] = episodes_to_result(
-                read_eval_episodes(d), step=step, policy=f"{policy}@{step}"
-            )
+            dump = read_step_dir(d)
+            dump.warn_bad_lines()
+            results[int(m.group(1))] = dump.result(policy)
     return dict(sorted(results.items()))
