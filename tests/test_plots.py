@@ -120,6 +120,34 @@ def test_training_curves_skips_absent_panels_and_tolerates_missing_keys(tmp_path
     assert [ax.get_ylabel() for ax in from_file.axes] == names
 
 
+def test_curves_draw_each_step_once_with_its_last_values():
+    """A step can have several records: the local trainer and SkyRL log an eval next to the
+    step's training record, and a run resumed before its metrics were cut logs steps again.
+    The curves merge them per step; a later value wins."""
+    records = [
+        {"step": 0, "eval/solve_rate": 0.1},
+        {"step": 1, "rollout/reward_mean": 0.2, "loss/total": 1.0},
+        {"step": 2, "rollout/reward_mean": 0.3, "loss/total": 0.9},
+        {"step": 2, "eval/solve_rate": 0.4},  # the eval at step 2, its own record
+        {"step": 3, "rollout/reward_mean": 0.0, "loss/total": 5.0},  # lost when the run died
+        {"step": 3, "rollout/reward_mean": 0.5, "loss/total": 0.8},  # step 3 after the resume
+    ]
+    reward, loss = curves.training_curves(records).axes
+    lines = {ln.get_label(): ln for ln in reward.lines}
+    assert list(lines["rollout/reward_mean"].get_xdata()) == [1, 2, 3]
+    assert list(lines["rollout/reward_mean"].get_ydata()) == [0.2, 0.3, 0.5]
+    assert list(lines["eval/solve_rate"].get_xdata()) == [0, 2]
+    assert list(loss.lines[0].get_ydata()) == [1.0, 0.9, 0.8]
+    live = {ln.get_label(): ln for ln in curves.live_curves(records).axes[0].lines}
+    assert list(live["rollout/reward_mean"].get_ydata()) == [0.2, 0.3, 0.5]
+    assert curves.merge_steps(records) == [
+        {"step": 0, "eval/solve_rate": 0.1},
+        {"step": 1, "rollout/reward_mean": 0.2, "loss/total": 1.0},
+        {"step": 2, "rollout/reward_mean": 0.3, "loss/total": 0.9, "eval/solve_rate": 0.4},
+        {"step": 3, "rollout/reward_mean": 0.5, "loss/total": 0.8},
+    ]
+
+
 def test_training_curves_refuses_nothing_to_plot():
     with pytest.raises(UsageError, match="not logged a step"):
         curves.training_curves([])

@@ -5,6 +5,8 @@
 
 Each panel takes every metric whose name matches, so renamed or extra series appear without
 code changes; the warm start's span is shaded and labelled. Figures are `plots.PlotFigure`s.
+A step's records are merged first (`merge_steps`): an eval is logged as its own record next to
+the step's training record, and a step logged again after a resume replaces the old values.
 """
 
 from __future__ import annotations
@@ -65,6 +67,17 @@ def _series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], 
     return xs, ys
 
 
+def merge_steps(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One record per step, ascending: a step's records merged in file order, so a later value
+    of a key wins (records without an int step are dropped: they cannot be placed)."""
+    merged: dict[int, dict[str, Any]] = {}
+    for r in records:
+        step = r.get("step")
+        if isinstance(step, int) and not isinstance(step, bool):
+            merged.setdefault(step, {}).update(r)
+    return [merged[s] for s in sorted(merged)]
+
+
 def phase_spans(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, int]]:
     """Contiguous (phase, first_step, last_step) runs from a `phase`/`train/phase` field."""
     spans: list[tuple[str, int, int]] = []
@@ -104,7 +117,7 @@ def training_curves(
     metrics: Sequence[Mapping[str, Any]] | str | Path, *, run_id: str | None = None
 ) -> Figure:
     """Reward, loss, KL, entropy and turns vs step; panels without data are left out."""
-    records = load_metrics(metrics) if isinstance(metrics, str | Path) else list(metrics)
+    records = merge_steps(load_metrics(metrics) if isinstance(metrics, str | Path) else metrics)
     if not records:
         raise UsageError("no metric records to plot: the run has not logged a step yet")
     keys = sorted({k for r in records for k in r if k != "step"})
@@ -132,7 +145,7 @@ def training_curves(
     if spans:
         _mark_phases(list(axes), spans)
     steps = [r["step"] for r in records if isinstance(r.get("step"), int)]
-    detail = f"{len(records)} records, steps {min(steps, default=0)}-{max(steps, default=0)}"
+    detail = f"{len(records)} steps logged ({min(steps, default=0)}-{max(steps, default=0)})"
     figure_header(fig, "Training curves", run_id, detail)
     fig.subplots_adjust(hspace=0.15)
     return fig
@@ -150,7 +163,8 @@ def live_curves(
     fig = PlotFigure(figsize=(size_px[0] / 100, size_px[1] / 100))
     ax = fig.add_subplot()
     keys = ("rollout/reward_mean", "rollout/solve_rate", "eval/solve_rate")
-    series = [(k, *_series(metrics, k)) for k in keys]
+    records = merge_steps(metrics)
+    series = [(k, *_series(records, k)) for k in keys]
     for key, xs, ys in distinct_series([s for s in series if s[1]]):
         ax.plot(xs, ys, lw=1.3, label=key)
     for step, r in sorted((evals or {}).items()):

@@ -15,15 +15,18 @@ import time
 import urllib.request
 from pathlib import Path
 
+from skyrl.train.config import SkyRLTrainConfig
 from skyrl.train.utils.tracking import Tracking
 
 from rlkit.cluster.hang import STEP_PATTERN
 from rlkit.cluster.skyrl.bridge import MetricsBridge, rlkit_names
 from rlkit.cluster.skyrl.experiment import RlkitExp, bridged_tracker
+from rlkit.cluster.skyrl.presets import build_overrides, get_preset
 from rlkit.cluster.skyrl.readers import read_eval_dumps
 from rlkit.notebook.curves import training_curves
 from rlkit.notebook.plots import load_metrics
 from rlkit.train.metrics import GAUGES, PREFIXES
+from rlkit.train.runs import RunDir
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-rlkit.json"
 U0085_DUMP = Path(__file__).parent / "data" / "u0085_eval_dump"  # a real dump: 4 mazes x 2
@@ -192,3 +195,41 @@ def test_a_broken_eval_dump_costs_only_its_interval(tmp_path, caplog):
     assert (
         "no interval for the eval at step 9" in caplog.text and "IsADirectoryError" in caplog.text
     )
+
+
+def skyrl_config(runs_root: Path, name: str) -> SkyRLTrainConfig:
+    """SkyRL's own config for a preset run: the run dir is its ckpt_path, and it resumes."""
+    preset = get_preset("qwen3vl-8b-6gpu", runs_root=str(runs_root))
+    cfg = SkyRLTrainConfig.from_cli_overrides(build_overrides(preset, name))
+    assert cfg.trainer.resume_mode == "latest" and cfg.trainer.eval_before_train
+    return cfg
+
+
+def test_a_resumed_run_keeps_only_the_steps_its_checkpoint_holds(tmp_path):
+    """SkyRL resumes from its marker's step N, logs its eval-before-training at step N again and
+    then steps N+1, ...: the records after N go, those of 0..N stay."""
+    cfg = skyrl_config(tmp_path, "resumed")
+    run = RunDir(cfg.trainer.ckpt_path)
+    run.append_metrics({"step": 0, "eval/solve_rate": 0.1})  # eval before training
+    for s in range(1, 8):  # a killed run: checkpoint 5 complete, steps 6 and 7 logged past it
+        run.append_metrics({"step": s, "rollout/solve_rate": s / 10})
+    (run.path / "global_step_5").mkdir()
+    run.marker_path.write_text("5")
+    tracker = bridged_tracker(cfg)
+    assert [r["step"] for r in run.read_metrics()] == [0, 1, 2, 3, 4, 5]
+    tracker.log({"eval/all/avg_score": 0.5}, step=5, commit=True)  # SkyRL's eval at the resume
+    tracker.log({"environment/solve_rate": 0.75}, step=6, commit=True)
+    tracker.finish()
+    assert [r["step"] for r in load_metrics(run.path)] == [0, 1, 2, 3, 4, 5, 5, 6]
+    reward = training_curves(run.path).axes[0]
+    (line,) = [ln for ln in reward.lines if ln.get_label() == "rollout/solve_rate"]
+    assert list(line.get_xdata()) == [1, 2, 3, 4, 5, 6]  # each step once
+
+
+def test_a_restart_before_any_checkpoint_starts_the_metrics_over(tmp_path):
+    cfg = skyrl_config(tmp_path, "restarted")
+    run = RunDir(cfg.trainer.ckpt_path)
+    for s in range(3):
+        run.append_metrics({"step": s, "rollout/solve_rate": 0.5})
+    bridged_tracker(cfg).finish()  # SkyRL starts again from step 0
+    assert run.read_metrics() == []

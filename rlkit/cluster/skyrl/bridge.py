@@ -9,7 +9,9 @@ notebook's job monitor and `rlkit plot`; the Ray gauges the Grafana dashboard qu
 local trainer's names) and to MLflow when `MLFLOW_TRACKING_URI` is set and SkyRL's own logger is
 not already MLflow. An eval step also gets its interval (and `eval/bad_records`, the dump lines
 that were not JSON) from SkyRL's dump for that step; a dump that cannot be read costs only that
-interval. Every step reports SkyRL's latest complete checkpoint (its marker file).
+interval. Every step reports SkyRL's latest complete checkpoint (its marker file). On a resumed
+run the bridge first cuts metrics.jsonl back to that checkpoint, as a local resume does, so no
+step is logged twice.
 
 `rlkit.cluster.skyrl.entry` runs SkyRL's experiment with `RlkitExp`, whose `get_tracker` (SkyRL's
 extension point) returns a `BridgedTracking`.
@@ -106,6 +108,24 @@ def eval_interval(export_path: str | Path, step: int) -> dict[str, float]:
     return out
 
 
+def drop_metrics_after_checkpoint(run: RunDir) -> None:
+    """Cut RUN/metrics.jsonl back to what SkyRL resumes from, before the bridge appends to it.
+
+    SkyRL (`trainer.resume_mode=latest`) loads the step N its marker names, or starts at 0 with
+    none; it then logs its eval-before-training at step N (0) and steps N+1, ... again. Its
+    tracker's step is `global_step`, and checkpoint N is saved inside step N, so the records of
+    steps <= N are the ones it will not repeat: keep those (all go without a marker)."""
+    if not run.metrics_path.is_file():
+        return
+    try:
+        ckpt = latest_step(run.path)
+        run.truncate_metrics_after(ckpt if ckpt is not None else -1)
+    except (RlkitError, OSError) as e:  # metrics must never stop a run: at worst steps repeat
+        _log.warning(
+            "%s kept as it is (steps may repeat after this resume): %s", run.metrics_path, e
+        )
+
+
 class MetricsBridge:
     """Renames SkyRL's step dicts into rlkit's run dir, Ray gauges and (optionally) MLflow."""
 
@@ -119,6 +139,7 @@ class MetricsBridge:
         run_name: str = "",
     ) -> None:
         self.run = RunDir(run_dir)
+        drop_metrics_after_checkpoint(self.run)
         self.export_path = Path(export_path)
         self.logger = MetricsLogger(self.run, tensorboard=False, ray_gauges=ray_gauges)
         self.checkpoint: int | None = None
