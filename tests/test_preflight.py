@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -13,10 +14,12 @@ from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster import preflight as preflight_module
 from rlkit.cluster.preflight import (
     Check,
+    _config_json,
     _storage,
     format_checks,
     parse_report,
     preflight,
+    tied_embeddings,
     with_client,
 )
 from rlkit.errors import RlkitError
@@ -88,3 +91,20 @@ def test_report_parsing_and_ray_mismatch():
     assert format_checks(report).endswith("1 check(s) failed")
     with pytest.raises(RlkitError, match="printed no report"):
         parse_report("Traceback ...\nImportError: no rlkit")
+
+
+def test_tied_embeddings_are_read_from_the_models_config(tmp_path: Path):
+    from rlkit.model.build import build_tiny
+    from rlkit.model.config import TinyConfig
+
+    tied = build_tiny(tmp_path / "tied")  # tied at the top level, as Qwen3-VL-2B's config.json
+    assert _config_json(str(tied)) == tied / "config.json"
+    check = tied_embeddings(json.loads((tied / "config.json").read_text()))
+    assert check == Check("tie_word_embeddings", "ok", "tied (re-tied after FSDP init by rlkit)")
+    untied = build_tiny(tmp_path / "untied", config=TinyConfig(tie_word_embeddings=False))
+    assert tied_embeddings(json.loads((untied / "config.json").read_text())).detail == "untied"
+    only_text = tied_embeddings({"text_config": {"tie_word_embeddings": True}})
+    assert only_text.status == "warn" and "lm_head.weight" in only_text.fix
+    assert _config_json(str(tmp_path / "absent")) is None
+    assert _config_json("rlkit-tests/not-a-cached-model") is None
+    assert "tie_word_embeddings" in format_checks([check])

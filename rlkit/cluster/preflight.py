@@ -7,8 +7,9 @@ The job (`python -m rlkit.cluster.preflight ...`, in the cluster's runtime) chec
 torch, flash-attn and transformers importable there, with versions; GPUs per node and their
 type (a one-GPU task on a worker, when the cluster has any); the runs root writable with room
 for the run's estimated checkpoints and exports; the model reachable (a path on shared storage,
-or the node's HF cache); and Ray's version against the client's. It prints one JSON line that
-the client turns into a table (`format_checks`), one line per check, each failure with its fix.
+or the node's HF cache) and whether its word embeddings are tied; and Ray's version against the
+client's. It prints one JSON line that the client turns into a table (`format_checks`), one line
+per check, each failure with its fix.
 """
 
 from __future__ import annotations
@@ -156,6 +157,39 @@ def _model(model: str) -> Check:
     )
 
 
+def _config_json(model: str) -> Path | None:
+    """The model's config.json on this node (at its path, or in the HF cache), else None."""
+    if model.startswith("/"):
+        path = Path(model) / "config.json"
+        return path if path.is_file() else None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json")
+    except Exception:  # noqa: BLE001 - no hub client: not cached
+        return None
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def tied_embeddings(config: dict) -> Check:
+    """Whether lm_head shares embed_tokens' matrix: SkyRL's FSDP2 init unties such a model and
+    rlkit ties it again (`rlkit.cluster.skyrl.fixes`). transformers ties by the top-level flag
+    (Qwen3-VL's default there: False), whatever text_config says."""
+    top = config.get("tie_word_embeddings")
+    text = (config.get("text_config") or {}).get("tie_word_embeddings")
+    if top:
+        return Check("tie_word_embeddings", "ok", "tied (re-tied after FSDP init by rlkit)")
+    if text:
+        return Check(
+            "tie_word_embeddings",
+            "warn",
+            "text_config says tied, the top level does not: transformers loads it untied",
+            "if the checkpoint has no lm_head.weight, set tie_word_embeddings: true at the top "
+            "of config.json",
+        )
+    return Check("tie_word_embeddings", "ok", "untied")
+
+
 def run_checks(model: str, runs_root: str, need_gb: float, gpus_needed: int) -> list[Check]:
     """Everything checked inside the cluster's runtime (the job's body)."""
     import platform
@@ -171,6 +205,12 @@ def run_checks(model: str, runs_root: str, need_gb: float, gpus_needed: int) -> 
     checks += [_package(n, m) for n, m in PACKAGES.items()]
     checks += _gpus(gpus_needed)
     checks += [_storage(runs_root, need_gb), _model(model)]
+    config = _config_json(model)
+    if config is not None:  # else the model check has said where it is not
+        try:
+            checks.append(tied_embeddings(json.loads(config.read_text())))
+        except (OSError, ValueError) as e:
+            checks.append(Check("tie_word_embeddings", "fail", f"{config}: {e}", "fix config.json"))
     return checks
 
 

@@ -58,7 +58,7 @@ def _hf_config(cfg: TinyConfig, vocab: int, tok: PreTrainedTokenizerBase) -> Qwe
         video_token_id=tok.convert_tokens_to_ids("<|video_pad|>"),
         vision_start_token_id=tok.convert_tokens_to_ids("<|vision_start|>"),
         vision_end_token_id=tok.convert_tokens_to_ids("<|vision_end|>"),
-        tie_word_embeddings=True,
+        tie_word_embeddings=cfg.tie_word_embeddings,
     )
 
 

@@ -44,6 +44,9 @@ class TinyConfig:
     """BPE vocabulary before special and answer tokens; the env's texts need few merges."""
     max_image_px: int = 1024 * 1024
     """Largest image area before the processor downsizes (full-maze renders stay unscaled)."""
+    tie_word_embeddings: bool = True
+    """lm_head shares embed_tokens' matrix, as in Qwen3-VL-2B (the smoke preset's model); False
+    builds the untied layout of the larger Qwen3-VL sizes (8B and up)."""
 
     def __post_init__(self) -> None:
         if sum(self.mrope_section) * 2 != self.head_dim:
