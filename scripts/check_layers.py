@@ -6,7 +6,8 @@ Rules (the map is in rlkit/__init__.py):
 - a package imports only from packages below it, its own package, and the base modules
   (errors, fsio, stats), which import nothing of rlkit but each other;
 - torch, torchvision and transformers only in model/ and train/, never in their `config`
-  modules (presets and clients read those without torch);
+  modules (presets and clients read those without torch); torch also in the SkyRL device seam
+  (cluster/skyrl/cpu_seam.py), which runs only inside SkyRL's own processes;
 - ray only in cluster/ and train/metrics.py (the trainer's metrics edge);
 - vllm only in model/vllm_engine.py and model/vllm_policy.py (rlkit's vLLM engine and policy;
   nothing else needs it installed);
@@ -23,7 +24,7 @@ from pathlib import Path
 BASE = ("errors", "fsio", "stats")
 ORDER = ("maze", "env", "episodes", "model", "train", "cluster", "notebook", "cli")
 HEAVY = {
-    "torch": ("model", "train"),
+    "torch": ("model", "train", "cluster/skyrl/cpu_seam.py"),
     "torchvision": ("model", "train"),
     "transformers": ("model", "train"),
     "ray": ("cluster", "train/metrics.py"),

@@ -34,6 +34,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--eval-set", default="test")
     parser.add_argument("--eval-rows", type=int, default=64, help="first N mazes of the set")
     parser.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cpu: SkyRL's trainer on a CPU host through rlkit's device seam (CPU presets)",
+    )
+    parser.add_argument(
         "--driver-memory-gb",
         type=int,
         default=0,
@@ -86,6 +92,26 @@ def _run_skyrl(cfg, hang: HangRules) -> None:
     print(DONE_LINE, flush=True)
 
 
+def init_ray(cfg, device: str, initialize_ray) -> None:
+    """SkyRL's `initialize_ray(cfg)` (its env vars, log file and registries), with the
+    runtime_env it hands `ray.init` carrying rlkit's worker setup hook and the device."""
+    import ray
+
+    from rlkit.cluster.skyrl.worker_setup import runtime_env
+
+    real_init = ray.init
+
+    def init(*args, **kwargs):
+        env_vars = dict((kwargs.pop("runtime_env", None) or {}).get("env_vars") or {})
+        return real_init(*args, runtime_env=runtime_env(env_vars, device), **kwargs)
+
+    ray.init = init
+    try:
+        initialize_ray(cfg)
+    finally:
+        ray.init = real_init
+
+
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
@@ -104,9 +130,15 @@ def main(argv: list[str] | None = None) -> int:
     mp.set_start_method("spawn", force=True)
     if args.data_dir:
         ensure_datasets(args.data_dir, args.train_rows, args.eval_set, args.eval_rows)
+    if args.device == "cpu":
+        from rlkit.cluster.skyrl import cpu_seam
+
+        cpu_seam.install()  # this driver builds vLLM's arguments, as SkyRL's workers do
+        run_dir = SkyRLTrainConfig.from_cli_overrides(overrides).trainer.ckpt_path
+        overrides = [*overrides, *cpu_seam.overrides(run_dir)]
     cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
     validate_cfg(cfg)
-    initialize_ray(cfg)
+    init_ray(cfg, args.device, initialize_ray)
     # SkyRL's trainer task holds every rollout's pixel values: reserve memory only a GPU
     # worker has, so Ray cannot place it on the head pod
     task = ray.remote(num_cpus=1, memory=args.driver_memory_gb * 2**30 or None)(_run_skyrl)

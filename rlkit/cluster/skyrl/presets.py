@@ -25,6 +25,7 @@ from rlkit.env.maze_env import ENV_ID, env_for_set
 from rlkit.errors import UsageError
 
 ENTRY_MODULE = "rlkit.cluster.skyrl.entry"
+DEVICES = ("cuda", "cpu")
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,16 @@ class SkyRLPreset:
     """Time to the first step line: model download, vLLM start-up, the step-0 eval."""
     hang_action: str = "notify"
     """What HyperPod does on a hang: notify, or cancel (the job fails and is resubmitted)."""
+    device: str = "cuda"
+    """cuda (the cluster) or cpu: SkyRL's own trainer on a CPU host, through rlkit's device
+    seam (`rlkit.cluster.skyrl.cpu_seam`), on a local head offering logical GPUs: the cluster's
+    code path rehearsed on a laptop. Only sizes and `device_overrides` differ."""
+    kv_cache_gb: float | None = None
+    """vLLM's KV cache per engine in GiB; None sizes it by `gpu_memory_utilization` (GPUs).
+    On a CPU the cache is host memory, and the utilization share would take most of it."""
+    dataloader_workers: int | None = None
+    """SkyRL's dataloader worker processes (None: SkyRL's 8). On a 2-core host their start-up
+    took ~55 of an eval's ~60 s, while generating took 4-9 s."""
 
     def hang_rules(self) -> HangRules:
         return HangRules(self.hang_minutes, self.hang_start_minutes, self.hang_action)
@@ -134,6 +145,8 @@ class SkyRLPreset:
         if self.group_size < 2:
             raise UsageError(f"group_size ({self.group_size}) must be >= 2: GRPO compares a group")
         self.hang_rules()  # a bad hang setting fails here, not on the cluster
+        if self.device not in DEVICES:
+            raise UsageError(f"device {self.device!r} must be one of {', '.join(DEVICES)}")
         if self.gpus_per_node % self.tensor_parallel_size:
             raise UsageError(
                 f"gpus_per_node ({self.gpus_per_node}) must be a multiple of "
@@ -191,6 +204,38 @@ PRESETS: dict[str, SkyRLPreset] = {
         ckpt_interval=3,
         max_ckpts_to_keep=1,
         fsx_budget_gb=100.0,
+    ),
+    # SkyRL's own trainer on this machine's CPUs (the cluster's code path, rehearsed): rlkit's
+    # tiny Qwen3-VL on the `test` mazes, 2 FSDP ranks colocated with 2 vLLM engines on a local
+    # head's logical GPUs. Same build_overrides as above; only model, sizes and device differ.
+    "skyrl-tiny-cpu": SkyRLPreset(
+        model_path="/tmp/rlkit-tiny",
+        model_params_b=0.001,
+        gpus_per_node=2,
+        group_size=4,
+        eval_set="test",
+        max_turns=env_for_set("test").max_turns,
+        prompts_per_node=4,
+        mini_batches=1,
+        micro_batch_per_gpu=4,
+        lr=1e-4,
+        steps=6,
+        eval_mazes=16,
+        eval_samples=2,
+        eval_interval=3,
+        ckpt_interval=3,
+        max_ckpts_to_keep=2,
+        max_model_len=2048,
+        max_input_length=1536,
+        max_generate_length=8,
+        max_prompt_length=512,
+        driver_memory_gb=0,
+        fsx_budget_gb=1.0,
+        runs_root="runs/skyrl",
+        hang_minutes=0,
+        device="cpu",
+        kv_cache_gb=0.25,
+        dataloader_workers=0,
     ),
 }
 
@@ -285,6 +330,33 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         f"trainer.logger={p.logger}",
         "trainer.project_name=rlkit",
         f"trainer.run_name={run_name}",
+        *device_overrides(p),
+    ]
+
+
+def device_overrides(p: SkyRLPreset) -> list[str]:
+    """What a CPU host changes in SkyRL's config: no flash attention, fp32 end to end (so the
+    rollout and trainer logprobs can be compared tightly), eager vLLM, a KV cache in GiB,
+    fewer dataloader workers. The seam itself (`cpu_seam.overrides`) is added by the entry
+    at every start, with this attempt's own weight-sync directories."""
+    out = []
+    if p.dataloader_workers is not None:
+        out.append(f"data.dataloader.num_workers={p.dataloader_workers}")
+    if p.kv_cache_gb is not None:
+        key = "generator.inference_engine.engine_init_kwargs.kv_cache_memory_bytes"
+        out.append(f"{key}={int(p.kv_cache_gb * 2**30)}")
+    if p.device != "cpu":
+        return out
+    return [
+        *out,
+        "trainer.flash_attn=false",
+        "generator.inference_engine.model_dtype=float32",
+        "generator.inference_engine.enforce_eager=true",
+        *(
+            f"trainer.{role}.fsdp_config.mixed_precision.{k}=fp32"
+            for role in ("policy", "ref")
+            for k in ("param_dtype", "reduce_dtype", "buffer_dtype")
+        ),
     ]
 
 
@@ -372,6 +444,8 @@ def entrypoint_command(preset: SkyRLPreset, run_name: str) -> str:
         str(preset.hang_start_minutes),
         "--hang-action",
         preset.hang_action,
+        "--device",
+        preset.device,
     ]
     return shlex.join(
         ["python", "-m", ENTRY_MODULE, *ours, "--", *build_overrides(preset, run_name)]

@@ -1,0 +1,287 @@
+"""The device seam: what lets SkyRL's own trainer run on a CPU-only host (CPU presets only).
+
+SkyRL 0.4.0's FSDP2 workers, weight sync and vLLM servers assume CUDA in a handful of calls.
+None of them is in the algorithm: they pick a device, a process-group backend, or a transport.
+This module stands in for exactly those calls, and only inside the SkyRL modules that make
+them (each stand-in names the SkyRL function and line, 0.4.0, it replaces and why):
+
+- `torch` as seen by SkyRL's worker, strategy and FSDP-utils modules (`_torch_on_cpu`):
+  `torch.cuda.current_device/set_device/synchronize/empty_cache/device_count/mem_get_info`
+  answer for the CPU; `torch.distributed.init_process_group` uses gloo
+  (`worker.py:125` asks for "cpu:gloo,cuda:nccl"); `init_device_mesh` builds a "cpu" mesh
+  (`worker.py:134`, `fsdp_utils.py:256-259`).
+- `fsdp_utils._sync_non_persistent_buffers` (`fsdp_utils.py:111-129`): the same rank-0
+  broadcast, with CPU tensors instead of `.cuda()` ones.
+- `flash_attn.bert_padding` (`model_wrapper.py:13` imports it at module level; the sdist does
+  not build without CUDA): its `pad_input`/`unpad_input` in plain torch. The CPU preset turns
+  flash attention off (`trainer.flash_attn=false`); only the import needs them.
+- vLLM's router: `RouterArgs.pd_disaggregation`, read by `vllm_router.py:128`, which PyPI's
+  vllm-router 0.1.17 lacks (False: no prefill/decode split).
+- Inside vLLM's worker process (`CpuWorkerExtension`, SkyRL's worker extension plus this
+  module): `torch.accelerator.synchronize()` after a delta weight load (`delta/engine.py:89`)
+  is skipped, as there is no accelerator to wait for.
+
+What config alone can say stays config, in the CPU preset's overrides (`overrides()`):
+vLLM's CPU worker class (`vllm_server_actor.py:702` would force the GPU one), no sleep mode
+(vLLM's CPU platform refuses it; `inference_servers/utils.py:204` turns it on under
+colocation), `delta` weight sync (CUDA IPC cannot exist without CUDA) with fresh directories
+for every attempt (SkyRL's delta receiver keeps its version on disk while a restarted
+publisher counts from 0, so a resume on the same host fails "Local checkpoint version 2 is
+ahead of requested target_version 1"), fp32 everywhere, and eager vLLM.
+
+GPU presets never import this module: `rlkit.cluster.skyrl.worker_setup` installs it only when
+the job's environment says `RLKIT_SKYRL_DEVICE=cpu` (tests/skyrl/test_cpu_seam.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DEVICE_ENV = "RLKIT_SKYRL_DEVICE"
+"""Set to "cpu" in a CPU preset's job; every SkyRL process of the job then installs this seam."""
+
+_SKYRL = "skyrl.backends.skyrl_train"
+TORCH_USERS = (
+    f"{_SKYRL}.workers.worker",
+    f"{_SKYRL}.workers.fsdp.fsdp_worker",
+    f"{_SKYRL}.distributed.strategy",
+    f"{_SKYRL}.distributed.fsdp_strategy",
+    f"{_SKYRL}.distributed.fsdp_utils",
+)
+"""SkyRL modules whose module-level `torch` is replaced by `_torch_on_cpu()`."""
+
+
+class _Front:
+    """A real module with a few attributes in front of it; the rest is the module itself."""
+
+    def __init__(self, real: Any, **overrides: Any) -> None:
+        self._real = real
+        self.__dict__.update(overrides)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def __repr__(self) -> str:
+        return f"<{self._real.__name__} on CPU (rlkit.cluster.skyrl.cpu_seam)>"
+
+
+def _noop(*_args: Any, **_kwargs: Any) -> None:
+    return None
+
+
+def _cpu() -> torch.device:
+    return torch.device("cpu")
+
+
+def _mem_get_info(*_args: Any) -> tuple[int, int]:
+    """(free, total) bytes of host memory: what SkyRL's memory logging reads of a GPU."""
+    import psutil
+
+    vm = psutil.virtual_memory()
+    return vm.available, vm.total
+
+
+def init_gloo_process_group(*args: Any, backend: str | None = None, **kwargs: Any) -> None:
+    """`torch.distributed.init_process_group` with gloo: NCCL needs a GPU."""
+    torch.distributed.init_process_group(*args, backend="gloo", **kwargs)
+
+
+def init_cpu_device_mesh(device_type: str, *args: Any, **kwargs: Any):
+    """`init_device_mesh` on the CPU, whatever device SkyRL names."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", *args, **kwargs)
+
+
+def _torch_on_cpu() -> _Front:
+    cuda = _Front(
+        torch.cuda,
+        current_device=_cpu,
+        set_device=_noop,
+        synchronize=_noop,
+        empty_cache=_noop,
+        device_count=lambda: 1,  # worker.py:427 takes `rank % device_count()`
+        mem_get_info=_mem_get_info,
+        memory_allocated=lambda *_: 0,
+        memory_reserved=lambda *_: 0,
+    )
+    mesh = _Front(torch.distributed.device_mesh, init_device_mesh=init_cpu_device_mesh)
+    dist = _Front(torch.distributed, init_process_group=init_gloo_process_group, device_mesh=mesh)
+    return _Front(torch, cuda=cuda, distributed=dist)
+
+
+def sync_non_persistent_buffers(model: torch.nn.Module, loaded_sd: dict) -> None:
+    """SkyRL's `_sync_non_persistent_buffers` with CPU tensors: rank 0's buffers (rotary
+    `inv_freq`, say) broadcast to every rank after the meta-device init."""
+    dist = torch.distributed
+    for module in model.modules():
+        for key in sorted(getattr(module, "_non_persistent_buffers_set", set())):
+            buf = module._buffers.get(key)
+            if buf is None:
+                continue
+            if dist.get_rank() == 0:
+                src = buf.detach().to("cpu").clone()
+            else:
+                src = torch.empty(buf.shape, dtype=buf.dtype, device="cpu")
+            dist.broadcast(src, src=0)
+            module._buffers[key] = src
+
+
+def unpad_input(hidden_states: torch.Tensor, attention_mask: torch.Tensor, unused_mask=None):
+    """flash-attn's `bert_padding.unpad_input`: the tokens the mask keeps, packed.
+
+    Returns (packed (nnz, ...), indices (nnz,), cu_seqlens (batch + 1,), max_seqlen,
+    seqlens (batch,)) as flash-attn 2.8 does.
+    """
+    mask = attention_mask if unused_mask is None else attention_mask + unused_mask
+    seqlens = mask.sum(dim=-1, dtype=torch.int32)
+    used = attention_mask.sum(dim=-1, dtype=torch.int32)
+    indices = torch.nonzero(mask.flatten(), as_tuple=False).flatten()
+    cu_seqlens = torch.nn.functional.pad(torch.cumsum(seqlens, dim=0, dtype=torch.int32), (1, 0))
+    flat = hidden_states.reshape(-1, *hidden_states.shape[2:])
+    return flat[indices], indices, cu_seqlens, int(seqlens.max().item()), used
+
+
+def pad_input(hidden_states: torch.Tensor, indices: torch.Tensor, batch: int, seqlen: int):
+    """flash-attn's `bert_padding.pad_input`: packed tokens back to (batch, seqlen, ...)."""
+    out = hidden_states.new_zeros((batch * seqlen, *hidden_states.shape[1:]))
+    out[indices] = hidden_states
+    return out.reshape(batch, seqlen, *hidden_states.shape[1:])
+
+
+def _flash_attn_padding() -> None:
+    """Register the two padding helpers as `flash_attn.bert_padding` unless flash-attn is
+    really installed."""
+    try:
+        importlib.import_module("flash_attn.bert_padding")
+        return
+    except ImportError:
+        pass
+    # Specs, so importlib.util.find_spec answers; no __version__ or __file__, so transformers'
+    # availability check still says flash-attn is not installed (and never picks its kernels).
+    package = types.ModuleType("flash_attn")
+    package.__spec__ = importlib.machinery.ModuleSpec("flash_attn", None, is_package=True)
+    package.__path__ = []
+    padding = types.ModuleType("flash_attn.bert_padding")
+    padding.__spec__ = importlib.machinery.ModuleSpec("flash_attn.bert_padding", None)
+    padding.pad_input, padding.unpad_input = pad_input, unpad_input
+    package.bert_padding = padding
+    sys.modules.setdefault("flash_attn", package)
+    sys.modules.setdefault("flash_attn.bert_padding", padding)
+
+
+def _router_defaults(router_args: types.ModuleType) -> None:
+    if not hasattr(router_args.RouterArgs, "pd_disaggregation"):
+        router_args.RouterArgs.pd_disaggregation = False
+
+
+def _torch_users(module: types.ModuleType) -> None:
+    module.torch = _torch_on_cpu()
+
+
+def _fsdp_utils(module: types.ModuleType) -> None:
+    _torch_users(module)
+    module.init_device_mesh = init_cpu_device_mesh
+    module._sync_non_persistent_buffers = sync_non_persistent_buffers
+
+
+PATCHES = {
+    **dict.fromkeys(TORCH_USERS, _torch_users),
+    f"{_SKYRL}.distributed.fsdp_utils": _fsdp_utils,
+    "vllm_router.router_args": _router_defaults,
+}
+"""Module -> what changes in it, applied as it is imported (or at once if it already is)."""
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Finds the modules of `PATCHES` with the other finders, and patches each right after
+    it executes. Installing imports nothing: a Ray worker setup hook that imported SkyRL's
+    worker modules killed the worker (measured: Ray 2.57 core worker check failure)."""
+
+    def find_spec(self, name, path, target=None):
+        if name not in PATCHES:
+            return None
+        others = [f for f in sys.meta_path if f is not self]
+        for finder in others:
+            spec = finder.find_spec(name, path, target) if hasattr(finder, "find_spec") else None
+            if spec is not None and spec.loader is not None:
+                real_exec = spec.loader.exec_module
+
+                def exec_module(module, real_exec=real_exec):
+                    real_exec(module)
+                    PATCHES[name](module)
+
+                spec.loader.exec_module = exec_module
+                return spec
+        return None
+
+
+_INSTALLED = False
+
+
+def install() -> None:
+    """Install the seam in this process (idempotent). Ray calls it in every worker of a CPU
+    preset's job through `rlkit.cluster.skyrl.worker_setup`."""
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    _flash_attn_padding()
+    for name, patch in PATCHES.items():
+        if name in sys.modules:
+            patch(sys.modules[name])
+    sys.meta_path.insert(0, _PatchOnImport())
+    _INSTALLED = True
+
+
+def install_in_vllm_worker() -> None:
+    """The part of the seam vLLM's own worker process needs (it is no Ray worker)."""
+    engine = importlib.import_module(f"{_SKYRL}.weight_sync.delta.engine")
+    engine.torch = _Front(torch, accelerator=_Front(torch.accelerator, synchronize=_noop))
+
+
+def overrides(run_dir: str, attempt: str | None = None) -> list[str]:
+    """SkyRL overrides a CPU run adds at each start: vLLM on CPU, delta weight sync in
+    directories of this attempt's own (see the module docstring)."""
+    attempt = attempt or time.strftime("%Y%m%d-%H%M%S")
+    delta = Path(run_dir) / "delta" / attempt
+    engine = "generator.inference_engine"
+    kwargs = f"{engine}.engine_init_kwargs"
+    return [
+        f"{engine}.weight_sync_backend=delta",
+        f"{engine}.delta_weight_sync.sync_dir={delta / 'sync'}",
+        f"{engine}.delta_weight_sync.local_checkpoint_dir={delta / 'receiver'}",
+        f"{engine}.delta_weight_sync.publish_staging_dir={delta / 'staging'}",
+        f"{kwargs}.worker_cls=vllm.v1.worker.cpu_worker.CPUWorker",
+        f"{kwargs}.worker_extension_cls={__name__}.CpuWorkerExtension",
+        f"{kwargs}.enable_sleep_mode=false",
+        f"{kwargs}.distributed_executor_backend=mp",
+    ]
+
+
+def __getattr__(name: str) -> Any:
+    """`CpuWorkerExtension`, built on first use: vLLM's worker process names it by path
+    (`worker_extension_cls`), and importing SkyRL's extension needs vLLM, which only that
+    process and the CPU preset's job have."""
+    if name != "CpuWorkerExtension":
+        raise AttributeError(name)
+    from skyrl.backends.skyrl_train.inference_servers.new_inference_worker_wrap import (
+        NewInferenceWorkerWrap,
+    )
+
+    install_in_vllm_worker()
+    cls = type(
+        "CpuWorkerExtension",
+        (NewInferenceWorkerWrap,),
+        {"__module__": __name__, "__doc__": "SkyRL's vLLM worker extension, on the CPU."},
+    )
+    globals()[name] = cls
+    return cls
