@@ -29,8 +29,10 @@ def _address(args: argparse.Namespace) -> str:
 
 def _connect(args: argparse.Namespace):
     from rlkit.cluster.client import connect
+    from rlkit.cluster.launch import LOCAL
 
-    cluster = connect(_address(args))
+    address = _address(args)
+    cluster = connect(None if address in LOCAL else address)
     for note in cluster.notes:
         print(f"note: {note}", file=sys.stderr)
     return cluster
@@ -125,6 +127,11 @@ def _submit(args: argparse.Namespace) -> int:
         }.items()
         if v is not None
     }
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--set {item!r}: write field=value, e.g. steps=4")
+        changes[key.strip()] = value.strip()
     plan = plan_training(
         args.preset, ".", address=_address(args), run_name=args.run_name, skyrl_changes=changes
     )
@@ -189,7 +196,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     address = argparse.ArgumentParser(add_help=False)
     address.add_argument(
-        "--address", help=f"Jobs API address (default: $RAY_ADDRESS, else {LOCAL_ADDRESS})"
+        "--address",
+        help=f"Jobs API address, or `local` for a local head started if needed "
+        f"(default: $RAY_ADDRESS, else {LOCAL_ADDRESS})",
     )
 
     jobs = subparsers.add_parser("jobs", help="list, inspect, follow and stop Ray jobs")
@@ -237,6 +246,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--hang-action", choices=("notify", "cancel"), help="HyperPod's hang response")
     p.add_argument(
         "--env", action="append", default=[], metavar="NAME", help="forward an env var (masked)"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="change a preset field (rlkit/cluster/skyrl/presets.py SkyRLPreset), e.g. steps=4",
     )
     p.add_argument("--dry-run", action="store_true", help="print what would run; submit nothing")
     p.add_argument("--rayjob", metavar="FILE", help="write a KubeRay RayJob instead of submitting")

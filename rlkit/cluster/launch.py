@@ -14,8 +14,8 @@ import asyncio
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from rlkit.cluster.client import Cluster, connect
@@ -23,6 +23,7 @@ from rlkit.cluster.jobs import JobHandle, run_slug
 from rlkit.cluster.skyrl import presets as skyrl
 from rlkit.errors import RlkitError, UsageError
 from rlkit.train.config import PRESETS as TRAIN_PRESETS
+from rlkit.train.config import coerce_fields
 from rlkit.train.config import preset as load_preset
 
 LOCAL = ("local", "auto", "")
@@ -198,7 +199,8 @@ def plan_training(
     skyrl_changes: Mapping[str, object] | None = None,
 ) -> TrainingPlan:
     """Resolve a preset name into a plan: local presets train in OUT/RUN_NAME, SkyRL presets
-    in their shared runs_root (changed by `skyrl_changes`, e.g. {"nodes": 2})."""
+    in their shared runs_root (changed by `skyrl_changes`, e.g. {"nodes": 2} or {"steps": "4"};
+    a relative runs_root is taken from the current directory)."""
     name = run_slug(run_name or preset)
     if preset in TRAIN_PRESETS:
         run_dir = (Path(out_dir) / name).resolve()
@@ -208,7 +210,10 @@ def plan_training(
     if preset not in skyrl.PRESETS:
         known = ", ".join([*TRAIN_PRESETS, *skyrl.PRESETS])
         raise UsageError(f"unknown preset {preset!r}: use one of {known}")
-    sky = skyrl.get_preset(preset, **dict(skyrl_changes or {}))
+    base = skyrl.get_preset(preset)
+    sky = skyrl.get_preset(preset, **coerce_fields(base, skyrl_changes or {}))
+    if not PurePosixPath(sky.runs_root).is_absolute():  # a job's working dir is a copy
+        sky = replace(sky, runs_root=str(Path(sky.runs_root).resolve()))
     skyrl.check_storage(sky)  # a run that would fill /fsx is refused before it starts
     paths = skyrl.RunPaths.for_run(sky, name)
     return TrainingPlan(
@@ -239,7 +244,8 @@ def launch_plan(
         plan.command,
         runtime_env_vars=dict(env_vars or {}),
         metadata=meta,
-        num_cpus=1,
+        # on a CPU host the driver only waits: its CPU goes to SkyRL's placement group
+        num_cpus=0 if plan.sky.device == "cpu" else 1,
     )
 
 

@@ -33,6 +33,10 @@ ADDRESS_ENV_VARS = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
 
 DEFAULT_DASHBOARD_PORT = 8265
 """Ray's own default, so `http://127.0.0.1:8265` means the local head everywhere in rlkit."""
+LOGICAL_GPUS = 2
+"""GPUs the local head offers, none of them real: SkyRL asks Ray for a GPU per FSDP rank and
+vLLM engine, and its CPU preset (`skyrl-tiny-cpu`, 2 ranks) runs on these through rlkit's
+device seam. Local-backend jobs ask for none."""
 LOCAL_HEAD_START_TIMEOUT_S = 240.0
 """A cold head on two busy cores takes ~40 s; Ray's own 30 s module deadline is too short."""
 
@@ -222,6 +226,9 @@ def _start_or_reuse(port: int, num_cpus: int | None, timeout_s: float) -> LocalH
         *("--object-store-memory", str(512 * 2**20)),
         *("--metrics-export-port", str(metrics_port := free_port())),
         *("--temp-dir", str(ray_temp_dir(port))),
+        *("--num-gpus", str(LOGICAL_GPUS)),
+        # named as Ray names a real GPU's type, so the cluster summary says what these are
+        *("--resources", json.dumps({"accelerator_type:logical": 1})),
     ]
     if num_cpus is not None:
         cmd += ["--num-cpus", str(num_cpus)]

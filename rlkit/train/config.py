@@ -312,6 +312,16 @@ def check_resume(saved: Mapping[str, Any] | None, cfg: TrainConfig, where: str) 
     return changes
 
 
+def coerce_fields(obj: Any, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """`changes` to the fields of the flat config dataclass `obj`, each string coerced to its
+    field's type (`--set key=value`); an unknown field is a one-line UsageError."""
+    names = {f.name for f in fields(obj)}
+    unknown = sorted(set(changes) - names)
+    if unknown:
+        raise UsageError(f"unknown setting {unknown[0]!r}: valid are {', '.join(sorted(names))}")
+    return {k: _coerce(v, getattr(obj, k), k) for k, v in changes.items()}
+
+
 def _set_path(obj: Any, path: list[str], value: Any, full: str) -> Any:
     names = {f.name: f for f in fields(obj)}
     if path[0] not in names:

@@ -263,7 +263,7 @@ def overrides(run_dir: str, attempt: str | None = None) -> list[str]:
         f"{kwargs}.worker_cls=vllm.v1.worker.cpu_worker.CPUWorker",
         f"{kwargs}.worker_extension_cls={__name__}.CpuWorkerExtension",
         f"{kwargs}.enable_sleep_mode=false",
-        f"{kwargs}.distributed_executor_backend=mp",
+        f"{engine}.distributed_executor_backend=mp",  # vLLM refuses Ray executors on CPU
     ]
 
 
