@@ -36,7 +36,10 @@ DEFAULT_DASHBOARD_PORT = 8265
 LOGICAL_GPUS = 2
 """GPUs the local head offers, none of them real: SkyRL asks Ray for a GPU per FSDP rank and
 vLLM engine, and its CPU preset (`skyrl-tiny-cpu`, 2 ranks) runs on these through rlkit's
-device seam. Local-backend jobs ask for none."""
+device seam. Local-backend jobs ask for none. SkyRL reserves one CPU with each GPU in its
+placement group, so the head also counts one more logical CPU per logical GPU: without them
+the placement group held every CPU and SkyRL's checkpoint clean-up task (0.25 CPU, outside
+the group) waited forever (measured on a 2-core host)."""
 LOCAL_HEAD_START_TIMEOUT_S = 240.0
 """A cold head on two busy cores takes ~40 s; Ray's own 30 s module deadline is too short."""
 
@@ -187,7 +190,8 @@ def start_local_head(
     num_cpus: int | None = None,
     timeout_s: float = LOCAL_HEAD_START_TIMEOUT_S,
 ) -> LocalHead:
-    """Reuse the Ray head answering on 127.0.0.1:`port`, or start one there.
+    """Reuse the Ray head answering on 127.0.0.1:`port`, or start one there (with `num_cpus`
+    CPUs for jobs, default this machine's, plus `LOGICAL_GPUS` GPUs and a CPU for each).
 
     The head runs in its own session, so it outlives the notebook kernel that started it and
     its jobs can be reattached after a restart; `LocalHead.stop()` ends it. Calls for one port
@@ -230,8 +234,7 @@ def _start_or_reuse(port: int, num_cpus: int | None, timeout_s: float) -> LocalH
         # named as Ray names a real GPU's type, so the cluster summary says what these are
         *("--resources", json.dumps({"accelerator_type:logical": 1})),
     ]
-    if num_cpus is not None:
-        cmd += ["--num-cpus", str(num_cpus)]
+    cmd += ["--num-cpus", str((num_cpus or os.cpu_count() or 1) + LOGICAL_GPUS)]
     env = dict(os.environ)
     env.update(
         RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=str(timeout_s),
