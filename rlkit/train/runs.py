@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -340,9 +340,12 @@ class RunDir:
 
     def truncate_metrics_after(self, step: int) -> None:
         """Keep only records with step <= `step` (-1 drops all); atomic."""
-        if not self.metrics_path.exists():
-            return
-        kept = [r for r in self.read_metrics() if r.get("step", -1) <= step]
+        if self.metrics_path.exists():
+            self.rewrite_metrics(r for r in self.read_metrics() if r.get("step", -1) <= step)
+
+    def rewrite_metrics(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Replace metrics.jsonl by `records` (those left with only a step are dropped); atomic."""
+        kept = [r for r in records if set(r) - {"step"}]
         atomic_write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
         self._tail_checked = True
 

@@ -213,6 +213,7 @@ def test_a_resumed_run_keeps_only_the_steps_its_checkpoint_holds(tmp_path):
     run.append_metrics({"step": 0, "eval/solve_rate": 0.1})  # eval before training
     for s in range(1, 8):  # a killed run: checkpoint 5 complete, steps 6 and 7 logged past it
         run.append_metrics({"step": s, "rollout/solve_rate": s / 10})
+    run.append_metrics({"step": 5, "eval/solve_rate": 0.4})  # step 5 was evaluated too
     (run.path / "global_step_5").mkdir()
     run.marker_path.write_text("5")
     tracker = bridged_tracker(cfg)
@@ -221,6 +222,10 @@ def test_a_resumed_run_keeps_only_the_steps_its_checkpoint_holds(tmp_path):
     tracker.log({"environment/solve_rate": 0.75}, step=6, commit=True)
     tracker.finish()
     assert [r["step"] for r in load_metrics(run.path)] == [0, 1, 2, 3, 4, 5, 5, 6]
+    evals = [
+        (r["step"], r["eval/solve_rate"]) for r in run.read_metrics() if "eval/solve_rate" in r
+    ]
+    assert evals == [(0, 0.1), (5, 0.5)]  # step 5 evaluated once: the resumed run's eval
     reward = training_curves(run.path).axes[0]
     (line,) = [ln for ln in reward.lines if ln.get_label() == "rollout/solve_rate"]
     assert list(line.get_xdata()) == [1, 2, 3, 4, 5, 6]  # each step once

@@ -108,22 +108,36 @@ def eval_interval(export_path: str | Path, step: int) -> dict[str, float]:
     return out
 
 
-def drop_metrics_after_checkpoint(run: RunDir) -> None:
+def drop_metrics_after_checkpoint(run: RunDir, *, reevaluates: bool = False) -> None:
     """Cut RUN/metrics.jsonl back to what SkyRL resumes from, before the bridge appends to it.
 
     SkyRL (`trainer.resume_mode=latest`) loads the step N its marker names, or starts at 0 with
-    none; it then logs its eval-before-training at step N (0) and steps N+1, ... again. Its
-    tracker's step is `global_step`, and checkpoint N is saved inside step N, so the records of
-    steps <= N are the ones it will not repeat: keep those (all go without a marker)."""
+    none; it then logs steps N+1, ... again. Its tracker's step is `global_step`, and
+    checkpoint N is saved inside step N, so the records of steps <= N are the ones it will not
+    repeat: keep those (all go without a marker). With `reevaluates` (SkyRL's
+    `eval_before_train`) it also evaluates step N again, so step N's eval values go too: each
+    step keeps one value of each metric."""
     if not run.metrics_path.is_file():
         return
     try:
         ckpt = latest_step(run.path)
         run.truncate_metrics_after(ckpt if ckpt is not None else -1)
+        if reevaluates and ckpt is not None:
+            run.rewrite_metrics(
+                _without_eval(r) if r.get("step") == ckpt else r for r in run.read_metrics()
+            )
     except (RlkitError, OSError) as e:  # metrics must never stop a run: at worst steps repeat
         _log.warning(
             "%s kept as it is (steps may repeat after this resume): %s", run.metrics_path, e
         )
+
+
+def _without_eval(record: dict) -> dict:
+    return {k: v for k, v in record.items() if not k.startswith(EVAL_KEYS)}
+
+
+EVAL_KEYS = ("eval/", "timing/eval")
+"""What SkyRL's eval logs (rlkit names): the metrics its eval-before-training repeats."""
 
 
 class MetricsBridge:
@@ -137,9 +151,10 @@ class MetricsBridge:
         mlflow: bool | None = None,
         ray_gauges: bool | None = None,
         run_name: str = "",
+        reevaluates: bool = False,
     ) -> None:
         self.run = RunDir(run_dir)
-        drop_metrics_after_checkpoint(self.run)
+        drop_metrics_after_checkpoint(self.run, reevaluates=reevaluates)
         self.export_path = Path(export_path)
         self.logger = MetricsLogger(self.run, tensorboard=False, ray_gauges=ray_gauges)
         self.checkpoint: int | None = None
