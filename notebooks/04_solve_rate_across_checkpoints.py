@@ -18,8 +18,8 @@
 # # 04 · Solve rate across checkpoints
 #
 # Every checkpoint of the run on the pinned test set (a local run: the trainer's evals, plus any
-# checkpoint without one scored now; a SkyRL run: its eval dumps), with 95% bands clustered by
-# maze, the untrained model as baseline and the warm-start/GRPO boundary. Then per-difficulty
+# checkpoint without one scored now; a SkyRL run: the eval dumps of its evaluated steps), with
+# 95% bands clustered by maze, the untrained model as baseline and the warm-start/GRPO boundary. Then per-difficulty
 # curves, a test paired by maze between GRPO's first checkpoint and the last, and summary.json.
 #
 # How to read it: each point is one checkpoint's solve rate on the same 64 mazes, the band its
@@ -32,7 +32,8 @@
 out_dir = "runs/demo"
 preset = "local-tiny"
 run_name = None
-skyrl_export = None  # a SkyRL run's export dir (holding dumped_evals/) instead of a local run
+run_dir = None  # a run to read instead of the preset's local one: a SkyRL run dir works too
+skyrl_export = None  # or a SkyRL run's export dir (holding dumped_evals/)
 
 # %% [markdown]
 # The cell above is tagged `parameters`: every setting of this notebook, with its default.
@@ -44,17 +45,16 @@ skyrl_export = None  # a SkyRL run's export dir (holding dumped_evals/) instead 
 # %%
 from pathlib import Path
 
-from rlkit.cluster import launch
 from rlkit.notebook import curves, plots, report, workbench
 from rlkit.notebook.paths import home_path
 
 out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
-skyrl_export = home_path(skyrl_export) if skyrl_export else None
-
-source = skyrl_export or launch.plan_training(preset, out_dir, run_name=run_name).run_dir
+source = workbench.run_source(
+    out_dir, preset, run_name=run_name, run_dir=run_dir, skyrl_export=skyrl_export
+)
 evals = workbench.checkpoint_evals(source)
 boundary = plots.warm_start_end(source)
-base = workbench.cached_baselines(out_dir)
+base = workbench.run_baselines(out_dir, source, evals)
 fig = plots.solve_rate_curve(
     evals, baseline=base.get(report.BASE), warm_start_end=boundary, run_id=Path(source).name
 )
@@ -86,11 +86,11 @@ print(paired)
 # The curve samples each move (temperature 1, k=4 per maze). The last checkpoint played
 # greedily, always its most likely move, one episode per maze, says whether the policy itself
 # solves the mazes or only recovers by chance: a greedy policy that errs tends to repeat the
-# error, so its failures are mostly loops. (None for a SkyRL export: its evals are SkyRL's.)
+# error, so its failures are mostly loops. (None for a SkyRL run: its evals are SkyRL's.)
 
 # %%
 greedy = workbench.final_greedy_eval(source)
-print(greedy.summary() if greedy else "greedy: SkyRL export, not evaluated here")
+print(greedy.summary() if greedy else "greedy: SkyRL run, not evaluated here")
 
 # %%
 summary = report.build_summary(
@@ -107,6 +107,7 @@ print("\n".join(summary["table"]))
 print(summary["headline"])
 
 # %% [markdown]
-# **Next:** 05 replays the episodes behind these numbers. For a HyperPod run, set
-# `skyrl_export="/fsx/rlkit/runs/<run name>/exports"`: the same curves and test come from
-# SkyRL's eval dumps.
+# **Next:** 05 replays the episodes behind these numbers. For a SkyRL run (HyperPod, or
+# `rlkit submit --preset skyrl-tiny-cpu --address local`), set `run_dir` to the run dir it
+# printed, e.g. `run_dir="/fsx/rlkit/runs/<run name>"`: the same curves and test come from
+# SkyRL's eval dumps (its step 0 is the untrained model, when the run evaluated before training).

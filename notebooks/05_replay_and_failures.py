@@ -19,7 +19,8 @@
 #
 # The trained model's episodes, turn by turn (press Play or drag the slider): a maze where GRPO's
 # first checkpoint and the final one disagree, then the two side by side on one slider, then
-# one failed episode of each kind.
+# the final checkpoint's failures by kind with one episode of each. A local run or a SkyRL run
+# (`run_dir`: the episodes its evals dumped, replayed through rlkit's env).
 #
 # Colours: red agent, green exit, grey trail, dark grey the previous cell; blue arrow the
 # oracle's move, orange the model's (only blue when they agree). Executed notebooks carry a
@@ -29,6 +30,8 @@
 out_dir = "runs/demo"
 preset = "local-tiny"
 run_name = None
+run_dir = None  # a run to read instead of the preset's local one: a SkyRL run dir works too
+skyrl_export = None  # or a SkyRL run's export dir (holding dumped_evals/)
 maze = None  # test maze index; None: one where the two checkpoints disagree
 
 # %% [markdown]
@@ -41,38 +44,37 @@ maze = None  # test maze index; None: one where the two checkpoints disagree
 # %%
 from IPython.display import HTML, display
 
-from rlkit.cluster import launch
-from rlkit.notebook import plots, report, workbench
+from rlkit.notebook import plots, replays, workbench
 from rlkit.notebook.paths import home_path
 from rlkit.notebook.widgets import CheckpointDiffWidget, ReplayWidget
 
 out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
-
-run_dir = launch.plan_training(preset, out_dir, run_name=run_name).run_dir
-evals = workbench.checkpoint_evals(run_dir)
-paired = report.grpo_paired_test(evals, plots.warm_start_end(run_dir))
-first, last = evals[paired.step_a], evals[paired.step_b]
-first_trajs = workbench.eval_trajectories(run_dir, paired.step_a)
-last_trajs = workbench.eval_trajectories(run_dir, paired.step_b)
-index = workbench.diff_maze(first, last) if maze is None else maze
-ReplayWidget(workbench.episode(last_trajs, last, index), label=f"step {paired.step_b}")
+source = workbench.run_source(
+    out_dir, preset, run_name=run_name, run_dir=run_dir, skyrl_export=skyrl_export
+)
+shown = replays.for_run(source, maze=maze)
+print(shown)
+ReplayWidget(shown.episode, label=shown.label)
 
 # %%
-CheckpointDiffWidget(
-    workbench.episode(first_trajs, first, index),
-    workbench.episode(last_trajs, last, index),
-    labels=(f"step {paired.step_a}", f"step {paired.step_b}"),
-)
+pair = shown.pair  # None when the run has one evaluated step: nothing to compare
+CheckpointDiffWidget(*pair, labels=shown.labels) if pair else HTML("<p>one evaluated step</p>")
 
 # %% [markdown]
-# Failure examples of the final checkpoint, one per kind (02 defines the kinds). Wall bumps and
-# loops that remain after training usually mean the model misreads a wall in one specific view.
+# The final checkpoint's failures by kind (02 defines the kinds), then one episode of each. Wall
+# bumps and loops that remain after training usually mean the model misreads a wall in one
+# specific view.
 
 # %%
-for kind, traj in workbench.failure_examples(last_trajs).items():
-    display(HTML(f"<h4>{kind}</h4>"), ReplayWidget(traj, label=f"step {paired.step_b}"))
+fig = plots.failure_breakdown(shown.last)
+workbench.save_png(fig, out_dir, "final_failures")
+fig
+
+# %%
+for kind, traj in shown.failures().items():
+    display(HTML(f"<h4>{kind}</h4>"), ReplayWidget(traj, label=shown.label))
 
 # %% [markdown]
 # **Next:** the same run on a real cluster. `deploy/README.md` builds the image, creates the
 # Ray cluster on HyperPod and submits `qwen3vl-8b-6gpu`; notebooks 03-05 then follow, score and
-# replay it with `address`, `skyrl` and `skyrl_export` set.
+# replay it with `address`, `skyrl` and `run_dir` (the run dir on /fsx) set.

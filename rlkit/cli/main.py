@@ -70,6 +70,7 @@ def load_policy(
         raise UsageError(
             f"policy {name!r} is neither random|oracle|eps-oracle:E nor an existing model directory"
         )
+    _refuse_skyrl_run(name)
     if engine == "vllm":
         from rlkit.model.vllm_policy import load_vllm_policy
 
@@ -77,6 +78,21 @@ def load_policy(
     from rlkit.model.policy import load_policy as load_model_policy
 
     return load_model_policy(name, greedy=greedy, device=device)
+
+
+def _refuse_skyrl_run(path: str) -> None:
+    """A SkyRL run (its run dir or export dir) holds many models: name one of its exports."""
+    from rlkit.cluster.skyrl.readers import find_skyrl_run, list_checkpoints
+
+    sky = find_skyrl_run(path)
+    if sky is None:
+        return
+    exports = [c.hf_export for c in list_checkpoints(sky.run_dir or path, sky.export_dir)]
+    newest = [str(e) for e in exports if e is not None][-1:]
+    raise UsageError(
+        f"{path} is a SkyRL run, not a model: evaluate one of its exports, "
+        + (f"e.g. --policy {newest[0]}" if newest else "once it has exported one (exports/)")
+    )
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -177,16 +193,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
+    from rlkit.cluster.skyrl.readers import find_skyrl_run, read_eval_dumps
     from rlkit.notebook.curves import training_curves
     from rlkit.notebook.plots import figure_png, load_run_evals, solve_rate_curve, warm_start_end
 
     run = Path(args.run_dir)
-    # a SkyRL run dir (its exports/ hold dumped_evals/) or its export dir, else a local run
-    dumps = next((d for d in (run, run / "exports") if (d / "dumped_evals").is_dir()), None)
-    if dumps is not None:
-        from rlkit.cluster.skyrl.readers import read_eval_dumps
-
-        evals = read_eval_dumps(dumps, policy=run.name)
+    sky = find_skyrl_run(run)  # a SkyRL run dir or its export dir, else a local run
+    if sky is not None:
+        evals = read_eval_dumps(sky.export_dir, policy=sky.name)
+        run = sky.run_dir or run  # its metrics.jsonl, for --curves
     else:
         evals = load_run_evals(run)
     if not evals:

@@ -5,7 +5,8 @@ score every checkpoint of a run, pick the mazes worth replaying), so
 the notebooks stay a few lines per cell and every step is tested here.
 
     base = workbench.baseline_evals("runs/demo", "local-tiny", samples=4)
-    evals = workbench.checkpoint_evals("runs/demo/local-tiny")      # or a SkyRL export dir
+    run = workbench.run_source("runs/demo", "local-tiny", run_dir=None)  # or a SkyRL run dir
+    evals = workbench.checkpoint_evals(run)
     fig = plots.solve_rate_curve(evals, baseline=base[report.BASE])
 
 The report on top of these steps (table, paired test, summary.json) is `rlkit.notebook.report`.
@@ -23,13 +24,19 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from rlkit.cluster.skyrl import readers as skyrl_readers
+from rlkit.cluster.skyrl.readers import (
+    find_skyrl_run,
+    is_skyrl_run,
+    read_eval_dump,
+    read_eval_dumps,
+)
 from rlkit.episodes.evaluate import EVAL_SEED, EvalResult, evaluate
 from rlkit.episodes.failures import KINDS, classify
 from rlkit.episodes.policies import Policy, scripted_policy
 from rlkit.episodes.rollout import Trajectory
 from rlkit.errors import UsageError
 from rlkit.maze.sets import pinned_set_hash
+from rlkit.notebook.paths import home_path
 from rlkit.notebook.plots import figure_png, load_run_evals
 from rlkit.notebook.report import BASE
 from rlkit.train.config import TaskConfig, TrainConfig
@@ -168,6 +175,25 @@ def cached_baselines(out_dir: str | Path) -> dict[str, EvalResult]:
     return {n: EvalResult.load(p) for n in names if (p := root / f"{_slug(n)}.json").is_file()}
 
 
+def run_baselines(
+    out_dir: str | Path, source: str | Path, evals: dict[int, EvalResult]
+) -> dict[str, EvalResult]:
+    """The baselines cached under OUT/baselines/ that can stand beside a run's evals: those on
+    the same test set and mazes. A SkyRL run gets no `base`: the local preset's untrained model
+    is not the model SkyRL started from (that one is its step-0 eval, `eval_before_train`)."""
+    if not evals:
+        return {}
+    ref = evals[max(evals)]
+    same = {
+        name: r
+        for name, r in cached_baselines(out_dir).items()
+        if r.test_set_hash == ref.test_set_hash and r.n_mazes == ref.n_mazes
+    }
+    if is_skyrl_run(source):
+        same.pop(BASE, None)
+    return same
+
+
 def baseline_trajectories(out_dir: str | Path, name: str) -> list[Trajectory]:
     """The episodes `baseline_evals` recorded for one baseline."""
     path = Path(out_dir) / "baselines" / f"{_slug(name)}.json"
@@ -191,8 +217,28 @@ def _run_config(run: RunDir) -> TrainConfig:
     return cfg
 
 
-def is_skyrl_export(source: str | Path) -> bool:
-    return (Path(source) / "dumped_evals").is_dir()
+def run_source(
+    out_dir: str | Path,
+    preset: str,
+    *,
+    run_name: str | None = None,
+    run_dir: str | Path | None = None,
+    skyrl_export: str | Path | None = None,
+) -> Path:
+    """The run a notebook reads: `run_dir` (a local run dir, a SkyRL run dir as `rlkit submit`
+    printed it, or a SkyRL export dir) or `skyrl_export`; without either, the local run of
+    `preset` under OUT that notebook 03 trains. A SkyRL export dir inside its run dir comes
+    back as the run dir (the metrics beside the dumps). Relative paths mean the project root."""
+    if run_dir and skyrl_export:
+        raise UsageError(f"run_dir ({run_dir}) and skyrl_export ({skyrl_export}): give one")
+    given = run_dir or skyrl_export
+    if not given:
+        from rlkit.cluster.launch import plan_training  # imports Ray: only when planning
+
+        return Path(plan_training(preset, home_path(out_dir), run_name=run_name).run_dir)
+    path = home_path(given)
+    sky = find_skyrl_run(path)
+    return sky.run_dir or sky.export_dir if sky is not None else path
 
 
 def checkpoint_evals(source: str | Path, *, progress: bool = False) -> dict[int, EvalResult]:
@@ -200,13 +246,16 @@ def checkpoint_evals(source: str | Path, *, progress: bool = False) -> dict[int,
 
     A local run dir: the trainer's own evals, plus every complete checkpoint that has none yet,
     scored now with the run's eval settings (seed, samples, sampling) and cached in RUN/evals/.
-    A SkyRL export dir (holding dumped_evals/): its eval dumps, read as they are.
+    A SkyRL run (its run dir or export dir, `find_skyrl_run`): its eval dumps, read as they are.
     """
-    if is_skyrl_export(source):
-        return skyrl_readers.read_eval_dumps(source, policy=Path(source).name)
+    sky = find_skyrl_run(source)
+    if sky is not None:
+        return read_eval_dumps(sky.export_dir, policy=sky.name)
     run = RunDir(source)
     if not run.run_json.exists():
-        raise UsageError(f"{source} is neither a run dir (run.json) nor a SkyRL export dir")
+        raise UsageError(
+            f"{source} is neither a run dir (run.json) nor a SkyRL run dir or export dir"
+        )
     evaluated, marker = set(run.eval_steps()), run.marker_step()
     # Only committed, verified checkpoints: a half-written one would score garbage.
     missing = [
@@ -237,8 +286,8 @@ def checkpoint_evals(source: str | Path, *, progress: bool = False) -> dict[int,
 def final_greedy_eval(source: str | Path) -> EvalResult | None:
     """A local run's last checkpoint played greedily (argmax, one episode per test maze): the
     deterministic policy's solve rate beside the sampled evals. Cached in
-    RUN/evals/greedy/global_step_N.json. None for a SkyRL export (its evals are SkyRL's)."""
-    if is_skyrl_export(source):
+    RUN/evals/greedy/global_step_N.json. None for a SkyRL run (its evals are SkyRL's)."""
+    if is_skyrl_run(source):
         return None
     run = RunDir(source)
     ckpt = run.latest_complete_checkpoint(hashes=False) if run.run_json.exists() else None
@@ -293,9 +342,13 @@ def failure_examples(trajs: list[Trajectory]) -> dict[str, Trajectory]:
     return {k: found[k] for k in (*KINDS, *sorted(set(found) - set(KINDS))) if k in found}
 
 
-def eval_trajectories(run_dir: str | Path, step: int) -> list[Trajectory]:
-    """The episodes the eval of `step` recorded in a local run dir."""
-    path = RunDir(run_dir).eval_path(step)
+def eval_trajectories(source: str | Path, step: int) -> list[Trajectory]:
+    """The episodes the eval of `step` played, in its EvalResult's order (`episode` picks one):
+    a local run's recorded trajectories, or a SkyRL run's dumped episodes replayed."""
+    sky = find_skyrl_run(source)
+    if sky is not None:
+        return read_eval_dump(sky.export_dir, step).trajectories(sky.name)
+    path = RunDir(source).eval_path(step)
     return EvalResult.load(path).load_trajectories(path)
 
 

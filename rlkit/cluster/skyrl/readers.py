@@ -4,8 +4,10 @@ SkyRL's eval dumps (`<export_path>/dumped_evals/global_step_N_evals/*.jsonl`) be
 `EvalResult` the local evaluator produces; every answer is replayed through `MazeEnv`, so the
 failure taxonomy, plots and replay widgets work for cluster runs as for local ones.
 
-    evals = read_eval_dumps("/fsx/rlkit/runs/RUN/exports")     # {step: EvalResult}
-    dump = read_eval_dump("/fsx/rlkit/runs/RUN/exports", 10)   # one step: episodes, bad lines
+    run = find_skyrl_run("/fsx/rlkit/runs/RUN")                # or ".../RUN/exports"; None: not SkyRL's
+    evals = read_eval_dumps(run.export_dir)                    # {step: EvalResult}
+    dump = read_eval_dump(run.export_dir, 10)                  # one step: episodes, bad lines
+    trajs = dump.trajectories(run.name)                        # its episodes, as `evals[10]` orders them
 
 SkyRL writes one record per "\n" with `ensure_ascii=False`, so an answer may hold a raw U+0085,
 U+2028 or U+2029: records are split on "\n" only (`str.splitlines` would cut them). A line that
@@ -26,7 +28,7 @@ from rlkit.episodes.evaluate import EvalResult, summarize
 from rlkit.episodes.rollout import Trajectory, Turn
 from rlkit.errors import UsageError
 from rlkit.maze.core import Maze
-from rlkit.train.runs import MARKER, step_dirs
+from rlkit.train.runs import MARKER, RunDir, step_dirs
 
 LATEST_MARKER = MARKER
 """SkyRL writes it after a checkpoint is complete (rlkit's local runs use the same name)."""
@@ -37,6 +39,45 @@ _BETWEEN_TURNS = re.compile(
     r"<\|im_end\|>\s*<\|im_start\|>user\n.*?<\|im_start\|>assistant\n", re.S
 )
 _TRAILING = re.compile(r"(<\|im_end\|>|<\|endoftext\|>|\s)+$")
+
+
+@dataclass(frozen=True)
+class SkyRLRun:
+    """Where one SkyRL run's files are, found from whichever of its paths a person holds."""
+
+    export_dir: Path
+    """SkyRL's export_path: `dumped_evals/` and the HF exports `global_step_N/policy`."""
+    run_dir: Path | None
+    """SkyRL's ckpt_path, rlkit's run dir (metrics.jsonl, global_step_N/, data/): the export
+    dir's parent in rlkit's layout; None for an export dir found outside one."""
+
+    @property
+    def name(self) -> str:
+        """The run's name (its run dir's), as evals and plots label it."""
+        return (self.run_dir or self.export_dir).name
+
+
+def find_skyrl_run(path: str | Path) -> SkyRLRun | None:
+    """The one rule for "is this a SkyRL run": `rlkit plot`, `rlkit eval` and the notebooks use it.
+
+    `path` is SkyRL's run: either its run dir (the path `rlkit submit` printed, SkyRL's
+    ckpt_path: it holds `exports/`, or the `data/` rlkit's entry writes before SkyRL starts) or
+    its export dir (it holds `dumped_evals/`). A dir with `run.json` is a local rlkit run (its
+    trainer writes that first; SkyRL never does), and anything else is not a run: None.
+    """
+    p = Path(path)
+    if not p.is_dir() or RunDir(p).run_json.exists():
+        return None
+    if (p / "dumped_evals").is_dir():
+        return SkyRLRun(export_dir=p, run_dir=p.parent if p.name == "exports" else None)
+    if (p / "exports").is_dir() or (p / "data" / "eval.parquet").is_file():
+        return SkyRLRun(export_dir=p / "exports", run_dir=p)
+    return None
+
+
+def is_skyrl_run(path: str | Path) -> bool:
+    """`find_skyrl_run(path) is not None`: a SkyRL run dir or its export dir."""
+    return find_skyrl_run(path) is not None
 
 
 @dataclass(frozen=True)
@@ -164,8 +205,15 @@ class EvalDump:
 
     def result(self, policy: str = "skyrl") -> EvalResult:
         """The step's EvalResult; its policy reads `policy@N`."""
-        name = policy if self.step is None else f"{policy}@{self.step}"
-        return episodes_to_result(self.episodes, step=self.step, policy=name)
+        return episodes_to_result(self.episodes, step=self.step, policy=self._name(policy))
+
+    def trajectories(self, policy: str = "skyrl") -> list[Trajectory]:
+        """The step's episodes replayed as Trajectories, in `result()`'s order (maze-major:
+        `trajs[i * samples + k]` is maze i's k-th sample), named as `result()` names them."""
+        return dump_trajectories(self.episodes, self._name(policy))
+
+    def _name(self, policy: str) -> str:
+        return policy if self.step is None else f"{policy}@{self.step}"
 
     def warn_bad_lines(self) -> None:
         """Tell a person reading the dump how many lines were skipped, and where."""
@@ -267,17 +315,29 @@ def to_trajectory(ep: EvalEpisode, sample: int, policy: str) -> Trajectory:
     )
 
 
-def episodes_to_result(episodes: list[EvalEpisode], *, step: int | None, policy: str) -> EvalResult:
-    """rlkit's EvalResult (solve rate, CI, pass@k, failures) from one step's episodes."""
+def _by_maze(episodes: list[EvalEpisode]) -> tuple[dict[int, list[EvalEpisode]], int]:
+    """`{maze index: its episodes}` in ascending maze order, and the samples per maze."""
     by_maze: dict[int, list[EvalEpisode]] = {}
     for ep in episodes:
         by_maze.setdefault(ep.maze_index, []).append(ep)
     counts = {len(v) for v in by_maze.values()}
     if len(counts) != 1:
         raise UsageError(f"eval dump has unequal samples per maze ({sorted(counts)}): incomplete?")
-    samples = counts.pop()
-    order = sorted(by_maze)
-    trajs = [to_trajectory(ep, k, policy) for i in order for k, ep in enumerate(by_maze[i])]
+    return dict(sorted(by_maze.items())), counts.pop()
+
+
+def dump_trajectories(episodes: list[EvalEpisode], policy: str) -> list[Trajectory]:
+    """One step's episodes as Trajectories, maze-major (maze index ascending, then sample):
+    the order of the EvalResult `episodes_to_result` builds from the same episodes."""
+    by_maze, _ = _by_maze(episodes)
+    return [to_trajectory(ep, k, policy) for eps in by_maze.values() for k, ep in enumerate(eps)]
+
+
+def episodes_to_result(episodes: list[EvalEpisode], *, step: int | None, policy: str) -> EvalResult:
+    """rlkit's EvalResult (solve rate, CI, pass@k, failures) from one step's episodes."""
+    by_maze, samples = _by_maze(episodes)
+    order = list(by_maze)
+    trajs = dump_trajectories(episodes, policy)
     mismatched = sum(
         (t.turns[-1].pos_after == Maze.from_dict(t.maze).exit) != t.terminated
         for t in trajs

@@ -1,0 +1,94 @@
+"""What notebook 05 replays of a run: one maze played by the last evaluated checkpoint, the same
+maze played by GRPO's first one beside it, and the last checkpoint's failures by kind.
+
+Works the same for a local run and a SkyRL run (its dumped eval episodes, replayed through
+rlkit's env by `rlkit.cluster.skyrl.readers`):
+
+    shown = replays.for_run(workbench.run_source(out_dir, preset, run_dir=RUN))
+    ReplayWidget(shown.episode, label=shown.label)
+    CheckpointDiffWidget(*shown.pair, labels=shown.labels)     # when shown.pair is not None
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlkit.episodes.evaluate import EvalResult
+from rlkit.episodes.rollout import Trajectory
+from rlkit.errors import UsageError
+from rlkit.notebook.plots import warm_start_end
+from rlkit.notebook.report import grpo_paired_test
+from rlkit.notebook.workbench import (
+    checkpoint_evals,
+    diff_maze,
+    episode,
+    eval_trajectories,
+    failure_examples,
+)
+
+
+@dataclass(frozen=True)
+class RunReplays:
+    """The episodes notebook 05 shows: maze `maze` at the last evaluated step and, when the run
+    has two evals, at GRPO's first (the paired test's `step_a`)."""
+
+    run: str
+    maze: int
+    last: EvalResult
+    last_trajs: list[Trajectory] = field(repr=False)
+    first: EvalResult | None = None
+    """None when the run has one eval: nothing to compare with."""
+    first_trajs: list[Trajectory] = field(default_factory=list, repr=False)
+
+    @property
+    def label(self) -> str:
+        return f"step {self.last.step}"
+
+    @property
+    def labels(self) -> tuple[str, str]:
+        """The diff's two panes: GRPO's first step, then the last."""
+        first = self.first.step if self.first is not None else None
+        return f"step {first}", self.label
+
+    @property
+    def episode(self) -> Trajectory:
+        """Sample 0 of `maze` at the last step."""
+        return episode(self.last_trajs, self.last, self.maze)
+
+    @property
+    def pair(self) -> tuple[Trajectory, Trajectory] | None:
+        """Sample 0 of `maze` at GRPO's first step and at the last; None with one eval."""
+        if self.first is None:
+            return None
+        return episode(self.first_trajs, self.first, self.maze), self.episode
+
+    def failures(self) -> dict[str, Trajectory]:
+        """The last step's first failed episode of each kind, in the taxonomy's order."""
+        return failure_examples(self.last_trajs)
+
+    def __str__(self) -> str:
+        than = f", against step {self.first.step}" if self.first is not None else ""
+        return f"{self.run}: maze {self.maze} at step {self.last.step}{than}"
+
+
+def for_run(source: str | Path, *, maze: int | None = None) -> RunReplays:
+    """The replays of a run (a local run dir, a SkyRL run dir or export dir). `maze` None: one
+    where GRPO's first checkpoint and the last disagree (`diff_maze`), maze 0 with one eval."""
+    evals = checkpoint_evals(source)
+    if not evals:
+        raise UsageError(f"{source} has no evaluated checkpoint yet: train first (notebook 03)")
+    name = Path(source).name
+    if len(evals) == 1:
+        ((step, last),) = evals.items()
+        return RunReplays(name, maze or 0, last, eval_trajectories(source, step))
+    paired = grpo_paired_test(evals, warm_start_end(source))
+    first, last = evals[paired.step_a], evals[paired.step_b]
+    return RunReplays(
+        name,
+        diff_maze(first, last) if maze is None else maze,
+        last,
+        eval_trajectories(source, paired.step_b),
+        first,
+        eval_trajectories(source, paired.step_a),
+    )

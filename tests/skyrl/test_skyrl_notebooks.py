@@ -1,0 +1,89 @@
+"""Notebooks 04 and 05 on a run SkyRL's own trainer wrote, given by its run dir (the path
+`rlkit submit` printed), executed with papermill as `rlkit demo` executes them.
+
+04 must plot the solve rate across the run's evaluated steps and write summary.json; 05 must
+replay an episode SkyRL played, the checkpoint diff and the failures by kind, as kernel-free
+players. Neither may write into the run. The run comes from `skyrl_run_dir`, the one place to
+re-point (the suite's session run, `skyrl_cpu_run.run_dir`).
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rlkit.cluster.skyrl.readers import read_eval_dumps
+from rlkit.notebook.demo import ensure_kernel, execute
+
+SAMPLE_RUN = Path("/tmp/skyrl-run-sample")
+"""A finished `skyrl-tiny-cpu` run (SkyRL's layout: global_step_N/, exports/, metrics.jsonl)."""
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # a kernel per notebook: ~15 s each
+
+
+@pytest.fixture
+def skyrl_run_dir(tmp_path: Path) -> Path:
+    """A SkyRL run dir to read. Re-point here (e.g. to the suite's `skyrl_cpu_run.run_dir`)."""
+    if not SAMPLE_RUN.is_dir():
+        pytest.skip(f"no SkyRL run at {SAMPLE_RUN}: run `rlkit submit --preset skyrl-tiny-cpu`")
+    return Path(shutil.copytree(SAMPLE_RUN, tmp_path / "skyrl-run"))
+
+
+def _files(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
+
+
+def _run(name: str, out: Path, run_dir: Path) -> list[dict]:
+    """Execute notebook `name` on `run_dir`; its outputs, after checking there is no error and
+    that the run dir is as it was."""
+    before = _files(run_dir)
+    path = execute(
+        name, out, {"out_dir": str(out), "run_dir": str(run_dir)}, kernel=ensure_kernel()
+    )
+    assert _files(run_dir) == before, f"{name} wrote into the run dir"
+    outputs = [o for c in json.loads(path.read_text())["cells"] for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o["output_type"] == "error"]
+    return outputs
+
+
+def _html(outputs: list[dict]) -> list[str]:
+    return ["".join(o["data"]["text/html"]) for o in outputs if "text/html" in o.get("data", {})]
+
+
+def test_notebook_04_plots_the_solve_rate_across_a_skyrl_runs_evaluated_steps(
+    skyrl_run_dir, tmp_path
+):
+    out = tmp_path / "out"
+    outputs = _run("04_solve_rate_across_checkpoints", out, skyrl_run_dir)
+    evals = read_eval_dumps(skyrl_run_dir / "exports")
+    first, last = min(evals), max(evals)
+    curve = out / "plots" / "solve_rate_across_checkpoints.png"
+    assert curve.read_bytes()[:4] == b"\x89PNG"
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 3  # curve, by length, curves
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"] == str(skyrl_run_dir) and str(curve) in summary["plots"]
+    assert sorted(summary["checkpoints"]) == sorted(str(s) for s in evals)
+    for step, row in summary["checkpoints"].items():
+        assert row["solve_rate"] == round(evals[int(step)].solve_rate, 4)
+        assert row["ci95"][0] <= row["solve_rate"] <= row["ci95"][1]
+    # a SkyRL run's untrained model is its first eval; the paired test runs from it to the last
+    assert summary["baseline"]["policy"] == f"skyrl-run@{first}"
+    assert summary["paired_test"]["steps"] == [first, last]
+    assert summary["final_greedy"] is None
+
+
+def test_notebook_05_replays_episodes_skyrl_played(skyrl_run_dir, tmp_path):
+    out = tmp_path / "out"
+    outputs = _run("05_replay_and_failures", out, skyrl_run_dir)
+    evals = read_eval_dumps(skyrl_run_dir / "exports")
+    first, last = min(evals), max(evals)
+    players = _html(outputs)
+    assert all("class='rlkit-player'" in h for h in players if "<h4>" not in h)
+    replay, diff = players[0], players[1]
+    assert f"<b>step {last}</b>" in replay and "'rlkit-frame'" in replay
+    assert f"<b>step {first}</b>" in diff and f"<b>step {last}</b>" in diff
+    kinds = [h.removeprefix("<h4>").removesuffix("</h4>") for h in players if h.startswith("<h4>")]
+    assert kinds == [k for k, n in evals[last].failures.items() if n]  # one replay per kind
+    assert len(players) == 2 + 2 * len(kinds)
+    assert (out / "plots" / "final_failures.png").read_bytes()[:4] == b"\x89PNG"
