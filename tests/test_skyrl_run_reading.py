@@ -30,7 +30,7 @@ def skyrl_run_dir(tmp_path: Path) -> Path:
     """A SkyRL run dir to read. Re-point here (e.g. to the suite's `skyrl_cpu_run.run_dir`)."""
     if not SAMPLE_RUN.is_dir():
         pytest.skip(f"no SkyRL run at {SAMPLE_RUN}: run `rlkit submit --preset skyrl-tiny-cpu`")
-    return Path(shutil.copytree(SAMPLE_RUN, tmp_path / "skyrl-run"))
+    return Path(shutil.copytree(SAMPLE_RUN, tmp_path / "sample-run"))
 
 
 def test_one_rule_tells_a_skyrl_run_from_a_local_run_and_from_anything_else(tmp_path):
@@ -65,9 +65,9 @@ def test_the_notebooks_find_the_run_from_its_run_dir_or_its_export_dir(skyrl_run
     with pytest.raises(UsageError, match="give one"):
         workbench.run_source("unused", "local-tiny", run_dir=run, skyrl_export=run / "exports")
     evals = workbench.checkpoint_evals(run)
-    dumped = sorted(p.name for p in (run / "exports" / "dumped_evals").iterdir())
-    assert [f"global_step_{s}_evals" for s in evals] == dumped
-    assert [r.policy for r in evals.values()] == [f"skyrl-run@{s}" for s in evals]
+    dumped = {p.name for p in (run / "exports" / "dumped_evals").iterdir() if p.is_dir()}
+    assert {f"global_step_{s}_evals" for s in evals} == dumped and list(evals) == sorted(evals)
+    assert [r.policy for r in evals.values()] == [f"{run.name}@{s}" for s in evals]
     same = workbench.checkpoint_evals(run / "exports")
     assert {s: r.per_maze for s, r in same.items()} == {s: r.per_maze for s, r in evals.items()}
     assert workbench.final_greedy_eval(run) is None  # SkyRL's evals only, no model loaded
@@ -99,19 +99,23 @@ def test_a_skyrl_run_gets_the_cached_baselines_on_its_test_set_but_not_the_local
     assert list(kept) == ["oracle"] and isinstance(kept["oracle"], EvalResult)
 
 
-def test_replays_of_a_skyrl_run_pair_its_first_and_last_eval(skyrl_run_dir):
+def test_replays_of_a_skyrl_run_pair_its_first_and_last_eval(skyrl_run_dir, tmp_path):
     shown = replays.for_run(skyrl_run_dir)
     steps = sorted(workbench.checkpoint_evals(skyrl_run_dir))
-    assert shown.labels == (f"step {steps[0]}", f"step {steps[-1]}") and shown.run == "skyrl-run"
+    assert (
+        shown.labels == (f"step {steps[0]}", f"step {steps[-1]}")
+        and shown.run == skyrl_run_dir.name
+    )
     first, last = shown.pair
     assert first.maze_obj == last.maze_obj == shown.episode.maze_obj
-    assert last is shown.episode and first.policy == f"skyrl-run@{steps[0]}"
+    assert last is shown.episode and first.policy == f"{shown.run}@{steps[0]}"
     assert all(classify(t) == kind for kind, t in shown.failures().items())
     assert set(shown.failures()) == {kind for kind, n in shown.last.failures.items() if n}
-    # one evaluated step: its replays, nothing to compare with
+    # one evaluated step: its replays, nothing to compare with (on a copy: the run may be shared)
+    exports = shutil.copytree(skyrl_run_dir / "exports", tmp_path / "one-eval" / "exports")
     for step in steps[:-1]:
-        shutil.rmtree(skyrl_run_dir / "exports" / "dumped_evals" / f"global_step_{step}_evals")
-    alone = replays.for_run(skyrl_run_dir, maze=1)
+        shutil.rmtree(exports / "dumped_evals" / f"global_step_{step}_evals")
+    alone = replays.for_run(exports.parent, maze=1)
     assert alone.pair is None and alone.maze == 1 and alone.label == f"step {steps[-1]}"
     assert alone.episode.maze_obj.content_hash == alone.last.per_maze[1]["hash"]
 

@@ -27,7 +27,7 @@ def skyrl_run_dir(tmp_path: Path) -> Path:
     """A SkyRL run dir to read. Re-point here (e.g. to the suite's `skyrl_cpu_run.run_dir`)."""
     if not SAMPLE_RUN.is_dir():
         pytest.skip(f"no SkyRL run at {SAMPLE_RUN}: run `rlkit submit --preset skyrl-tiny-cpu`")
-    return Path(shutil.copytree(SAMPLE_RUN, tmp_path / "skyrl-run"))
+    return Path(shutil.copytree(SAMPLE_RUN, tmp_path / "sample-run"))
 
 
 def _files(root: Path) -> dict[str, int]:
@@ -68,7 +68,7 @@ def test_notebook_04_plots_the_solve_rate_across_a_skyrl_runs_evaluated_steps(
         assert row["solve_rate"] == round(evals[int(step)].solve_rate, 4)
         assert row["ci95"][0] <= row["solve_rate"] <= row["ci95"][1]
     # a SkyRL run's untrained model is its first eval; the paired test runs from it to the last
-    assert summary["baseline"]["policy"] == f"skyrl-run@{first}"
+    assert summary["baseline"]["policy"] == f"{skyrl_run_dir.name}@{first}"
     assert summary["paired_test"]["steps"] == [first, last]
     assert summary["final_greedy"] is None
 
