@@ -7,6 +7,7 @@ real-engine tests serve rlkit's tiny model with vLLM's CPU build.
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import Path
 from unittest.mock import patch
 
@@ -53,6 +54,20 @@ def tokenizer(processor):
 @pytest.fixture(scope="session")
 def encoder(processor) -> ChatEncoder:
     return ChatEncoder(processor)
+
+
+@pytest.fixture(scope="session")
+def skyrl_cpu_run(ray_cluster, tmp_path_factory):
+    """The session's one whole SkyRL run on CPU, killed once and resumed (cpu_run.py)."""
+    from cpu_run import run_skyrl_on_cpu
+
+    return run_skyrl_on_cpu(ray_cluster, tmp_path_factory.mktemp("skyrl-cpu"))
+
+
+@pytest.fixture
+def skyrl_run_dir(skyrl_cpu_run, tmp_path: Path) -> Path:
+    """A copy of the session's SkyRL CPU run dir, for tests that read it like a user would."""
+    return Path(shutil.copytree(skyrl_cpu_run.run_dir, tmp_path / skyrl_cpu_run.run_dir.name))
 
 
 @pytest.fixture(autouse=True, scope="session")

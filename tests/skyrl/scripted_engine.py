@@ -9,7 +9,10 @@ pattern of SkyRL's own `tests/train/generators/test_skyrl_vlm_generator.py`):
   carry the patches (read back by `decode_features`, patched in for SkyRL's `decode_mm_kwargs`).
 - `generate(engine_input)` -> `{"responses", "response_ids", "stop_reasons", ...}`: the answer of
   a scripted player, keyed by SkyRL's session id (`<row uid>_<repetition>`), truncated at the
-  request's `max_tokens` like a real engine (stop reason "length").
+  request's `max_tokens` like a real engine (stop reason "length"). Its ids are the text's
+  canonical tokenization unless a `Tokenize` says otherwise: a sampler may draw another token
+  sequence for the same text (`spelled`), or special tokens that vLLM leaves out of the text
+  (`drawing`); `keeps_special` gives texts as SkyRL's own client decodes them.
 - `finish_session(session_id)`.
 
 Everything it was asked and answered is recorded, so a test can replay the same moves in rlkit's
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from rlkit.env.maze_env import EnvConfig, maze_from_extras
 from rlkit.maze import rules
@@ -34,6 +38,29 @@ from rlkit.model.chat import ChatEncoder
 
 Player = Callable[[Maze, rules.State, int], str]
 """(maze, where the player believes it is, repetition id) -> answer text."""
+Tokenize = Callable[[PreTrainedTokenizerBase, str, int], list[int]]
+"""(tokenizer, answer text, repetition id) -> the ids the engine says it sampled for the text."""
+
+
+def canonical(tok: PreTrainedTokenizerBase, text: str, rep: int) -> list[int]:
+    return tok.encode(text, add_special_tokens=False)
+
+
+def spelled(tok: PreTrainedTokenizerBase, text: str, rep: int) -> list[int]:
+    """One token per character: the same text, longer than its canonical tokenization (a
+    sampler's `Ġ` `Ġ` where the tokenizer writes `ĠĠ`, on every token)."""
+    return [t for ch in text for t in tok.encode(ch, add_special_tokens=False)]
+
+
+def drawing(token: str, reps: frozenset[int]) -> Tokenize:
+    """The canonical ids after one special `token`, on repetitions `reps`: vLLM decodes with
+    skip_special_tokens, so the text, and the conversation SkyRL re-renders, never shows it."""
+
+    def tokenize(tok: PreTrainedTokenizerBase, text: str, rep: int) -> list[int]:
+        ids = canonical(tok, text, rep)
+        return [tok.convert_tokens_to_ids(token), *ids] if rep in reps else ids
+
+    return tokenize
 
 
 def oracle(maze: Maze, state: rules.State, rep: int) -> str:
@@ -80,11 +107,23 @@ class Session:
 class ScriptedEngine:
     model_name = "rlkit-tiny"
 
-    def __init__(self, encoder: ChatEncoder, rows: list[dict], player: Player) -> None:
+    def __init__(
+        self,
+        encoder: ChatEncoder,
+        rows: list[dict],
+        player: Player,
+        tokenize: Tokenize = canonical,
+        keeps_special: bool = False,
+    ) -> None:
+        """`keeps_special`: answer texts as SkyRL's RemoteInferenceClient detokenizes them
+        (`batch_decode`: special tokens, the end of turn too, stay in the text, and so in the
+        conversation SkyRL re-renders); otherwise the player's text, as vLLM's own decodes."""
         self.encoder = encoder
         self.tokenizer = encoder.tokenizer
         self.rows = rows
         self.player = player
+        self.tokenize = tokenize
+        self.keeps_special = keeps_special
         self.sessions: dict[str, Session] = {}
         self.rendered: list[list[dict]] = []
         self.finished: list[str] = []
@@ -114,13 +153,15 @@ class ScriptedEngine:
         s = self._session(session_id)
         rep = int(session_id.rpartition("_")[2])
         text = self.player(s.maze, s.state, rep)
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        ids = self.tokenize(self.tokenizer, text, rep)
         max_tokens = engine_input["sampling_params"].get("max_tokens")
         if max_tokens is not None and len(ids) >= max_tokens:
             ids, stop = ids[:max_tokens], "length"
-            text = self.tokenizer.decode(ids)
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)  # as vLLM decodes
         else:
             ids, stop = [*ids, self.tokenizer.convert_tokens_to_ids("<|im_end|>")], "stop"
+        if self.keeps_special:
+            text = self.tokenizer.decode(ids)
         moves, _ = parse_actions(text, s.cfg.parser, s.cfg.moves_per_turn)
         s.state = rules.transition(s.state, moves)
         s.texts.append(text)

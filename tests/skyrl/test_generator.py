@@ -5,17 +5,25 @@ SkyRL 0.4.0's `SkyRLVLMGymGenerator`, configured from the cluster preset's own o
 `PromptDataset` and `prepare_generator_input` (the trainer's path), builds rlkit's env through
 skyrl-gym, and talks to a scripted engine (the only fake). Each episode is then replayed in
 rlkit's own env from the engine's answers: SkyRL's reward must be rlkit's verdict.
+
+The placeholder tests below drive rlkit's `RlkitVLMGenerator` (what `RlkitExp` runs) the same
+way, with an engine whose sampled ids are not their text's canonical tokenization, and check
+what Qwen3-VL's forward needs: every sample's image-pad runs equal its images' token counts (the
+tiny model's own forward runs on them, as SkyRL's model wrapper calls it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import inspect
 from pathlib import Path
 from unittest.mock import patch
 
 import pytest
 import scripted_engine as se
+import torch
 from skyrl.backends.skyrl_train.inference_servers.engine_utils import (
     get_sampling_params_for_backend,
 )
@@ -24,8 +32,17 @@ from skyrl.train.dataset import PromptDataset
 from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
 from skyrl.train.generators.utils import prepare_generator_input
 from skyrl.train.utils.trainer_utils import validate_generator_output
+from transformers import Qwen3VLForConditionalGeneration
 
 from rlkit.cli.main import main as rlkit_main
+from rlkit.cluster.skyrl.bridge import rlkit_names
+from rlkit.cluster.skyrl.experiment import RlkitExp
+from rlkit.cluster.skyrl.generator import (
+    DESYNC_METRIC,
+    RlkitVLMGenerator,
+    image_runs,
+    observation_start,
+)
 from rlkit.cluster.skyrl.presets import build_overrides, get_preset
 from rlkit.env.maze_env import ENV_ID, MazeEnv
 
@@ -59,15 +76,27 @@ def preset_config(**generator_changes) -> SkyRLTrainConfig:
     return cfg
 
 
-def play(cfg, ds, encoder, player, mazes=range(8), samples=2):
-    """SkyRL's generate over `mazes` x `samples`; returns (input, output, engine)."""
+def play(
+    cfg,
+    ds,
+    encoder,
+    player,
+    mazes=range(8),
+    samples=2,
+    generator_cls=SkyRLVLMGymGenerator,
+    tokenize=se.canonical,
+    keeps_special=False,
+):
+    """`generator_cls`'s generate over `mazes` x `samples`; returns (input, output, engine)."""
     rows = [ds.dataframe[i] for i in range(len(ds))]
-    engine = se.ScriptedEngine(encoder, rows, player)
-    generator = SkyRLVLMGymGenerator(
+    engine = se.ScriptedEngine(encoder, rows, player, tokenize, keeps_special)
+    extra = {"merge_size": encoder.merge} if generator_cls is RlkitVLMGenerator else {}
+    generator = generator_cls(
         generator_cfg=cfg.generator,
         skyrl_gym_cfg=cfg.environment.skyrl_gym,
         inference_engine_client=engine,
         tokenizer=encoder.tokenizer,
+        **extra,
     )
     prompts = ds.collate_fn([ds[i] for i in mazes])
     params = get_sampling_params_for_backend(
@@ -183,3 +212,131 @@ def test_rows_reach_the_env_as_skyrl_passes_them(dataset, tmp_path: Path):
     assert set(extras) == {"data_source", "reward_spec", "extra_info"}
     env = MazeEnv({}, {**extras, "max_turns": 5})
     assert env.max_turns == 5
+
+
+# --- image placeholders: a non-canonical answer costs no sample, a stray pad costs one, counted
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_dir):
+    return Qwen3VLForConditionalGeneration.from_pretrained(tiny_dir, dtype=torch.float32).eval()
+
+
+def pads_match(out, i: int, encoder) -> bool:
+    """What Qwen3-VL's forward checks: image-pad tokens == features (t*h*w / merge**2 each)."""
+    image_pad = encoder.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    ids = out["prompt_token_ids"][i] + out["response_ids"][i]
+    features = int(out["image_grid_thw"][i].prod(-1).sum()) // encoder.merge**2
+    return ids.count(image_pad) == features
+
+
+@torch.no_grad()
+def forward(model, out, i: int) -> torch.Tensor:
+    """Sample i through the tiny model as SkyRL's model wrapper calls it (`model_wrapper.py`
+    389-400: image tokens marked by id, the sample's pixel values and grids)."""
+    ids = torch.tensor([out["prompt_token_ids"][i] + out["response_ids"][i]])
+    return model(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        pixel_values=out["pixel_values"][i],
+        image_grid_thw=out["image_grid_thw"][i],
+        mm_token_type_ids=(ids == model.config.image_token_id).long(),
+    ).logits
+
+
+def split(out, i: int) -> tuple[list[int], list[int]]:
+    """(sampled tokens, observation tokens) of sample i, by its loss mask."""
+    pairs = list(zip(out["response_ids"][i], out["loss_masks"][i], strict=True))
+    return [t for t, m in pairs if m == 1], [t for t, m in pairs if m == 0]
+
+
+@pytest.mark.parametrize("keeps_special", [False, True], ids=["vllm-text", "skyrl-client-text"])
+@pytest.mark.parametrize("dataset", ["test"], indirect=True)  # one set: ~7 s, not ~45
+def test_noncanonical_answers_keep_their_images(dataset, encoder, tiny_model, keeps_special):
+    """Each answer sampled one token per character: SkyRL's slice drops image pads (and its
+    forward fails as on the CPU run); rlkit's generator keeps every sample whole. Both ways an
+    answer's text may come: without its end of turn, and with it (SkyRL's client)."""
+    _, ds = dataset
+    cfg = preset_config(max_input_length=32768)
+    runs = {
+        (cls, tok): play(cfg, ds, encoder, se.oracle, range(4), 2, cls, tok, keeps_special)
+        for cls in (SkyRLVLMGymGenerator, RlkitVLMGenerator)
+        for tok in (se.canonical, se.spelled)
+    }
+    _, canon, _ = runs[SkyRLVLMGymGenerator, se.canonical]
+    for key in ("prompt_token_ids", "response_ids", "loss_masks", "rewards", "stop_reasons"):
+        assert runs[RlkitVLMGenerator, se.canonical][1][key] == canon[key], key
+
+    _, skyrl, _ = runs[SkyRLVLMGymGenerator, se.spelled]
+    broken = [i for i in range(len(skyrl["response_ids"])) if not pads_match(skyrl, i, encoder)]
+    assert broken, "SkyRL's own slice no longer desyncs: RlkitVLMGenerator may be retired"
+    with pytest.raises(ValueError, match="Image features and image tokens do not match"):
+        forward(tiny_model, skyrl, broken[0])
+
+    batch, ours, engine = runs[RlkitVLMGenerator, se.spelled]
+    assert ours["rollout_metrics"][DESYNC_METRIC] == 0
+    for i in range(len(batch["prompts"])):
+        assert pads_match(ours, i, encoder)
+        sampled, observed = split(ours, i)
+        assert sampled == sum(engine.sessions[session_of(batch, i)].ids, [])
+        assert observed == split(canon, i)[1], "observations exactly as rendered"
+        assert sum(ours["rewards"][i]) == sum(canon["rewards"][i]) == 1.0
+    assert torch.isfinite(forward(tiny_model, ours, 0)).all()
+
+
+@pytest.mark.parametrize("dataset", ["test"], indirect=True)  # one set: ~7 s, not ~45
+def test_sampled_image_pad_costs_a_counted_sample(dataset, encoder, tiny_model):
+    """Repetition 0 draws `<|image_pad|>` before every answer (vLLM's text skips it): those
+    samples keep their prompt's image only, train nothing and are counted; the others are
+    exactly the canonical run's."""
+    _, ds = dataset
+    cfg = preset_config(max_input_length=32768)
+    stray = se.drawing("<|image_pad|>", frozenset({0}))
+    _, canon, _ = play(cfg, ds, encoder, se.oracle, range(4), 2, RlkitVLMGenerator)
+    _, skyrl, _ = play(cfg, ds, encoder, se.oracle, range(4), 2, SkyRLVLMGymGenerator, stray)
+    assert not all(pads_match(skyrl, i, encoder) for i in range(len(skyrl["response_ids"])))
+
+    batch, ours, _ = play(cfg, ds, encoder, se.oracle, range(4), 2, RlkitVLMGenerator, stray)
+    guarded = [i for i, t in enumerate(batch["trajectory_ids"]) if t.repetition_id == 0]
+    assert ours["rollout_metrics"][DESYNC_METRIC] == len(guarded) == 4
+    assert rlkit_names(ours["rollout_metrics"])["rollout/placeholder_desyncs"] == 4  # as logged
+    for i in range(len(batch["prompts"])):
+        assert pads_match(ours, i, encoder)
+        if i in guarded:
+            assert not any(ours["loss_masks"][i]) and sum(ours["rewards"][i]) == 1.0
+            (grid,) = ours["image_grid_thw"][i]  # the prompt's one image
+            assert ours["pixel_values"][i].shape[0] == int(grid.prod())
+        else:
+            for key in ("response_ids", "loss_masks", "rewards"):
+                assert ours[key][i] == canon[key][i], key
+    assert torch.isfinite(forward(tiny_model, ours, guarded[0])).all()
+
+
+def test_observation_starts_after_the_answers_end_of_turn():
+    eos = 2  # ids: prompt 7 8, answer 5, eos, "\n", observation 9 6 6 eos "\n", prompt 4
+    render = [7, 8, 5, eos, 1, 9, 6, 6, eos, 1, 4]
+    assert observation_start(render, 1, eos, answer_ended=True) == 4  # the sampled eos is it
+    assert observation_start(render, 1, eos, answer_ended=False) == 3  # cut short: it is obs
+    assert observation_start(render, 2, eos, answer_ended=True) is None
+    kept = [7, 8, 5, eos, eos, 1, 9, 6, 6, eos, 1, 4]  # the answer's text kept its eos
+    assert observation_start(kept, 1, eos, answer_ended=True) == 4  # the template's is obs
+    assert image_runs([6, 6, 1, 6, 6, 6, 1], 6) == [2, 3]
+    assert image_runs([6, 1, 6], 6) == [1, 1]
+
+
+def test_restated_loop_follows_skyrls():
+    """RlkitVLMGenerator.agent_loop restates SkyRL 0.4.0's; a new SkyRL must be re-read."""
+    source = inspect.getsource(SkyRLVLMGymGenerator.agent_loop).encode()
+    assert hashlib.sha256(source).hexdigest()[:16] == "b8b62e5d71ea9cc0", (
+        "SkyRL's VLM agent_loop changed: port its changes to RlkitVLMGenerator.agent_loop (or "
+        "retire it if SkyRL now finds observations itself), then update this hash"
+    )
+
+
+def test_experiment_runs_rlkit_generator(tiny_dir, encoder):
+    cfg = preset_config()
+    cfg.trainer.policy.model.path = str(tiny_dir)
+    # BasePPOExp.__init__ builds datasets and a placement group; get_generator reads its args
+    exp = RlkitExp.__new__(RlkitExp)
+    generator = exp.get_generator(cfg, encoder.tokenizer, se.ScriptedEngine(encoder, [], se.oracle))
+    assert type(generator) is RlkitVLMGenerator and generator.merge_size == encoder.merge == 2

@@ -8,7 +8,6 @@ re-point (the suite's session run, `skyrl_cpu_run.run_dir`).
 """
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,18 +15,7 @@ import pytest
 from rlkit.cluster.skyrl.readers import read_eval_dumps
 from rlkit.notebook.demo import ensure_kernel, execute
 
-SAMPLE_RUN = Path("/tmp/skyrl-run-sample")
-"""A finished `skyrl-tiny-cpu` run (SkyRL's layout: global_step_N/, exports/, metrics.jsonl)."""
-
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # a kernel per notebook: ~15 s each
-
-
-@pytest.fixture
-def skyrl_run_dir(tmp_path: Path) -> Path:
-    """A SkyRL run dir to read. Re-point here (e.g. to the suite's `skyrl_cpu_run.run_dir`)."""
-    if not SAMPLE_RUN.is_dir():
-        pytest.skip(f"no SkyRL run at {SAMPLE_RUN}: run `rlkit submit --preset skyrl-tiny-cpu`")
-    return Path(shutil.copytree(SAMPLE_RUN, tmp_path / "sample-run"))
 
 
 def _files(root: Path) -> dict[str, int]:

@@ -1,0 +1,107 @@
+"""The suite's one whole SkyRL run on CPU: the cluster's code path, launched as a researcher does.
+
+`rlkit submit --preset skyrl-tiny-cpu` on the session's local head (logical GPUs, rlkit's
+device seam); the job's entry builds the warm-started tiny Qwen3-VL into RUN/init_model, then
+SkyRL trains 4 GRPO steps on 2 FSDP ranks, an eval before
+training and at the end, checkpoints and HF exports every 2 steps. After the checkpoint of
+step 2 the job is SIGKILLed and the export of step 2 removed (what a kill between SkyRL's
+`save_checkpoints` and `save_models` leaves); `rlkit jobs watch --resubmit 1` then brings the
+run back, it resumes at step 2 and finishes. While it trains, the head's Prometheus endpoint
+is scraped for the bridge's gauges.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import signal
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlkit.cli.main import main
+from rlkit.cluster.client import Cluster
+from rlkit.cluster.skyrl.readers import latest_step
+
+RUN = "cpu"
+STEPS, CKPT_EVERY, KILL_AFTER = 4, 2, 2
+SETTINGS = {
+    "steps": STEPS,
+    "ckpt_interval": CKPT_EVERY,
+    "eval_interval": STEPS,
+    "eval_mazes": 8,
+    "eval_samples": 2,
+}
+GAUGES = ("ray_rlkit_train_step", "ray_rlkit_reward_mean", "ray_rlkit_solve_rate")
+LIMIT_S = 900.0
+
+
+@dataclass
+class CpuRun:
+    run_dir: Path
+    jobs: list[str]
+    gauges: dict[str, str] = field(default_factory=dict)
+    """Bridge gauges scraped from the head while the run trained (name -> last value)."""
+    watch_output: str = ""
+
+    @property
+    def export_dir(self) -> Path:
+        return self.run_dir / "exports"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.run_dir / "init_model"
+
+
+def run_cli(*argv: str) -> int:
+    """`rlkit ARGV...` in this process: its exit code (errors raise, as the CLI's own tests
+    expect)."""
+    return main(list(argv))
+
+
+def scrape(cluster: Cluster, run: str, into: dict[str, str]) -> None:
+    port = cluster.local_head.metrics_port
+    page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+    for line in page.decode().splitlines():
+        name, _, rest = line.partition("{")
+        if name in GAUGES and f'run="{run}"' in rest:
+            into[name] = line.rsplit(" ", 1)[-1]
+
+
+def kill_job(cluster: Cluster, submission_id: str) -> None:
+    """SIGKILL the job's driver, as a node failure would: Ray then ends the processes it owned
+    (SkyRL's trainer task, FSDP workers, vLLM servers) and marks the job FAILED."""
+    pid = cluster.job_details(submission_id).driver_info.pid
+    os.kill(int(pid), signal.SIGKILL)
+    cluster.job(submission_id).wait(300)
+
+
+def run_skyrl_on_cpu(cluster: Cluster, root: Path) -> CpuRun:
+    argv = ["submit", "--preset", "skyrl-tiny-cpu", "--address", cluster.address]
+    argv += ["--runs-root", str(root), "--run-name", RUN]
+    for key, value in SETTINGS.items():
+        argv += ["--set", f"{key}={value}"]
+    assert run_cli(*argv) == 0
+    run = CpuRun(root / RUN, [cluster.reattach(RUN).submission_id])
+    first = cluster.job(run.jobs[0])
+    deadline = time.monotonic() + LIMIT_S
+    while latest_step(run.run_dir) != KILL_AFTER:
+        status = first.status().value
+        assert status in ("PENDING", "RUNNING"), first.logs()[-3000:]
+        assert time.monotonic() < deadline, first.logs()[-3000:]
+        scrape(cluster, RUN, run.gauges)
+        time.sleep(2)
+    kill_job(cluster, first.submission_id)
+    shutil.rmtree(run.export_dir / f"global_step_{KILL_AFTER}", ignore_errors=True)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = run_cli(
+            "jobs", "watch", RUN, "--resubmit", "1", "--poll", "2", "--address", cluster.address
+        )
+    run.watch_output = out.getvalue()
+    run.jobs.append(cluster.reattach(RUN).submission_id)
+    assert code == 0, cluster.job(run.jobs[-1]).logs()[-3000:]
+    return run
