@@ -3,15 +3,18 @@
 `RlkitExp` is SkyRL's `BasePPOExp` whose `get_tracker` returns `BridgedTracking`: SkyRL's own
 `Tracking` (console, wandb, mlflow, ... as `trainer.logger` says) that also hands every step's
 dict to `MetricsBridge` (RUN/metrics.jsonl, Ray gauges, MLflow) for the run dir, which is
-SkyRL's `trainer.ckpt_path`.
+SkyRL's `trainer.ckpt_path`. Its `get_generator` gives VLM runs `RlkitVLMGenerator` (image
+placeholders that always match the images: rlkit.cluster.skyrl.generator).
 """
 
 from __future__ import annotations
 
 from skyrl.train.entrypoints.main_base import BasePPOExp
+from skyrl.train.generators.base import GeneratorInterface
 from skyrl.train.utils.tracking import Tracking
 
 from rlkit.cluster.skyrl.bridge import MetricsBridge
+from rlkit.cluster.skyrl.generator import build_generator
 
 
 class BridgedTracking(Tracking):
@@ -50,3 +53,8 @@ def bridged_tracker(cfg) -> BridgedTracking:
 class RlkitExp(BasePPOExp):
     def get_tracker(self) -> Tracking:
         return bridged_tracker(self.cfg)
+
+    def get_generator(self, cfg, tokenizer, inference_engine_client) -> GeneratorInterface:
+        if not cfg.generator.vision_language_generator:
+            return super().get_generator(cfg, tokenizer, inference_engine_client)
+        return build_generator(cfg, tokenizer, inference_engine_client)

@@ -1,0 +1,283 @@
+"""SkyRL's VLM generator with each observation's tokens taken where the render puts them.
+
+SkyRL 0.4.0's `SkyRLVLMGymGenerator.agent_loop` re-renders the whole conversation every turn
+and takes the turn's observation tokens as `render[len(previous render) + len(sampled ids):]`
+(`skyrl_vlm_generator.py:146-153, 207`). That holds only while re-rendering reproduces the ids
+the engine sampled. It often does not: a sampler draws `Ġ` `Ġ` where the tokenizer writes `ĠĠ`
+(tests/skyrl/test_vllm_engine.py), or byte tokens whose text re-encodes otherwise. The slice
+then starts inside the observation (or inside the answer), the trainer's sequence loses (or
+gains) `<|image_pad|>` tokens while the pixel values are the render's, and the reference forward
+raised "Image features and image tokens do not match, tokens: 159, features: 216" on a CPU run,
+ending the run.
+
+`RlkitVLMGenerator` fixes the root: an observation is the render's tail after the assistant's
+end of turn, found by counting end-of-turn tokens back from the end (`observation_start`), so a
+non-canonical answer keeps its sample whole: the answer's sampled ids (with their logprobs), then
+the observation exactly as rendered. A last guard (`guard_placeholders`) covers what the root fix
+cannot: a model that samples `<|image_pad|>` itself (SkyRL's client keeps it in the answer's
+text, and vLLM then renders the later images with one pad each). Such a sample's image-pad runs
+disagree with its image grids (what Qwen3-VL's forward checks, count and per-image runs); it
+keeps only its prompt's images, its response's pads become padding, its loss mask is zeroed (no
+gradient; its reward still counts in its group's baseline, as the episode really ended so), and
+it is counted in the step's `generate/placeholder_desyncs` (`rollout/placeholder_desyncs`
+through the bridge; `eval/all/generate/placeholder_desyncs` in an eval).
+
+Measured against a real vLLM CPU server, the tiny model sampling its whole vocabulary (8 mazes x
+2, 12 turns, 8 tokens an answer): SkyRL's generator left 2-3 of 16 samples whose forward fails as
+on the run; this one none, its guard taking the 3-4 samples that had sampled `<|image_pad|>`.
+
+`RlkitExp.get_generator` (rlkit.cluster.skyrl.experiment) builds it; tests in
+tests/skyrl/test_generator.py drive it with SkyRL's own config, dataset and generate().
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import asdict
+from typing import Any
+from uuid import uuid4
+
+import skyrl_gym
+from skyrl.backends.skyrl_train.inference_servers.base import InferenceEngineInput
+from skyrl.backends.skyrl_train.inference_servers.utils import resolve_policy_model_name
+from skyrl.train.generators import skyrl_vlm_generator
+from skyrl.train.generators.base import TRAINING_PHASE_TRAIN, GeneratorOutput
+from skyrl.train.generators.skyrl_gym_generator import TrajectoryOutput
+from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
+from skyrl.utils.tok import get_processor
+
+IMAGE_PAD = "<|image_pad|>"
+"""Qwen-VL's image placeholder: the forward puts one merged patch's feature at each."""
+DESYNC_METRIC = "generate/placeholder_desyncs"
+"""Samples of a generate() call whose placeholders had to be cut back to the prompt's images.
+No avg/mean/min/max in the name: SkyRL sums such a key over concatenated outputs."""
+
+
+def observation_start(
+    ids: list[int], n_messages: int, eos_id: int, answer_ended: bool
+) -> int | None:
+    """Where the last turn's observation starts in `ids`, the render of a conversation that ends
+    with the assistant's answer, then `n_messages` observation messages and the generation prompt.
+
+    Each rendered message closes with one end-of-turn token and the generation prompt has none,
+    so the template's end of the answer's turn is the (n_messages + 1)-th from the end. As in
+    SkyRL, sampled ids that end with an end-of-turn token (`answer_ended`) stand for the render's
+    next one: the template's, where the answer's text left it out, or the answer's own right
+    before it, where the text kept it (SkyRL's client decodes with special tokens, so the render
+    shows `<|im_end|><|im_end|>`). The observation starts after that token. None if `ids` has
+    too few end-of-turn tokens.
+    """
+    ends = [i for i, t in enumerate(ids) if t == eos_id]
+    if len(ends) <= n_messages:
+        return None
+    end = ends[-(n_messages + 1)]
+    return end + 1 if answer_ended and ids[end - 1] != eos_id else end
+
+
+def image_runs(ids: list[int], image_id: int) -> list[int]:
+    """Lengths of the runs of `image_id` in `ids`, in order: one per image for the forward
+    (SkyRL marks image tokens by id; each run takes the next image grid)."""
+    runs, n = [], 0
+    for t in ids:
+        if t == image_id:
+            n += 1
+        elif n:
+            runs.append(n)
+            n = 0
+    return [*runs, n] if n else runs
+
+
+def image_tokens(grid_thw, merge_size: int) -> list[int]:
+    """Tokens per image of an `image_grid_thw` (N, 3): t*h*w patches, merge_size**2 per token."""
+    return [] if grid_thw is None else [int(g.prod()) // merge_size**2 for g in grid_thw]
+
+
+def guard_placeholders(out: GeneratorOutput, image_id: int, filler_id: int, merge_size: int) -> int:
+    """Make every sample's image placeholders agree with its image grids, in place; returns how
+    many samples had to be changed.
+
+    A sample that disagrees keeps its prompt (the first render: its images are the first ones
+    of the sample's grids), its response's image pads become `filler_id`, its pixel values and
+    grids are cut to the prompt's images, and its loss mask is zeroed.
+    """
+    grids, pixels = out.get("image_grid_thw"), out.get("pixel_values")
+    changed = 0
+    for i, (prompt, response) in enumerate(
+        zip(out["prompt_token_ids"], out["response_ids"], strict=True)
+    ):
+        grid = grids[i] if grids is not None else None
+        if image_runs(prompt + response, image_id) == image_tokens(grid, merge_size):
+            continue
+        changed += 1
+        out["response_ids"][i] = [filler_id if t == image_id else t for t in response]
+        out["loss_masks"][i] = [0] * len(response)
+        if grid is not None:
+            kept = grid[: len(image_runs(prompt, image_id))]
+            grids[i] = kept
+            pixels[i] = pixels[i][: int(kept.prod(-1).sum())]
+    return changed
+
+
+class RlkitVLMGenerator(SkyRLVLMGymGenerator):
+    """`SkyRLVLMGymGenerator` whose samples' image placeholders always match their images.
+
+    `merge_size`: the image processor's (Qwen3-VL: 2), to count tokens per image grid.
+    """
+
+    def __init__(self, *args: Any, merge_size: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.merge_size = merge_size
+        self.image_id = self.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
+        if self.image_id is None or self.image_id == self.tokenizer.unk_token_id:
+            raise ValueError(f"the tokenizer has no {IMAGE_PAD} token: not a Qwen-VL tokenizer")
+        pad = self.tokenizer.pad_token_id
+        self.filler_id = pad if pad is not None else self.tokenizer.eos_token_id
+
+    async def generate(self, input_batch, disable_tqdm: bool = False) -> GeneratorOutput:
+        out = await super().generate(input_batch, disable_tqdm=disable_tqdm)
+        changed = guard_placeholders(out, self.image_id, self.filler_id, self.merge_size)
+        out["rollout_metrics"][DESYNC_METRIC] = changed
+        return out
+
+    async def agent_loop(
+        self,
+        prompt,
+        env_class: str,
+        env_extras: dict[str, Any],
+        max_tokens: int,
+        max_input_length: int,
+        sampling_params: dict[str, Any] | None = None,
+        trajectory_id=None,
+        cache_salt: str | None = None,
+        training_phase=TRAINING_PHASE_TRAIN,
+    ) -> TrajectoryOutput:
+        """SkyRL 0.4.0's loop (`skyrl_vlm_generator.py:73-237`), restated because the slice to
+        fix sits mid-loop with no hook; the one change is where each observation starts
+        (`observation_start`, falling back to SkyRL's offset). tests/skyrl/test_generator.py
+        pins SkyRL's source it follows and checks both agree on canonical answers."""
+        start_time = time.monotonic()
+        session_id = (
+            f"{trajectory_id.instance_id}_{trajectory_id.repetition_id}"
+            if trajectory_id is not None
+            else uuid4().hex
+        )
+        eos = self.tokenizer.eos_token_id
+        try:
+            env_extras["max_turns"] = self.max_turns
+            env_config = getattr(self.skyrl_gym_cfg, env_class, dict())
+            env = skyrl_gym.make(env_class, env_config=env_config, extras=env_extras)
+            conversation = copy.deepcopy(prompt)
+            conversation, _ = await self._run_in_executor_if_available(env.init, conversation)
+            initial_render = await self._render_conversation(conversation)
+            prompt_ids = initial_render["prompt_ids"]
+            latest_features = initial_render["features"]
+
+            params = (
+                sampling_params
+                if sampling_params is not None
+                else asdict(self.generator_cfg.sampling_params)
+            )
+            logprobs: list[float] | None = [] if params.get("logprobs") is not None else None
+            stop_strs = params.get("stop", None)
+            response_ids: list[int] = []
+            loss_mask: list[int] = []
+            step_rewards: list[tuple[float, int]] = []
+            stop_reason, done = "stop", False
+            pending: tuple[int, int, bool] | None = None  # SkyRL's offset, obs messages, eos
+
+            while not done:
+                rendered = await self._render_conversation(conversation)
+                input_ids = rendered["prompt_ids"]
+                latest_features = rendered["features"]
+                if pending is not None:
+                    offset, n_obs, answer_ended = pending
+                    start = observation_start(input_ids, n_obs, eos, answer_ended)
+                    obs_tokens = input_ids[offset if start is None else start :]
+                    response_ids.extend(obs_tokens)
+                    loss_mask.extend([0] * len(obs_tokens))
+                    if logprobs is not None:
+                        logprobs.extend([0.0] * len(obs_tokens))
+                    pending = None
+                if len(input_ids) > max_input_length:
+                    stop_reason = "length"
+                    break
+
+                engine_input = InferenceEngineInput(
+                    prompt_token_ids=[input_ids],
+                    session_ids=[session_id],
+                    sampling_params=params,
+                    mm_features=[latest_features] if latest_features is not None else None,
+                    cache_salt=cache_salt,
+                )
+                engine_output = await self.inference_engine_client.generate(
+                    engine_input, model=self.policy_model_name
+                )
+                gen_text = engine_output["responses"][0]
+                gen_ids = engine_output["response_ids"][0]
+                stop_reason = engine_output["stop_reasons"][0]
+                gen_logprobs = (
+                    engine_output["response_logprobs"][0]
+                    if engine_output.get("response_logprobs")
+                    else None
+                )
+                added_eos = (
+                    stop_strs is not None
+                    and self.generator_cfg.append_eos_token_after_stop_str_in_multi_turn
+                    and gen_text.endswith(tuple(stop_strs))
+                    and gen_ids[-1] != eos
+                )
+                if added_eos:
+                    gen_ids.append(eos)
+                    if gen_logprobs is not None:
+                        gen_logprobs.append(0.0)
+
+                step = await self._run_in_executor_if_available(env.step, gen_text)
+                done = step["done"]
+                conversation.append({"role": "assistant", "content": gen_text})
+                response_ids.extend(gen_ids)
+                loss_mask.extend([1] * (len(gen_ids) - added_eos) + [0] * added_eos)
+                if logprobs is not None:
+                    logprobs.extend(gen_logprobs if gen_logprobs else [0.0] * len(gen_ids))
+                if gen_ids:
+                    step_rewards.append((step["reward"], len(response_ids) - 1))
+                if not done:
+                    conversation.extend(step["observations"])
+                    ended = bool(gen_ids) and gen_ids[-1] == eos
+                    pending = (len(input_ids) + len(gen_ids), len(step["observations"]), ended)
+
+            reward = [0.0] * len(response_ids)
+            for r, idx in step_rewards:
+                reward[idx] = float(r)
+            # looked up where SkyRL's loop looks it up, so both decode alike
+            mm = skyrl_vlm_generator.decode_mm_kwargs((latest_features or {}).get("kwargs_data"))
+            env_metrics = env.get_metrics()
+            await self._run_in_executor_if_available(env.close)
+            return TrajectoryOutput(
+                response_ids=response_ids,
+                reward=reward,
+                stop_reason=stop_reason,
+                loss_mask=loss_mask,
+                prompt_ids=prompt_ids,
+                rollout_logprobs=logprobs,
+                env_metrics=env_metrics,
+                pixel_values=mm["pixel_values"],
+                image_grid_thw=mm["image_grid_thw"],
+                e2e_time=time.monotonic() - start_time,
+            )
+        finally:
+            await self.inference_engine_client.finish_session(session_id)
+
+
+def build_generator(cfg, tokenizer, inference_engine_client) -> RlkitVLMGenerator:
+    """What SkyRL's `BasePPOExp.get_generator` builds for a VLM run, as `RlkitVLMGenerator`;
+    the merge size is the policy checkpoint's image processor's."""
+    processor = get_processor(cfg.trainer.policy.model.path)
+    return RlkitVLMGenerator(
+        generator_cfg=cfg.generator,
+        skyrl_gym_cfg=cfg.environment.skyrl_gym,
+        inference_engine_client=inference_engine_client,
+        tokenizer=tokenizer,
+        policy_model_name=resolve_policy_model_name(cfg),
+        merge_size=processor.image_processor.merge_size,
+    )
