@@ -4,17 +4,20 @@
 `Tracking` (console, wandb, mlflow, ... as `trainer.logger` says) that also hands every step's
 dict to `MetricsBridge` (RUN/metrics.jsonl, Ray gauges, MLflow) for the run dir, which is
 SkyRL's `trainer.ckpt_path`. Its `get_generator` gives VLM runs `RlkitVLMGenerator` (image
-placeholders that always match the images: rlkit.cluster.skyrl.generator).
+placeholders that always match the images: rlkit.cluster.skyrl.generator), and its `get_trainer`
+gives `RlkitTrainer` (a resumed step gets the HF export a kill left out: .trainer).
 """
 
 from __future__ import annotations
 
 from skyrl.train.entrypoints.main_base import BasePPOExp
 from skyrl.train.generators.base import GeneratorInterface
+from skyrl.train.trainer import RayPPOTrainer
 from skyrl.train.utils.tracking import Tracking
 
 from rlkit.cluster.skyrl.bridge import MetricsBridge
 from rlkit.cluster.skyrl.generator import build_generator
+from rlkit.cluster.skyrl.trainer import RlkitTrainer
 
 
 class BridgedTracking(Tracking):
@@ -58,3 +61,25 @@ class RlkitExp(BasePPOExp):
         if not cfg.generator.vision_language_generator:
             return super().get_generator(cfg, tokenizer, inference_engine_client)
         return build_generator(cfg, tokenizer, inference_engine_client)
+
+    def get_trainer(
+        self,
+        cfg,
+        tracker,
+        tokenizer,
+        train_dataset,
+        eval_dataset,
+        inference_engine_client,
+        generator,
+        colocate_pg,
+    ) -> RayPPOTrainer:
+        return RlkitTrainer(
+            cfg=cfg,
+            tracker=tracker,
+            tokenizer=tokenizer,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            inference_engine_client=inference_engine_client,
+            generator=generator,
+            colocate_pg=colocate_pg,
+        )
