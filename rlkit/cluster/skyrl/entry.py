@@ -45,6 +45,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         default=0,
         help="Ray memory SkyRL's trainer task reserves (keeps it off a small head pod)",
     )
+    parser.add_argument(
+        "--init-model",
+        metavar="DIR",
+        help="build rlkit's warm-started tiny model here if missing (preset model rlkit:tiny-warm)",
+    )
     hang = HangRules()
     parser.add_argument(
         "--hang-minutes",
@@ -75,6 +80,19 @@ def ensure_datasets(
     paths = write_datasets(out, train_rows, eval_set=eval_set, n_eval=eval_rows)
     print(f"rlkit: wrote {paths[0]} and {paths[1]}", flush=True)
     return paths
+
+
+def ensure_init_model(model_dir: str) -> Path:
+    """Build the run's warm-started tiny model once; a resumed run loads its checkpoint, but
+    SkyRL reads the model dir for its config and tokenizer on every start."""
+    out = Path(model_dir)
+    if (out / "config.json").is_file():
+        print(f"rlkit: reusing the tiny model in {out}", flush=True)
+        return out
+    from rlkit.train.warm_model import warm_tiny_model
+
+    print(f"rlkit: building the warm-started tiny model in {out}", flush=True)
+    return warm_tiny_model(out)
 
 
 def _run_skyrl(cfg, hang: HangRules) -> None:
@@ -130,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     mp.set_start_method("spawn", force=True)
     if args.data_dir:
         ensure_datasets(args.data_dir, args.train_rows, args.eval_set, args.eval_rows)
+    if args.init_model:
+        ensure_init_model(args.init_model)
     if args.device == "cpu":
         from rlkit.cluster.skyrl import cpu_seam
 

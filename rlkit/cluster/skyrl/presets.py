@@ -25,6 +25,10 @@ from rlkit.env.maze_env import ENV_ID, env_for_set
 from rlkit.errors import UsageError
 
 ENTRY_MODULE = "rlkit.cluster.skyrl.entry"
+TINY_WARM = "rlkit:tiny-warm"
+"""`model_path` of the CPU preset: rlkit's tiny Qwen3-VL, built offline and warm-started
+(free-form behaviour cloning to a ~40% solve rate, as the local recipe starts GRPO) by the
+job's entry into RUN/init_model, once per run."""
 DEVICES = ("cuda", "cpu")
 
 
@@ -36,7 +40,8 @@ class SkyRLPreset:
     """
 
     model_path: str = "Qwen/Qwen3-VL-8B-Instruct"
-    """HF id or a path on /fsx (pre-download to /fsx to spare every node the download)."""
+    """HF id or a path on /fsx (pre-download to /fsx to spare every node the download); or
+    `rlkit:tiny-warm` (TINY_WARM), the tiny model the job builds for itself."""
     model_params_b: float = 8.8
     """Parameters in billions (Qwen3-VL-8B: 8.77 B): sizes the /fsx estimate."""
     gpus_per_node: int = 6
@@ -209,7 +214,7 @@ PRESETS: dict[str, SkyRLPreset] = {
     # tiny Qwen3-VL on the `test` mazes, 2 FSDP ranks colocated with 2 vLLM engines on a local
     # head's logical GPUs. Same build_overrides as above; only model, sizes and device differ.
     "skyrl-tiny-cpu": SkyRLPreset(
-        model_path="/tmp/rlkit-tiny",
+        model_path=TINY_WARM,
         model_params_b=0.001,
         gpus_per_node=2,
         group_size=4,
@@ -260,6 +265,16 @@ class RunPaths:
         root = PurePosixPath(preset.runs_root) / run_name
         return cls(str(root), str(root / "data"), str(root / "exports"), str(root / "logs"))
 
+    @property
+    def init_model_dir(self) -> str:
+        """Where the entry builds a `rlkit:tiny-warm` model for the run."""
+        return str(PurePosixPath(self.run_dir) / "init_model")
+
+
+def model_location(preset: SkyRLPreset, paths: RunPaths) -> str:
+    """The model path SkyRL loads: the preset's, or the run's own tiny model."""
+    return paths.init_model_dir if preset.model_path == TINY_WARM else preset.model_path
+
 
 def _b(flag: bool) -> str:
     return "true" if flag else "false"
@@ -282,7 +297,7 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         f"trainer.algorithm.loss_reduction={p.loss_reduction}",
         f"trainer.policy.optimizer_config.lr={p.lr}",
         # placement: vLLM engines colocated with the FSDP2 policy on every GPU
-        f"trainer.policy.model.path={p.model_path}",
+        f"trainer.policy.model.path={model_location(p, paths)}",
         "trainer.strategy=fsdp",
         "trainer.placement.colocate_all=true",
         f"trainer.placement.policy_num_nodes={p.nodes}",
@@ -447,6 +462,8 @@ def entrypoint_command(preset: SkyRLPreset, run_name: str) -> str:
         "--device",
         preset.device,
     ]
+    if preset.model_path == TINY_WARM:
+        ours += ["--init-model", paths.init_model_dir]
     return shlex.join(
         ["python", "-m", ENTRY_MODULE, *ours, "--", *build_overrides(preset, run_name)]
     )
