@@ -50,6 +50,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         metavar="DIR",
         help="build rlkit's warm-started tiny model here if missing (preset model rlkit:tiny-warm)",
     )
+    parser.add_argument(
+        "--init-stop-at",
+        type=float,
+        default=0.40,
+        help="validation solve rate the tiny model's warm start stops at",
+    )
     hang = HangRules()
     parser.add_argument(
         "--hang-minutes",
@@ -82,7 +88,7 @@ def ensure_datasets(
     return paths
 
 
-def ensure_init_model(model_dir: str) -> Path:
+def ensure_init_model(model_dir: str, stop_at: float = 0.40) -> Path:
     """Build the run's warm-started tiny model once; a resumed run loads its checkpoint, but
     SkyRL reads the model dir for its config and tokenizer on every start."""
     out = Path(model_dir)
@@ -92,7 +98,7 @@ def ensure_init_model(model_dir: str) -> Path:
     from rlkit.train.warm_model import warm_tiny_model
 
     print(f"rlkit: building the warm-started tiny model in {out}", flush=True)
-    return warm_tiny_model(out)
+    return warm_tiny_model(out, stop_at=stop_at)
 
 
 def _run_skyrl(cfg, hang: HangRules) -> None:
@@ -149,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_dir:
         ensure_datasets(args.data_dir, args.train_rows, args.eval_set, args.eval_rows)
     if args.init_model:
-        ensure_init_model(args.init_model)
+        ensure_init_model(args.init_model, args.init_stop_at)
     if args.device == "cpu":
         from rlkit.cluster.skyrl import cpu_seam
 

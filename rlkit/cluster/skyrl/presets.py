@@ -130,6 +130,9 @@ class SkyRLPreset:
     """cuda (the cluster) or cpu: SkyRL's own trainer on a CPU host, through rlkit's device
     seam (`rlkit.cluster.skyrl.cpu_seam`), on a local head offering logical GPUs: the cluster's
     code path rehearsed on a laptop. Only sizes and `device_overrides` differ."""
+    warm_start_to: float = 0.40
+    """For `rlkit:tiny-warm`: the free sampled validation solve rate its warm start stops at
+    (the local recipe's, like the 8B's 43.75% start: partial skill, so GRPO's groups differ)."""
     kv_cache_gb: float | None = None
     """vLLM's KV cache per engine in GiB; None sizes it by `gpu_memory_utilization` (GPUs).
     On a CPU the cache is host memory, and the utilization share would take most of it."""
@@ -463,7 +466,7 @@ def entrypoint_command(preset: SkyRLPreset, run_name: str) -> str:
         preset.device,
     ]
     if preset.model_path == TINY_WARM:
-        ours += ["--init-model", paths.init_model_dir]
+        ours += ["--init-model", paths.init_model_dir, "--init-stop-at", str(preset.warm_start_to)]
     return shlex.join(
         ["python", "-m", ENTRY_MODULE, *ours, "--", *build_overrides(preset, run_name)]
     )
