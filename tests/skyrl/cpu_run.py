@@ -34,9 +34,12 @@ SETTINGS = {
     "eval_interval": STEPS,
     "eval_mazes": 8,
     "eval_samples": 2,
+    "warm_start_to": 0.15,  # enough partial skill for GRPO's groups to differ, in less time
 }
 GAUGES = ("ray_rlkit_train_step", "ray_rlkit_reward_mean", "ray_rlkit_solve_rate")
-LIMIT_S = 900.0
+LIMIT_S = 1500.0
+TIMEOUT = 2400
+"""pytest-timeout for a test that may be the first to ask for the run (it pays for it)."""
 
 
 @dataclass

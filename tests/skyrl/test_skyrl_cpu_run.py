@@ -13,12 +13,16 @@ import math
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import torch
 from cpu_run import GAUGES, KILL_AFTER, STEPS, run_cli
+from cpu_run import TIMEOUT as RUN_TIMEOUT
 from safetensors.torch import load_file
 
 from rlkit.cluster.skyrl.readers import list_checkpoints, read_eval_dumps
 from rlkit.train.runs import RunDir
+
+pytestmark = pytest.mark.timeout(RUN_TIMEOUT)  # the first test pays for the run
 
 
 def weights(model_dir: Path) -> dict[str, torch.Tensor]:

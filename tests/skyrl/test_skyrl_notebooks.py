@@ -11,11 +11,13 @@ import json
 from pathlib import Path
 
 import pytest
+from cpu_run import TIMEOUT as RUN_TIMEOUT
 
 from rlkit.cluster.skyrl.readers import read_eval_dumps
 from rlkit.notebook.demo import ensure_kernel, execute
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # a kernel per notebook: ~15 s each
+# a kernel per notebook: ~15 s each, after the session's SkyRL run (the first test pays for it)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(RUN_TIMEOUT)]
 
 
 def _files(root: Path) -> dict[str, int]:

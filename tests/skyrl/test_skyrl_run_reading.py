@@ -11,6 +11,7 @@ import json
 import shutil
 
 import pytest
+from cpu_run import TIMEOUT as RUN_TIMEOUT
 
 from rlkit.cli.main import main
 from rlkit.cluster.skyrl.readers import SkyRLRun, find_skyrl_run, is_skyrl_run
@@ -19,6 +20,8 @@ from rlkit.episodes.failures import classify
 from rlkit.errors import UsageError
 from rlkit.notebook import replays, workbench
 from rlkit.notebook.report import BASE
+
+pytestmark = pytest.mark.timeout(RUN_TIMEOUT)  # the first test pays for the run
 
 
 def test_one_rule_tells_a_skyrl_run_from_a_local_run_and_from_anything_else(tmp_path):
