@@ -24,7 +24,7 @@ from rlkit.cluster.jobs import (
     records_for_run,
     working_dir_runtime_env,
 )
-from rlkit.cluster.localhead import _start_lock, ray_temp_dir, start_local_head
+from rlkit.cluster.localhead import LOGICAL_GPUS, _start_lock, ray_temp_dir, start_local_head
 from rlkit.errors import RlkitError, UsageError
 
 
@@ -37,8 +37,8 @@ def cluster(ray_cluster):
 def test_summary_of_local_head(cluster):
     s = cluster.summary()
     assert s.nodes_alive == 1 and s.nodes_dead == 0
-    assert s.cpus == 2
-    assert s.gpus == {}
+    assert s.cpus == 2 + LOGICAL_GPUS  # a CPU for each logical GPU (SkyRL bundles them)
+    assert s.gpus == {"logical": LOGICAL_GPUS}
     assert s.cluster_ray == ray.__version__ == s.client_ray
     assert not s.warnings
     text = str(s)
@@ -305,7 +305,7 @@ def test_cli_jobs_list_status_logs(cluster, capsys):
 
 
 def test_cli_submit_refuses_a_cluster_without_the_gpus(cluster):
-    with pytest.raises(RlkitError, match="has 0 GPUs, the preset needs 6"):
+    with pytest.raises(RlkitError, match=f"has {LOGICAL_GPUS} GPUs, the preset needs 6"):
         run_cli("submit", "--preset", "qwen3vl-8b-6gpu", "--address", cluster.address)
 
 

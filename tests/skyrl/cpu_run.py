@@ -25,6 +25,7 @@ from pathlib import Path
 from rlkit.cli.main import main
 from rlkit.cluster.client import Cluster
 from rlkit.cluster.skyrl.readers import latest_step
+from rlkit.train.runs import RunDir
 
 RUN = "cpu"
 STEPS, CKPT_EVERY, KILL_AFTER = 4, 2, 2
@@ -82,6 +83,15 @@ def kill_job(cluster: Cluster, submission_id: str) -> None:
     cluster.job(submission_id).wait(300)
 
 
+def checkpointed_and_logged(run_dir: Path, step: int) -> bool:
+    """Checkpoint `step` is complete and the bridge logged its training record (SkyRL logs a
+    step after saving it: a kill in between loses that record for good, as on a cluster)."""
+    if latest_step(run_dir) != step:
+        return False
+    records = RunDir(run_dir).read_metrics()
+    return any(r["step"] == step and "rollout/solve_rate" in r for r in records)
+
+
 def run_skyrl_on_cpu(cluster: Cluster, root: Path) -> CpuRun:
     argv = ["submit", "--preset", "skyrl-tiny-cpu", "--address", cluster.address]
     argv += ["--runs-root", str(root), "--run-name", RUN]
@@ -91,7 +101,7 @@ def run_skyrl_on_cpu(cluster: Cluster, root: Path) -> CpuRun:
     run = CpuRun(root / RUN, [cluster.reattach(RUN).submission_id])
     first = cluster.job(run.jobs[0])
     deadline = time.monotonic() + LIMIT_S
-    while latest_step(run.run_dir) != KILL_AFTER:
+    while not checkpointed_and_logged(run.run_dir, KILL_AFTER):
         status = first.status().value
         assert status in ("PENDING", "RUNNING"), first.logs()[-3000:]
         assert time.monotonic() < deadline, first.logs()[-3000:]
