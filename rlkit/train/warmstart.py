@@ -5,6 +5,11 @@ an instruct model starts with partial skill. Cloning the oracle's move from vari
 start plus a few random moves, so trails vary) gives the tiny model that partial skill in
 seconds; the trainer stops it as soon as a validation solve rate reaches the target, so GRPO
 starts from a policy that is good but far from solved.
+
+Two policies, as `rlkit.model.batching` defines them: constrained (an `AnswerSpec`) clones only
+the move-word token, the rest of the answer being forced; free (`answer=None`, what SkyRL's
+vLLM samples) clones every token of the canonical answer `<action>WORD</action><|im_end|>`
+under the full-vocabulary softmax, so the model writes the format itself.
 """
 
 from __future__ import annotations
@@ -15,13 +20,18 @@ import numpy as np
 import torch
 
 from rlkit.env.maze_env import EnvConfig, prompt_messages
+from rlkit.episodes.evaluate import EVAL_SEED
+from rlkit.episodes.policies import Policy
+from rlkit.episodes.rollout import Trajectory, run_episodes
 from rlkit.maze import rules
-from rlkit.maze.core import Action, optimal_action
+from rlkit.maze.core import Action, Maze, optimal_action
+from rlkit.maze.parsing import format_action
 from rlkit.maze.sets import MazeSpec, train_maze
 from rlkit.model.chat import Encoded
 from rlkit.model.load import LoadedModel
 from rlkit.model.policy import AnswerSpec, turn_logprobs
 from rlkit.train import faults
+from rlkit.train.config import WarmStartConfig
 from rlkit.train.update import Learner
 
 BC_STREAM = 20_000_000
@@ -55,18 +65,39 @@ def encode_states(
     return [loaded.encoder.encode(prompt_messages(s, cfg)) for s in states]
 
 
+def answer_ids(loaded: LoadedModel, action: Action) -> list[int]:
+    """The canonical free-form answer's tokens: `format_action(action)` and the end of turn
+    (4 tokens with the tiny tokenizer: `<action>`, the move word, `</action>`, `<|im_end|>`)."""
+    text = format_action(action)
+    return [*loaded.tokenizer(text, add_special_tokens=False)["input_ids"], loaded.eos_id]
+
+
 def bc_loss(
     loaded: LoadedModel,
-    answer: AnswerSpec,
+    answer: AnswerSpec | None,
     prompts: Sequence[Encoded],
     actions: Sequence[Action],
     temperature: float = 1.0,
 ) -> tuple[torch.Tensor, float]:
-    """Cross-entropy of the oracle's move under the constrained policy, and its accuracy."""
-    responses = [answer.response(int(a)) for a in actions]
-    logp, _, _ = turn_logprobs(loaded, prompts, responses, temperature=temperature, answer=answer)
-    choice = logp[:, answer.choice_pos]
-    return -choice.mean(), float((choice > np.log(0.5)).float().mean())
+    """Cross-entropy of the oracle's answer, and its accuracy (share of answers the policy's
+    argmax would reproduce: every cloned token above probability 1/2).
+
+    `answer` set: the constrained policy, only the move word's token. None: the free policy,
+    the mean over every token of the canonical answer (`answer_ids`)."""
+    if answer is not None:
+        responses = [answer.response(int(a)) for a in actions]
+    else:
+        responses = [answer_ids(loaded, a) for a in actions]
+    logp, _, mask = turn_logprobs(
+        loaded, prompts, responses, temperature=temperature, answer=answer
+    )
+    if answer is not None:
+        choice = logp[:, answer.choice_pos]
+        return -choice.mean(), float((choice > np.log(0.5)).float().mean())
+    mask = mask.bool()
+    loss = -logp.masked_select(mask).mean()
+    hit = (logp > np.log(0.5)) | ~mask
+    return loss, float(hit.all(-1).float().mean())
 
 
 def bc_update(
@@ -77,10 +108,11 @@ def bc_update(
     lr: float,
     step: int,
 ) -> dict[str, float]:
-    """One optimizer step of behaviour cloning at learning rate `lr`; returns `loss/bc` and
-    `train/bc_accuracy`."""
-    for group in learner.opt.param_groups:
-        group["lr"] = lr
+    """One optimizer step of behaviour cloning at learning rate `lr` (times a parameter group's
+    `lr_scale` where it has one) on the learner's policy (constrained: the move word; free: the
+    whole answer); returns `loss/bc` and `train/bc_accuracy`."""
+    for group in learner.opt.param_groups:  # a group may run at a multiple (`lr_scale`)
+        group["lr"] = lr * group.get("lr_scale", 1.0)
     learner.loaded.model.train()
     loss, acc = bc_loss(learner.loaded, learner.answer, prompts, actions, learner.temperature)
     learner.opt.zero_grad()
@@ -91,5 +123,45 @@ def bc_update(
     return {"loss/bc": float(loss.detach()), "train/bc_accuracy": acc}
 
 
-def validation_mazes(spec: MazeSpec, n: int = 64) -> list:
+def bc_schedule(w: WarmStartConfig, step: int, val_rate: float | None) -> tuple[float, bool]:
+    """(learning rate, whether to validate after it) of BC step `step` (1-based), given the
+    last validation solve rate (None before the first): from `w.fine_from` on, `w.fine_lr` and a
+    check after every step, so the stop is approached gently; the last step always checks."""
+    fine = w.fine_from is not None and val_rate is not None and val_rate >= w.fine_from
+    check = step % (1 if fine else w.check_every) == 0 or step >= w.max_steps
+    return (w.fine_lr if fine else w.lr), check
+
+
+def validation_mazes(spec: MazeSpec, n: int = 64) -> list[Maze]:
     return [train_maze(spec, VALIDATION_STREAM + i) for i in range(n)]
+
+
+def validation_episodes(
+    policy: Policy,
+    spec: MazeSpec,
+    env: EnvConfig,
+    *,
+    samples: int,
+    mazes: int = 64,
+    history: int | None = 1,
+) -> list[Trajectory]:
+    """`samples` episodes of `policy` on each of the first `mazes` validation mazes (the eval
+    seed): what the warm start's stop rule reads, never a test set."""
+    return run_episodes(
+        policy,
+        validation_mazes(spec, mazes),
+        env,
+        samples=samples,
+        seed=EVAL_SEED,
+        history=history,
+    )
+
+
+def solve_rate(trajs: Sequence[Trajectory]) -> float:
+    return float(np.mean([t.solved for t in trajs]))
+
+
+def parse_error_rate(trajs: Sequence[Trajectory]) -> float:
+    """Share of the episodes' turns whose answer the env could not parse."""
+    turns = [t.parse_error is not None for tr in trajs for t in tr.turns]
+    return float(np.mean(turns)) if turns else 0.0

@@ -1,0 +1,218 @@
+"""The tiny Qwen3-VL warm-started to write its own answers: a start for freely sampling trainers.
+
+    rlkit model tiny --out /tmp/rlkit-tiny --warm-start --stop-at 0.4 --seed 0
+
+SkyRL samples with vLLM freely (no constrained decoding), so its model must itself write
+`<action>WORD</action><|im_end|>`. The local trainer's warm start clones only the move word under
+a constrained sampler; such a model sampled freely writes garbage. `warm_tiny_model` builds the
+tiny model offline (`build_tiny`), clones the BFS oracle's whole canonical answer, every token
+under the full-vocabulary softmax (`rlkit.train.warmstart` with a free learner), on the `test`
+set's env, until the free sampled validation solve rate (temperature 1, validation mazes, never
+the test set) reaches `stop_at`, and saves the model dir in `build_tiny`'s format (weights,
+config, tokenizer, image processor): `rlkit.model.load`, transformers' Auto classes and vLLM
+read it as they read the untrained one. `rlkit_warm.json` beside it records how it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from rlkit.env.maze_env import env_for_set
+from rlkit.errors import UsageError
+from rlkit.maze.sets import pinned_spec
+from rlkit.model.build import build_tiny
+from rlkit.model.config import TinyConfig
+from rlkit.model.load import load, no_progress_bars
+from rlkit.model.policy import AnswerSpec, ModelPolicy
+from rlkit.train.config import WarmStartConfig
+from rlkit.train.update import Learner
+from rlkit.train.warmstart import (
+    bc_schedule,
+    bc_states,
+    bc_update,
+    encode_states,
+    parse_error_rate,
+    solve_rate,
+    validation_episodes,
+)
+
+EVAL_SET = "test"
+"""The set whose env (and maze family) the model is warm-started on: SkyRL's CPU preset
+(`skyrl-tiny-cpu`) evaluates on it."""
+
+RECORD = "rlkit_warm.json"
+"""Beside the weights: seed, recipe, steps, the validation solve rate reached, why it stopped."""
+
+
+@dataclass(frozen=True)
+class FreeWarmStart:
+    """The free-form warm start's recipe: the local BC schedule plus what writing costs."""
+
+    bc: WarmStartConfig = field(
+        default_factory=lambda: WarmStartConfig(
+            max_steps=300, stop_at=0.40, fine_from=0.30, fine_lr=5e-4, val_samples=1
+        )
+    )
+    """Batch, rates, stop rule and fine phase as the local warm start (`WarmStartConfig`'s
+    docstrings say why), except: `max_steps` counts the reading steps too (checks start after
+    them); `fine_lr` 5e-4, since at 2.5e-4 seed 0 took 13 checks from 0.32 to the stop, each a
+    free validation; and one episode per validation maze, on twice as many mazes
+    (`val_mazes`)."""
+    val_mazes: int = 128
+    """Validation mazes per check, one episode each. A maze's episodes are alike (design effect
+    2.2-2.4 at 4 per maze, measured on seeds 0 and 1 at ~0.42): 128 x 1 is as precise as the
+    local 64 x 4 (effective sizes 128 and ~110) at half the cost (1.2-1.4 s against 2.8 s on
+    2 cores), and the checks were most of the time."""
+    read_steps: int = 30
+    """BC steps on the move word alone (the constrained loss) before whole answers. Cloning
+    whole answers from the start, the tiny model learns the fixed tokens first and only then
+    which move: seed 0 was still at chance (validation ~0.20) after 60 steps, 0.34 after 150,
+    where the move word alone reached 0.36 in 40. Read 30 steps, then write: 0.42 at step 60."""
+    embed_lr_scale: float = 10.0
+    """Learning-rate multiple of the (tied) token embeddings. At the trunk's rate the answer's
+    fixed tokens took ~50 steps to come out right (Adam moves each weight by ~lr a step and
+    their logits start near 0), and after 50 writing steps 15% of sampled answers still failed
+    to parse; at 10x, 20 writing steps brought parse errors under 2%."""
+    max_new_tokens: int = 8
+    """Answer budget of the validation's free sampling: SkyRL's CPU preset's
+    `max_generate_length` (the canonical answer is 4 tokens)."""
+
+    def __post_init__(self) -> None:
+        if self.read_steps < 0 or self.read_steps >= self.bc.max_steps:
+            raise UsageError(
+                f"read_steps ({self.read_steps}) must be in [0, bc.max_steps "
+                f"({self.bc.max_steps})): the writing steps come after them"
+            )
+        if not self.embed_lr_scale > 0:
+            raise UsageError(f"embed_lr_scale ({self.embed_lr_scale}) must be > 0")
+        if self.val_mazes < 1:
+            raise UsageError(f"val_mazes ({self.val_mazes}) must be >= 1")
+        if self.max_new_tokens < 4:
+            raise UsageError(
+                f"max_new_tokens ({self.max_new_tokens}) must be >= 4: the answer's length"
+            )
+
+
+def warm_tiny_model(
+    out_dir: str | Path,
+    *,
+    seed: int = 0,
+    stop_at: float = 0.40,
+    recipe: FreeWarmStart | None = None,
+    tiny: TinyConfig | None = None,
+    threads: int | None = None,
+    progress: bool | None = None,
+) -> Path:
+    """Build the tiny model (seeded), warm-start it free-form until its free sampled validation
+    solve rate reaches `stop_at` (or `recipe.bc.max_steps` run out), save it to `out_dir`, and
+    return that path.
+
+    `stop_at` replaces `recipe.bc.stop_at`. Deterministic for a seed on a given thread count
+    (`threads`, default every core this process may use). `out_dir` must be absent, empty or a
+    model dir (replaced); the model is built aside and renamed in, never left half written.
+    `progress`: a bar on stderr (default: when stderr is a terminal), else plain lines.
+    """
+    recipe = recipe or FreeWarmStart()
+    if not 0.0 < stop_at <= 1.0:
+        raise UsageError(f"stop_at ({stop_at}) must be in (0, 1]: a validation solve rate")
+    recipe = replace(recipe, bc=replace(recipe.bc, stop_at=stop_at))
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()) and not (out / "config.json").is_file():
+        raise UsageError(f"{out} holds files but no model: give an empty or new --out")
+    tmp = out.parent / f".{out.name}.warm.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    t0 = time.perf_counter()
+    build_tiny(tmp, seed=seed, config=tiny)
+    built = time.perf_counter() - t0
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
+    try:
+        show = progress if progress is not None else os.isatty(2)
+        record = {"seed": seed, "eval_set": EVAL_SET, "recipe": asdict(recipe)}
+        record |= _warm_start(tmp, recipe, seed, show)
+        record["threads"] = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    record["timing"] = {"build_s": round(built, 1), **record["timing"]}
+    record["seconds"] = round(time.perf_counter() - t0, 1)
+    (tmp / RECORD).write_text(json.dumps(record, indent=1))
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    return out
+
+
+def embed_scaled_adamw(model: torch.nn.Module, lr: float, embed_scale: float) -> torch.optim.AdamW:
+    """AdamW with the token embeddings in a group of their own at `embed_scale` x `lr` (its
+    `lr_scale`, which `bc_update` keeps when it sets the rate)."""
+    embed = model.get_input_embeddings().weight
+    rest = [p for p in model.parameters() if p is not embed]
+    groups = [
+        {"params": [embed], "lr": lr * embed_scale, "lr_scale": embed_scale},
+        {"params": rest, "lr": lr, "lr_scale": 1.0},
+    ]
+    return torch.optim.AdamW(groups, lr=lr, weight_decay=0.0)
+
+
+def _warm_start(model_dir: Path, r: FreeWarmStart, seed: int, progress: bool) -> dict:
+    """Read then write (see `FreeWarmStart`) the model in `model_dir`, saving its weights there;
+    returns the record's training part."""
+    w, spec, env = r.bc, pinned_spec(EVAL_SET), env_for_set(EVAL_SET)
+    loaded = load(model_dir)
+    opt = embed_scaled_adamw(loaded.model, w.lr, r.embed_lr_scale)
+    learner = Learner(loaded, opt, answer=AnswerSpec.from_loaded(loaded), temperature=1.0)
+    policy = ModelPolicy(loaded, constrained=False, max_new_tokens=r.max_new_tokens)
+    rate: float | None = None
+    step, stopped, checks = 0, "max_steps", []
+    spent = {"bc_s": 0.0, "validate_s": 0.0}
+    bar = tqdm(total=w.max_steps, desc="free warm start", disable=not progress, mininterval=2)
+    while step < w.max_steps:
+        step += 1
+        if step > r.read_steps:
+            learner.answer = None  # from now on whole answers, every token
+        lr, check = bc_schedule(w, step, rate)
+        t = time.perf_counter()
+        pairs = bc_states(spec, step - 1, w.batch, w.random_steps, seed)
+        prompts = encode_states(loaded, [s for s, _ in pairs], env)
+        metrics = bc_update(learner, prompts, [a for _, a in pairs], lr=lr, step=step)
+        spent["bc_s"] += time.perf_counter() - t
+        bar.update(1)
+        if not check or step <= r.read_steps:
+            continue
+        t = time.perf_counter()
+        trajs = validation_episodes(policy, spec, env, samples=w.val_samples, mazes=r.val_mazes)
+        rate, errors = solve_rate(trajs), parse_error_rate(trajs)
+        spent["validate_s"] += time.perf_counter() - t
+        checks.append(
+            {"step": step, "val_solve_rate": rate, "val_parse_errors": errors, "lr": lr, **metrics}
+        )
+        line = (
+            f"step {step}: validation solve rate {rate:.3f} (stop at {w.stop_at:g}), "
+            f"parse errors {errors:.3f}, loss {metrics['loss/bc']:.3f}, lr {lr:g}"
+        )
+        if progress:
+            bar.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
+        if rate >= w.stop_at:
+            stopped = "rate"
+            break
+    bar.close()
+    with no_progress_bars():
+        loaded.model.save_pretrained(model_dir)  # tokenizer and processor stay build_tiny's
+    timing = {k: round(v, 1) for k, v in spent.items()}
+    return {
+        "steps": step,
+        "val_solve_rate": rate,
+        "stopped": stopped,
+        "checks": checks,
+        "timing": timing,
+    }
