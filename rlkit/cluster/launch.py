@@ -14,8 +14,8 @@ import asyncio
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path, PurePosixPath
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from rlkit.cluster.client import Cluster, connect
@@ -212,8 +212,6 @@ def plan_training(
         raise UsageError(f"unknown preset {preset!r}: use one of {known}")
     base = skyrl.get_preset(preset)
     sky = skyrl.get_preset(preset, **coerce_fields(base, skyrl_changes or {}))
-    if not PurePosixPath(sky.runs_root).is_absolute():  # a job's working dir is a copy
-        sky = replace(sky, runs_root=str(Path(sky.runs_root).resolve()))
     skyrl.check_storage(sky)  # a run that would fill /fsx is refused before it starts
     paths = skyrl.RunPaths.for_run(sky, name)
     return TrainingPlan(

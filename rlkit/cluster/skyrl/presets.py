@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, replace
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from rlkit.cluster.hang import HangRules
 from rlkit.env.maze_env import ENV_ID, env_for_set
@@ -265,7 +265,10 @@ class RunPaths:
 
     @classmethod
     def for_run(cls, preset: SkyRLPreset, run_name: str) -> RunPaths:
-        root = PurePosixPath(preset.runs_root) / run_name
+        root = PurePosixPath(preset.runs_root)
+        if not root.is_absolute():  # the client's directory: the job's working dir is a copy
+            root = PurePosixPath(Path(root).resolve())
+        root = root / run_name
         return cls(str(root), str(root / "data"), str(root / "exports"), str(root / "logs"))
 
     @property
