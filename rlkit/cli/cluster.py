@@ -108,7 +108,8 @@ def _hang_summary(sky) -> str:
 def _submit(args: argparse.Namespace) -> int:
     from rlkit.cluster.jobs import describe_submission
     from rlkit.cluster.launch import launch_plan, plan_training
-    from rlkit.cluster.skyrl.presets import PRESETS, build_overrides, storage_estimate
+    from rlkit.cluster.skyrl.presets import PRESETS, build_overrides
+    from rlkit.cluster.skyrl.storage import storage_estimate
 
     if args.preset not in PRESETS:
         raise UsageError(f"unknown SkyRL preset {args.preset!r}; choose from {', '.join(PRESETS)}")

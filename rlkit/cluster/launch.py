@@ -21,6 +21,7 @@ from typing import Protocol
 from rlkit.cluster.client import Cluster, connect
 from rlkit.cluster.jobs import JobHandle, run_slug
 from rlkit.cluster.skyrl import presets as skyrl
+from rlkit.cluster.skyrl import storage
 from rlkit.errors import RlkitError, UsageError
 from rlkit.train.config import PRESETS as TRAIN_PRESETS
 from rlkit.train.config import coerce_fields
@@ -184,7 +185,7 @@ class TrainingPlan:
         lines = [f"preset:   {self.preset} ({backend} backend)", f"run dir:  {self.run_dir}"]
         lines += [f"address:  {where}", f"command:  {self.command}"]
         if self.sky is not None:
-            lines.append(f"storage:  {skyrl.storage_estimate(self.sky).summary()}")
+            lines.append(f"storage:  {storage.storage_estimate(self.sky).summary()}")
             lines.append(f"GPUs:     {self.sky.num_gpus}; SkyRL overrides:")
             lines += [f"  {o}" for o in skyrl.build_overrides(self.sky, self.run_name)]
         return "\n".join(lines)
@@ -212,7 +213,7 @@ def plan_training(
         raise UsageError(f"unknown preset {preset!r}: use one of {known}")
     base = skyrl.get_preset(preset)
     sky = skyrl.get_preset(preset, **coerce_fields(base, skyrl_changes or {}))
-    skyrl.check_storage(sky)  # a run that would fill /fsx is refused before it starts
+    storage.check_storage(sky)  # a run that would fill /fsx is refused before it starts
     paths = skyrl.RunPaths.for_run(sky, name)
     return TrainingPlan(
         preset, name, paths.run_dir, skyrl.entrypoint_command(sky, name), address, sky

@@ -21,13 +21,8 @@ from vllm import AsyncEngineArgs
 
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.entry import ensure_datasets
-from rlkit.cluster.skyrl.presets import (
-    PRESETS,
-    RunPaths,
-    build_overrides,
-    get_preset,
-    storage_estimate,
-)
+from rlkit.cluster.skyrl.presets import PRESETS, RunPaths, build_overrides, get_preset
+from rlkit.cluster.skyrl.storage import storage_estimate
 
 
 def config(preset, name: str = "r") -> SkyRLTrainConfig:
