@@ -81,10 +81,14 @@ def _package(name: str, module: str | None) -> Check:
 
 def _gpu_probe() -> dict:
     """On a GPU worker: the GPUs the driver sees, and whether flash-attn imports with CUDA."""
-    smi = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True
-    )
-    names = smi.stdout.split("\n") if smi.returncode == 0 else []
+    names: list[str] = []
+    if shutil.which("nvidia-smi"):
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        )
+        names = smi.stdout.split("\n") if smi.returncode == 0 else []
     error = _imports("flash_attn")
     return {"names": [n.strip() for n in names if n.strip()], "flash_attn": error or "imports"}
 
@@ -93,14 +97,18 @@ def _gpus(gpus_needed: int) -> list[Check]:
     import ray
 
     ray.init(ignore_reinit_error=True, log_to_driver=False)
-    per_node = [n["Resources"].get("GPU", 0) for n in ray.nodes() if n["Alive"] and n["Resources"]]
+    alive = [n["Resources"] for n in ray.nodes() if n["Alive"] and n["Resources"]]
+    # a local head's logical GPUs (rlkit.cluster.localhead.LOGICAL_GPUS) are CPUs
+    per_node = [0 if r.get("accelerator_type:logical") else r.get("GPU", 0) for r in alive]
     total = sum(per_node)
     if not total:
+        logical = sum(r.get("GPU", 0) for r in alive)
+        note = f"; {logical:g} logical GPUs of a CPU host" if logical else ""
         return [
             Check(
                 "gpus",
                 "fail",
-                f"no GPU in this cluster ({len(per_node)} node(s), CPU only)",
+                f"no GPU in this cluster ({len(per_node)} node(s), CPU only{note})",
                 f"the run needs {gpus_needed} GPUs: scale up the GPU worker group",
             )
         ]
