@@ -4,6 +4,7 @@
     rlkit data --out data/ --train 256
     rlkit eval --policy oracle --set test --json
     rlkit model tiny --out models/tiny
+    rlkit model tiny --out models/tiny-warm --warm-start --stop-at 0.4
     rlkit demo --out runs/demo
 
 Errors a user can fix print one line (no traceback): exit 2 for bad arguments or input, 1 when
@@ -150,10 +151,25 @@ def _brief(d: dict) -> dict:
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
-    from rlkit.model.build import build_tiny
+    if not args.warm_start:
+        if args.stop_at is not None:
+            raise UsageError("--stop-at needs --warm-start")
+        from rlkit.model.build import build_tiny
 
-    path = build_tiny(args.out, seed=args.seed)
-    print(f"wrote tiny Qwen3-VL to {path}")
+        path = build_tiny(args.out, seed=args.seed)
+        print(f"wrote tiny Qwen3-VL to {path}")
+        return 0
+    from rlkit.train.warm_model import RECORD, warm_tiny_model
+
+    stop_at = 0.40 if args.stop_at is None else args.stop_at
+    path = warm_tiny_model(args.out, seed=args.seed, stop_at=stop_at)
+    rec = json.loads((path / RECORD).read_text())
+    how = "reached" if rec["stopped"] == "rate" else "NOT reached (max steps)"
+    print(
+        f"wrote free-form warm-started tiny Qwen3-VL to {path}: validation solve rate "
+        f"{rec['val_solve_rate']:.3f} after {rec['steps']} steps, stop at {stop_at:g} {how} "
+        f"({rec['seconds']:.0f} s; {RECORD})"
+    )
     return 0
 
 
@@ -281,6 +297,18 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("kind", choices=["tiny"])
     mo.add_argument("--out", required=True)
     mo.add_argument("--seed", type=int, default=0)
+    mo.add_argument(
+        "--warm-start",
+        action="store_true",
+        help="clone the oracle's whole answers until the free sampled validation solve rate "
+        "reaches --stop-at (a start for freely sampling trainers such as SkyRL's)",
+    )
+    mo.add_argument(
+        "--stop-at",
+        type=float,
+        default=None,
+        help="with --warm-start: the validation solve rate to stop at (default 0.4)",
+    )
     mo.set_defaults(func=_cmd_model)
 
     t = sub.add_parser("train", help="GRPO training on the local backend (or as a Ray job)")
