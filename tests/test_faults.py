@@ -137,6 +137,7 @@ def kill_plan(rng: random.Random) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # training subprocesses
 def test_sigkill_at_random_points_then_resume_equals_uninterrupted(
     reference, tmp_path, spawn, capfd
 ):
@@ -253,6 +254,7 @@ def _as_after_step_6(reference: Path, run: Path) -> None:
     (run / MARKER).write_text("6\n")
 
 
+@pytest.mark.slow  # training subprocesses
 def test_second_trainer_refuses_and_a_killed_holder_frees_the_lock(
     reference, tmp_path, spawn, capsys
 ):

@@ -131,6 +131,7 @@ def test_ray_is_not_touched_outside_ray(no_ray_env, monkeypatch):
     assert metrics.ray_connected() is False
 
 
+@pytest.mark.slow  # starts Ray in this process
 def test_ray_gauges_under_a_real_local_ray(tmp_path, no_ray_env, monkeypatch):
     ray = pytest.importorskip("ray")
     # Ray's 30 s default for the raylet to register is too short on a busy 2-core CI box.

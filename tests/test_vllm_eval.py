@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("vllm")
+pytestmark = pytest.mark.slow  # vLLM engines and a training subprocess
 
 from rlkit.cli.main import main  # noqa: E402
 from rlkit.env.maze_env import env_for_set  # noqa: E402

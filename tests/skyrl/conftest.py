@@ -82,7 +82,7 @@ def skyrl_eval(tmp_path_factory, encoder):
         "qwen3vl-8b-6gpu",
         runs_root=str(tmp_path_factory.mktemp("runs")),
         eval_set="test",
-        eval_samples=4,
+        eval_samples=2,
     )
     paths = RunPaths.for_run(preset, "contract")
     ensure_datasets(paths.data_dir, 4, preset.eval_set)  # what the job's entrypoint does first

@@ -80,7 +80,7 @@ def test_skyrl_tracker_feeds_metrics_jsonl_plots_and_mlflow(skyrl_eval, tmp_path
     result = read_eval_dumps(cfg.trainer.export_path)[10]
     assert evals["eval/solve_rate"] == eval_metrics["eval/all/avg_score"] == result.solve_rate
     assert (evals["eval/ci_low"], evals["eval/ci_high"]) == tuple(result.ci95)
-    assert evals["eval/pass_at_4"] == result.pass_at_k["pass@4"]
+    assert evals["eval/pass_at_2"] == result.pass_at_k["pass@2"]
     assert training_curves(run, run_id=run.name) is not None  # the notebook's curves read it
 
     import mlflow

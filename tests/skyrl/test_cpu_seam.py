@@ -56,6 +56,7 @@ def test_a_gpu_preset_never_asks_for_the_seam(name):
     assert on_cpu and not (seam | {o.split("=", 1)[0] for o in on_cpu}) & keys
 
 
+@pytest.mark.slow  # a Python subprocess importing SkyRL
 def test_a_gpu_job_imports_none_of_the_seam():
     """What every process of a GPU job runs (the worker setup hook, the entry, SkyRL's worker
     modules) leaves SkyRL's modules as they are, and never imports the seam."""
@@ -76,6 +77,7 @@ def test_a_gpu_job_imports_none_of_the_seam():
     assert out.split()[-1] == "False"
 
 
+@pytest.mark.slow  # a Python subprocess importing SkyRL
 def test_a_cpu_job_gets_skyrl_modules_patched_as_they_are_imported():
     out = python(
         "import sys\n"

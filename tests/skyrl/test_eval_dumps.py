@@ -25,7 +25,7 @@ from rlkit.cluster.skyrl.readers import (
 from rlkit.episodes.evaluate import evaluate as rlkit_evaluate
 from rlkit.episodes.policies import Response
 
-SAMPLES = 4  # the skyrl_eval fixture's eval samples per maze (tests/skyrl/conftest.py)
+SAMPLES = 2  # the skyrl_eval fixture's eval samples per maze (tests/skyrl/conftest.py)
 # A real SkyRL eval dump (4 mazes x 2 samples) whose last answer holds a raw U+0085 (NEL):
 # SkyRL writes dumps with ensure_ascii=False, one record per "\n", so str.splitlines() cut it.
 U0085_DUMP = Path(__file__).parent / "data" / "u0085_eval_dump"

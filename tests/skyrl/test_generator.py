@@ -130,7 +130,9 @@ def test_skyrl_rewards_are_rlkit_verdicts(dataset, encoder, name):
     # room for 24 turns of the tiny model's images (576 tokens at patch 8, where Qwen3-VL's
     # patch 16 makes 144): the input-length cut has its own test below
     cfg = preset_config(max_input_length=32768)
-    batch, out, engine = play(cfg, ds, encoder, PLAYERS[name])
+    # test-large episodes run 24 turns of growing prompts: 4 mazes x 1 say as much as 8 x 2
+    mazes, samples = (range(4), 1) if set_name == "test-large" else (range(8), 2)
+    batch, out, engine = play(cfg, ds, encoder, PLAYERS[name], mazes=mazes, samples=samples)
     solved = []
     for i in range(len(batch["prompts"])):
         s = engine.sessions[session_of(batch, i)]

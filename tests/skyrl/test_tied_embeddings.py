@@ -219,6 +219,7 @@ print("wrapped on import")
 """
 
 
+@pytest.mark.slow  # a Python subprocess importing SkyRL
 def test_install_before_the_import_wraps_it_when_imported():
     """As Ray's setup hook runs it: first, in a process that has not imported SkyRL's strategy."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}

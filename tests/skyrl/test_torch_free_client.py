@@ -14,6 +14,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # each test is a fresh interpreter
+
 BLOCK = (
     "import sys\nfor m in ('torch', 'torchvision', 'transformers'):\n    sys.modules[m] = None\n"
 )

@@ -50,7 +50,7 @@ try:  # tests/skyrl is a plain directory: a package named `skyrl` would shadow S
 except ImportError:  # pragma: no cover
     from .vllm_server import SERVER_ARGS, make_client, run, start_server
 
-pytestmark = pytest.mark.skyrl
+pytestmark = [pytest.mark.skyrl, pytest.mark.slow]  # a vLLM server
 
 EVAL_SET = "test"
 N_MAZES, N_SAMPLES = 8, 2
