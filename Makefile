@@ -46,7 +46,7 @@ notebooks: $(STAMP)
 # The whole suite over WORKERS xdist workers: each test file (and the SkyRL CPU run's readers)
 # is one group on one worker, heaviest first (tests/conftest.py). WORKERS=0: one process.
 WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadgroup --no-loadscope-reorder)
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadscope --no-loadscope-reorder)
 
 test: $(STAMP) lint
 	$(PYTEST)

@@ -2,13 +2,14 @@
 
 Tiers: `slow` marks integration tests (a Ray head, vLLM, a Jupyter kernel or browser, training
 subprocesses). `make test-fast` runs the rest (`-m "not slow"`), `make test` everything. A test
-is `slow` when it says so or when it needs one of `INTEGRATION_FIXTURES`.
+is `slow` when it says so or when it needs one of the integration fixtures below.
 
-Parallel (`make test` runs `pytest -n 2 --dist loadgroup`): each test file is one xdist group,
-so its module fixtures are built once, on one worker; every test that reads the session's SkyRL
-CPU run is in one group of its own, so that run happens once. Groups are queued heaviest first
-(the SkyRL run, then files with slow tests), so the long run starts at once beside the rest.
-Each worker starts its own local Ray head (own ports and temp dir) for the tests that need one.
+Parallel (`make test` runs `pytest -n 2 --dist loadscope`): each test file is one group that
+one worker runs whole, so its module fixtures are built once; the files that read a shared
+session fixture (the SkyRL CPU run, SkyRL's scripted eval) form one group, so it is built once.
+Groups are queued heaviest first (the SkyRL run, then files with slow tests), so the long run
+starts at once beside the rest. Each worker starts its own local Ray head (own ports and temp
+dir) for the tests that need one.
 """
 
 from __future__ import annotations
@@ -19,38 +20,63 @@ from rlkit.cluster.localhead import free_port
 
 INTEGRATION_FIXTURES = frozenset({"ray_cluster", "skyrl_cpu_run"})
 """Fixtures that make a test `slow` wherever it lives."""
-SHARED_GROUPS = {"skyrl_cpu_run": "skyrl-cpu-run", "skyrl_eval": "skyrl-eval"}
-"""Session fixtures read by several files: their tests share one group, so one worker builds
-each of them once."""
+SHARED_FIXTURES = {"skyrl_cpu_run": "skyrl-cpu-run", "skyrl_eval": "skyrl-eval"}
+"""Session fixtures read by several files -> the group all those files belong to."""
+FILE_GROUPS = {
+    "tests/skyrl/test_skyrl_cpu_run.py": "skyrl-cpu-run",
+    "tests/skyrl/test_skyrl_run_reading.py": "skyrl-cpu-run",
+    "tests/skyrl/test_skyrl_notebooks.py": "skyrl-cpu-run",
+    "tests/skyrl/test_bridge.py": "skyrl-eval",
+    "tests/skyrl/test_eval_dumps.py": "skyrl-eval",
+}
+"""Files that share a group; any other file is a group of its own."""
 FIRST_GROUP = "skyrl-cpu-run"
+"""The longest group (the SkyRL CPU run): queued first, so it runs beside everything else."""
 TIMEOUT_S = {"fast": 90, "slow": 420}
 """Per-test deadlines by tier: a hang fails in minutes. A test that pays for a long shared
 artifact (the SkyRL CPU run) sets its own `timeout` mark."""
 
 
-def _group(item: pytest.Item) -> str:
-    for fixture, group in SHARED_GROUPS.items():
-        if fixture in item.fixturenames:
-            return group
-    return item.nodeid.split("::", 1)[0]
+def group_of(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return FILE_GROUPS.get(path, path)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadscope` with this suite's groups as the scopes (xdist's own `loadgroup` reads
+    a node id suffix that pytest 9.2 no longer keeps)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return GroupScheduling(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     slow_groups = set()
     for item in items:
+        group = group_of(item.nodeid)
+        for fixture, shared in SHARED_FIXTURES.items():
+            if fixture in item.fixturenames and group != shared:
+                raise pytest.UsageError(
+                    f"{item.nodeid} uses the session fixture {fixture}: add its file to "
+                    f"FILE_GROUPS in tests/conftest.py as {shared!r}, so one worker builds it"
+                )
         if INTEGRATION_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
         tier = "slow" if item.get_closest_marker("slow") else "fast"
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(TIMEOUT_S[tier]))
-        group = _group(item)
-        item.add_marker(pytest.mark.xdist_group(group))
         if tier == "slow":
             slow_groups.add(group)
 
     def queue_rank(item: pytest.Item) -> int:
-        group = _group(item)
+        group = group_of(item.nodeid)
         return 0 if group == FIRST_GROUP else 1 if group in slow_groups else 2
 
     items.sort(key=queue_rank)  # stable: collection order within a rank
