@@ -14,22 +14,23 @@ dir) for the tests that need one.
 
 from __future__ import annotations
 
+import functools
+import re
+from pathlib import Path
+
 import pytest
 
 from rlkit.cluster.localhead import free_port
 
+TESTS = Path(__file__).parent
 INTEGRATION_FIXTURES = frozenset({"ray_cluster", "skyrl_cpu_run"})
 """Fixtures that make a test `slow` wherever it lives."""
-SHARED_FIXTURES = {"skyrl_cpu_run": "skyrl-cpu-run", "skyrl_eval": "skyrl-eval"}
-"""Session fixtures read by several files -> the group all those files belong to."""
-FILE_GROUPS = {
-    "tests/skyrl/test_skyrl_cpu_run.py": "skyrl-cpu-run",
-    "tests/skyrl/test_skyrl_run_reading.py": "skyrl-cpu-run",
-    "tests/skyrl/test_skyrl_notebooks.py": "skyrl-cpu-run",
-    "tests/skyrl/test_bridge.py": "skyrl-eval",
-    "tests/skyrl/test_eval_dumps.py": "skyrl-eval",
+SHARED_FIXTURES = {
+    "skyrl_cpu_run": "skyrl-cpu-run",
+    "skyrl_run_dir": "skyrl-cpu-run",  # a copy of that run's dir
+    "skyrl_eval": "skyrl-eval",
 }
-"""Files that share a group; any other file is a group of its own."""
+"""Session fixtures read by several files -> the group every file naming them belongs to."""
 FIRST_GROUP = "skyrl-cpu-run"
 """The longest group (the SkyRL CPU run): queued first, so it runs beside everything else."""
 TIMEOUT_S = {"fast": 90, "slow": 420}
@@ -37,9 +38,23 @@ TIMEOUT_S = {"fast": 90, "slow": 420}
 artifact (the SkyRL CPU run) sets its own `timeout` mark."""
 
 
+@functools.cache
+def file_groups() -> dict[str, str]:
+    """Test files (as node ids spell them) that name a shared fixture -> its group."""
+    groups = {}
+    for path in sorted(TESTS.rglob("test_*.py")):
+        text = path.read_text()
+        for fixture, group in SHARED_FIXTURES.items():
+            if re.search(rf"\b{fixture}\b", text):
+                groups[path.relative_to(TESTS.parent).as_posix()] = group
+    return groups
+
+
 def group_of(nodeid: str) -> str:
+    """A test's group: its shared fixture's, else its file (found without collecting, as
+    xdist's controller knows only node ids)."""
     path = nodeid.split("::", 1)[0]
-    return FILE_GROUPS.get(path, path)
+    return file_groups().get(path, path)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
@@ -64,8 +79,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for fixture, shared in SHARED_FIXTURES.items():
             if fixture in item.fixturenames and group != shared:
                 raise pytest.UsageError(
-                    f"{item.nodeid} uses the session fixture {fixture}: add its file to "
-                    f"FILE_GROUPS in tests/conftest.py as {shared!r}, so one worker builds it"
+                    f"{item.nodeid} uses the session fixture {fixture} without naming it: "
+                    f"add it to SHARED_FIXTURES in tests/conftest.py, so one worker builds it"
                 )
         if INTEGRATION_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
