@@ -4,12 +4,16 @@ What can be checked without Docker or a cluster: hadolint and shellcheck pass; t
 the SkyRL release and Ray of requirements/cluster-pins.txt; SkyRL's environment comes first on
 PATH, so the job's `python -m rlkit.cluster.skyrl.entry` runs on SkyRL's interpreter; both
 manifest groups run that image; SkyRL's trainer task cannot fit on the head pod but fits a
-worker. What cannot: the image build itself (`deploy/build-image.sh`, needs Docker and the
+worker; the manifests, for every instance size and node count, pass KubeRay's own CRD schema
+(v1.6.2, made strict like kubectl's field validation) and carry EFA when they span nodes.
+What cannot: the image build itself (`deploy/build-image.sh`, needs Docker and the
 network), CUDA, vLLM 0.30 on the GPUs.
 """
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
 import shlex
 import shutil
@@ -17,12 +21,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
 from rlkit.cli.main import main as rlkit_main
+from rlkit.cluster.raycluster import EFA_RESOURCE, INSTANCE_LABEL, raycluster
 from rlkit.cluster.rayjob import rayjob
 from rlkit.cluster.skyrl.entry import parse_args
+from rlkit.cluster.skyrl.instances import G7E
 from rlkit.cluster.skyrl.presets import PRESETS, build_overrides, entrypoint_command, get_preset
 from rlkit.errors import UsageError
 
@@ -116,3 +123,89 @@ def test_rayjob_retries_on_new_clusters_from_the_same_template(tmp_path, capsys)
     assert args.data_dir == "/fsx/rlkit/runs/maze-a/data"  # and reuses the same rows
     with pytest.raises(UsageError, match="backoff limit"):
         rayjob(get_preset("qwen3vl-8b-6gpu"), "x", backoff_limit=0)
+
+
+def rayjob_schema() -> dict:
+    """KubeRay v1.6.2's RayJob CRD schema (tests/kuberay/; its `source` says where from), made
+    strict as `kubectl apply`'s server-side field validation is: an unknown field fails."""
+    with gzip.open(ROOT / "tests" / "kuberay" / "rayjob-v1.6.2.schema.json.gz") as f:
+        return strict(json.load(f)["schema"])
+
+
+def strict(node):
+    if isinstance(node, dict):
+        node = {k: strict(v) for k, v in node.items()}
+        if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+            node.setdefault("additionalProperties", False)
+        return node
+    return [strict(v) for v in node] if isinstance(node, list) else node
+
+
+def crd_errors(manifest: dict) -> list[str]:
+    """Where `manifest` (a RayJob, or a RayCluster checked as a RayJob's rayClusterSpec) breaks
+    KubeRay's CRD schema."""
+    schema = rayjob_schema()
+    if manifest["kind"] == "RayCluster":
+        spec = schema["properties"]["spec"]["properties"]["rayClusterSpec"]
+        schema = {**schema, "properties": {**schema["properties"], "spec": spec}}
+    validator = jsonschema.Draft7Validator(schema)
+    return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(manifest)]
+
+
+def worker_containers(cluster_spec: dict) -> list[dict]:
+    return [
+        c for g in cluster_spec["workerGroupSpecs"] for c in g["template"]["spec"]["containers"]
+    ]
+
+
+def test_the_template_is_the_default_presets_cluster_and_valid():
+    template = yaml.safe_load((DEPLOY / "raycluster.yaml").read_text())
+    assert raycluster(get_preset("qwen3vl-8b-6gpu")) == template  # one source: no drift
+    assert crd_errors(template) == []
+    broken = yaml.safe_load((DEPLOY / "raycluster.yaml").read_text())
+    broken["spec"]["workerGroupSpecs"][0]["replica"] = 2  # a typo KubeRay would refuse
+    broken["spec"]["headGroupSpec"]["rayStartParams"]["num-gpus"] = 0  # must be a string
+    assert len(crd_errors(broken)) == 2  # the check is real
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 4])
+@pytest.mark.parametrize("instance", sorted(i for i, t in G7E.items() if t.efa))
+def test_clusters_for_every_size_carry_efa_when_multi_node(instance, nodes):
+    sky = get_preset("qwen3vl-2b-smoke", instance_type=instance, gpus_per_node=None, nodes=nodes)
+    cluster = raycluster(sky)
+    assert crd_errors(cluster) == []
+    (group,) = cluster["spec"]["workerGroupSpecs"]
+    assert group["replicas"] == group["minReplicas"] == nodes <= group["maxReplicas"]
+    assert group["template"]["spec"]["nodeSelector"][INSTANCE_LABEL] == instance
+    (worker,) = worker_containers(cluster["spec"])
+    limits, env = worker["resources"]["limits"], {e["name"]: e.get("value") for e in worker["env"]}
+    inst = G7E[instance]
+    assert limits["nvidia.com/gpu"] == group["rayStartParams"]["num-gpus"] == str(inst.gpus)
+    assert int(limits["cpu"]) < inst.vcpus and int(limits["memory"][:-2]) < inst.memory_gib
+    if nodes > 1:  # every worker pod or none: mixing EFA and non-EFA pods hangs NCCL
+        assert limits[EFA_RESOURCE] == str(inst.efa) and env["FI_PROVIDER"] == "efa"
+    else:
+        assert EFA_RESOURCE not in limits and "FI_PROVIDER" not in env
+    assert worker["resources"]["requests"] == limits
+
+
+def test_multi_node_rayjob_carries_efa_a_ttl_and_validates(tmp_path, capsys):
+    out = tmp_path / "two.rayjob.yaml"
+    argv = ["submit", "--preset", "qwen3vl-8b", "--nodes", "2", "--rayjob", str(out)]
+    assert rlkit_main(argv) == 0
+    job = yaml.safe_load(out.read_text())
+    assert crd_errors(job) == []
+    assert job["spec"]["ttlSecondsAfterFinished"] == 3600
+    (worker,) = worker_containers(job["spec"]["rayClusterSpec"])
+    assert worker["resources"]["limits"][EFA_RESOURCE] == "4"
+    assert {"name": "FI_PROVIDER", "value": "efa"} in worker["env"]
+    cluster_file = tmp_path / "two.raycluster.yaml"
+    assert rlkit_main([*argv[:-2], "--raycluster", str(cluster_file)]) == 0
+    assert "2 x ml.g7e.48xlarge, each pod 8 GPUs" in capsys.readouterr().out
+    cluster = yaml.safe_load(cluster_file.read_text())
+    assert cluster["spec"] == job["spec"]["rayClusterSpec"] and crd_errors(cluster) == []
+
+
+def test_a_cpu_preset_has_no_cluster_manifest():
+    with pytest.raises(UsageError, match="without instance_type"):
+        raycluster(get_preset("skyrl-tiny-cpu"))

@@ -5,12 +5,14 @@
 
 KubeRay (>= 1.2) retries a failed RayJob up to `backoffLimit` times, each retry on a NEW
 RayCluster built from `rayClusterSpec` (here: deploy/raycluster.yaml's spec, so the two never
-drift), so a run resumes from /fsx alone: its datasets, checkpoints and exports live in the
+drift; its worker group sized for the preset by `rlkit.cluster.raycluster`, with EFA when the
+run spans nodes), so a run resumes from /fsx alone: its datasets, checkpoints and exports live in the
 run dir there. The entrypoint is the same SkyRL command `rlkit submit` sends, run from the
 runtime image's own rlkit (a RayJob uploads no working dir); tokens for loggers belong in a
 Kubernetes Secret referenced from the cluster template, never in this file. Deliberately absent:
 `activeDeadlineSeconds` (a deadline failure is not retried) and `clusterSelector` (KubeRay >= 1.6
-rejects it together with `backoffLimit`).
+rejects it together with `backoffLimit`). `ttlSecondsAfterFinished` deletes the finished job's
+cluster an hour after the end (its logs and the run dir stay on /fsx).
 """
 
 from __future__ import annotations
@@ -18,13 +20,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from rlkit.cluster.jobs import project_root, run_slug
+from rlkit.cluster.jobs import run_slug
+from rlkit.cluster.raycluster import CLUSTER_TEMPLATE, raycluster, write_manifest
 from rlkit.cluster.skyrl.presets import RunPaths, SkyRLPreset, entrypoint_command
 from rlkit.errors import UsageError
 
-CLUSTER_TEMPLATE = project_root() / "deploy" / "raycluster.yaml"
+TTL_AFTER_FINISHED_S = 3600
 
 
 def rayjob(
@@ -37,14 +38,7 @@ def rayjob(
     """The RayJob manifest (a dict) for one run of `preset`."""
     if not 1 <= backoff_limit <= 10:
         raise UsageError(f"backoff limit ({backoff_limit}) must be 1..10 retries")
-    template = Path(cluster_template)
-    if not template.is_file():
-        raise UsageError(
-            f"no RayCluster template at {template}: pass the deploy/raycluster.yaml path"
-        )
-    cluster = yaml.safe_load(template.read_text())
-    if cluster.get("kind") != "RayCluster":
-        raise UsageError(f"{template} is a {cluster.get('kind')!r}, not a RayCluster manifest")
+    cluster = raycluster(preset, cluster_template)
     name = run_slug(run_name)
     return {
         "apiVersion": "ray.io/v1",
@@ -58,7 +52,7 @@ def rayjob(
             "metadata": {"rlkit_run_name": name, "run_dir": RunPaths.for_run(preset, name).run_dir},
             "backoffLimit": backoff_limit,
             "shutdownAfterJobFinishes": True,
-            "ttlSecondsAfterFinished": 3600,
+            "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
             "submissionMode": "K8sJobMode",
             "rayClusterSpec": cluster["spec"],
         },
@@ -66,7 +60,4 @@ def rayjob(
 
 
 def write_rayjob(path: str | Path, manifest: dict[str, Any]) -> Path:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(yaml.safe_dump(manifest, sort_keys=False, width=100))
-    return out
+    return write_manifest(path, manifest)

@@ -2,7 +2,7 @@
 
 The overrides are taken from what `rlkit submit --dry-run` prints (the entrypoint line, split as
 the job's shell splits it, then `rlkit.cluster.skyrl.entry.parse_args`), for every cluster preset at 1, 2
-and 4 nodes, and given to `SkyRLTrainConfig.from_cli_overrides` (unknown keys and wrong types
+and 4 nodes, and for every `ml.g7e` size and the seed's 6-of-8 layout, and given to `SkyRLTrainConfig.from_cli_overrides` (unknown keys and wrong types
 fail there) and `validate_cfg` (batch sizes, colocation, the VLM generator's requirements, loss
 and estimator registries). All of `validate_cfg` runs on CPU in skyrl 0.4.0.
 """
@@ -17,7 +17,9 @@ from skyrl.train.utils import validate_cfg
 
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.entry import parse_args
+from rlkit.cluster.skyrl.instances import G7E
 from rlkit.cluster.skyrl.presets import PRESETS, build_overrides, get_preset
+from rlkit.errors import UsageError
 from rlkit.train.config import preset as train_preset
 
 
@@ -59,3 +61,75 @@ def test_skyrl_rejects_what_rlkit_must_not_emit():
     cfg = SkyRLTrainConfig.from_cli_overrides([*uneven, "trainer.policy_mini_batch_size=7"])
     with pytest.raises((AssertionError, ValueError)):
         validate_cfg(cfg)
+
+
+def dry_run_validates(capsys, argv: list[str]):
+    """`rlkit submit ARGV --dry-run`'s SkyRL overrides, parsed and validated by SkyRL."""
+    assert rlkit_main(["submit", *argv, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("entrypoint:")]
+    _, overrides = parse_args(shlex.split(line.removeprefix("entrypoint:"))[3:])
+    cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
+    validate_cfg(cfg)
+    return cfg, out
+
+
+@pytest.mark.parametrize("instance", sorted(G7E))
+def test_every_instance_size_dry_run_validates(capsys, instance):
+    """Each ml.g7e size: the smoke preset on one node with all its GPUs, and the 8B on the fewest
+    nodes whose GPUs hold its training state (refused in one line where none can)."""
+    inst = G7E[instance]
+    argv = ["--preset", "qwen3vl-2b-smoke", "--instance-type", instance, "--gpus-per-node"]
+    cfg, out = dry_run_validates(capsys, [*argv, str(inst.gpus)])
+    assert cfg.trainer.placement.policy_num_gpus_per_node == inst.gpus
+    assert cfg.generator.inference_engine.num_engines == inst.gpus
+    assert f"1 x {instance}, each pod {inst.gpus} GPUs" in out
+    fits = [
+        n for n in range(1, 9) if not _refused(model_params_b=8.8, instance_type=instance, nodes=n)
+    ]
+    if not inst.efa:  # one GPU, and no EFA to span nodes: the 8B cannot run there
+        assert fits == []
+        return
+    nodes = fits[0]
+    argv = ["--preset", "qwen3vl-8b", "--instance-type", instance, "--nodes", str(nodes)]
+    cfg, out = dry_run_validates(capsys, argv)
+    assert cfg.trainer.placement.policy_num_nodes == nodes
+    assert cfg.generator.inference_engine.num_engines == nodes * inst.gpus
+    assert (f"{inst.efa} EFA" in out) == (nodes > 1)
+
+
+def _refused(**changes) -> str | None:
+    try:
+        get_preset("qwen3vl-8b", **changes)
+    except UsageError as e:
+        return str(e)
+    return None
+
+
+def test_the_seed_layout_is_six_of_eight(capsys):
+    cfg, out = dry_run_validates(capsys, ["--preset", "qwen3vl-8b-6gpu"])
+    assert cfg.trainer.placement.policy_num_gpus_per_node == 6
+    assert "1 x ml.g7e.48xlarge, each pod 6 GPUs, 126 vCPU, 1344 GiB, no EFA" in out
+    cfg, _ = dry_run_validates(capsys, ["--preset", "qwen3vl-8b-6gpu", "--nodes", "2"])
+    assert cfg.generator.inference_engine.num_engines == 12
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--preset", "qwen3vl-8b-6gpu", "--instance-type", "ml.g7e.24xlarge"], "has 4 GPU(s)"),
+        (["--preset", "qwen3vl-8b", "--gpus-per-node", "9"], "has 8 GPU(s), the layout asks 9"),
+        (["--preset", "qwen3vl-8b", "--instance-type", "ml.g7e.8xlarge"], "add nodes or GPUs"),
+        (["--preset", "qwen3vl-8b", "--instance-type", "ml.g7e.4xlarge"], "training state"),
+        (
+            ["--preset", "qwen3vl-2b-smoke", "--instance-type", "ml.g7e.2xlarge"]
+            + ["--gpus-per-node", "1", "--nodes", "2"],
+            "has no EFA",
+        ),
+        (["--preset", "qwen3vl-8b", "--instance-type", "ml.p5.48xlarge"], "unknown instance"),
+    ],
+)
+def test_a_layout_the_instance_cannot_hold_is_refused_in_one_line(capsys, argv, says):
+    assert rlkit_main(["submit", *argv, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1, err

@@ -21,6 +21,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from rlkit.cluster.hang import HangRules
+from rlkit.cluster.skyrl.engine_args import device_overrides, engine_kwargs
+from rlkit.cluster.skyrl.instances import (
+    DEFAULT_INSTANCE,
+    InstanceType,
+    PodShape,
+    instance_type,
+    pod_shape,
+)
+from rlkit.cluster.skyrl.preset_checks import check_preset
 from rlkit.env.maze_env import ENV_ID, env_for_set
 from rlkit.errors import UsageError
 
@@ -29,7 +38,6 @@ TINY_WARM = "rlkit:tiny-warm"
 """`model_path` of the CPU preset: rlkit's tiny Qwen3-VL, built offline and warm-started
 (free-form behaviour cloning to a ~40% solve rate, as the local recipe starts GRPO) by the
 job's entry into RUN/init_model, once per run."""
-DEVICES = ("cuda", "cpu")
 
 
 @dataclass(frozen=True)
@@ -44,8 +52,12 @@ class SkyRLPreset:
     `rlkit:tiny-warm` (TINY_WARM), the tiny model the job builds for itself."""
     model_params_b: float = 8.8
     """Parameters in billions (Qwen3-VL-8B: 8.77 B): sizes the /fsx estimate."""
-    gpus_per_node: int = 6
-    """RTX PRO 6000 nodes on HyperPod have 6 GPUs (the recipe assumed 8)."""
+    instance_type: str | None = DEFAULT_INSTANCE
+    """HyperPod instance of the GPU workers (`rlkit.cluster.skyrl.instances.G7E`): sizes the
+    worker pod, and refuses a layout it cannot hold. None: no instance (a CPU host)."""
+    gpus_per_node: int | None = None
+    """GPUs the run takes on each node; None: all of the instance's. The seed's layout is 6 of
+    the 48xlarge's 8 (`qwen3vl-8b-6gpu`): its batches split over six."""
     nodes: int = 1
     """Policy and vLLM engines span this many nodes; batch sizes scale with it."""
     tensor_parallel_size: int = 1
@@ -78,7 +90,13 @@ class SkyRLPreset:
     the local trainer's reduction, and the same value whether a row is a turn or an episode
     (tests/skyrl/test_objective.py)."""
     temperature: float = 1.0
-    """Rollout sampling temperature; GRPO needs diverse groups."""
+    """Rollout sampling temperature; GRPO needs diverse groups. Only 1.0: SkyRL trains on
+    vLLM's raw logprobs (`preset_checks.refuse_known_traps`)."""
+    top_p: float = 1.0
+    """Rollout nucleus sampling; only 1.0, for the same reason as temperature."""
+    epochs: int = 1
+    """Passes over the rows. Only 1: SkyRL's resume is unsafe at an epoch boundary, and mazes
+    are free, so a longer run takes more steps of fresh rows."""
     steps: int = 140
     """GRPO steps of the run. Departure from 20 epochs over 256 rows: SkyRL saves a checkpoint
     and an HF export at every epoch end besides its intervals, and never prunes exports (7
@@ -144,42 +162,28 @@ class SkyRLPreset:
         return HangRules(self.hang_minutes, self.hang_start_minutes, self.hang_action)
 
     def __post_init__(self) -> None:
-        env_for_set(self.eval_set)  # an unknown set fails here, not on the cluster
-        if not 1 <= self.eval_mazes <= 64:
-            raise UsageError(f"eval_mazes ({self.eval_mazes}) must be 1..64 (a pinned set)")
-        for name in ("gpus_per_node", "nodes", "group_size", "mini_batches", "steps"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"{name} ({getattr(self, name)}) must be >= 1")
-        if self.group_size < 2:
-            raise UsageError(f"group_size ({self.group_size}) must be >= 2: GRPO compares a group")
-        self.hang_rules()  # a bad hang setting fails here, not on the cluster
-        if self.device not in DEVICES:
-            raise UsageError(f"device {self.device!r} must be one of {', '.join(DEVICES)}")
-        if self.gpus_per_node % self.tensor_parallel_size:
-            raise UsageError(
-                f"gpus_per_node ({self.gpus_per_node}) must be a multiple of "
-                f"tensor_parallel_size ({self.tensor_parallel_size}): colocate_all needs "
-                "policy GPUs == engines x TP"
-            )
-        if self.prompts_per_node % self.mini_batches:
-            raise UsageError(
-                f"prompts_per_node ({self.prompts_per_node}) must divide into "
-                f"mini_batches ({self.mini_batches})"
-            )
-        per_gpu = self.prompts_per_node // self.mini_batches * self.group_size
-        if (
-            per_gpu % self.gpus_per_node
-            or (per_gpu // self.gpus_per_node) % self.micro_batch_per_gpu
-        ):
-            raise UsageError(
-                f"a mini batch of {per_gpu} episodes per node must split into "
-                f"{self.gpus_per_node} GPUs x micro batches of {self.micro_batch_per_gpu}; "
-                "change prompts_per_node or micro_batch_per_gpu"
-            )
+        check_preset(self)  # one-line UsageErrors: sizes, the instance's layout, SkyRL's traps
+
+    @property
+    def node_gpus(self) -> int:
+        """GPUs the run takes on each node: gpus_per_node, else all of the instance's."""
+        if self.gpus_per_node is not None:
+            return self.gpus_per_node
+        return instance_type(self.instance_type).gpus if self.instance_type else 1
+
+    @property
+    def instance(self) -> InstanceType | None:
+        return instance_type(self.instance_type) if self.instance_type else None
+
+    @property
+    def pod(self) -> PodShape | None:
+        """The worker pod on each node (None for a preset without an instance: a CPU host)."""
+        inst = self.instance
+        return pod_shape(inst, self.node_gpus, self.nodes) if inst else None
 
     @property
     def num_gpus(self) -> int:
-        return self.nodes * self.gpus_per_node
+        return self.nodes * self.node_gpus
 
     @property
     def prompts_per_step(self) -> int:
@@ -197,12 +201,16 @@ class SkyRLPreset:
 
 
 PRESETS: dict[str, SkyRLPreset] = {
-    "qwen3vl-8b-6gpu": SkyRLPreset(),
+    # The seed's layout: 6 of an ml.g7e.48xlarge's 8 GPUs per node.
+    "qwen3vl-8b-6gpu": SkyRLPreset(gpus_per_node=6),
+    # Every GPU of the node: 36 prompts x 8 split over 8 GPUs as well.
+    "qwen3vl-8b": SkyRLPreset(),
     # The whole cluster path in minutes before the 8B run: one node, a 2B model, 3 steps,
     # an eval of 8 mazes before training and at the end, one checkpoint and export.
     "qwen3vl-2b-smoke": SkyRLPreset(
         model_path="Qwen/Qwen3-VL-2B-Instruct",
         model_params_b=2.1,
+        gpus_per_node=6,  # the 8B preset's layout, rehearsed
         prompts_per_node=12,
         mini_batches=1,
         steps=3,
@@ -212,6 +220,7 @@ PRESETS: dict[str, SkyRLPreset] = {
         ckpt_interval=3,
         max_ckpts_to_keep=1,
         fsx_budget_gb=100.0,
+        driver_memory_gb=16,  # 12 mazes' pixel values; fits even an ml.g7e.2xlarge pod
     ),
     # SkyRL's own trainer on this machine's CPUs (the cluster's code path, rehearsed): rlkit's
     # tiny Qwen3-VL on the `test` mazes, 2 FSDP ranks colocated with 2 vLLM engines on a local
@@ -219,6 +228,7 @@ PRESETS: dict[str, SkyRLPreset] = {
     "skyrl-tiny-cpu": SkyRLPreset(
         model_path=TINY_WARM,
         model_params_b=0.001,
+        instance_type=None,
         gpus_per_node=2,
         group_size=4,
         eval_set="test",
@@ -307,16 +317,16 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         "trainer.strategy=fsdp",
         "trainer.placement.colocate_all=true",
         f"trainer.placement.policy_num_nodes={p.nodes}",
-        f"trainer.placement.policy_num_gpus_per_node={p.gpus_per_node}",
+        f"trainer.placement.policy_num_gpus_per_node={p.node_gpus}",
         f"trainer.placement.ref_num_nodes={p.nodes}",
-        f"trainer.placement.ref_num_gpus_per_node={p.gpus_per_node}",
+        f"trainer.placement.ref_num_gpus_per_node={p.node_gpus}",
         "trainer.ref.fsdp_config.cpu_offload=false",
         f"generator.inference_engine.num_engines={engines}",
         f"generator.inference_engine.tensor_parallel_size={p.tensor_parallel_size}",
         f"generator.inference_engine.gpu_memory_utilization={p.gpu_memory_utilization}",
         *engine_kwargs(p),
         # batches
-        "trainer.epochs=1",  # one epoch of steps x prompts rows: no per-epoch save flood
+        f"trainer.epochs={p.epochs}",  # one epoch of steps x prompts rows: no per-epoch saves
         f"trainer.train_batch_size={train_batch}",
         f"trainer.policy_mini_batch_size={train_batch // p.mini_batches}",
         f"trainer.micro_forward_batch_size_per_gpu={p.micro_batch_per_gpu}",
@@ -333,6 +343,7 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         f"generator.n_samples_per_prompt={p.group_size}",
         f"generator.sampling_params.max_generate_length={p.max_generate_length}",
         f"generator.sampling_params.temperature={p.temperature}",
+        f"generator.sampling_params.top_p={p.top_p}",
         f"generator.eval_n_samples_per_prompt={p.eval_samples}",
         # sampled evals, as `rlkit eval` samples (SkyRL's default eval sampling is greedy)
         f"generator.eval_sampling_params.temperature={p.eval_temperature}",
@@ -353,49 +364,6 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         f"trainer.run_name={run_name}",
         *device_overrides(p),
     ]
-
-
-def device_overrides(p: SkyRLPreset) -> list[str]:
-    """What a CPU host changes in SkyRL's config: no flash attention, fp32 end to end (so the
-    rollout and trainer logprobs can be compared tightly), eager vLLM, a KV cache in GiB,
-    fewer dataloader workers. The seam itself (`cpu_seam.overrides`) is added by the entry
-    at every start, with this attempt's own weight-sync directories."""
-    out = []
-    if p.dataloader_workers is not None:
-        out.append(f"data.dataloader.num_workers={p.dataloader_workers}")
-    if p.kv_cache_gb is not None:
-        key = "generator.inference_engine.engine_init_kwargs.kv_cache_memory_bytes"
-        out.append(f"{key}={int(p.kv_cache_gb * 2**30)}")
-    if p.device != "cpu":
-        return out
-    return [
-        *out,
-        "trainer.flash_attn=false",
-        "generator.inference_engine.model_dtype=float32",
-        "generator.inference_engine.enforce_eager=true",
-        *(
-            f"trainer.{role}.fsdp_config.mixed_precision.{k}=fp32"
-            for role in ("policy", "ref")
-            for k in ("param_dtype", "reduce_dtype", "buffer_dtype")
-        ),
-    ]
-
-
-def engine_kwargs(p: SkyRLPreset) -> list[str]:
-    """vLLM engine arguments, set through SkyRL's `engine_init_kwargs` (vLLM's own names)."""
-    key = "generator.inference_engine.engine_init_kwargs"
-    out = [
-        f"{key}.max_model_len={p.max_model_len}",
-        # vLLM refuses a prompt with more images than this (HTTP 400); one image per turn
-        f"{key}.limit_mm_per_prompt.image={p.images_per_episode}",
-        # vLLM >= 0.32 normalises Qwen3-VL pixels on the GPU by default and then hands SkyRL raw
-        # uint8 patches, which the trainer's forward would read unnormalised (0.5 nats off,
-        # tests/skyrl/test_vllm_engine.py); normalised on the CPU, both see the same pixels
-        f"{key}.mm_device_do_normalize=false",
-    ]
-    if p.attention_backend:
-        out.append(f"{key}.attention_backend={p.attention_backend}")
-    return out
 
 
 def entrypoint_command(preset: SkyRLPreset, run_name: str) -> str:

@@ -1,0 +1,90 @@
+"""The KubeRay RayCluster of a SkyRL preset: deploy/raycluster.yaml with its GPU worker group sized
+from the preset's instance and layout (`rlkit.cluster.skyrl.instances`).
+
+    rlkit submit --preset qwen3vl-8b --nodes 2 --raycluster runs/rlkit-2x8.raycluster.yaml
+
+What follows from the preset: one worker pod per node (`replicas` = nodes), its GPUs, vCPUs,
+memory and /dev/shm, scheduling onto nodes of the instance type, and, when the run spans nodes,
+every EFA interface of each node (`vpc.amazonaws.com/efa`) with libfabric's EFA provider in the
+environment (AWS's EKS verl sample sets the same; mixing EFA and non-EFA pods hangs NCCL, so it
+is every pod or none). The template file itself is the rendering of the default preset
+(`qwen3vl-8b-6gpu`, one node): tests/test_deploy.py keeps the two from drifting.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlkit.cluster.jobs import project_root
+from rlkit.cluster.skyrl.presets import SkyRLPreset
+from rlkit.errors import UsageError
+
+CLUSTER_TEMPLATE = project_root() / "deploy" / "raycluster.yaml"
+INSTANCE_LABEL = "node.kubernetes.io/instance-type"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+EFA_ENV = {
+    "FI_PROVIDER": "efa",  # NCCL's aws-ofi-nccl plugin over EFA, not TCP sockets
+    "FI_EFA_FORK_SAFE": "1",  # Ray and vLLM fork worker processes after libfabric loads
+}
+
+
+def load_template(path: str | Path = CLUSTER_TEMPLATE) -> dict[str, Any]:
+    template = Path(path)
+    if not template.is_file():
+        raise UsageError(
+            f"no RayCluster template at {template}: pass the deploy/raycluster.yaml path"
+        )
+    cluster = yaml.safe_load(template.read_text())
+    if cluster.get("kind") != "RayCluster":
+        raise UsageError(f"{template} is a {cluster.get('kind')!r}, not a RayCluster manifest")
+    return cluster
+
+
+def raycluster(preset: SkyRLPreset, template: str | Path = CLUSTER_TEMPLATE) -> dict[str, Any]:
+    """The RayCluster manifest (a dict) whose worker group fits `preset` on its instance type."""
+    pod = preset.pod
+    if pod is None:
+        raise UsageError(
+            f"a preset without instance_type ({preset.device} host) has no RayCluster: "
+            "set instance_type, e.g. ml.g7e.48xlarge"
+        )
+    cluster = copy.deepcopy(load_template(template))
+    groups = cluster["spec"]["workerGroupSpecs"]
+    if len(groups) != 1:
+        raise UsageError(
+            f"the RayCluster template has {len(groups)} worker groups, rlkit sizes one"
+        )
+    group = groups[0]
+    group["replicas"] = group["minReplicas"] = preset.nodes
+    group["maxReplicas"] = max(group.get("maxReplicas", preset.nodes), preset.nodes)
+    group["rayStartParams"]["num-gpus"] = str(pod.gpus)
+    spec = group["template"]["spec"]
+    spec["nodeSelector"][INSTANCE_LABEL] = preset.instance_type
+    (worker,) = spec["containers"]
+    amounts = {
+        "cpu": str(pod.cpus),
+        "memory": f"{pod.memory_gib}Gi",
+        "nvidia.com/gpu": str(pod.gpus),
+    }
+    if pod.efa:
+        amounts[EFA_RESOURCE] = str(pod.efa)
+    worker["resources"] = {"requests": dict(amounts), "limits": dict(amounts)}
+    env = [e for e in worker.get("env", []) if e["name"] not in EFA_ENV]
+    if pod.efa:
+        env += [{"name": k, "value": v} for k, v in EFA_ENV.items()]
+    worker["env"] = env
+    for volume in spec["volumes"]:
+        if volume["name"] == "dshm":
+            volume["emptyDir"]["sizeLimit"] = f"{pod.shm_gib}Gi"
+    return cluster
+
+
+def write_manifest(path: str | Path, manifest: dict[str, Any]) -> Path:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(manifest, sort_keys=False, width=100))
+    return out

@@ -1,0 +1,130 @@
+"""The cluster's hardware: HyperPod's `ml.g7e` sizes (NVIDIA RTX PRO 6000 Blackwell Server
+Edition, 96 GiB each), what one worker pod of a size may take, and the layouts a size cannot hold.
+
+Sources of the numbers:
+- GPUs, vCPUs, memory (GiB) and EFA interfaces: sagemaker-hyperpod-cli PR 390,
+  `INSTANCE_RESOURCES` in `src/sagemaker/hyperpod/training/constants.py` (read 2026-12-02).
+  Its memory agrees with the EC2 table quoted in kubernetes/autoscaler issue 9854 (48xlarge:
+  2048 GiB; the 1536 GiB once noted for it is the g6e.48xlarge line above it in that file).
+- EFA counts again: sagemaker-hyperpod-cli PR 380 (`aws ec2 describe-instance-types`: none on
+  2xlarge and 4xlarge; 1, 1, 2, 4 on 8x, 12x, 24x, 48xlarge).
+- 96 GiB per GPU: the same autoscaler table (GPU memory 96 GiB per RTX PRO 6000).
+No `ml.g7e` size has 6 GPUs; the seed's six-GPU run is a layout of 6 of the 48xlarge's 8.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rlkit.errors import UsageError
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    gpus: int
+    vcpus: int
+    memory_gib: int
+    efa: int
+    """EFA interfaces (`vpc.amazonaws.com/efa`); 0: multi-node traffic goes over TCP."""
+    gpu_memory_gib: int = 96
+
+
+G7E: dict[str, InstanceType] = {
+    i.name: i
+    for i in (
+        InstanceType("ml.g7e.2xlarge", gpus=1, vcpus=8, memory_gib=64, efa=0),
+        InstanceType("ml.g7e.4xlarge", gpus=1, vcpus=16, memory_gib=128, efa=0),
+        InstanceType("ml.g7e.8xlarge", gpus=1, vcpus=32, memory_gib=256, efa=1),
+        InstanceType("ml.g7e.12xlarge", gpus=2, vcpus=48, memory_gib=512, efa=1),
+        InstanceType("ml.g7e.24xlarge", gpus=4, vcpus=96, memory_gib=1024, efa=2),
+        InstanceType("ml.g7e.48xlarge", gpus=8, vcpus=192, memory_gib=2048, efa=4),
+    )
+}
+DEFAULT_INSTANCE = "ml.g7e.48xlarge"
+
+
+def instance_type(name: str) -> InstanceType:
+    if name not in G7E:
+        raise UsageError(f"unknown instance type {name!r}; choose from {', '.join(G7E)}")
+    return G7E[name]
+
+
+SYSTEM_SHARE = 1 / 8
+"""Of a node's vCPUs and memory, what the worker pod leaves to the kubelet, HyperPod's agents,
+the NVIDIA and EFA device plugins, and a head pod that may be scheduled there."""
+SHM_MAX_GIB = 64
+"""/dev/shm for NCCL and vLLM (a memory-backed volume: it counts against the pod's memory)."""
+
+
+@dataclass(frozen=True)
+class PodShape:
+    """What the one Ray worker pod on a node asks Kubernetes for (requests == limits)."""
+
+    gpus: int
+    cpus: int
+    memory_gib: int
+    efa: int
+    """EFA interfaces requested: all of the node's when the run spans nodes, else none."""
+    shm_gib: int
+
+
+def pod_shape(inst: InstanceType, gpus: int, nodes: int) -> PodShape:
+    """The worker pod for `gpus` of `inst`'s GPUs: vCPUs and memory in proportion to the GPUs it
+    takes, less SYSTEM_SHARE; EFA only for a multi-node run (every pod or none: mixing EFA and
+    non-EFA pods hangs NCCL, AWS's EKS samples warn)."""
+    share = gpus / inst.gpus * (1 - SYSTEM_SHARE)
+    memory = math.floor(inst.memory_gib * share)
+    return PodShape(
+        gpus=gpus,
+        cpus=math.floor(inst.vcpus * share),
+        memory_gib=memory,
+        efa=inst.efa if nodes > 1 else 0,
+        shm_gib=min(SHM_MAX_GIB, memory // 4),
+    )
+
+
+TRAIN_BYTES_PER_PARAM = 16
+"""FSDP2 training state per parameter: fp32 weights, fp32 gradients, Adam's two fp32 moments."""
+REF_BYTES_PER_PARAM = 2
+"""The reference policy (KL loss) in bf16, sharded like the policy."""
+GPU_STATE_SHARE = 0.8
+"""Of a GPU, what the sharded training state may fill: the rest is activations (micro batches
+of long multi-turn VLM sequences) and vLLM's sleeping allocator."""
+
+
+def state_gib_per_gpu(params_b: float, num_gpus: int) -> float:
+    return params_b * 1e9 * (TRAIN_BYTES_PER_PARAM + REF_BYTES_PER_PARAM) / num_gpus / 2**30
+
+
+def check_layout(
+    inst: InstanceType, gpus_per_node: int, nodes: int, params_b: float, driver_memory_gb: int
+) -> PodShape:
+    """The worker pod of this layout, or a one-line UsageError naming what the instance lacks."""
+    if gpus_per_node > inst.gpus:
+        raise UsageError(
+            f"{inst.name} has {inst.gpus} GPU(s), the layout asks {gpus_per_node} per node: "
+            "lower gpus_per_node or choose a larger instance_type"
+        )
+    if nodes > 1 and not inst.efa:
+        raise UsageError(
+            f"{inst.name} has no EFA, so {nodes} nodes would all-reduce over TCP: use nodes=1 or "
+            "ml.g7e.8xlarge or larger"
+        )
+    pod = pod_shape(inst, gpus_per_node, nodes)
+    if driver_memory_gb > pod.memory_gib - pod.shm_gib:
+        raise UsageError(
+            f"SkyRL's trainer task reserves {driver_memory_gb} GiB, a {inst.name} worker pod with "
+            f"{gpus_per_node} GPU(s) has {pod.memory_gib - pod.shm_gib} GiB besides /dev/shm: "
+            "lower driver_memory_gb or take more of a larger instance"
+        )
+    need = state_gib_per_gpu(params_b, gpus_per_node * nodes)
+    room = inst.gpu_memory_gib * GPU_STATE_SHARE
+    if need > room:
+        raise UsageError(
+            f"a {params_b:g} B model's training state is ~{need:.0f} GiB per GPU over "
+            f"{gpus_per_node * nodes} GPU(s), over {room:.0f} GiB of a {inst.gpu_memory_gib} GiB "
+            "GPU: add nodes or GPUs per node"
+        )
+    return pod

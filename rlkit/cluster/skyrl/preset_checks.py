@@ -1,0 +1,96 @@
+"""What a SkyRL preset must satisfy before anything is submitted: sizes that split, a layout the
+instance holds, and the known SkyRL traps refused in one line each (`rlkit submit`, the dry
+run, `--rayjob` and `rlkit preflight` all build their preset through these checks).
+
+The traps (findings.md, "Known failure modes"):
+- resume at an epoch boundary: SkyRL resumes at `start_epoch = global_step // len(dataloader)`
+  (`skyrl/train/trainer.py:284` in 0.4.0), the pattern verl fixed in PRs 5725 and 7401 after
+  silent zero-step resumes; one epoch of fresh rows is the whole run, so there is no boundary;
+- thinking models: SkyRL's VLM generator slices each observation out of a re-rendered
+  conversation and assumes the sampled ids come back unchanged
+  (`skyrl_vlm_generator.py:127-150`, its own comment), which a thinking template's stripped
+  `<think>` blocks break;
+- temperature or top-p other than 1: SkyRL keeps vLLM's raw logprobs, taken after vLLM's
+  temperature and top-p, while its trainer only divides logits by the temperature; the
+  importance ratio is then biased. Truncated importance sampling (TIS) would absorb the gap,
+  but rlkit's presets have no TIS switch yet, so both stay at 1.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rlkit.cluster.skyrl.instances import check_layout, instance_type
+from rlkit.env.maze_env import env_for_set
+from rlkit.errors import UsageError
+
+if TYPE_CHECKING:
+    from rlkit.cluster.skyrl.presets import SkyRLPreset
+
+DEVICES = ("cuda", "cpu")
+
+
+def refuse_known_traps(p: SkyRLPreset) -> None:
+    """One-line UsageErrors for the SkyRL traps in this module's docstring."""
+    if p.epochs != 1:
+        raise UsageError(
+            f"epochs ({p.epochs}) must be 1: SkyRL's resume (global_step // len(dataloader)) "
+            "can silently skip an epoch at its boundary; raise steps instead (rows are fresh)"
+        )
+    if p.model_path.rstrip("/").lower().endswith("-thinking"):
+        raise UsageError(
+            f"{p.model_path} is a thinking model: SkyRL's VLM generator assumes re-rendering "
+            "returns the sampled ids, which thinking templates break; use the -Instruct model"
+        )
+    for name in ("temperature", "top_p"):
+        if getattr(p, name) != 1.0:
+            raise UsageError(
+                f"{name} ({getattr(p, name)}) must be 1.0: SkyRL trains on vLLM's raw logprobs, "
+                "which are biased otherwise, and rlkit's presets have no TIS correction switch yet"
+            )
+
+
+def check_preset(p: SkyRLPreset) -> None:
+    """Every check of a preset, each a one-line UsageError that says what to change."""
+    env_for_set(p.eval_set)  # an unknown set fails here, not on the cluster
+    if not 1 <= p.eval_mazes <= 64:
+        raise UsageError(f"eval_mazes ({p.eval_mazes}) must be 1..64 (a pinned set)")
+    for name in ("nodes", "group_size", "mini_batches", "steps"):
+        if getattr(p, name) < 1:
+            raise UsageError(f"{name} ({getattr(p, name)}) must be >= 1")
+    if p.gpus_per_node is not None and p.gpus_per_node < 1:
+        raise UsageError(f"gpus_per_node ({p.gpus_per_node}) must be >= 1 (or none: all)")
+    if p.group_size < 2:
+        raise UsageError(f"group_size ({p.group_size}) must be >= 2: GRPO compares a group")
+    p.hang_rules()  # a bad hang setting fails here, not on the cluster
+    if p.device not in DEVICES:
+        raise UsageError(f"device {p.device!r} must be one of {', '.join(DEVICES)}")
+    refuse_known_traps(p)
+    if p.instance_type is None:
+        if p.gpus_per_node is None:
+            raise UsageError("a preset without instance_type must set gpus_per_node")
+    else:
+        inst = instance_type(p.instance_type)
+        check_layout(inst, p.node_gpus, p.nodes, p.model_params_b, p.driver_memory_gb)
+    _check_batches(p)
+
+
+def _check_batches(p: SkyRLPreset) -> None:
+    gpus = p.node_gpus
+    if gpus % p.tensor_parallel_size:
+        raise UsageError(
+            f"gpus_per_node ({gpus}) must be a multiple of tensor_parallel_size "
+            f"({p.tensor_parallel_size}): colocate_all needs policy GPUs == engines x TP"
+        )
+    if p.prompts_per_node % p.mini_batches:
+        raise UsageError(
+            f"prompts_per_node ({p.prompts_per_node}) must divide into "
+            f"mini_batches ({p.mini_batches})"
+        )
+    per_gpu = p.prompts_per_node // p.mini_batches * p.group_size
+    if per_gpu % gpus or (per_gpu // gpus) % p.micro_batch_per_gpu:
+        raise UsageError(
+            f"a mini batch of {per_gpu} episodes per node must split into {gpus} GPUs x "
+            f"micro batches of {p.micro_batch_per_gpu}; change prompts_per_node or "
+            "micro_batch_per_gpu"
+        )
