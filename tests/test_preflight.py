@@ -1,5 +1,5 @@
-"""`rlkit preflight` against a real local Ray head: the job runs, every check reports, and the
-GPU checks say plainly that there is no GPU here."""
+"""`rlkit preflight --gpu` against a real local Ray head: the job runs, every check reports, and the
+GPU checks (the count, and those that exercise GPUs) say plainly that there is no GPU here."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster import preflight as preflight_module
+from rlkit.cluster.gpu_checks import GPU_CHECKS
 from rlkit.cluster.preflight import (
     Check,
     _config_json,
@@ -36,7 +37,7 @@ def cli_run(ray_cluster, tmp_path_factory) -> tuple[int, str, dict[str, Check]]:
         seen.append(preflight(*args, **kwargs))
         return seen[-1]
 
-    argv = ["preflight", "--address", ray_cluster.address, "--preset", "qwen3vl-2b-smoke"]
+    argv = ["preflight", "--gpu", "--address", ray_cluster.address, "--preset", "qwen3vl-2b-smoke"]
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
         mp.setattr(preflight_module, "preflight", recording)
@@ -62,6 +63,22 @@ def test_no_gpu_is_said_plainly_with_its_fix(checks):
     assert gpus.status == "fail" and gpus.detail.startswith("no GPU in this cluster")
     assert "needs 6 GPUs" in gpus.fix
     assert checks["flash-attn"].status == "fail" and "deploy/Dockerfile" in checks["flash-attn"].fix
+
+
+def test_gpu_exercises_are_skipped_without_a_gpu(cli_run):
+    _, out, checks = cli_run
+    for name in GPU_CHECKS:
+        assert checks[name].status == "skip", checks[name]
+        assert checks[name].detail.startswith("skipped: no GPU in this cluster")
+        assert f"skip  {name}" in out
+
+
+def test_skyrl_traps_are_refused_before_a_job_starts(capsys):
+    # no head at this address: the refusal comes first, in one line
+    argv = ["preflight", "--address", "http://127.0.0.1:9", "--model", "Qwen/Qwen3-VL-8B-Thinking"]
+    assert rlkit_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "thinking model" in err and len(err.strip().splitlines()) == 1
 
 
 def test_storage_and_model_checks(checks, tmp_path: Path):

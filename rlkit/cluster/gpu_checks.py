@@ -1,0 +1,142 @@
+"""`rlkit preflight --gpu`: checks that exercise the GPUs, for the failures an import never sees on
+RTX PRO 6000 (sm_120) nodes, each with its fix. This module holds their thresholds, verdicts and
+report lines (plain Python, tested on CPU); the measuring is `scripts/gpu_probe.py` (torch,
+flash-attn, vLLM), which the preflight job runs on a GPU worker with all of a node's GPUs.
+
+- nccl: an all-reduce over the node's GPUs, timed, against a bus-bandwidth floor; a hang (past
+  the probe's timeout) is the PCIe peer-to-peer + IOMMU/ACS hang of nccl issues 1999 and 2079
+  (vllm issue 33041: NCCL_P2P_DISABLE=1, or disable ACS on the host).
+- flash-attn: a bf16 forward and backward compared with torch's SDPA on the same inputs
+  (flash-attn 2.8.3 on sm_120: conflicting reports, flash-attention issues 1987, 1638, 1853).
+- vllm sleep/wake: a few sleep/wake cycles of an engine on the run's model (SkyRL turns sleep
+  mode on under colocation), a fixed greedy answer compared before and after each, and the
+  memory a sleep frees (crashes and allocator leaks: vllm issues 21336, 36651; Qwen3-VL decoding
+  crashes: vllm issue 30333).
+- tie_word_embeddings is read from the model's config by the plain preflight
+  (`rlkit.cluster.preflight.tied_embeddings`): rlkit re-ties after SkyRL's FSDP2 init.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+NCCL_FLOOR_GBPS = 10.0
+"""All-reduce bus bandwidth (nccl-tests' busbw) below which a node's GPUs are not talking over
+PCIe Gen5 peer-to-peer as they should (each link carries ~50 GB/s; host-staged copies or
+sockets fall well under 10)."""
+FLASH_TOLERANCE = 2e-2
+"""Largest |flash-attn - SDPA| allowed on outputs and gradients (bf16, unit-scale inputs)."""
+SLEEP_FREES_SHARE = 0.8
+"""Of the memory a vLLM engine holds awake, what one sleep must give back."""
+LEAK_GIB = 1.0
+"""Growth of the awake engine's memory over the cycles that counts as an allocator leak."""
+GPU_CHECKS = ("nccl all-reduce", "flash-attn vs sdpa", "vllm sleep/wake")
+NCCL_FIX = (
+    "NCCL over PCIe P2P hangs or crawls with IOMMU/ACS on: set NCCL_P2P_DISABLE=1 in the worker "
+    "env (deploy/raycluster.yaml) or disable ACS on the nodes"
+)
+FLASH_FIX = "set trainer.flash_attn=false (SDPA) until a flash-attn build for sm_120 agrees"
+VLLM_FIX = (
+    "keep colocation but try another vLLM (nightly/cu13 build) or attention_backend=TRITON_ATTN; "
+    "else split policy and engines (colocate_all=false) so sleep mode stays off"
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One GPU check's outcome, shaped as `rlkit.cluster.preflight.Check` (name, status, ...)."""
+
+    name: str
+    status: str
+    """ok, warn, fail, or skip (not run: no GPU, or a missing part, said in detail)."""
+    detail: str
+    fix: str = ""
+
+
+def skipped(reason: str) -> list[Verdict]:
+    """Every GPU check, skipped for `reason` (e.g. "no GPU in this cluster")."""
+    return [Verdict(name, "skip", f"skipped: {reason}") for name in GPU_CHECKS]
+
+
+def bus_gbps(nbytes: int, seconds: float, ranks: int) -> float:
+    """nccl-tests' bus bandwidth of an all-reduce: algbw = bytes / time, x 2(n-1)/n, the share
+    of the data each link carries (so it compares with a link's speed at any rank count)."""
+    return nbytes / seconds * 2 * (ranks - 1) / ranks / 1e9
+
+
+def nccl_verdict(m: dict[str, Any], floor_gbps: float = NCCL_FLOOR_GBPS) -> Verdict:
+    """From the probe's {"ranks", "bytes", "seconds"} or {"error"} / {"hung_after_s"}."""
+    name = GPU_CHECKS[0]
+    if "hung_after_s" in m:
+        return Verdict(name, "fail", f"hung: no result after {m['hung_after_s']:.0f} s", NCCL_FIX)
+    if "error" in m:
+        return Verdict(name, "fail", f"failed: {m['error']}", NCCL_FIX)
+    if m["ranks"] < 2:
+        return Verdict(name, "skip", "skipped: one GPU, nothing to all-reduce")
+    gbps = bus_gbps(m["bytes"], m["seconds"], m["ranks"])
+    detail = (
+        f"{m['ranks']} GPUs, {m['bytes'] / 2**20:.0f} MiB in {m['seconds'] * 1e3:.1f} ms: "
+        f"bus {gbps:.1f} GB/s (floor {floor_gbps:g})"
+    )
+    if gbps < floor_gbps:
+        return Verdict(name, "fail", detail, NCCL_FIX)
+    return Verdict(name, "ok", detail)
+
+
+def flash_verdict(m: dict[str, Any], tolerance: float = FLASH_TOLERANCE) -> Verdict:
+    """From the probe's {"out_diff", "grad_diff", "flash_ms", "sdpa_ms"} or {"error"}."""
+    name = GPU_CHECKS[1]
+    if "error" in m:
+        return Verdict(name, "fail", f"failed: {m['error']}", FLASH_FIX)
+    worst = max(m["out_diff"], m["grad_diff"])
+    detail = (
+        f"max |diff| out {m['out_diff']:.2g}, grad {m['grad_diff']:.2g} (tolerance "
+        f"{tolerance:g}); fwd+bwd flash {m['flash_ms']:.2f} ms, sdpa {m['sdpa_ms']:.2f} ms"
+    )
+    if not worst <= tolerance:  # NaN fails too
+        return Verdict(name, "fail", detail, FLASH_FIX)
+    return Verdict(name, "ok", detail)
+
+
+def vllm_verdict(m: dict[str, Any]) -> Verdict:
+    """From the probe's {"answers": [first, after cycle 1, ...], "awake_gib": [...],
+    "asleep_gib": [...]} (GPU memory in use, per cycle) or {"error"}."""
+    name = GPU_CHECKS[2]
+    if "error" in m:
+        return Verdict(name, "fail", f"failed: {m['error']}", VLLM_FIX)
+    answers, awake, asleep = m["answers"], m["awake_gib"], m["asleep_gib"]
+    cycles = len(answers) - 1
+    changed = [i for i, a in enumerate(answers[1:], 1) if a != answers[0]]
+    if changed:
+        return Verdict(
+            name,
+            "fail",
+            f"the greedy answer changed after cycle {changed[0]} of {cycles}: "
+            f"{answers[0]!r} -> {answers[changed[0]]!r}",
+            VLLM_FIX,
+        )
+    freed = min(1 - s / a for a, s in zip(awake, asleep, strict=True)) if awake else 0.0
+    growth = awake[-1] - awake[0] if awake else 0.0
+    detail = (
+        f"{cycles} cycles, same greedy answer; a sleep frees >= {freed:.0%} of "
+        f"{awake[0]:.1f} GiB; awake memory grew {growth:+.1f} GiB"
+    )
+    if freed < SLEEP_FREES_SHARE or growth > LEAK_GIB:
+        return Verdict(name, "fail", detail, VLLM_FIX)
+    return Verdict(name, "ok", detail)
+
+
+def verdicts(probe: dict[str, Any]) -> list[Verdict]:
+    """Every GPU check from one probe report (`scripts/gpu_probe.py --json`); a part the probe
+    did not run (absent from the report) is skipped with the probe's reason."""
+    judges = {"nccl": nccl_verdict, "flash": flash_verdict, "vllm": vllm_verdict}
+    out = []
+    for (key, judge), name in zip(judges.items(), GPU_CHECKS, strict=True):
+        part = probe.get(key)
+        if part is None:
+            reason = probe.get("skipped", {}).get(key, "not run")
+            out.append(Verdict(name, "skip", f"skipped: {reason}"))
+        else:
+            out.append(judge(part))
+    return out
