@@ -1,0 +1,43 @@
+"""SkyRL's known traps are refused in one line, before anything reaches a cluster: at the dry run,
+at a real submit (no head is reached: the address is a closed port), when writing a RayJob, and
+in the preset itself (so notebooks and `plan_training` refuse too). The preflight refusal is in
+tests/test_preflight.py. Why each is a trap: rlkit/cluster/skyrl/preset_checks.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlkit.cli.main import main as rlkit_main
+from rlkit.cluster.launch import plan_training
+from rlkit.cluster.skyrl.presets import get_preset
+from rlkit.errors import UsageError
+
+TRAPS = [
+    (["--set", "epochs=2"], "epochs (2) must be 1: SkyRL's resume"),
+    (["--model", "Qwen/Qwen3-VL-8B-Thinking"], "is a thinking model"),
+    (["--model", "/fsx/models/Qwen3-VL-30B-A3B-Thinking/"], "is a thinking model"),
+    (["--set", "temperature=0.7"], "temperature (0.7) must be 1.0"),
+    (["--set", "top_p=0.95"], "no TIS correction switch yet"),
+]
+MODES = [["--dry-run"], ["--address", "http://127.0.0.1:9"], ["--rayjob", "never.yaml"]]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["dry-run", "submit", "rayjob"])
+@pytest.mark.parametrize(("change", "says"), TRAPS)
+def test_submit_refuses_in_one_line(capsys, tmp_path, monkeypatch, mode, change, says):
+    monkeypatch.chdir(tmp_path)
+    assert rlkit_main(["submit", "--preset", "qwen3vl-8b", *change, *mode]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "never.yaml").exists()
+
+
+def test_the_preset_refuses_wherever_it_is_built():
+    with pytest.raises(UsageError, match="thinking model"):
+        get_preset("qwen3vl-8b-6gpu", model_path="Qwen/Qwen3-VL-8B-Thinking")
+    with pytest.raises(UsageError, match="epochs"):
+        plan_training("qwen3vl-2b-smoke", ".", skyrl_changes={"epochs": "3"})
+    # what stays allowed: Instruct models, T = top-p = 1, and eval sampling at any temperature
+    ok = get_preset("qwen3vl-8b", model_path="/fsx/models/Qwen3-VL-8B-Instruct")
+    assert (ok.temperature, ok.top_p, ok.epochs) == (1.0, 1.0, 1)
+    assert get_preset("qwen3vl-8b", eval_temperature=0.6).eval_temperature == 0.6
