@@ -1,5 +1,6 @@
-"""HyperPod hang detection: the rules rlkit registers, its no-op paths, and the real toolkit
-talking to an agent (a local HTTP server standing in for HyperPod's) from inside a Ray job."""
+"""HyperPod hang detection: the rules rlkit registers, its no-op paths, the real toolkit
+talking to an agent (a local HTTP server standing in for HyperPod's) from inside a Ray job, and
+`rlkit jobs watch`'s clock, which catches a zombie (RUNNING and logging, but no step line)."""
 
 import json
 import re
@@ -14,11 +15,13 @@ from rlkit.cluster.hang import (
     DONE_LINE,
     FATAL_PATTERN,
     STEP_PATTERN,
+    STEP_PREFIX,
     HangRules,
     start_hang_detection,
     step_line,
 )
 from rlkit.cluster.skyrl.presets import entrypoint_command, get_preset
+from rlkit.cluster.watch import StallClock
 from rlkit.errors import UsageError
 
 
@@ -148,3 +151,37 @@ def test_inside_a_ray_job_the_toolkit_registers_the_rules(ray_cluster):
     assert path == "/configure-hang-detection-rules"
     assert body["job_id"] == lines["JOB"] and body["worker_id"]
     assert body["rules_content"] == HangRules(25).config().to_wire_format()
+
+
+class FakeLog:
+    """A job handle reduced to its log, which the test appends to."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def logs(self) -> str:
+        return self.text
+
+
+def test_the_watcher_catches_a_zombie_that_logs_but_makes_no_step():
+    now = [0.0]
+    job, clock = FakeLog(), StallClock(60.0, clock=lambda: now[0])
+    for t in range(0, 600, 30):  # start-up: any new output is progress, however long
+        now[0], job.text = float(t), job.text + "INFO vllm loading...\n"
+        assert not clock.stalled(job)
+    job.text += f"{STEP_PREFIX} 1 rollout/solve_rate=0.4\n"
+    now[0] += 10
+    assert not clock.stalled(job)
+    for _ in range(2):  # RUNNING, still logging warnings, but no new step line
+        now[0] += 30
+        job.text += "WARNING nccl retry\n"
+        assert not clock.stalled(job)  # 60 s window not yet past
+    now[0] += 1
+    job.text += "WARNING nccl retry\n"
+    assert clock.stalled(job) and clock.what() == "printed no step line"
+    job.text += f"{STEP_PREFIX} 2\n"  # a step line resets the window
+    assert not clock.stalled(job)
+    silent = StallClock(5.0, clock=lambda: now[0])
+    assert not silent.stalled(FakeLog())
+    now[0] += 6
+    assert silent.stalled(FakeLog()) and silent.what() == "wrote no output"

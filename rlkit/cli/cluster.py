@@ -237,7 +237,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resubmit", type=int, default=0, help="restarts allowed after failures")
     p.add_argument("--poll", type=float, default=10.0, help="seconds between status checks")
     p.add_argument(
-        "--stall-minutes", type=float, help="stop (and resubmit) a job whose log stops growing"
+        "--stall-minutes",
+        type=float,
+        help="stop (and resubmit) a job with no new step line (no output before its first) this long",
     )
     p.set_defaults(func=_jobs_watch)
     for name, func, help_ in (

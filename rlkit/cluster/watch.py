@@ -7,8 +7,10 @@ the job again. `watch` follows the newest job of RUN; when it FAILS and restarts
 submits the same run again (same entrypoint, env vars, metadata and resources, rlkit's working
 dir uploaded afresh as `launch` does), and the run resumes from its last complete checkpoint on
 shared storage. A STOPPED job is a person's decision and is not resubmitted. With `stall_s`, a
-job whose log has not grown for that long (a hung collective, a stuck engine) is stopped and
-counts as failed. For runs that must heal with no client attached, use a KubeRay RayJob
+job that makes no progress for that long (a hung collective, a stuck engine) is stopped and
+counts as failed. Progress is a new step line (`rlkit.cluster.hang.STEP_PREFIX`) once the job
+has printed one, so a "zombie", RUNNING and still logging (warnings, heartbeats) but past its
+last step, is caught too; before its first step line, any new output counts (start-up). For runs that must heal with no client attached, use a KubeRay RayJob
 (`rlkit submit --rayjob FILE`).
 """
 
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray.job_submission import JobStatus
 
+from rlkit.cluster.hang import STEP_PREFIX
 from rlkit.cluster.jobs import TERMINAL, JobHandle
 from rlkit.errors import RlkitError
 
@@ -58,23 +61,33 @@ def restart_line(restarts: int, limit: int, old: JobHandle, new: JobHandle, how:
     )
 
 
-class StallClock:
-    """Whether a running job's log has stopped growing for `seconds` (None: never)."""
+def progress(logs: str) -> tuple[int, int]:
+    """How far a job's log shows it: (step lines, characters); a step line outranks output."""
+    steps = sum(1 for line in logs.splitlines() if line.startswith(STEP_PREFIX))
+    return (steps, 0 if steps else len(logs))
 
-    def __init__(self, seconds: float | None) -> None:
-        self.seconds = seconds
+
+class StallClock:
+    """Whether a running job has made no `progress` for `seconds` (None: never)."""
+
+    def __init__(self, seconds: float | None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds, self.clock = seconds, clock
         self.reset()
 
     def reset(self) -> None:
-        self.seen, self.since = -1, time.monotonic()
+        self.seen, self.since = (-1, -1), self.clock()
 
     def stalled(self, job: JobHandle) -> bool:
         if self.seconds is None:
             return False
-        size = len(job.logs())
-        if size != self.seen:
-            self.seen, self.since = size, time.monotonic()
-        return time.monotonic() - self.since > self.seconds
+        now = progress(job.logs())
+        if now != self.seen:
+            self.seen, self.since = now, self.clock()
+        return self.clock() - self.since > self.seconds
+
+    def what(self) -> str:
+        """What stopped: no step line (a zombie) or no output at all."""
+        return "printed no step line" if self.seen[0] > 0 else "wrote no output"
 
 
 def watch(
@@ -99,7 +112,7 @@ def watch(
         status = job.status()
         stalled = status == JobStatus.RUNNING and clock.stalled(job)
         if stalled:
-            say(f"{job.submission_id} wrote no output for {stall_s:.0f} s: stopping it")
+            say(f"{job.submission_id} {clock.what()} for {stall_s:.0f} s: stopping it")
             job.stop()
             job.wait(300)
         elif status not in TERMINAL:
