@@ -19,6 +19,7 @@ from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.entry import parse_args
 from rlkit.cluster.skyrl.instances import G7E
 from rlkit.cluster.skyrl.presets import PRESETS, build_overrides, get_preset
+from rlkit.cluster.skyrl.storage import storage_estimate
 from rlkit.errors import UsageError
 from rlkit.train.config import preset as train_preset
 
@@ -84,6 +85,9 @@ def test_every_instance_size_dry_run_validates(capsys, instance):
     assert cfg.trainer.placement.policy_num_gpus_per_node == inst.gpus
     assert cfg.generator.inference_engine.num_engines == inst.gpus
     assert f"1 x {instance}, each pod {inst.gpus} GPUs" in out
+    # /fsx holds the same sharded checkpoints and exports whatever the layout
+    est = storage_estimate(get_preset("qwen3vl-2b-smoke"))
+    assert f"storage:       {est.summary()}" in out
     fits = [
         n for n in range(1, 9) if not _refused(model_params_b=8.8, instance_type=instance, nodes=n)
     ]
