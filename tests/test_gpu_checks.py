@@ -20,7 +20,7 @@ from rlkit.cluster.gpu_checks import (
     verdicts,
     vllm_verdict,
 )
-from rlkit.cluster.preflight import Check, format_checks
+from rlkit.cluster.preflight import Check, format_checks, gpu_count
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
 
@@ -89,3 +89,14 @@ def test_the_probe_reports_every_part_skipped_on_this_cpu():
     found = verdicts(report)
     assert {v.status for v in found} == {"skip"}
     assert all("no GPU" in v.detail and "cuda.is_available() is False" in v.detail for v in found)
+
+
+def test_the_gpu_count_wants_whole_pods_of_the_layout():
+    # two 8-GPU nodes hold 2 x 6 (the seed's layout); 4 + 4 + 4 GPUs do not, though 12 in all
+    assert gpu_count([8, 8], 12, 6, "RTX PRO 6000").status == "ok"
+    split = gpu_count([4, 4, 4], 12, 6, "RTX PRO 6000")
+    assert split.status == "fail" and "only 0 on nodes with 6 or more" in split.detail
+    assert "gpus_per_node" in split.fix
+    few = gpu_count([8], 12, 6, "x")
+    assert few.status == "fail" and few.fix == "the run needs 12: add GPU nodes"
+    assert gpu_count([0, 8], 8, 8, "x").detail == "8 GPUs on 1 node(s) (x)"

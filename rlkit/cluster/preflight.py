@@ -148,7 +148,25 @@ def gpu_exercise(model: str, timeout_s: float = 120.0) -> list[Check]:
     return [Check(**asdict(v)) for v in verdicts(probe)]
 
 
-def _gpus(gpus_needed: int) -> list[Check]:
+def gpu_count(per_node: list[float], needed: int, per_pod: int, kinds: str) -> Check:
+    """Whether the cluster's GPU nodes hold the run: `needed` GPUs in all, on nodes with at least
+    `per_pod` each (SkyRL colocates a node's engines and policy shards in one pod)."""
+    total = sum(per_node)
+    usable = sum(per_pod * (g // per_pod) for g in per_node if g >= per_pod)
+    detail = f"{total:g} GPUs on {sum(1 for g in per_node if g)} node(s) ({kinds})"
+    if usable >= needed:
+        return Check("gpus", "ok", detail)
+    if total >= needed:
+        return Check(
+            "gpus",
+            "fail",
+            f"{detail}: only {usable:g} on nodes with {per_pod} or more",
+            f"each node must hold {per_pod} GPUs: set gpus_per_node or use larger nodes",
+        )
+    return Check("gpus", "fail", detail, f"the run needs {needed}: add GPU nodes")
+
+
+def _gpus(gpus_needed: int, per_pod: int = 1) -> list[Check]:
     import ray
 
     alive = _alive_resources()
@@ -167,10 +185,7 @@ def _gpus(gpus_needed: int) -> list[Check]:
         ]
     probe = ray.get(ray.remote(num_gpus=1)(_gpu_probe).remote())
     kinds = ", ".join(sorted(set(probe["names"]))) or "type not reported"
-    detail = f"{total:g} GPUs on {sum(1 for g in per_node if g)} node(s) ({kinds})"
-    out = [Check("gpus", "ok" if total >= gpus_needed else "fail", detail)]
-    if total < gpus_needed:
-        out[0] = Check("gpus", "fail", detail, f"the run needs {gpus_needed}: add GPU nodes")
+    out = [gpu_count(per_node, gpus_needed, per_pod, kinds)]
     fa = probe["flash_attn"]
     ok = fa == "imports"
     out.append(Check("flash-attn (GPU)", "ok" if ok else "fail", fa, "" if ok else RUNTIME_FIX))
@@ -252,7 +267,12 @@ def tied_embeddings(config: dict) -> Check:
 
 
 def run_checks(
-    model: str, runs_root: str, need_gb: float, gpus_needed: int, gpu: bool = False
+    model: str,
+    runs_root: str,
+    need_gb: float,
+    gpus_needed: int,
+    gpu: bool = False,
+    gpus_per_node: int = 1,
 ) -> list[Check]:
     """Everything checked inside the cluster's runtime (the job's body)."""
     import platform
@@ -266,7 +286,7 @@ def run_checks(
         Check("ray", "ok", ray.__version__),
     ]
     checks += [_package(n, m) for n, m in PACKAGES.items()]
-    checks += _gpus(gpus_needed)
+    checks += _gpus(gpus_needed, gpus_per_node)
     checks += [_storage(runs_root, need_gb), _model(model)]
     config = _config_json(model)
     if config is not None:  # else the model check has said where it is not
@@ -326,7 +346,8 @@ def preflight(
     sky = get_preset(preset, **changes)
     argv = ["python", "-m", "rlkit.cluster.preflight", "--model", sky.model_path]
     argv += ["--runs-root", sky.runs_root, "--need-gb", f"{storage_estimate(sky).total_gb:.0f}"]
-    argv += ["--gpus", str(sky.num_gpus)] + (["--gpu"] if gpu else [])
+    argv += ["--gpus", str(sky.num_gpus), "--gpus-per-node", str(sky.node_gpus)]
+    argv += ["--gpu"] if gpu else []
     job = cluster.submit("preflight", shlex.join(argv), num_cpus=1)
     status = job.wait(timeout_s, poll_s=2.0).value
     logs = job.logs()
@@ -342,9 +363,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs-root", required=True)
     p.add_argument("--need-gb", type=float, required=True)
     p.add_argument("--gpus", type=int, required=True)
+    p.add_argument("--gpus-per-node", type=int, default=1)
     p.add_argument("--gpu", action="store_true", help="also exercise the GPUs")
     a = p.parse_args(argv)
-    checks = run_checks(a.model, a.runs_root, a.need_gb, a.gpus, gpu=a.gpu)
+    checks = run_checks(
+        a.model, a.runs_root, a.need_gb, a.gpus, gpu=a.gpu, gpus_per_node=a.gpus_per_node
+    )
     print(MARK + json.dumps([asdict(c) for c in checks]), flush=True)
     return 0
 
