@@ -73,7 +73,7 @@ class SkyRLPreset:
     """Turn budget. Departure: the eval set's own budget (not the recipe's 18), so a cluster
     eval and `rlkit eval` on the same checkpoint measure the same thing."""
     prompts_per_node: int = 36
-    """Mazes per step per node. Departure from 32: with 6 GPUs the mini batch must split
+    """Mazes per step per node. Departure from 32: on 6 (or 8, 4, 2) GPUs the mini batch must split
     evenly over GPUs (SkyRL asserts it); 36 prompts x 8 = 288 episodes per node and step."""
     mini_batches: int = 3
     """Optimizer steps per training batch (policy_mini_batch_size = prompts / this)."""
@@ -129,7 +129,8 @@ class SkyRLPreset:
     engine's `attention_backend` (vLLM 0.30 no longer reads VLLM_ATTENTION_BACKEND)."""
     driver_memory_gb: int = 64
     """Ray memory the SkyRL trainer task reserves: it holds every rollout's pixel values, so it
-    must land on a GPU worker (400 GiB), never on the head pod (32 GiB, deploy/raycluster.yaml)."""
+    must land on a GPU worker (its pod: `pod`, checked to hold it), never on the head pod
+    (32 GiB, deploy/raycluster.yaml)."""
     fsx_budget_gb: float = 1500.0
     """The dry run refuses a run whose estimated /fsx use (kept checkpoints + every export)
     exceeds this; raise it or export less often (ckpt_interval)."""
