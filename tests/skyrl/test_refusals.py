@@ -1,23 +1,27 @@
 """SkyRL's known traps are refused in one line, before anything reaches a cluster: at the dry run,
 at a real submit (no head is reached: the address is a closed port), when writing a RayJob, and
 in the preset itself (so notebooks and `plan_training` refuse too). The preflight refusal is in
-tests/test_preflight.py. Why each is a trap: rlkit/cluster/skyrl/preset_checks.py."""
+tests/test_preflight.py. Why each is a trap: rlkit/cluster/skyrl/preset_checks.py. With TIS on,
+temperature and top-p other than 1 pass, and SkyRL's own validation accepts the command."""
 
 from __future__ import annotations
 
 import pytest
+from skyrl.train.config import SkyRLTrainConfig
+from skyrl.train.utils import validate_cfg
 
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.launch import plan_training
-from rlkit.cluster.skyrl.presets import get_preset
+from rlkit.cluster.skyrl.presets import build_overrides, get_preset
 from rlkit.errors import UsageError
 
 TRAPS = [
     (["--set", "epochs=2"], "epochs (2) must be 1: SkyRL's resume"),
     (["--model", "Qwen/Qwen3-VL-8B-Thinking"], "is a thinking model"),
     (["--model", "/fsx/models/Qwen3-VL-30B-A3B-Thinking/"], "is a thinking model"),
-    (["--set", "temperature=0.7"], "temperature (0.7) must be 1.0"),
-    (["--set", "top_p=0.95"], "no TIS correction switch yet"),
+    (["--set", "temperature=0.7"], "temperature (0.7) must be 1.0 unless TIS is on"),
+    (["--set", "top_p=0.95"], "set tis_ratio_type=token"),
+    (["--set", "tis_ratio_type=tokens"], "must be token, sequence or none"),
 ]
 MODES = [["--dry-run"], ["--address", "http://127.0.0.1:9"], ["--rayjob", "never.yaml"]]
 
@@ -41,3 +45,18 @@ def test_the_preset_refuses_wherever_it_is_built():
     ok = get_preset("qwen3vl-8b", model_path="/fsx/models/Qwen3-VL-8B-Instruct")
     assert (ok.temperature, ok.top_p, ok.epochs) == (1.0, 1.0, 1)
     assert get_preset("qwen3vl-8b", eval_temperature=0.6).eval_temperature == 0.6
+
+
+@pytest.mark.parametrize("tis", ["token", "sequence"])
+def test_with_tis_on_other_sampling_is_allowed_and_validates(tis):
+    preset = get_preset("qwen3vl-8b", temperature=0.8, top_p=0.95, tis_ratio_type=tis)
+    cfg = SkyRLTrainConfig.from_cli_overrides(build_overrides(preset, "r"))
+    validate_cfg(cfg)
+    assert cfg.trainer.algorithm.off_policy_correction.tis_ratio_type == tis
+    assert cfg.generator.sampling_params.logprobs == 1  # the rollout logprobs TIS divides by
+    assert (cfg.generator.sampling_params.temperature, cfg.generator.sampling_params.top_p) == (
+        0.8,
+        0.95,
+    )
+    off = SkyRLTrainConfig.from_cli_overrides(build_overrides(get_preset("qwen3vl-8b"), "r"))
+    assert off.trainer.algorithm.off_policy_correction.tis_ratio_type is None

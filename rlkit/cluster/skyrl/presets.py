@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from rlkit.cluster.hang import HangRules
-from rlkit.cluster.skyrl.engine_args import device_overrides, engine_kwargs
+from rlkit.cluster.skyrl.engine_args import device_overrides, engine_kwargs, tis_overrides
 from rlkit.cluster.skyrl.instances import (
     DEFAULT_INSTANCE,
     InstanceType,
@@ -90,10 +90,13 @@ class SkyRLPreset:
     the local trainer's reduction, and the same value whether a row is a turn or an episode
     (tests/skyrl/test_objective.py)."""
     temperature: float = 1.0
-    """Rollout sampling temperature; GRPO needs diverse groups. Only 1.0: SkyRL trains on
-    vLLM's raw logprobs (`preset_checks.refuse_known_traps`)."""
+    """Rollout sampling temperature; GRPO needs diverse groups. Only 1.0 unless TIS is on: SkyRL
+    trains on vLLM's raw logprobs (`preset_checks.refuse_known_traps`)."""
     top_p: float = 1.0
-    """Rollout nucleus sampling; only 1.0, for the same reason as temperature."""
+    """Rollout nucleus sampling; only 1.0 (as temperature) unless tis_ratio_type is set."""
+    tis_ratio_type: str | None = None
+    """SkyRL's truncated importance sampling on vLLM's rollout logprobs (token or sequence;
+    None: off). On, it lets temperature and top-p differ from 1."""
     epochs: int = 1
     """Passes over the rows. Only 1: SkyRL's resume is unsafe at an epoch boundary, and mazes
     are free, so a longer run takes more steps of fresh rows."""
@@ -202,10 +205,8 @@ class SkyRLPreset:
 
 
 PRESETS: dict[str, SkyRLPreset] = {
-    # The seed's layout: 6 of an ml.g7e.48xlarge's 8 GPUs per node.
-    "qwen3vl-8b-6gpu": SkyRLPreset(gpus_per_node=6),
-    # Every GPU of the node: 36 prompts x 8 split over 8 GPUs as well.
-    "qwen3vl-8b": SkyRLPreset(),
+    "qwen3vl-8b-6gpu": SkyRLPreset(gpus_per_node=6),  # the seed's layout: 6 of a 48xlarge's 8
+    "qwen3vl-8b": SkyRLPreset(),  # every GPU of the node
     # The whole cluster path in minutes before the 8B run: one node, a 2B model, 3 steps,
     # an eval of 8 mazes before training and at the end, one checkpoint and export.
     "qwen3vl-2b-smoke": SkyRLPreset(
@@ -345,6 +346,7 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         f"generator.sampling_params.max_generate_length={p.max_generate_length}",
         f"generator.sampling_params.temperature={p.temperature}",
         f"generator.sampling_params.top_p={p.top_p}",
+        *tis_overrides(p),
         f"generator.eval_n_samples_per_prompt={p.eval_samples}",
         # sampled evals, as `rlkit eval` samples (SkyRL's default eval sampling is greedy)
         f"generator.eval_sampling_params.temperature={p.eval_temperature}",
