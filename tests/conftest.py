@@ -33,7 +33,7 @@ SHARED_FIXTURES = {
 """Session fixtures read by several files -> the group every file naming them belongs to."""
 FIRST_GROUP = "skyrl-cpu-run"
 """The longest group (the SkyRL CPU run): queued first, so it runs beside everything else."""
-TIMEOUT_S = {"fast": 90, "slow": 420}
+TIMEOUT_S = {"fast": 150, "slow": 420}
 """Per-test deadlines by tier: a hang fails in minutes. A test that pays for a long shared
 artifact (the SkyRL CPU run) sets its own `timeout` mark."""
 

@@ -15,8 +15,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -25,6 +23,7 @@ import pytest
 import torch
 from ray.job_submission import JobStatus
 from safetensors.torch import load_file
+from trainer_process import TrainerProcess
 
 from rlkit.cli import main as cli
 from rlkit.cluster.launch import training_entrypoint
@@ -85,35 +84,25 @@ def reference(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def spawn(tmp_path):
-    """Start `rlkit train --preset smoke` processes; whatever is left is killed at teardown."""
-    started: list[tuple[subprocess.Popen, Path]] = []
+    """Start `rlkit train --preset smoke` processes (forked ready-imported: trainer_process.py);
+    whatever is left is killed at teardown."""
+    started: list[tuple[TrainerProcess, Path]] = []
 
-    def start(run: Path, fault: str | None = None) -> tuple[subprocess.Popen, Path]:
-        env = {k: v for k, v in os.environ.items() if k != faults.ENV_VAR}
-        if fault:
-            env[faults.ENV_VAR] = fault
+    def start(run: Path, fault: str | None = None) -> tuple[TrainerProcess, Path]:
         log = tmp_path / f"trainer-{len(started)}.log"
-        with open(log, "w") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "rlkit.cli.main", "train", "--preset", "smoke"]
-                + ["--run-dir", str(run)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=ROOT,
-                start_new_session=True,
-            )
+        argv = ["train", "--preset", "smoke", "--run-dir", str(run)]
+        proc = TrainerProcess(argv, fault=fault, log=log, cwd=ROOT)
         started.append((proc, log))
         return proc, log
 
     yield start
     for proc, _ in started:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill_group()
             proc.wait()
 
 
-def wait_for(predicate, what: str, proc: subprocess.Popen, log: Path) -> None:
+def wait_for(predicate, what: str, proc: TrainerProcess, log: Path) -> None:
     deadline = time.monotonic() + PROCESS_TIMEOUT_S
     while not predicate():
         if proc.poll() is not None:
