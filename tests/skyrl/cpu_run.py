@@ -2,11 +2,11 @@
 
 `rlkit submit --preset skyrl-tiny-cpu` on the session's local head (logical GPUs, rlkit's
 device seam); the job's entry builds the warm-started tiny Qwen3-VL into RUN/init_model, then
-SkyRL trains 2 GRPO steps on 2 FSDP ranks, an eval before
-training, at the resume and at the end, a checkpoint and HF export every step. After the
-checkpoint of step 1 the job is SIGKILLed and the export of step 1 removed (what a kill between
-SkyRL's `save_checkpoints` and `save_models` leaves); `rlkit jobs watch --resubmit 1` then
-brings the run back, it resumes at step 1 and finishes. While both jobs train, the head's
+SkyRL trains 3 GRPO steps on 2 FSDP ranks, an eval before
+training, at the resume and at the end, a checkpoint and HF export at step 2 and at the end.
+After the checkpoint of step 2 the job is SIGKILLed and the export of step 2 removed (what a
+kill between SkyRL's `save_checkpoints` and `save_models` leaves); `rlkit jobs watch
+--resubmit 1` then brings the run back, it resumes at step 2 and finishes. While both jobs train, the head's
 Prometheus endpoint is scraped for the bridge's gauges.
 """
 
@@ -29,7 +29,8 @@ from rlkit.cluster.skyrl.readers import latest_step
 from rlkit.train.runs import RunDir
 
 RUN = "cpu"
-STEPS, CKPT_EVERY, KILL_AFTER = 2, 1, 1
+STEPS, CKPT_EVERY, KILL_AFTER = 3, 2, 2
+"""Step 1's gauges reach the head's endpoint while step 2 trains, before the kill."""
 SETTINGS = {
     "steps": STEPS,
     "ckpt_interval": CKPT_EVERY,

@@ -2,7 +2,7 @@
 
 One shared run (the `skyrl_cpu_run` fixture, tests/skyrl/cpu_run.py): SkyRL's RayPPOTrainer
 with FSDP2 policy and reference workers on 2 ranks, its own vLLM servers and router, delta
-weight sync, evals, checkpoints, HF exports; a SIGKILL after the checkpoint of step 1 and a
+weight sync, evals, checkpoints, HF exports; a SIGKILL after the checkpoint of step 2 and a
 resume. Every test reads what that run left.
 """
 
