@@ -74,6 +74,11 @@ def test_resume_purges_tensorboard_after_the_checkpoint(tmp_path, no_ray_env):
     with MetricsLogger(run) as logger:
         for step in (1, 2, 3):
             logger.log(step, {"rollout/reward_mean": float(step)})
+    # TensorBoard orders event files by name: seconds, host, pid, then a per-process counter
+    # (as text, so 10 < 9). A real resume is a later second; so is this one.
+    second = int(time.time())
+    while int(time.time()) == second:
+        time.sleep(0.05)
     with MetricsLogger(run, resume_step=1) as logger:
         for step in (2, 3):
             logger.log(step, {"rollout/reward_mean": 10.0 * step})
