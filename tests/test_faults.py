@@ -302,7 +302,6 @@ def _job_log_has(handle, text: str, timeout_s: float = PROCESS_TIMEOUT_S) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # three jobs of a few CPU-minutes each on a shared, busy machine
 def test_ray_job_killed_and_stopped_then_resubmitted_equals_uninterrupted(
     reference, ray_cluster, tmp_path
 ):
@@ -351,7 +350,6 @@ def test_kill_while_building_the_initial_model_is_rebuilt_on_restart(reference, 
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # three jobs of a few CPU-minutes each on a shared, busy machine
 def test_a_run_killed_twice_is_resubmitted_by_the_watcher_and_ends_as_uninterrupted(
     reference, ray_cluster, tmp_path
 ):

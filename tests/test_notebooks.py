@@ -29,7 +29,6 @@ def test_every_notebook_is_paired_stored_without_outputs_and_has_a_parameters_ce
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # six kernels and a training job: minutes when the cores are busy
 def test_quick_demo_executes_every_notebook(ray_cluster, tmp_path):
     port = urlparse(ray_cluster.address).port
     out = tmp_path / "demo"
