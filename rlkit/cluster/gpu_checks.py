@@ -18,8 +18,9 @@ flash-attn, vLLM), which the preflight job runs on a GPU worker with all of a no
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from rlkit.cluster.preflight import Check
 
 NCCL_FLOOR_GBPS = 10.0
 """All-reduce bus bandwidth (nccl-tests' busbw) below which a node's GPUs are not talking over
@@ -43,20 +44,9 @@ VLLM_FIX = (
 )
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """One GPU check's outcome, shaped as `rlkit.cluster.preflight.Check` (name, status, ...)."""
-
-    name: str
-    status: str
-    """ok, warn, fail, or skip (not run: no GPU, or a missing part, said in detail)."""
-    detail: str
-    fix: str = ""
-
-
-def skipped(reason: str) -> list[Verdict]:
+def skipped(reason: str) -> list[Check]:
     """Every GPU check, skipped for `reason` (e.g. "no GPU in this cluster")."""
-    return [Verdict(name, "skip", f"skipped: {reason}") for name in GPU_CHECKS]
+    return [Check(name, "skip", f"skipped: {reason}") for name in GPU_CHECKS]
 
 
 def bus_gbps(nbytes: int, seconds: float, ranks: int) -> float:
@@ -65,51 +55,51 @@ def bus_gbps(nbytes: int, seconds: float, ranks: int) -> float:
     return nbytes / seconds * 2 * (ranks - 1) / ranks / 1e9
 
 
-def nccl_verdict(m: dict[str, Any], floor_gbps: float = NCCL_FLOOR_GBPS) -> Verdict:
+def nccl_verdict(m: dict[str, Any], floor_gbps: float = NCCL_FLOOR_GBPS) -> Check:
     """From the probe's {"ranks", "bytes", "seconds"} or {"error"} / {"hung_after_s"}."""
     name = GPU_CHECKS[0]
     if "hung_after_s" in m:
-        return Verdict(name, "fail", f"hung: no result after {m['hung_after_s']:.0f} s", NCCL_FIX)
+        return Check(name, "fail", f"hung: no result after {m['hung_after_s']:.0f} s", NCCL_FIX)
     if "error" in m:
-        return Verdict(name, "fail", f"failed: {m['error']}", NCCL_FIX)
+        return Check(name, "fail", f"failed: {m['error']}", NCCL_FIX)
     if m["ranks"] < 2:
-        return Verdict(name, "skip", "skipped: one GPU, nothing to all-reduce")
+        return Check(name, "skip", "skipped: one GPU, nothing to all-reduce")
     gbps = bus_gbps(m["bytes"], m["seconds"], m["ranks"])
     detail = (
         f"{m['ranks']} GPUs, {m['bytes'] / 2**20:.0f} MiB in {m['seconds'] * 1e3:.1f} ms: "
         f"bus {gbps:.1f} GB/s (floor {floor_gbps:g})"
     )
     if gbps < floor_gbps:
-        return Verdict(name, "fail", detail, NCCL_FIX)
-    return Verdict(name, "ok", detail)
+        return Check(name, "fail", detail, NCCL_FIX)
+    return Check(name, "ok", detail)
 
 
-def flash_verdict(m: dict[str, Any], tolerance: float = FLASH_TOLERANCE) -> Verdict:
+def flash_verdict(m: dict[str, Any], tolerance: float = FLASH_TOLERANCE) -> Check:
     """From the probe's {"out_diff", "grad_diff", "flash_ms", "sdpa_ms"} or {"error"}."""
     name = GPU_CHECKS[1]
     if "error" in m:
-        return Verdict(name, "fail", f"failed: {m['error']}", FLASH_FIX)
+        return Check(name, "fail", f"failed: {m['error']}", FLASH_FIX)
     worst = max(m["out_diff"], m["grad_diff"])
     detail = (
         f"max |diff| out {m['out_diff']:.2g}, grad {m['grad_diff']:.2g} (tolerance "
         f"{tolerance:g}); fwd+bwd flash {m['flash_ms']:.2f} ms, sdpa {m['sdpa_ms']:.2f} ms"
     )
     if not worst <= tolerance:  # NaN fails too
-        return Verdict(name, "fail", detail, FLASH_FIX)
-    return Verdict(name, "ok", detail)
+        return Check(name, "fail", detail, FLASH_FIX)
+    return Check(name, "ok", detail)
 
 
-def vllm_verdict(m: dict[str, Any]) -> Verdict:
+def vllm_verdict(m: dict[str, Any]) -> Check:
     """From the probe's {"answers": [first, after cycle 1, ...], "awake_gib": [...],
     "asleep_gib": [...]} (GPU memory in use, per cycle) or {"error"}."""
     name = GPU_CHECKS[2]
     if "error" in m:
-        return Verdict(name, "fail", f"failed: {m['error']}", VLLM_FIX)
+        return Check(name, "fail", f"failed: {m['error']}", VLLM_FIX)
     answers, awake, asleep = m["answers"], m["awake_gib"], m["asleep_gib"]
     cycles = len(answers) - 1
     changed = [i for i, a in enumerate(answers[1:], 1) if a != answers[0]]
     if changed:
-        return Verdict(
+        return Check(
             name,
             "fail",
             f"the greedy answer changed after cycle {changed[0]} of {cycles}: "
@@ -123,11 +113,11 @@ def vllm_verdict(m: dict[str, Any]) -> Verdict:
         f"{awake[0]:.1f} GiB; awake memory grew {growth:+.1f} GiB"
     )
     if freed < SLEEP_FREES_SHARE or growth > LEAK_GIB:
-        return Verdict(name, "fail", detail, VLLM_FIX)
-    return Verdict(name, "ok", detail)
+        return Check(name, "fail", detail, VLLM_FIX)
+    return Check(name, "ok", detail)
 
 
-def verdicts(probe: dict[str, Any]) -> list[Verdict]:
+def verdicts(probe: dict[str, Any]) -> list[Check]:
     """Every GPU check from one probe report (`scripts/gpu_probe.py --json`); a part the probe
     did not run (absent from the report) is skipped with the probe's reason."""
     judges = {"nccl": nccl_verdict, "flash": flash_verdict, "vllm": vllm_verdict}
@@ -136,7 +126,7 @@ def verdicts(probe: dict[str, Any]) -> list[Verdict]:
         part = probe.get(key)
         if part is None:
             reason = probe.get("skipped", {}).get(key, "not run")
-            out.append(Verdict(name, "skip", f"skipped: {reason}"))
+            out.append(Check(name, "skip", f"skipped: {reason}"))
         else:
             out.append(judge(part))
     return out

@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -138,14 +138,13 @@ def gpu_exercise(model: str, timeout_s: float = 120.0) -> list[Check]:
 
     per_node = _gpus_per_node(_alive_resources())
     if not sum(per_node):
-        found = [asdict(v) for v in skipped("no GPU in this cluster, nothing to exercise")]
-        return [Check(**v) for v in found]
+        return skipped("no GPU in this cluster, nothing to exercise")
     gpus = int(max(per_node))
     probe = ray.get(ray.remote(num_gpus=gpus)(_run_probe).remote(model, timeout_s))
     if "error" in probe:
-        found = [asdict(v) for v in skipped(f"the probe did not report ({probe['error']})")]
-        return [Check(**{**v, "status": "fail"}) for v in found]
-    return [Check(**asdict(v)) for v in verdicts(probe)]
+        found = skipped(f"the probe did not report ({probe['error']})")
+        return [replace(c, status="fail") for c in found]
+    return verdicts(probe)
 
 
 def gpu_count(per_node: list[float], needed: int, per_pod: int, kinds: str) -> Check:

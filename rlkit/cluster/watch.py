@@ -10,8 +10,9 @@ shared storage. A STOPPED job is a person's decision and is not resubmitted. Wit
 job that makes no progress for that long (a hung collective, a stuck engine) is stopped and
 counts as failed. Progress is a new step line (`rlkit.cluster.hang.STEP_PREFIX`) once the job
 has printed one, so a "zombie", RUNNING and still logging (warnings, heartbeats) but past its
-last step, is caught too; before its first step line, any new output counts (start-up). For runs that must heal with no client attached, use a KubeRay RayJob
-(`rlkit submit --rayjob FILE`).
+last step, is caught too; before its first step line, any new output counts (start-up). For
+runs that must heal with no client attached, use a KubeRay RayJob (`rlkit submit --rayjob
+FILE`).
 """
 
 from __future__ import annotations
