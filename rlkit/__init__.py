@@ -1,9 +1,10 @@
 """rlkit: a Jupyter-first workbench for GRPO post-training of vision-language models on mazes.
 
-Packages by layer, bottom to top; a package imports only from packages below it (and the three
-base modules), and `scripts/check_layers.py` (part of `make lint`) enforces it:
+Packages by layer, bottom to top; a package imports only from packages below it (and the base
+modules), and `scripts/check_layers.py` (part of `make lint`) enforces it:
 
-    errors, fsio, stats   base: import nothing of rlkit
+    errors, fsio, stats   base: import nothing of rlkit but each other
+    recipe    base: the GRPO recipe vocabulary both backends map (torch-free)
     maze      the game: mazes, pinned sets, rules, rendering, answer parsing
     env       skyrl-gym env (`rlkit-maze`) and SkyRL dataset rows
     episodes  policies, batched rollouts, evaluation, failure taxonomy

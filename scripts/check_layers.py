@@ -4,7 +4,7 @@
 
 Rules (the map is in rlkit/__init__.py):
 - a package imports only from packages below it, its own package, and the base modules
-  (errors, fsio, stats), which import nothing of rlkit but each other;
+  (errors, fsio, stats, recipe), which import nothing of rlkit but each other;
 - torch, torchvision and transformers only in model/ and train/, never in their `config`
   modules (presets and clients read those without torch); torch also in the SkyRL device seam
   (cluster/skyrl/cpu_seam.py), which runs only inside SkyRL's own processes;
@@ -21,7 +21,7 @@ import ast
 import sys
 from pathlib import Path
 
-BASE = ("errors", "fsio", "stats")
+BASE = ("errors", "fsio", "stats", "recipe")
 ORDER = ("maze", "env", "episodes", "model", "train", "cluster", "notebook", "cli")
 HEAVY = {
     "torch": ("model", "train", "cluster/skyrl/cpu_seam.py"),
