@@ -121,3 +121,25 @@ def test_each_attempt_gets_its_own_weight_sync_dirs_and_the_config_validates(tmp
     assert (ie.weight_sync_backend, ie.distributed_executor_backend) == ("delta", "mp")
     assert ie.engine_init_kwargs["enable_sleep_mode"] is False
     assert cfg.trainer.policy.fsdp_config.mixed_precision.param_dtype == "fp32"
+
+
+def test_a_one_device_engine_runs_its_worker_in_the_engine_core():
+    """SkyRL validates only "mp" or "ray"; the seam turns "mp" into vLLM's "uni" when an
+    engine has one device (no worker process beside the core), and leaves bigger ones alone."""
+    import asyncio
+    import types
+    from argparse import Namespace
+
+    served: list[str] = []
+
+    async def build(cli_args, **_kwargs):
+        served.append(cli_args.distributed_executor_backend)
+
+    module = types.SimpleNamespace(_build_and_serve_vllm_server=build)
+    cpu_seam.PATCHES[f"{cpu_seam._SKYRL}.inference_servers.vllm_server_actor"](module)
+    for tp in (1, 2):
+        args = Namespace(
+            tensor_parallel_size=tp, pipeline_parallel_size=1, distributed_executor_backend="mp"
+        )
+        asyncio.run(module._build_and_serve_vllm_server(args, enable_ray_prometheus_stats=False))
+    assert served == ["uni", "mp"]

@@ -17,7 +17,12 @@ them (each stand-in names the SkyRL function and line, 0.4.0, it replaces and wh
   flash attention off (`trainer.flash_attn=false`); only the import needs them.
 - vLLM's router: `RouterArgs.pd_disaggregation`, read by `vllm_router.py:128`, which PyPI's
   vllm-router 0.1.17 lacks (False: no prefill/decode split).
-- Inside vLLM's worker process (`CpuWorkerExtension`, SkyRL's worker extension plus this
+- vLLM's executor (`vllm_server_actor._build_and_serve_vllm_server`): SkyRL accepts only
+  "mp" or "ray" (`utils.py:760`), and "mp" spawns a worker process beside the engine core
+  even for one device; on a CPU host that is one more interpreter importing torch and vLLM
+  per engine and start (~60 s of wall under load, measured). A one-device engine runs its
+  worker in the engine core instead (vLLM's "uni" executor, what rlkit's own CPU engine uses).
+- Inside vLLM's worker (`CpuWorkerExtension`, SkyRL's worker extension plus this
   module): `torch.accelerator.synchronize()` after a delta weight load (`delta/engine.py:89`)
   is skipped, as there is no accelerator to wait for.
 
@@ -179,6 +184,18 @@ def _flash_attn_padding() -> None:
     sys.modules.setdefault("flash_attn.bert_padding", padding)
 
 
+def _one_process_engine(server_actor: types.ModuleType) -> None:
+    build = server_actor._build_and_serve_vllm_server
+
+    async def build_and_serve(cli_args: Any, *args: Any, **kwargs: Any) -> None:
+        one_device = cli_args.tensor_parallel_size * cli_args.pipeline_parallel_size == 1
+        if one_device and cli_args.distributed_executor_backend == "mp":
+            cli_args.distributed_executor_backend = "uni"
+        await build(cli_args, *args, **kwargs)
+
+    server_actor._build_and_serve_vllm_server = build_and_serve
+
+
 def _router_defaults(router_args: types.ModuleType) -> None:
     if not hasattr(router_args.RouterArgs, "pd_disaggregation"):
         router_args.RouterArgs.pd_disaggregation = False
@@ -197,6 +214,7 @@ def _fsdp_utils(module: types.ModuleType) -> None:
 PATCHES = {
     **dict.fromkeys(TORCH_USERS, _torch_users),
     f"{_SKYRL}.distributed.fsdp_utils": _fsdp_utils,
+    f"{_SKYRL}.inference_servers.vllm_server_actor": _one_process_engine,
     "vllm_router.router_args": _router_defaults,
 }
 """Module -> what changes in it, applied as it is imported (or at once if it already is)."""
@@ -263,7 +281,8 @@ def overrides(run_dir: str, attempt: str | None = None) -> list[str]:
         f"{kwargs}.worker_cls=vllm.v1.worker.cpu_worker.CPUWorker",
         f"{kwargs}.worker_extension_cls={__name__}.CpuWorkerExtension",
         f"{kwargs}.enable_sleep_mode=false",
-        f"{engine}.distributed_executor_backend=mp",  # vLLM refuses Ray executors on CPU
+        # vLLM refuses Ray executors on CPU; a one-device engine then runs "uni" (see above)
+        f"{engine}.distributed_executor_backend=mp",
     ]
 
 
