@@ -3,6 +3,10 @@
 Scripted policies (`random`, `oracle`, `eps-oracle:E`) write model-style answers and go through
 the same env and parser as a model, so baselines and models are measured by one code path. A
 model policy (see `rlkit.model.policy`) also returns the token ids and log-probabilities it sampled.
+
+Every policy may say how likely each of the four moves was (`Response.move_probs`, in `Action`
+order): scripted policies know their distribution exactly, a model policy reads it off the
+logits it already computed. Replays draw it as four bars per turn.
 """
 
 from __future__ import annotations
@@ -20,6 +24,11 @@ from rlkit.maze.parsing import format_action
 
 SCRIPTED = ("random", "oracle", "eps-oracle:E")
 
+MoveProbs = tuple[float, float, float, float]
+"""P(up), P(down), P(left), P(right): `Action` order, summing to 1."""
+
+UNIFORM: MoveProbs = (0.25, 0.25, 0.25, 0.25)
+
 
 @dataclass
 class Response:
@@ -30,6 +39,8 @@ class Response:
     response_ids: list[int] | None = None
     logprobs: list[float] | None = None
     """Log-probability of each response token under the sampling distribution."""
+    move_probs: MoveProbs | None = None
+    """The policy's probability of each move at this turn (`MoveProbs`), None when unknown."""
 
 
 @runtime_checkable
@@ -53,7 +64,10 @@ class RandomPolicy:
     name = "random"
 
     def act(self, states, messages, rngs):
-        return [Response(format_action(Action(int(rng.integers(len(Action)))))) for rng in rngs]
+        return [
+            Response(format_action(Action(int(rng.integers(len(Action))))), move_probs=UNIFORM)
+            for rng in rngs
+        ]
 
 
 class EpsOraclePolicy:
@@ -69,9 +83,18 @@ class EpsOraclePolicy:
         out = []
         for s, rng in zip(states, rngs, strict=True):
             explore = self.eps > 0 and rng.random() < self.eps
-            a = Action(int(rng.integers(len(Action)))) if explore else optimal_action(s.maze, s.pos)
-            out.append(Response(format_action(a if a is not None else Action.UP)))
+            best = optimal_action(s.maze, s.pos)
+            best = Action.UP if best is None else best
+            a = Action(int(rng.integers(len(Action)))) if explore else best
+            out.append(Response(format_action(a), move_probs=self.move_probs(best)))
         return out
+
+    def move_probs(self, best: Action) -> MoveProbs:
+        """Exactly what `act` draws from: eps spread evenly over the four moves, the rest on
+        the BFS-optimal one (one-hot for the oracle)."""
+        p = [self.eps / len(Action)] * len(Action)
+        p[best] += 1.0 - self.eps
+        return (p[0], p[1], p[2], p[3])
 
 
 def OraclePolicy() -> EpsOraclePolicy:  # noqa: N802 - reads as a class at call sites

@@ -5,6 +5,11 @@ all of them (a model answers with one batched `generate`), steps each env, and d
 episodes. `play_episode` is the plain one-episode loop, kept as the reference the batched path
 must match. Trajectories store the maze spec and the answers but no images: replays re-render
 from the spec, so files stay small and replays are exact.
+
+Each turn may carry the policy's probability of each of the four moves (`Turn.move_probs`, in
+`Action` order), which replays draw as bars. Files store them to `PROB_DECIMALS` places (a bar
+needs no more; the chosen token's exact log-probability is in `logprobs`); turns without them
+(SkyRL's eval dumps, files written before they were recorded) read back as None.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rlkit.env.maze_env import EnvConfig, MazeEnv, make_env
-from rlkit.episodes.policies import Policy, Response
+from rlkit.episodes.policies import MoveProbs, Policy, Response
 from rlkit.errors import UsageError
 from rlkit.maze import rules
 from rlkit.maze.core import Action, Maze
@@ -35,6 +40,27 @@ class Turn:
     prompt_ids: list[int] | None = None
     response_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    move_probs: MoveProbs | None = None
+    """P(up), P(down), P(left), P(right) as the policy chose this turn's move; None: not
+    recorded (a policy that cannot say, or a file that predates them)."""
+
+
+PROB_DECIMALS = 4
+"""Places kept per move probability in trajectory files: ~7 bytes each, 0.01% resolution."""
+
+
+def _stored_probs(p: MoveProbs | None) -> list[float] | None:
+    return None if p is None else [round(float(x), PROB_DECIMALS) for x in p]
+
+
+def _read_probs(p: object) -> MoveProbs | None:
+    """A turn's `move_probs` from JSON; anything but None or four numbers is a TypeError (the
+    loader turns it into a one-line error naming the file and line)."""
+    if p is None:
+        return None
+    if not isinstance(p, list) or len(p) != 4 or not all(isinstance(x, int | float) for x in p):
+        raise TypeError(f"move_probs must be four numbers or null, got {p!r}")
+    return (float(p[0]), float(p[1]), float(p[2]), float(p[3]))
 
 
 @dataclass
@@ -63,13 +89,20 @@ class Trajectory:
 
     def to_json(self) -> str:
         # vars() rather than asdict(): asdict deep-copies every token list (slow for evals)
-        d = {**vars(self), "turns": [vars(t) for t in self.turns]}
-        return json.dumps(d, separators=(",", ":"))
+        turns = [{**vars(t), "move_probs": _stored_probs(t.move_probs)} for t in self.turns]
+        return json.dumps({**vars(self), "turns": turns}, separators=(",", ":"))
 
     @classmethod
     def from_dict(cls, d: dict) -> Trajectory:
         turns = [
-            Turn(**{**t, "pos_before": tuple(t["pos_before"]), "pos_after": tuple(t["pos_after"])})
+            Turn(
+                **{
+                    **t,
+                    "pos_before": tuple(t["pos_before"]),
+                    "pos_after": tuple(t["pos_after"]),
+                    "move_probs": _read_probs(t.get("move_probs")),
+                }
+            )
             for t in d.get("turns", [])
         ]
         return cls(**{**d, "turns": turns})
@@ -107,6 +140,7 @@ def _record(env: MazeEnv, resp: Response, before: tuple[int, int]) -> Turn:
         resp.prompt_ids,
         resp.response_ids,
         resp.logprobs,
+        resp.move_probs,
     )
 
 

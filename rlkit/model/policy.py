@@ -11,6 +11,14 @@
 Log-probabilities are defined once, in `rlkit.model.batching` (free vs constrained distribution);
 sampling records them with the same definition the training forward recomputes.
 
+Move probabilities (`Response.move_probs`, what replays draw as four bars) come from logits the
+turn already computed, at no extra forward pass: the softmax over the four move-word tokens'
+logits at the answer position (right after `<action>`), renormalised over those four, at the
+sampling temperature and before top-p. Constrained, that is exactly the distribution the move
+is drawn from (top-p aside), so P(chosen move) = exp(the recorded choice-token logprob). Free,
+it is read where the answer first writes `<action>`: the model's odds among the four moves,
+given that it names one there (None when the answer never opens the tag).
+
 Sampling uses one `torch.Generator` per episode, seeded from that episode's numpy stream, so an
 episode's answers do not depend on which other episodes share its batch.
 """
@@ -24,7 +32,7 @@ import numpy as np
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from rlkit.episodes.policies import Policy, Response, is_scripted, scripted_policy
+from rlkit.episodes.policies import MoveProbs, Policy, Response, is_scripted, scripted_policy
 from rlkit.errors import UsageError
 from rlkit.maze import rules
 from rlkit.maze.core import Action
@@ -130,6 +138,9 @@ class ModelPolicy:
             max_batch,
         )
         self.answer = AnswerSpec.from_loaded(loaded) if constrained else None
+        self.moves = self.answer if constrained else _move_tokens(loaded)
+        """Where the move probabilities are read (None: the tokenizer cannot tell the moves
+        apart by their first token, and free answers record none)."""
         self.name = f"{Path(loaded.path).name}{'' if constrained else ':free'}"
 
     def act(
@@ -154,13 +165,16 @@ class ModelPolicy:
         ans = self.answer
         logits = choice_logits(self.loaded, encoded, ans) / self.temperature
         picks = sample_rows(logits, gens, temperature=1.0, top_p=self.top_p, greedy=self.greedy)
-        logp = torch.log_softmax(logits, -1).gather(-1, picks.unsqueeze(-1)).squeeze(-1).tolist()
+        logp_all = torch.log_softmax(logits, -1)
+        logp = logp_all.gather(-1, picks.unsqueeze(-1)).squeeze(-1).tolist()
         out = []
-        for e, k, lp in zip(encoded, picks.tolist(), logp, strict=True):
+        for e, k, lp, p in zip(
+            encoded, picks.tolist(), logp, logp_all.float().exp().tolist(), strict=True
+        ):
             ids = ans.response(k)
             lps = [0.0] * len(ids)
             lps[ans.choice_pos] = lp
-            out.append(Response(format_action(Action(k)), list(e.prompt_ids), ids, lps))
+            out.append(Response(format_action(Action(k)), list(e.prompt_ids), ids, lps, _four(p)))
         return out
 
     def _generate(self, encoded: list[Encoded], gens: list[torch.Generator]) -> list[Response]:
@@ -190,8 +204,31 @@ class ModelPolicy:
             if lm.eos_id in ids:
                 ids = ids[: ids.index(lm.eos_id) + 1]
             text = lm.tokenizer.decode(ids, skip_special_tokens=True)
-            out.append(Response(text, list(e.prompt_ids), ids, logp[b, : len(ids)].tolist()))
+            probs = self._free_move_probs(ids, raw[b])
+            out.append(Response(text, list(e.prompt_ids), ids, logp[b, : len(ids)].tolist(), probs))
         return out
+
+    def _free_move_probs(self, ids: list[int], logits: torch.Tensor) -> MoveProbs | None:
+        """The four moves' odds where `ids` first opens `<action>` ((R, V) `logits`: masked,
+        at temperature); None if it never does."""
+        if self.moves is None:
+            return None
+        n = len(self.moves.prefix)
+        for i in range(n, len(ids)):
+            if tuple(ids[i - n : i]) == self.moves.prefix:
+                return _four(torch.softmax(logits[i, list(self.moves.choices)], -1).tolist())
+        return None
+
+
+def _four(p: Sequence[float]) -> MoveProbs:
+    return (p[0], p[1], p[2], p[3])
+
+
+def _move_tokens(loaded: LoadedModel) -> AnswerSpec | None:
+    try:
+        return AnswerSpec.from_loaded(loaded)
+    except UsageError:
+        return None
 
 
 def load_policy(name_or_path: str | Path, **kw) -> Policy:

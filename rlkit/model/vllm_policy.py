@@ -24,6 +24,14 @@ the sampled token's log-probability after the masks and the temperature: rlkit's
 (`rlkit.model.batching`) at `top_p = 1`. With `top_p < 1` vLLM renormalises over the nucleus,
 where rlkit records the pre-top-p value (keep top_p = 1 for on-policy RL either way).
 
+Move probabilities (`Response.move_probs`): constrained, each request asks for the top 4
+processed logprobs of its one token; with `allowed_token_ids` those are the four move words
+(every other token is masked to -inf), so their exponentials, renormalised over the four, are
+the softmax over the four moves' logits at the answer position, as ModelPolicy records (at the
+sampling temperature; greedy requests run at temperature 0, where vLLM applies none, i.e. 1).
+Four logprobs of an already computed row cost next to nothing. Free answers record none: the
+moves' logprobs at the `<action>` position would need the whole vocabulary's top-k there.
+
 Seeds: every request carries `SamplingParams(seed=...)` drawn from its episode's numpy stream,
 as ModelPolicy seeds a `torch.Generator` per episode, so a run is reproducible and an episode's
 draws do not depend on which episodes share its batch. Greedy decoding uses temperature 0.
@@ -36,13 +44,14 @@ The engine (`start_engine`, `engine_limits`: in this process, sized for the set'
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rlkit.episodes.policies import Response
+from rlkit.episodes.policies import MoveProbs, Response
 from rlkit.errors import RlkitError, UsageError
 from rlkit.maze import rules
 from rlkit.maze.core import Action
@@ -73,14 +82,14 @@ class VllmPolicy:
         # the same name as ModelPolicy's: results of either engine read alike
         self.name = f"{engine.path.name}{'' if constrained else ':free'}"
 
-    def _params(self, seed: int, **kw: Any):
+    def _params(self, seed: int, logprobs: int = 0, **kw: Any):
         from vllm import SamplingParams
 
         return SamplingParams(
             temperature=0.0 if self.greedy else self.temperature,
             top_p=1.0 if self.greedy else self.top_p,
             seed=None if self.greedy else seed,
-            logprobs=0,  # the sampled token's only
+            logprobs=logprobs,  # the top `logprobs` beside the sampled token's
             detokenize=False,  # decoded below with the checkpoint's tokenizer, as ModelPolicy
             **kw,
         )
@@ -118,7 +127,11 @@ class VllmPolicy:
         ans, tok = self.answer, self.engine.tokenizer
         prefix = list(ans.prefix)
         opened = {"role": "assistant", "content": tok.decode(prefix)}
-        params = [self._params(s, max_tokens=1, allowed_token_ids=list(ans.choices)) for s in seeds]
+        choices = list(ans.choices)
+        params = [
+            self._params(s, logprobs=len(choices), max_tokens=1, allowed_token_ids=choices)
+            for s in seeds
+        ]
         outs = self.engine.llm.chat(
             [[*m, opened] for m in messages],
             params,
@@ -138,7 +151,8 @@ class VllmPolicy:
             ids = ans.response(k)
             lps = [0.0] * len(ids)
             lps[ans.choice_pos] = gen.logprobs[0][gen.token_ids[0]].logprob
-            out.append(Response(format_action(Action(k)), prompt[: -len(prefix)], ids, lps))
+            probs = _move_probs(gen.logprobs[0], choices)
+            out.append(Response(format_action(Action(k)), prompt[: -len(prefix)], ids, lps, probs))
         return out
 
     def _free(self, messages: Sequence[list[dict]], seeds: list[int]) -> list[Response]:
@@ -163,6 +177,18 @@ class VllmPolicy:
             text = tok.decode(ids, skip_special_tokens=True)
             out.append(Response(text, list(o.prompt_token_ids), ids, lps))
         return out
+
+
+def _move_probs(top: dict[int, Any], choices: list[int]) -> MoveProbs | None:
+    """The four moves' probabilities from one position's top logprobs (`{token: Logprob}`),
+    renormalised over the four; None if vLLM left one out."""
+    if not all(c in top for c in choices):
+        return None
+    p = [math.exp(top[c].logprob) for c in choices]
+    total = sum(p)
+    if not total > 0:
+        return None
+    return (p[0] / total, p[1] / total, p[2] / total, p[3] / total)
 
 
 def load_vllm_policy(

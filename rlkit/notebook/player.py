@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlkit.maze.render import RenderStyle
+from rlkit.notebook.move_bars import BARS_JS, MoveBars, bars_html
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -50,14 +51,19 @@ class PaneFrames:
     text: Sequence[str]
     """The model's raw answer per frame."""
     width_px: int
+    bars: Sequence[MoveBars] | None = None
+    """The policy's move probabilities per frame (`rlkit.notebook.move_bars`); None: no bars."""
 
     def __post_init__(self) -> None:
         if not self.frames or not len(self.frames) == len(self.info) == len(self.text):
             raise ValueError("a pane needs one PNG, info line and text per frame (at least one)")
+        if self.bars is not None and len(self.bars) != len(self.frames):
+            raise ValueError(f"{len(self.bars)} move-bar sets for {len(self.frames)} frames")
 
 
 _SCRIPT = """
 (function () {
+BARS_JS
   var root = document.currentScript.parentElement;
   var panes = JSON.parse(root.querySelector('script.rlkit-data').textContent);
   var n = Math.max.apply(null, panes.map(function (p) { return p.frames.length; }));
@@ -67,6 +73,7 @@ _SCRIPT = """
   var imgs = root.querySelectorAll('.rlkit-frame');
   var infos = root.querySelectorAll('.rlkit-info');
   var texts = root.querySelectorAll('.rlkit-text');
+  var boxes = root.querySelectorAll('.rlkit-pane');
   var timer = null;
   function show(i) {
     i = Math.max(0, Math.min(n - 1, i));
@@ -77,6 +84,8 @@ _SCRIPT = """
       imgs[k].src = 'data:image/png;base64,' + p.frames[j];
       infos[k].textContent = p.info[j];
       texts[k].textContent = p.text[j];
+      var el = boxes[k].querySelector('.rlkit-bars');
+      if (p.bars && el) { rlkitBars(el, p.bars[j]); }
     });
   }
   function stop() { clearInterval(timer); timer = null; play.textContent = '\\u25b6 Play'; }
@@ -96,9 +105,11 @@ _SCRIPT = """
 """
 
 
-def player_html(panes: Sequence[PaneFrames], interval_ms: int = 600, key_html: str = "") -> str:
+def player_html(
+    panes: Sequence[PaneFrames], interval_ms: int = 600, key_html: str = "", note_html: str = ""
+) -> str:
     """A self-contained player for `panes` on one slider (a shorter episode holds its end),
-    with `key_html` (e.g. `colour_key_html(...)`) under it."""
+    with `note_html` above the panes and `key_html` (e.g. `colour_key_html(...)`) under them."""
     if not panes:
         raise ValueError("the player needs at least one pane")
     n = max(len(p.frames) for p in panes)
@@ -107,17 +118,19 @@ def player_html(panes: Sequence[PaneFrames], interval_ms: int = 600, key_html: s
             "frames": [base64.b64encode(f).decode("ascii") for f in p.frames],
             "info": list(p.info),
             "text": list(p.text),
+            "bars": None if p.bars is None else [b.to_data() for b in p.bars],
         }
         for p in panes
     ]
     boxes = "".join(
-        f"<div style='width:{p.width_px}px;flex:none'>"
+        f"<div class='rlkit-pane' style='width:{p.width_px}px;flex:none'>"
         f"<b>{html.escape(p.label)}</b><br>"
         f"<img class='rlkit-frame' width='{p.width_px}' alt='maze frame' "
         f"style='image-rendering:pixelated' "
         f"src='data:image/png;base64,{data[k]['frames'][0]}'>"
         f"<pre class='rlkit-info' style='white-space:pre-wrap;font-size:0.8em;margin:0.3em 0'>"
         f"{html.escape(p.info[0])}</pre>"
+        f"{bars_html(p.bars[0]) if p.bars is not None else ''}"
         f"<pre class='rlkit-text' style='white-space:pre-wrap;font-size:0.8em;margin:0;"
         f"max-height:7em;overflow:auto;background:#f4f4f4'>{html.escape(p.text[0])}</pre>"
         "</div>"
@@ -137,10 +150,12 @@ def player_html(panes: Sequence[PaneFrames], interval_ms: int = 600, key_html: s
         f"<input class='rlkit-slider' type='range' min='0' max='{n - 1}' value='0' "
         f"style='width:14em;vertical-align:middle'> "
         f"<span class='rlkit-counter'>frame 1/{n}</span></div>"
+        f"{note_html}"
         f"<div style='display:flex;gap:24px;align-items:flex-start'>{boxes}</div>"
         f"{key_html}"
         f"<script type='application/json' class='rlkit-data'>{payload}</script>"
-        f"<script>{_SCRIPT.replace('INTERVAL', str(int(interval_ms)))}</script>"
+        f"<script>{_SCRIPT.replace('BARS_JS', BARS_JS).replace('INTERVAL', str(int(interval_ms)))}"
+        "</script>"
         "</div>"
     )
 

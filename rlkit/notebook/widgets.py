@@ -37,12 +37,13 @@ from rlkit.maze.render import (
     upscale,
 )
 from rlkit.maze.rules import initial
+from rlkit.notebook.move_bars import CHOSEN_RGB, bars_html, disagreement, move_bars
 from rlkit.notebook.player import PaneFrames, colour_key_html, player_html
 from rlkit.notebook.plots import png_width
 
 REPLAY_STYLE = RenderStyle(view="full", cell_px=16, last=(90, 90, 90))
 ORACLE_COLOUR = (40, 90, 230)
-MODEL_COLOUR = (245, 140, 20)
+MODEL_COLOUR = CHOSEN_RGB  # the model's arrow and its chosen move's probability bar
 
 
 # plain functions: the work, testable without widgets
@@ -118,7 +119,8 @@ def colour_key() -> str:
 
 
 class _Pane:
-    """Image + raw text + info line for one episode; `show(i)` holds the last frame past the end.
+    """Image + info line + move-probability bars + raw text for one episode; `show(i)` holds
+    the last frame past the end.
 
     Its width is fixed (the picture's), so a neighbouring pane never moves as captions change.
     """
@@ -127,6 +129,7 @@ class _Pane:
         self.label = label
         self.frames = replay_frames(traj, style, display_px=display_px)
         self.captions = replay_captions(traj, policy=label or None)
+        self.move_bars = move_bars(traj)
         self.width_px = display_px
         px = widgets.Layout(width=f"{display_px}px")
         self.image = widgets.Image(format="png", layout=px)
@@ -134,9 +137,10 @@ class _Pane:
             disabled=True, layout=widgets.Layout(width="100%", height="7em")
         )
         self.info = widgets.HTML(layout=widgets.Layout(width="100%"))
+        self.bars = widgets.HTML(layout=widgets.Layout(width="100%"))
         title = widgets.HTML(f"<b>{html.escape(label)}</b>") if label else widgets.HTML()
         self.box = widgets.VBox(
-            [title, self.image, self.info, self.text],
+            [title, self.image, self.info, self.bars, self.text],
             layout=widgets.Layout(width=f"{display_px + 8}px", margin="0 24px 0 0"),
         )
 
@@ -152,6 +156,7 @@ class _Pane:
             "<div style='font-family:monospace;font-size:0.8em;white-space:normal;"
             f"word-break:break-word'>{html.escape(self.captions[i].info)}</div>"
         )
+        self.bars.value = bars_html(self.move_bars[i])
 
     def frames_for_player(self) -> PaneFrames:
         return PaneFrames(
@@ -160,6 +165,7 @@ class _Pane:
             [c.info for c in self.captions],
             [c.text for c in self.captions],
             self.width_px,
+            self.move_bars,
         )
 
 
@@ -178,11 +184,15 @@ class _KernelFree:
 
     panes: tuple[_Pane, ...]
     interval_ms: int
+    note_html: str = ""
 
     def to_html(self) -> str:
         """The same frames as a self-contained player that needs no kernel."""
         return player_html(
-            [p.frames_for_player() for p in self.panes], self.interval_ms, colour_key()
+            [p.frames_for_player() for p in self.panes],
+            self.interval_ms,
+            colour_key(),
+            self.note_html,
         )
 
     def _repr_mimebundle_(self, **kwargs):
@@ -217,7 +227,8 @@ class ReplayWidget(_KernelFree, widgets.VBox):
 
 class CheckpointDiffWidget(_KernelFree, widgets.VBox):
     """The same maze played by two policies side by side, one slider; a shorter episode holds
-    its last frame."""
+    its last frame. Each pane draws its policy's move probabilities per turn, and a line above
+    says where (on the same cell) the two first chose differently and how sure each was."""
 
     def __init__(
         self,
@@ -238,6 +249,11 @@ class CheckpointDiffWidget(_KernelFree, widgets.VBox):
             _Pane(traj_b, style, display_px, labels[1]),
         )
         self.interval_ms = interval_ms
+        self.disagreement = disagreement(traj_a, traj_b, labels)
+        self.note_html = (
+            f"<div class='rlkit-disagreement' style='font-size:0.85em;margin:0.3em 0'>"
+            f"{html.escape(self.disagreement)}</div>"
+        )
         n = max(p.n_frames for p in self.panes)
         self.play, self.slider = _player(n, interval_ms)
         self.slider.observe(lambda change: self._show(change["new"]), names="value")
@@ -245,6 +261,7 @@ class CheckpointDiffWidget(_KernelFree, widgets.VBox):
         super().__init__(
             [
                 widgets.HBox([self.play, self.slider]),
+                widgets.HTML(self.note_html),
                 widgets.HBox([p.box for p in self.panes]),
                 widgets.HTML(colour_key()),
             ]

@@ -1,0 +1,139 @@
+"""Move-probability bars: how sure the policy was of each of the four moves at each turn.
+
+A replay frame shows four small bars (up, down, left, right), the chosen move's in the model
+arrow's orange, and a one-line note when there is nothing to draw. One markup (`bars_html`)
+serves the live widget, which swaps it per frame, and the kernel-free player, whose script
+(`BARS_JS`) rewrites the same elements in place from each frame's `MoveBars.to_data()`; so the
+two look the same. Pure HTML/CSS/JS, no external assets.
+
+Where two checkpoints played one maze, `disagreement` says at which turn (still on the same
+cell) they first chose differently and how sure each was there.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rlkit.episodes.rollout import Trajectory
+from rlkit.maze.core import Action
+
+MOVES = tuple(a.word for a in Action)
+NO_PROBS = "no probabilities recorded"
+EPISODE_OVER = "episode over: no move"
+CHOSEN_RGB = (245, 140, 20)
+"""The model arrow's orange in the replay frames."""
+OTHER_RGB = (160, 160, 160)
+
+
+@dataclass(frozen=True)
+class MoveBars:
+    """One frame's bars: the four probabilities (or None) and the chosen move's index."""
+
+    probs: tuple[float, ...] | None
+    chosen: int | None
+    note: str = ""
+
+    def to_data(self) -> dict:
+        """Compact JSON for the kernel-free player (probabilities to 0.01%)."""
+        p = None if self.probs is None else [round(x, 4) for x in self.probs]
+        return {"p": p, "c": self.chosen, "n": self.note}
+
+
+def move_bars(traj: Trajectory) -> list[MoveBars]:
+    """One `MoveBars` per replay frame: each turn's, then the end frame's (no move)."""
+    out = []
+    for turn in traj.turns:
+        chosen = Action[turn.actions[0].upper()].value if turn.actions else None
+        if turn.move_probs is None:
+            out.append(MoveBars(None, chosen, NO_PROBS))
+        else:
+            out.append(MoveBars(tuple(turn.move_probs), chosen))
+    out.append(MoveBars(None, None, EPISODE_OVER))
+    return out
+
+
+def _pct(p: float) -> str:
+    return f"{100 * p:.0f}%" if p >= 0.01 or p == 0 else "<1%"
+
+
+def bars_html(bars: MoveBars) -> str:
+    """The four bars as inline-styled HTML (classes `rlkit-bar-*` for the player's script)."""
+    rows = []
+    for k, move in enumerate(MOVES):
+        p = 0.0 if bars.probs is None else bars.probs[k]
+        chosen = k == bars.chosen and bars.probs is not None
+        colour = CHOSEN_RGB if chosen else OTHER_RGB
+        rows.append(
+            "<div class='rlkit-bar' style='display:flex;align-items:center;height:13px'>"
+            f"<span class='rlkit-bar-move' style='width:3.4em;"
+            f"font-weight:{'bold' if chosen else 'normal'}'>{move}</span>"
+            "<span style='flex:1;height:9px;background:#eee'>"
+            f"<span class='rlkit-bar-fill' style='display:block;height:100%;"
+            f"width:{100 * p:.3f}%;background:rgb{colour}'></span></span>"
+            f"<span class='rlkit-bar-pct' style='width:3.2em;text-align:right'>"
+            f"{_pct(p) if bars.probs is not None else ''}</span></div>"
+        )
+    return (
+        "<div class='rlkit-bars' title='the policy&#39;s probability of each move' "
+        "style='font-family:monospace;font-size:11px;margin:0.2em 0'>"
+        f"{''.join(rows)}<div class='rlkit-bar-note' style='color:#777'>"
+        f"{html.escape(bars.note)}</div></div>"
+    )
+
+
+BARS_JS = """
+function rlkitBars(el, d) {
+  var fills = el.querySelectorAll('.rlkit-bar-fill');
+  var pcts = el.querySelectorAll('.rlkit-bar-pct');
+  var moves = el.querySelectorAll('.rlkit-bar-move');
+  for (var k = 0; k < fills.length; k++) {
+    var p = d.p ? d.p[k] : 0;
+    var chosen = !!d.p && d.c === k;
+    fills[k].style.width = (100 * p).toFixed(3) + '%';
+    fills[k].style.background = chosen ? 'CHOSEN' : 'OTHER';
+    moves[k].style.fontWeight = chosen ? 'bold' : 'normal';
+    pcts[k].textContent = !d.p ? '' : (p >= 0.01 || p === 0 ? (100 * p).toFixed(0) + '%' : '<1%');
+  }
+  el.querySelector('.rlkit-bar-note').textContent = d.n;
+}
+""".replace("CHOSEN", f"rgb{CHOSEN_RGB}").replace("OTHER", f"rgb{OTHER_RGB}")
+
+
+def first_disagreement(a: Trajectory, b: Trajectory) -> int | None:
+    """The first turn (0-based) where `a` and `b`, standing on the same cell, chose different
+    moves; None if they never did before either episode ended or their paths parted."""
+    for i, (ta, tb) in enumerate(zip(a.turns, b.turns, strict=False)):
+        if tuple(ta.pos_before) != tuple(tb.pos_before):
+            return None
+        if ta.actions[:1] != tb.actions[:1]:
+            return i
+    return None
+
+
+def _sureness(turn, label: str) -> str:
+    move = turn.actions[0] if turn.actions else "no parsable move"
+    if turn.move_probs is None:
+        return f"{label} chose {move} ({NO_PROBS})"
+    ranked = sorted(zip(MOVES, turn.move_probs, strict=True), key=lambda mp: -mp[1])
+    p = dict(ranked)
+    if not turn.actions:
+        top, pt = ranked[0]
+        return f"{label} wrote no parsable move (its likeliest: {top} at {_pct(pt)})"
+    alt = next((m, q) for m, q in ranked if m != move)
+    return f"{label} chose {move} at {_pct(p[move])} (next: {alt[0]} at {_pct(alt[1])})"
+
+
+def disagreement(a: Trajectory, b: Trajectory, labels: Sequence[str]) -> str:
+    """One sentence: where the two episodes first chose differently on the same cell, and how
+    sure each policy was of its move there."""
+    i = first_disagreement(a, b)
+    if i is None:
+        return f"{labels[0]} and {labels[1]} chose the same move on every cell they shared."
+    same = {0: "", 1: "same move at turn 1; "}.get(i, f"same moves for turns 1-{i}; ")
+    text = (
+        f"{same}at turn {i + 1}, on cell {tuple(a.turns[i].pos_before)}, "
+        f"{_sureness(a.turns[i], labels[0])}; {_sureness(b.turns[i], labels[1])}."
+    )
+    return text[0].upper() + text[1:]

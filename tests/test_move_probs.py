@@ -1,0 +1,188 @@
+"""Per-turn move probabilities: recorded by every policy that knows them, stored with the
+trajectories, drawn as four bars in the live replay, the kernel-free player and checkpoint diffs."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from rlkit.env.maze_env import EnvConfig, make_env
+from rlkit.episodes.policies import UNIFORM, EpsOraclePolicy, Response, scripted_policy
+from rlkit.episodes.rollout import (
+    Trajectory,
+    episode_rngs,
+    history_window,
+    load_trajectories,
+    run_episodes,
+    save_trajectories,
+)
+from rlkit.errors import UsageError
+from rlkit.maze.core import Action, optimal_action
+from rlkit.maze.generation import generate
+from rlkit.maze.parsing import format_action
+from rlkit.maze.rules import initial
+from rlkit.maze.sets import pinned_set
+from rlkit.model.build import build_tiny
+from rlkit.model.load import load
+from rlkit.model.policy import ModelPolicy
+from rlkit.notebook import widgets as w
+from rlkit.notebook.move_bars import EPISODE_OVER, NO_PROBS, disagreement, first_disagreement
+
+MAZE = generate(4, 4, seed=3)
+SHORT = EnvConfig(max_turns=4)
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny batches: spinning OpenMP threads stall a shared machine
+    yield load(build_tiny(tmp_path_factory.mktemp("tiny"), seed=0))
+    torch.set_num_threads(threads)
+
+
+def _data(page: str) -> list[dict]:
+    m = re.search(r"<script type='application/json' class='rlkit-data'>(.*?)</script>", page)
+    assert m, "no data script"
+    return json.loads(m.group(1))
+
+
+class Fixed:
+    """Plays `moves` (then up) and says it was `probs` sure of each: known turns and bars."""
+
+    name = "fixed"
+
+    def __init__(self, moves, probs):
+        self.moves, self.probs = list(moves), probs
+
+    def act(self, states, messages, rngs):
+        a = self.moves.pop(0) if self.moves else Action.UP
+        return [Response(format_action(a), move_probs=self.probs) for _ in states]
+
+
+def test_scripted_policies_record_the_distribution_they_draw_from():
+    state = initial(MAZE)
+    best = optimal_action(MAZE, state.pos)
+    n = 4000
+    rngs = episode_rngs(7, n)
+    eps = EpsOraclePolicy(0.4).act([state] * n, [[]] * n, rngs)
+    # eps/4 on each move, plus 1-eps on the oracle's: 0.1 three times and 0.7
+    expected = [0.1, 0.1, 0.1, 0.1]
+    expected[best] = 0.7
+    assert all(r.move_probs == pytest.approx(expected) for r in eps)
+    drawn = np.bincount([Action[r.text[8:-9].upper()] for r in eps], minlength=4) / n
+    assert drawn == pytest.approx(expected, abs=4 * math.sqrt(0.7 * 0.3 / n))
+    (oracle,) = scripted_policy("oracle").act([state], [[]], episode_rngs(0, 1))
+    assert oracle.move_probs == tuple(float(a == best) for a in Action)
+    assert all(r.move_probs == UNIFORM for r in scripted_policy("random").act([state], [[]], rngs))
+
+
+def test_probabilities_round_trip_through_jsonl_and_old_files_load(tmp_path):
+    trajs = run_episodes(scripted_policy("eps-oracle:0.3"), [MAZE], samples=3, seed=1)
+    path = save_trajectories(tmp_path / "t.jsonl", trajs)
+    back = load_trajectories(path)
+    for t, b in zip(trajs, back, strict=True):
+        for u, v in zip(t.turns, b.turns, strict=True):
+            assert isinstance(v.move_probs, tuple) and sum(v.move_probs) == pytest.approx(1.0)
+            assert v.move_probs == pytest.approx(u.move_probs, abs=5e-5)  # stored to 4 places
+    # a file written before move probabilities existed: no key at all
+    old = json.loads(trajs[0].to_json())
+    for turn in old["turns"]:
+        del turn["move_probs"]
+    (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
+    (legacy,) = load_trajectories(tmp_path / "old.jsonl")
+    assert all(u.move_probs is None for u in legacy.turns)
+    assert legacy.turns[0].actions == trajs[0].turns[0].actions
+    old["turns"][0]["move_probs"] = [0.5, 0.5]
+    (tmp_path / "bad.jsonl").write_text(json.dumps(old) + "\n")
+    with pytest.raises(UsageError, match=r"bad.jsonl:1 is not a trajectory record"):
+        load_trajectories(tmp_path / "bad.jsonl")
+
+
+def test_the_model_policy_records_the_distribution_its_move_is_sampled_from(loaded):
+    maze = pinned_set()[0]
+    pol = ModelPolicy(loaded, temperature=0.7)
+    traj = run_episodes(pol, [maze], SHORT, seed=3)[0]
+    for turn in traj.turns:
+        k = Action[turn.actions[0].upper()]
+        assert sum(turn.move_probs) == pytest.approx(1.0, abs=1e-6)
+        # P(chosen) is the recorded log-probability of the sampled choice token
+        assert math.log(turn.move_probs[k]) == pytest.approx(
+            turn.logprobs[pol.answer.choice_pos], abs=1e-5
+        )
+    # one prompt answered 600 times with 600 seeds: the moves drawn follow the recorded odds
+    n, state = 600, initial(maze)
+    messages = history_window(make_env(maze, SHORT).init()[0], 1)
+    out = ModelPolicy(loaded, temperature=2.0).act([state] * n, [messages] * n, episode_rngs(5, n))
+    probs = out[0].move_probs
+    assert all(r.move_probs == probs for r in out)
+    drawn = np.bincount([Action[r.text[8:-9].upper()] for r in out], minlength=4) / n
+    assert drawn == pytest.approx(probs, abs=4 * math.sqrt(0.25 / n))
+    # greedy picks the likeliest move of the same distribution
+    (greedy,) = ModelPolicy(loaded, greedy=True).act([state], [messages], episode_rngs(5, 1))
+    assert Action[greedy.text[8:-9].upper()] == int(np.argmax(greedy.move_probs))
+
+
+def test_free_answers_read_the_moves_odds_where_the_action_tag_opens(loaded):
+    pol = ModelPolicy(loaded, constrained=False)
+    prefix, choices = list(pol.moves.prefix), list(pol.moves.choices)
+    logits = torch.zeros(len(prefix) + 3, 50_000)
+    at = len(prefix) + 1  # one token of preamble, then `<action>`, then the move
+    logits[at, choices] = torch.tensor([0.0, math.log(3.0), 0.0, 0.0])
+    logits[at, 7] = 100.0  # another token's logit does not count: renormalised over the four
+    ids = [5, *prefix, choices[1], 9]
+    assert pol._free_move_probs(ids, logits) == pytest.approx((1 / 6, 3 / 6, 1 / 6, 1 / 6))
+    assert pol._free_move_probs([5, 6, 7], logits) is None  # never opened the tag
+
+
+def test_live_and_kernel_free_replays_draw_the_bars_per_turn():
+    probs = (0.1, 0.2, 0.3, 0.4)
+    traj = run_episodes(Fixed([Action.RIGHT, Action.DOWN], probs), [MAZE], SHORT)[0]
+    rw = w.ReplayWidget(traj)
+    assert "rlkit-bars" in rw.pane.bars.value and ">40%<" in rw.pane.bars.value
+    assert ">right</span>" in rw.pane.bars.value
+    rw.slider.value = rw.slider.max
+    assert EPISODE_OVER in rw.pane.bars.value
+    page = rw.to_html()
+    (pane,) = _data(page)
+    assert [b["p"] for b in pane["bars"][:-1]] == [list(probs)] * len(traj.turns)
+    assert [b["c"] for b in pane["bars"][:-1]] == [3, 1, 0, 0]  # right, down, then up
+    assert pane["bars"][-1] == {"p": None, "c": None, "n": EPISODE_OVER}
+    assert page.count("class='rlkit-bar-fill'") == 4 and "function rlkitBars" in page
+    assert "src=" not in page.split("rlkit-bars", 1)[1].split("</div></div>", 1)[0]  # no assets
+    # turns with nothing recorded (SkyRL's eval dumps): the bars say so
+    bare = Trajectory.from_dict(json.loads(traj.to_json()))
+    for turn in bare.turns:
+        turn.move_probs = None
+    rb = w.ReplayWidget(bare)
+    assert NO_PROBS in rb.pane.bars.value
+    assert {b["n"] for b in _data(rb.to_html())[0]["bars"][:-1]} == {NO_PROBS}
+
+
+def test_checkpoint_diffs_say_where_the_two_disagreed_and_how_sure_each_was():
+    a = run_episodes(scripted_policy("oracle"), [MAZE])[0]
+    wrong = Action.LEFT if a.turns[1].actions[0] != "left" else Action.RIGHT
+    first = Action[a.turns[0].actions[0].upper()]
+    b = run_episodes(Fixed([first, wrong], (0.05, 0.05, 0.62, 0.28)), [MAZE], SHORT)[0]
+    assert first_disagreement(a, b) == 1  # turn 1 alike, turn 2 apart
+    line = disagreement(a, b, ("step 40", "step 10"))
+    move_a = a.turns[1].actions[0]
+    assert line.startswith(f"Same move at turn 1; at turn 2, on cell {a.turns[1].pos_before}")
+    assert f"step 40 chose {move_a} at 100%" in line
+    if wrong == Action.LEFT:
+        assert "step 10 chose left at 62% (next: right at 28%)" in line
+    else:
+        assert "step 10 chose right at 28% (next: left at 62%)" in line
+    dw = w.CheckpointDiffWidget(a, b, labels=("step 40", "step 10"))
+    assert dw.disagreement == line
+    dw.slider.value = 1  # each pane's bars at turn 2, its chosen move in bold
+    for pane, move in zip(dw.panes, (move_a, wrong.word), strict=True):
+        assert f"font-weight:bold'>{move}</span>" in pane.bars.value
+    panes = _data(dw.to_html())
+    assert panes[0]["bars"][1]["c"] == Action[move_a.upper()] and panes[1]["bars"][1]["c"] == wrong
+    assert "rlkit-disagreement" in dw.to_html()
+    assert disagreement(a, a, ("x", "y")).endswith("on every cell they shared.")
