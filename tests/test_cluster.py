@@ -16,15 +16,19 @@ import pytest
 import ray
 from ray.job_submission import JobStatus
 
+from rlkit.cluster import launch
+from rlkit.cluster.address import LOCAL, resolve_address
 from rlkit.cluster.client import connect
-from rlkit.cluster.jobs import (
-    PACKAGING_LOGGERS,
-    mask_env,
-    next_submission_id,
-    records_for_run,
-    working_dir_runtime_env,
+from rlkit.cluster.jobs import next_submission_id, records_for_run
+from rlkit.cluster.localhead import (
+    LOGICAL_GPUS,
+    _start_lock,
+    free_port,
+    ray_temp_dir,
+    start_local_head,
 )
-from rlkit.cluster.localhead import LOGICAL_GPUS, _start_lock, ray_temp_dir, start_local_head
+from rlkit.cluster.masking import mask_env
+from rlkit.cluster.workdir import PACKAGING_LOGGERS, working_dir_runtime_env
 from rlkit.errors import RlkitError, UsageError
 
 
@@ -181,6 +185,68 @@ def test_silent_address_hits_the_deadline():
         with pytest.raises(RlkitError, match="did not answer within 2 s"):
             connect(address, timeout_s=2)
         assert time.monotonic() - t < 5
+
+
+# -- what "local" means: one decision, `resolve_address` ---------------------------------------
+
+
+@pytest.fixture
+def no_address_env(monkeypatch):
+    for name in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_no_address_and_local_mean_the_local_head(no_address_env):
+    for given in (None, "", " ", LOCAL, "auto", "LOCAL"):
+        target = resolve_address(given)
+        assert target.local and target.url is None and target.notes == (), given
+    remote = resolve_address("http://127.0.0.1:8265/")  # a port-forward listens there too
+    assert not remote.local and remote.url == "http://127.0.0.1:8265"
+
+
+def test_the_environment_decides_only_when_no_address_is_given(no_address_env):
+    no_address_env.setenv("RAY_ADDRESS", "http://head:8265")
+    unset = resolve_address(None)
+    assert unset.url == "http://head:8265" and not unset.local
+    assert unset.notes == (
+        "using RAY_ADDRESS=http://head:8265 from the environment (unset it for a local head)",
+    )
+    local = resolve_address(LOCAL)
+    assert local.local
+    assert local.notes == (
+        "ignoring RAY_ADDRESS=http://head:8265 from the environment: local was given",
+    )
+    no_address_env.setenv("RAY_API_SERVER_ADDRESS", "http://api:8265")  # Ray reads it first
+    assert resolve_address(None).url == "http://api:8265"
+
+
+def test_reusing_a_local_head_that_is_not_there_is_one_line(no_address_env):
+    port = free_port()
+    with pytest.raises(RlkitError, match=f"no local Ray head answers on 127.0.0.1:{port}") as e:
+        connect(LOCAL, local_port=port, start_local=False)
+    assert "\n" not in str(e.value)
+
+
+def test_a_plan_is_a_dry_run_only_for_gpu_presets_on_the_local_head(tmp_path, no_address_env):
+    gpu = "qwen3vl-8b-6gpu"
+    for address in (None, LOCAL):
+        plan = launch.plan_training(gpu, tmp_path, address=address)
+        assert plan.dry_run and "no cluster: dry run" in str(plan)
+    assert not launch.plan_training(gpu, tmp_path, address="http://head:8265").dry_run
+    cpu = launch.plan_training("skyrl-tiny-cpu", tmp_path)  # SkyRL on the local head's CPUs
+    assert not cpu.dry_run and "the local Ray head" in str(cpu)
+    assert not launch.plan_training("smoke", tmp_path).dry_run
+    no_address_env.setenv("RAY_ADDRESS", "http://head:8265")  # connect(None) would go there
+    assert not launch.plan_training(gpu, tmp_path).dry_run
+
+
+def test_cli_submit_of_a_gpu_preset_to_the_local_head_is_refused_before_connecting(
+    no_address_env,
+):
+    for argv in ([], ["--address", LOCAL]):
+        with pytest.raises(UsageError, match="needs 6 GPUs and the local Ray head has none"):
+            run_cli("submit", "--preset", "qwen3vl-8b-6gpu", *argv)
 
 
 @pytest.mark.parametrize(

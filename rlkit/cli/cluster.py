@@ -19,20 +19,13 @@ import sys
 
 from rlkit.errors import UsageError
 
-LOCAL_ADDRESS = "http://127.0.0.1:8265"
 
-
-def _address(args: argparse.Namespace) -> str:
-    """The address flag, else RAY_ADDRESS, else the local head rlkit starts."""
-    return args.address or os.environ.get("RAY_ADDRESS") or LOCAL_ADDRESS
-
-
-def _connect(args: argparse.Namespace):
+def _connect(args: argparse.Namespace, *, start_local: bool = False):
+    """The cluster `--address` names (`rlkit.cluster.address`: none or `local` is the local
+    head). Commands on existing jobs only reuse a local head; those that submit start one."""
     from rlkit.cluster.client import connect
-    from rlkit.cluster.launch import LOCAL
 
-    address = _address(args)
-    cluster = connect(None if address in LOCAL else address)
+    cluster = connect(args.address, start_local=start_local)
     for note in cluster.notes:
         print(f"note: {note}", file=sys.stderr)
     return cluster
@@ -117,8 +110,9 @@ def _pod_summary(sky) -> str:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from rlkit.cluster.jobs import describe_submission
+    from rlkit.cluster.address import resolve_address
     from rlkit.cluster.launch import launch_plan, plan_training
+    from rlkit.cluster.masking import describe_submission
     from rlkit.cluster.skyrl.presets import PRESETS, build_overrides
     from rlkit.cluster.skyrl.storage import storage_estimate
 
@@ -147,7 +141,7 @@ def _submit(args: argparse.Namespace) -> int:
             raise UsageError(f"--set {item!r}: write field=value, e.g. steps=4")
         changes[key.strip()] = value.strip()
     plan = plan_training(
-        args.preset, ".", address=_address(args), run_name=args.run_name, skyrl_changes=changes
+        args.preset, ".", address=args.address, run_name=args.run_name, skyrl_changes=changes
     )
     env_vars = _forwarded_env(args.env)
     if args.raycluster:
@@ -174,7 +168,7 @@ def _submit(args: argparse.Namespace) -> int:
                 f"rlkit-{plan.run_name}-<next>", plan.command, runtime_env, metadata
             )
         )
-        print(f"address:       {plan.address}")
+        print(f"address:       {resolve_address(plan.address)}")
         print(
             f"resources:     driver 1 CPU; SkyRL's trainer task {plan.sky.driver_memory_gb} GiB "
             f"on a GPU worker; SkyRL asks for {plan.sky.num_gpus} GPUs"
@@ -186,7 +180,12 @@ def _submit(args: argparse.Namespace) -> int:
         for item in build_overrides(plan.sky, plan.run_name):
             print(f"  {item}")
         return 0
-    cluster = _connect(args)
+    if plan.dry_run:
+        raise UsageError(
+            f"{args.preset} needs {plan.sky.num_gpus} GPUs and the local Ray head has none: "
+            "give --address of a GPU cluster, or --dry-run to see what would run"
+        )
+    cluster = _connect(args, start_local=True)
     job = launch_plan(plan, cluster, env_vars=_forwarded_env(args.env))
     print(cluster.last_submission)
     print(f"submitted {job.submission_id}; follow: rlkit jobs logs {job.submission_id} --follow")
@@ -209,7 +208,7 @@ def _preflight(args: argparse.Namespace) -> int:
         k: v for k, v in {"model_path": args.model, "runs_root": args.runs_root}.items() if v
     }
     get_preset(args.preset, **changes)  # SkyRL's traps are refused before any job starts
-    checks = preflight(_connect(args), args.preset, gpu=args.gpu, **changes)
+    checks = preflight(_connect(args, start_local=True), args.preset, gpu=args.gpu, **changes)
     print(format_checks(checks))
     return 1 if any(c.status == "fail" for c in checks) else 0
 
@@ -221,8 +220,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     address = argparse.ArgumentParser(add_help=False)
     address.add_argument(
         "--address",
-        help=f"Jobs API address, or `local` for a local head started if needed "
-        f"(default: $RAY_ADDRESS, else {LOCAL_ADDRESS})",
+        help="Jobs API URL (http://HEAD:8265, sagemaker_ray://CLUSTER/NS) or `local`: the Ray "
+        "head on this machine, which submit and preflight start if needed (default: "
+        "$RAY_ADDRESS, else local)",
     )
 
     jobs = subparsers.add_parser("jobs", help="list, inspect, follow and stop Ray jobs")

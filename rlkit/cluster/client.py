@@ -6,8 +6,9 @@ client's Ray and Python to match the cluster exactly, which a notebook on a lapt
 Studio cannot promise. A job keeps running when the notebook's kernel dies, and
 `Cluster.reattach(run_name)` finds it again.
 
-Addresses `connect()` understands:
-  None                          a local head on 127.0.0.1 (started, or reused if one answers)
+Addresses `connect()` understands (`rlkit.cluster.address` decides what each means):
+  None, "local"                 the local head on 127.0.0.1 (started, or reused if one answers);
+                                None defers to RAY_ADDRESS when the environment sets it
   http://host:8265              a remote head, e.g. through `kubectl port-forward`
   sagemaker_ray://cluster/ns    HyperPod through `toolkit-for-ray-on-sagemaker-ai`
 
@@ -21,7 +22,6 @@ Addresses `connect()` understands:
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,33 +29,20 @@ from typing import Any
 import ray
 from ray.job_submission import JobSubmissionClient
 
-from rlkit.cluster.jobs import (
-    DEFAULT_REQUEST_TIMEOUT_S,
-    JobHandle,
-    JobRecord,
-    describe_submission,
-    next_submission_id,
-    project_root,
-    quiet_packaging,
-    records_for_run,
-    to_record,
-    working_dir_runtime_env,
-)
+from rlkit.cluster.address import resolve_address
+from rlkit.cluster.jobs import JobHandle, JobRecord, next_submission_id, records_for_run, to_record
+from rlkit.cluster.jobs_api import DEFAULT_REQUEST_TIMEOUT_S, call, open_client
 from rlkit.cluster.localhead import (
     DEFAULT_DASHBOARD_PORT,
     LocalHead,
+    find_local_head,
     start_local_head,
 )
-from rlkit.cluster.reach import (
-    TimedJobClient,
-    reach_advice,
-    resolve_address,
-    within_deadline,
-    without_address_env,
-)
+from rlkit.cluster.masking import describe_submission
+from rlkit.cluster.workdir import project_root, quiet_packaging, working_dir_runtime_env
 from rlkit.errors import RlkitError
 
-__all__ = ["Cluster", "ClusterSummary", "JobHandle", "JobRecord", "LocalHead", "connect"]
+__all__ = ["Cluster", "ClusterSummary", "connect"]
 
 
 SUBMIT_DEADLINE_S = 300.0
@@ -142,21 +129,11 @@ class Cluster:
     def __repr__(self) -> str:
         return f"Cluster({self.address!r})"
 
-    def _call[T](self, what: str, fn: Callable[[], T], *, deadline_s: float | None = None) -> T:
-        """One Jobs API call, its failures turned into one-line RlkitErrors."""
-        try:
-            return within_deadline(deadline_s or self.request_timeout_s * 2, what, fn)
-        except RlkitError:
-            raise
-        except Exception as e:  # noqa: BLE001 - every transport failure gets the same advice
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise RlkitError(f"{what} on {self.address} failed: {first}") from e
-
     # -- what the cluster is ---------------------------------------------------------------
 
     def summary(self, *, probe_python: bool = False) -> ClusterSummary:
         """Nodes, GPUs by type, CPUs, memory and versions; warns on a Ray/Python mismatch."""
-        nodes = self._call("listing nodes", self._list_nodes)
+        nodes = call(self, "listing nodes", self._list_nodes)
         alive = [n for n in nodes if n.get("state") == "ALIVE"]
         gpus: dict[str, float] = {}
         cpus = memory = 0.0
@@ -210,7 +187,8 @@ class Cluster:
     def _probe_python(self) -> str:
         """Ask the cluster for its Python version with a tiny job (a few seconds)."""
         code = "import platform; print('rlkit-python', platform.python_version())"
-        sid = self._call(
+        sid = call(
+            self,
             "submitting the Python probe",
             lambda: self.client.submit_job(entrypoint=f'python -c "{code}"'),
         )
@@ -261,7 +239,8 @@ class Cluster:
         self.last_submission = describe_submission(submission_id, entrypoint, runtime_env, meta)
         # Uploading the working dir may take longer than one request; the deadline covers it.
         with quiet_packaging():
-            sid = self._call(
+            sid = call(
+                self,
                 f"submitting {submission_id}",
                 lambda: self.client.submit_job(
                     entrypoint=entrypoint,
@@ -276,14 +255,14 @@ class Cluster:
 
     def jobs(self) -> list[JobRecord]:
         """Every submitted job on the cluster, oldest first."""
-        details = self._call("listing jobs", self.client.list_jobs)
+        details = call(self, "listing jobs", self.client.list_jobs)
         records = [to_record(d) for d in details if d.submission_id]
         return sorted(records, key=lambda r: (r.start_time or 0, r.submission_id))
 
     def job_details(self, submission_id: str) -> Any:
         """Ray's JobDetails of one job: entrypoint, runtime env, metadata, resources."""
-        return self._call(
-            f"reading job {submission_id}", lambda: self.client.get_job_info(submission_id)
+        return call(
+            self, f"reading job {submission_id}", lambda: self.client.get_job_info(submission_id)
         )
 
     def job(self, submission_id: str) -> JobHandle:
@@ -309,32 +288,30 @@ def connect(
     timeout_s: float = 10.0,
     local_port: int = DEFAULT_DASHBOARD_PORT,
     local_num_cpus: int | None = None,
+    start_local: bool = True,
 ) -> Cluster:
-    """Connect to a Ray cluster's Jobs API; with no address, start or reuse a local head.
+    """Connect to a Ray cluster's Jobs API; for the local head (no address, or `local`), start
+    it or reuse the one answering on `local_port` (only reuse, with `start_local=False`).
 
     `timeout_s` bounds reaching an address (a local head may take a minute to start the
     first time; that has its own limit). Unreachable addresses raise `RlkitError` in one
     line naming the address and what to check.
     """
-    resolved, notes = resolve_address(address)
+    target = resolve_address(address)
+    notes = list(target.notes)
     local_head = None
-    if resolved is None:
-        local_head = start_local_head(local_port, num_cpus=local_num_cpus)
+    url = target.url
+    if url is None:
+        if start_local:
+            local_head = start_local_head(local_port, num_cpus=local_num_cpus)
+        else:
+            local_head = find_local_head(local_port)
+        if local_head is None:
+            raise RlkitError(
+                f"no local Ray head answers on 127.0.0.1:{local_port}, so it has no jobs; "
+                "give the address of the cluster the jobs ran on"
+            )
         notes.append(local_head.describe())
-        resolved = local_head.dashboard_url
-
-    def make_client() -> JobSubmissionClient:
-        with without_address_env():
-            client = TimedJobClient(resolved)
-        return client
-
-    try:
-        client = within_deadline(timeout_s, resolved, make_client)
-    except TimeoutError as e:
-        raise RlkitError(f"{resolved}: {e}; {reach_advice(resolved)}") from e
-    except Exception as e:  # noqa: BLE001 - connection, DNS, auth and version errors alike
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise RlkitError(
-            f"cannot reach Ray Jobs API at {resolved} ({first}); {reach_advice(resolved)}"
-        ) from e
-    return Cluster(client, resolved, notes=notes, local_head=local_head)
+        url = local_head.dashboard_url
+    client = open_client(url, timeout_s)
+    return Cluster(client, url, notes=notes, local_head=local_head)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlkit.cluster.preflight import Check
+from rlkit.cluster.checks import Check
 
 NCCL_FLOOR_GBPS = 10.0
 """All-reduce bus bandwidth (nccl-tests' busbw) below which a node's GPUs are not talking over

@@ -1,37 +1,24 @@
-"""Ray jobs for rlkit runs: submission ids, the shipped working dir, and a handle to watch one.
+"""A Ray job of an rlkit run: its submission id, its record in a listing, and a handle on it.
 
 A run name maps to submission ids `rlkit-<run>-<n>`: resubmitting the same run (to resume it
 after a node replacement) gets the next n instead of colliding with the dead job's id, and
-`reattach` picks the highest n. The job's working dir is the project checkout as Ray packs
-it (.gitignore honoured); its size is checked here first so that a stray dataset fails in one
-clear line instead of inside Ray's upload.
+`reattach` picks the highest n. A `JobHandle` watches one job through a Jobs API connection
+(`rlkit.cluster.jobs_api.JobsApi`, which a `Cluster` is): status, logs, a live tail, stop, wait.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 import re
-import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from ray.job_submission import JobDetails, JobStatus
 
+from rlkit.cluster.jobs_api import JobsApi, call
 from rlkit.errors import RlkitError, UsageError
 
-if TYPE_CHECKING:
-    from rlkit.cluster.client import Cluster
-
-DEFAULT_REQUEST_TIMEOUT_S = 10.0
-MAX_WORKING_DIR_BYTES = 100 * 2**20
-"""Ray refuses working dirs above 100 MiB; rlkit compares the unpacked size, a safe bound."""
-WORKING_DIR_EXCLUDES = [".git", ".venv", "runs", "**/__pycache__", "*.egg-info"]
-"""Never shipped, even if .gitignore misses them: history, environments, run outputs."""
 TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
 _PREFIX = "rlkit-"
 
@@ -103,120 +90,12 @@ def records_for_run(run_name: str, records: list[JobRecord]) -> list[JobRecord]:
     return [r for _, r in sorted(mine, key=lambda t: t[0])]
 
 
-def project_root() -> Path:
-    """The directory holding the `rlkit` package: what a job needs to import it."""
-    return Path(__file__).resolve().parents[2]  # rlkit/cluster/jobs.py -> the checkout
-
-
-def _shipped_files(root: Path) -> list[Path]:
-    """Files Ray would pack: git's view of .gitignore when root is a checkout, else a walk."""
-    try:
-        out = subprocess.run(
-            [
-                "git",
-                "-C",
-                str(root),
-                "ls-files",
-                "-z",
-                "--cached",
-                "--others",
-                "--exclude-standard",
-            ],
-            capture_output=True,
-            check=True,
-            timeout=30,
-        ).stdout
-        files = [root / p for p in out.decode().split("\0") if p]
-    except (OSError, subprocess.SubprocessError):
-        files = [p for p in root.rglob("*") if p.is_file()]
-    skip = {".git", ".venv", "runs", "__pycache__"}
-    return [
-        f
-        for f in files
-        if f.is_file()
-        and not skip.intersection(f.relative_to(root).parts)
-        and not any(part.endswith(".egg-info") for part in f.relative_to(root).parts)
-    ]
-
-
-def working_dir_runtime_env(root: Path, *, limit: int = MAX_WORKING_DIR_BYTES) -> dict[str, Any]:
-    """A runtime_env shipping `root`; refuses one too big for Ray before anything uploads."""
-    root = root.resolve()
-    if not root.is_dir():
-        raise UsageError(f"working dir {root} does not exist; pass the project checkout")
-    files = _shipped_files(root)
-    total = sum(f.stat().st_size for f in files)
-    if total > limit:
-        biggest = sorted(files, key=lambda f: f.stat().st_size, reverse=True)[:3]
-        names = ", ".join(
-            f"{f.relative_to(root)} ({f.stat().st_size / 2**20:.1f} MiB)" for f in biggest
-        )
-        raise RlkitError(
-            f"working dir {root} is {total / 2**20:.0f} MiB, over Ray's {limit / 2**20:.0f} MiB "
-            f"limit; largest: {names}; add them to .gitignore or .rayignore"
-        )
-    return {"working_dir": str(root), "excludes": list(WORKING_DIR_EXCLUDES)}
-
-
-PACKAGING_LOGGERS = {
-    "ray.dashboard.modules.dashboard_sdk": logging.WARNING,  # "Uploading package gcs://..."
-    "ray._private.runtime_env.packaging": logging.WARNING,  # each .gitignore, per pass
-    # "Directory '.git' is now ignored by default": rlkit never ships .git (WORKING_DIR_EXCLUDES)
-    "ray._private.runtime_env.working_dir": logging.ERROR,
-}
-
-
-@contextlib.contextmanager
-def quiet_packaging() -> Iterator[None]:
-    """Ray's per-file packaging chatter off while a working dir uploads (warnings stay).
-
-    `describe_submission` already says what ships; Ray would add a dozen INFO lines per
-    submission (every .gitignore it honours, three times) to a notebook's output.
-    """
-    saved = {name: logging.getLogger(name).level for name in PACKAGING_LOGGERS}
-    for name, level in PACKAGING_LOGGERS.items():
-        logging.getLogger(name).setLevel(level)
-    try:
-        yield
-    finally:
-        for name, level in saved.items():
-            logging.getLogger(name).setLevel(level)
-
-
-def mask_env(env_vars: dict[str, str]) -> dict[str, str]:
-    """Env var names with their values hidden: they often hold tokens (WANDB_API_KEY, HF_TOKEN)."""
-    return {k: "***" for k in env_vars}
-
-
-_URL_CREDENTIALS = re.compile(r"(\w+://)[^/\s@]+@")
-
-
-def mask_url_credentials(text: str) -> str:
-    """`https://user:token@host/...` -> `https://***@host/...`: private index URLs in pip
-    options carry tokens as often as env vars do."""
-    return _URL_CREDENTIALS.sub(r"\1***@", text)
-
-
-def describe_submission(
-    submission_id: str, entrypoint: str, runtime_env: dict[str, Any], metadata: dict[str, str]
-) -> str:
-    """What is (or would be) submitted, printable: env var values masked."""
-    lines = [f"submission id: {submission_id}", f"entrypoint:    {entrypoint}"]
-    lines.append(f"working_dir:   {runtime_env.get('working_dir')}")
-    if runtime_env.get("env_vars"):
-        masked = mask_env(runtime_env["env_vars"])
-        lines.append("env_vars:      " + " ".join(f"{k}={v}" for k, v in masked.items()))
-    if runtime_env.get("pip"):
-        lines.append("pip:           " + mask_url_credentials(" ".join(runtime_env["pip"])))
-    lines.append("metadata:      " + " ".join(f"{k}={v}" for k, v in metadata.items()))
-    return "\n".join(lines)
-
-
 class JobHandle:
     """One submitted job: status, logs, live tail, stop, wait."""
 
-    def __init__(self, cluster: Cluster, submission_id: str, *, run_name: str | None = None):
+    def __init__(self, cluster: JobsApi, submission_id: str, *, run_name: str | None = None):
         self.cluster = cluster
+        """The connection the job was found on (a `Cluster`, which can also resubmit it)."""
         self.submission_id = submission_id
         self.run_name = run_name
 
@@ -224,21 +103,24 @@ class JobHandle:
         return f"JobHandle({self.submission_id!r} on {self.cluster.address})"
 
     def status(self) -> JobStatus:
-        return self.cluster._call(
+        return call(
+            self.cluster,
             f"status of {self.submission_id}",
             lambda: self.cluster.client.get_job_status(self.submission_id),
         )
 
     def logs(self) -> str:
         """Everything the job printed so far."""
-        return self.cluster._call(
+        return call(
+            self.cluster,
             f"logs of {self.submission_id}",
             lambda: self.cluster.client.get_job_logs(self.submission_id),
         )
 
     def stop(self) -> bool:
         """Ask Ray to stop the job (SIGTERM, then SIGKILL); False if it had already ended."""
-        return self.cluster._call(
+        return call(
+            self.cluster,
             f"stopping {self.submission_id}",
             lambda: self.cluster.client.stop_job(self.submission_id),
         )

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from rlkit.cluster.address import resolve_address
 from rlkit.cluster.client import Cluster, connect
 from rlkit.cluster.jobs import JobHandle, run_slug
 from rlkit.cluster.skyrl import presets as skyrl
@@ -26,8 +27,6 @@ from rlkit.errors import RlkitError, UsageError
 from rlkit.train.config import PRESETS as TRAIN_PRESETS
 from rlkit.train.config import coerce_fields
 from rlkit.train.config import preset as load_preset
-
-LOCAL = ("local", "auto", "")
 
 
 def training_entrypoint(
@@ -66,10 +65,7 @@ def submit_training(
 ) -> JobHandle:
     """Submit a training run as a Ray job named after the run directory; optionally follow its
     log to stdout until it ends."""
-    if isinstance(address, Cluster):
-        cluster = address
-    else:
-        cluster = connect(None if address is None or address in LOCAL else address)
+    cluster = address if isinstance(address, Cluster) else connect(address)
     run_path = Path(run_dir)
     # The job's working directory is a shipped copy: a relative path would land inside it.
     entry = training_entrypoint(
@@ -112,11 +108,7 @@ def submit_eval(
     vllm_args = ["--engine", engine] if engine != "hf" else []
     if kv_cache_gb is not None:
         vllm_args += ["--kv-cache-gb", f"{kv_cache_gb:g}"]
-    cluster = (
-        address
-        if isinstance(address, Cluster)
-        else connect(None if address is None or address in LOCAL else address)
-    )
+    cluster = address if isinstance(address, Cluster) else connect(address)
     entry = shlex.join(
         [
             "python",
@@ -171,17 +163,24 @@ class TrainingPlan:
     run_dir: str
     command: str
     address: str | None
+    """As given (`rlkit.cluster.address`: None or `local` is the local head)."""
     sky: skyrl.SkyRLPreset | None = None
     """Set for cluster (SkyRL) presets."""
 
     @property
     def dry_run(self) -> bool:
-        """A SkyRL preset without a cluster address is only printed: it needs GPUs."""
-        return self.sky is not None and self.address is None
+        """A SkyRL preset that needs real GPUs, aimed at the local head (whose GPUs are logical),
+        is only printed. A CPU SkyRL preset runs there."""
+        needs_gpus = self.sky is not None and self.sky.device != "cpu"
+        return needs_gpus and resolve_address(self.address).local
 
     def __str__(self) -> str:
         backend = "skyrl" if self.sky else "local"
-        where = self.address or ("no cluster: dry run" if self.dry_run else "local Ray head")
+        if self.dry_run:
+            need = self.sky.num_gpus
+            where = f"no cluster: dry run (the preset needs {need} GPUs, the local head has none)"
+        else:
+            where = str(resolve_address(self.address))
         lines = [f"preset:   {self.preset} ({backend} backend)", f"run dir:  {self.run_dir}"]
         lines += [f"address:  {where}", f"command:  {self.command}"]
         if self.sky is not None:

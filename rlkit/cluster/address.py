@@ -1,0 +1,117 @@
+"""Which Ray cluster an address means: the local head, or a Jobs API URL.
+
+"Local" has one meaning in rlkit: the Ray head rlkit starts, or reuses, on this machine, with
+its dashboard (the Jobs API) on 127.0.0.1 (`rlkit.cluster.localhead`). `resolve_address`
+alone decides whether an address means it:
+
+  None, ""                      not given: RAY_API_SERVER_ADDRESS or RAY_ADDRESS from the
+                                environment if set (said in a note), else the local head
+  "local" (or Ray's "auto")     the local head, whatever the environment says (said in a note)
+  http(s)://host:8265           that Jobs API, never started by rlkit, even on 127.0.0.1: a
+                                `kubectl port-forward` to a cluster listens there too
+  sagemaker_ray://cluster/ns    HyperPod through `toolkit-for-ray-on-sagemaker-ai`
+
+Ray Client (`ray://`) is refused: it drops the workload after 30 s without a connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from rlkit.errors import RlkitError, UsageError
+
+LOCAL = "local"
+"""The address that names the local head (`None` does too when the environment names none)."""
+LOCAL_ALIASES = (LOCAL, "auto")
+"""Spellings of the local head: rlkit's own, and Ray's ("the cluster on this machine")."""
+ADDRESS_ENV_VARS = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+"""Ray reads these before any explicit address, silently (ray.dashboard.utils); rlkit applies
+them only when no address is given, and says so."""
+
+
+@dataclass(frozen=True)
+class Address:
+    """An address resolved: a Jobs API URL, or None for the local head."""
+
+    url: str | None
+    notes: tuple[str, ...] = ()
+    """What the environment changed or was overruled in, one line each."""
+
+    @property
+    def local(self) -> bool:
+        """True when this means the Ray head on this machine (started or reused by rlkit)."""
+        return self.url is None
+
+    def __str__(self) -> str:
+        return self.url or "the local Ray head (on this machine, started if needed)"
+
+
+def _from_environment() -> tuple[str, str] | None:
+    return next(((k, os.environ[k]) for k in ADDRESS_ENV_VARS if os.environ.get(k)), None)
+
+
+def resolve_address(address: str | None) -> Address:
+    """Decide what `address` means (see the module docstring); refuse what rlkit cannot use.
+
+    UsageError for a Ray Client or scheme-less address, RlkitError for sagemaker_ray:// without
+    its toolkit, both in one line.
+    """
+    env = _from_environment()
+    given = address.strip().rstrip("/") if address is not None else ""
+    if not given:  # not given: the environment's address, else the local head
+        if env is None:
+            return Address(None)
+        note = f"using {env[0]}={env[1]} from the environment (unset it for a local head)"
+        return Address(_check_url(env[1].strip().rstrip("/")), (note,))
+    notes = ()
+    if env is not None and env[1] != address:
+        notes = (f"ignoring {env[0]}={env[1]} from the environment: {given} was given",)
+    if given.lower() in LOCAL_ALIASES:
+        return Address(None, notes)
+    return Address(_check_url(given), notes)
+
+
+def _check_url(address: str) -> str:
+    scheme = address.split("://", 1)[0] if "://" in address else ""
+    if scheme == "ray":
+        raise UsageError(
+            f"{address}: ray:// (Ray Client) is not supported: it drops the job after 30 s "
+            "without a connection; give the Jobs API address instead, e.g. http://HEAD:8265"
+        )
+    if scheme == "":
+        raise UsageError(
+            f"{address}: give a Jobs API URL such as http://HEAD:8265, sagemaker_ray://CLUSTER/"
+            f"NAMESPACE or {LOCAL} (the dashboard port, not the GCS port 6379)"
+        )
+    if scheme == "sagemaker_ray" and importlib.util.find_spec("sagemaker_ray") is None:
+        raise RlkitError(
+            f"{address} needs the toolkit-for-ray-on-sagemaker-ai package: "
+            "pip install 'rlkit[sagemaker]' (or port-forward the head and use http://)"
+        )
+    if scheme not in ("http", "https", "sagemaker_ray"):
+        raise UsageError(
+            f"{address}: unknown scheme {scheme}://; use http(s)://, sagemaker_ray:// or {LOCAL}"
+        )
+    return address
+
+
+@contextlib.contextmanager
+def without_address_env() -> Iterator[None]:
+    """Hide RAY_ADDRESS & co. while Ray's client resolves an explicit address, or while a local
+    head starts (Ray would point it at the cluster they name)."""
+    saved = {k: os.environ.pop(k) for k in ADDRESS_ENV_VARS if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def reach_advice(address: str) -> str:
+    """What to check when `address` does not answer, in a few words."""
+    if address.startswith("sagemaker_ray://"):
+        return "check AWS credentials, kubeconfig and that the HyperPod Ray endpoint is installed"
+    return "check the head is up and the dashboard port (8265) is reachable or port-forwarded"
