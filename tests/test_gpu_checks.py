@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from rlkit.cluster.checks import Check
 from rlkit.cluster.gpu_checks import (
     GPU_CHECKS,
     NCCL_FIX,
@@ -20,7 +21,7 @@ from rlkit.cluster.gpu_checks import (
     verdicts,
     vllm_verdict,
 )
-from rlkit.cluster.preflight import Check, format_checks, gpu_count
+from rlkit.cluster.preflight import format_checks, gpu_count
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
 

@@ -12,9 +12,9 @@ import pytest
 
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster import preflight as preflight_module
+from rlkit.cluster.checks import Check
 from rlkit.cluster.gpu_checks import GPU_CHECKS
 from rlkit.cluster.preflight import (
-    Check,
     _config_json,
     _storage,
     format_checks,

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlkit.cluster.jobs import project_root
+from rlkit.cluster.workdir import project_root
 from rlkit.errors import RlkitError, UsageError
 
 NOTEBOOKS = (
