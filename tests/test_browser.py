@@ -1,7 +1,7 @@
 """Real browser checks: notebook 05 in JupyterLab, in headless Chromium over DevTools.
 
 - Executed (as `make demo` writes it): with every kernel shut down, the replay's kernel-free
-  player steps to the next frame on a click.
+  player steps to the next frame on a click, and its move-probability bars follow each frame.
 - Source (notebooks/05 as a user opens it, its default `out_dir` resolved against RLKIT_HOME):
   run top to bottom in JupyterLab's own kernel, the ipywidgets Play button changes the frame.
 
@@ -93,6 +93,13 @@ SCREENSHOTS = Path(
 PLAYER_JS = "document.querySelectorAll('.rlkit-player img.rlkit-frame').length"
 FIRST_PLAYER = "document.querySelector('.rlkit-player')"
 SESSION = "window.jupyterapp?.shell.currentWidget?.sessionContext"
+BARS = (  # what the first player's four bars show now
+    f"(() => {{ const p = {FIRST_PLAYER}; return {{"
+    "pct: Array.from(p.querySelectorAll('.rlkit-bar-pct')).map(e => e.textContent),"
+    "width: Array.from(p.querySelectorAll('.rlkit-bar-fill')).map(e => e.style.width),"
+    "note: p.querySelector('.rlkit-bar-note').textContent}; })()"
+)
+BARS_DATA = f"JSON.parse({FIRST_PLAYER}.querySelector('script.rlkit-data').textContent)[0].bars"
 WIDGET_REPLAY = (  # the first output holding a Play widget, and its maze image
     "(() => { const o = Array.from(document.querySelectorAll('.jp-OutputArea-output'))"
     ".find(o => o.querySelector('.widget-play') && o.querySelector('.widget-image'));"
@@ -250,6 +257,7 @@ def test_an_executed_notebooks_replay_plays_with_no_kernel(trained_home, tmp_pat
         time.sleep(0.5)
         assert page.evaluate(counter).startswith("frame 2/")
         assert page.evaluate(frame) != before, "the frame did not change"
+        check_bars_follow_the_frames(page, counter)
         page.evaluate(f"{FIRST_PLAYER}.querySelector('.rlkit-play').click()")
         time.sleep(2)
         assert page.evaluate(counter) not in ("frame 1/", "frame 2/"), "Play did not advance"
@@ -257,6 +265,30 @@ def test_an_executed_notebooks_replay_plays_with_no_kernel(trained_home, tmp_pat
         assert lab.api("kernels") == [], "a kernel came back"
     finally:
         lab.close()
+
+
+def check_bars_follow_the_frames(page: DevTools, counter: str) -> None:
+    """From frame 2 to the end, one click at a time: the bars show each frame's recorded
+    probabilities (the model's, from the run's eval), and they change as the player steps."""
+    from rlkit.notebook.move_bars import EPISODE_OVER, percent_text
+
+    data = page.evaluate(BARS_DATA)
+    assert data[0]["p"] is not None, "the model's eval recorded no move probabilities"
+    seen = []
+    for i in range(1, len(data)):
+        assert page.evaluate(counter).startswith(f"frame {i + 1}/")
+        shown, want = page.evaluate(BARS), data[i]
+        pct = [percent_text(p) for p in want["p"]] if want["p"] else [""] * 4
+        assert shown["pct"] == pct and shown["note"] == want["n"], (i, shown, want)
+        seen.append(shown["width"])
+        if i + 1 < len(data):
+            page.evaluate(f"{FIRST_PLAYER}.querySelector('.rlkit-next').click()")
+            time.sleep(0.2)
+    assert data[-1]["n"] == EPISODE_OVER and seen[-1] == ["0%"] * 4
+    for k in range(len(seen) - 1):  # seen[k] is frame k + 2's
+        if data[k + 1]["p"] != data[k + 2]["p"]:
+            assert seen[k] != seen[k + 1], f"the bars did not change from frame {k + 2}"
+    screenshot(page, "05_executed_bars_last_frame.png")
 
 
 def test_a_source_notebook_runs_in_jupyterlab_and_its_widgets_play(trained_home, tmp_path, port):

@@ -176,7 +176,7 @@ def test_checkpoint_diffs_say_where_the_two_disagreed_and_how_sure_each_was():
     if wrong == Action.LEFT:
         assert "step 10 chose left at 62% (next: right at 28%)" in line
     else:
-        assert "step 10 chose right at 28% (next: left at 62%)" in line
+        assert "step 10 chose right at 28% (likeliest: left at 62%)" in line
     dw = w.CheckpointDiffWidget(a, b, labels=("step 40", "step 10"))
     assert dw.disagreement == line
     dw.slider.value = 1  # each pane's bars at turn 2, its chosen move in bold

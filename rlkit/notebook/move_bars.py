@@ -13,6 +13,7 @@ cell) they first chose differently and how sure each was there.
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,15 +30,16 @@ OTHER_RGB = (160, 160, 160)
 
 @dataclass(frozen=True)
 class MoveBars:
-    """One frame's bars: the four probabilities (or None) and the chosen move's index."""
+    """One frame's bars: the four probabilities (or None; to 0.01%, as files keep them) and
+    the chosen move's index."""
 
     probs: tuple[float, ...] | None
     chosen: int | None
     note: str = ""
 
     def to_data(self) -> dict:
-        """Compact JSON for the kernel-free player (probabilities to 0.01%)."""
-        p = None if self.probs is None else [round(x, 4) for x in self.probs]
+        """Compact JSON for the kernel-free player."""
+        p = None if self.probs is None else list(self.probs)
         return {"p": p, "c": self.chosen, "n": self.note}
 
 
@@ -49,13 +51,14 @@ def move_bars(traj: Trajectory) -> list[MoveBars]:
         if turn.move_probs is None:
             out.append(MoveBars(None, chosen, NO_PROBS))
         else:
-            out.append(MoveBars(tuple(turn.move_probs), chosen))
+            out.append(MoveBars(tuple(round(p, 4) for p in turn.move_probs), chosen))
     out.append(MoveBars(None, None, EPISODE_OVER))
     return out
 
 
-def _pct(p: float) -> str:
-    return f"{100 * p:.0f}%" if p >= 0.01 or p == 0 else "<1%"
+def percent_text(p: float) -> str:
+    """Whole percent, halves rounded up as the player's script (`toFixed`) rounds them."""
+    return f"{math.floor(100 * p + 0.5)}%" if p >= 0.01 or p == 0 else "<1%"
 
 
 def bars_html(bars: MoveBars) -> str:
@@ -73,7 +76,7 @@ def bars_html(bars: MoveBars) -> str:
             f"<span class='rlkit-bar-fill' style='display:block;height:100%;"
             f"width:{100 * p:.3f}%;background:rgb{colour}'></span></span>"
             f"<span class='rlkit-bar-pct' style='width:3.2em;text-align:right'>"
-            f"{_pct(p) if bars.probs is not None else ''}</span></div>"
+            f"{percent_text(p) if bars.probs is not None else ''}</span></div>"
         )
     return (
         "<div class='rlkit-bars' title='the policy&#39;s probability of each move' "
@@ -120,9 +123,12 @@ def _sureness(turn, label: str) -> str:
     p = dict(ranked)
     if not turn.actions:
         top, pt = ranked[0]
-        return f"{label} wrote no parsable move (its likeliest: {top} at {_pct(pt)})"
-    alt = next((m, q) for m, q in ranked if m != move)
-    return f"{label} chose {move} at {_pct(p[move])} (next: {alt[0]} at {_pct(alt[1])})"
+        return f"{label} wrote no parsable move (its likeliest: {top} at {percent_text(pt)})"
+    alt, q = next((m, q) for m, q in ranked if m != move)
+    if q < 0.005:
+        return f"{label} chose {move} at {percent_text(p[move])}"
+    which = "next" if p[move] >= q else "likeliest"
+    return f"{label} chose {move} at {percent_text(p[move])} ({which}: {alt} at {percent_text(q)})"
 
 
 def disagreement(a: Trajectory, b: Trajectory, labels: Sequence[str]) -> str:
