@@ -1,0 +1,160 @@
+"""Baselines beside a run: scripted policies and the untrained model on the test set, evaluated
+once (notebook 02) and cached under OUT/baselines/ by what makes them differ, so that notebook 04
+draws beside a run only the baselines that played its test set and env (and, for the untrained
+model, started from its model).
+
+    base = baselines.baseline_evals("runs/demo", "local-tiny", samples=4)
+    beside = baselines.run_baselines("runs/demo", run, evals)      # those that fit this run
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rlkit.episodes.evaluate import EvalResult
+from rlkit.episodes.policies import Policy, scripted_policy
+from rlkit.episodes.rollout import Trajectory
+from rlkit.errors import UsageError
+from rlkit.fsio import atomic_write_text
+from rlkit.maze.sets import pinned_set_hash
+from rlkit.notebook.report import BASE
+from rlkit.notebook.workbench import base_model, evaluate_cached, model_policy, run_config
+from rlkit.run.reader import Run, open_run
+from rlkit.train.config import TrainConfig
+from rlkit.train.config import preset as train_preset
+
+SCRIPTED_BASELINES = ("random", "eps-oracle:0.25", "oracle")
+"""The floor, a noisy planner and the ceiling: a trained model should land between them."""
+INDEX = "index.json"
+"""OUT/baselines/index.json: each cached baseline's file and the key it was evaluated under."""
+
+
+def _slug(name: str) -> str:
+    return name.replace(":", "_").replace("/", "_")
+
+
+def baseline_key(name: str, cfg: TrainConfig, *, samples: int, seed: int) -> dict[str, Any]:
+    """What makes one baseline evaluation differ from another: the policy (for `base`, the
+    untrained model: its architecture, sampling and the seed that built it), the test set and
+    env it played, samples per maze and the eval seed. Cached files are found by this key."""
+    key: dict[str, Any] = {
+        "policy": name,
+        "test_set_hash": pinned_set_hash(cfg.task.eval_set),
+        "env": asdict(cfg.task.env),
+        "history": cfg.task.history,
+        "samples": samples,
+        "seed": seed,
+    }
+    if name == BASE:
+        key["model"] = {"model": asdict(cfg.model), "build_seed": cfg.schedule.seed}
+    return json.loads(json.dumps(key, default=str))
+
+
+def _key_hash(key: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _index(root: Path) -> dict[str, dict[str, Any]]:
+    """OUT/baselines/index.json: cached file name -> its key, in the order they were written."""
+    try:
+        return json.loads((root / INDEX).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except ValueError as e:
+        raise UsageError(f"{root / INDEX} is not JSON ({e}): delete it to re-evaluate") from e
+
+
+def baseline_evals(
+    out_dir: str | Path,
+    preset: str,
+    *,
+    samples: int,
+    seed: int = 0,
+    policies: tuple[str, ...] = (*SCRIPTED_BASELINES, BASE),
+) -> dict[str, EvalResult]:
+    """Scripted policies and the untrained model (`base`) on the test set of the training
+    preset, cached under OUT/baselines/ by `baseline_key` (another preset, sampling, seed or
+    eval set is another file, never a stale hit)."""
+    cfg = train_preset(preset)
+    root = Path(out_dir) / "baselines"
+    index = _index(root)
+    results = {}
+    for name in policies:
+        if name == BASE:
+            model_dir = base_model(preset, out_dir)
+            make: Callable[[], Policy] = lambda d=model_dir: model_policy(d, cfg)  # noqa: E731
+        else:
+            make = lambda n=name: scripted_policy(n)  # noqa: E731
+        key = baseline_key(name, cfg, samples=samples, seed=seed)
+        file = f"{_slug(name)}-{_key_hash(key)}.json"
+        results[name], _ = evaluate_cached(
+            root / file, make, samples=samples, task=cfg.task, seed=seed, label=name
+        )
+        index.pop(file, None)
+        index[file] = key  # the newest last: `cached_baselines` prefers it
+        atomic_write_text(root / INDEX, json.dumps(index, indent=1) + "\n")
+    return results
+
+
+def _cached(out_dir: str | Path, want: Callable[[dict[str, Any]], bool]) -> dict[str, Path]:
+    """`{policy: cached file}` whose key `want` accepts; per policy the newest such file."""
+    root = Path(out_dir) / "baselines"
+    found: dict[str, Path] = {}
+    for file, key in _index(root).items():
+        if want(key) and (root / file).is_file():
+            found[key["policy"]] = root / file
+    names = (*SCRIPTED_BASELINES, BASE)
+    return {n: found[n] for n in (*names, *sorted(set(found) - set(names))) if n in found}
+
+
+def cached_baselines(out_dir: str | Path) -> dict[str, EvalResult]:
+    """The newest of each baseline `baseline_evals` cached under OUT/baselines/ (notebook 02),
+    {} if nothing yet."""
+    return {n: EvalResult.load(p) for n, p in _cached(out_dir, lambda key: True).items()}
+
+
+def run_baselines(
+    out_dir: str | Path, source: str | Path | Run, evals: dict[int, EvalResult]
+) -> dict[str, EvalResult]:
+    """The cached baselines that can stand beside a run's evals: the same test set and env as
+    the run's own config, and for `base` the model the run started from (a local run's preset
+    model and seed). A SkyRL run gets no `base`: its untrained model is its step-0 eval."""
+    if not evals:
+        return {}
+    run = source if isinstance(source, Run) else open_run(source)
+    ref = evals[max(evals)]
+    env = _run_env(run)
+    model = None
+    if run.backend == "local":
+        cfg = run_config(run)
+        model = baseline_key(BASE, cfg, samples=1, seed=0)["model"]
+
+    def fits(key: dict[str, Any]) -> bool:
+        if key.get("test_set_hash") != ref.test_set_hash or (env and key.get("env") != env):
+            return False
+        return key["policy"] != BASE or (model is not None and key.get("model") == model)
+
+    found = {n: EvalResult.load(p) for n, p in _cached(out_dir, fits).items()}
+    return {n: r for n, r in found.items() if r.n_mazes == ref.n_mazes}
+
+
+def _run_env(run: Run) -> dict[str, Any] | None:
+    """The env config the run's evals played, as its config recorded it (None: unknown)."""
+    config = run.config()
+    if run.backend == "local":
+        return json.loads(json.dumps(asdict(run_config(run).task.env), default=str))
+    env = (config.get("data") or {}).get("env_config")
+    return env if isinstance(env, dict) else None
+
+
+def baseline_trajectories(out_dir: str | Path, name: str) -> list[Trajectory]:
+    """The episodes `baseline_evals` recorded for one baseline (its newest cached evaluation)."""
+    path = _cached(out_dir, lambda key: key["policy"] == name).get(name)
+    if path is None:
+        raise UsageError(f"no cached baseline {name!r} under {out_dir}: run notebook 02 first")
+    return EvalResult.load(path).load_trajectories(path)

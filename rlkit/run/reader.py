@@ -1,0 +1,283 @@
+"""One run, whichever backend wrote it: `open_run(path)` gives the same `Run` for a local run
+and a SkyRL run, so the notebooks, the monitor, `rlkit plot` and `rlkit eval` read both alike.
+
+    run = open_run("runs/demo/local-tiny")       # or a SkyRL run dir, or its export dir
+    run.backend, run.config()                    # "local" | "skyrl"; the run's recorded config
+    run.metrics()                                # metrics.jsonl records, in file order
+    run.evals()                                  # {step: EvalResult}, ascending
+    run.trajectories(step)                       # the episodes of that eval, maze-major
+    run.checkpoints()                            # RunCheckpoint(step, path, complete, hf_export)
+    run.warm_start_end()                         # the warm-start/GRPO boundary, or None
+
+Which backend wrote a directory is decided by one rule, `skyrl_layout.find_skyrl_run`. A local
+run's evals are RUN/evals/global_step_N.json with their trajectories; a SkyRL run's are its eval
+dumps, replayed through rlkit's env. A SkyRL run's warm start (rlkit's tiny model) happens
+before SkyRL's step 0, so its boundary is None; a local run's is the last warm-start step.
+`Run.summary()` is the run as JSON (no trajectories): what `rlkit.run.remote` returns when the
+reader goes through the cluster, read back by `SummaryRun`.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rlkit.episodes.evaluate import EvalResult
+from rlkit.episodes.rollout import Trajectory
+from rlkit.errors import RlkitError, UsageError
+from rlkit.run.manifest import checkpoint_problem
+from rlkit.run.rundir import RunDir, step_dirs
+from rlkit.run.skyrl_dumps import read_eval_dump, read_eval_dumps
+from rlkit.run.skyrl_layout import SkyRLRun, find_skyrl_run, list_checkpoints
+
+
+class RunNotFound(UsageError):
+    """The path is not visible here (e.g. /fsx is not mounted in this kernel)."""
+
+
+@dataclass(frozen=True)
+class RunCheckpoint:
+    """One step that left a checkpoint, an HF export, or both."""
+
+    step: int
+    path: Path | None
+    """The trainer's checkpoint dir (RUN/global_step_N); None once keep-k pruned it."""
+    complete: bool
+    """Committed (the marker has reached it) and, for a local run, its manifest verifies."""
+    hf_export: Path | None
+    """An HF model dir for `rlkit eval`: RUN/global_step_N/policy locally, SkyRL's export."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunCheckpoint:
+        path, export = d.get("path"), d.get("hf_export")
+        return cls(
+            int(d["step"]),
+            Path(path) if path else None,
+            bool(d["complete"]),
+            Path(export) if export else None,
+        )
+
+
+class Run(ABC):
+    """What every reader of a run uses; `open_run` picks the implementation."""
+
+    backend: ClassVar[str]
+    """"local" (rlkit's GRPO loop) or "skyrl" (SkyRL's trainer)."""
+
+    def __init__(self, path: Path, name: str) -> None:
+        self.path = path
+        """The run dir (where metrics.jsonl is), or a SkyRL export dir found alone."""
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.path)!r})"
+
+    def info(self) -> dict[str, Any]:
+        """run.json as written ({} when the run has none)."""
+        try:
+            info = json.loads((self.path / "run.json").read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as e:
+            raise RlkitError(f"{self.path / 'run.json'} is not readable JSON ({e})") from e
+        return info if isinstance(info, dict) else {}
+
+    def config(self) -> dict[str, Any]:
+        """The config the run recorded when it started (updated by a resume that changed it)."""
+        return dict(self.info().get("config") or {})
+
+    @property
+    def preset(self) -> str | None:
+        return self.info().get("preset")
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Every complete metrics.jsonl record, in file order; [] before the first step."""
+        return RunDir(self.path).read_metrics()
+
+    @abstractmethod
+    def evals(self) -> dict[int, EvalResult]:
+        """`{step: EvalResult}` of every evaluated step, ascending; {} before the first."""
+
+    @abstractmethod
+    def trajectories(self, step: int) -> list[Trajectory]:
+        """The episodes the eval of `step` played, in its EvalResult's order (maze-major)."""
+
+    @abstractmethod
+    def checkpoints(self) -> list[RunCheckpoint]:
+        """Every step with a checkpoint or an HF export, oldest first."""
+
+    def latest_checkpoint(self) -> RunCheckpoint | None:
+        """The newest complete checkpoint, or None."""
+        return next((c for c in reversed(self.checkpoints()) if c.complete), None)
+
+    def warm_start_end(self, records: list[dict[str, Any]] | None = None) -> int | None:
+        """The last warm-start step (where GRPO took over), None without a logged warm start."""
+        records = self.metrics() if records is None else records
+        steps = [r["step"] for r in records if r.get("train/phase") == "warm_start"]
+        return max(steps, default=None)
+
+    def describe(self) -> str:
+        """One line: name, backend, preset, steps logged, evals and checkpoints."""
+        metrics, evals = self.metrics(), self.evals()
+        last = max((r.get("step", -1) for r in metrics), default=None)
+        preset = f" preset {self.preset}," if self.preset else ""
+        return (
+            f"{self.name}: {self.backend} run,{preset} last step {last}, "
+            f"{len(evals)} evals, {sum(c.complete for c in self.checkpoints())} checkpoints"
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """The run as JSON (no trajectories): what a reader elsewhere needs for its figures."""
+        return {
+            "name": self.name,
+            "backend": self.backend,
+            "path": str(self.path),
+            "info": self.info(),
+            "metrics": self.metrics(),
+            "evals": {str(s): r.to_dict() for s, r in self.evals().items()},
+            "checkpoints": [c.to_dict() for c in self.checkpoints()],
+        }
+
+
+class LocalRun(Run):
+    """A run of rlkit's local GRPO loop: run.json, metrics.jsonl, global_step_N/, evals/."""
+
+    backend = "local"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, path.name)
+        self.dir = RunDir(path)
+        """The run's files, for the few readers that add to them (a re-scored checkpoint)."""
+
+    def evals(self) -> dict[int, EvalResult]:
+        out = {}
+        for step in self.dir.eval_steps():
+            result = EvalResult.from_dict(self.dir.read_eval(step))
+            if result.step is None:
+                result.step = step  # the file name is the authority on which checkpoint it scored
+            out[step] = result
+        return out
+
+    def trajectories(self, step: int) -> list[Trajectory]:
+        path = self.dir.eval_path(step)
+        return EvalResult.load(path).load_trajectories(path)
+
+    def checkpoints(self) -> list[RunCheckpoint]:
+        marker = self.dir.marker_step()
+        out = []
+        for step in self.dir.checkpoint_steps():
+            d = self.dir.checkpoint_dir(step)
+            complete = (
+                marker is not None
+                and step <= marker
+                and checkpoint_problem(d, hashes=False) is None
+            )
+            policy = d / "policy"
+            out.append(RunCheckpoint(step, d, complete, policy if policy.is_dir() else None))
+        return out
+
+
+class SkyRLRunReader(Run):
+    """A run of SkyRL's trainer: its run dir (ckpt_path) with metrics.jsonl from rlkit's bridge,
+    and its export dir (HF exports, eval dumps)."""
+
+    backend = "skyrl"
+
+    def __init__(self, where: SkyRLRun) -> None:
+        super().__init__(where.run_dir or where.export_dir, where.name)
+        self.where = where
+
+    def info(self) -> dict[str, Any]:
+        return super().info() if self.where.run_dir is not None else {}
+
+    def config(self) -> dict[str, Any]:
+        """run.json's config (SkyRL's overrides and rlkit's entry settings), or, for a run
+        started before the entry recorded it, the datasets' manifest."""
+        recorded = super().config()
+        if recorded or self.where.run_dir is None:
+            return recorded
+        manifest = self.where.run_dir / "data" / "manifest.json"
+        try:
+            return {"data": json.loads(manifest.read_text(encoding="utf-8"))}
+        except (OSError, ValueError):
+            return {}
+
+    def metrics(self) -> list[dict[str, Any]]:
+        return super().metrics() if self.where.run_dir is not None else []
+
+    def evals(self) -> dict[int, EvalResult]:
+        if not (self.where.export_dir / "dumped_evals").is_dir():
+            return {}  # nothing evaluated yet
+        return read_eval_dumps(self.where.export_dir, policy=self.name)
+
+    def trajectories(self, step: int) -> list[Trajectory]:
+        return read_eval_dump(self.where.export_dir, step).trajectories(self.name)
+
+    def checkpoints(self) -> list[RunCheckpoint]:
+        if self.where.run_dir is None:  # an export dir alone: its exports, nothing resumable
+            exports = step_dirs(self.where.export_dir)
+            return [
+                RunCheckpoint(s, None, False, d / "policy")
+                for s, d in sorted(exports.items())
+                if (d / "policy").is_dir()
+            ]
+        found = list_checkpoints(self.where.run_dir, self.where.export_dir)
+        return [RunCheckpoint(c.step, c.path, c.complete, c.hf_export) for c in found]
+
+
+def open_run(path: str | Path) -> Run:
+    """The run at `path`: a local run dir, a SkyRL run dir (as `rlkit submit` printed it) or a
+    SkyRL export dir. A path that does not exist raises RunNotFound (the notebook then reads
+    the run through the cluster, `rlkit.run.remote`); a file raises UsageError."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise RunNotFound(
+            f"no run at {p} from here: check the path, or read it through the cluster "
+            "(its storage, e.g. /fsx, is not mounted in this kernel)"
+        )
+    if not p.is_dir():
+        raise UsageError(f"{p} is a file: give the run directory it belongs to")
+    sky = find_skyrl_run(p)
+    return SkyRLRunReader(sky) if sky is not None else LocalRun(p)
+
+
+class SummaryRun(Run):
+    """A run read elsewhere (`Run.summary()`, e.g. through a Ray job on the cluster): config,
+    metrics, evals and checkpoints as that reader saw them; no episodes."""
+
+    def __init__(self, summary: dict[str, Any]) -> None:
+        try:
+            super().__init__(Path(summary["path"]), str(summary["name"]))
+            self.backend = str(summary["backend"])  # type: ignore[misc]
+            self._info = dict(summary.get("info") or {})
+            self._metrics = list(summary.get("metrics") or [])
+            self._evals = {
+                int(s): EvalResult.from_dict(d) for s, d in (summary.get("evals") or {}).items()
+            }
+            self._ckpts = [RunCheckpoint.from_dict(c) for c in summary.get("checkpoints") or []]
+        except (KeyError, TypeError, ValueError) as e:
+            raise RlkitError(f"not a run summary ({type(e).__name__}: {e})") from None
+
+    def info(self) -> dict[str, Any]:
+        return dict(self._info)
+
+    def metrics(self) -> list[dict[str, Any]]:
+        return list(self._metrics)
+
+    def evals(self) -> dict[int, EvalResult]:
+        return dict(sorted(self._evals.items()))
+
+    def trajectories(self, step: int) -> list[Trajectory]:
+        raise UsageError(
+            f"the episodes of {self.name} are read where its files are: open the run in a "
+            f"kernel that mounts {self.path.parent} (e.g. Studio with FSx attached)"
+        )
+
+    def checkpoints(self) -> list[RunCheckpoint]:
+        return list(self._ckpts)

@@ -1,0 +1,54 @@
+"""A run read where its files are, for a kernel that cannot see them (Studio without /fsx).
+
+The cluster runs this module as a small Ray job (`rlkit.cluster.run_reader` submits it through
+the Jobs API); it prints the run's summary (`Run.summary()`: config, metrics, evals,
+checkpoints) as one tagged JSON line, which the kernel reads back from the job's logs as a
+`SummaryRun`:
+
+    python -m rlkit.run.remote /fsx/rlkit/runs/RUN
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rlkit.errors import RlkitError
+from rlkit.run.reader import SummaryRun, open_run
+
+TAG = "rlkit-run-summary "
+"""Starts the one log line that holds the summary; anything else the job prints is ignored."""
+
+
+def summary_line(path: str) -> str:
+    """The tagged JSON line for the run at `path`."""
+    return TAG + json.dumps(open_run(path).summary(), allow_nan=False)
+
+
+def summary_from_logs(logs: str, path: str) -> SummaryRun:
+    """The run from a reading job's logs (the last tagged line); RlkitError naming what the job
+    said instead when there is none."""
+    lines = [ln for ln in logs.splitlines() if ln.startswith(TAG)]
+    if not lines:
+        tail = " | ".join(logs.strip().splitlines()[-3:]) or "no output"
+        raise RlkitError(f"the cluster could not read {path}: {tail}")
+    try:
+        return SummaryRun(json.loads(lines[-1][len(TAG) :]))
+    except ValueError as e:
+        raise RlkitError(f"the cluster's summary of {path} is not JSON ({e})") from e
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m rlkit.run.remote RUN_DIR", file=sys.stderr)
+        return 2
+    try:
+        print(summary_line(argv[0]), flush=True)
+    except RlkitError as e:
+        print(f"rlkit: {e}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,374 @@
+"""The run directory: one layout for local and SkyRL runs, crash-safe checkpoints, resume, lock.
+
+    RUN/run.json                      preset, seed, versions, git sha, backend
+    RUN/metrics.jsonl                 one JSON object per step (appended, fsynced)
+    RUN/global_step_N/                one complete checkpoint + rlkit_manifest.json
+    RUN/latest_ckpt_global_step.txt   written last, atomically: the completion marker
+    RUN/evals/global_step_N.json      eval result
+    RUN/.lock                         flock held by the one trainer writing here
+
+A checkpoint is written into a hidden sibling directory, its manifest (sizes and sha256 of every
+file) written and fsynced, the directory renamed into place, and only then the marker replaced
+(tmp file + fsync + rename). A kill at any point leaves either the old or the new checkpoint
+complete. `latest_complete_checkpoint` trusts nothing: it checks the marker and the manifest and
+falls back, with a warning naming the directory, to the newest checkpoint that verifies.
+
+Trainer usage::
+
+    run = RunDir(path, keep=3)
+    with run.lock():
+        run.init(preset="smoke", seed=0, backend="local")
+        ckpt = run.resume()                     # None on a fresh run; metrics truncated to it
+        ...
+        run.append_metrics({"step": step, "rollout/reward_mean": r})
+        run.save_checkpoint(step, lambda d: (model.save_pretrained(d / "policy"), ...))
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from rlkit.errors import RlkitError, UsageError
+from rlkit.fsio import FULL_DISK, RunLock, atomic_write_text, fsync
+from rlkit.run.manifest import MANIFEST, checkpoint_problem, write_manifest
+
+MARKER = "latest_ckpt_global_step.txt"
+"""Written last, atomically: the completion marker. SkyRL's name, so both layouts share it."""
+STEP_DIR = re.compile(r"^global_step_(\d+)$")
+"""A checkpoint (or export) directory, local or SkyRL's."""
+
+
+def step_dirs(root: str | Path) -> dict[int, Path]:
+    """`{N: root/global_step_N}` for every such directory under `root` ({} if none)."""
+    root = Path(root)
+    if not root.is_dir():
+        return {}
+    found = ((STEP_DIR.match(p.name), p) for p in root.iterdir() if p.is_dir())
+    return {int(m.group(1)): p for m, p in found if m}
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint directory was skipped as incomplete or corrupted."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A complete, verified checkpoint."""
+
+    step: int
+    path: Path
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN/inf become null: strict JSON readers (and pandas) reject the bare tokens."""
+    if not isinstance(value, str | int | float | bool | Mapping | list | tuple) and hasattr(
+        value, "item"
+    ):
+        value = value.item()  # numpy scalars and 0-d tensors
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _versions(*dists: str) -> dict[str, str | None]:
+    found: dict[str, str | None] = {"python": sys.version.split()[0]}
+    for dist in dists:
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            found[dist] = None
+    return found
+
+
+def _git_sha() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+class RunDir:
+    """One run's directory. `keep`: how many complete checkpoints to keep (None keeps all)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, keep: int | None = None):
+        if keep is not None and keep < 1:
+            raise UsageError(f"keep ({keep}) must be >= 1 or None: it is how many checkpoints stay")
+        self.path = Path(path)
+        self.keep = keep
+        self.run_json = self.path / "run.json"
+        self.metrics_path = self.path / "metrics.jsonl"
+        self.evals_dir = self.path / "evals"
+        self.marker_path = self.path / MARKER
+        self._tail_checked = False
+
+    def checkpoint_dir(self, step: int) -> Path:
+        return self.path / f"global_step_{step}"
+
+    def lock(self) -> RunLock:
+        """A lock to hold (`with run.lock():`) while training writes here."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        return RunLock(self.path / ".lock")
+
+    # run.json
+
+    def init(
+        self, *, preset: str, seed: int, backend: str, config: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Write run.json on a new run; on an existing one check that preset/seed/backend agree."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        if self.run_json.exists():
+            info = self.read_info()
+            for key, value in (("preset", preset), ("seed", seed), ("backend", backend)):
+                if info.get(key) != value:
+                    raise UsageError(
+                        f"run directory {self.path} was started with {key}={info.get(key)!r}, not "
+                        f"{value!r}: resume with the same {key} or choose a new run directory"
+                    )
+            return info
+        info = {
+            "preset": preset,
+            "seed": seed,
+            "backend": backend,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "versions": _versions("torch", "transformers", "ray", "rlkit"),
+            "git_sha": _git_sha(),
+            "config": _json_safe(dict(config or {})),
+        }
+        atomic_write_text(self.run_json, json.dumps(info, indent=1) + "\n")
+        return info
+
+    def record_config(
+        self, config: Mapping[str, Any], changed: Mapping[str, Any], *, step: int
+    ) -> None:
+        """A resume from `step` changed `changed` (key -> (old, new)): run.json's config becomes
+        `config`, and the change joins its `config_changes` history."""
+        info = self.read_info()
+        entry = {"step": step, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": changed}
+        info["config"] = _json_safe(dict(config))
+        info["config_changes"] = [*info.get("config_changes", []), _json_safe(entry)]
+        atomic_write_text(self.run_json, json.dumps(info, indent=1) + "\n")
+
+    def read_info(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.run_json.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RlkitError(
+                f"{self.run_json} not found: is {self.path} a run directory?"
+            ) from None
+        except ValueError as e:
+            raise RlkitError(f"{self.run_json} is not valid JSON ({e}): fix or remove it") from e
+
+    # checkpoints
+
+    def checkpoint_steps(self) -> list[int]:
+        """Steps of every global_step_N directory present, complete or not, ascending."""
+        return sorted(step_dirs(self.path))
+
+    def marker_step(self) -> int | None:
+        """The step the completion marker names, or None when there is none (or it is unreadable)."""
+        try:
+            return int(self.marker_path.read_text(encoding="utf-8").strip())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            warnings.warn(f"{self.marker_path} is unreadable; ignoring it", CheckpointWarning, 2)
+            return None
+
+    def save_checkpoint(self, step: int, write_fn: Callable[[Path], object]) -> Checkpoint:
+        """Save one checkpoint: write_fn(tmp_dir) writes the payload, then rlkit commits it.
+
+        Raises RlkitError when the disk is full; the previous checkpoint stays intact.
+        """
+        if step < 0:
+            raise UsageError(f"step ({step}) must be >= 0")
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._remove_stale_tmp_dirs()
+        final = self.checkpoint_dir(step)
+        tmp = self.path / f".{final.name}.tmp-{os.getpid()}"
+        tmp.mkdir()
+        try:
+            write_fn(tmp)
+            write_manifest(tmp, step)
+            if final.exists():
+                # A leftover from an abandoned save at this step: replace it, never merge.
+                old = self.path / f".{final.name}.old-{os.getpid()}"
+                os.replace(final, old)
+                shutil.rmtree(old, ignore_errors=True)
+            os.replace(tmp, final)
+            fsync(self.path)
+        except BaseException as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(e, OSError) and e.errno in FULL_DISK:
+                prev = self.marker_step()
+                kept = f"global_step_{prev} is intact" if prev is not None else "no earlier one"
+                raise RlkitError(
+                    f"disk full while saving checkpoint {final.name} in {self.path} ({kept}): "
+                    "free space or lower keep, then resume"
+                ) from e
+            raise
+        atomic_write_text(self.marker_path, f"{step}\n")
+        self._apply_keep()
+        return Checkpoint(step=step, path=final)
+
+    def _remove_stale_tmp_dirs(self) -> None:
+        # Only one trainer writes here (the lock), so any hidden save dir is from a killed save.
+        for p in self.path.glob(".global_step_*"):
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+
+    def _apply_keep(self) -> None:
+        if self.keep is None:
+            return
+        marker = self.marker_step()
+        complete = [
+            s
+            for s in self.checkpoint_steps()
+            if marker is not None
+            and s <= marker
+            and checkpoint_problem(self.checkpoint_dir(s), hashes=False) is None
+        ]
+        if len(complete) <= self.keep:
+            return
+        oldest_kept = complete[-self.keep]
+        for s in self.checkpoint_steps():
+            if s < oldest_kept and s != marker:
+                shutil.rmtree(self.checkpoint_dir(s), ignore_errors=True)
+
+    def latest_complete_checkpoint(
+        self, *, hashes: bool = True, require_manifest: bool = True
+    ) -> Checkpoint | None:
+        """The newest checkpoint that is committed (step <= marker) and verifies, or None.
+
+        Each skipped directory gets one CheckpointWarning naming it. `hashes=False` checks only
+        file sizes (fast for multi-GB models); `require_manifest=False` accepts directories
+        without an rlkit manifest (SkyRL's own checkpoints), trusting the marker alone.
+        """
+        marker = self.marker_step()
+        for step in reversed(self.checkpoint_steps()):
+            d = self.checkpoint_dir(step)
+            if self.marker_path.exists() and marker is not None and step > marker:
+                problem = f"newer than the marker (step {marker}): its save did not finish"
+            elif not self.marker_path.exists():
+                problem = f"no {MARKER}: its save did not finish"
+            else:
+                problem = checkpoint_problem(d, hashes=hashes)
+                if problem and not require_manifest and not (d / MANIFEST).exists():
+                    problem = None
+            if problem is None:
+                return Checkpoint(step=step, path=d)
+            warnings.warn(f"skipping checkpoint {d}: {problem}", CheckpointWarning, stacklevel=2)
+        return None
+
+    def resume(self, *, hashes: bool = True) -> Checkpoint | None:
+        """The checkpoint to resume from; drops metrics logged after it so no step counts twice."""
+        ckpt = self.latest_complete_checkpoint(hashes=hashes)
+        self.truncate_metrics_after(ckpt.step if ckpt is not None else -1)
+        return ckpt
+
+    # metrics.jsonl
+
+    def append_metrics(self, record: Mapping[str, Any]) -> None:
+        """Append one step's metrics as a JSON line, flushed and fsynced before returning."""
+        step = record.get("step")
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise UsageError(f"a metrics record needs an int 'step', got {step!r}")
+        line = json.dumps(_json_safe(dict(record)), allow_nan=False) + "\n"
+        self.path.mkdir(parents=True, exist_ok=True)
+        if not self._tail_checked:
+            self._drop_torn_tail()
+            self._tail_checked = True
+        try:
+            with open(self.metrics_path, "a", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            if e.errno in FULL_DISK:
+                raise RlkitError(f"disk full while appending to {self.metrics_path}") from e
+            raise
+
+    def _drop_torn_tail(self) -> None:
+        """A kill mid-append can leave a line without its newline; cut it before appending."""
+        try:
+            with open(self.metrics_path, "rb+") as f:
+                data = f.read()
+                if data and not data.endswith(b"\n"):
+                    f.truncate(data.rfind(b"\n") + 1)
+        except FileNotFoundError:
+            return
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """All complete metric records, in file order (a torn last line is ignored)."""
+        try:
+            text = self.metrics_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        lines = text.split("\n")
+        records = []
+        for i, line in enumerate(lines[:-1]):  # the last piece is "" or a torn line
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except ValueError as e:
+                    raise RlkitError(f"{self.metrics_path} line {i + 1} is not JSON: {e}") from e
+        return records
+
+    def truncate_metrics_after(self, step: int) -> None:
+        """Keep only records with step <= `step` (-1 drops all); atomic."""
+        if self.metrics_path.exists():
+            self.rewrite_metrics(r for r in self.read_metrics() if r.get("step", -1) <= step)
+
+    def rewrite_metrics(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Replace metrics.jsonl by `records` (those left with only a step are dropped); atomic."""
+        kept = [r for r in records if set(r) - {"step"}]
+        atomic_write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
+        self._tail_checked = True
+
+    # evals
+
+    def eval_path(self, step: int) -> Path:
+        return self.evals_dir / f"global_step_{step}.json"
+
+    def write_eval(self, step: int, result: Mapping[str, Any]) -> Path:
+        """Write an eval result for `step` atomically; returns its path."""
+        self.evals_dir.mkdir(parents=True, exist_ok=True)
+        path = self.eval_path(step)
+        atomic_write_text(path, json.dumps(_json_safe(dict(result)), indent=1) + "\n")
+        return path
+
+    def read_eval(self, step: int) -> dict[str, Any]:
+        try:
+            return json.loads(self.eval_path(step).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RlkitError(f"no eval for step {step} in {self.evals_dir}") from None
+
+    def eval_steps(self) -> list[int]:
+        if not self.evals_dir.is_dir():
+            return []
+        names = (p.stem for p in self.evals_dir.glob("global_step_*.json"))
+        return sorted(int(m.group(1)) for n in names if (m := STEP_DIR.match(n)))

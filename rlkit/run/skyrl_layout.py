@@ -1,0 +1,129 @@
+"""Where a SkyRL run's files are: its run dir and export dir, checkpoints and HF exports.
+
+SkyRL writes `<ckpt_path>/global_step_N/{policy,data.pt,trainer_state.pt}`, its completion
+marker `latest_ckpt_global_step.txt` (written last; rlkit's local runs share the name), HF
+exports at `<export_path>/global_step_N/policy` and eval dumps under
+`<export_path>/dumped_evals/` (read by `rlkit.run.skyrl_dumps`). In rlkit's layout the
+ckpt_path is the run dir and the export_path is RUN/exports.
+
+    sky = find_skyrl_run("/fsx/rlkit/runs/RUN")     # or ".../RUN/exports"; None: not SkyRL's
+    list_checkpoints(sky.run_dir, sky.export_dir)   # every step with a checkpoint or export
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlkit.errors import UsageError
+from rlkit.run.rundir import MARKER, step_dirs
+
+LATEST_MARKER = MARKER
+"""SkyRL writes it after a checkpoint is complete (rlkit's local runs use the same name)."""
+
+
+@dataclass(frozen=True)
+class SkyRLRun:
+    """Where one SkyRL run's files are, found from whichever of its paths a person holds."""
+
+    export_dir: Path
+    """SkyRL's export_path: `dumped_evals/` and the HF exports `global_step_N/policy`."""
+    run_dir: Path | None
+    """SkyRL's ckpt_path, rlkit's run dir (metrics.jsonl, global_step_N/, data/): the export
+    dir's parent in rlkit's layout; None for an export dir found outside one."""
+
+    @property
+    def name(self) -> str:
+        """The run's name (its run dir's), as evals and plots label it."""
+        return (self.run_dir or self.export_dir).name
+
+
+def find_skyrl_run(path: str | Path) -> SkyRLRun | None:
+    """The one rule for "is this a SkyRL run", which `open_run` (and so every reader) applies.
+
+    `path` is SkyRL's run: either its run dir (the path `rlkit submit` printed, SkyRL's
+    ckpt_path) or its export dir (it holds `dumped_evals/`). A run dir says which backend wrote
+    it in run.json (`"backend": "skyrl"`, written by rlkit's SkyRL entry before SkyRL starts;
+    the local trainer writes its own run.json first). A run dir without run.json (one written
+    before the entry recorded it) is SkyRL's when it holds `exports/` or the `data/` the entry
+    writes. Anything else is not a SkyRL run: None.
+    """
+    p = Path(path)
+    if not p.is_dir():
+        return None
+    backend = recorded_backend(p)
+    if backend is not None:
+        return SkyRLRun(export_dir=p / "exports", run_dir=p) if backend == "skyrl" else None
+    if (p / "dumped_evals").is_dir():
+        return SkyRLRun(export_dir=p, run_dir=p.parent if p.name == "exports" else None)
+    if (p / "exports").is_dir() or (p / "data" / "eval.parquet").is_file():
+        return SkyRLRun(export_dir=p / "exports", run_dir=p)
+    return None
+
+
+def recorded_backend(run_dir: Path) -> str | None:
+    """The backend run.json names ("local" when it names none: the local trainer's older
+    files), or None without a readable run.json."""
+    try:
+        info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return str(info.get("backend") or "local") if isinstance(info, dict) else "local"
+
+
+def is_skyrl_run(path: str | Path) -> bool:
+    """`find_skyrl_run(path) is not None`: a SkyRL run dir or its export dir."""
+    return find_skyrl_run(path) is not None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One step of a SkyRL run that left a `global_step_N` checkpoint, an HF export, or both."""
+
+    step: int
+    path: Path | None
+    """`<ckpt_path>/global_step_N`, or None once SkyRL's keep-k pruned it (exports stay)."""
+    complete: bool
+    """True when the checkpoint exists and SkyRL's latest marker (written last) has reached it:
+    a resumable state."""
+    hf_export: Path | None
+    """`<export_path>/global_step_N/policy`, an HF model dir for `rlkit eval`, if exported."""
+
+
+def latest_step(ckpt_dir: str | Path) -> int | None:
+    """The step in SkyRL's latest marker, or None before the first complete checkpoint."""
+    marker = Path(ckpt_dir) / LATEST_MARKER
+    if not marker.is_file():
+        return None
+    text = marker.read_text().strip()
+    if not text.isdigit():
+        raise UsageError(f"{marker} holds {text[:40]!r}, not a step number: the run dir is damaged")
+    return int(text)
+
+
+def list_checkpoints(
+    ckpt_dir: str | Path, export_dir: str | Path | None = None
+) -> list[Checkpoint]:
+    """Every step of a SkyRL run with a checkpoint or an HF export, oldest first.
+
+    SkyRL keeps only the newest `max_ckpts_to_keep` checkpoints but never prunes exports, so
+    older steps come back with `path=None` and their export. `export_dir` defaults to
+    `<ckpt_dir>/exports` (rlkit's run layout: SkyRL's ckpt_path is the run dir).
+    """
+    root = Path(ckpt_dir)
+    if not root.is_dir():
+        raise UsageError(f"no SkyRL run dir at {root}: check the path (e.g. /fsx/rlkit/runs/RUN)")
+    exports = Path(export_dir) if export_dir is not None else root / "exports"
+    latest = latest_step(root)
+    ckpts = step_dirs(root)
+    exported = {s: d / "policy" for s, d in step_dirs(exports).items() if (d / "policy").is_dir()}
+    return [
+        Checkpoint(
+            step,
+            ckpts.get(step),
+            step in ckpts and latest is not None and step <= latest,
+            exported.get(step),
+        )
+        for step in sorted(set(ckpts) | set(exported))
+    ]
