@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from rlkit.cluster.skyrl.readers import EvalEpisode, to_trajectory
 from rlkit.env.maze_env import EnvConfig, make_env
 from rlkit.episodes.policies import UNIFORM, EpsOraclePolicy, Response, scripted_policy
 from rlkit.episodes.rollout import (
-    Trajectory,
     episode_rngs,
     history_window,
     load_trajectories,
@@ -97,6 +97,7 @@ def test_probabilities_round_trip_through_jsonl_and_old_files_load(tmp_path):
     (legacy,) = load_trajectories(tmp_path / "old.jsonl")
     assert all(u.move_probs is None for u in legacy.turns)
     assert legacy.turns[0].actions == trajs[0].turns[0].actions
+    assert "move_probs" not in legacy.to_json()  # absent ones cost no bytes
     old["turns"][0]["move_probs"] = [0.5, 0.5]
     (tmp_path / "bad.jsonl").write_text(json.dumps(old) + "\n")
     with pytest.raises(UsageError, match=r"bad.jsonl:1 is not a trajectory record"):
@@ -154,10 +155,21 @@ def test_live_and_kernel_free_replays_draw_the_bars_per_turn():
     assert pane["bars"][-1] == {"p": None, "c": None, "n": EPISODE_OVER}
     assert page.count("class='rlkit-bar-fill'") == 4 and "function rlkitBars" in page
     assert "src=" not in page.split("rlkit-bars", 1)[1].split("</div></div>", 1)[0]  # no assets
-    # turns with nothing recorded (SkyRL's eval dumps): the bars say so
-    bare = Trajectory.from_dict(json.loads(traj.to_json()))
-    for turn in bare.turns:
-        turn.move_probs = None
+    # SkyRL's eval dumps hold answers, no move probabilities: the bars say none were recorded
+    oracle = run_episodes(scripted_policy("oracle"), [MAZE])[0]
+    dumped = EvalEpisode(
+        maze=MAZE.to_dict(),
+        maze_index=0,
+        maze_hash=MAZE.content_hash,
+        data_source="maze",
+        reward=1.0,
+        solved=True,
+        responses=[u.text for u in oracle.turns],
+        stop_reason=None,
+        max_turns=12,
+    )
+    bare = to_trajectory(dumped, 0, "skyrl")
+    assert bare.solved and all(u.move_probs is None for u in bare.turns)
     rb = w.ReplayWidget(bare)
     assert NO_PROBS in rb.pane.bars.value
     assert {b["n"] for b in _data(rb.to_html())[0]["bars"][:-1]} == {NO_PROBS}

@@ -49,8 +49,13 @@ PROB_DECIMALS = 4
 """Places kept per move probability in trajectory files: ~7 bytes each, 0.01% resolution."""
 
 
-def _stored_probs(p: MoveProbs | None) -> list[float] | None:
-    return None if p is None else [round(float(x), PROB_DECIMALS) for x in p]
+def _stored_turn(t: Turn) -> dict:
+    """A turn as its JSON holds it: probabilities rounded, and no key at all when absent (as
+    files from before they existed read)."""
+    d = vars(t)
+    if t.move_probs is None:
+        return {k: v for k, v in d.items() if k != "move_probs"}
+    return {**d, "move_probs": [round(float(x), PROB_DECIMALS) for x in t.move_probs]}
 
 
 def _read_probs(p: object) -> MoveProbs | None:
@@ -89,7 +94,7 @@ class Trajectory:
 
     def to_json(self) -> str:
         # vars() rather than asdict(): asdict deep-copies every token list (slow for evals)
-        turns = [{**vars(t), "move_probs": _stored_probs(t.move_probs)} for t in self.turns]
+        turns = [_stored_turn(t) for t in self.turns]
         return json.dumps({**vars(self), "turns": turns}, separators=(",", ":"))
 
     @classmethod
