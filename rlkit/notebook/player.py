@@ -2,8 +2,8 @@
 
 The live ipywidgets (`rlkit.notebook.widgets`) need a kernel to change frames. An executed
 notebook opened later, or any static viewer, has none: there the same frames play from this
-player, with every frame embedded as a PNG data URL and play/pause, step and a slider in the
-browser. The replay widgets put it in their display bundle as `text/html`, and the notebooks
+player, with every frame embedded as a PNG data URL (and its move-probability bars as numbers
+the script draws) and play/pause, step and a slider in the browser. The replay widgets put it in their display bundle as `text/html`, and the notebooks
 `rlkit demo` writes keep that form (`kernel_free_outputs`), so they play as opened.
 """
 

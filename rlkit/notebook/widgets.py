@@ -1,8 +1,12 @@
 """Notebook widgets: episode replay, checkpoint diff, maze browser (ipywidgets 8); the job
 monitor is `rlkit.notebook.monitor`.
 
+Every replay frame also draws the policy's probability of each move at that turn as four bars
+(`rlkit.notebook.move_bars`; "no probabilities recorded" where the trajectory has none), and a
+checkpoint diff says where the two first chose differently and how sure each was.
+
 Everything costly happens once, in plain functions (`replay_frames`, `replay_captions`,
-`maze_view`, `curves.live_curves`); the widgets only swap pre-computed values on a slider move,
+`move_bars`, `maze_view`, `curves.live_curves`); the widgets only swap pre-computed values on a slider move,
 so scrubbing is instant and tests can check the content without widgets at all.
 
 In a browser `Play` drives the slider through `jslink` (no kernel round trip). `jslink` does
@@ -11,6 +15,7 @@ nothing without a browser, so every widget also observes its slider in Python: s
 
     w = ReplayWidget(trajs[3]); w            # in a notebook cell
     w.slider.value = 2; w.text.value         # the model's answer at turn 3
+    w.pane.move_bars[2].probs                # its probability of up, down, left, right
 """
 
 from __future__ import annotations
