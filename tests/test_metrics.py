@@ -7,9 +7,10 @@ import time
 import pytest
 
 from rlkit.errors import UsageError
-from rlkit.train import metrics
-from rlkit.train.metrics import MetricsLogger, NullLogger, timer
-from rlkit.train.runs import RunDir
+from rlkit.run import metrics
+from rlkit.run.metrics import NullLogger, timer
+from rlkit.run.rundir import RunDir
+from rlkit.train.metrics import MetricsLogger
 
 
 @pytest.fixture
