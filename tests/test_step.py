@@ -16,7 +16,7 @@ from rlkit.model.build import build_tiny
 from rlkit.model.load import load
 from rlkit.model.policy import AnswerSpec, ModelPolicy
 from rlkit.train import step as st
-from rlkit.train.config import GRPOConfig, ScheduleConfig, preset
+from rlkit.train.config import LOCAL_TINY_RECIPE, GRPOConfig, ScheduleConfig, preset
 from rlkit.train.update import (
     Learner,
     grouped_minibatches,
@@ -83,19 +83,19 @@ def test_each_random_stream_of_a_step_has_its_own_seed():
 
 def test_score_hand_computed():
     trajs = [_traj(0, r) for r in (1.0, 0.0, 1.0, 1.0)] + [_traj(5, 0.0) for _ in range(4)]
-    plain = GRPOConfig(fail_advantage=None)
+    plain = replace(LOCAL_TINY_RECIPE, fail_advantage=None)
     s = st.score(trajs, plain)
     # Expected: maze 0 mean 0.75, unbiased std sqrt((3 * 0.25^2 + 0.75^2) / 3) = 0.5;
     # maze 5 all 0: advantage 0, dropped by the zero-variance filter.
     want = [0.25 / 0.5, -0.75 / 0.5, 0.25 / 0.5, 0.25 / 0.5, 0.0, 0.0, 0.0, 0.0]
     torch.testing.assert_close(s.advantages, torch.tensor(want), atol=1e-5, rtol=0)
     assert s.keep.tolist() == [True] * 4 + [False] * 4
-    dr = st.score(trajs, replace(plain, norm_by_std=False))  # Dr. GRPO: only mean-centred
+    dr = st.score(trajs, replace(plain, grpo_norm_by_std=False))  # Dr. GRPO: only mean-centred
     torch.testing.assert_close(dr.advantages, torch.tensor([0.25, -0.75, 0.25, 0.25, 0, 0, 0, 0]))
     # fail_advantage: maze 5's group all failed, so each episode gets -0.5 and is trained on;
     # maze 0 is unchanged, and an all-solved group would still be dropped.
     solved = [_traj(7, 1.0) for _ in range(4)]
-    neg = st.score(trajs + solved, GRPOConfig(fail_advantage=-0.5))
+    neg = st.score(trajs + solved, replace(LOCAL_TINY_RECIPE, fail_advantage=-0.5))
     torch.testing.assert_close(neg.advantages, torch.tensor(want[:4] + [-0.5] * 4 + [0.0] * 4))
     assert neg.keep.tolist() == [True] * 8 + [False] * 4
     assert neg.informative.tolist() == [True] * 4 + [False] * 8  # still zero-variance groups
@@ -103,7 +103,7 @@ def test_score_hand_computed():
 
 def test_rollout_metrics_hand_computed():
     trajs = [_traj(0, 1.0, 2), _traj(0, 0.0, 4), _traj(1, 0.0, 3), _traj(1, 0.0, 3)]
-    m = st.rollout_metrics(trajs, st.score(trajs, GRPOConfig()), n_groups=2)
+    m = st.rollout_metrics(trajs, st.score(trajs, LOCAL_TINY_RECIPE), n_groups=2)
     # Expected: reward (1 + 0 + 0 + 0) / 4; one solve in 4; turns (2 + 4 + 3 + 3) / 4 = 3;
     # maze 1's two episodes both failed: one zero-variance group.
     assert m == {
@@ -189,7 +189,7 @@ def test_grouped_minibatches_cover_every_index_once_and_never_cut_a_group():
 
 
 def test_turn_samples_one_row_per_turn_of_each_kept_episode(learner, rollout, smoke):
-    scores = st.score(rollout, smoke.grpo)
+    scores = st.score(rollout, smoke.recipe)
     encode = learner.loaded.encoder.encode
     samples = st.turn_samples(rollout, scores, encode, smoke.task.env, history=smoke.task.history)
     kept = [
@@ -208,26 +208,26 @@ def test_turn_samples_one_row_per_turn_of_each_kept_episode(learner, rollout, sm
 
 
 def test_one_update_changes_parameters_and_lowers_loss(learner, rollout, smoke):
-    scores = st.score(rollout, smoke.grpo)
+    scores = st.score(rollout, smoke.recipe)
     encode = learner.loaded.encoder.encode
     samples = st.turn_samples(rollout, scores, encode, smoke.task.env, history=smoke.task.history)
     g = replace(smoke.grpo, epochs=1, minibatch=len(samples))
     before = {k: v.clone() for k, v in learner.loaded.model.named_parameters()}
     with torch.no_grad():
-        loss0 = float(minibatch_loss(learner, samples, g).out.loss)
-    metrics = update(learner, samples, g, lr=1e-4, seed=0, step=1)
+        loss0 = float(minibatch_loss(learner, samples, smoke.recipe).out.loss)
+    metrics = update(learner, samples, g, smoke.recipe, lr=1e-4, seed=0, step=1)
     with torch.no_grad():
-        loss1 = float(minibatch_loss(learner, samples, g).out.loss)
+        loss1 = float(minibatch_loss(learner, samples, smoke.recipe).out.loss)
     model = learner.loaded.model
     changed = [k for k, v in model.named_parameters() if not torch.equal(v, before[k])]
     assert changed and loss1 < loss0
     assert learner.opt.param_groups[0]["lr"] == 1e-4 and not model.training
     assert {"loss/policy", "loss/grad_norm", "loss/entropy"} <= set(metrics)
-    assert update(learner, [], g, lr=1e-4, seed=0, step=2) == {}
+    assert update(learner, [], g, smoke.recipe, lr=1e-4, seed=0, step=2) == {}
 
 
 def test_the_reference_is_computed_once_per_update_and_gives_the_same_loss(learner, rollout, smoke):
-    scores = st.score(rollout, smoke.grpo)
+    scores = st.score(rollout, smoke.recipe)
     encode = learner.loaded.encoder.encode
     samples = st.turn_samples(rollout, scores, encode, smoke.task.env, history=smoke.task.history)
     assert with_reference(learner, samples, 8) == samples  # no reference: nothing to add
@@ -239,10 +239,10 @@ def test_the_reference_is_computed_once_per_update_and_gives_the_same_loss(learn
     cached = with_reference(with_ref, samples, 8)  # several chunks of 8 rows
     assert [x.ref_logprobs is not None for x in cached] == [True] * len(samples)
     assert [len(x.ref_logprobs) for x in cached] == [len(x.response_ids) for x in samples]
-    g = replace(smoke.grpo, kl_coef=0.1)
+    r = replace(smoke.recipe, kl_loss_coef=0.1)
     with torch.no_grad():
-        fresh = minibatch_loss(with_ref, samples, g).out.metrics
-        reused = minibatch_loss(with_ref, cached, g).out.metrics
+        fresh = minibatch_loss(with_ref, samples, r).out.metrics
+        reused = minibatch_loss(with_ref, cached, r).out.metrics
     assert fresh["loss/kl"] > 0
     assert reused == pytest.approx(fresh, rel=1e-4, abs=1e-6)
 
@@ -250,14 +250,14 @@ def test_the_reference_is_computed_once_per_update_and_gives_the_same_loss(learn
 def test_zero_variance_filter_off_keeps_every_turn_and_still_counts_the_groups(
     learner, rollout, smoke
 ):
-    g = replace(smoke.grpo, filter_zero_variance=False)
-    scores = st.score(rollout, g)
+    r = replace(smoke.recipe, zero_variance_filter=False)
+    scores = st.score(rollout, r)
     encode = learner.loaded.encoder.encode
     samples = st.turn_samples(rollout, scores, encode, smoke.task.env, history=smoke.task.history)
     assert len(samples) == sum(len(t.turns) for t in rollout)  # zero advantages included
     assert any(x.advantage == 0.0 for x in samples)
     n_groups = len({t.maze_index for t in rollout})
-    on = st.rollout_metrics(rollout, st.score(rollout, smoke.grpo), n_groups)
+    on = st.rollout_metrics(rollout, st.score(rollout, smoke.recipe), n_groups)
     off = st.rollout_metrics(rollout, scores, n_groups)
     assert off == on and on["rollout/zero_variance_groups"] > 0
 
@@ -266,17 +266,17 @@ def test_reductions_average_over_episodes_even_with_one_answer_token_per_turn(
     learner, rollout, smoke
 ):
     encode = learner.loaded.encoder.encode
-    scores = st.score(rollout, smoke.grpo)
+    scores = st.score(rollout, smoke.recipe)
     samples = st.turn_samples(rollout, scores, encode, smoke.task.env, history=smoke.task.history)
     episodes = sorted({x.episode for x in samples})[:6]
     samples = [x for x in samples if x.episode in episodes]
     turns = {e: sum(x.episode == e for x in samples) for e in episodes}
     assert len(set(turns.values())) > 1, "the check needs episodes of different lengths"
-    g = replace(smoke.grpo, max_seq_len=12)
+    g = replace(smoke.recipe, max_seq_len=12)
     with torch.no_grad():  # constrained: each row has one loss token, so its loss is the row's
         row = [float(minibatch_loss(learner, [x], g).out.metrics["loss/policy"]) for x in samples]
         got = {
-            r: float(minibatch_loss(learner, samples, replace(g, reduction=r)).out.loss)
+            r: float(minibatch_loss(learner, samples, replace(g, loss_reduction=r)).out.loss)
             for r in ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
         }
     by_ep = {e: [v for v, x in zip(row, samples, strict=True) if x.episode == e] for e in episodes}
@@ -291,24 +291,21 @@ def test_reductions_average_over_episodes_even_with_one_answer_token_per_turn(
     assert got["sequence_mean"] != pytest.approx(got["token_mean"], rel=1e-3)
 
 
-def test_minibatches_keep_whole_episodes_or_turns_that_share_a_prompt():
+def test_minibatches_keep_whole_episodes_and_the_turns_that_share_a_prompt():
     from rlkit.model.chat import Encoded
 
-    episodes = [0, 0, 0, 1, 2, 2, 3, 3, 3, 3, 3, 4]  # the episode of each sample, in order
-    prompts = [1, 2, 3, 1, 1, 4, 1, 2, 5, 6, 7, 1]  # prompt 1: every episode's first turn
+    episodes = [0, 0, 0, 1, 2, 2, 3, 3, 3, 3, 3, 4, 5, 5]  # the episode of each sample
+    prompts = [1, 2, 3, 1, 1, 4, 1, 2, 5, 6, 7, 1, 8, 9]  # prompt 1: episodes 0-4's first turn
     samples = [
         st.TurnSample(Encoded([9, p], [], 4), [0], [0.0], 0.0, e)
         for p, e in zip(prompts, episodes, strict=True)
     ]
-    gen = torch.Generator().manual_seed(0)
-    g = GRPOConfig(minibatch=4, reduction="sequence_mean")
-    got = minibatch_order(samples, g, gen)
+    got = minibatch_order(samples, GRPOConfig(minibatch=4), torch.Generator().manual_seed(0))
     assert sorted(i for mb in got for i in mb) == list(range(len(episodes)))
-    for mb in got:  # never an episode cut in two; at most 4 turns unless one episode has more
-        eps = {episodes[i] for i in mb}
+    for mb in got:  # never an episode cut in two, nor two turns with one prompt apart
+        eps, ps = {episodes[i] for i in mb}, {prompts[i] for i in mb}
         assert all(episodes.count(e) == sum(episodes[i] == e for i in mb) for e in eps)
-        assert len(mb) <= 4 or len(eps) == 1
-    turn_level = minibatch_order(samples, replace(g, reduction="token_mean"), gen.manual_seed(0))
-    assert sorted(i for mb in turn_level for i in mb) == list(range(len(episodes)))
-    assert [i for mb in turn_level for i in mb if prompts[i] == 1] == [0, 3, 4, 6, 11]
-    assert any(len({prompts[i] for i in mb}) > 1 for mb in turn_level)
+        assert all(prompts.count(p) == sum(prompts[i] == p for i in mb) for p in ps)
+    # Expected: episodes 0-4 share prompt 1 (and 0, 3 prompt 2): one group of 12 turns, alone
+    # in its minibatch; episode 5 shares nothing and fills the other.
+    assert sorted(map(sorted, got)) == [list(range(12)), [12, 13]]

@@ -10,7 +10,7 @@ import torch
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.episodes.rollout import load_trajectories
 from rlkit.errors import UsageError
-from rlkit.train.config import TrainConfig, config_changes, preset
+from rlkit.train.config import RENAMED, TrainConfig, config_changes, preset
 from rlkit.train.runs import MARKER
 from rlkit.train.trainer import Trainer, train
 
@@ -35,8 +35,10 @@ def _metrics(run_dir):
 def test_resume_equals_uninterrupted_run(tmp_path, dynamic):
     straight, split = tmp_path / "straight", tmp_path / "split"
     cfg = _cfg()
-    if dynamic:  # rounds drawn until 3 groups teach: the cursor and seeds must still resume
-        cfg = cfg.with_overrides({"grpo.min_informative": 3, "grpo.max_rounds": 3})
+    if dynamic:  # rounds drawn until 4 groups teach: the cursor and seeds must still resume
+        cfg = cfg.with_overrides(
+            {"recipe.dynamic_sampling_type": "filter", "recipe.max_sample_batches": 3}
+        )
     train(cfg, straight, progress=False)
     Trainer(cfg, split, progress=False).fit(stop_at_step=6)  # warm start 4 + 2 GRPO steps
     assert (split / MARKER).read_text().strip() == "6"
@@ -99,29 +101,29 @@ def test_the_warm_start_turns_fine_near_its_target_and_resumes_in_that_phase(tmp
         _cfg().with_overrides({"warm_start.fine_from": 1.5})
 
 
-def test_dynamic_sampling_draws_rounds_until_enough_groups_teach(tmp_path):
-    cfg = _cfg().with_overrides({"grpo.min_informative": 1000, "grpo.max_rounds": 3})
-    train(cfg, tmp_path / "capped", progress=False)  # never enough: every step draws 3 rounds
-    n = cfg.grpo.mazes_per_step
-    rows = [r for r in _metrics(tmp_path / "capped") if "rollout/rounds" in r]
-    assert [r["rollout/rounds"] for r in rows] == [3] * cfg.schedule.steps
-    assert all(r["rollout/episodes"] == 3 * n * cfg.grpo.group_size for r in rows)
+def test_dynamic_sampling_filter_draws_rounds_until_a_full_batch_of_groups_teaches(tmp_path):
+    cfg = _cfg().with_overrides(
+        {"recipe.dynamic_sampling_type": "filter", "recipe.max_sample_batches": "3"}
+    )
+    train(cfg, tmp_path, progress=False)
+    n, group = cfg.grpo.mazes_per_step, cfg.grpo.group_size
+    rows = [r for r in _metrics(tmp_path) if "rollout/rounds" in r]
+    assert len(rows) == cfg.schedule.steps
+    for r in rows:  # DAPO / SkyRL `filter`: rounds until n groups differ, then n of them train
+        rounds, zero = r["rollout/rounds"], r["rollout/zero_variance_groups"]
+        assert 1 <= rounds <= 3 and r["rollout/episodes"] == rounds * n * group
+        assert r["train/groups"] == min(n, rounds * n - zero)
+        assert rounds == 3 or rounds * n - zero >= n  # stopped early only with enough
     cursors = [r["train/cursor"] for r in rows]
-    assert [b - a for a, b in zip(cursors, cursors[1:], strict=False)] == [3 * n] * (len(rows) - 1)
-    assert all(r["rollout/zero_variance_groups"] <= 3 * n for r in rows)
-    one = _cfg().with_overrides({"grpo.min_informative": 1})
-    train(one, tmp_path / "one", progress=False)  # one teaching group is enough at once
-    rows = [r for r in _metrics(tmp_path / "one") if "rollout/rounds" in r]
-    # a further round only after rounds where no group taught; stops once one does
-    assert all(r["rollout/zero_variance_groups"] >= (r["rollout/rounds"] - 1) * n for r in rows)
-    assert any(r["rollout/rounds"] == 1 for r in rows)
+    steps = [b - a for a, b in zip(cursors, cursors[1:], strict=False)]
+    assert steps == [r["rollout/rounds"] * n for r in rows[1:]]
 
 
 def test_fail_advantage_trains_on_the_groups_that_all_failed(tmp_path):
     base = _cfg(steps=1)  # smoke is plain GRPO
-    assert base.grpo.fail_advantage is None
+    assert base.recipe.fail_advantage is None
     train(base, tmp_path / "plain", progress=False)
-    train(base.with_overrides({"grpo.fail_advantage": -1.0}), tmp_path / "fail", progress=False)
+    train(base.with_overrides({"recipe.fail_advantage": -1.0}), tmp_path / "fail", progress=False)
     plain, fail = (
         [r for r in _metrics(tmp_path / d) if "train/samples" in r] for d in ("plain", "fail")
     )
@@ -148,12 +150,17 @@ def test_config_validation_and_overrides():
         preset("smoke").with_overrides({"schedule.seed": "-1"})
     with pytest.raises(UsageError, match=r"grpo\.turn_slack \(-1\) must be >= 0"):
         preset("smoke").with_overrides({"grpo.turn_slack": "-1"})
-    with pytest.raises(UsageError, match=r"grpo\.min_informative \(0\) must be >= 1 or none"):
-        preset("smoke").with_overrides({"grpo.min_informative": "0"})
-    with pytest.raises(UsageError, match=r"grpo\.fail_advantage \(0\.5\) must be < 0"):
-        preset("smoke").with_overrides({"grpo.fail_advantage": "0.5"})
-    with pytest.raises(UsageError, match=r"grpo\.max_rounds \(0\) must be >= 1"):
-        preset("smoke").with_overrides({"grpo.max_rounds": "0"})
+    with pytest.raises(UsageError, match=r"recipe\.max_sample_batches \(0\) must be >= 1"):
+        preset("smoke").with_overrides({"recipe.max_sample_batches": "0"})
+    with pytest.raises(UsageError, match=r"recipe\.fail_advantage \(0\.5\) must be < 0"):
+        preset("smoke").with_overrides({"recipe.fail_advantage": "0.5"})
+    with pytest.raises(UsageError, match="unknown recipe switch 'recipe.kl_coef'"):
+        preset("smoke").with_overrides({"recipe.kl_coef": "0.1"})
+    for old, new in RENAMED.items():  # the recipe's names replaced these: one line says which
+        with pytest.raises(UsageError, match=f"is now '{new}'"):
+            preset("smoke").with_overrides({old: "1"})
+    with pytest.raises(UsageError, match="recipe.tis_ratio_type=token: the local trainer"):
+        preset("smoke").with_overrides({"recipe.tis_ratio_type": "token"})
     with pytest.raises(UsageError, match=r"grpo\.tight_fraction \(1\.5\) must be in \[0, 1\]"):
         preset("smoke").with_overrides({"grpo.tight_fraction": "1.5"})
 
@@ -171,7 +178,7 @@ def test_config_changes_name_every_changed_field():
     new = preset("smoke").with_overrides({"grpo.lr": "1e-4", "task.history": "none"}).to_dict()
     assert config_changes(old, new) == {"grpo.lr": (3e-4, 1e-4), "task.history": (1, None)}
     assert config_changes(old, old) == {}
-    del old["grpo"]["max_seq_len"]  # a run.json older than the field: not compared
+    del old["grpo"]["turn_slack"]  # a run.json older than the field: not compared
     assert config_changes(old, preset("smoke").to_dict()) == {}
 
 
@@ -183,7 +190,7 @@ def test_resume_none_refuses_existing_checkpoints(tmp_path):
 
 def test_kl_to_the_warm_start_policy_is_logged_and_the_reference_is_kept(tmp_path):
     cfg = _cfg(steps=1, eval_before_train=False)
-    cfg = cfg.with_overrides({"grpo.kl_coef": "0.05"})
+    cfg = cfg.with_overrides({"recipe.kl_loss_coef": "0.05"})
     train(cfg, tmp_path, progress=False)
     grpo_rows = [r for r in _metrics(tmp_path) if "rollout/reward_mean" in r]
     assert grpo_rows and all("loss/kl" in r and r["loss/kl"] >= 0 for r in grpo_rows)
@@ -192,7 +199,7 @@ def test_kl_to_the_warm_start_policy_is_logged_and_the_reference_is_kept(tmp_pat
 
 def test_a_turn_slack_shortens_training_episodes_but_not_the_evals(tmp_path):
     cfg = _cfg(steps=2, eval_before_train=False).with_overrides(
-        {"grpo.turn_slack": "0", "grpo.filter_zero_variance": "false"}
+        {"grpo.turn_slack": "0", "recipe.zero_variance_filter": "false"}
     )
     train(cfg, tmp_path, progress=False)
     rows = [r for r in _metrics(tmp_path) if "rollout/turns_mean" in r]
@@ -205,7 +212,7 @@ def test_without_the_zero_variance_filter_every_turn_trains_and_groups_are_still
     tmp_path,
 ):
     cfg = _cfg(steps=1, eval_before_train=False).with_overrides(
-        {"grpo.filter_zero_variance": "false"}
+        {"recipe.zero_variance_filter": "false"}
     )
     train(cfg, tmp_path, progress=False)
     (row,) = [r for r in _metrics(tmp_path) if "rollout/reward_mean" in r]
@@ -214,10 +221,10 @@ def test_without_the_zero_variance_filter_every_turn_trains_and_groups_are_still
 
 
 def test_seq_mean_token_sum_norm_needs_max_seq_len_and_then_trains(tmp_path):
-    with pytest.raises(UsageError, match=r"grpo\.max_seq_len"):
-        preset("smoke").with_overrides({"grpo.reduction": "seq_mean_token_sum_norm"})
+    with pytest.raises(UsageError, match=r"recipe\.max_seq_len"):
+        preset("smoke").with_overrides({"recipe.loss_reduction": "seq_mean_token_sum_norm"})
     cfg = _cfg(steps=1, eval_before_train=False).with_overrides(
-        {"grpo.reduction": "seq_mean_token_sum_norm", "grpo.max_seq_len": "12"}
+        {"recipe.loss_reduction": "seq_mean_token_sum_norm", "recipe.max_seq_len": "12"}
     )
     train(cfg, tmp_path, progress=False)  # crashed at the first GRPO update before
     (row,) = [r for r in _metrics(tmp_path) if "rollout/reward_mean" in r]

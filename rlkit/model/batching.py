@@ -22,6 +22,8 @@ checks it). The definitions:
 
 from __future__ import annotations
 
+import hashlib
+import weakref
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
@@ -231,14 +233,15 @@ def build_batch(
     dev = loaded.device
     image_id = loaded.model.config.image_token_id
     pv = unique_grid = grid = None
-    slot: dict[int, int] = {}  # id(patch array) -> distinct index; the encoder reuses arrays
+    slot: dict[bytes, int] = {}  # image content -> distinct index
     distinct, index = [], []
     for p in prompts:
         for patches, g in p.images:
-            if id(patches) not in slot:
-                slot[id(patches)] = len(distinct)
+            key = image_digest(patches)
+            if key not in slot:
+                slot[key] = len(distinct)
                 distinct.append((patches, g))
-            index.append(slot[id(patches)])
+            index.append(slot[key])
     if distinct:
         dtype = loaded.model.dtype
         pv = torch.from_numpy(np.concatenate([p for p, _ in distinct])).to(dev, dtype)
@@ -317,10 +320,36 @@ def _chosen_logprobs(
     return logp, entropy
 
 
+_DIGESTS: dict[int, tuple[weakref.ref, bytes]] = {}
+"""id(array) -> (a weak reference to it, its digest): each array is hashed once while it lives
+(the encoder hands out cached arrays again and again); the reference tells a live array from a
+dead one whose id was reused."""
+
+
+def image_digest(patches: np.ndarray) -> bytes:
+    """A digest of an image's patch values, shape and dtype: equal content, equal digest,
+    whichever array object holds it."""
+    key = id(patches)
+    hit = _DIGESTS.get(key)
+    if hit is not None and hit[0]() is patches:
+        return hit[1]
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{patches.dtype}{patches.shape}".encode())
+    h.update(np.ascontiguousarray(patches).tobytes())
+    digest = h.digest()
+    try:
+        ref = weakref.ref(patches, lambda _, k=key: _DIGESTS.pop(k, None))
+    except TypeError:  # an array view without weakref support: hashed every time
+        return digest
+    _DIGESTS[key] = (ref, digest)
+    return digest
+
+
 def prompt_key(prompt: Encoded) -> tuple:
-    """A prompt's identity among live prompts: its ids and its image arrays (the encoder hands
-    out one array per distinct image; two equal images in two arrays only cost a forward)."""
-    return tuple(prompt.prompt_ids), tuple(id(patches) for patches, _ in prompt.images)
+    """A prompt's identity: its ids and its images' contents (`image_digest`), so equal prompts
+    get one key whether the encoder's cache handed out one array or re-encoded the image after
+    an eviction: which turns share a forward (and a minibatch) never depends on the cache."""
+    return tuple(prompt.prompt_ids), tuple(image_digest(p) for p, _ in prompt.images)
 
 
 def distinct(keys: Sequence[Hashable]) -> tuple[list[int], torch.Tensor]:

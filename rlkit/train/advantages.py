@@ -5,7 +5,9 @@ same maze), instead of a critic's value: `A_i = (r_i - mean(r)) / std(r)` (Shao 
 These follow SkyRL's `compute_grpo_outcome_advantage`; `tests/skyrl/test_objective.py` checks
 them against SkyRL's own code.
 
-- **Std division is optional** (`norm_by_std`). Dr. GRPO (Liu et al. 2025) shows that dividing by
+- **Estimators are a registry** (`ESTIMATORS`, SkyRL's names; `estimate` looks the recipe's
+  `advantage_estimator` up): `grpo` only, the others SkyRL runs.
+- **Std division is optional** (`norm_by_std`, the recipe's `grpo_norm_by_std`). Dr. GRPO (Liu et al. 2025) shows that dividing by
   the group std up-weights groups that are nearly all-solved or all-failed; without it the
   advantage is only mean-centred. With it, std is the unbiased (Bessel) std plus `eps=1e-6`,
   as SkyRL computes it.
@@ -26,9 +28,12 @@ Where this differs from SkyRL (each shown by a test):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from rlkit.errors import UsageError
+from rlkit.recipe import Recipe
 
 
 def _check_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -79,6 +84,26 @@ def group_advantages(
         std = torch.sqrt(sq / (counts - 1))
         centred = centred / (std[inverse] + eps)
     return centred.to(rewards.dtype if rewards.is_floating_point() else torch.float32)
+
+
+def _grpo(rewards: torch.Tensor, group_ids: torch.Tensor, recipe: Recipe) -> torch.Tensor:
+    return group_advantages(rewards, group_ids, norm_by_std=recipe.grpo_norm_by_std)
+
+
+ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor, Recipe], torch.Tensor]] = {
+    "grpo": _grpo,
+}
+"""Advantage estimators under SkyRL's names: `fn(rewards (B,), group_ids (B,), recipe) -> (B,)`."""
+
+
+def estimate(rewards: torch.Tensor, group_ids: torch.Tensor, recipe: Recipe) -> torch.Tensor:
+    """Each episode's advantage by the recipe's `advantage_estimator` (B,) -> (B,)."""
+    if recipe.advantage_estimator not in ESTIMATORS:
+        raise UsageError(
+            f"recipe.advantage_estimator {recipe.advantage_estimator!r}: the local trainer has "
+            f"{', '.join(ESTIMATORS)}"
+        )
+    return ESTIMATORS[recipe.advantage_estimator](rewards, group_ids, recipe)
 
 
 def nonzero_variance_mask(

@@ -9,19 +9,29 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 from rlkit.env.maze_env import EnvConfig
 from rlkit.errors import UsageError
 from rlkit.maze.sets import MazeSpec, pinned_spec
 from rlkit.model.config import TinyConfig
+from rlkit.recipe import Recipe, coerce_switches
 
-Reduction = Literal["token_mean", "sequence_mean", "seq_mean_token_sum_norm"]
-KLEstimator = Literal["k1", "k2", "k3", "abs"]
-REDUCTIONS: tuple[str, ...] = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
-"""Loss reductions, SkyRL's definitions (`rlkit.train.grpo.reduction_weights`)."""
-KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3", "abs")
-"""KL estimators (`rlkit.train.grpo.kl_estimate`)."""
+RENAMED: dict[str, str] = {
+    "grpo.eps_clip_low": "recipe.eps_clip_low",
+    "grpo.eps_clip_high": "recipe.eps_clip_high",
+    "grpo.norm_by_std": "recipe.grpo_norm_by_std",
+    "grpo.reduction": "recipe.loss_reduction",
+    "grpo.max_seq_len": "recipe.max_seq_len",
+    "grpo.kl_coef": "recipe.kl_loss_coef",
+    "grpo.kl_estimator": "recipe.kl_estimator_type",
+    "grpo.filter_zero_variance": "recipe.zero_variance_filter",
+    "grpo.fail_advantage": "recipe.fail_advantage",
+    "grpo.min_informative": "recipe.dynamic_sampling_type",
+    "grpo.max_rounds": "recipe.max_sample_batches",
+}
+"""Keys the recipe vocabulary (`rlkit.recipe`, SkyRL's names) replaced: `--set` with an old key
+is a one-line error naming the new one, and a run.json written before is read through it."""
 RESUME_MAY_CHANGE: tuple[str, ...] = (
     "schedule.steps",
     "schedule.eval_every",
@@ -104,8 +114,8 @@ class GRPOConfig:
     epochs: int = 2
     """Passes over each rollout batch (importance ratios keep later passes honest)."""
     minibatch: int = 512
-    """Turns per optimizer step. The per-episode reductions take whole episodes instead, as
-    many as fit in this many turns (an episode longer than that alone)."""
+    """Turns per optimizer step: whole episodes (with every turn that shares a prompt with
+    them), as many as fit in this many turns (a larger such group alone)."""
     lr: float = 3e-4
     lr_late: float | None = 1e-4
     """Rate from step `lr_late_from` on (None: constant). 3e-4 climbs fast but swings late;
@@ -121,23 +131,6 @@ class GRPOConfig:
     last three evals of seeds 0-2 stayed within 0.8 points (2 threads, 140 steps)."""
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    eps_clip_low: float = 0.2
-    eps_clip_high: float = 0.2
-    """Raise above eps_clip_low for clip-higher (DAPO)."""
-    norm_by_std: bool = True
-    """Divide advantages by the group std (textbook GRPO); False is Dr. GRPO."""
-    reduction: str = "token_mean"
-    """Loss reduction over the model's tokens (SkyRL's definitions, a sequence = an episode):
-    `token_mean` weighs every token alike; `sequence_mean` and `seq_mean_token_sum_norm` weigh
-    every episode alike, whatever its number of turns."""
-    max_seq_len: int | None = None
-    """The constant per-episode token budget `seq_mean_token_sum_norm` divides by (Dr. GRPO),
-    required for it as SkyRL's `trainer.algorithm.max_seq_len` is; e.g. the env's `max_turns`
-    with the constrained one-token answer."""
-    kl_coef: float = 0.05
-    """KL penalty to the post-warm-start policy (0 disables it and the reference copy); 0.05
-    steadied the late curve (seed 1 greedy 85.9% -> 93.8% with 32 mazes a step)."""
-    kl_estimator: str = "k3"
     turn_slack: int | None = 0
     """Rollouts get a maze's shortest path + this many turns (capped at `env.max_turns`);
     None: `env.max_turns` for every maze. Evals always play the pinned env's budget. A tight
@@ -149,26 +142,6 @@ class GRPOConfig:
     recovering after a wrong move (a tight budget ends such an episode at once). All tight:
     rollouts 2x cheaper, long paths solved, but greedy failed by bumping where it never
     trained; half and half learned fastest (90% at GRPO step 60 on seed 1)."""
-    min_informative: int | None = None
-    """DAPO's dynamic sampling: with a value, a step draws further rounds of `mazes_per_step`
-    new mazes until this many groups have rewards that differ (or `max_rounds` rounds are
-    drawn) and trains on all of them; None: one round. Late in training most groups are all
-    solved, so a fixed batch leaves fewer and fewer groups that teach anything."""
-    max_rounds: int = 4
-    """Most rollout rounds a step draws with `min_informative` (bounds a step's cost)."""
-    fail_advantage: float | None = -1.0
-    """With a (negative) value, every episode of a group that no episode solved gets this
-    advantage instead of 0, and its turns enter the loss: the moves of failed episodes are
-    pushed down (negative-sample reinforcement). Plain GRPO learns nothing from such a group,
-    so a state where the policy is confidently wrong stays wrong once no sample escapes it:
-    the last failures were whole mazes lost 4 times in 4, a wrong first move into a loop the
-    Markov picture repeats. None: these groups are zero-variance groups like the all-solved
-    ones. Seed 1, 160 GRPO steps, constant late rate: final 91.0% at -0.5, 96.1% at -1.0
-    (89.1% without), for ~30% more turns trained on (early, many groups all fail)."""
-    filter_zero_variance: bool = True
-    """Drop groups whose episodes all got the same reward: their advantages are zero anyway, and
-    they would dilute the token mean. False trains on them too (zero advantage, counted in the
-    reduction), like SkyRL's `zero_variance_filter=false`."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +164,23 @@ class ScheduleConfig:
     """torch threads (None: every core this process may use, whatever OMP_NUM_THREADS says)."""
 
 
+LOCAL_TINY_RECIPE = Recipe(
+    kl_loss_coef=0.05,
+    zero_variance_filter=True,
+    fail_advantage=-1.0,
+)
+"""The local trainer's default recipe (SkyRL's defaults but for three switches, each measured):
+- kl_loss_coef 0.05 to the post-warm-start policy steadied the late curve (seed 1 greedy
+  85.9% -> 93.8% with 32 mazes a step);
+- zero_variance_filter: groups whose episodes all got the same reward have zero advantage and
+  would only dilute the token mean;
+- fail_advantage -1: plain GRPO learns nothing from a group that no episode solved, so a state
+  where the policy is confidently wrong stays wrong once no sample escapes it (the last
+  failures were whole mazes lost 4 times in 4, a wrong first move into a loop the Markov
+  picture repeats). Seed 1, 160 GRPO steps, constant late rate: final 91.0% at -0.5, 96.1% at
+  -1.0 (89.1% without), for ~30% more turns trained on (early, many groups all fail)."""
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     name: str = "local-tiny"
@@ -198,6 +188,8 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    recipe: Recipe = LOCAL_TINY_RECIPE
+    """The algorithm switches (`rlkit.recipe`, SkyRL's names), shared with SkyRL presets."""
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
 
     def __post_init__(self) -> None:
@@ -212,35 +204,14 @@ class TrainConfig:
             raise UsageError(f"lr ({g.lr}) and lr_late ({g.lr_late}) must be > 0")
         if g.lr_end is not None and not g.lr_end >= 0:
             raise UsageError(f"grpo.lr_end ({g.lr_end}) must be >= 0 or none")
-        if g.reduction not in REDUCTIONS:
-            raise UsageError(f"reduction {g.reduction!r}: use one of {', '.join(REDUCTIONS)}")
-        if g.reduction == "seq_mean_token_sum_norm" and g.max_seq_len is None:
-            raise UsageError(
-                "grpo.reduction=seq_mean_token_sum_norm needs grpo.max_seq_len: the constant "
-                "per-episode token budget it divides by"
-            )
-        if g.max_seq_len is not None and g.max_seq_len < 1:
-            raise UsageError(f"grpo.max_seq_len ({g.max_seq_len}) must be >= 1 or none")
-        if g.kl_estimator not in KL_ESTIMATORS:
-            raise UsageError(
-                f"kl_estimator {g.kl_estimator!r}: use one of {', '.join(KL_ESTIMATORS)}"
-            )
         if g.turn_slack is not None and g.turn_slack < 0:
             raise UsageError(
                 f"grpo.turn_slack ({g.turn_slack}) must be >= 0 (spare turns beyond the "
                 "shortest path) or none (the env's max_turns)"
             )
-        if g.min_informative is not None and g.min_informative < 1:
-            raise UsageError(f"grpo.min_informative ({g.min_informative}) must be >= 1 or none")
-        if g.fail_advantage is not None and not g.fail_advantage < 0:
-            raise UsageError(
-                f"grpo.fail_advantage ({g.fail_advantage}) must be < 0 (it pushes down the moves "
-                "of groups that all failed) or none"
-            )
-        if g.max_rounds < 1:
-            raise UsageError(f"grpo.max_rounds ({g.max_rounds}) must be >= 1")
         if not 0.0 <= g.tight_fraction <= 1.0:
             raise UsageError(f"grpo.tight_fraction ({g.tight_fraction}) must be in [0, 1]")
+        self.recipe.check_local()  # a switch the local trainer cannot honour: one line
         w = self.warm_start
         if not (w.lr > 0 and w.fine_lr > 0):
             raise UsageError(f"warm_start.lr ({w.lr}) and fine_lr ({w.fine_lr}) must be > 0")
@@ -259,14 +230,20 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def with_overrides(self, overrides: dict[str, Any]) -> TrainConfig:
-        """`{"grpo.lr": 1e-4, "schedule.steps": 10}` -> a new config (CLI `--set key=value`).
+    def with_overrides(self, overrides: Mapping[str, Any]) -> TrainConfig:
+        """`{"grpo.lr": 1e-4, "recipe.eps_clip_high": 0.28}` -> a new config (CLI `--set`).
 
         The cross-field checks run once, on the result: `--set` order never matters (e.g.
-        `grpo.reduction=seq_mean_token_sum_norm` before the `grpo.max_seq_len` it needs).
+        `recipe.loss_reduction=seq_mean_token_sum_norm` before the `recipe.max_seq_len` it
+        needs). A key the recipe renamed (`RENAMED`) is a one-line error naming the new one.
         """
         parts: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         for key, value in overrides.items():
+            if key in RENAMED:
+                raise UsageError(
+                    f"config key {key!r} is now {RENAMED[key]!r} (the recipe vocabulary both "
+                    "backends share, SkyRL's names): see rlkit.recipe.Recipe"
+                )
             head, *rest = key.split(".")
             if head not in parts:
                 raise UsageError(f"unknown config key {key!r}: valid here are {sorted(parts)}")
@@ -274,11 +251,116 @@ class TrainConfig:
                 raise UsageError(f"config key {key!r} goes below a plain value")
             if not rest and is_dataclass(parts[head]):
                 raise UsageError(f"config key {key!r} is a section: set one of its fields")
-            if rest:
+            if head == "recipe":  # checked together below, once every switch is in
+                parts[head] = _Pending.add(parts[head], key, value)
+            elif rest:
                 parts[head] = _set_path(parts[head], rest, value, key)
             else:
                 parts[head] = _coerce(value, parts[head], key)
+        if isinstance(parts["recipe"], _Pending):
+            parts["recipe"] = parts["recipe"].build()
         return replace(self, **parts)
+
+
+@dataclass
+class _Pending:
+    """Recipe changes gathered from several `--set`s, validated together (their order never
+    matters: `seq_mean_token_sum_norm` and the `max_seq_len` it needs)."""
+
+    base: Recipe
+    changes: dict[str, Any]
+
+    @staticmethod
+    def add(current: Recipe | _Pending, key: str, value: Any) -> _Pending:
+        pending = current if isinstance(current, _Pending) else _Pending(current, {})
+        pending.changes.update(coerce_switches(pending.base, {key: value}))
+        return pending
+
+    def build(self) -> Recipe:
+        return replace(self.base, **self.changes)
+
+
+def upgrade_config_dict(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A run.json `config` as this version writes it: the keys `RENAMED` replaced move into
+    `recipe` (the old trainer's `min_informative` becomes dynamic_sampling_type=filter)."""
+    out = json.loads(json.dumps(dict(config)))
+    grpo = out.get("grpo")
+    if not isinstance(grpo, dict) or "recipe" in out:
+        return out
+    recipe: dict[str, Any] = {}
+    for old, new in RENAMED.items():
+        name = old.split(".", 1)[1]
+        if name in grpo:
+            recipe[new.split(".", 1)[1]] = grpo.pop(name)
+    if "dynamic_sampling_type" in recipe:
+        recipe["dynamic_sampling_type"] = (
+            None if recipe["dynamic_sampling_type"] is None else "filter"
+        )
+    # the old trainer's defaults for what its run.json may lack (SkyRL's defaults differ)
+    recipe.setdefault("zero_variance_filter", True)
+    out["recipe"] = recipe
+    return out
+
+
+def config_from_dict(config: Mapping[str, Any], where: str = "run.json") -> TrainConfig:
+    """The TrainConfig a run recorded (run.json's `config`, `TrainConfig.to_dict()` form), read
+    back: every section rebuilt, missing fields at their defaults (a run.json older than the
+    field), an unknown or invalid key a one-line UsageError naming `where`."""
+    config = upgrade_config_dict(config)
+    try:
+        return _build(TrainConfig, config, "")
+    except UsageError as e:
+        raise UsageError(f"{where}: {e}") from None
+
+
+def _build(cls: Any, data: Mapping[str, Any], prefix: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise UsageError(f"config key {prefix.rstrip('.')!r} must be a section, got {data!r}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise UsageError(f"unknown config key {prefix + unknown[0]!r} (valid: {', '.join(known)})")
+    defaults = cls()
+    kwargs = {}
+    for name, value in data.items():
+        current = getattr(defaults, name)
+        if is_dataclass(current):
+            kwargs[name] = _build(type(current), value, f"{prefix}{name}.")
+        elif isinstance(current, tuple) and isinstance(value, list):
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = value
+    try:
+        return cls(**kwargs)
+    except UsageError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"invalid {prefix.rstrip('.') or 'config'}: {e}") from None
+
+
+def resume_config(
+    saved: Mapping[str, Any] | None,
+    cfg: TrainConfig,
+    explicit: Mapping[str, Any] | None = None,
+) -> TrainConfig:
+    """The config a resume trains with: the run's recorded one (`saved`, run.json's `config`;
+    None: `cfg`) with the `explicit` changes applied on top (`--set key=value`; None: every
+    field where `cfg` differs from its preset, what the caller changed). `check_resume` then
+    refuses any explicit change a resume may not make."""
+    if not saved:
+        return cfg
+    saved = upgrade_config_dict(saved)
+    if explicit is not None:
+        return config_from_dict(saved).with_overrides(dict(explicit))
+    base = preset(cfg.name).to_dict() if cfg.name in PRESETS else saved
+    merged = json.loads(json.dumps(saved))
+    for key, (_, new) in config_changes(base, cfg.to_dict()).items():
+        *path, leaf = key.split(".")
+        node = merged
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = new
+    return config_from_dict(merged)
 
 
 def config_changes(
@@ -301,7 +383,7 @@ def config_changes(
 def check_resume(saved: Mapping[str, Any] | None, cfg: TrainConfig, where: str) -> dict:
     """The changes from run `where`'s saved config (run.json; None: not recorded) to `cfg`, if
     each is one `RESUME_MAY_CHANGE` allows; else a one-line UsageError naming them."""
-    changes = config_changes(saved, cfg.to_dict()) if saved else {}
+    changes = config_changes(upgrade_config_dict(saved), cfg.to_dict()) if saved else {}
     fixed = [f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items() if k not in RESUME_MAY_CHANGE]
     if fixed:
         raise UsageError(
@@ -314,12 +396,23 @@ def check_resume(saved: Mapping[str, Any] | None, cfg: TrainConfig, where: str) 
 
 def coerce_fields(obj: Any, changes: Mapping[str, Any]) -> dict[str, Any]:
     """`changes` to the fields of the flat config dataclass `obj`, each string coerced to its
-    field's type (`--set key=value`); an unknown field is a one-line UsageError."""
+    field's type (`--set key=value`); an unknown field is a one-line UsageError. When `obj`
+    embeds a `recipe`, its switches are accepted too (by name, or as `recipe.NAME`), coerced
+    to the switch's type and returned by their plain name."""
     names = {f.name for f in fields(obj)}
-    unknown = sorted(set(changes) - names)
-    if unknown:
-        raise UsageError(f"unknown setting {unknown[0]!r}: valid are {', '.join(sorted(names))}")
-    return {k: _coerce(v, getattr(obj, k), k) for k, v in changes.items()}
+    recipe = getattr(obj, "recipe", None)
+    switches = {f.name for f in fields(Recipe)} if isinstance(recipe, Recipe) else set()
+    out: dict[str, Any] = {}
+    for key, value in changes.items():
+        name = key.removeprefix("recipe.") if switches else key
+        if name in switches:
+            out |= coerce_switches(recipe, {name: value})
+        elif key in names and key != "recipe":
+            out[key] = _coerce(value, getattr(obj, key), key)
+        else:
+            valid = sorted((names - {"recipe"}) | switches)
+            raise UsageError(f"unknown setting {key!r}: valid are {', '.join(valid)}")
+    return out
 
 
 def _set_path(obj: Any, path: list[str], value: Any, full: str) -> Any:
@@ -376,12 +469,11 @@ def _smoke() -> TrainConfig:
             epochs=2,
             minibatch=64,
             lr_late=None,
-            kl_coef=0.0,
             turn_slack=None,
             tight_fraction=1.0,
-            fail_advantage=None,
             lr_end=None,
         ),
+        recipe=replace(LOCAL_TINY_RECIPE, kl_loss_coef=0.0, fail_advantage=None),
         schedule=ScheduleConfig(
             steps=4, eval_every=2, eval_samples=1, ckpt_every=2, keep=2, threads=1
         ),

@@ -24,7 +24,13 @@ How ours differs, each switchable:
   micro-batches gives the mini-batch reduction exactly, as SkyRL does by rescaling advantages.
 - **KL to a reference policy is a separate, optional term** (`kl_coef`), estimator `k3`, `k1`,
   `k2` or `abs` (Schulman, "Approximating KL divergence"), reduced as a per-sequence token mean
-  averaged over sequences, like SkyRL's `use_kl_loss`.
+  averaged over sequences, like SkyRL's `use_kl_loss`; a sequence is an episode (`seq_ids`), so
+  a long episode weighs as much as a short one on both backends.
+- **The policy loss is a registry** (`POLICY_LOSSES`, SkyRL's names): `regular` (the clipped
+  surrogate above), `dual_clip` and `gspo` (one ratio per episode); likewise the reductions
+  (`REDUCTIONS`) and KL estimators (`KL_ESTIMATORS`). `rlkit.recipe` names the switches.
+- **Entropy bonus** (`entropy_coef`): minus the token-mean entropy of the mini-batch, as SkyRL's
+  `use_entropy_loss` per micro-batch (equal when a mini-batch is one micro-batch).
 - **Multi-turn**: one outcome reward per episode; its advantage is broadcast to every token the
   model produced in the episode. Observation tokens (env feedback, images) are masked out
   (`multiturn_loss_mask`). A sequence is an episode: SkyRL trains one row per episode, the
@@ -35,9 +41,8 @@ How ours differs, each switchable:
 
 Where this differs from SkyRL (each shown by a test):
 
-- **No dual-clip.** SkyRL's `dual_clip` loss type caps a negative-advantage token's loss at
-  -3 A (ratio e^2, A = -1: 3 instead of 7.39); its default `regular` type, the one the cluster
-  runs, is `clipped_surrogate`.
+- **GSPO's sequence ratio spans the episode's turn rows** (`seq_ids`): SkyRL's row is the whole
+  episode, so the two agree; without ids each row is a sequence.
 - **No `token_mean_legacy` and no `prompt_mean` reduction.** `token_mean_legacy` (SkyRL's
   visgym recipe's; the cluster preset runs `token_mean` instead, this trainer's default) takes the token mean of each micro-batch (`micro_train_batch_size_per_gpu`
   consecutive sequences of the mini-batch) and averages those means with equal weight. It is
@@ -50,13 +55,13 @@ Where this differs from SkyRL (each shown by a test):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from rlkit.errors import UsageError
-from rlkit.train.config import KL_ESTIMATORS, REDUCTIONS, KLEstimator, Reduction
+from rlkit.recipe import Recipe
 
 
 def _as_token_tensor(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -69,6 +74,14 @@ def _as_token_tensor(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tens
             f"{tuple(like.shape)}"
         )
     return advantages
+
+
+def _check_clip(eps_clip_low: float, eps_clip_high: float) -> None:
+    if eps_clip_low < 0 or eps_clip_high < 0 or eps_clip_low >= 1:
+        raise UsageError(
+            f"eps_clip_low ({eps_clip_low}) must be in [0, 1) and eps_clip_high ({eps_clip_high})"
+            " >= 0: they bound the ratio to [1-low, 1+high]"
+        )
 
 
 def clipped_surrogate(
@@ -86,11 +99,7 @@ def clipped_surrogate(
     `loss = -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A)` and `clipped` marks tokens where
     the clipped branch was taken (its gradient is zero there).
     """
-    if eps_clip_low < 0 or eps_clip_high < 0 or eps_clip_low >= 1:
-        raise UsageError(
-            f"eps_clip_low ({eps_clip_low}) must be in [0, 1) and eps_clip_high ({eps_clip_high})"
-            " >= 0: they bound the ratio to [1-low, 1+high]"
-        )
+    _check_clip(eps_clip_low, eps_clip_high)
     if logprobs.shape != old_logprobs.shape:
         raise UsageError(
             f"logprobs {tuple(logprobs.shape)} and old_logprobs {tuple(old_logprobs.shape)} "
@@ -118,9 +127,37 @@ def _sequence_tokens(m: torch.Tensor, seq_ids: torch.Tensor | None) -> tuple[tor
     return tokens[inverse].unsqueeze(-1), n
 
 
+def _token_mean(m: torch.Tensor, seq_ids: torch.Tensor | None, max_seq_len: int | None):
+    return m / m.sum().clamp(min=1.0)
+
+
+def _sequence_mean(m: torch.Tensor, seq_ids: torch.Tensor | None, max_seq_len: int | None):
+    tokens, n_seqs = _sequence_tokens(m, seq_ids)
+    return m / (n_seqs * tokens.clamp(min=1.0))
+
+
+def _seq_mean_token_sum_norm(
+    m: torch.Tensor, seq_ids: torch.Tensor | None, max_seq_len: int | None
+) -> torch.Tensor:
+    if max_seq_len is None or max_seq_len < 1:
+        raise UsageError(
+            f"max_seq_len ({max_seq_len}) must be a positive int for "
+            "seq_mean_token_sum_norm: it is the constant token budget per sequence"
+        )
+    return m / (_sequence_tokens(m, seq_ids)[1] * max_seq_len)
+
+
+REDUCTIONS: dict[str, Callable[..., torch.Tensor]] = {
+    "token_mean": _token_mean,
+    "sequence_mean": _sequence_mean,
+    "seq_mean_token_sum_norm": _seq_mean_token_sum_norm,
+}
+"""Loss reductions as per-token weight functions, under SkyRL's names (`rlkit.recipe`)."""
+
+
 def reduction_weights(
     mask: torch.Tensor,
-    reduction: Reduction,
+    reduction: str,
     *,
     max_seq_len: int | None = None,
     seq_ids: torch.Tensor | None = None,
@@ -138,25 +175,17 @@ def reduction_weights(
     m = mask.to(torch.float32) if not mask.is_floating_point() else mask
     if m.ndim != 2:
         raise UsageError(f"mask {tuple(m.shape)} must be (B, T)")
-    if reduction == "token_mean":
-        return m / m.sum().clamp(min=1.0)
-    tokens, n_seqs = _sequence_tokens(m, seq_ids)
-    if reduction == "sequence_mean":
-        return m / (n_seqs * tokens.clamp(min=1.0))
-    if reduction == "seq_mean_token_sum_norm":
-        if max_seq_len is None or max_seq_len < 1:
-            raise UsageError(
-                f"max_seq_len ({max_seq_len}) must be a positive int for "
-                "seq_mean_token_sum_norm: it is the constant token budget per sequence"
-            )
-        return m / (n_seqs * max_seq_len)
-    raise UsageError(f"unknown loss reduction {reduction!r}: choose one of {', '.join(REDUCTIONS)}")
+    if reduction not in REDUCTIONS:
+        raise UsageError(
+            f"unknown loss reduction {reduction!r}: choose one of {', '.join(REDUCTIONS)}"
+        )
+    return REDUCTIONS[reduction](m, seq_ids, max_seq_len)
 
 
 def reduce_loss(
     token_loss: torch.Tensor,
     mask: torch.Tensor,
-    reduction: Reduction,
+    reduction: str,
     *,
     max_seq_len: int | None = None,
     seq_ids: torch.Tensor | None = None,
@@ -181,8 +210,22 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
     return total.sum(dim=dim) / m.sum(dim=dim).clamp(min=1.0)
 
 
+def _k3(delta: torch.Tensor) -> torch.Tensor:
+    d = delta.clamp(-20.0, 20.0)
+    return (torch.exp(d) - d - 1.0).clamp(-10.0, 10.0)
+
+
+KL_ESTIMATORS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "k1": lambda d: -d,
+    "abs": lambda d: d.abs(),
+    "k2": lambda d: 0.5 * d.square(),
+    "k3": _k3,
+}
+"""KL(pi || pi_ref) per token from d = ref_logprobs - logprobs, under SkyRL's names."""
+
+
 def kl_estimate(
-    logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: KLEstimator = "k3"
+    logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k3"
 ) -> torch.Tensor:
     """Per-token estimate of KL(pi || pi_ref) from sampled-token logprobs; shapes (B, T) -> (B, T).
 
@@ -194,19 +237,53 @@ def kl_estimate(
             f"logprobs {tuple(logprobs.shape)} and ref_logprobs {tuple(ref_logprobs.shape)} "
             "must have the same shape"
         )
-    delta = ref_logprobs - logprobs
-    if estimator == "k1":
-        return -delta
-    if estimator == "abs":
-        return delta.abs()
-    if estimator == "k2":
-        return 0.5 * delta.square()
-    if estimator == "k3":
-        d = delta.clamp(-20.0, 20.0)
-        return (torch.exp(d) - d - 1.0).clamp(-10.0, 10.0)
-    raise UsageError(
-        f"unknown KL estimator {estimator!r}: choose one of {', '.join(KL_ESTIMATORS)}"
+    if estimator not in KL_ESTIMATORS:
+        raise UsageError(
+            f"unknown KL estimator {estimator!r}: choose one of {', '.join(KL_ESTIMATORS)}"
+        )
+    return KL_ESTIMATORS[estimator](ref_logprobs - logprobs)
+
+
+def _regular(logprobs, old_logprobs, adv, mask, seq_ids, params) -> tuple:
+    """PPO's clipped surrogate per token (SkyRL `regular`)."""
+    return clipped_surrogate(
+        logprobs, old_logprobs, adv, eps_clip_low=params[0], eps_clip_high=params[1]
     )
+
+
+def _dual_clip(logprobs, old_logprobs, adv, mask, seq_ids, params) -> tuple:
+    """Dual-clip PPO (Ye et al. 2020): a negative-advantage token's loss is at most -A * c."""
+    loss, clipped = _regular(logprobs, old_logprobs, adv, mask, seq_ids, params)
+    capped = torch.min(-adv * params[2], loss)
+    return torch.where(adv < 0, capped, loss), clipped
+
+
+def _gspo(logprobs, old_logprobs, adv, mask, seq_ids, params) -> tuple:
+    """GSPO-token (Zheng et al. 2025, eqs. 14-15): every token of a sequence takes the
+    sequence's ratio, the geometric mean of its token ratios, with the token's own gradient."""
+    m = mask.to(logprobs.dtype)
+    log_ratio = torch.where(mask.bool(), logprobs - old_logprobs, torch.zeros_like(logprobs))
+    if seq_ids is None:
+        seq_ids = torch.arange(logprobs.shape[0], device=logprobs.device)
+    _, inverse = torch.unique(seq_ids, return_inverse=True)
+    n = int(inverse.max()) + 1 if inverse.numel() else 0
+    sums = torch.zeros(n, dtype=logprobs.dtype).index_add_(0, inverse, (log_ratio * m).sum(-1))
+    counts = torch.zeros(n, dtype=logprobs.dtype).index_add_(0, inverse, m.sum(-1))
+    seq_log_ratio = (sums / counts.clamp(min=1.0))[inverse].unsqueeze(-1)
+    log_w = torch.clamp(logprobs - logprobs.detach() + seq_log_ratio.detach(), max=10.0)
+    ratio = torch.exp(log_w)
+    surr = ratio * adv
+    surr_clipped = ratio.clamp(1.0 - params[0], 1.0 + params[1]) * adv
+    return -torch.min(surr, surr_clipped), surr_clipped < surr
+
+
+POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
+    "regular": _regular,
+    "dual_clip": _dual_clip,
+    "gspo": _gspo,
+}
+"""Per-token policy losses under SkyRL's names: `fn(logprobs, old_logprobs, advantages (B, T),
+mask, seq_ids, (eps_clip_low, eps_clip_high, clip_ratio_c)) -> (loss, clipped)`, each (B, T)."""
 
 
 @dataclass(frozen=True)
@@ -225,27 +302,43 @@ def policy_loss(
     *,
     eps_clip_low: float = 0.2,
     eps_clip_high: float = 0.2,
-    reduction: Reduction = "token_mean",
+    reduction: str = "token_mean",
     max_seq_len: int | None = None,
     seq_ids: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
-    kl_estimator: KLEstimator = "k3",
+    kl_estimator: str = "k3",
+    policy_loss_type: str = "regular",
+    clip_ratio_c: float = 3.0,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
 ) -> PolicyLoss:
-    """GRPO loss for one mini-batch: reduced clipped surrogate + kl_coef * KL to the reference.
+    """GRPO loss for one mini-batch: the reduced policy loss + kl_coef * KL to the reference
+    - entropy_coef * entropy (the names of `recipe_loss`'s `Recipe`, in the local spelling).
 
-    logprobs, old_logprobs, mask, ref_logprobs: (B, T); advantages: (B,) or (B, T); seq_ids:
-    (B,) which rows form one sequence in the reduction (None: each row). Metrics: loss/total, loss/policy, loss/kl (when a reference is given), loss/clip_fraction,
-    loss/ratio_mean, loss/approx_kl_old (k3 of the rollout policy against the current one).
+    logprobs, old_logprobs, mask, ref_logprobs, entropy: (B, T); advantages: (B,) or (B, T);
+    seq_ids: (B,) which rows form one sequence (an episode) in the reduction, the KL term and
+    GSPO's ratio (None: each row). Metrics: loss/total, loss/policy, loss/kl (when a reference
+    is given), loss/clip_fraction, loss/ratio_mean, loss/approx_kl_old (k3 of the rollout
+    policy against the current one).
     """
-    if kl_coef < 0:
-        raise UsageError(f"kl_coef ({kl_coef}) must be >= 0; use 0 to disable the KL penalty")
+    if kl_coef < 0 or entropy_coef < 0:
+        raise UsageError(f"kl_coef ({kl_coef}) and entropy_coef ({entropy_coef}) must be >= 0")
     if kl_coef > 0 and ref_logprobs is None:
         raise UsageError(f"kl_coef ({kl_coef}) > 0 needs ref_logprobs from the reference policy")
+    if entropy_coef > 0 and entropy is None:
+        raise UsageError(f"entropy_coef ({entropy_coef}) > 0 needs the policy's entropy")
     if mask.shape != logprobs.shape:
         raise UsageError(f"mask {tuple(mask.shape)} must match logprobs {tuple(logprobs.shape)}")
-    token_loss, clipped = clipped_surrogate(
-        logprobs, old_logprobs, advantages, eps_clip_low=eps_clip_low, eps_clip_high=eps_clip_high
+    if policy_loss_type not in POLICY_LOSSES:
+        raise UsageError(
+            f"unknown policy loss {policy_loss_type!r}: choose one of {', '.join(POLICY_LOSSES)}"
+        )
+    adv = _as_token_tensor(advantages, logprobs).to(logprobs.dtype)
+    params = (eps_clip_low, eps_clip_high, clip_ratio_c)
+    _check_clip(eps_clip_low, eps_clip_high)
+    token_loss, clipped = POLICY_LOSSES[policy_loss_type](
+        logprobs, old_logprobs, adv, mask, seq_ids, params
     )
     pg = reduce_loss(token_loss, mask, reduction, max_seq_len=max_seq_len, seq_ids=seq_ids)
     total = pg
@@ -258,13 +351,56 @@ def policy_loss(
             "loss/approx_kl_old": float(masked_mean(kl_estimate(logprobs, old_logprobs), mask)),
         }
     if ref_logprobs is not None:
-        kl_tokens = kl_estimate(logprobs, ref_logprobs, kl_estimator)
-        kl = masked_mean(kl_tokens, mask, dim=-1).mean()
+        kl = episode_mean(kl_estimate(logprobs, ref_logprobs, kl_estimator), mask, seq_ids)
         metrics["loss/kl"] = float(kl.detach())
         if kl_coef > 0:
             total = total + kl_coef * kl
+    if entropy_coef > 0:
+        total = total - entropy_coef * masked_mean(entropy, mask)
     metrics["loss/total"] = float(total.detach())
     return PolicyLoss(loss=total, metrics=metrics)
+
+
+def recipe_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    recipe: Recipe,
+    *,
+    seq_ids: torch.Tensor | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+) -> PolicyLoss:
+    """`policy_loss` with every switch taken from `recipe` (the local trainer's call)."""
+    return policy_loss(
+        logprobs,
+        old_logprobs,
+        advantages,
+        mask,
+        eps_clip_low=recipe.eps_clip_low,
+        eps_clip_high=recipe.eps_clip_high,
+        reduction=recipe.loss_reduction,
+        max_seq_len=recipe.max_seq_len,
+        seq_ids=seq_ids,
+        ref_logprobs=ref_logprobs,
+        kl_coef=recipe.kl_in_loss,
+        kl_estimator=recipe.kl_estimator_type,
+        policy_loss_type=recipe.policy_loss_type,
+        clip_ratio_c=recipe.clip_ratio_c,
+        entropy=entropy,
+        entropy_coef=recipe.entropy_loss_coef,
+    )
+
+
+def episode_mean(
+    values: torch.Tensor, mask: torch.Tensor, seq_ids: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The token mean of `values` (B, T) within each sequence (rows sharing a `seq_ids` entry:
+    the turns of one episode; None: each row), averaged over sequences: SkyRL's reduction of
+    its KL term (`masked_mean(kl, mask, dim=-1).mean()` over episode rows)."""
+    w = reduction_weights(mask, "sequence_mean", seq_ids=seq_ids).to(values.dtype)
+    return torch.where(mask.bool(), values * w, torch.zeros_like(values)).sum()
 
 
 def multiturn_loss_mask(

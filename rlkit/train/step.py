@@ -2,7 +2,8 @@
 
 - seeds: every random draw of a step comes from (seed, step[, epoch]), so a run resumed from a
   checkpoint draws exactly what an uninterrupted one would (`rollout_seed`, `shuffle_seed`);
-- `score`: rewards -> group-relative advantages and which episodes the loss keeps;
+- `score`: rewards -> advantages (the recipe's estimator) and which episodes the loss keeps
+  (zero-variance filter, all-failed groups, overlong filtering, dynamic sampling's batch);
 - `turn_samples`: trajectories -> one training row per model turn, the prompt re-encoded and
   checked against the one that was sampled;
 - `rollout_metrics`: the `rollout/` numbers of a batch of episodes;
@@ -27,7 +28,8 @@ from rlkit.episodes.rollout import Trajectory, turn_prompts
 from rlkit.errors import UsageError
 from rlkit.maze.core import Maze, exit_distances
 from rlkit.model.chat import Encoded
-from rlkit.train.advantages import group_advantages, nonzero_variance_mask, unsolved_group_mask
+from rlkit.recipe import Recipe
+from rlkit.train.advantages import estimate, nonzero_variance_mask, unsolved_group_mask
 from rlkit.train.config import GRPOConfig, ScheduleConfig
 
 ROLLOUT, SHUFFLE = 1, 2
@@ -104,21 +106,48 @@ class Scores:
     zero-variance filter is off)."""
 
 
-def score(trajs: Sequence[Trajectory], g: GRPOConfig) -> Scores:
-    """Group-relative advantages of `trajs`; with `g.filter_zero_variance`, `keep` drops the
-    groups whose episodes all got the same reward, else it keeps every episode. With
-    `g.fail_advantage`, the episodes of groups that no episode solved get that advantage and
-    are kept."""
+def score(
+    trajs: Sequence[Trajectory],
+    recipe: Recipe,
+    *,
+    eos_id: int | None = None,
+    batch_groups: int | None = None,
+) -> Scores:
+    """Advantages of `trajs` by the recipe's estimator, and which episodes the loss keeps:
+    - `zero_variance_filter` (or dynamic sampling's `filter`) drops the groups whose episodes
+      all got the same reward, else every episode is kept;
+    - `fail_advantage`: the episodes of groups that no episode solved get it and are kept;
+    - `apply_overlong_filtering`: an episode whose last reply lacks the end-of-turn token
+      `eos_id` (it was cut) is dropped, its reward still in its group's baseline (SkyRL masks
+      its loss the same way);
+    - `dynamic_sampling_type=filter` with `batch_groups`: only the first `batch_groups` kept
+      groups (in maze order) stay, as SkyRL truncates to its train batch."""
     rewards = torch.tensor([t.reward for t in trajs])
     groups = torch.tensor([t.maze_index for t in trajs])
-    adv = group_advantages(rewards, groups, norm_by_std=g.norm_by_std)
+    adv = estimate(rewards, groups, recipe)
     informative = nonzero_variance_mask(rewards, groups)
-    keep = informative if g.filter_zero_variance else torch.ones_like(informative)
-    if g.fail_advantage is not None:
+    dynamic = recipe.dynamic_sampling_type == "filter"
+    filtered = recipe.zero_variance_filter or dynamic
+    keep = informative if filtered else torch.ones_like(informative)
+    if recipe.fail_advantage is not None:
         unsolved = unsolved_group_mask(rewards, groups)
-        adv = torch.where(unsolved, torch.full_like(adv, g.fail_advantage), adv)
+        adv = torch.where(unsolved, torch.full_like(adv, recipe.fail_advantage), adv)
         keep = keep | unsolved
+    if recipe.apply_overlong_filtering:
+        keep = keep & ~overlong(trajs, eos_id)
+    if dynamic and batch_groups is not None:
+        first = sorted(set(groups[keep].tolist()))[:batch_groups]
+        keep = keep & torch.isin(groups, torch.tensor(first, dtype=groups.dtype))
     return Scores(rewards, groups, adv, informative, keep)
+
+
+def overlong(trajs: Sequence[Trajectory], eos_id: int | None) -> torch.Tensor:
+    """(B,) bool: the episode's last reply does not end with `eos_id` (cut at the token limit:
+    SkyRL's stop_reason other than "stop")."""
+    if eos_id is None:
+        raise UsageError("overlong filtering needs the end-of-turn token id (eos_id)")
+    last = [t.turns[-1].response_ids if t.turns else None for t in trajs]
+    return torch.tensor([bool(ids) and ids[-1] != eos_id for ids in last], dtype=torch.bool)
 
 
 def turn_samples(
@@ -156,13 +185,18 @@ def informative_groups(scores: Scores) -> int:
     return len(set(scores.groups[scores.informative].tolist()))
 
 
-def enough_groups(scores: Scores, g: GRPOConfig, rounds: int) -> bool:
-    """Whether a step's rollout may stop after `rounds` rounds: always without dynamic sampling
-    (`g.min_informative` None); else once that many groups are informative or `g.max_rounds`
-    rounds are drawn."""
-    if g.min_informative is None or rounds >= g.max_rounds:
+def kept_groups(scores: Scores) -> int:
+    """How many groups of a scored batch enter the loss."""
+    return len(set(scores.groups[scores.keep].tolist()))
+
+
+def enough_groups(scores: Scores, recipe: Recipe, batch_groups: int, rounds: int) -> bool:
+    """Whether a step's rollout may stop after `rounds` rounds: always without dynamic sampling;
+    with `filter`, once `batch_groups` groups enter the loss or `max_sample_batches` rounds are
+    drawn (SkyRL stops the run there; the local trainer trains on what it has)."""
+    if recipe.dynamic_sampling_type != "filter" or rounds >= recipe.max_sample_batches:
         return True
-    return informative_groups(scores) >= g.min_informative
+    return kept_groups(scores) >= batch_groups
 
 
 def rollout_metrics(trajs: Sequence[Trajectory], scores: Scores, n_groups: int) -> dict:

@@ -22,8 +22,10 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,13 +39,14 @@ from rlkit.model.build import build_tiny
 from rlkit.model.load import LoadedModel, fast_vision, load, no_progress_bars
 from rlkit.model.policy import AnswerSpec, ModelPolicy
 from rlkit.train import faults
-from rlkit.train.config import TrainConfig, check_resume
+from rlkit.train.config import TrainConfig, check_resume, resume_config
 from rlkit.train.metrics import MetricsLogger
 from rlkit.train.runs import Checkpoint, RunDir
 from rlkit.train.step import (
     TrainState,
     due,
     enough_groups,
+    kept_groups,
     lr_at,
     rollout_metrics,
     rollout_seed,
@@ -73,10 +76,15 @@ class Trainer:
         *,
         resume: str = "latest",
         progress: bool = True,
+        overrides: Mapping[str, Any] | None = None,
     ) -> None:
+        """`overrides`: the `--set` changes the caller made to its preset; on a resume they
+        apply on top of the run's recorded config (run.json). None: every field where `cfg`
+        differs from its preset counts as one (`rlkit.train.config.resume_config`)."""
         if resume not in ("latest", "none"):
             raise UsageError(f"--resume {resume!r}: use latest or none")
         self.cfg, self.resume_mode, self.progress = cfg, resume, progress
+        self.overrides = overrides
         self.run = RunDir(run_dir, keep=cfg.schedule.keep)
         self.state = TrainState(phase="warm_start" if cfg.warm_start.enabled else "grpo")
         self.learner: Learner | None = None
@@ -99,7 +107,7 @@ class Trainer:
         )
         if saved:
             self.learner.opt.load_state_dict(saved["optimizer"])
-        if self.cfg.grpo.kl_coef > 0 and self.state.phase == "grpo":
+        if self.cfg.recipe.kl_in_loss > 0 and self.state.phase == "grpo":
             self.learner.ref = self._reference()
         return ckpt
 
@@ -149,10 +157,17 @@ class Trainer:
         """
         torch.set_num_threads(torch_threads(self.cfg.schedule.threads))
         with self.run.lock():
-            cfg = self.cfg
             info = self.run.init(
-                preset=cfg.name, seed=cfg.schedule.seed, backend="local", config=cfg.to_dict()
+                preset=self.cfg.name,
+                seed=self.cfg.schedule.seed,
+                backend="local",
+                config=self.cfg.to_dict(),
             )
+            if self.resume_mode == "latest":  # the run's own config, with this call's changes
+                self.cfg = resume_config(info.get("config"), self.cfg, self.overrides)
+                self.run.keep = self.cfg.schedule.keep
+                torch.set_num_threads(torch_threads(self.cfg.schedule.threads))
+            cfg = self.cfg
             changes = check_resume(info.get("config"), cfg, str(self.run.path))
             ckpt = self._restore()
             if changes:
@@ -223,7 +238,7 @@ class Trainer:
         if done:
             s.phase, s.warm_start_end = "grpo", s.step
             self.learner.opt = self._optimizer(self.learner.loaded)
-            if self.cfg.grpo.kl_coef > 0:
+            if self.cfg.recipe.kl_in_loss > 0:
                 self.learner.ref = self._reference()
         return metrics
 
@@ -246,16 +261,18 @@ class Trainer:
         )
 
     def _grpo_step(self) -> dict:
-        g, s, task = self.cfg.grpo, self.state, self.cfg.task
+        g, s, task, recipe = self.cfg.grpo, self.state, self.cfg.task, self.cfg.recipe
+        eos = self.learner.loaded.eos_id
         trajs: list[Trajectory] = []
         rounds = 0
         with self.log.timer("rollout"):
             while True:  # one round, or with dynamic sampling until enough groups teach
                 trajs += self._rollout_round(rounds, offset=len(trajs) // g.group_size)
                 rounds += 1
-                scores = score(trajs, g)
-                if enough_groups(scores, g, rounds):
+                scores = score(trajs, recipe, eos_id=eos)
+                if enough_groups(scores, recipe, g.mazes_per_step, rounds):
                     break
+            scores = score(trajs, recipe, eos_id=eos, batch_groups=g.mazes_per_step)
             faults.point("rollout", s.step)
         with self.log.timer("encode"):
             encode = self.learner.loaded.encoder.encode
@@ -263,11 +280,12 @@ class Trainer:
         lr = lr_at(g, s.grpo_steps, self.cfg.schedule.steps)
         with self.log.timer("update"):
             seed = self.cfg.schedule.seed
-            metrics = update(self.learner, samples, g, lr=lr, seed=seed, step=s.step)
+            metrics = update(self.learner, samples, g, recipe, lr=lr, seed=seed, step=s.step)
         return {
             **rollout_metrics(trajs, scores, rounds * g.mazes_per_step),
             "rollout/rounds": rounds,
             "train/samples": len(samples),
+            "train/groups": kept_groups(scores),
             "train/lr": lr,
             "train/cursor": s.cursor,
             **metrics,
@@ -352,9 +370,15 @@ class Trainer:
 
 
 def train(
-    cfg: TrainConfig, run_dir: str | Path, *, resume: str = "latest", progress: bool | None = None
+    cfg: TrainConfig,
+    run_dir: str | Path,
+    *,
+    resume: str = "latest",
+    progress: bool | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> dict:
-    """Run (or resume) a local training run; returns the summary."""
+    """Run (or resume) a local training run; returns the summary. A resume trains with the
+    run's recorded config plus `overrides` (see `Trainer`)."""
     if progress is None:
         progress = os.isatty(2)
-    return Trainer(cfg, run_dir, resume=resume, progress=progress).fit()
+    return Trainer(cfg, run_dir, resume=resume, progress=progress, overrides=overrides).fit()

@@ -4,12 +4,13 @@
 optimizer step per minibatch, and returns the minibatch metrics averaged. The loss of a
 minibatch (`minibatch_loss`) recomputes each reply's logprobs under the current weights, masks
 everything the policy did not choose (constrained mode: only the move word's token) and hands
-them to `rlkit.train.grpo.policy_loss` with each row's episode as its sequence.
+them to `rlkit.train.grpo.recipe_loss` with each row's episode as its sequence.
 
-`token_mean` shuffles turns, keeping together those that share a prompt (one forward serves
-them); the per-episode reductions (`sequence_mean`, `seq_mean_token_sum_norm`) shuffle whole
-episodes into minibatches, as SkyRL's episode rows are, since an episode cut across two
-optimizer steps would be averaged as two.
+Minibatches hold whole episodes, as SkyRL's episode rows are: the per-episode terms (the
+`sequence_mean` and `seq_mean_token_sum_norm` reductions, the KL term, GSPO's ratio) would
+count an episode cut across two optimizer steps as two. Turns that share a prompt stay
+together too, so one forward serves them (the episodes of a maze share their first prompt and
+often more: a third fewer forwards early in training); `episode_groups` joins both.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 from rlkit.model.batching import distinct, prompt_key
 from rlkit.model.load import LoadedModel
 from rlkit.model.policy import AnswerSpec, turn_logprobs
+from rlkit.recipe import Recipe
 from rlkit.train import faults, grpo
 from rlkit.train.config import GRPOConfig
 from rlkit.train.step import TurnSample, shuffle_seed
@@ -50,7 +52,7 @@ class MinibatchLoss:
     """(B, R) 1 on the tokens that carry loss."""
 
 
-def minibatch_loss(learner: Learner, mb: Sequence[TurnSample], g: GRPOConfig) -> MinibatchLoss:
+def minibatch_loss(learner: Learner, mb: Sequence[TurnSample], recipe: Recipe) -> MinibatchLoss:
     """The GRPO loss of `mb` under the learner's current weights (differentiable)."""
     answer = learner.answer
     logp, entropy, mask = _logprobs(learner.loaded, learner, mb)
@@ -65,19 +67,15 @@ def minibatch_loss(learner: Learner, mb: Sequence[TurnSample], g: GRPOConfig) ->
     elif learner.ref is not None:
         with torch.no_grad():
             ref, _, _ = _logprobs(learner.ref, learner, mb)
-    out = grpo.policy_loss(
+    out = grpo.recipe_loss(
         logp,
         old,
         torch.tensor([x.advantage for x in mb]),
         mask,
-        eps_clip_low=g.eps_clip_low,
-        eps_clip_high=g.eps_clip_high,
-        reduction=g.reduction,
-        max_seq_len=g.max_seq_len,
+        recipe,
         seq_ids=torch.tensor([x.episode for x in mb]),
         ref_logprobs=ref,
-        kl_coef=g.kl_coef,
-        kl_estimator=g.kl_estimator,
+        entropy=entropy,
     )
     return MinibatchLoss(out, entropy, mask)
 
@@ -122,10 +120,10 @@ def with_reference(learner: Learner, samples: Sequence[TurnSample], size: int) -
 
 
 def optimizer_step(
-    learner: Learner, mb: Sequence[TurnSample], g: GRPOConfig, *, step: int
+    learner: Learner, mb: Sequence[TurnSample], g: GRPOConfig, recipe: Recipe, *, step: int
 ) -> dict[str, float]:
     """One optimizer step on minibatch `mb` (gradient clipped); returns its `loss/` metrics."""
-    loss = minibatch_loss(learner, mb, g)
+    loss = minibatch_loss(learner, mb, recipe)
     learner.opt.zero_grad()
     loss.out.loss.backward()
     gn = torch.nn.utils.clip_grad_norm_(learner.loaded.model.parameters(), g.max_grad_norm)
@@ -157,24 +155,39 @@ def grouped_minibatches(
     return out
 
 
+def episode_groups(samples: Sequence[TurnSample]) -> list[int]:
+    """For each sample, a group id such that an episode's turns share one, and so do turns
+    with the same prompt (content, `prompt_key`): the connected parts of both relations."""
+    parent = list(range(len(samples)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[Hashable, int] = {}
+    keys = distinct([prompt_key(x.prompt) for x in samples])[1].tolist()
+    for i, x in enumerate(samples):
+        for key in (("episode", x.episode), ("prompt", keys[i])):
+            j = first.setdefault(key, i)
+            parent[root(i)] = root(j)
+    return [root(i) for i in range(len(samples))]
+
+
 def minibatch_order(
     samples: Sequence[TurnSample], g: GRPOConfig, generator: torch.Generator
 ) -> list[list[int]]:
-    """One epoch's minibatches of sample indices. `token_mean`: the turns in a random order,
-    those that share a prompt kept together so that one forward serves them all (the episodes
-    of a maze share their first prompt and often more: a third fewer forwards early in
-    training); the per-episode reductions: whole episodes."""
-    if g.reduction == "token_mean":
-        keys = distinct([prompt_key(x.prompt) for x in samples])[1].tolist()
-    else:
-        keys = [x.episode for x in samples]
-    return grouped_minibatches(keys, g.minibatch, generator)
+    """One epoch's minibatches of sample indices: whole episodes, with the turns that share a
+    prompt kept together (`episode_groups`), in a random order."""
+    return grouped_minibatches(episode_groups(samples), g.minibatch, generator)
 
 
 def update(
     learner: Learner,
     samples: Sequence[TurnSample],
     g: GRPOConfig,
+    recipe: Recipe,
     *,
     lr: float,
     seed: int,
@@ -195,7 +208,7 @@ def update(
     for epoch in range(g.epochs):
         gen = torch.Generator().manual_seed(shuffle_seed(seed, step, epoch))
         for idx in minibatch_order(samples, g, gen):
-            metrics = optimizer_step(learner, [samples[i] for i in idx], g, step=step)
+            metrics = optimizer_step(learner, [samples[i] for i in idx], g, recipe, step=step)
             n_mb += 1
             for k, v in metrics.items():
                 totals[k] = totals.get(k, 0.0) + v

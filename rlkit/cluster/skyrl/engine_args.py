@@ -1,7 +1,7 @@
 """SkyRL overrides that set the engines and devices of a run: vLLM's own engine arguments
-(through SkyRL's `engine_init_kwargs`), what a CPU host changes, and the off-policy correction
-that reads vLLM's rollout logprobs. `build_overrides` in
-`rlkit.cluster.skyrl.presets` adds them to every run's command."""
+(through SkyRL's `engine_init_kwargs`) and what a CPU host changes. `build_overrides` in
+`rlkit.cluster.skyrl.presets` adds them to every run's command; the algorithm's switches
+(truncated importance sampling included) are the recipe's (`rlkit.recipe`)."""
 
 from __future__ import annotations
 
@@ -52,15 +52,3 @@ def engine_kwargs(p: SkyRLPreset) -> list[str]:
     if p.attention_backend:
         out.append(f"{key}.attention_backend={p.attention_backend}")
     return out
-
-
-def tis_overrides(p: SkyRLPreset) -> list[str]:
-    """Truncated importance sampling (SkyRL's `off_policy_correction`), which weighs each token by
-    exp(trainer logprob - vLLM's rollout logprob), clipped: the gap temperature or top-p other
-    than 1 opens. It needs the rollout logprobs, which vLLM returns when asked (logprobs=1)."""
-    if p.tis_ratio_type is None:
-        return []
-    return [
-        f"trainer.algorithm.off_policy_correction.tis_ratio_type={p.tis_ratio_type}",
-        "generator.sampling_params.logprobs=1",
-    ]

@@ -12,8 +12,9 @@ The traps (findings.md, "Known failure modes"):
   `<think>` blocks break;
 - temperature or top-p other than 1: SkyRL keeps vLLM's raw logprobs, taken after vLLM's
   temperature and top-p, while its trainer only divides logits by the temperature; the
-  importance ratio is then biased. Truncated importance sampling (TIS, the preset's
-  `tis_ratio_type`) corrects for it, so only with TIS on may they differ from 1.
+  importance ratio is then biased. Truncated importance sampling (TIS, the recipe's
+  `tis_ratio_type`) corrects for it, so only with TIS on may they differ from 1;
+- a recipe switch SkyRL has no counterpart for (`Recipe.refusals("skyrl")`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from rlkit.cluster.skyrl.presets import SkyRLPreset
 
 DEVICES = ("cuda", "cpu")
-TIS_TYPES = (None, "token", "sequence")
 
 
 def refuse_known_traps(p: SkyRLPreset) -> None:
@@ -43,10 +43,9 @@ def refuse_known_traps(p: SkyRLPreset) -> None:
             f"{p.model_path} is a thinking model: SkyRL's VLM generator assumes re-rendering "
             "returns the sampled ids, which thinking templates break; use the -Instruct model"
         )
-    if p.tis_ratio_type not in TIS_TYPES:
-        raise UsageError(f"tis_ratio_type {p.tis_ratio_type!r} must be token, sequence or none")
+    p.recipe.check_skyrl()
     for name in ("temperature", "top_p"):
-        if getattr(p, name) != 1.0 and p.tis_ratio_type is None:
+        if getattr(p, name) != 1.0 and p.recipe.tis_ratio_type is None:
             raise UsageError(
                 f"{name} ({getattr(p, name)}) must be 1.0 unless TIS is on: SkyRL trains on "
                 "vLLM's raw logprobs, which are biased otherwise; set tis_ratio_type=token"

@@ -17,11 +17,12 @@ parquet rows, `exports/` the HF exports and `exports/dumped_evals/`.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from pathlib import Path, PurePosixPath
 
 from rlkit.cluster.hang import HangRules
-from rlkit.cluster.skyrl.engine_args import device_overrides, engine_kwargs, tis_overrides
+from rlkit.cluster.skyrl.engine_args import device_overrides, engine_kwargs
 from rlkit.cluster.skyrl.instances import (
     DEFAULT_INSTANCE,
     InstanceType,
@@ -32,8 +33,17 @@ from rlkit.cluster.skyrl.instances import (
 from rlkit.cluster.skyrl.preset_checks import check_preset
 from rlkit.env.maze_env import ENV_ID, env_for_set
 from rlkit.errors import UsageError
+from rlkit.recipe import Recipe, coerce_switches
 
 ENTRY_MODULE = "rlkit.cluster.skyrl.entry"
+CLUSTER_RECIPE = Recipe(kl_loss_coef=0.005)
+"""The cluster presets' algorithm switches: SkyRL's defaults (GRPO, token_mean, the symmetric
+clip 0.2, k3 KL as a loss term) with SkyRL's visgym recipe's KL coefficient 0.005, which keeps
+answers well-formed. Departure from that recipe: `token_mean` instead of its
+`token_mean_legacy`, which averages per-micro-batch token means with equal weight, so the
+objective changed with `micro_batch_per_gpu` and GPU count; `token_mean` is the local
+trainer's reduction too, the same value whether a row is a turn or an episode
+(tests/skyrl/test_objective.py)."""
 TINY_WARM = "rlkit:tiny-warm"
 """`model_path` of the CPU preset: rlkit's tiny Qwen3-VL, built offline and warm-started
 (free-form behaviour cloning to a ~40% solve rate, as the local recipe starts GRPO) by the
@@ -81,22 +91,15 @@ class SkyRLPreset:
     """Sequences per forward/backward on one GPU; multi-turn VLM prompts are long."""
     lr: float = 1.0e-6
     """The recipe's rate: full fine-tuning of an 8B model drifts at higher rates."""
-    kl_coef: float = 0.005
-    """KL loss to the reference policy (the recipe's value); keeps answers well-formed."""
-    loss_reduction: str = "token_mean"
-    """Departure from the recipe's `token_mean_legacy`, which averages per-micro-batch token
-    means with equal weight, so the objective changed with `micro_batch_per_gpu` and GPU count.
-    `token_mean` (SkyRL's default, DAPO's) averages over every model token of the mini batch:
-    the local trainer's reduction, and the same value whether a row is a turn or an episode
-    (tests/skyrl/test_objective.py)."""
+    recipe: Recipe = CLUSTER_RECIPE
+    """The algorithm switches (`rlkit.recipe`), shared with the local trainer's config;
+    `get_preset(name, recipe={...})` or a switch by name changes them."""
     temperature: float = 1.0
-    """Rollout sampling temperature; GRPO needs diverse groups. Only 1.0 unless TIS is on: SkyRL
-    trains on vLLM's raw logprobs (`preset_checks.refuse_known_traps`)."""
+    """Rollout sampling temperature; GRPO needs diverse groups. Only 1.0 unless TIS is on
+    (`recipe.tis_ratio_type`): SkyRL trains on vLLM's raw logprobs
+    (`preset_checks.refuse_known_traps`)."""
     top_p: float = 1.0
-    """Rollout nucleus sampling; only 1.0 (as temperature) unless tis_ratio_type is set."""
-    tis_ratio_type: str | None = None
-    """SkyRL's truncated importance sampling on vLLM's rollout logprobs (token or sequence;
-    None: off). On, it lets temperature and top-p differ from 1."""
+    """Rollout nucleus sampling; only 1.0 (as temperature) unless TIS is on."""
     epochs: int = 1
     """Passes over the rows. Only 1: SkyRL's resume is unsafe at an epoch boundary, and mazes
     are free, so a longer run takes more steps of fresh rows."""
@@ -260,10 +263,41 @@ PRESETS: dict[str, SkyRLPreset] = {
 }
 
 
-def get_preset(name: str, **changes: object) -> SkyRLPreset:
+RENAMED = {"kl_coef": "kl_loss_coef"}
+"""Preset settings the recipe vocabulary renamed (SkyRL's names)."""
+
+
+def get_preset(
+    name: str, *, recipe: Recipe | Mapping[str, object] | None = None, **changes: object
+) -> SkyRLPreset:
+    """Preset `name` with `changes` (preset fields, or recipe switches by name) and `recipe`
+    (a whole Recipe, or switch -> value changes to the preset's own); a switch SkyRL cannot
+    honour, and every preset check, is a one-line UsageError."""
     if name not in PRESETS:
         raise UsageError(f"unknown SkyRL preset {name!r}; choose from {', '.join(PRESETS)}")
-    return replace(PRESETS[name], **changes) if changes else PRESETS[name]
+    base = PRESETS[name]
+    for old, new in RENAMED.items():
+        if old in changes:
+            raise UsageError(f"SkyRL preset setting {old!r} is now the recipe switch {new!r}")
+    preset_fields = {f.name for f in fields(SkyRLPreset)}
+    known = preset_fields | {f.name for f in fields(Recipe)}
+    unknown = sorted(set(changes) - known)
+    if unknown:
+        raise UsageError(
+            f"unknown SkyRL preset setting {unknown[0]!r}: valid are preset fields "
+            f"({', '.join(sorted(preset_fields))}) and recipe switches (rlkit.recipe.Recipe)"
+        )
+    switches = {k: v for k, v in changes.items() if k not in preset_fields}
+    changes = {k: v for k, v in changes.items() if k in preset_fields}
+    new_recipe = recipe if isinstance(recipe, Recipe) else changes.pop("recipe", base.recipe)
+    if not isinstance(new_recipe, Recipe):
+        raise UsageError(f"recipe must be a rlkit.recipe.Recipe or a mapping, got {new_recipe!r}")
+    updates = {**(recipe if isinstance(recipe, Mapping) else {}), **switches}
+    if updates:
+        new_recipe = replace(new_recipe, **coerce_switches(new_recipe, updates))
+    if new_recipe != base.recipe:
+        changes["recipe"] = new_recipe
+    return replace(base, **changes) if changes else base
 
 
 @dataclass(frozen=True)
@@ -308,11 +342,8 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         f"data.train_data=['{paths.data_dir}/train.parquet']",
         f"data.val_data=['{paths.data_dir}/eval.parquet']",
         f"environment.env_class={ENV_ID}",
-        # algorithm: GRPO, no critic; KL as a loss term; the local trainer's loss reduction
-        "trainer.algorithm.advantage_estimator=grpo",
-        "trainer.algorithm.use_kl_loss=true",
-        f"trainer.algorithm.kl_loss_coef={p.kl_coef}",
-        f"trainer.algorithm.loss_reduction={p.loss_reduction}",
+        # algorithm: every switch of the recipe (rlkit.recipe), no critic
+        *p.recipe.skyrl_overrides(),
         f"trainer.policy.optimizer_config.lr={p.lr}",
         # placement: vLLM engines colocated with the FSDP2 policy on every GPU
         f"trainer.policy.model.path={model_location(p, paths)}",
@@ -346,7 +377,6 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         f"generator.sampling_params.max_generate_length={p.max_generate_length}",
         f"generator.sampling_params.temperature={p.temperature}",
         f"generator.sampling_params.top_p={p.top_p}",
-        *tis_overrides(p),
         f"generator.eval_n_samples_per_prompt={p.eval_samples}",
         # sampled evals, as `rlkit eval` samples (SkyRL's default eval sampling is greedy)
         f"generator.eval_sampling_params.temperature={p.eval_temperature}",

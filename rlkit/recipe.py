@@ -1,0 +1,361 @@
+"""The GRPO recipe: every algorithm switch the field uses, named once, for both backends.
+
+A `Recipe` is one frozen dataclass whose field names and values are SkyRL 0.4.0's own
+(`skyrl/train/config/config.py`, `trainer.algorithm.*` and `generator.*`), each with the paper
+it comes from. Both backends read the same object:
+
+- the local trainer embeds it (`TrainConfig.recipe`, `--set recipe.eps_clip_high=0.28`) and its
+  loss and advantage code look the values up in registries of pure functions under SkyRL's
+  names (`rlkit.train.grpo.POLICY_LOSSES`, `REDUCTIONS`, `rlkit.train.advantages.ESTIMATORS`);
+- a SkyRL preset embeds it too (`SkyRLPreset.recipe`), and `skyrl_overrides()` turns it into
+  SkyRL's `key=value` overrides, which tests run through SkyRL's own `validate_cfg`.
+
+A switch a backend cannot honour is refused in one line naming the switch and the backend
+(`refusals`, `check_local`, `check_skyrl`), never silently ignored.
+
+    from rlkit.recipe import Recipe
+    r = Recipe(eps_clip_high=0.28, loss_reduction="sequence_mean")
+    r.skyrl_overrides()          # ['trainer.algorithm.eps_clip_high=0.28', ...]
+    r.changes()                  # {'eps_clip_high': 0.28, 'loss_reduction': 'sequence_mean'}
+    r.with_changes({"policy_loss_type": "gspo"})   # strings from --set are coerced
+
+The defaults are SkyRL's `AlgorithmConfig` defaults; every preset states its own recipe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from rlkit.errors import UsageError
+
+ADVANTAGE_ESTIMATORS = ("grpo", "gae", "rloo", "reinforce++", "maxrl")
+"""SkyRL's `AdvantageEstimatorRegistry` (a test compares it with SkyRL's)."""
+POLICY_LOSSES = (
+    "regular",
+    "dual_clip",
+    "gspo",
+    "cispo",
+    "rollout_is",
+    "clip_cov",
+    "kl_cov",
+    "sapo",
+    "cross_entropy",
+    "importance_sampling",
+    "dppo",
+)
+"""SkyRL's `PolicyLossRegistry` (a test compares it with SkyRL's)."""
+LOSS_REDUCTIONS = (
+    "token_mean",
+    "sequence_mean",
+    "seq_mean_token_sum_norm",
+    "prompt_mean",
+    "token_mean_legacy",
+)
+"""SkyRL's loss reductions (`apply_loss_reduction_to_advantages_minibatch`)."""
+KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
+"""Schulman, "Approximating KL divergence" (2020); SkyRL's `compute_approx_kl` names."""
+KL_PLACEMENTS = ("loss", "reward")
+TIS_TYPES = ("token", "sequence", None)
+DYNAMIC_SAMPLING = ("filter", "replace", None)
+
+LOCAL_ADVANTAGE_ESTIMATORS = ("grpo",)
+"""What `rlkit.train.advantages.ESTIMATORS` implements (a test ties the two)."""
+LOCAL_POLICY_LOSSES = ("regular", "dual_clip", "gspo")
+"""What `rlkit.train.grpo.POLICY_LOSSES` implements (a test ties the two)."""
+LOCAL_REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
+"""What `rlkit.train.grpo.REDUCTIONS` implements (a test ties the two)."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The algorithm switches of a GRPO run; names and values are SkyRL's."""
+
+    advantage_estimator: str = "grpo"
+    """How episode rewards become advantages: `grpo` is group-relative (Shao et al. 2024,
+    DeepSeekMath, arXiv 2402.03300). SkyRL key `trainer.algorithm.advantage_estimator`."""
+    grpo_norm_by_std: bool = True
+    """Divide each group's centred rewards by their std (textbook GRPO); False is Dr. GRPO
+    (Liu et al. 2025, arXiv 2503.20783), which shows the division up-weights groups that are
+    nearly all solved or all failed. SkyRL `trainer.algorithm.grpo_norm_by_std`."""
+    eps_clip_low: float = 0.2
+    """The ratio's lower clip bound is 1 - this (PPO, Schulman et al. 2017, arXiv 1707.06347)."""
+    eps_clip_high: float = 0.2
+    """The ratio's upper clip bound is 1 + this; above eps_clip_low it is clip-higher (DAPO, Yu
+    et al. 2025, arXiv 2503.14476): rare good moves gain probability faster. 0.28 in DAPO."""
+    policy_loss_type: str = "regular"
+    """`regular` (PPO's clipped surrogate per token), `dual_clip` (Ye et al. 2020, arXiv
+    1912.09729: a negative-advantage token's loss capped at -A * clip_ratio_c), `gspo` (Zheng et
+    al. 2025, arXiv 2507.18071: one importance ratio per sequence, the geometric mean of its
+    tokens'; a sequence is an episode on both backends), and SkyRL's other registered losses,
+    which only SkyRL runs. SkyRL `trainer.algorithm.policy_loss_type`."""
+    clip_ratio_c: float = 3.0
+    """Dual-clip's cap (used by `dual_clip` only). SkyRL `trainer.algorithm.clip_ratio_c`."""
+    loss_reduction: str = "token_mean"
+    """How token losses become one number: `token_mean` weighs every token alike (DAPO);
+    `sequence_mean` every episode alike (the textbook GRPO 1/G sum 1/|o_i|);
+    `seq_mean_token_sum_norm` divides token sums by a constant `max_seq_len` (Dr. GRPO).
+    SkyRL `trainer.algorithm.loss_reduction`."""
+    max_seq_len: int | None = None
+    """The constant per-episode token budget `seq_mean_token_sum_norm` divides by (required for
+    it). SkyRL `trainer.algorithm.max_seq_len`."""
+    kl_loss_coef: float = 0.001
+    """Weight of the KL penalty to the reference policy (0: off, and no reference is kept).
+    InstructGPT (Ouyang et al. 2022, arXiv 2203.02155) puts it in the reward; GRPO in the loss.
+    The term is a token mean per episode, averaged over episodes, on both backends.
+    SkyRL `trainer.algorithm.kl_loss_coef` (with use_kl_loss / use_kl_in_reward)."""
+    kl_estimator_type: str = "k3"
+    """KL estimator from sampled-token logprobs: k1, k2, k3 (unbiased, >= 0) or abs (Schulman,
+    "Approximating KL divergence", 2020). SkyRL `trainer.algorithm.kl_estimator_type`."""
+    kl_placement: str = "loss"
+    """`loss` adds kl_loss_coef * KL to the loss (GRPO, DeepSeekMath); `reward` subtracts it
+    from the reward (InstructGPT). SkyRL `use_kl_loss` / `use_kl_in_reward`."""
+    entropy_loss_coef: float = 0.0
+    """Entropy bonus: subtract this times the policy's token-mean entropy from the loss (0: off;
+    Williams & Peng 1991; in PPO as c2). SkyRL `use_entropy_loss` + `entropy_loss_coef`."""
+    tis_ratio_type: str | None = None
+    """Truncated importance sampling on the rollout engine's logprobs (Yao et al. 2025, "Your
+    efficient RL framework secretly brings you off-policy RL training", the fengyao.notion.site
+    note SkyRL cites): `token` or `sequence` weights, clipped above; None: off. It corrects the
+    rollout/trainer mismatch vLLM opens. SkyRL
+    `trainer.algorithm.off_policy_correction.tis_ratio_type`."""
+    token_tis_ratio_clip_high: float = 2.0
+    """Cap on the token TIS weight. SkyRL `off_policy_correction.token_tis_ratio_clip_high`."""
+    sequence_tis_ratio_clip_high: float = 5.0
+    """Cap on the sequence TIS weight. SkyRL
+    `off_policy_correction.sequence_tis_ratio_clip_high`."""
+    dynamic_sampling_type: str | None = None
+    """`filter` (DAPO's dynamic sampling): draw further batches of prompts until the step holds
+    a full batch of groups whose rewards differ; `replace` (POLARIS) swaps zero-variance groups
+    for copies of informative ones; None: off. SkyRL `trainer.algorithm.dynamic_sampling.type`."""
+    max_sample_batches: int = 30
+    """Most batches a `filter` step draws. SkyRL stops the run past it; the local trainer trains
+    on what it has. SkyRL `trainer.algorithm.dynamic_sampling.max_sample_batches`."""
+    zero_variance_filter: bool = False
+    """Mask out groups whose episodes all got the same reward (zero advantage): they add no
+    gradient, only tokens to the token_mean count (DAPO's observation). SkyRL
+    `trainer.algorithm.zero_variance_filter`."""
+    apply_overlong_filtering: bool = False
+    """DAPO's overlong filtering: an episode whose last reply was cut (no end-of-turn token)
+    leaves the loss, its reward still counting in its group. SkyRL
+    `generator.apply_overlong_filtering`."""
+    fail_advantage: float | None = None
+    """rlkit's own (negative-sample reinforcement, Zhu et al. 2025, arXiv 2506.01347): every
+    episode of a group that no episode solved gets this (negative) advantage instead of 0 and
+    enters the loss. SkyRL has no such switch."""
+
+    def __post_init__(self) -> None:
+        for name, allowed in (
+            ("advantage_estimator", ADVANTAGE_ESTIMATORS),
+            ("policy_loss_type", POLICY_LOSSES),
+            ("loss_reduction", LOSS_REDUCTIONS),
+            ("kl_estimator_type", KL_ESTIMATORS),
+            ("kl_placement", KL_PLACEMENTS),
+            ("tis_ratio_type", TIS_TYPES),
+            ("dynamic_sampling_type", DYNAMIC_SAMPLING),
+        ):
+            if getattr(self, name) not in allowed:
+                names = ["none" if a is None else a for a in allowed]
+                raise UsageError(
+                    f"recipe.{name} {getattr(self, name)!r} must be "
+                    f"{', '.join(names[:-1])} or {names[-1]}"
+                )
+        if not (0 <= self.eps_clip_low < 1 and self.eps_clip_high >= 0):
+            raise UsageError(
+                f"recipe.eps_clip_low ({self.eps_clip_low}) must be in [0, 1) and eps_clip_high "
+                f"({self.eps_clip_high}) >= 0: they bound the ratio to [1-low, 1+high]"
+            )
+        for name in ("kl_loss_coef", "entropy_loss_coef"):
+            if not getattr(self, name) >= 0:
+                raise UsageError(f"recipe.{name} ({getattr(self, name)}) must be >= 0 (0: off)")
+        if self.clip_ratio_c <= 1:
+            raise UsageError(f"recipe.clip_ratio_c ({self.clip_ratio_c}) must be > 1")
+        if self.max_seq_len is not None and self.max_seq_len < 1:
+            raise UsageError(f"recipe.max_seq_len ({self.max_seq_len}) must be >= 1 or none")
+        if self.loss_reduction == "seq_mean_token_sum_norm" and self.max_seq_len is None:
+            raise UsageError(
+                "recipe.loss_reduction=seq_mean_token_sum_norm needs recipe.max_seq_len: the "
+                "constant per-episode token budget it divides by"
+            )
+        if self.max_sample_batches < 1:
+            raise UsageError(f"recipe.max_sample_batches ({self.max_sample_batches}) must be >= 1")
+        if self.fail_advantage is not None and not self.fail_advantage < 0:
+            raise UsageError(
+                f"recipe.fail_advantage ({self.fail_advantage}) must be < 0 (it pushes down the "
+                "moves of groups that all failed) or none"
+            )
+        for name in ("token_tis_ratio_clip_high", "sequence_tis_ratio_clip_high"):
+            if not getattr(self, name) > 0:
+                raise UsageError(f"recipe.{name} ({getattr(self, name)}) must be > 0")
+
+    # values -------------------------------------------------------------------------------
+    @property
+    def kl_in_loss(self) -> float:
+        """The KL term's weight in the loss (0 when off or placed in the reward)."""
+        return self.kl_loss_coef if self.kl_placement == "loss" else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def changes(self, base: Recipe | None = None) -> dict[str, Any]:
+        """The switches that differ from `base` (default: SkyRL's defaults, `Recipe()`)."""
+        base = base or Recipe()
+        return {
+            f.name: v for f in fields(self) if (v := getattr(self, f.name)) != getattr(base, f.name)
+        }
+
+    def with_changes(self, changes: Mapping[str, Any]) -> Recipe:
+        """A new recipe with `changes` (switch -> value; a `recipe.` prefix is accepted); strings
+        (from `--set` or a notebook) are coerced to each switch's type; an unknown switch is a
+        one-line UsageError."""
+        return replace(self, **coerce_switches(self, changes))
+
+    # backends -------------------------------------------------------------------------------
+    def refusals(self, backend: str) -> list[str]:
+        """One line per switch `backend` ("local" or "skyrl") cannot honour with these values."""
+        if backend == "local":
+            return _local_refusals(self)
+        if backend == "skyrl":
+            return _skyrl_refusals(self)
+        raise UsageError(f"backend {backend!r}: use local or skyrl")
+
+    def check_local(self) -> None:
+        """UsageError (the first refusal) unless the local trainer honours every switch."""
+        _raise_first(self.refusals("local"))
+
+    def check_skyrl(self) -> None:
+        """UsageError (the first refusal) unless SkyRL honours every switch."""
+        _raise_first(self.refusals("skyrl"))
+
+    def skyrl_overrides(self) -> list[str]:
+        """SkyRL `key=value` overrides setting every switch (after `check_skyrl`)."""
+        self.check_skyrl()
+        a, opc = "trainer.algorithm", "trainer.algorithm.off_policy_correction"
+        out = [
+            f"{a}.advantage_estimator={self.advantage_estimator}",
+            f"{a}.grpo_norm_by_std={_b(self.grpo_norm_by_std)}",
+            f"{a}.eps_clip_low={self.eps_clip_low}",
+            f"{a}.eps_clip_high={self.eps_clip_high}",
+            f"{a}.policy_loss_type={self.policy_loss_type}",
+            f"{a}.clip_ratio_c={self.clip_ratio_c}",
+            f"{a}.loss_reduction={self.loss_reduction}",
+            f"{a}.use_kl_loss={_b(self.kl_loss_coef > 0 and self.kl_placement == 'loss')}",
+            f"{a}.use_kl_in_reward={_b(self.kl_loss_coef > 0 and self.kl_placement == 'reward')}",
+            f"{a}.kl_loss_coef={self.kl_loss_coef}",
+            f"{a}.kl_estimator_type={self.kl_estimator_type}",
+            f"{a}.use_entropy_loss={_b(self.entropy_loss_coef > 0)}",
+            f"{a}.entropy_loss_coef={self.entropy_loss_coef}",
+            f"{opc}.tis_ratio_type={_none(self.tis_ratio_type)}",
+            f"{opc}.token_tis_ratio_clip_high={self.token_tis_ratio_clip_high}",
+            f"{opc}.sequence_tis_ratio_clip_high={self.sequence_tis_ratio_clip_high}",
+            f"{a}.dynamic_sampling.type={_none(self.dynamic_sampling_type)}",
+            f"{a}.dynamic_sampling.max_sample_batches={self.max_sample_batches}",
+            f"{a}.zero_variance_filter={_b(self.zero_variance_filter)}",
+            f"generator.apply_overlong_filtering={_b(self.apply_overlong_filtering)}",
+        ]
+        if self.max_seq_len is not None:
+            out.append(f"{a}.max_seq_len={self.max_seq_len}")
+        if self.tis_ratio_type is not None:  # TIS divides by the rollout's logprobs
+            out.append("generator.sampling_params.logprobs=1")
+        return out
+
+
+def local_set_args(changes: Mapping[str, Any]) -> list[str]:
+    """`--set` arguments of `rlkit train` for recipe `changes` (e.g. a notebook's `recipe`
+    parameter): `["recipe.eps_clip_high=0.28", ...]`, each switch checked by name."""
+    coerce_switches(Recipe(), changes)
+    return [f"recipe.{k.removeprefix('recipe.')}={_none(v)}" for k, v in changes.items()]
+
+
+def coerce_switches(recipe: Recipe, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """`changes` as switch -> value, strings coerced to the type of `recipe`'s current value
+    (its field's annotation when that is None); a one-line UsageError for an unknown switch."""
+    known = {f.name: f for f in fields(Recipe)}
+    out: dict[str, Any] = {}
+    for key, value in changes.items():
+        name = key.removeprefix("recipe.")
+        if name not in known:
+            raise UsageError(
+                f"unknown recipe switch {key!r}: the switches are {', '.join(sorted(known))}"
+            )
+        out[name] = _coerce(value, known[name].type, name)
+    return out
+
+
+def _coerce(value: Any, annotation: Any, name: str) -> Any:
+    if not isinstance(value, str):
+        return value
+    text = str(annotation)
+    if value.lower() in ("none", "null") and "None" in text:
+        return None
+    if text.startswith("bool"):
+        if value.lower() not in ("true", "false", "1", "0"):
+            raise UsageError(f"recipe.{name} takes true or false, got {value!r}")
+        return value.lower() in ("true", "1")
+    for kind in (int, float):
+        if text.startswith(kind.__name__):
+            try:
+                return kind(value)
+            except ValueError:
+                raise UsageError(f"recipe.{name} takes a {kind.__name__}, got {value!r}") from None
+    return value
+
+
+def _local_refusals(r: Recipe) -> list[str]:
+    out = []
+    if r.advantage_estimator not in LOCAL_ADVANTAGE_ESTIMATORS:
+        out.append(
+            f"recipe.advantage_estimator={r.advantage_estimator}: the local trainer has "
+            f"{', '.join(LOCAL_ADVANTAGE_ESTIMATORS)} only (SkyRL runs it)"
+        )
+    if r.policy_loss_type not in LOCAL_POLICY_LOSSES:
+        out.append(
+            f"recipe.policy_loss_type={r.policy_loss_type}: the local trainer has "
+            f"{', '.join(LOCAL_POLICY_LOSSES)} (SkyRL runs it)"
+        )
+    if r.loss_reduction not in LOCAL_REDUCTIONS:
+        out.append(
+            f"recipe.loss_reduction={r.loss_reduction}: the local trainer has "
+            f"{', '.join(LOCAL_REDUCTIONS)} (SkyRL runs it)"
+        )
+    if r.kl_loss_coef > 0 and r.kl_placement == "reward":
+        out.append(
+            "recipe.kl_placement=reward: the local trainer puts KL in the loss only "
+            "(kl_placement=loss); SkyRL runs use_kl_in_reward"
+        )
+    if r.tis_ratio_type is not None:
+        out.append(
+            f"recipe.tis_ratio_type={r.tis_ratio_type}: the local trainer samples and trains "
+            "with one model and its rollout logprobs are the old ones, so there is no "
+            "rollout/trainer gap to correct (SkyRL's vLLM rollouts have one)"
+        )
+    if r.dynamic_sampling_type == "replace":
+        out.append(
+            "recipe.dynamic_sampling_type=replace: the local trainer has filter only "
+            "(SkyRL runs replace)"
+        )
+    return out
+
+
+def _skyrl_refusals(r: Recipe) -> list[str]:
+    out = []
+    if r.fail_advantage is not None:
+        out.append(
+            f"recipe.fail_advantage={r.fail_advantage}: SkyRL has no advantage for groups "
+            "that all failed (they get 0); set it to none for a SkyRL preset"
+        )
+    return out
+
+
+def _raise_first(refusals: list[str]) -> None:
+    if refusals:
+        raise UsageError(refusals[0])
+
+
+def _b(flag: bool) -> str:
+    return "true" if flag else "false"
+
+
+def _none(value: Any) -> str:
+    return "null" if value is None else str(value)
