@@ -137,7 +137,12 @@ class RunDir:
     # run.json
 
     def init(
-        self, *, preset: str, seed: int, backend: str, config: Mapping[str, Any] | None = None
+        self,
+        *,
+        preset: str | None,
+        seed: int,
+        backend: str,
+        config: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Write run.json on a new run; on an existing one check that preset/seed/backend agree."""
         self.path.mkdir(parents=True, exist_ok=True)

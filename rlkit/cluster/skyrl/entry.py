@@ -30,6 +30,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         ours, overrides = [], argv
     parser = argparse.ArgumentParser(prog="python -m rlkit.cluster.skyrl.entry")
     parser.add_argument("--data-dir", help="write train/eval parquet here if missing")
+    parser.add_argument("--preset", help="the rlkit preset the command came from (run.json)")
     parser.add_argument("--train-rows", type=int, default=256)
     parser.add_argument("--eval-set", default="test")
     parser.add_argument("--eval-rows", type=int, default=64, help="first N mazes of the set")
@@ -101,6 +102,36 @@ def ensure_init_model(model_dir: str, stop_at: float = 0.40) -> Path:
     return warm_tiny_model(out, stop_at=stop_at)
 
 
+def record_run(cfg, args: argparse.Namespace, overrides: list[str]) -> dict:
+    """Write RUN/run.json (backend "skyrl") before SkyRL starts: the run's own config (rlkit's
+    entry settings, SkyRL's overrides and its whole resolved config), which the notebooks read
+    back instead of the preset. A resume that changed the config records the change."""
+    import dataclasses
+    import json
+
+    from rlkit.run.rundir import RunDir
+    from rlkit.run.skyrl_layout import latest_step
+
+    run = RunDir(cfg.trainer.ckpt_path)
+    ours = {k: v for k, v in vars(args).items() if not k.startswith("hang")}
+    config = {
+        "entry": ours,
+        "overrides": dict(o.split("=", 1) for o in overrides),
+        "skyrl": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
+    }
+    seed = int(cfg.trainer.seed)
+    info = run.init(preset=args.preset, seed=seed, backend="skyrl", config=config)
+    old = info.get("config") or {}
+    if old != json.loads(json.dumps(config, default=str)):
+        changed = {
+            k: [old.get("overrides", {}).get(k), v]
+            for k, v in config["overrides"].items()
+            if old.get("overrides", {}).get(k) != v
+        }
+        run.record_config(config, changed, step=latest_step(run.path) or 0)
+    return config
+
+
 def _run_skyrl(cfg, hang: HangRules) -> None:
     """Body of the Ray task: register the env in this process, then SkyRL's experiment.
 
@@ -164,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides = [*overrides, *cpu_seam.overrides(run_dir)]
     cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
     validate_cfg(cfg)
+    record_run(cfg, args, overrides)
     init_ray(cfg, args.device, initialize_ray)
     # SkyRL's trainer task holds every rollout's pixel values: reserve memory only a GPU
     # worker has, so Ray cannot place it on the head pod

@@ -1,0 +1,82 @@
+"""One run interface: `open_run` on a local run dir, its summary read back as a `SummaryRun`,
+and the same summary read through a real local Ray head by a Ray job (what a Studio kernel
+without /fsx does)."""
+
+import json
+
+import pytest
+
+from rlkit.episodes.evaluate import evaluate
+from rlkit.episodes.policies import scripted_policy
+from rlkit.errors import RlkitError, UsageError
+from rlkit.notebook import workbench
+from rlkit.run import RunNotFound, open_run
+from rlkit.run.reader import LocalRun, SummaryRun
+from rlkit.run.remote import TAG, main, summary_from_logs
+from rlkit.run.rundir import RunDir
+
+
+@pytest.fixture
+def local_run(tmp_path):
+    """A local run dir as the trainer leaves it: run.json, 3 steps of metrics (2 of warm start),
+    an eval with its episodes and one complete checkpoint."""
+    run = RunDir(tmp_path / "demo")
+    run.init(preset="smoke", seed=0, backend="local", config={"schedule": {"steps": 4}})
+    for step, phase in ((0, "warm_start"), (1, "warm_start"), (2, "grpo")):
+        run.append_metrics({"step": step, "train/phase": phase, "rollout/reward_mean": step / 2})
+    result, trajs = evaluate(scripted_policy("eps-oracle:0.25"), samples=1, step=2)
+    result.save(run.eval_path(2), trajs)
+    run.save_checkpoint(2, lambda d: (d / "policy").mkdir())
+    return run.path
+
+
+def test_open_run_reads_a_local_run(local_run):
+    run = open_run(local_run)
+    assert isinstance(run, LocalRun) and run.backend == "local" and run.name == "demo"
+    assert run.preset == "smoke" and run.config() == {"schedule": {"steps": 4}}
+    assert [r["step"] for r in run.metrics()] == [0, 1, 2] and run.warm_start_end() == 1
+    assert list(run.evals()) == [2] and run.evals()[2].step == 2
+    assert len(run.trajectories(2)) == run.evals()[2].n_mazes
+    (ckpt,) = run.checkpoints()
+    assert (ckpt.step, ckpt.complete, ckpt.hf_export) == (
+        2,
+        True,
+        local_run / "global_step_2" / "policy",
+    )
+    assert run.describe() == "demo: local run, preset smoke, last step 2, 1 evals, 1 checkpoints"
+
+
+def test_open_run_refuses_what_is_not_a_run_dir_in_one_line(tmp_path, local_run):
+    with pytest.raises(RunNotFound, match="not mounted in this kernel"):
+        open_run(tmp_path / "elsewhere")
+    with pytest.raises(UsageError, match="is a file: give the run directory"):
+        open_run(local_run / "run.json")
+    with pytest.raises(RunNotFound):  # no cluster to read it through: the same one line
+        workbench.open_source(tmp_path / "elsewhere")
+
+
+def test_a_summary_reads_back_as_the_same_run_without_episodes(local_run, capsys):
+    assert main([str(local_run)]) == 0
+    line = capsys.readouterr().out
+    assert line.startswith(TAG)
+    back = summary_from_logs("some job chatter\n" + line, str(local_run))
+    run = open_run(local_run)
+    assert isinstance(back, SummaryRun) and back.backend == "local" and back.name == "demo"
+    assert back.metrics() == run.metrics() and back.config() == run.config()
+    assert back.evals()[2].per_maze == run.evals()[2].per_maze
+    assert back.checkpoints() == run.checkpoints() and back.warm_start_end() == 1
+    with pytest.raises(UsageError, match="read where its files are"):
+        back.trajectories(2)
+    with pytest.raises(RlkitError, match="could not read /x: rlkit: no run"):
+        summary_from_logs("rlkit: no run at /x", "/x")
+
+
+@pytest.mark.timeout(300)
+def test_the_cluster_reads_a_run_this_kernel_cannot_see(ray_cluster, local_run, capsys):
+    """One small Ray job through the Jobs API (the reader Studio uses without /fsx)."""
+    from rlkit.cluster.run_reader import read_run
+
+    back = read_run(ray_cluster, local_run)
+    run = open_run(local_run)
+    assert json.dumps(back.summary()) == json.dumps(run.summary())
+    assert any(j.submission_id.startswith("rlkit-read-demo-") for j in ray_cluster.jobs())
