@@ -70,3 +70,22 @@ def test_demo_kernels_keep_their_ipc_sockets_in_jupyters_runtime_dir():
     assert km["transport"] == "ipc" and ip.is_absolute()
     assert ip.parent == Path(jupyter_runtime_dir()) and ip.parent.is_dir()
     assert not [p for p in NOTEBOOK_DIR.iterdir() if p.is_socket()]  # none left in the tree
+
+
+@pytest.mark.slow
+def test_notebook_03_takes_one_recipe_for_either_backend(tmp_path):
+    """Only `preset` and `recipe` change between the two executions; `submit=False` prints the
+    plan and trains nothing (the SkyRL CPU preset would train ~8 min: the suite's one SkyRL
+    run covers that path, and notebooks 04 -> 05 read it in tests/skyrl/test_run_interface.py)."""
+    recipe = {"eps_clip_high": 0.28}
+    for preset, wanted in (
+        ("smoke", "--set recipe.eps_clip_high=0.28"),
+        ("skyrl-tiny-cpu", "trainer.algorithm.eps_clip_high=0.28"),
+    ):
+        params = {"out_dir": str(tmp_path), "preset": preset, "recipe": recipe, "submit": False}
+        path = execute("03_train_grpo", tmp_path / preset, params, kernel=ensure_kernel())
+        cells = json.loads(Path(path).read_text())["cells"]
+        outputs = [o for c in cells for o in c.get("outputs", [])]
+        assert not [o for o in outputs if o["output_type"] == "error"], preset
+        text = "".join("".join(o.get("text", "")) for o in outputs)
+        assert wanted in text and "recipe:   eps_clip_high=0.28" in text, preset

@@ -21,6 +21,7 @@ from rlkit.cluster import launch
 from rlkit.cluster.client import Cluster
 from rlkit.cluster.jobs import JobHandle
 from rlkit.errors import UsageError
+from rlkit.train.config import preset as train_preset
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,8 @@ def plan_run(
     if preset in launch.TRAIN_PRESETS:
         args = _local_args(recipe)
         plan = launch.plan_training(preset, out_dir, address=address, run_name=run_name)
-        if args:
+        if args:  # the local trainer's config takes them now, or refuses in one line
+            train_preset(preset).with_overrides(dict(a.split("=", 1) for a in args))
             command = launch.training_entrypoint(preset, plan.run_dir, overrides=args)
             plan = replace(plan, command=command)
         return RunPlan(plan, recipe, tuple(args))

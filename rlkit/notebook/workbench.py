@@ -1,50 +1,40 @@
 """Notebook-level steps of the workbench: what notebooks 00-05 call between the library modules.
 
-Each function is one step a notebook cell takes (evaluate the baselines once and cache them,
-score every checkpoint of a run, pick the mazes worth replaying), so
-the notebooks stay a few lines per cell and every step is tested here.
+Each function is one step a notebook cell takes (open the run a notebook reads, whichever
+backend wrote it, score every checkpoint with the run's own config, pick the mazes worth
+replaying), so the notebooks stay a few lines per cell and every step is tested here.
 
-    base = workbench.baseline_evals("runs/demo", "local-tiny", samples=4)
-    run = workbench.run_source("runs/demo", "local-tiny", run_dir=None)  # or a SkyRL run dir
+    source = workbench.run_source("runs/demo", "local-tiny", run_dir=None)  # or a SkyRL run
+    run = workbench.open_source(source, cluster=cluster)   # through the cluster if not visible
     evals = workbench.checkpoint_evals(run)
-    fig = plots.solve_rate_curve(evals, baseline=base[report.BASE])
+    fig = plots.solve_rate_curve(evals, baseline=..., warm_start_end=run.warm_start_end())
 
-The report on top of these steps (table, paired test, summary.json) is `rlkit.notebook.report`.
+Baselines beside a run are `rlkit.notebook.baselines`; the report on top of these steps (table, paired test, summary.json) is `rlkit.notebook.report`.
 """
 
 from __future__ import annotations
 
-import json
 import platform
 import sys
 from collections.abc import Callable
-from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from matplotlib.figure import Figure
 
-from rlkit.cluster.skyrl.readers import (
-    find_skyrl_run,
-    is_skyrl_run,
-    read_eval_dump,
-    read_eval_dumps,
-)
 from rlkit.episodes.evaluate import EVAL_SEED, EvalResult, evaluate
 from rlkit.episodes.failures import KINDS, classify
-from rlkit.episodes.policies import Policy, scripted_policy
+from rlkit.episodes.policies import Policy
 from rlkit.episodes.rollout import Trajectory
 from rlkit.errors import UsageError
 from rlkit.maze.sets import pinned_set_hash
 from rlkit.notebook.paths import home_path
-from rlkit.notebook.plots import figure_png, load_run_evals
-from rlkit.notebook.report import BASE
-from rlkit.train.config import TaskConfig, TrainConfig
+from rlkit.notebook.plots import figure_png
+from rlkit.run.reader import LocalRun, Run, RunNotFound, open_run
+from rlkit.train.config import TaskConfig, TrainConfig, config_from_dict
 from rlkit.train.config import preset as train_preset
-from rlkit.train.runs import RunDir, checkpoint_problem
 
-SCRIPTED_BASELINES = ("random", "eps-oracle:0.25", "oracle")
-"""The floor, a noisy planner and the ceiling: a trained model should land between them."""
 PACKAGES = ("torch", "transformers", "ray", "ipywidgets", "papermill", "rlkit")
 CLUSTER_VERSIONS = {"python": "3.12", "torch": "2.13.0", "transformers": "5.16.1", "ray": "2.57.0"}
 """What the cluster runs (requirements/cluster-pins.txt; a test keeps the two equal): a kernel
@@ -74,10 +64,6 @@ def kernel_report() -> dict[str, str]:
 
 
 # cached evaluations
-
-
-def _slug(name: str) -> str:
-    return name.replace(":", "_").replace("/", "_")
 
 
 def evaluate_cached(
@@ -135,7 +121,7 @@ def base_model(preset: str, out_dir: str | Path) -> Path:
     return path
 
 
-def _model_policy(model_dir: Path, cfg: TrainConfig, *, greedy: bool = False) -> Policy:
+def model_policy(model_dir: Path, cfg: TrainConfig, *, greedy: bool = False) -> Policy:
     from rlkit.model.policy import load_policy
 
     m = cfg.model
@@ -144,77 +130,39 @@ def _model_policy(model_dir: Path, cfg: TrainConfig, *, greedy: bool = False) ->
     )
 
 
-def baseline_evals(
-    out_dir: str | Path,
-    preset: str,
-    *,
-    samples: int,
-    policies: tuple[str, ...] = (*SCRIPTED_BASELINES, BASE),
-) -> dict[str, EvalResult]:
-    """Scripted policies and the untrained model (`base`) on the test set, cached under
-    OUT/baselines/; the env and test set are those of the training preset."""
-    cfg = train_preset(preset)
-    root = Path(out_dir) / "baselines"
-    results = {}
-    for name in policies:
-        if name == BASE:
-            model_dir = base_model(preset, out_dir)
-            make: Callable[[], Policy] = lambda d=model_dir: _model_policy(d, cfg)  # noqa: E731
-        else:
-            make = lambda n=name: scripted_policy(n)  # noqa: E731
-        results[name], _ = evaluate_cached(
-            root / f"{_slug(name)}.json", make, samples=samples, task=cfg.task, label=name
-        )
-    return results
+# a run's own config, and the run a notebook reads
 
 
-def cached_baselines(out_dir: str | Path) -> dict[str, EvalResult]:
-    """Whatever `baseline_evals` cached under OUT/baselines/ (notebook 02), {} if nothing yet."""
-    root = Path(out_dir) / "baselines"
-    names = (*SCRIPTED_BASELINES, BASE)
-    return {n: EvalResult.load(p) for n in names if (p := root / f"{_slug(n)}.json").is_file()}
+def run_config(run: Run | str | Path) -> TrainConfig:
+    """The config a local run was trained with, loaded back from its run.json (the preset it
+    names when it recorded none): re-scoring and greedy play use the run's own sampling, env
+    and eval settings, not the preset's defaults."""
+    run = run if isinstance(run, Run) else open_run(run)
+    info = run.info()
+    if run.backend != "local" or not (info.get("config") or info.get("preset")):
+        raise UsageError(f"{run.path} holds no local run.json with a config: nothing to rebuild")
+    if not info.get("config"):
+        return train_preset(info["preset"])
+    return config_from_dict(info["config"], where=f"{run.path / 'run.json'}")
 
 
-def run_baselines(
-    out_dir: str | Path, source: str | Path, evals: dict[int, EvalResult]
-) -> dict[str, EvalResult]:
-    """The baselines cached under OUT/baselines/ that can stand beside a run's evals: those on
-    the same test set and mazes. A SkyRL run gets no `base`: the local preset's untrained model
-    is not the model SkyRL started from (that one is its step-0 eval, `eval_before_train`)."""
-    if not evals:
-        return {}
-    ref = evals[max(evals)]
-    same = {
-        name: r
-        for name, r in cached_baselines(out_dir).items()
-        if r.test_set_hash == ref.test_set_hash and r.n_mazes == ref.n_mazes
-    }
-    if is_skyrl_run(source):
-        same.pop(BASE, None)
-    return same
+def open_source(source: str | Path, *, address: str | None = None, cluster: Any = None) -> Run:
+    """The run a notebook reads. Where this kernel cannot see its files (Studio without /fsx
+    mounted), a small Ray job on the cluster (`cluster`, or `connect(address)`) reads it there,
+    and one line says so; without either, RunNotFound says what to do."""
+    try:
+        return open_run(home_path(source))
+    except RunNotFound:
+        if cluster is None and address is None:
+            raise
+    from rlkit.cluster.run_reader import read_run  # Ray: only when the files are elsewhere
 
+    if cluster is None:
+        from rlkit.cluster.client import connect
 
-def baseline_trajectories(out_dir: str | Path, name: str) -> list[Trajectory]:
-    """The episodes `baseline_evals` recorded for one baseline."""
-    path = Path(out_dir) / "baselines" / f"{_slug(name)}.json"
-    return EvalResult.load(path).load_trajectories(path)
-
-
-# checkpoints of a run
-
-
-def _run_config(run: RunDir) -> TrainConfig:
-    """The preset the run was trained with; refuses runs whose task was overridden (their
-    checkpoints would be scored on a different env than their own evals)."""
-    info = run.read_info()
-    cfg = train_preset(info["preset"])
-    saved = info.get("config", {}).get("task")
-    if saved is not None and json.loads(json.dumps(asdict(cfg.task), default=str)) != saved:
-        raise UsageError(
-            f"{run.path} was trained with task overrides: score it with `rlkit eval` on each "
-            "checkpoint, using the same --set values"
-        )
-    return cfg
+        cluster = connect(address)
+    print(f"{source} is not visible here: reading it through the cluster at {cluster.address}")
+    return read_run(cluster, str(source))
 
 
 def run_source(
@@ -226,9 +174,10 @@ def run_source(
     skyrl_export: str | Path | None = None,
 ) -> Path:
     """The run a notebook reads: `run_dir` (a local run dir, a SkyRL run dir as `rlkit submit`
-    printed it, or a SkyRL export dir) or `skyrl_export`; without either, the local run of
-    `preset` under OUT that notebook 03 trains. A SkyRL export dir inside its run dir comes
-    back as the run dir (the metrics beside the dumps). Relative paths mean the project root."""
+    printed it, or a SkyRL export dir) or `skyrl_export`; without either, the run of `preset`
+    under OUT that notebook 03 trains (local or SkyRL). A SkyRL export dir inside its run dir
+    comes back as the run dir (the metrics beside the dumps). Relative paths mean the project
+    root."""
     if run_dir and skyrl_export:
         raise UsageError(f"run_dir ({run_dir}) and skyrl_export ({skyrl_export}): give one")
     given = run_dir or skyrl_export
@@ -237,70 +186,61 @@ def run_source(
 
         return Path(plan_training(preset, home_path(out_dir), run_name=run_name).run_dir)
     path = home_path(given)
-    sky = find_skyrl_run(path)
-    return sky.run_dir or sky.export_dir if sky is not None else path
+    return open_run(path).path if path.exists() else path
 
 
-def checkpoint_evals(source: str | Path, *, progress: bool = False) -> dict[int, EvalResult]:
+def checkpoint_evals(source: str | Path | Run, *, progress: bool = False) -> dict[int, EvalResult]:
     """`{step: EvalResult}` for every checkpoint of a run, ascending.
 
-    A local run dir: the trainer's own evals, plus every complete checkpoint that has none yet,
-    scored now with the run's eval settings (seed, samples, sampling) and cached in RUN/evals/.
-    A SkyRL run (its run dir or export dir, `find_skyrl_run`): its eval dumps, read as they are.
+    A local run: the trainer's own evals, plus every complete checkpoint that has none yet,
+    scored now with the run's own eval settings (its recorded config: seed, samples, sampling,
+    env) and cached in RUN/evals/. A SkyRL run: its eval dumps, read as they are.
     """
-    sky = find_skyrl_run(source)
-    if sky is not None:
-        return read_eval_dumps(sky.export_dir, policy=sky.name)
-    run = RunDir(source)
-    if not run.run_json.exists():
+    run = source if isinstance(source, Run) else open_run(source)
+    if not isinstance(run, LocalRun):
+        return run.evals()
+    if not run.dir.run_json.exists():
         raise UsageError(
-            f"{source} is neither a run dir (run.json) nor a SkyRL run dir or export dir"
+            f"{run.path} is neither a run dir (run.json) nor a SkyRL run dir or export dir"
         )
-    evaluated, marker = set(run.eval_steps()), run.marker_step()
+    evaluated = set(run.dir.eval_steps())
     # Only committed, verified checkpoints: a half-written one would score garbage.
-    missing = [
-        step
-        for step in run.checkpoint_steps()
-        if step not in evaluated
-        and marker is not None
-        and step <= marker
-        and checkpoint_problem(run.checkpoint_dir(step), hashes=False) is None
-    ]
+    missing = [c for c in run.checkpoints() if c.complete and c.step not in evaluated]
     if missing:
-        cfg = _run_config(run)
+        cfg = run_config(run)
         sched = cfg.schedule
-        for step in missing:
-            policy_dir = run.checkpoint_dir(step) / "policy"
+        for ckpt in missing:
+            policy_dir = ckpt.path / "policy"
             evaluate_cached(
-                run.eval_path(step),
-                lambda d=policy_dir: _model_policy(d, cfg, greedy=sched.eval_greedy),
+                run.dir.eval_path(ckpt.step),
+                lambda d=policy_dir: model_policy(d, cfg, greedy=sched.eval_greedy),
                 samples=sched.eval_samples,
                 task=cfg.task,
                 seed=EVAL_SEED,
-                label=f"{run.path.name}@{step}",
-                step=step,
+                label=f"{run.name}@{ckpt.step}",
+                step=ckpt.step,
             )
-    return load_run_evals(run.path)
+    return run.evals()
 
 
-def final_greedy_eval(source: str | Path) -> EvalResult | None:
+def final_greedy_eval(source: str | Path | Run) -> EvalResult | None:
     """A local run's last checkpoint played greedily (argmax, one episode per test maze): the
     deterministic policy's solve rate beside the sampled evals. Cached in
     RUN/evals/greedy/global_step_N.json. None for a SkyRL run (its evals are SkyRL's)."""
-    if is_skyrl_run(source):
+    run = source if isinstance(source, Run) else open_run(source)
+    if not isinstance(run, LocalRun):
         return None
-    run = RunDir(source)
-    ckpt = run.latest_complete_checkpoint(hashes=False) if run.run_json.exists() else None
-    if ckpt is None:
+    ckpt = run.latest_checkpoint() if run.dir.run_json.exists() else None
+    if ckpt is None or ckpt.path is None:
         raise UsageError(f"{source} holds no complete checkpoint yet: train first (notebook 03)")
-    cfg = _run_config(run)
+    cfg = run_config(run)
     result, _ = evaluate_cached(
-        run.evals_dir / "greedy" / f"global_step_{ckpt.step}.json",
-        lambda: _model_policy(ckpt.path / "policy", cfg, greedy=True),
+        run.dir.evals_dir / "greedy" / f"global_step_{ckpt.step}.json",
+        lambda: model_policy(ckpt.path / "policy", cfg, greedy=True),
         samples=1,
         task=cfg.task,
         seed=EVAL_SEED,
-        label=f"{run.path.name}@{ckpt.step} greedy",
+        label=f"{run.name}@{ckpt.step} greedy",
         step=ckpt.step,
         mode="greedy",
     )
@@ -342,14 +282,11 @@ def failure_examples(trajs: list[Trajectory]) -> dict[str, Trajectory]:
     return {k: found[k] for k in (*KINDS, *sorted(set(found) - set(KINDS))) if k in found}
 
 
-def eval_trajectories(source: str | Path, step: int) -> list[Trajectory]:
+def eval_trajectories(source: str | Path | Run, step: int) -> list[Trajectory]:
     """The episodes the eval of `step` played, in its EvalResult's order (`episode` picks one):
     a local run's recorded trajectories, or a SkyRL run's dumped episodes replayed."""
-    sky = find_skyrl_run(source)
-    if sky is not None:
-        return read_eval_dump(sky.export_dir, step).trajectories(sky.name)
-    path = RunDir(source).eval_path(step)
-    return EvalResult.load(path).load_trajectories(path)
+    run = source if isinstance(source, Run) else open_run(source)
+    return run.trajectories(step)
 
 
 def save_png(fig: Figure, out_dir: str | Path, name: str) -> Path:

@@ -1,0 +1,39 @@
+"""Notebook 03's plan: one `recipe` dict reaches whichever backend the preset names (local:
+`--set recipe.*` on the job's command; SkyRL: its `trainer.algorithm.*` overrides), and a switch
+a backend cannot honour is refused before anything is submitted."""
+
+import pytest
+
+from rlkit.errors import UsageError
+from rlkit.notebook import training
+
+
+def test_a_recipe_reaches_the_local_trainers_command(tmp_path):
+    plan = training.plan_run("smoke", tmp_path, recipe={"eps_clip_high": 0.28})
+    assert plan.local_args == ("recipe.eps_clip_high=0.28",)
+    assert plan.plan.command.endswith("--set recipe.eps_clip_high=0.28")
+    assert str(plan).endswith("recipe:   eps_clip_high=0.28")
+    plain = training.plan_run("smoke", tmp_path)
+    assert plain.local_args == () and "--set" not in plain.plan.command
+    assert str(plain).endswith("recipe:   the preset's own")
+
+
+def test_the_same_recipe_reaches_skyrls_overrides(tmp_path):
+    recipe = {"eps_clip_high": 0.28, "loss_reduction": "sequence_mean"}
+    plan = training.plan_run("skyrl-tiny-cpu", tmp_path, recipe=recipe)
+    assert plan.local_args == () and plan.plan.sky is not None
+    assert "trainer.algorithm.eps_clip_high=0.28" in plan.plan.command
+    assert "trainer.algorithm.loss_reduction=sequence_mean" in plan.plan.command
+    plain = training.plan_run("skyrl-tiny-cpu", tmp_path)
+    assert "trainer.algorithm.eps_clip_high=0.2 " in plain.plan.command
+
+
+def test_a_switch_a_backend_cannot_honour_is_refused_at_plan_time(tmp_path):
+    with pytest.raises(UsageError, match="unknown recipe switch 'clip'"):
+        training.plan_run("smoke", tmp_path, recipe={"clip": 0.3})
+    with pytest.raises(UsageError, match="recipe.tis_ratio_type=token: the local trainer"):
+        training.plan_run("smoke", tmp_path, recipe={"tis_ratio_type": "token"})
+    with pytest.raises(UsageError, match="launch needs a cluster"):
+        training.launch_run(
+            training.plan_run("smoke", tmp_path, recipe={"eps_clip_high": 0.3}), None
+        )
