@@ -43,13 +43,13 @@ replay_maze = 0  # test maze index to replay
 # the notebook runs from.
 
 # %%
-from rlkit.notebook import plots, report, workbench
+from rlkit.notebook import baselines, plots, report, workbench
 from rlkit.notebook.paths import home_path
 from rlkit.notebook.widgets import ReplayWidget
 
 out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
 
-base = workbench.baseline_evals(out_dir, preset, samples=samples)
+base = baselines.baseline_evals(out_dir, preset, samples=samples)
 print(report.solve_rate_table(base))
 
 # %%
@@ -64,7 +64,7 @@ fig
 # is a player that needs no kernel; run the notebook for the live widget.
 
 # %%
-trajs = workbench.baseline_trajectories(out_dir, report.BASE)
+trajs = baselines.baseline_trajectories(out_dir, report.BASE)
 ReplayWidget(workbench.episode(trajs, base[report.BASE], replay_maze))
 
 # %% [markdown]

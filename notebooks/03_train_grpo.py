@@ -59,6 +59,8 @@ address = None  # None: local Ray head; the cluster's Jobs API address for SkyRL
 local_port = 8265
 run_name = None  # None: the preset's name
 skyrl = {}  # SkyRL preset changes, e.g. {"nodes": 2, "runs_root": "/fsx/rlkit/runs"}
+recipe = {}  # algorithm switches for either backend (rlkit.recipe), e.g. {"eps_clip_high": 0.28}
+submit = True  # False: print the plan only (nothing is submitted)
 wait_s = 3 * 3600  # how long a headless run waits for the job (0: don't wait)
 
 # %% [markdown]
@@ -68,22 +70,29 @@ wait_s = 3 * 3600  # how long a headless run waits for the job (0: don't wait)
 # Relative paths (`out_dir="runs/demo"`) mean the project root (or `$RLKIT_HOME`), wherever
 # the notebook runs from.
 
+# %% [markdown]
+# `recipe` changes the algorithm the same way on both backends: its switches are named once
+# (`rlkit.recipe`, SkyRL's own names, each with the paper it comes from). A local preset's job
+# gets them as `--set recipe.NAME=VALUE`, a SkyRL preset as its `trainer.algorithm.*` overrides
+# (printed in the plan below). A switch a backend cannot honour is refused here, in one line.
+
 # %%
 from rlkit.cluster import launch
 from rlkit.cluster.client import connect
+from rlkit.notebook import training
 from rlkit.notebook.monitor import JobMonitor
 from rlkit.notebook.paths import home_path
 
 out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
 
-plan = launch.plan_training(
-    preset, out_dir, address=address, run_name=run_name, skyrl_changes=skyrl
+plan = training.plan_run(
+    preset, out_dir, address=address, run_name=run_name, skyrl=skyrl, recipe=recipe
 )
 print(plan)
 
 # %%
-cluster = None if plan.dry_run else connect(address, local_port=local_port)
-job = launch.launch_plan(plan, cluster)
+cluster = None if plan.dry_run or not submit else connect(address, local_port=local_port)
+job = training.launch_run(plan, cluster) if cluster else None
 job
 
 # %% [markdown]

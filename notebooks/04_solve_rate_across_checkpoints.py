@@ -34,6 +34,7 @@ preset = "local-tiny"
 run_name = None
 run_dir = None  # a run to read instead of the preset's local one: a SkyRL run dir works too
 skyrl_export = None  # or a SkyRL run's export dir (holding dumped_evals/)
+address = None  # the cluster's Jobs API: reads the run there when this kernel cannot see it
 
 # %% [markdown]
 # The cell above is tagged `parameters`: every setting of this notebook, with its default.
@@ -43,31 +44,31 @@ skyrl_export = None  # or a SkyRL run's export dir (holding dumped_evals/)
 # the notebook runs from.
 
 # %%
-from pathlib import Path
-
-from rlkit.notebook import curves, plots, report, workbench
+from rlkit.notebook import baselines, curves, plots, report, workbench
 from rlkit.notebook.paths import home_path
 
 out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
 source = workbench.run_source(
     out_dir, preset, run_name=run_name, run_dir=run_dir, skyrl_export=skyrl_export
 )
-evals = workbench.checkpoint_evals(source)
-boundary = plots.warm_start_end(source)
-base = workbench.run_baselines(out_dir, source, evals)
+run = workbench.open_source(source, address=address)  # either backend, wherever its files are
+print(run.describe())
+evals = workbench.checkpoint_evals(run)  # a missing one is scored with the run's own config
+boundary = run.warm_start_end()
+base = baselines.run_baselines(out_dir, run, evals)  # those that played this run's test set
 fig = plots.solve_rate_curve(
-    evals, baseline=base.get(report.BASE), warm_start_end=boundary, run_id=Path(source).name
+    evals, baseline=base.get(report.BASE), warm_start_end=boundary, run_id=run.name
 )
 curve_png = workbench.save_png(fig, out_dir, "solve_rate_across_checkpoints")
 fig
 
 # %%
-fig = plots.by_difficulty(report.milestones(evals, boundary), run_id=Path(source).name)
+fig = plots.by_difficulty(report.milestones(evals, boundary), run_id=run.name)
 difficulty_png = workbench.save_png(fig, out_dir, "solve_rate_by_difficulty")
 fig
 
 # %%
-fig = curves.training_curves(source, run_id=Path(source).name)
+fig = curves.training_curves(run, run_id=run.name)
 curves_png = workbench.save_png(fig, out_dir, "training_curves")
 fig
 
@@ -83,14 +84,14 @@ paired = report.grpo_paired_test(evals, boundary)
 print(paired)
 
 # %% [markdown]
-# The curve samples each move (temperature 1, k=4 per maze). The last checkpoint played
+# The curve samples each move (the run's own sampling, k per maze). The last checkpoint played
 # greedily, always its most likely move, one episode per maze, says whether the policy itself
 # solves the mazes or only recovers by chance: a greedy policy that errs tends to repeat the
 # error, so its failures are mostly loops. (None for a SkyRL run: its evals are SkyRL's.)
 
 # %%
-greedy = workbench.final_greedy_eval(source)
-print(greedy.summary() if greedy else "greedy: SkyRL run, not evaluated here")
+greedy = workbench.final_greedy_eval(run)
+print(greedy.summary() if greedy else f"greedy: not evaluated here ({run.backend} run)")
 
 # %%
 summary = report.build_summary(

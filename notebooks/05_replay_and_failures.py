@@ -32,6 +32,7 @@ preset = "local-tiny"
 run_name = None
 run_dir = None  # a run to read instead of the preset's local one: a SkyRL run dir works too
 skyrl_export = None  # or a SkyRL run's export dir (holding dumped_evals/)
+address = None  # the cluster's Jobs API: reads the run there when this kernel cannot see it
 maze = None  # test maze index; None: one where the two checkpoints disagree
 
 # %% [markdown]
@@ -52,7 +53,9 @@ out_dir = home_path(out_dir)  # relative: against the project root, as `make dem
 source = workbench.run_source(
     out_dir, preset, run_name=run_name, run_dir=run_dir, skyrl_export=skyrl_export
 )
-shown = replays.for_run(source, maze=maze)
+run = workbench.open_source(source, address=address)  # either backend, wherever its files are
+print(run.describe())
+shown = replays.for_run(run.path, maze=maze)
 print(shown)
 ReplayWidget(shown.episode, label=shown.label)
 

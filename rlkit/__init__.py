@@ -8,10 +8,12 @@ modules), and `scripts/check_layers.py` (part of `make lint`) enforces it:
     maze      the game: mazes, pinned sets, rules, rendering, answer parsing
     env       skyrl-gym env (`rlkit-maze`) and SkyRL dataset rows
     episodes  policies, batched rollouts, evaluation, failure taxonomy
+    run       one run, either backend: open_run (config, metrics, evals, episodes,
+              checkpoints); the run dir's writers (RunDir, manifest, metrics logger)  (ray)
     model     Qwen3-VL: build, load, encode, batch, policy, vLLM policy   (torch; vllm)
-    train     config, GRPO math, step + update, trainer, warm start, runs, metrics   (torch)
-    cluster   Ray: connect, jobs, launch, watch, preflight, rayjob; skyrl/ presets, entry,
-              readers, bridge, experiment                                         (ray)
+    train     config, GRPO math, step + update, trainer, warm start, TensorBoard   (torch)
+    cluster   Ray: connect, jobs, launch, watch, preflight, rayjob, run_reader; skyrl/
+              presets, entry, bridge, experiment                                  (ray)
     notebook  workbench steps, widgets, plots, demo          (ipywidgets, matplotlib)
     cli       the `rlkit` command
 """

@@ -8,7 +8,7 @@ Rules (the map is in rlkit/__init__.py):
 - torch, torchvision and transformers only in model/ and train/, never in their `config`
   modules (presets and clients read those without torch); torch also in the SkyRL device seam
   (cluster/skyrl/cpu_seam.py), which runs only inside SkyRL's own processes;
-- ray only in cluster/ and train/metrics.py (the trainer's metrics edge);
+- ray only in cluster/ and run/ (a run's Ray gauges, which both backends' trainers export);
 - vllm only in model/vllm_engine.py and model/vllm_policy.py (rlkit's vLLM engine and policy;
   nothing else needs it installed);
 - ipywidgets and matplotlib only in notebook/.
@@ -22,12 +22,12 @@ import sys
 from pathlib import Path
 
 BASE = ("errors", "fsio", "stats", "recipe")
-ORDER = ("maze", "env", "episodes", "model", "train", "cluster", "notebook", "cli")
+ORDER = ("maze", "env", "episodes", "run", "model", "train", "cluster", "notebook", "cli")
 HEAVY = {
     "torch": ("model", "train", "cluster/skyrl/cpu_seam.py"),
     "torchvision": ("model", "train"),
     "transformers": ("model", "train"),
-    "ray": ("cluster", "train/metrics.py"),
+    "ray": ("cluster", "run"),
     "vllm": ("model/vllm_engine.py", "model/vllm_policy.py"),
     "ipywidgets": ("notebook",),
     "matplotlib": ("notebook",),

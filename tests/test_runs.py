@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from rlkit.errors import RlkitError, UsageError
-from rlkit.train import runs
-from rlkit.train.runs import MARKER, CheckpointWarning, RunDir
+from rlkit.run import rundir as runs
+from rlkit.run.rundir import MARKER, CheckpointWarning, RunDir
 
 
 def payload(step: int):
@@ -180,7 +180,7 @@ def test_disk_full_in_manifest_keeps_previous_checkpoint(tmp_path, monkeypatch):
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from rlkit.train.runs import RunDir
+    from rlkit.run.rundir import RunDir
     lock = RunDir(sys.argv[1]).lock()
     lock.acquire()
     print("locked", flush=True)

@@ -10,9 +10,10 @@ from rlkit.episodes.evaluate import EvalResult, evaluate
 from rlkit.episodes.failures import KINDS, classify
 from rlkit.episodes.policies import scripted_policy
 from rlkit.errors import UsageError
-from rlkit.notebook import plots, report, workbench
+from rlkit.notebook import baselines, plots, report, workbench
+from rlkit.run import open_run
+from rlkit.run.rundir import RunDir
 from rlkit.train.config import preset
-from rlkit.train.runs import RunDir
 from rlkit.train.trainer import train
 
 
@@ -59,15 +60,30 @@ def test_evaluate_cached_reuses_the_file_and_rebuilds_for_other_samples(tmp_path
 
 
 def test_baselines_are_cached_and_read_back(tmp_path):
-    got = workbench.baseline_evals(tmp_path, "smoke", samples=1, policies=("random", "oracle"))
+    got = baselines.baseline_evals(tmp_path, "smoke", samples=1, policies=("random", "oracle"))
     assert got["oracle"].solve_rate == 1.0 and got["oracle"].policy == "oracle"
     assert 0.0 < got["random"].solve_rate < 0.8
-    cached = workbench.cached_baselines(tmp_path)
+    cached = baselines.cached_baselines(tmp_path)
     assert list(cached) == ["random", "oracle"]
     assert cached["random"].flat == got["random"].flat
-    trajs = workbench.baseline_trajectories(tmp_path, "random")
+    trajs = baselines.baseline_trajectories(tmp_path, "random")
     assert len(trajs) == got["random"].n_mazes
-    assert workbench.cached_baselines(tmp_path / "nothing") == {}
+    assert baselines.cached_baselines(tmp_path / "nothing") == {}
+
+
+def test_baselines_are_keyed_by_seed_and_samples_not_only_by_name(tmp_path):
+    a = baselines.baseline_evals(tmp_path, "smoke", samples=1, policies=("random",))
+    b = baselines.baseline_evals(tmp_path, "smoke", samples=1, seed=1, policies=("random",))
+    c = baselines.baseline_evals(tmp_path, "smoke", samples=2, policies=("random",))
+    files = sorted(p.name for p in (tmp_path / "baselines").glob("random-*.json"))
+    assert len(files) == 3  # three keys, three evaluations: none read another's cache
+    assert a["random"].flat != b["random"].flat and c["random"].samples == 2
+    index = json.loads((tmp_path / "baselines" / "index.json").read_text())
+    assert sorted((k["seed"], k["samples"]) for k in index.values()) == [(0, 1), (0, 2), (1, 1)]
+    # the same key again is a cache hit: the same episodes, no new file
+    again = baselines.baseline_evals(tmp_path, "smoke", samples=1, seed=1, policies=("random",))
+    assert again["random"].flat == b["random"].flat
+    assert len(list((tmp_path / "baselines").glob("random-*.json"))) == 3
 
 
 def test_base_model_is_the_runs_initial_model(smoke_run, tmp_path):
@@ -76,6 +92,37 @@ def test_base_model_is_the_runs_initial_model(smoke_run, tmp_path):
     init = Path(plan.run_dir) / "init_model"
     for name in ("config.json", "model.safetensors"):
         assert (base / name).read_bytes() == (init / name).read_bytes()
+
+
+def test_a_local_run_reads_back_through_the_one_run_interface(smoke_run):
+    out, plan = smoke_run
+    run = open_run(plan.run_dir)
+    assert run.backend == "local" and run.preset == "smoke" and run.name == plan.run_name
+    assert run.config()["schedule"] == json.loads(json.dumps(preset("smoke").to_dict()))["schedule"]
+    assert workbench.run_config(run) == preset("smoke")
+    assert sorted(run.evals()) == [0, 4, 6, 8] and run.warm_start_end() == 4
+    ckpts = run.checkpoints()
+    assert ckpts and all(c.complete and c.hf_export == c.path / "policy" for c in ckpts)
+    assert run.latest_checkpoint().step == 8
+    trajs = run.trajectories(8)
+    assert len(trajs) == run.evals()[8].n_mazes * run.evals()[8].samples
+    assert [r["step"] for r in run.metrics()] == [r["step"] for r in plots.load_metrics(run.path)]
+    assert run.describe().startswith(f"{plan.run_name}: local run, preset smoke, last step 8")
+
+
+def test_rescoring_uses_the_runs_own_recorded_config_not_the_presets(smoke_run, tmp_path):
+    import shutil
+
+    out, plan = smoke_run
+    copy = tmp_path / "copy"
+    shutil.copytree(plan.run_dir, copy)
+    info = json.loads((copy / "run.json").read_text())
+    info["config"]["schedule"]["eval_samples"] = 2  # as if trained with --set eval_samples=2
+    (copy / "run.json").write_text(json.dumps(info))
+    assert workbench.run_config(copy).schedule.eval_samples == 2
+    (copy / "evals" / "global_step_8.json").unlink()
+    rescored = workbench.checkpoint_evals(copy)[8]
+    assert rescored.samples == 2  # the preset says 1: the run's own config decided
 
 
 def test_checkpoint_evals_rescore_a_checkpoint_exactly_as_the_trainer_did(smoke_run):

@@ -71,7 +71,7 @@ def load_policy(
         raise UsageError(
             f"policy {name!r} is neither random|oracle|eps-oracle:E nor an existing model directory"
         )
-    _refuse_skyrl_run(name)
+    _refuse_run(name)
     if engine == "vllm":
         from rlkit.model.vllm_policy import load_vllm_policy
 
@@ -81,18 +81,20 @@ def load_policy(
     return load_model_policy(name, greedy=greedy, device=device)
 
 
-def _refuse_skyrl_run(path: str) -> None:
-    """A SkyRL run (its run dir or export dir) holds many models: name one of its exports."""
-    from rlkit.cluster.skyrl.readers import find_skyrl_run, list_checkpoints
+def _refuse_run(path: str) -> None:
+    """A run dir (either backend) holds many models: name one of its checkpoints' exports."""
+    from rlkit.run.reader import open_run
+    from rlkit.run.skyrl_layout import find_skyrl_run
 
-    sky = find_skyrl_run(path)
-    if sky is None:
+    p = Path(path)
+    if not p.is_dir() or not ((p / "run.json").is_file() or find_skyrl_run(p) is not None):
         return
-    exports = [c.hf_export for c in list_checkpoints(sky.run_dir or path, sky.export_dir)]
-    newest = [str(e) for e in exports if e is not None][-1:]
+    run = open_run(p)
+    newest = [str(c.hf_export) for c in run.checkpoints() if c.hf_export is not None][-1:]
+    backend = "SkyRL" if run.backend == "skyrl" else "local"
     raise UsageError(
-        f"{path} is a SkyRL run, not a model: evaluate one of its exports, "
-        + (f"e.g. --policy {newest[0]}" if newest else "once it has exported one (exports/)")
+        f"{path} is a {backend} run, not a model: evaluate one of its checkpoints, "
+        + (f"e.g. --policy {newest[0]}" if newest else "once it has saved one")
     )
 
 
@@ -209,20 +211,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from rlkit.cluster.skyrl.readers import find_skyrl_run, read_eval_dumps
     from rlkit.notebook.curves import training_curves
-    from rlkit.notebook.plots import figure_png, load_run_evals, solve_rate_curve, warm_start_end
+    from rlkit.notebook.plots import figure_png, solve_rate_curve
+    from rlkit.run.reader import open_run
 
-    run = Path(args.run_dir)
-    sky = find_skyrl_run(run)  # a SkyRL run dir or its export dir, else a local run
-    if sky is not None:
-        evals = read_eval_dumps(sky.export_dir, policy=sky.name)
-        run = sky.run_dir or run  # its metrics.jsonl, for --curves
-    else:
-        evals = load_run_evals(run)
+    run = open_run(args.run_dir)  # a local run, a SkyRL run dir or its export dir
+    evals = run.evals()
     if not evals:
-        raise UsageError(f"{run} has no evals/global_step_N.json yet: train first (rlkit train)")
-    fig = solve_rate_curve(evals, warm_start_end=warm_start_end(run), run_id=run.name)
+        raise UsageError(f"{run.path} has no evaluated step yet: train first (rlkit train)")
+    fig = solve_rate_curve(evals, warm_start_end=run.warm_start_end(), run_id=run.name)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(figure_png(fig))

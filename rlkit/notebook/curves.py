@@ -30,6 +30,7 @@ from rlkit.notebook.plots import (
     legend_outside,
     load_metrics,
 )
+from rlkit.run.reader import Run
 
 
 def _base(key: str) -> str:
@@ -114,9 +115,12 @@ def _mark_phases(axes: Sequence[Axes], spans: list[tuple[str, int, int]]) -> Non
 
 
 def training_curves(
-    metrics: Sequence[Mapping[str, Any]] | str | Path, *, run_id: str | None = None
+    metrics: Sequence[Mapping[str, Any]] | str | Path | Run, *, run_id: str | None = None
 ) -> Figure:
-    """Reward, loss, KL, entropy and turns vs step; panels without data are left out."""
+    """Reward, loss, KL, entropy and turns vs step (of a run, its dir, or its records); panels
+    without data are left out."""
+    if isinstance(metrics, Run):
+        metrics = metrics.metrics()
     records = merge_steps(load_metrics(metrics) if isinstance(metrics, str | Path) else metrics)
     if not records:
         raise UsageError("no metric records to plot: the run has not logged a step yet")

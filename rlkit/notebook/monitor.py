@@ -2,14 +2,17 @@
 Stop and "Resubmit on failure" (`rlkit jobs watch --resubmit` as a switch).
 
 The monitor polls a job handle (`rlkit.cluster.jobs.JobHandle`, or anything with `status`,
-`logs` and `stop`) and the run directory it writes (metrics.jsonl, evals), on a daemon thread
-so a notebook cell returns at once.
+`logs` and `stop`) and the run it writes (`rlkit.run.open_run`: metrics, evals, either
+backend), on a daemon thread so a notebook cell returns at once. Where this kernel cannot see
+the run's files (Studio without /fsx mounted) and the job's cluster is remote, the run is read
+through the cluster by a small Ray job every `remote_every_s`, and the progress line says so.
 """
 
 from __future__ import annotations
 
 import html
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -18,8 +21,9 @@ import ipywidgets as widgets
 
 from rlkit.errors import RlkitError, UsageError
 from rlkit.notebook.curves import live_curves
-from rlkit.notebook.plots import figure_png, load_metrics, load_run_evals, png_width
+from rlkit.notebook.plots import figure_png, png_width
 from rlkit.notebook.progress import read_progress
+from rlkit.run.reader import Run, open_run
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
@@ -71,6 +75,7 @@ class JobMonitor(widgets.VBox):
         log_lines: int = 15,
         resubmit: int = 0,
         resubmitter: Callable[[JobLike], JobLike] | None = None,
+        remote_every_s: float = 60.0,
     ):
         if refresh_s <= 0:
             raise UsageError(f"refresh_s ({refresh_s}) must be > 0 seconds")
@@ -87,6 +92,12 @@ class JobMonitor(widgets.VBox):
         self.restarts: list[str] = []
         """One line per automatic restart, e.g. `restart 1/3: rlkit-a-1 FAILED; ...`."""
         self.run_dir = Path(run_dir)
+        self.remote_every_s = remote_every_s
+        """How often a run this kernel cannot see is read through the cluster (a Ray job)."""
+        self._remote: Run | None = None
+        self._remote_at = float("-inf")
+        self.note = ""
+        """One line on where the run is read from, when not from its files here."""
         self.refresh_s = refresh_s
         self.log_lines = log_lines
         self.status = "UNKNOWN"
@@ -153,12 +164,34 @@ class JobMonitor(widgets.VBox):
         self.restarts.append(restart_line(n, self.max_restarts.value, old, self.handle, "FAILED"))
         self.status = status_name(self.handle.status())
 
-    def _refresh_curves(self) -> None:
-        metrics = load_metrics(self.run_dir)
-        self.progress.value = (
-            f"<code>{html.escape(read_progress(self.run_dir, metrics).line())}</code>"
+    def _read_run(self) -> Run | None:
+        """The run from its files here; else, on a remote cluster, through a Ray job there."""
+        if self.run_dir.is_dir():
+            self.note = ""
+            return open_run(self.run_dir)
+        cluster = getattr(self.handle, "cluster", None)
+        if cluster is None or getattr(cluster, "local_head", None) is not None:
+            self.note = f"{self.run_dir} not written yet"
+            return None
+        now = time.monotonic()
+        if now - self._remote_at >= self.remote_every_s:
+            from rlkit.cluster.run_reader import read_run  # Ray: only when reading remotely
+
+            self._remote_at = now
+            self._remote = read_run(cluster, self.run_dir)
+        self.note = (
+            f"{self.run_dir} is not visible from this kernel: read through the cluster every "
+            f"{self.remote_every_s:.0f} s"
         )
-        evals = load_run_evals(self.run_dir) if self.run_dir.is_dir() else {}
+        return self._remote
+
+    def _refresh_curves(self) -> None:
+        run = self._read_run()
+        metrics = run.metrics() if run is not None else []
+        line = read_progress(run if run is not None else self.run_dir, metrics).line()
+        note = f"<br><small>{html.escape(self.note)}</small>" if self.note else ""
+        self.progress.value = f"<code>{html.escape(line)}</code>{note}"
+        evals = run.evals() if run is not None else {}
         key = (len(metrics), len(evals))
         if key == self._plotted:
             return  # nothing new: skip re-drawing (the expensive part of a refresh)

@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rlkit.cluster.jobs import project_root
-
 HOME_ENV = "RLKIT_HOME"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+"""The checkout holding the `rlkit` package and notebooks/ (rlkit/notebook/paths.py -> it)."""
 
 
 def home() -> Path:
     """$RLKIT_HOME if set, else the project root (the checkout holding notebooks/)."""
-    return Path(os.environ.get(HOME_ENV) or project_root()).expanduser()
+    return Path(os.environ.get(HOME_ENV) or PROJECT_ROOT).expanduser()
 
 
 def home_path(path: str | Path) -> Path:

@@ -30,7 +30,7 @@ from rlkit.episodes.failures import KINDS
 from rlkit.errors import UsageError
 from rlkit.maze.core import Maze, difficulty
 from rlkit.maze.render import RenderStyle, render_maze
-from rlkit.train.runs import RunDir
+from rlkit.run.reader import Run, open_run
 
 Evals = Sequence[EvalResult] | Mapping[int, EvalResult]
 GALLERY_STYLE = RenderStyle(view="full", cell_px=16)
@@ -57,38 +57,36 @@ def png_width(png: bytes) -> int:
     return int.from_bytes(png[16:20], "big")
 
 
-# reading a run directory
+# reading a run (either backend; `rlkit.run.open_run` does the reading)
 
 
-def load_run_evals(run_dir: str | Path) -> dict[int, EvalResult]:
-    """Every RUN/evals/global_step_N.json as {N: EvalResult}, ascending; {} when none yet."""
-    run = RunDir(run_dir)
-    out = {}
-    for step in run.eval_steps():
-        result = EvalResult.from_dict(run.read_eval(step))
-        if result.step is None:
-            result.step = step  # the file name is the authority on which checkpoint it scored
-        out[step] = result
-    return out
-
-
-def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """RUN/metrics.jsonl records (a run dir or the file itself); [] before the first step."""
+def _run_or_none(run_dir: str | Path) -> Run | None:
+    """The run at `run_dir`, or None before it exists (a job just submitted)."""
     path = Path(run_dir)
     if path.name == "metrics.jsonl" and not path.is_dir():
         path = path.parent
     elif path.is_file():
         raise UsageError(f"{path} is not a run directory or a metrics.jsonl file")
-    return RunDir(path).read_metrics()
+    return open_run(path) if path.is_dir() else None
+
+
+def load_run_evals(run_dir: str | Path) -> dict[int, EvalResult]:
+    """The run's evals as {step: EvalResult}, ascending (a local run's RUN/evals/, a SkyRL run's
+    eval dumps); {} when none yet."""
+    run = _run_or_none(run_dir)
+    return run.evals() if run is not None else {}
+
+
+def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The run's metrics.jsonl records (a run dir or the file itself); [] before the first step."""
+    run = _run_or_none(run_dir)
+    return run.metrics() if run is not None else []
 
 
 def warm_start_end(run_dir: str | Path) -> int | None:
     """The step where warm start handed over to GRPO (None: no warm start, or a SkyRL run)."""
-    path = Path(run_dir)
-    if not (path / "metrics.jsonl").is_file():
-        return None
-    steps = [r["step"] for r in load_metrics(path) if r.get("train/phase") == "warm_start"]
-    return max(steps, default=None)
+    run = _run_or_none(run_dir)
+    return run.warm_start_end() if run is not None else None
 
 
 def _by_step(evals: Evals) -> list[tuple[int, EvalResult]]:

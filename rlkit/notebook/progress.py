@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.errors import RlkitError
-from rlkit.train.runs import RunDir
+from rlkit.run.reader import Run, open_run
 
 PACE_WINDOW = 10
 """GRPO steps the ETA's pace is measured over."""
@@ -71,25 +71,33 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
-def _grpo_total(run: RunDir) -> int | None:
+def _grpo_total(run: Run) -> int | None:
     try:
-        return int(run.read_info()["config"]["schedule"]["steps"])
+        return int(run.config()["schedule"]["steps"])
     except (RlkitError, KeyError, TypeError, ValueError):
         return None
 
 
-def read_progress(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> RunProgress:
-    """The run's progress from metrics.jsonl (pass `records` if already read) and run.json."""
-    run = RunDir(run_dir)
+def read_progress(
+    source: str | Path | Run, records: list[dict[str, Any]] | None = None
+) -> RunProgress:
+    """The run's progress from its metrics (pass `records` if already read) and config. A
+    SkyRL run's steps are all GRPO (its warm start, if any, built the model before step 0)."""
+    run = source if isinstance(source, Run) else _open(source)
+    if run is None:
+        return RunProgress("starting", 0, 0, None)
     if records is None:
-        records = run.read_metrics() if run.metrics_path.is_file() else []
-    total = _grpo_total(run) if run.run_json.is_file() else None
+        records = run.metrics()
+    total = _grpo_total(run)
     steps = [r for r in records if isinstance(r.get("step"), int)]
     if not steps:
         return RunProgress("starting", 0, 0, total)
     warm = [r["step"] for r in steps if r.get("train/phase") == "warm_start" and "loss/bc" in r]
     ws_end = max(warm, default=0)
-    grpo = [r for r in steps if r.get("train/phase") == "grpo" and "rollout/episodes" in r]
+    if run.backend == "skyrl":
+        grpo = [r for r in steps if "rollout/reward_mean" in r]
+    else:
+        grpo = [r for r in steps if r.get("train/phase") == "grpo" and "rollout/episodes" in r]
     evals = [r for r in steps if "eval/solve_rate" in r]
     last_eval = evals[-1] if evals else None
     elapsed = max((r.get("timing/elapsed_s", 0.0) for r in steps), default=0.0)
@@ -114,6 +122,10 @@ def read_progress(run_dir: str | Path, records: list[dict[str, Any]] | None = No
         grpo_s=max(0.0, elapsed - ws_elapsed) if grpo else 0.0,
         pace_s=pace,
     )
+
+
+def _open(path: str | Path) -> Run | None:
+    return open_run(path) if Path(path).is_dir() else None
 
 
 class RunFollower:

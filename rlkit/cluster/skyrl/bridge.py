@@ -4,10 +4,10 @@ backends.
 SkyRL logs one dict per step through its `Tracking` (keys like `reward/avg_raw_reward`,
 `environment/solve_rate`, `eval/all/avg_score`, `policy/policy_loss`, `timing/step`).
 `BridgedTracking` is that class with one addition: every logged dict also goes, renamed
-(`rlkit_names`), to rlkit's `MetricsLogger` for the run dir (RUN/metrics.jsonl, read by the
-notebook's job monitor and `rlkit plot`; the Ray gauges the Grafana dashboard queries, under the
-local trainer's names) and to MLflow when `MLFLOW_TRACKING_URI` is set and SkyRL's own logger is
-not already MLflow. An eval step also gets its interval (and `eval/bad_records`, the dump lines
+(`rlkit_names`), to rlkit's `RunLogger` for the run dir, the one the local trainer logs
+through (RUN/metrics.jsonl, read by the notebook's job monitor and `rlkit plot`; the Ray gauges
+the Grafana dashboard queries, under the local trainer's names) and to MLflow when
+`MLFLOW_TRACKING_URI` is set and SkyRL's own logger is not already MLflow. An eval step also gets its interval (and `eval/bad_records`, the dump lines
 that were not JSON) from SkyRL's dump for that step; a dump that cannot be read costs only that
 interval. Every step reports SkyRL's latest complete checkpoint (its marker file). On a resumed
 run the bridge first cuts metrics.jsonl back to that checkpoint, as a local resume does, so no
@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.cluster.hang import step_line
-from rlkit.cluster.skyrl.readers import latest_step, read_eval_dump
 from rlkit.errors import RlkitError
-from rlkit.train.metrics import MetricsLogger
-from rlkit.train.runs import RunDir
+from rlkit.run.metrics import RunLogger
+from rlkit.run.rundir import RunDir
+from rlkit.run.skyrl_dumps import read_eval_dump
+from rlkit.run.skyrl_layout import latest_step
 
 _log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ class MetricsBridge:
         self.run = RunDir(run_dir)
         drop_metrics_after_checkpoint(self.run, reevaluates=reevaluates)
         self.export_path = Path(export_path)
-        self.logger = MetricsLogger(self.run, tensorboard=False, ray_gauges=ray_gauges)
+        self.logger = RunLogger(self.run, ray_gauges=ray_gauges)
         self.checkpoint: int | None = None
         self.mlflow = None
         if mlflow if mlflow is not None else bool(os.environ.get("MLFLOW_TRACKING_URI")):

@@ -1,370 +1,50 @@
-"""Reading what a SkyRL run wrote: checkpoints, HF exports and eval dumps, as rlkit types.
+"""What a SkyRL run wrote, read as rlkit types: the names SkyRL's glue and its tests import.
 
-SkyRL's eval dumps (`<export_path>/dumped_evals/global_step_N_evals/*.jsonl`) become the same
-`EvalResult` the local evaluator produces; every answer is replayed through `MazeEnv`, so the
-failure taxonomy, plots and replay widgets work for cluster runs as for local ones.
-
-    run = find_skyrl_run("/fsx/rlkit/runs/RUN")                # or ".../RUN/exports"; None: not SkyRL's
-    evals = read_eval_dumps(run.export_dir)                    # {step: EvalResult}
-    dump = read_eval_dump(run.export_dir, 10)                  # one step: episodes, bad lines
-    trajs = dump.trajectories(run.name)                        # its episodes, as `evals[10]` orders them
-
-SkyRL writes one record per "\n" with `ensure_ascii=False`, so an answer may hold a raw U+0085,
-U+2028 or U+2029: records are split on "\n" only (`str.splitlines` would cut them). A line that
-is still not JSON (a write cut short, garbage) is skipped and counted (`EvalDump.bad_lines`, a
-`BadRecordsWarning`), so one bad line costs one episode, not the whole step.
+The code lives in the run package, which neither backend owns (`rlkit.run.skyrl_layout`: run
+dir, checkpoints, exports; `rlkit.run.skyrl_dumps`: eval dumps as EvalResults and
+Trajectories); `rlkit.run.open_run` reads a whole SkyRL run as it reads a local one.
 """
 
-from __future__ import annotations
-
-import json
-import re
-import warnings
-from dataclasses import dataclass, field
-from pathlib import Path
-
-from rlkit.env.maze_env import MazeEnv, maze_from_extras
-from rlkit.episodes.evaluate import EvalResult, summarize
-from rlkit.episodes.rollout import Trajectory, Turn
-from rlkit.errors import UsageError
-from rlkit.maze.core import Maze
-from rlkit.train.runs import MARKER, RunDir, step_dirs
-
-LATEST_MARKER = MARKER
-"""SkyRL writes it after a checkpoint is complete (rlkit's local runs use the same name)."""
-_EVAL_DIR = re.compile(r"global_step_(\d+)_evals")
-# Qwen chat markers between turns in a decoded multi-turn response: the assistant's answer ends
-# with <|im_end|>, then the env's observation (a user turn) and the next assistant header.
-_BETWEEN_TURNS = re.compile(
-    r"<\|im_end\|>\s*<\|im_start\|>user\n.*?<\|im_start\|>assistant\n", re.S
+from rlkit.run.skyrl_dumps import (
+    BadRecordsWarning,
+    EvalDump,
+    EvalEpisode,
+    dump_trajectories,
+    episodes_to_result,
+    read_eval_dump,
+    read_eval_dumps,
+    read_eval_episodes,
+    read_step_dir,
+    split_turns,
+    to_trajectory,
 )
-_TRAILING = re.compile(r"(<\|im_end\|>|<\|endoftext\|>|\s)+$")
+from rlkit.run.skyrl_layout import (
+    LATEST_MARKER,
+    Checkpoint,
+    SkyRLRun,
+    find_skyrl_run,
+    is_skyrl_run,
+    latest_step,
+    list_checkpoints,
+)
 
-
-@dataclass(frozen=True)
-class SkyRLRun:
-    """Where one SkyRL run's files are, found from whichever of its paths a person holds."""
-
-    export_dir: Path
-    """SkyRL's export_path: `dumped_evals/` and the HF exports `global_step_N/policy`."""
-    run_dir: Path | None
-    """SkyRL's ckpt_path, rlkit's run dir (metrics.jsonl, global_step_N/, data/): the export
-    dir's parent in rlkit's layout; None for an export dir found outside one."""
-
-    @property
-    def name(self) -> str:
-        """The run's name (its run dir's), as evals and plots label it."""
-        return (self.run_dir or self.export_dir).name
-
-
-def find_skyrl_run(path: str | Path) -> SkyRLRun | None:
-    """The one rule for "is this a SkyRL run": `rlkit plot`, `rlkit eval` and the notebooks use it.
-
-    `path` is SkyRL's run: either its run dir (the path `rlkit submit` printed, SkyRL's
-    ckpt_path: it holds `exports/`, or the `data/` rlkit's entry writes before SkyRL starts) or
-    its export dir (it holds `dumped_evals/`). A dir with `run.json` is a local rlkit run (its
-    trainer writes that first; SkyRL never does), and anything else is not a run: None.
-    """
-    p = Path(path)
-    if not p.is_dir() or RunDir(p).run_json.exists():
-        return None
-    if (p / "dumped_evals").is_dir():
-        return SkyRLRun(export_dir=p, run_dir=p.parent if p.name == "exports" else None)
-    if (p / "exports").is_dir() or (p / "data" / "eval.parquet").is_file():
-        return SkyRLRun(export_dir=p / "exports", run_dir=p)
-    return None
-
-
-def is_skyrl_run(path: str | Path) -> bool:
-    """`find_skyrl_run(path) is not None`: a SkyRL run dir or its export dir."""
-    return find_skyrl_run(path) is not None
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """One step of a SkyRL run that left a `global_step_N` checkpoint, an HF export, or both."""
-
-    step: int
-    path: Path | None
-    """`<ckpt_path>/global_step_N`, or None once SkyRL's keep-k pruned it (exports stay)."""
-    complete: bool
-    """True when the checkpoint exists and SkyRL's latest marker (written last) has reached it:
-    a resumable state."""
-    hf_export: Path | None
-    """`<export_path>/global_step_N/policy`, an HF model dir for `rlkit eval`, if exported."""
-
-
-def latest_step(ckpt_dir: str | Path) -> int | None:
-    """The step in SkyRL's latest marker, or None before the first complete checkpoint."""
-    marker = Path(ckpt_dir) / LATEST_MARKER
-    if not marker.is_file():
-        return None
-    text = marker.read_text().strip()
-    if not text.isdigit():
-        raise UsageError(f"{marker} holds {text[:40]!r}, not a step number: the run dir is damaged")
-    return int(text)
-
-
-def list_checkpoints(
-    ckpt_dir: str | Path, export_dir: str | Path | None = None
-) -> list[Checkpoint]:
-    """Every step of a SkyRL run with a checkpoint or an HF export, oldest first.
-
-    SkyRL keeps only the newest `max_ckpts_to_keep` checkpoints but never prunes exports, so
-    older steps come back with `path=None` and their export. `export_dir` defaults to
-    `<ckpt_dir>/exports` (rlkit's run layout: SkyRL's ckpt_path is the run dir).
-    """
-    root = Path(ckpt_dir)
-    if not root.is_dir():
-        raise UsageError(f"no SkyRL run dir at {root}: check the path (e.g. /fsx/rlkit/runs/RUN)")
-    exports = Path(export_dir) if export_dir is not None else root / "exports"
-    latest = latest_step(root)
-    ckpts = step_dirs(root)
-    exported = {s: d / "policy" for s, d in step_dirs(exports).items() if (d / "policy").is_dir()}
-    return [
-        Checkpoint(
-            step,
-            ckpts.get(step),
-            step in ckpts and latest is not None and step <= latest,
-            exported.get(step),
-        )
-        for step in sorted(set(ckpts) | set(exported))
-    ]
-
-
-@dataclass(frozen=True)
-class EvalEpisode:
-    """One episode of a SkyRL eval dump, in rlkit's terms."""
-
-    maze: dict
-    maze_index: int
-    maze_hash: str
-    data_source: str
-    reward: float
-    solved: bool
-    """From SkyRL's reward (1 only when the exit was reached): the record of truth."""
-    responses: list[str]
-    """The model's answer text of each turn, observations removed."""
-    stop_reason: str | None
-    max_turns: int | None
-    extras: dict = field(default_factory=dict, repr=False)
-    """The row's extras as SkyRL dumped them (maze, the env config it was written for)."""
-
-    @property
-    def turns(self) -> int:
-        return len(self.responses)
-
-
-def split_turns(output_response: str) -> list[str]:
-    """A decoded multi-turn response cut into the assistant's answers (Qwen chat markers)."""
-    parts = _BETWEEN_TURNS.split(output_response)
-    return [_TRAILING.sub("", p) for p in parts if _TRAILING.sub("", p) or len(parts) == 1]
-
-
-def _episode(entry: dict, where: str) -> EvalEpisode:
-    try:
-        extras = entry["env_extras"] or {}
-        maze = maze_from_extras(extras)
-        score = entry["score"]
-        # The VLM generator stores per-token rewards; the episode's reward is their sum.
-        reward = float(sum(score)) if isinstance(score, list) else float(score)
-        info = extras.get("extra_info") or {}
-        return EvalEpisode(
-            maze=maze.to_dict(),
-            maze_index=int(info.get("index", -1)),
-            maze_hash=maze.content_hash,
-            data_source=str(entry.get("data_source") or extras.get("data_source") or "unknown"),
-            reward=reward,
-            solved=reward > 0,
-            responses=split_turns(entry["output_response"]),
-            stop_reason=entry.get("stop_reason"),
-            max_turns=int(extras["max_turns"]) if extras.get("max_turns") is not None else None,
-            extras=dict(extras),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise UsageError(
-            f"{where}: not a SkyRL eval dump record ({type(e).__name__}: {e})"
-        ) from None
-
-
-class BadRecordsWarning(UserWarning):
-    """Lines of an eval dump that are not JSON (a write cut short, garbage) were skipped."""
-
-
-@dataclass(frozen=True)
-class EvalDump:
-    """One `global_step_N_evals/` dir as read: its episodes and the lines skipped."""
-
-    path: Path
-    step: int | None
-    """N from the dir's name (None for a dir named otherwise)."""
-    episodes: list[EvalEpisode]
-    bad_lines: tuple[str, ...] = ()
-    """`file:line` of each line that is not a JSON object: skipped, and counted here so that a
-    torn write shows up (the bridge logs it as `eval/bad_records`) instead of vanishing."""
-
-    def result(self, policy: str = "skyrl") -> EvalResult:
-        """The step's EvalResult; its policy reads `policy@N`."""
-        return episodes_to_result(self.episodes, step=self.step, policy=self._name(policy))
-
-    def trajectories(self, policy: str = "skyrl") -> list[Trajectory]:
-        """The step's episodes replayed as Trajectories, in `result()`'s order (maze-major:
-        `trajs[i * samples + k]` is maze i's k-th sample), named as `result()` names them."""
-        return dump_trajectories(self.episodes, self._name(policy))
-
-    def _name(self, policy: str) -> str:
-        return policy if self.step is None else f"{policy}@{self.step}"
-
-    def warn_bad_lines(self) -> None:
-        """Tell a person reading the dump how many lines were skipped, and where."""
-        if self.bad_lines:
-            n = len(self.bad_lines)
-            shown = ", ".join(self.bad_lines[:3]) + (", ..." if n > 3 else "")
-            warnings.warn(
-                f"{n} line{'s' if n > 1 else ''} of {self.path} not JSON (a write cut short?), "
-                f"skipped: {shown}",
-                BadRecordsWarning,
-                stacklevel=3,
-            )
-
-
-def _records(f: Path) -> tuple[list[tuple[int, dict]], list[int]]:
-    """(line number, object) of each record in `f` and the numbers of lines that are not one."""
-    records, bad = [], []
-    for n, line in enumerate(f.read_bytes().split(b"\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except ValueError:  # JSONDecodeError, or UnicodeDecodeError for bytes cut mid-character
-            entry = None
-        if isinstance(entry, dict):
-            records.append((n, entry))
-        else:
-            bad.append(n)
-    return records, bad
-
-
-def read_step_dir(step_dir: str | Path) -> EvalDump:
-    """One `global_step_N_evals/` dir: every `*.jsonl` but the aggregate, read as episodes."""
-    step_dir = Path(step_dir)
-    m = _EVAL_DIR.fullmatch(step_dir.name)
-    episodes: list[EvalEpisode] = []
-    bad_lines: list[str] = []
-    for f in sorted(step_dir.glob("*.jsonl")):
-        if f.name == "aggregated_results.jsonl":
-            continue
-        records, bad = _records(f)
-        episodes += [_episode(entry, f"{f}:{n}") for n, entry in records]
-        bad_lines += [f"{f}:{n}" for n in bad]
-    if not episodes:
-        skipped = f" ({len(bad_lines)} lines not JSON, first {bad_lines[0]})" if bad_lines else ""
-        raise UsageError(
-            f"no eval records in {step_dir}{skipped}: was trainer.dump_eval_results on?"
-        )
-    return EvalDump(step_dir, int(m.group(1)) if m else None, episodes, tuple(bad_lines))
-
-
-def read_eval_episodes(step_dir: str | Path) -> list[EvalEpisode]:
-    """Every episode in one `global_step_N_evals/` dir; skipped lines give a BadRecordsWarning."""
-    dump = read_step_dir(step_dir)
-    dump.warn_bad_lines()
-    return dump.episodes
-
-
-def read_eval_dump(export_path: str | Path, step: int) -> EvalDump:
-    """The dump of one step, `<export_path>/dumped_evals/global_step_N_evals/`, alone (the
-    bridge's read at each eval: other steps' dumps are neither read nor able to break it)."""
-    step_dir = Path(export_path) / "dumped_evals" / f"global_step_{step}_evals"
-    if not step_dir.is_dir():
-        raise UsageError(
-            f"no eval dump for step {step} at {step_dir}: set trainer.dump_eval_results=true"
-        )
-    return read_step_dir(step_dir)
-
-
-def to_trajectory(ep: EvalEpisode, sample: int, policy: str) -> Trajectory:
-    """Replay the answers through rlkit's env: turns, positions and parse errors for replays
-    and the failure taxonomy. The outcome is SkyRL's reward, not the replay's."""
-    # the row's env config (view, parser, moves per turn) and SkyRL's turn budget, as it played
-    env = MazeEnv(None, {**ep.extras, "maze": ep.maze, "max_turns": ep.max_turns})
-    turns = []
-    for text in ep.responses:
-        if env.done:
-            break
-        before = env.state.pos
-        out = env.step(text)
-        turns.append(
-            Turn(
-                text,
-                out["metadata"]["actions"],
-                out["metadata"]["parse_error"],
-                before,
-                env.state.pos,
-            )
-        )
-    return Trajectory(
-        maze=ep.maze,
-        maze_index=ep.maze_index,
-        sample=sample,
-        turns=turns,
-        reward=ep.reward,
-        terminated=ep.solved,
-        truncated=not ep.solved,
-        policy=policy,
-    )
-
-
-def _by_maze(episodes: list[EvalEpisode]) -> tuple[dict[int, list[EvalEpisode]], int]:
-    """`{maze index: its episodes}` in ascending maze order, and the samples per maze."""
-    by_maze: dict[int, list[EvalEpisode]] = {}
-    for ep in episodes:
-        by_maze.setdefault(ep.maze_index, []).append(ep)
-    counts = {len(v) for v in by_maze.values()}
-    if len(counts) != 1:
-        raise UsageError(f"eval dump has unequal samples per maze ({sorted(counts)}): incomplete?")
-    return dict(sorted(by_maze.items())), counts.pop()
-
-
-def dump_trajectories(episodes: list[EvalEpisode], policy: str) -> list[Trajectory]:
-    """One step's episodes as Trajectories, maze-major (maze index ascending, then sample):
-    the order of the EvalResult `episodes_to_result` builds from the same episodes."""
-    by_maze, _ = _by_maze(episodes)
-    return [to_trajectory(ep, k, policy) for eps in by_maze.values() for k, ep in enumerate(eps)]
-
-
-def episodes_to_result(episodes: list[EvalEpisode], *, step: int | None, policy: str) -> EvalResult:
-    """rlkit's EvalResult (solve rate, CI, pass@k, failures) from one step's episodes."""
-    by_maze, samples = _by_maze(episodes)
-    order = list(by_maze)
-    trajs = dump_trajectories(episodes, policy)
-    mismatched = sum(
-        (t.turns[-1].pos_after == Maze.from_dict(t.maze).exit) != t.terminated
-        for t in trajs
-        if t.turns
-    )
-    if mismatched:
-        warnings.warn(
-            f"{mismatched} episodes replay to a different outcome than SkyRL's reward; "
-            "the env config on the cluster may differ from this one",
-            stacklevel=2,
-        )
-    set_name = episodes[0].data_source.rsplit("/", 1)[-1]
-    mazes = [Maze.from_dict(by_maze[i][0].maze) for i in order]
-    return summarize(trajs, mazes, policy=policy, set_name=set_name, samples=samples, step=step)
-
-
-def read_eval_dumps(export_path: str | Path, *, policy: str = "skyrl") -> dict[int, EvalResult]:
-    """`{step: EvalResult}` for every `<export_path>/dumped_evals/global_step_N_evals/`;
-    skipped lines give a BadRecordsWarning naming them."""
-    root = Path(export_path) / "dumped_evals"
-    if not root.is_dir():
-        raise UsageError(f"no dumped_evals under {export_path}: set trainer.dump_eval_results=true")
-    results = {}
-    for d in root.iterdir():
-        m = _EVAL_DIR.fullmatch(d.name)
-        if m and d.is_dir():
-            dump = read_step_dir(d)
-            dump.warn_bad_lines()
-            results[int(m.group(1))] = dump.result(policy)
-    return dict(sorted(results.items()))
+__all__ = [
+    "LATEST_MARKER",
+    "BadRecordsWarning",
+    "Checkpoint",
+    "EvalDump",
+    "EvalEpisode",
+    "SkyRLRun",
+    "dump_trajectories",
+    "episodes_to_result",
+    "find_skyrl_run",
+    "is_skyrl_run",
+    "latest_step",
+    "list_checkpoints",
+    "read_eval_dump",
+    "read_eval_dumps",
+    "read_eval_episodes",
+    "read_step_dir",
+    "split_turns",
+    "to_trajectory",
+]
