@@ -80,7 +80,7 @@ def bars_html(bars: MoveBars) -> str:
         )
     return (
         "<div class='rlkit-bars' title='the policy&#39;s probability of each move' "
-        "style='font-family:monospace;font-size:11px;margin:0.2em 0'>"
+        "style='font-family:monospace;font-size:11px;margin:0.2em 0;padding-right:8px'>"
         f"{''.join(rows)}<div class='rlkit-bar-note' style='color:#777'>"
         f"{html.escape(bars.note)}</div></div>"
     )
