@@ -208,6 +208,64 @@ def test_policy_loss_refuses_kl_without_reference():
         grpo.policy_loss(z, z, torch.ones(1), torch.ones(1, 2), kl_coef=0.1)
 
 
+def test_kl_term_is_a_token_mean_per_episode_averaged_over_episodes():
+    # Three turn rows: episode 0 has two turns of one token each, episode 1 one turn of two.
+    # With k1 and a zero reference, the KL tokens are the logprobs themselves.
+    kl = torch.tensor([[1.0, 0.0], [3.0, 0.0], [2.0, 4.0]])
+    mask = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 1.0]])
+    ids = torch.tensor([0, 0, 1])
+    z = torch.zeros(3)
+    out = grpo.policy_loss(
+        kl, kl, z, mask, seq_ids=ids, ref_logprobs=torch.zeros(3, 2), kl_estimator="k1"
+    )
+    # Expected per episode: ((1 + 3) / 2 + (2 + 4) / 2) / 2 = 2.5; per row it was
+    # (1 + 3 + 3) / 3 = 2.33, the two-turn episode counted twice.
+    assert out.metrics["loss/kl"] == pytest.approx(2.5)
+    assert float(grpo.episode_mean(kl, mask)) == pytest.approx(7 / 3)
+
+
+def test_dual_clip_and_gspo_by_hand():
+    old = torch.zeros(1, 2)
+    logp = torch.tensor([[2.0, 0.0]])  # token ratios e^2 and 1
+    mask = torch.ones(1, 2)
+    adv = torch.tensor([-1.0])
+    regular = grpo.policy_loss(logp, old, adv, mask, reduction="sequence_mean")
+    dual = grpo.policy_loss(
+        logp, old, adv, mask, reduction="sequence_mean", policy_loss_type="dual_clip"
+    )
+    # Expected regular: (e^2 + 1) / 2; dual-clip caps the first token at -A * 3 = 3: (3 + 1) / 2
+    assert float(regular.loss) == pytest.approx((math.exp(2.0) + 1) / 2)
+    assert float(dual.loss) == pytest.approx(2.0)
+    gspo = grpo.policy_loss(
+        logp, old, adv, mask, reduction="sequence_mean", policy_loss_type="gspo"
+    )
+    # Expected GSPO: both tokens take the sequence ratio exp((2 + 0) / 2) = e: loss e for each
+    assert float(gspo.loss) == pytest.approx(math.e)
+    # with the two tokens as two turn rows of one episode, the same sequence ratio
+    rows = grpo.policy_loss(
+        logp.T,
+        old.T,
+        torch.tensor([-1.0, -1.0]),
+        torch.ones(2, 1),
+        reduction="sequence_mean",
+        policy_loss_type="gspo",
+        seq_ids=torch.tensor([4, 4]),
+    )
+    assert float(rows.loss) == pytest.approx(math.e)
+    with pytest.raises(UsageError, match="unknown policy loss 'ppo'"):
+        grpo.policy_loss(logp, old, adv, mask, policy_loss_type="ppo")
+
+
+def test_entropy_bonus_subtracts_the_token_mean_entropy():
+    z = torch.zeros(1, 3)
+    entropy = torch.tensor([[1.0, 2.0, 9.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    out = grpo.policy_loss(z, z, torch.zeros(1), mask, entropy=entropy, entropy_coef=0.1)
+    assert float(out.loss) == pytest.approx(-0.1 * 1.5)  # Expected: 0 - 0.1 * (1 + 2) / 2
+    with pytest.raises(UsageError, match="entropy"):
+        grpo.policy_loss(z, z, torch.zeros(1), mask, entropy_coef=0.1)
+
+
 def test_multiturn_loss_mask_marks_only_model_tokens():
     mask = grpo.multiturn_loss_mask(
         [
