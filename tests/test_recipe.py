@@ -14,6 +14,7 @@ from rlkit.recipe import Recipe, local_set_args
 from rlkit.train.config import (
     LOCAL_TINY_RECIPE,
     GRPOConfig,
+    apply_recipe,
     check_resume,
     config_from_dict,
     preset,
@@ -90,11 +91,16 @@ def test_local_presets_embed_the_recipe_and_set_it_with_recipe_keys():
         smoke.with_overrides({"grpo.kl_coef": "0.1"})
     with pytest.raises(UsageError, match="is a section"):
         smoke.with_overrides({"recipe": "x"})
+    gspo = apply_recipe(smoke, {"policy_loss_type": "gspo", "recipe.eps_clip_high": "0.28"})
+    assert gspo.recipe.changes(smoke.recipe) == {"policy_loss_type": "gspo", "eps_clip_high": 0.28}
+    assert apply_recipe(smoke, gspo.recipe) == gspo
+    with pytest.raises(UsageError, match="tis_ratio_type=token: the local trainer"):
+        apply_recipe(smoke, {"tis_ratio_type": "token"})
 
 
 @pytest.mark.parametrize("name", ["smoke", "local-tiny"])
 def test_run_json_config_loads_back_equal(tmp_path, name):
-    from rlkit.train.runs import RunDir
+    from rlkit.run.rundir import RunDir
 
     cfg = preset(name).with_overrides({"recipe.eps_clip_high": "0.28", "grpo.lr": "1e-4"})
     run = RunDir(tmp_path)

@@ -262,6 +262,16 @@ class TrainConfig:
         return replace(self, **parts)
 
 
+def apply_recipe(cfg: TrainConfig, changes: Mapping[str, Any] | Recipe) -> TrainConfig:
+    """`cfg` with recipe `changes` (switch -> value, strings coerced; or a whole Recipe), checked
+    for the local trainer: `apply_recipe(preset("local-tiny"), {"eps_clip_high": 0.28})`."""
+    if isinstance(changes, Recipe):
+        return replace(cfg, recipe=changes)
+    return cfg.with_overrides(
+        {f"recipe.{k.removeprefix('recipe.')}": v for k, v in changes.items()}
+    )
+
+
 @dataclass
 class _Pending:
     """Recipe changes gathered from several `--set`s, validated together (their order never
