@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlkit.cluster.skyrl.readers import EvalEpisode, to_trajectory
 from rlkit.env.maze_env import EnvConfig, make_env
+from rlkit.episodes.evaluate import evaluate
 from rlkit.episodes.policies import UNIFORM, EpsOraclePolicy, Response, scripted_policy
 from rlkit.episodes.rollout import (
     episode_rngs,
@@ -32,6 +32,8 @@ from rlkit.model.load import load
 from rlkit.model.policy import ModelPolicy
 from rlkit.notebook import widgets as w
 from rlkit.notebook.move_bars import EPISODE_OVER, NO_PROBS, disagreement, first_disagreement
+from rlkit.notebook.replays import RunReplays
+from rlkit.run.skyrl_dumps import EvalEpisode, to_trajectory
 
 MAZE = generate(4, 4, seed=3)
 SHORT = EnvConfig(max_turns=4)
@@ -198,3 +200,17 @@ def test_checkpoint_diffs_say_where_the_two_disagreed_and_how_sure_each_was():
     assert panes[0]["bars"][1]["c"] == Action[move_a.upper()] and panes[1]["bars"][1]["c"] == wrong
     assert "rlkit-disagreement" in dw.to_html()
     assert disagreement(a, a, ("x", "y")).endswith("on every cell they shared.")
+
+
+def test_a_runs_replays_name_where_its_two_checkpoints_disagreed():
+    first = evaluate(scripted_policy("eps-oracle:0.6"), set_name="test", seed=2, step=10)
+    last = evaluate(scripted_policy("oracle"), set_name="test", step=40)
+    shown = RunReplays("run", 5, last[0], last[1], first[0], first[1])
+    assert shown.labels == ("step 10", "step 40")
+    assert shown.disagreement == disagreement(*shown.pair, shown.labels)
+    # eps 0.6: 0.6/4 = 15% on each move, 0.4 + 15% = 55% on the oracle's, which step 40 plays
+    sentence = (
+        r"step 10 chose (\w+) at 15% \(likeliest: (\w+) at 55%\); step 40 chose \2 at 100%\.$"
+    )
+    assert re.search(sentence, shown.disagreement), shown.disagreement
+    assert RunReplays("run", 5, last[0], last[1]).disagreement is None  # one eval

@@ -7,6 +7,7 @@ rlkit's env by `rlkit.cluster.skyrl.readers`):
     shown = replays.for_run(workbench.run_source(out_dir, preset, run_dir=RUN))
     ReplayWidget(shown.episode, label=shown.label)
     CheckpointDiffWidget(*shown.pair, labels=shown.labels)     # when shown.pair is not None
+    print(shown.disagreement)    # where the two first chose differently, and how sure each was
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.episodes.rollout import Trajectory
 from rlkit.errors import UsageError
+from rlkit.notebook.move_bars import disagreement
 from rlkit.notebook.plots import warm_start_end
 from rlkit.notebook.report import grpo_paired_test
 from rlkit.notebook.workbench import (
@@ -62,6 +64,13 @@ class RunReplays:
         if self.first is None:
             return None
         return episode(self.first_trajs, self.first, self.maze), self.episode
+
+    @property
+    def disagreement(self) -> str | None:
+        """One sentence: the turn where the two checkpoints, on the same cell of `maze`, first
+        chose differently, and each one's probability of its move there; None with one eval."""
+        pair = self.pair
+        return None if pair is None else disagreement(*pair, self.labels)
 
     def failures(self) -> dict[str, Trajectory]:
         """The last step's first failed episode of each kind, in the taxonomy's order."""
