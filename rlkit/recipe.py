@@ -135,7 +135,8 @@ class Recipe:
     zero_variance_filter: bool = False
     """Mask out groups whose episodes all got the same reward (zero advantage): they add no
     gradient, only tokens to the token_mean count (DAPO's observation). SkyRL
-    `trainer.algorithm.zero_variance_filter`."""
+    `trainer.algorithm.zero_variance_filter`, which its trainer applies to response-level
+    rewards only: with the VLM generator's per-token rewards a SkyRL preset refuses it."""
     apply_overlong_filtering: bool = False
     """DAPO's overlong filtering: an episode whose last reply was cut (no end-of-turn token)
     leaves the loss, its reward still counting in its group. SkyRL
@@ -340,6 +341,12 @@ def _local_refusals(r: Recipe) -> list[str]:
 
 def _skyrl_refusals(r: Recipe) -> list[str]:
     out = []
+    if r.zero_variance_filter:
+        out.append(
+            "recipe.zero_variance_filter=true: SkyRL applies it to response-level rewards only "
+            "and its VLM generator returns per-token ones, so it would be silently skipped "
+            "(skyrl/train/trainer.py); use dynamic_sampling_type=filter to drop such groups"
+        )
     if r.fail_advantage is not None:
         out.append(
             f"recipe.fail_advantage={r.fail_advantage}: SkyRL has no advantage for groups "

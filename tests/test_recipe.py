@@ -64,6 +64,11 @@ def test_bad_switches_are_one_line_errors(changes, says):
 
 def test_refusals_name_the_switch_and_the_backend():
     r = Recipe(tis_ratio_type="token", kl_placement="reward", fail_advantage=-1.0)
+    assert (
+        Recipe(zero_variance_filter=True)
+        .refusals("skyrl")[0]
+        .startswith("recipe.zero_variance_filter=true: SkyRL")
+    )
     local, skyrl = r.refusals("local"), r.refusals("skyrl")
     assert [x.split(":")[0] for x in local] == [
         "recipe.kl_placement=reward",

@@ -293,12 +293,24 @@ def test_apply_overlong_filtering():
     torch.testing.assert_close(ours.advantages, st.score(trajs, BASE).advantages)
 
 
-def test_zero_variance_filter():
+def test_zero_variance_filter_is_local_only_with_skyrls_vlm_generator():
     r = Recipe(kl_loss_coef=0.0, zero_variance_filter=True)
-    assert skyrl_cfg(r).trainer.algorithm.zero_variance_filter is True
     trajs = [_traj(0, 1.0, [1]), _traj(0, 1.0, [1]), _traj(1, 1.0, [1]), _traj(1, 0.0, [1])]
     assert st.score(trajs, r).keep.tolist() == [False, False, True, True]
     assert st.score(trajs, BASE).keep.all()
+    # SkyRL's trainer filters only response-level rewards; its VLM generator's are per token
+    # (the reward on the last generated token), so the key would be silently skipped
+    assert "isinstance(rewards[0], list)" in _trainer_source()
+    with pytest.raises(UsageError, match="zero_variance_filter=true: SkyRL applies it"):
+        get_preset("qwen3vl-8b", zero_variance_filter=True)
+
+
+def _trainer_source() -> str:
+    import inspect
+
+    from skyrl.train.trainer import RayPPOTrainer
+
+    return inspect.getsource(RayPPOTrainer)
 
 
 def test_fail_advantage_is_local_only():
@@ -321,16 +333,23 @@ def test_advantage_estimator_beyond_grpo_is_skyrl_only():
             Recipe(policy_loss_type=loss).check_local()
 
 
-def test_every_preset_recipe_passes_skyrl_validation_and_the_local_one_runs_locally():
+def test_every_preset_recipe_passes_skyrl_validation_and_a_notebook_recipe_changes_it():
     for name in ("qwen3vl-8b", "qwen3vl-2b-smoke", "skyrl-tiny-cpu"):
         p = get_preset(name)
         cfg = SkyRLTrainConfig.from_cli_overrides(build_overrides(p, "r"))
         validate_cfg(cfg)
         assert cfg.trainer.algorithm.kl_loss_coef == p.recipe.kl_loss_coef
     local = train_preset("local-tiny").recipe
-    assert local.refusals("local") == [] and local.refusals("skyrl")  # fail_advantage
+    assert local.refusals("local") == []
+    assert [x.split("=")[0] for x in local.refusals("skyrl")] == [
+        "recipe.zero_variance_filter",
+        "recipe.fail_advantage",
+    ]
     cluster_from_local = get_preset(
-        "qwen3vl-8b", recipe=local.with_changes({"fail_advantage": None})
+        "qwen3vl-8b", recipe={"kl_loss_coef": 0.05, "loss_reduction": "sequence_mean"}
     )
-    assert cluster_from_local.recipe.kl_loss_coef == 0.05
+    assert cluster_from_local.recipe.changes() == {
+        "kl_loss_coef": 0.05,
+        "loss_reduction": "sequence_mean",
+    }
     validate_cfg(SkyRLTrainConfig.from_cli_overrides(build_overrides(cluster_from_local, "r")))
