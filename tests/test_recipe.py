@@ -16,6 +16,7 @@ from rlkit.train.config import (
     GRPOConfig,
     apply_recipe,
     check_resume,
+    coerce_fields,
     config_from_dict,
     preset,
     resume_config,
@@ -175,3 +176,18 @@ def test_resume_uses_the_recorded_config_plus_explicit_changes():
     with pytest.raises(UsageError, match="another recipe"):
         check_resume(saved, clash, "r")
     assert resume_config(None, bare) is bare
+
+
+def test_skyrl_preset_settings_take_recipe_switches_by_name():
+    from rlkit.cluster.skyrl.presets import get_preset
+
+    base = get_preset("qwen3vl-8b")  # `rlkit submit --set` and a notebook's `skyrl` changes
+    got = coerce_fields(base, {"recipe.eps_clip_high": "0.28", "nodes": "2"})
+    assert got == {"eps_clip_high": 0.28, "nodes": 2}
+    p = get_preset("qwen3vl-8b", **got)
+    assert (p.recipe.eps_clip_high, p.nodes, p.recipe.kl_loss_coef) == (0.28, 2, 0.005)
+    assert get_preset("qwen3vl-8b", recipe={"eps_clip_high": 0.28}).recipe == p.recipe
+    with pytest.raises(UsageError, match=r"did you mean kl_loss_coef\?"):
+        coerce_fields(base, {"kl_coef": "0.1"})
+    with pytest.raises(UsageError, match="is now the recipe switch 'kl_loss_coef'"):
+        get_preset("qwen3vl-8b", kl_coef=0.1)

@@ -6,6 +6,7 @@ Every field says why it has its value. Presets: `smoke` (seconds; tests and CI) 
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
@@ -421,7 +422,9 @@ def coerce_fields(obj: Any, changes: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = _coerce(value, getattr(obj, key), key)
         else:
             valid = sorted((names - {"recipe"}) | switches)
-            raise UsageError(f"unknown setting {key!r}: valid are {', '.join(valid)}")
+            near = difflib.get_close_matches(name, valid, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise UsageError(f"unknown setting {key!r}{hint}: valid are {', '.join(valid)}")
     return out
 
 
