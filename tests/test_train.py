@@ -10,8 +10,8 @@ import torch
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.episodes.rollout import load_trajectories
 from rlkit.errors import UsageError
+from rlkit.run.rundir import MARKER
 from rlkit.train.config import RENAMED, TrainConfig, config_changes, preset
-from rlkit.train.runs import MARKER
 from rlkit.train.trainer import Trainer, train
 
 
@@ -244,6 +244,21 @@ def test_resume_refuses_a_changed_recipe_and_records_a_changed_schedule(tmp_path
     assert summary["grpo_steps"] == 5
     info = json.loads((tmp_path / "run.json").read_text())
     assert info["config"]["schedule"]["steps"] == 5
+    assert [(c["step"], c["changed"]) for c in info["config_changes"]] == [
+        (2, {"schedule.steps": [4, 5]})
+    ]
+
+
+def test_a_resume_trains_with_the_run_json_config_without_repeating_the_sets(tmp_path):
+    first = _cfg().with_overrides({"recipe.eps_clip_high": "0.28", "grpo.lr": "1e-4"})
+    Trainer(first, tmp_path, progress=False).fit(stop_at_step=2)
+    # the bare preset again (no --set), one explicit change a resume may make
+    summary = train(preset("smoke"), tmp_path, progress=False, overrides={"schedule.steps": "5"})
+    assert summary["grpo_steps"] == 5
+    info = json.loads((tmp_path / "run.json").read_text())
+    assert (
+        info["config"]["recipe"]["eps_clip_high"] == 0.28 and info["config"]["grpo"]["lr"] == 1e-4
+    )
     assert [(c["step"], c["changed"]) for c in info["config_changes"]] == [
         (2, {"schedule.steps": [4, 5]})
     ]
