@@ -7,15 +7,16 @@ them against SkyRL's own code.
 
 - **Estimators are a registry** (`ESTIMATORS`, SkyRL's names; `estimate` looks the recipe's
   `advantage_estimator` up): `grpo` only, the others SkyRL runs.
-- **Std division is optional** (`norm_by_std`, the recipe's `grpo_norm_by_std`). Dr. GRPO (Liu et al. 2025) shows that dividing by
-  the group std up-weights groups that are nearly all-solved or all-failed; without it the
-  advantage is only mean-centred. With it, std is the unbiased (Bessel) std plus `eps=1e-6`,
+- **Std division is optional** (`norm_by_std`, the recipe's `grpo_norm_by_std`). Dr. GRPO
+  (Liu et al. 2025) shows that dividing by the group std up-weights groups that are nearly
+  all-solved or all-failed; without it the advantage is only mean-centred. With it, std is the unbiased (Bessel) std plus `eps=1e-6`,
   as SkyRL computes it.
 - **Zero-variance groups** (every episode of a maze got the same reward) have all-zero
   advantages; `nonzero_variance_mask` lets the trainer drop them from the loss and from the
-  token count, as SkyRL's `zero_variance_filter` does. The local trainer can instead give the
+  token count, as SkyRL's `zero_variance_filter` does for response-level rewards (its VLM
+  generator's are per token, so a SkyRL preset refuses the switch). The local trainer can instead give the
   groups that no episode solved (`unsolved_group_mask`) a fixed negative advantage
-  (`GRPOConfig.fail_advantage`, negative-sample reinforcement); SkyRL has no such option.
+  (`Recipe.fail_advantage`, negative-sample reinforcement); SkyRL has no such option.
 
 Where this differs from SkyRL (each shown by a test):
 

@@ -126,7 +126,7 @@ class GRPOConfig:
     lr_end: float | None = 1e-6
     """With a value, from `lr_late_from` on the rate falls from `lr_late` (or `lr`) along a
     half cosine to this at the last GRPO step (`schedule.steps`); None: it stays constant.
-    With `fail_advantage` the policy reaches ~95% by GRPO step ~80, and a constant 1e-4 then
+    With `recipe.fail_advantage` the policy reaches ~95% by GRPO step ~80, and a constant 1e-4 then
     swung the evals by up to 8 points (seed 0: 98.4% -> 90.6% in 10 steps). Decaying to 1e-5
     held seed 0, but seeds 1 and 2 still moved 2-3 points over their last evals; to 1e-6 the
     last three evals of seeds 0-2 stayed within 0.8 points (2 threads, 140 steps)."""

@@ -22,7 +22,7 @@ How ours differs, each switchable:
   textbook 1/G sum 1/|o_i|; `seq_mean_token_sum_norm`, Dr. GRPO's constant normaliser). All are
   written as per-token weights (`reduction_weights`) so that summing weighted token losses over
   micro-batches gives the mini-batch reduction exactly, as SkyRL does by rescaling advantages.
-- **KL to a reference policy is a separate, optional term** (`kl_coef`), estimator `k3`, `k1`,
+- **KL to a reference policy is a separate, optional term** (`kl_loss_coef`), estimator `k3`, `k1`,
   `k2` or `abs` (Schulman, "Approximating KL divergence"), reduced as a per-sequence token mean
   averaged over sequences, like SkyRL's `use_kl_loss`; a sequence is an episode (`seq_ids`), so
   a long episode weighs as much as a short one on both backends.

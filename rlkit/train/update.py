@@ -38,7 +38,7 @@ class Learner:
     answer: AnswerSpec | None = None
     """Set in constrained mode: the policy chose only the move word's token."""
     ref: LoadedModel | None = None
-    """The frozen reference policy of the KL term (None when kl_coef is 0)."""
+    """The frozen reference policy of the KL term (None when the recipe has no KL in the loss)."""
     temperature: float = 1.0
     """The rollout's sampling temperature: logprobs must use the same one (on-policy ratios)."""
 
