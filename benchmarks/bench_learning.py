@@ -31,8 +31,8 @@ import torch
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.notebook.plots import figure_png, load_run_evals, solve_rate_curve
 from rlkit.notebook.workbench import final_greedy_eval
+from rlkit.run.rundir import RunDir
 from rlkit.train.config import preset
-from rlkit.train.runs import RunDir
 from rlkit.train.trainer import train
 
 START_MAX, FINAL_MIN, PLATEAU_DROP, BUDGET_S = 0.50, 0.95, 0.02, 8 * 60

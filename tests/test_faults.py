@@ -28,9 +28,10 @@ from trainer_process import TrainerProcess
 from rlkit.cli import main as cli
 from rlkit.cluster.launch import training_entrypoint
 from rlkit.errors import RlkitError
+from rlkit.run.manifest import checkpoint_problem
+from rlkit.run.rundir import MARKER, CheckpointWarning, RunDir
 from rlkit.train import faults
 from rlkit.train.config import preset
-from rlkit.train.runs import MARKER, CheckpointWarning, RunDir, checkpoint_problem
 from rlkit.train.trainer import Trainer, train
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import pytest
 
 from rlkit.cluster.launch import submit_training, training_entrypoint
 from rlkit.errors import UsageError
-from rlkit.train.runs import MARKER
+from rlkit.run.rundir import MARKER
 
 
 def test_entrypoint_is_validated_before_submitting(tmp_path):

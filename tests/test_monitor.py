@@ -8,7 +8,7 @@ from PIL import Image
 
 from rlkit.errors import RlkitError, UsageError
 from rlkit.notebook import monitor as m
-from rlkit.train.runs import RunDir
+from rlkit.run.rundir import RunDir
 
 
 class FakeJob:

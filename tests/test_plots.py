@@ -13,7 +13,7 @@ from rlkit.errors import UsageError
 from rlkit.maze.core import difficulty
 from rlkit.maze.sets import pinned_set
 from rlkit.notebook import curves, plots
-from rlkit.train.runs import RunDir
+from rlkit.run.rundir import RunDir
 
 
 @pytest.fixture(scope="module")

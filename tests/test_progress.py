@@ -5,8 +5,8 @@ import time
 
 from rlkit.notebook import monitor as m
 from rlkit.notebook.progress import follow_run, read_progress
+from rlkit.run.rundir import RunDir
 from rlkit.train.config import preset
-from rlkit.train.runs import RunDir
 
 
 def _run(tmp_path, grpo_steps_done: int) -> RunDir:

@@ -14,19 +14,14 @@ import pytest
 
 from rlkit.cluster.skyrl.entry import parse_args
 from rlkit.cluster.skyrl.presets import build_overrides, entrypoint_command, get_preset
-from rlkit.cluster.skyrl.readers import (
-    LATEST_MARKER,
-    list_checkpoints,
-    read_eval_dumps,
-    read_eval_episodes,
-    split_turns,
-)
 from rlkit.env.data import build_rows
 from rlkit.env.maze_env import ENV_ID, EnvConfig, env_for_set
 from rlkit.errors import UsageError
 from rlkit.maze.core import optimal_action
 from rlkit.maze.parsing import format_action
 from rlkit.maze.sets import pinned_set, pinned_spec
+from rlkit.run.skyrl_dumps import read_eval_dumps, read_eval_episodes, split_turns
+from rlkit.run.skyrl_layout import LATEST_MARKER, list_checkpoints
 
 
 def as_dict(overrides: list[str]) -> dict[str, str]:

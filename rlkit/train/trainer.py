@@ -38,10 +38,10 @@ from rlkit.maze.sets import train_mazes
 from rlkit.model.build import build_tiny
 from rlkit.model.load import LoadedModel, fast_vision, load, no_progress_bars
 from rlkit.model.policy import AnswerSpec, ModelPolicy
+from rlkit.run.rundir import Checkpoint, RunDir
 from rlkit.train import faults
 from rlkit.train.config import TrainConfig, check_resume, resume_config
 from rlkit.train.metrics import MetricsLogger
-from rlkit.train.runs import Checkpoint, RunDir
 from rlkit.train.step import (
     TrainState,
     due,

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from rlkit.cli.main import main
 from rlkit.cluster.client import Cluster
-from rlkit.cluster.skyrl.readers import latest_step
-from rlkit.train.runs import RunDir
+from rlkit.run.rundir import RunDir
+from rlkit.run.skyrl_layout import latest_step
 
 RUN = "cpu"
 STEPS, CKPT_EVERY, KILL_AFTER = 3, 2, 2

@@ -22,11 +22,11 @@ from rlkit.cluster.hang import STEP_PATTERN
 from rlkit.cluster.skyrl.bridge import MetricsBridge, rlkit_names
 from rlkit.cluster.skyrl.experiment import RlkitExp, bridged_tracker
 from rlkit.cluster.skyrl.presets import build_overrides, get_preset
-from rlkit.cluster.skyrl.readers import read_eval_dumps
 from rlkit.notebook.curves import training_curves
 from rlkit.notebook.plots import load_metrics
-from rlkit.train.metrics import GAUGES, PREFIXES
-from rlkit.train.runs import RunDir
+from rlkit.run.metrics import GAUGES, PREFIXES
+from rlkit.run.rundir import RunDir
+from rlkit.run.skyrl_dumps import read_eval_dumps
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-rlkit.json"
 U0085_DUMP = Path(__file__).parent / "data" / "u0085_eval_dump"  # a real dump: 4 mazes x 2

@@ -2,7 +2,7 @@
 
 `skyrl.train.evaluate.evaluate` (the trainer's eval: SkyRL's dataloader over the rows the job's
 entrypoint wrote, its generator, its metrics, and `dump_per_dataset_eval_results`) runs against
-a scripted engine. `rlkit.cluster.skyrl.readers.read_eval_dumps` must then report what SkyRL itself
+a scripted engine. `rlkit.run.skyrl_dumps.read_eval_dumps` must then report what SkyRL itself
 measured, and what rlkit's own evaluator measures for the same play on the same mazes.
 """
 
@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import scripted_engine as se
 
-from rlkit.cluster.skyrl.readers import (
+from rlkit.episodes.evaluate import evaluate as rlkit_evaluate
+from rlkit.episodes.policies import Response
+from rlkit.run.skyrl_dumps import (
     BadRecordsWarning,
     read_eval_dump,
     read_eval_dumps,
     read_eval_episodes,
 )
-from rlkit.episodes.evaluate import evaluate as rlkit_evaluate
-from rlkit.episodes.policies import Response
 
 SAMPLES = 2  # the skyrl_eval fixture's eval samples per maze (tests/skyrl/conftest.py)
 # A real SkyRL eval dump (4 mazes x 2 samples) whose last answer holds a raw U+0085 (NEL):

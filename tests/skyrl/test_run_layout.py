@@ -21,8 +21,8 @@ from skyrl.train.utils.trainer_utils import (
 )
 
 from rlkit.cluster.skyrl.presets import RunPaths, build_overrides, get_preset
-from rlkit.cluster.skyrl.readers import LATEST_MARKER, latest_step, list_checkpoints
 from rlkit.model.load import check_checkpoint
+from rlkit.run.skyrl_layout import LATEST_MARKER, latest_step, list_checkpoints
 
 
 class Workers:

@@ -19,8 +19,9 @@ from cpu_run import GAUGES, KILL_AFTER, STEPS, run_cli
 from cpu_run import TIMEOUT as RUN_TIMEOUT
 from safetensors.torch import load_file
 
-from rlkit.cluster.skyrl.readers import list_checkpoints, read_eval_dumps
-from rlkit.train.runs import RunDir
+from rlkit.run.rundir import RunDir
+from rlkit.run.skyrl_dumps import read_eval_dumps
+from rlkit.run.skyrl_layout import list_checkpoints
 
 pytestmark = pytest.mark.timeout(RUN_TIMEOUT)  # the first test pays for the run
 

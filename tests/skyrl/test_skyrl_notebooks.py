@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from cpu_run import TIMEOUT as RUN_TIMEOUT
 
-from rlkit.cluster.skyrl.readers import read_eval_dumps
 from rlkit.notebook.demo import ensure_kernel, execute
+from rlkit.run.skyrl_dumps import read_eval_dumps
 
 # a kernel per notebook: ~15 s each, after the session's SkyRL run (the first test pays for it)
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(RUN_TIMEOUT)]

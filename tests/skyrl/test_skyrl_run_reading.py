@@ -14,12 +14,12 @@ import pytest
 from cpu_run import TIMEOUT as RUN_TIMEOUT
 
 from rlkit.cli.main import main
-from rlkit.cluster.skyrl.readers import SkyRLRun, find_skyrl_run, is_skyrl_run
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.episodes.failures import classify
 from rlkit.errors import UsageError
 from rlkit.notebook import replays, workbench
 from rlkit.notebook.report import BASE
+from rlkit.run.skyrl_layout import SkyRLRun, find_skyrl_run, is_skyrl_run
 
 pytestmark = pytest.mark.timeout(RUN_TIMEOUT)  # the first test pays for the run
 

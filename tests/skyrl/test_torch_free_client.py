@@ -56,7 +56,8 @@ def test_skyrl_run_reads_and_plots_without_torch(tmp_path, skyrl_eval):
     cfg, metrics = skyrl_eval
     run_dir = cfg.trainer.ckpt_path
     code = textwrap.dedent(f"""
-        from rlkit.cluster.skyrl.readers import list_checkpoints, read_eval_dumps
+        from rlkit.run.skyrl_dumps import read_eval_dumps
+        from rlkit.run.skyrl_layout import list_checkpoints
         from rlkit.notebook.plots import figure_png, solve_rate_curve
         evals = read_eval_dumps({cfg.trainer.export_path!r})
         print(list_checkpoints({run_dir!r}))
