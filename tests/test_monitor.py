@@ -139,3 +139,44 @@ def test_the_monitor_shows_its_chart_at_the_size_it_was_drawn(tmp_path):
     mon = m.JobMonitor(FakeJob(["SUCCEEDED"]), run.path)
     width = Image.open(io.BytesIO(mon.curves.value)).size[0]
     assert mon.curves.layout.width == f"{width}px" and width >= 500
+
+
+class RemoteJob(FakeJob):
+    """A job on a remote cluster (no local head): the monitor may read its run through it."""
+
+    def __init__(self, statuses):
+        super().__init__(statuses)
+        self.cluster = type("RemoteCluster", (), {"address": "http://10.0.0.1:8265"})()
+
+
+def test_a_run_this_kernel_cannot_see_is_read_through_the_cluster_and_said_so(
+    tmp_path, monkeypatch
+):
+    from rlkit.cluster import run_reader
+    from rlkit.run import open_run
+    from rlkit.run.reader import SummaryRun
+
+    # the run's files as the cluster sees them (here: a real run dir read by open_run)
+    there = RunDir(tmp_path / "there")
+    there.init(preset="smoke", seed=0, backend="local")
+    for s in range(3):
+        there.append_metrics({"step": s, "rollout/reward_mean": s / 4})
+    reads = []
+
+    def read_run(cluster, path):
+        reads.append((cluster.address, str(path)))
+        return SummaryRun(open_run(there.path).summary())
+
+    monkeypatch.setattr(run_reader, "read_run", read_run)
+    missing = tmp_path / "fsx" / "run"  # not mounted in this kernel
+    mon = m.JobMonitor(RemoteJob(["RUNNING"]), missing, refresh_s=5, remote_every_s=3600)
+    assert reads == [("http://10.0.0.1:8265", str(missing))]
+    assert "not visible from this kernel: read through the cluster every 3600 s" in (
+        mon.progress.value
+    )
+    assert "step 2" in mon.progress.value and mon.curves.value[:4] == b"\x89PNG"
+    mon.refresh()
+    assert len(reads) == 1  # one small job per `remote_every_s`, not per refresh
+    # a job on this machine's head (or no cluster): its files appear here; nothing to read
+    local = m.JobMonitor(FakeJob(["RUNNING"]), missing, refresh_s=5)
+    assert "not written yet" in local.progress.value and len(reads) == 1

@@ -125,3 +125,16 @@ def test_the_job_monitor_shows_the_same_line(tmp_path):
     run = _run(tmp_path, 2)
     mon = m.JobMonitor(Running(), run.path)
     assert read_progress(run.path).line() in mon.progress.value
+
+
+def test_a_skyrl_runs_steps_are_all_grpo(tmp_path):
+    """SkyRL's warm start (rlkit's tiny model) is built before its step 0; its bridge logs
+    `rollout/reward_mean` at every training step and no `train/phase`."""
+    run = RunDir(tmp_path / "sky")
+    run.init(preset="skyrl-tiny-cpu", seed=0, backend="skyrl")
+    run.append_metrics({"step": 0, "eval/solve_rate": 0.25})
+    for s in (1, 2, 3):
+        run.append_metrics({"step": s, "rollout/reward_mean": 0.5, "timing/elapsed_s": 10.0 * s})
+    progress = read_progress(run.path)
+    assert (progress.phase, progress.step, progress.grpo_step) == ("GRPO", 3, 3)
+    assert progress.line().startswith("GRPO step 3 | eval step 0: 25.0%")
