@@ -246,7 +246,6 @@ class Recipe:
             f"{a}.kl_loss_coef={self.kl_loss_coef}",
             f"{a}.kl_estimator_type={self.kl_estimator_type}",
             f"{a}.use_entropy_loss={_b(self.entropy_loss_coef > 0)}",
-            f"{a}.entropy_loss_coef={self.entropy_loss_coef}",
             f"{opc}.tis_ratio_type={_none(self.tis_ratio_type)}",
             f"{opc}.token_tis_ratio_clip_high={self.token_tis_ratio_clip_high}",
             f"{opc}.sequence_tis_ratio_clip_high={self.sequence_tis_ratio_clip_high}",
@@ -255,6 +254,8 @@ class Recipe:
             f"{a}.zero_variance_filter={_b(self.zero_variance_filter)}",
             f"generator.apply_overlong_filtering={_b(self.apply_overlong_filtering)}",
         ]
+        if self.entropy_loss_coef > 0:  # off, SkyRL's unused coefficient stays its own
+            out.append(f"{a}.entropy_loss_coef={self.entropy_loss_coef}")
         if self.max_seq_len is not None:
             out.append(f"{a}.max_seq_len={self.max_seq_len}")
         if self.tis_ratio_type is not None:  # TIS divides by the rollout's logprobs
