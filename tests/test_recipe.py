@@ -176,6 +176,7 @@ def test_resume_uses_the_recorded_config_plus_explicit_changes():
     with pytest.raises(UsageError, match="another recipe"):
         check_resume(saved, clash, "r")
     assert resume_config(None, bare) is bare
+    assert resume_config(saved, recorded) is recorded  # the same config: kept as it is
 
 
 def test_skyrl_preset_settings_take_recipe_switches_by_name():

@@ -361,6 +361,8 @@ def resume_config(
     if not saved:
         return cfg
     saved = upgrade_config_dict(saved)
+    if explicit is None and not config_changes(saved, cfg.to_dict()):
+        return cfg  # a new run, or the same config: nothing to rebuild
     if explicit is not None:
         return config_from_dict(saved).with_overrides(dict(explicit))
     base = preset(cfg.name).to_dict() if cfg.name in PRESETS else saved
