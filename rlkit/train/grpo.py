@@ -267,8 +267,9 @@ def _gspo(logprobs, old_logprobs, adv, mask, seq_ids, params) -> tuple:
         seq_ids = torch.arange(logprobs.shape[0], device=logprobs.device)
     _, inverse = torch.unique(seq_ids, return_inverse=True)
     n = int(inverse.max()) + 1 if inverse.numel() else 0
-    sums = torch.zeros(n, dtype=logprobs.dtype).index_add_(0, inverse, (log_ratio * m).sum(-1))
-    counts = torch.zeros(n, dtype=logprobs.dtype).index_add_(0, inverse, m.sum(-1))
+    zeros = torch.zeros(n, dtype=logprobs.dtype, device=logprobs.device)
+    sums = zeros.index_add(0, inverse, (log_ratio * m).sum(-1))
+    counts = zeros.index_add(0, inverse, m.sum(-1))
     seq_log_ratio = (sums / counts.clamp(min=1.0))[inverse].unsqueeze(-1)
     log_w = torch.clamp(logprobs - logprobs.detach() + seq_log_ratio.detach(), max=10.0)
     ratio = torch.exp(log_w)
