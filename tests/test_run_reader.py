@@ -80,3 +80,18 @@ def test_the_cluster_reads_a_run_this_kernel_cannot_see(ray_cluster, local_run, 
     run = open_run(local_run)
     assert json.dumps(back.summary()) == json.dumps(run.summary())
     assert any(j.submission_id.startswith("rlkit-read-demo-") for j in ray_cluster.jobs())
+
+
+def test_rlkit_plot_and_eval_read_a_local_run_through_the_same_interface(
+    local_run, tmp_path, capsys
+):
+    from rlkit.cli.main import main
+
+    solve, curves = tmp_path / "solve.png", tmp_path / "curves.png"
+    argv = ["plot", "--run-dir", str(local_run), "--out", str(solve), "--curves", str(curves)]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert solve.read_bytes()[:4] == curves.read_bytes()[:4] == b"\x89PNG"
+    assert main(["eval", "--policy", str(local_run)]) == 2
+    err = capsys.readouterr().err
+    assert "is a local run, not a model" in err
+    assert f"--policy {local_run}/global_step_2/policy" in err
