@@ -269,3 +269,17 @@ def test_save_png(tmp_path):
 
     path = workbench.save_png(maze_gallery(pinned_set()[:4]), tmp_path, "g")
     assert path == tmp_path / "plots" / "g.png" and path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_run_baselines_are_those_of_the_runs_own_model_and_test_set(smoke_run, tmp_path):
+    out, plan = smoke_run
+    evals = workbench.checkpoint_evals(plan.run_dir)
+    root = tmp_path / "baselines"
+    root.mkdir()
+    legacy = evals[8].to_dict() | {"policy": report.BASE, "trajectories": None}
+    (root / "base.json").write_text(json.dumps(legacy))  # cached before keys: model unknown
+    assert baselines.run_baselines(tmp_path, plan.run_dir, evals) == {}
+    got = baselines.baseline_evals(tmp_path, "smoke", samples=1, policies=("oracle", report.BASE))
+    kept = baselines.run_baselines(tmp_path, plan.run_dir, evals)
+    assert list(kept) == ["oracle", report.BASE]  # the keyed base, never the legacy file
+    assert kept[report.BASE].flat == got[report.BASE].flat

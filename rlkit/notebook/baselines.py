@@ -101,11 +101,28 @@ def baseline_evals(
     return results
 
 
+def _legacy(root: Path, index: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Files cached before the key existed (OUT/baselines/NAME.json, not in the index): keyed
+    by what they tell (policy, test set), marked `legacy` (their model and env are unknown)."""
+    out = {}
+    for path in sorted(root.glob("*.json")):
+        if path.name != INDEX and path.name not in index:
+            result = EvalResult.load(path)
+            out[path.name] = {
+                "policy": result.policy,
+                "test_set_hash": result.test_set_hash,
+                "legacy": True,
+            }
+    return out
+
+
 def _cached(out_dir: str | Path, want: Callable[[dict[str, Any]], bool]) -> dict[str, Path]:
-    """`{policy: cached file}` whose key `want` accepts; per policy the newest such file."""
+    """`{policy: cached file}` whose key `want` accepts; per policy the newest such file (a
+    keyed one over a legacy one)."""
     root = Path(out_dir) / "baselines"
+    index = _index(root)
     found: dict[str, Path] = {}
-    for file, key in _index(root).items():
+    for file, key in (_legacy(root, index) | index).items():
         if want(key) and (root / file).is_file():
             found[key["policy"]] = root / file
     names = (*SCRIPTED_BASELINES, BASE)
@@ -135,7 +152,11 @@ def run_baselines(
         model = baseline_key(BASE, cfg, samples=1, seed=0)["model"]
 
     def fits(key: dict[str, Any]) -> bool:
-        if key.get("test_set_hash") != ref.test_set_hash or (env and key.get("env") != env):
+        if key.get("test_set_hash") != ref.test_set_hash:
+            return False
+        if key.get("legacy"):  # unknown model and env: a scripted policy on the same test set
+            return key["policy"] != BASE
+        if env and key.get("env") != env:
             return False
         return key["policy"] != BASE or (model is not None and key.get("model") == model)
 
@@ -148,7 +169,7 @@ def _run_env(run: Run) -> dict[str, Any] | None:
     config = run.config()
     if run.backend == "local":
         return json.loads(json.dumps(asdict(run_config(run).task.env), default=str))
-    env = (config.get("data") or {}).get("env_config")
+    env = (config.get("datasets") or {}).get("env_config")
     return env if isinstance(env, dict) else None
 
 

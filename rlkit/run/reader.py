@@ -197,16 +197,17 @@ class SkyRLRunReader(Run):
         return super().info() if self.where.run_dir is not None else {}
 
     def config(self) -> dict[str, Any]:
-        """run.json's config (SkyRL's overrides and rlkit's entry settings), or, for a run
-        started before the entry recorded it, the datasets' manifest."""
-        recorded = super().config()
-        if recorded or self.where.run_dir is None:
-            return recorded
-        manifest = self.where.run_dir / "data" / "manifest.json"
-        try:
-            return {"data": json.loads(manifest.read_text(encoding="utf-8"))}
-        except (OSError, ValueError):
-            return {}
+        """run.json's config (rlkit's entry settings, SkyRL's overrides and its resolved config;
+        {} for a run started before the entry recorded it) and, under `datasets`, the manifest
+        of the datasets the entry wrote (sizes, test set hash, env config)."""
+        config = super().config()
+        manifest = self.where.run_dir / "data" / "manifest.json" if self.where.run_dir else None
+        if manifest is not None and manifest.is_file():  # absent until the entry writes it
+            try:
+                config["datasets"] = json.loads(manifest.read_text(encoding="utf-8"))
+            except ValueError as e:
+                raise RlkitError(f"{manifest} is not JSON ({e}): the run data dir is damaged") from e
+        return config
 
     def metrics(self) -> list[dict[str, Any]]:
         return super().metrics() if self.where.run_dir is not None else []
