@@ -17,7 +17,7 @@ from rlkit.cli.main import main
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.episodes.failures import classify
 from rlkit.errors import UsageError
-from rlkit.notebook import replays, workbench
+from rlkit.notebook import baselines, replays, workbench
 from rlkit.notebook.report import BASE
 from rlkit.run.skyrl_layout import SkyRLRun, find_skyrl_run, is_skyrl_run
 
@@ -86,7 +86,7 @@ def test_a_skyrl_run_gets_the_cached_baselines_on_its_test_set_but_not_the_local
     for name, n in ((BASE, last.n_mazes), ("oracle", last.n_mazes), ("random", 64)):
         data = fields | {"policy": name, "n_mazes": n}
         (root / f"{name}.json").write_text(json.dumps(data))
-    kept = workbench.run_baselines(tmp_path / "out", skyrl_run_dir, evals)
+    kept = baselines.run_baselines(tmp_path / "out", skyrl_run_dir, evals)
     assert list(kept) == ["oracle"] and isinstance(kept["oracle"], EvalResult)
 
 
