@@ -49,7 +49,7 @@ def test_dry_run_command_passes_skyrl_validation(capsys, preset, nodes):
     assert cfg.environment.env_class == "rlkit-maze"
     assert cfg.generator.vision_language_generator and not cfg.generator.batched
     # the local trainer's objective: SkyRL's token_mean is rlkit's (tests/skyrl/test_objective.py)
-    local = {train_preset(name).grpo.reduction for name in ("smoke", "local-tiny")}
+    local = {train_preset(name).recipe.loss_reduction for name in ("smoke", "local-tiny")}
     assert {cfg.trainer.algorithm.loss_reduction} == local == {"token_mean"}
 
 

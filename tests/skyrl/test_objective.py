@@ -230,13 +230,14 @@ def test_policy_loss_matches_skyrl_regular_loss_and_kl_term(reduction):
     assert out.metrics["loss/clip_fraction"] == pytest.approx(sky_metrics["clip_ratio"])
 
 
-def test_no_dual_clip_which_skyrl_applies_only_as_its_dual_clip_loss_type():
-    # Deliberate: rlkit has no dual-clip. SkyRL's default loss type ("regular", the one the
-    # cluster preset runs) has none either; its "dual_clip" type caps a negative-advantage
-    # token's loss at -A * clip_ratio_c (3) however far its ratio has grown.
+def test_dual_clip_is_a_loss_type_of_its_own_on_both_backends():
+    # The default loss type ("regular", the one the cluster preset runs) has no dual clip on
+    # either backend; "dual_clip" caps a negative-advantage token's loss at -A * clip_ratio_c
+    # (3) however far its ratio has grown, in rlkit's registry as in SkyRL.
     assert AlgorithmConfig().policy_loss_type == "regular"
     logp, old, adv, mask = torch.tensor([[2.0]]), torch.zeros(1, 1), torch.tensor([[-1.0]]), None
     ours, _ = grpo.clipped_surrogate(logp, old, adv)
+    ours_dual, _ = grpo.POLICY_LOSSES["dual_clip"](logp, old, adv, mask, None, (0.2, 0.2, 3.0))
     regular, _ = sky.ppo_policy_loss(logp, old, adv, AlgorithmConfig(), mask)
     dual, _ = sky.ppo_policy_loss(
         logp, old, adv, AlgorithmConfig(policy_loss_type="dual_clip"), mask
@@ -245,6 +246,7 @@ def test_no_dual_clip_which_skyrl_applies_only_as_its_dual_clip_loss_type():
     torch.testing.assert_close(ours[0, 0], torch.tensor(math.exp(2.0)), **TOL)
     torch.testing.assert_close(regular, ours[0, 0], **TOL)
     torch.testing.assert_close(dual, torch.tensor(3.0), **TOL)
+    torch.testing.assert_close(ours_dual[0, 0], dual, **TOL)
 
 
 # reductions ---------------------------------------------------------------------------------
