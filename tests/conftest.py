@@ -4,16 +4,31 @@ Tiers: `slow` marks integration tests (a Ray head, vLLM, a Jupyter kernel or bro
 subprocesses). `make test-fast` runs the rest (`-m "not slow"`), `make test` everything.
 
 Parallel (`make test` runs `pytest -n 2 --dist loadscope`): tests/suite_layout.py says which
-tests one worker runs together and in what order. Each worker starts its own local Ray head
-(own ports and temp dir) for the tests that need one.
+tests one worker runs together and in what order, and how workers share the cores. Each worker
+starts its own local Ray head (own ports and temp dir) for the tests that need one.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import suite_layout as layout
 
 from rlkit.cluster.localhead import free_port
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With xdist: workers (and what they start) wait passively in OpenMP, set before they
+    are spawned so their runtimes read it, and each takes its share of the cores for torch."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers is None:
+        if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None):
+            os.environ.update(layout.WORKER_ENV)
+        return
+    import torch
+
+    torch.set_num_threads(layout.worker_threads(int(workers), len(os.sched_getaffinity(0))))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):

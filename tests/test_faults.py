@@ -11,6 +11,7 @@ with it when a test fails.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import random
 import shutil
@@ -26,7 +27,7 @@ from safetensors.torch import load_file
 from trainer_process import TrainerProcess
 
 from rlkit.cli import main as cli
-from rlkit.cluster.launch import training_entrypoint
+from rlkit.cluster.launch import submit_training, training_entrypoint
 from rlkit.errors import RlkitError
 from rlkit.run.manifest import checkpoint_problem
 from rlkit.run.rundir import MARKER, CheckpointWarning, RunDir
@@ -330,13 +331,22 @@ def test_ray_job_killed_and_stopped_then_resubmitted_equals_uninterrupted(
     finally:
         stopped.stop()
     assert expected_resume(run) == 6
-    final = submit(None)
+    # The researcher's way back: `rlkit train --address` (submit_training) resumes the run.
+    final = submit_training("smoke", run, address=ray_cluster)
     try:
         assert final.wait(PROCESS_TIMEOUT_S) == JobStatus.SUCCEEDED, final.logs()[-2000:]
     finally:
         final.stop()
     assert f"resuming {run} from global_step_6" in final.logs()
+    summary = json.loads(final.logs().strip().splitlines()[-1])
+    assert summary["grpo_steps"] == 4 and summary["warm_start_end"] == 4
     assert_equals_reference(run, reference)
+    trained = (run / "metrics.jsonl").read_text()
+    again = submit_training("smoke", run, address=ray_cluster)  # a finished run: nothing to do
+    assert again.wait(PROCESS_TIMEOUT_S) == JobStatus.SUCCEEDED, again.logs()[-2000:]
+    assert json.loads(again.logs().strip().splitlines()[-1])["steps"] == 8
+    assert (run / "metrics.jsonl").read_text() == trained  # nothing trained twice
+    assert ray_cluster.reattach(run.name).submission_id == again.submission_id
 
 
 def test_kill_while_building_the_initial_model_is_rebuilt_on_restart(reference, tmp_path):

@@ -51,6 +51,12 @@ def test_tiers():
     assert layout.TIMEOUT_S["fast"] < layout.TIMEOUT_S["slow"] < 600
 
 
+def test_workers_share_the_cores():
+    assert [layout.worker_threads(w, 2) for w in (0, 1, 2, 3)] == [2, 2, 1, 1]
+    assert layout.worker_threads(2, 16) == 8
+    assert layout.WORKER_ENV == {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def test_the_skyrl_run_is_queued_first_then_slow_groups_in_collection_order():
     groups = layout.shared_groups(SOURCES)
     ids = [
