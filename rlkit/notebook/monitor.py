@@ -95,6 +95,8 @@ class JobMonitor(widgets.VBox):
         self.remote_every_s = remote_every_s
         """How often a run this kernel cannot see is read through the cluster (a Ray job)."""
         self._remote: Run | None = None
+        self._evals: dict = {}
+        self._eval_steps: tuple[int, ...] = ()
         self._remote_at = float("-inf")
         self.note = ""
         """One line on where the run is read from, when not from its files here."""
@@ -191,7 +193,10 @@ class JobMonitor(widgets.VBox):
         line = read_progress(run if run is not None else self.run_dir, metrics).line()
         note = f"<br><small>{html.escape(self.note)}</small>" if self.note else ""
         self.progress.value = f"<code>{html.escape(line)}</code>{note}"
-        evals = run.evals() if run is not None else {}
+        steps = tuple(run.eval_steps()) if run is not None else ()
+        if steps != self._eval_steps:  # read (a SkyRL run: replay) the evals only when new
+            self._evals, self._eval_steps = (run.evals() if steps else {}), steps
+        evals = self._evals
         key = (len(metrics), len(evals))
         if key == self._plotted:
             return  # nothing new: skip re-drawing (the expensive part of a refresh)

@@ -20,6 +20,7 @@ reader goes through the cluster, read back by `SummaryRun`.
 from __future__ import annotations
 
 import json
+import re
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ from rlkit.run.manifest import checkpoint_problem
 from rlkit.run.rundir import RunDir, step_dirs
 from rlkit.run.skyrl_dumps import read_eval_dump, read_eval_dumps
 from rlkit.run.skyrl_layout import SkyRLRun, find_skyrl_run, list_checkpoints
+
+_DUMP_DIR = re.compile(r"global_step_(\d+)_evals")
 
 
 class RunNotFound(UsageError):
@@ -104,6 +107,10 @@ class Run(ABC):
     def evals(self) -> dict[int, EvalResult]:
         """`{step: EvalResult}` of every evaluated step, ascending; {} before the first."""
 
+    def eval_steps(self) -> list[int]:
+        """The evaluated steps, ascending, without reading the evals (cheap to poll)."""
+        return sorted(self.evals())
+
     @abstractmethod
     def trajectories(self, step: int) -> list[Trajectory]:
         """The episodes the eval of `step` played, in its EvalResult's order (maze-major)."""
@@ -164,6 +171,9 @@ class LocalRun(Run):
             out[step] = result
         return out
 
+    def eval_steps(self) -> list[int]:
+        return self.dir.eval_steps()
+
     def trajectories(self, step: int) -> list[Trajectory]:
         path = self.dir.eval_path(step)
         return EvalResult.load(path).load_trajectories(path)
@@ -206,7 +216,9 @@ class SkyRLRunReader(Run):
             try:
                 config["datasets"] = json.loads(manifest.read_text(encoding="utf-8"))
             except ValueError as e:
-                raise RlkitError(f"{manifest} is not JSON ({e}): the run data dir is damaged") from e
+                raise RlkitError(
+                    f"{manifest} is not JSON ({e}): the run data dir is damaged"
+                ) from e
         return config
 
     def metrics(self) -> list[dict[str, Any]]:
@@ -216,6 +228,11 @@ class SkyRLRunReader(Run):
         if not (self.where.export_dir / "dumped_evals").is_dir():
             return {}  # nothing evaluated yet
         return read_eval_dumps(self.where.export_dir, policy=self.name)
+
+    def eval_steps(self) -> list[int]:
+        dumps = self.where.export_dir / "dumped_evals"
+        names = (p.name for p in dumps.glob("global_step_*_evals") if p.is_dir())
+        return sorted(int(m.group(1)) for n in names if (m := _DUMP_DIR.fullmatch(n)))
 
     def trajectories(self, step: int) -> list[Trajectory]:
         return read_eval_dump(self.where.export_dir, step).trajectories(self.name)
