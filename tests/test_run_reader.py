@@ -35,7 +35,7 @@ def test_open_run_reads_a_local_run(local_run):
     assert isinstance(run, LocalRun) and run.backend == "local" and run.name == "demo"
     assert run.preset == "smoke" and run.config() == {"schedule": {"steps": 4}}
     assert [r["step"] for r in run.metrics()] == [0, 1, 2] and run.warm_start_end() == 1
-    assert list(run.evals()) == [2] and run.evals()[2].step == 2
+    assert list(run.evals()) == run.eval_steps() == [2] and run.evals()[2].step == 2
     assert len(run.trajectories(2)) == run.evals()[2].n_mazes
     (ckpt,) = run.checkpoints()
     assert (ckpt.step, ckpt.complete, ckpt.hf_export) == (

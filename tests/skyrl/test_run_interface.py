@@ -32,7 +32,7 @@ def test_open_run_reads_a_skyrl_run_as_it_reads_a_local_one(skyrl_run_dir):
     assert config["entry"]["device"] == "cpu"
     # evals, episodes and checkpoints: SkyRL's dumps and exports, as rlkit types
     evals = run.evals()
-    assert sorted(evals) == sorted(read_eval_dumps(skyrl_run_dir / "exports"))
+    assert sorted(evals) == run.eval_steps() == sorted(read_eval_dumps(skyrl_run_dir / "exports"))
     last = max(evals)
     trajs = run.trajectories(last)
     assert len(trajs) == evals[last].n_mazes * evals[last].samples
