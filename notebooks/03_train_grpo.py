@@ -20,7 +20,8 @@
 # Training runs as a Ray job, so it survives this kernel. Local presets (`smoke`, `local-tiny`)
 # train the tiny Qwen3-VL with rlkit's GRPO loop on the local head; the cluster preset
 # `qwen3vl-8b-6gpu` runs SkyRL on HyperPod (values in `presets/hyperpod-qwen3vl-8b.yaml`) and,
-# without an address, is only printed (a dry run).
+# without an address, is only printed (a dry run); `skyrl-tiny-cpu` runs SkyRL's own trainer on
+# the local head.
 #
 # What GRPO does here: each step takes `mazes_per_step` training mazes (never the test mazes)
 # and plays `group_size` episodes on each with the current policy. Every episode is scored 0
@@ -34,7 +35,7 @@
 # solves a fifth of the mazes by luck but not consistently, and learns little from that.
 # Locally, a short behaviour-cloning phase on the BFS oracle's moves brings it to ~40% first:
 # the stand-in for the instruct model the cluster run starts from (Qwen3-VL-8B solves 43.75%
-# of the test set before training). A KL penalty (`grpo.kl_coef`, 0.05 in `local-tiny`) keeps
+# of the test set before training). A KL penalty (`recipe.kl_loss_coef`, 0.05 in `local-tiny`) keeps
 # the policy near that starting point, which steadies the late curve.
 #
 # Why half the mazes get a tight turn budget (`grpo.turn_slack`, `grpo.tight_fraction`): the
@@ -44,7 +45,7 @@
 # with the full 12 (so the policy also learns to recover after a wrong move). The reward stays
 # 0/1 and the evals always play the pinned 12-turn env.
 #
-# Why groups that all failed still teach (`grpo.fail_advantage`, -1 in `local-tiny`): plain
+# Why groups that all failed still teach (`recipe.fail_advantage`, -1 in `local-tiny`): plain
 # GRPO skips a group whose episodes all failed, so a maze where the policy is confidently
 # wrong (a wrong first move into a loop that the picture repeats) stays wrong for good: the
 # last failures of a plain run were whole mazes lost in 4 samples of 4. Here each episode of

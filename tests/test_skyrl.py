@@ -64,6 +64,13 @@ def test_entrypoint_command_round_trips_through_the_shell():
     assert args.data_dir == "/fsx/rlkit/runs/run-a/data" and args.train_rows == 5040
     assert args.train_rows == preset.steps * preset.prompts_per_step  # one epoch: the run
     assert overrides == build_overrides(preset, "run-a")
+    assert args.preset is None  # no name given: the entry records none
+    named = shlex.split(entrypoint_command(preset, "run-a", "qwen3vl-8b-6gpu"))
+    assert parse_args(named[3:])[0].preset == "qwen3vl-8b-6gpu"
+    from rlkit.cluster.launch import plan_training
+
+    plan = plan_training("skyrl-tiny-cpu", "runs/skyrl", run_name="a")
+    assert parse_args(shlex.split(plan.command)[3:])[0].preset == "skyrl-tiny-cpu"
     with pytest.raises(UsageError, match="key=value"):
         parse_args(["--", "+trainer.new_key=1"])
 

@@ -154,7 +154,9 @@ def _submit(args: argparse.Namespace) -> int:
     if args.rayjob:
         from rlkit.cluster.rayjob import rayjob, write_rayjob
 
-        manifest = rayjob(plan.sky, plan.run_name, backoff_limit=args.backoff_limit)
+        manifest = rayjob(
+            plan.sky, plan.run_name, backoff_limit=args.backoff_limit, preset_name=plan.preset
+        )
         out = write_rayjob(args.rayjob, manifest)
         print(f"wrote {out}: a RayJob retried up to {args.backoff_limit} times on new clusters")
         print(f"storage:       {storage_estimate(plan.sky).summary()}")

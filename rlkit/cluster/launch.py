@@ -215,7 +215,7 @@ def plan_training(
     storage.check_storage(sky)  # a run that would fill /fsx is refused before it starts
     paths = skyrl.RunPaths.for_run(sky, name)
     return TrainingPlan(
-        preset, name, paths.run_dir, skyrl.entrypoint_command(sky, name), address, sky
+        preset, name, paths.run_dir, skyrl.entrypoint_command(sky, name, preset), address, sky
     )
 
 

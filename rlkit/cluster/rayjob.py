@@ -34,6 +34,7 @@ def rayjob(
     *,
     backoff_limit: int = 3,
     cluster_template: str | Path = CLUSTER_TEMPLATE,
+    preset_name: str | None = None,
 ) -> dict[str, Any]:
     """The RayJob manifest (a dict) for one run of `preset`."""
     if not 1 <= backoff_limit <= 10:
@@ -48,7 +49,7 @@ def rayjob(
             "labels": {"app.kubernetes.io/part-of": "rlkit", "rlkit/run": name},
         },
         "spec": {
-            "entrypoint": entrypoint_command(preset, name),
+            "entrypoint": entrypoint_command(preset, name, preset_name),
             "metadata": {"rlkit_run_name": name, "run_dir": RunPaths.for_run(preset, name).run_dir},
             "backoffLimit": backoff_limit,
             "shutdownAfterJobFinishes": True,

@@ -2,7 +2,7 @@
 maze played by GRPO's first one beside it, and the last checkpoint's failures by kind.
 
 Works the same for a local run and a SkyRL run (its dumped eval episodes, replayed through
-rlkit's env by `rlkit.cluster.skyrl.readers`):
+rlkit's env by `rlkit.run.skyrl_dumps`):
 
     shown = replays.for_run(workbench.run_source(out_dir, preset, run_dir=RUN))
     ReplayWidget(shown.episode, label=shown.label)

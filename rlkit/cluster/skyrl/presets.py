@@ -3,7 +3,7 @@
 rlkit does not re-implement SkyRL's trainer. A preset is turned into SkyRL's own
 `key=value` overrides (parsed by `SkyRLTrainConfig.from_cli_overrides` inside the job), and
 the job runs `python -m rlkit.cluster.skyrl.entry <overrides...>`, which registers the maze env and
-starts SkyRL's experiment. `rlkit.cluster.skyrl.readers` turns what SkyRL writes (checkpoints, eval
+starts SkyRL's experiment. `rlkit.run` (`open_run`) reads what SkyRL writes (checkpoints, eval
 dumps) into rlkit's types, so plots and replays work the same for cluster runs.
 
     rlkit submit --preset qwen3vl-8b-6gpu --address http://127.0.0.1:8265 --dry-run
@@ -399,10 +399,12 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
     ]
 
 
-def entrypoint_command(preset: SkyRLPreset, run_name: str) -> str:
-    """The shell command the Ray job runs: datasets on shared storage, then SkyRL."""
+def entrypoint_command(preset: SkyRLPreset, run_name: str, preset_name: str | None = None) -> str:
+    """The shell command the Ray job runs: datasets on shared storage, then SkyRL. The entry
+    records `preset_name` (the preset the run came from) in the run's run.json."""
     paths = RunPaths.for_run(preset, run_name)
-    ours = [
+    ours = ["--preset", preset_name] if preset_name else []
+    ours += [
         "--data-dir",
         paths.data_dir,
         "--train-rows",
