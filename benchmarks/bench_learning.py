@@ -29,8 +29,9 @@ from pathlib import Path
 import torch
 
 from rlkit.episodes.evaluate import EvalResult
-from rlkit.notebook.plots import figure_png, load_run_evals, solve_rate_curve
+from rlkit.notebook.plots import figure_png, solve_rate_curve
 from rlkit.notebook.workbench import final_greedy_eval
+from rlkit.run import open_run
 from rlkit.run.rundir import RunDir
 from rlkit.train.config import preset
 from rlkit.train.trainer import train
@@ -143,7 +144,7 @@ def run_seed(seed: int, run_root: Path, overrides: dict) -> dict:
     name = f"learning_local_tiny_seed{seed}"
     (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=1) + "\n")
     fig = solve_rate_curve(
-        load_run_evals(run_dir), warm_start_end=ws_end, run_id=f"local-tiny seed {seed}"
+        open_run(run_dir).evals(), warm_start_end=ws_end, run_id=f"local-tiny seed {seed}"
     )
     (RESULTS / f"{name}.png").write_bytes(figure_png(fig))
     return out

@@ -55,7 +55,7 @@ source = workbench.run_source(
 )
 run = workbench.open_source(source, address=address)  # either backend, wherever its files are
 print(run.describe())
-shown = replays.for_run(run.path, maze=maze)
+shown = replays.for_run(run, maze=maze)
 print(shown)
 ReplayWidget(shown.episode, label=shown.label)
 

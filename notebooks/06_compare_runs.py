@@ -44,18 +44,10 @@ out_dir = None  # where to save the figures as PNG (OUT/plots/); None: save noth
 
 # %%
 from rlkit.notebook import compare
-from rlkit.notebook.paths import home_path
-from rlkit.notebook.workbench import save_png
+from rlkit.notebook.workbench import keep
 
 views = compare.load_runs(runs, labels)
 print(compare.describe(views))
-
-
-def keep(fig, name):
-    """The figure, saved under OUT/plots/ when `out_dir` is set."""
-    if out_dir is not None:
-        save_png(fig, home_path(out_dir), name)
-    return fig
 
 
 # %% [markdown]
@@ -65,7 +57,7 @@ def keep(fig, name):
 # which is the fair axis between a fast recipe and a slow one.
 
 # %%
-keep(compare.solve_rate_curves(views, align=align), "compare_solve_rate")
+keep(compare.solve_rate_curves(views, align=align), out_dir, "compare_solve_rate")
 
 # %% [markdown]
 # By difficulty, at each run's final checkpoint: the solve rate per maze size and shortest-path
@@ -74,7 +66,7 @@ keep(compare.solve_rate_curves(views, align=align), "compare_solve_rate")
 
 # %%
 print(compare.format_table(compare.difficulty_rows(views)))
-keep(compare.difficulty_figure(views), "compare_by_difficulty")
+keep(compare.difficulty_figure(views), out_dir, "compare_by_difficulty")
 
 # %% [markdown]
 # Maze by maze: each run against the reference run, on the mazes both evaluated. For every

@@ -217,8 +217,13 @@ def test_the_environment_decides_only_when_no_address_is_given(no_address_env):
     assert local.notes == (
         "ignoring RAY_ADDRESS=http://head:8265 from the environment: local was given",
     )
+    same = resolve_address("http://head:8265/")  # the environment's own address: no note
+    assert same.url == "http://head:8265" and same.notes == ()
     no_address_env.setenv("RAY_API_SERVER_ADDRESS", "http://api:8265")  # Ray reads it first
     assert resolve_address(None).url == "http://api:8265"
+    no_address_env.setenv("RAY_API_SERVER_ADDRESS", "auto")  # Ray's word for the local head
+    auto = resolve_address(None)
+    assert auto.local and auto.notes == ("using RAY_API_SERVER_ADDRESS=auto: the local Ray head",)
 
 
 def test_reusing_a_local_head_that_is_not_there_is_one_line(no_address_env):
@@ -380,7 +385,10 @@ def test_cli_submit_dry_run_prints_the_whole_command(capsys, monkeypatch):
     argv = ["submit", "--preset", "qwen3vl-8b-6gpu", "--address", "http://127.0.0.1:8265"]
     assert run_cli(*argv, "--dry-run", "--run-name", "a", "--env", "WANDB_API_KEY") == 0
     out = capsys.readouterr().out
-    assert "python -m rlkit.cluster.skyrl.entry --data-dir /fsx/rlkit/runs/a/data" in out
+    assert (
+        "python -m rlkit.cluster.skyrl.entry --preset qwen3vl-8b-6gpu --data-dir /fsx/rlkit/runs/a/data"
+        in out
+    )
     assert "generator.inference_engine.num_engines=6" in out
     assert "WANDB_API_KEY=***" in out and "wandb-secret-123" not in out
     with pytest.raises(UsageError, match="NOT_SET_ANYWHERE: not set"):

@@ -13,6 +13,7 @@ from rlkit.errors import UsageError
 from rlkit.maze.core import difficulty
 from rlkit.maze.sets import pinned_set
 from rlkit.notebook import curves, plots
+from rlkit.run import open_run
 from rlkit.run.rundir import RunDir
 
 
@@ -29,7 +30,7 @@ def texts(fig: Figure) -> str:
     return " ".join(t.get_text() for t in fig.texts + [fig._suptitle] if t is not None)
 
 
-def test_load_run_evals_and_metrics_roundtrip(tmp_path, evals):
+def test_run_evals_and_metrics_roundtrip(tmp_path, evals):
     run = RunDir(tmp_path / "run")
     for step, r in evals.items():
         d = r.to_dict()
@@ -37,14 +38,13 @@ def test_load_run_evals_and_metrics_roundtrip(tmp_path, evals):
         run.write_eval(step, d)
     for s in range(3):
         run.append_metrics({"step": s, "rollout/reward_mean": s / 2})
-    loaded = plots.load_run_evals(run.path)
+    loaded = open_run(run.path).evals()
     assert list(loaded) == [0, 10, 20]
     assert [r.step for r in loaded.values()] == [0, 10, 20]
     assert loaded[10].solve_rate == evals[10].solve_rate and loaded[10].ci95 == evals[10].ci95
     assert plots.load_metrics(run.path) == plots.load_metrics(run.metrics_path)
     assert [m["rollout/reward_mean"] for m in plots.load_metrics(run.path)] == [0, 0.5, 1.0]
     assert plots.load_metrics(tmp_path / "not-yet") == []
-    assert plots.load_run_evals(tmp_path / "not-yet") == {}
     (tmp_path / "other.txt").write_text("x")
     with pytest.raises(UsageError, match="not a run directory"):
         plots.load_metrics(tmp_path / "other.txt")

@@ -1,5 +1,5 @@
 """Which turns share a forward and a minibatch depends on the prompts' content only, never on the
-encoder's image cache (a FIFO `LruCache`): the same with a fresh cache, a full one, and after
+encoder's image cache (an `LruCache`): the same with a fresh cache, a full one, and after
 an eviction re-encoded an image into a new array (as after a resume, or late in a long run)."""
 
 import numpy as np
@@ -60,3 +60,13 @@ def test_grouping_is_the_same_with_a_fresh_a_full_and_an_evicting_cache(processo
         for rows in (fresh, small, crowded)
     ]
     assert orders[0] == orders[1] == orders[2]
+
+
+def test_the_cache_forgets_the_least_recently_used_entry():
+    from rlkit.model.chat import LruCache
+
+    cache = LruCache(2)
+    cache.put("a", 1), cache.put("b", 2)
+    assert cache.get("a") == 1  # a hit makes "a" the most recent
+    cache.put("c", 3)
+    assert list(cache) == ["a", "c"] and cache.get("b") is None and cache.get("b", 0) == 0

@@ -145,7 +145,7 @@ def test_a_run_json_from_before_the_recipe_reads_through_the_renames():
         "max_seq_len": None,
         "kl_coef": 0.05,
         "kl_estimator": "k3",
-        "min_informative": 32,
+        "min_informative": old["grpo"]["mazes_per_step"],  # the one meaning the filter keeps
         "max_rounds": 4,
         "fail_advantage": -1.0,
         "filter_zero_variance": True,
@@ -159,6 +159,12 @@ def test_a_run_json_from_before_the_recipe_reads_through_the_renames():
     changed = cfg.with_overrides({"recipe.eps_clip_high": "0.2"})
     with pytest.raises(UsageError, match=r"recipe\.eps_clip_high 0\.28 -> 0\.2"):
         check_resume(old, changed, "runs/old")  # compared through the renames
+    fewer = json.loads(json.dumps(old))
+    fewer["grpo"]["min_informative"] = 32  # train on all groups drawn until 32 teach: gone
+    with pytest.raises(
+        UsageError, match="runs/old/run.json: grpo.min_informative=32 .* start a new"
+    ):
+        config_from_dict(fewer, "runs/old/run.json")
 
 
 def test_resume_uses_the_recorded_config_plus_explicit_changes():

@@ -141,7 +141,7 @@ def test_checkpoint_evals_rescore_a_checkpoint_exactly_as_the_trainer_did(smoke_
 def test_boundary_milestones_paired_test_and_summary(smoke_run):
     out, plan = smoke_run
     evals = workbench.checkpoint_evals(plan.run_dir)
-    boundary = plots.warm_start_end(plan.run_dir)
+    boundary = open_run(plan.run_dir).warm_start_end()
     assert boundary == 4
     rows = report.milestones(evals, boundary)
     assert list(rows) == ["step 0 (start)", "step 4 (warm start done)", "step 8 (final)"]

@@ -83,13 +83,11 @@ def load_policy(
 
 def _refuse_run(path: str) -> None:
     """A run dir (either backend) holds many models: name one of its checkpoints' exports."""
-    from rlkit.run.reader import open_run
-    from rlkit.run.skyrl_layout import find_skyrl_run
+    from rlkit.run import is_run, open_run
 
-    p = Path(path)
-    if not p.is_dir() or not ((p / "run.json").is_file() or find_skyrl_run(p) is not None):
+    if not is_run(path):
         return
-    run = open_run(p)
+    run = open_run(path)
     newest = [str(c.hf_export) for c in run.checkpoints() if c.hf_export is not None][-1:]
     backend = "SkyRL" if run.backend == "skyrl" else "local"
     raise UsageError(

@@ -65,10 +65,13 @@ def resolve_address(address: str | None) -> Address:
     if not given:  # not given: the environment's address, else the local head
         if env is None:
             return Address(None)
+        from_env = env[1].strip().rstrip("/")
+        if from_env.lower() in LOCAL_ALIASES:  # Ray's own `auto`, or rlkit's `local`
+            return Address(None, (f"using {env[0]}={env[1]}: the local Ray head",))
         note = f"using {env[0]}={env[1]} from the environment (unset it for a local head)"
-        return Address(_check_url(env[1].strip().rstrip("/")), (note,))
+        return Address(_check_url(from_env), (note,))
     notes = ()
-    if env is not None and env[1] != address:
+    if env is not None and env[1].strip().rstrip("/") != given:
         notes = (f"ignoring {env[0]}={env[1]} from the environment: {given} was given",)
     if given.lower() in LOCAL_ALIASES:
         return Address(None, notes)

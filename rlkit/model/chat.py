@@ -53,11 +53,19 @@ ImageLike = str | Image.Image | np.ndarray
 
 
 class LruCache(OrderedDict):
-    """A dict that forgets its oldest entry past `size` (long runs see many distinct images)."""
+    """A dict that forgets its least recently used entry past `size` (long runs see many
+    distinct images). Its values are pure functions of their keys, so what it holds changes
+    speed only, never a result (minibatch grouping keys prompts by content, not by object)."""
 
     def __init__(self, size: int) -> None:
         super().__init__()
         self.size = size
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            return default
+        self.move_to_end(key)
+        return self[key]
 
     def put(self, key: Any, value: Any) -> Any:
         self[key] = value

@@ -38,7 +38,7 @@ from rlkit.maze.sets import pinned_spec
 from rlkit.notebook.paths import home
 from rlkit.notebook.paths import home_path as _home_path
 from rlkit.notebook.plots import PlotFigure, by_difficulty, ci_methods, figure_header
-from rlkit.run.reader import Run, RunNotFound, open_run
+from rlkit.run.reader import Run, RunNotFound, is_run, open_run
 from rlkit.stats import PairedByMaze, clustered_wilson, paired_by_maze
 
 ALPHA = 0.05
@@ -83,12 +83,7 @@ def resolve_run(spec: str | Path | Run) -> Run:
     if path.exists() or len(Path(spec).parts) != 1:
         return open_run(path)
     root = home() / RUNS_DIR
-    found = sorted(
-        p.parent
-        for pattern in ("metrics.jsonl", "run.json")
-        for p in root.glob(f"**/{spec}/{pattern}")
-    )
-    found = sorted(set(found))
+    found = sorted(p for p in root.glob(f"**/{spec}") if is_run(p))
     if len(found) > 1:
         raise UsageError(
             f"run name {spec!r} matches {len(found)} runs under {root}: give one path "

@@ -70,23 +70,10 @@ def _run_or_none(run_dir: str | Path) -> Run | None:
     return open_run(path) if path.is_dir() else None
 
 
-def load_run_evals(run_dir: str | Path) -> dict[int, EvalResult]:
-    """The run's evals as {step: EvalResult}, ascending (a local run's RUN/evals/, a SkyRL run's
-    eval dumps); {} when none yet."""
-    run = _run_or_none(run_dir)
-    return run.evals() if run is not None else {}
-
-
 def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """The run's metrics.jsonl records (a run dir or the file itself); [] before the first step."""
     run = _run_or_none(run_dir)
     return run.metrics() if run is not None else []
-
-
-def warm_start_end(run_dir: str | Path) -> int | None:
-    """The step where warm start handed over to GRPO (None: no warm start, or a SkyRL run)."""
-    run = _run_or_none(run_dir)
-    return run.warm_start_end() if run is not None else None
 
 
 def _by_step(evals: Evals) -> list[tuple[int, EvalResult]]:

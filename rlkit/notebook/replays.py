@@ -19,7 +19,6 @@ from rlkit.episodes.evaluate import EvalResult
 from rlkit.episodes.rollout import Trajectory
 from rlkit.errors import UsageError
 from rlkit.notebook.move_bars import disagreement
-from rlkit.notebook.plots import warm_start_end
 from rlkit.notebook.report import grpo_paired_test
 from rlkit.notebook.workbench import (
     checkpoint_evals,
@@ -28,6 +27,7 @@ from rlkit.notebook.workbench import (
     eval_trajectories,
     failure_examples,
 )
+from rlkit.run import Run, open_run
 
 
 @dataclass(frozen=True)
@@ -81,23 +81,24 @@ class RunReplays:
         return f"{self.run}: maze {self.maze} at step {self.last.step}{than}"
 
 
-def for_run(source: str | Path, *, maze: int | None = None) -> RunReplays:
-    """The replays of a run (a local run dir, a SkyRL run dir or export dir). `maze` None: one
-    where GRPO's first checkpoint and the last disagree (`diff_maze`), maze 0 with one eval."""
-    evals = checkpoint_evals(source)
+def for_run(source: str | Path | Run, *, maze: int | None = None) -> RunReplays:
+    """The replays of a run (a `Run`, or a local run dir, a SkyRL run dir or export dir). `maze`
+    None: one where GRPO's first checkpoint and the last disagree (`diff_maze`), maze 0 with one
+    eval."""
+    run = source if isinstance(source, Run) else open_run(source)
+    evals = checkpoint_evals(run)
     if not evals:
-        raise UsageError(f"{source} has no evaluated checkpoint yet: train first (notebook 03)")
-    name = Path(source).name
+        raise UsageError(f"{run.name} has no evaluated checkpoint yet: train first (notebook 03)")
     if len(evals) == 1:
         ((step, last),) = evals.items()
-        return RunReplays(name, maze or 0, last, eval_trajectories(source, step))
-    paired = grpo_paired_test(evals, warm_start_end(source))
+        return RunReplays(run.name, maze or 0, last, eval_trajectories(run, step))
+    paired = grpo_paired_test(evals, run.warm_start_end())
     first, last = evals[paired.step_a], evals[paired.step_b]
     return RunReplays(
-        name,
+        run.name,
         diff_maze(first, last) if maze is None else maze,
         last,
-        eval_trajectories(source, paired.step_b),
+        eval_trajectories(run, paired.step_b),
         first,
-        eval_trajectories(source, paired.step_a),
+        eval_trajectories(run, paired.step_a),
     )

@@ -295,3 +295,11 @@ def save_png(fig: Figure, out_dir: str | Path, name: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(figure_png(fig))
     return path
+
+
+def keep(fig: Figure, out_dir: str | Path | None, name: str) -> Figure:
+    """The figure, for the notebook to show; also written to OUT/plots/NAME.png when `out_dir`
+    is set (a relative one is read against the project root or $RLKIT_HOME)."""
+    if out_dir is not None:
+        save_png(fig, home_path(out_dir), name)
+    return fig

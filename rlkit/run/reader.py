@@ -146,6 +146,7 @@ class Run(ABC):
             "backend": self.backend,
             "path": str(self.path),
             "info": self.info(),
+            "config": self.config(),
             "metrics": self.metrics(),
             "evals": {str(s): r.to_dict() for s, r in self.evals().items()},
             "checkpoints": [c.to_dict() for c in self.checkpoints()],
@@ -265,6 +266,13 @@ def open_run(path: str | Path) -> Run:
     return SkyRLRunReader(sky) if sky is not None else LocalRun(p)
 
 
+def is_run(path: str | Path) -> bool:
+    """Whether `path` is a run of either backend: a local run dir (run.json, written before the
+    first step) or what `find_skyrl_run` takes for SkyRL's (run dir or export dir)."""
+    p = Path(path)
+    return p.is_dir() and ((p / "run.json").is_file() or find_skyrl_run(p) is not None)
+
+
 class SummaryRun(Run):
     """A run read elsewhere (`Run.summary()`, e.g. through a Ray job on the cluster): config,
     metrics, evals and checkpoints as that reader saw them; no episodes."""
@@ -274,6 +282,7 @@ class SummaryRun(Run):
             super().__init__(Path(summary["path"]), str(summary["name"]))
             self.backend = str(summary["backend"])  # type: ignore[misc]
             self._info = dict(summary.get("info") or {})
+            self._config = dict(summary.get("config") or self._info.get("config") or {})
             self._metrics = list(summary.get("metrics") or [])
             self._evals = {
                 int(s): EvalResult.from_dict(d) for s, d in (summary.get("evals") or {}).items()
@@ -284,6 +293,10 @@ class SummaryRun(Run):
 
     def info(self) -> dict[str, Any]:
         return dict(self._info)
+
+    def config(self) -> dict[str, Any]:
+        """The config as the reader where the files are saw it (a SkyRL run's datasets too)."""
+        return dict(self._config)
 
     def metrics(self) -> list[dict[str, Any]]:
         return list(self._metrics)

@@ -293,7 +293,9 @@ class _Pending:
 
 def upgrade_config_dict(config: Mapping[str, Any]) -> dict[str, Any]:
     """A run.json `config` as this version writes it: the keys `RENAMED` replaced move into
-    `recipe` (the old trainer's `min_informative` becomes dynamic_sampling_type=filter)."""
+    `recipe` (the old trainer's `min_informative` becomes dynamic_sampling_type=filter when it
+    asked for `mazes_per_step` groups, the one case with the same meaning; otherwise a one-line
+    UsageError)."""
     out = json.loads(json.dumps(dict(config)))
     grpo = out.get("grpo")
     if not isinstance(grpo, dict) or "recipe" in out:
@@ -304,9 +306,16 @@ def upgrade_config_dict(config: Mapping[str, Any]) -> dict[str, Any]:
         if name in grpo:
             recipe[new.split(".", 1)[1]] = grpo.pop(name)
     if "dynamic_sampling_type" in recipe:
-        recipe["dynamic_sampling_type"] = (
-            None if recipe["dynamic_sampling_type"] is None else "filter"
-        )
+        wanted = recipe["dynamic_sampling_type"]
+        per_step = grpo.get("mazes_per_step", GRPOConfig.mazes_per_step)
+        if wanted is not None and wanted != per_step:
+            raise UsageError(
+                f"grpo.min_informative={wanted} trained on every group drawn until {wanted} "
+                f"taught; the recipe's dynamic sampling (SkyRL's filter) trains exactly "
+                f"mazes_per_step={per_step}: this run cannot resume with the same recipe, "
+                "start a new run dir"
+            )
+        recipe["dynamic_sampling_type"] = None if wanted is None else "filter"
     # the old trainer's defaults for what its run.json may lack (SkyRL's defaults differ)
     recipe.setdefault("zero_variance_filter", True)
     out["recipe"] = recipe
@@ -317,9 +326,8 @@ def config_from_dict(config: Mapping[str, Any], where: str = "run.json") -> Trai
     """The TrainConfig a run recorded (run.json's `config`, `TrainConfig.to_dict()` form), read
     back: every section rebuilt, missing fields at their defaults (a run.json older than the
     field), an unknown or invalid key a one-line UsageError naming `where`."""
-    config = upgrade_config_dict(config)
     try:
-        return _build(TrainConfig, config, "")
+        return _build(TrainConfig, upgrade_config_dict(config), "")
     except UsageError as e:
         raise UsageError(f"{where}: {e}") from None
 

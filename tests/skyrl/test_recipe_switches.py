@@ -17,6 +17,7 @@ from skyrl.backends.skyrl_train.utils import ppo_utils as sky
 from skyrl.backends.skyrl_train.utils.torch_utils import masked_mean as sky_masked_mean
 from skyrl.train.config import AlgorithmConfig, SkyRLTrainConfig
 from skyrl.train.utils import validate_cfg
+from skyrl.train.utils.trainer_utils import handle_filter_sampling
 
 from rlkit import recipe as rc
 from rlkit.cluster.skyrl.presets import build_overrides, get_preset
@@ -142,6 +143,31 @@ def test_eps_clip_high_clip_higher():
     assert not torch.allclose(ours, symmetric)  # the switch changed the loss
 
 
+def test_eps_clip_low():
+    r = Recipe(kl_loss_coef=0.0, eps_clip_low=0.1)
+    cfg = skyrl_cfg(r)
+    assert (cfg.trainer.algorithm.eps_clip_low, cfg.trainer.algorithm.eps_clip_high) == (0.1, 0.2)
+    (e_lp, e_old, _, e_mask, e_adv), (t_lp, t_old, _, t_mask, t_adv, ids) = episodes(1)
+    # episode 1 (advantage -0.5) gets a token at ratio 0.85: clipped at 0.9, not at 0.8
+    e_lp[1, 2], e_old[1, 2] = -1.0, -1.0 - np.log(0.85)
+    t_lp[1, 0], t_old[1, 0] = -1.0, -1.0 - np.log(0.85)
+    ours = local_loss(r, t_lp, t_old, t_adv, t_mask, ids).loss
+    torch.testing.assert_close(ours, sky_policy_loss(cfg, e_lp, e_old, e_adv, e_mask), **TOL)
+    assert not torch.allclose(ours, local_loss(BASE, t_lp, t_old, t_adv, t_mask, ids).loss)
+
+
+def test_clip_ratio_c_caps_dual_clip():
+    r = Recipe(kl_loss_coef=0.0, policy_loss_type="dual_clip", clip_ratio_c=2.0)
+    cfg = skyrl_cfg(r)
+    assert cfg.trainer.algorithm.clip_ratio_c == 2.0
+    (e_lp, e_old, _, e_mask, e_adv), (t_lp, t_old, _, t_mask, t_adv, ids) = episodes(3)
+    e_old[1], t_old[1:4] = e_old[1] - 1.5, t_old[1:4] - 1.5  # ratio ~e^1.5 > 3 > 2, A < 0
+    ours = local_loss(r, t_lp, t_old, t_adv, t_mask, ids).loss
+    torch.testing.assert_close(ours, sky_policy_loss(cfg, e_lp, e_old, e_adv, e_mask), **TOL)
+    three = r.with_changes({"clip_ratio_c": 3.0})
+    assert not torch.allclose(ours, local_loss(three, t_lp, t_old, t_adv, t_mask, ids).loss)
+
+
 @pytest.mark.parametrize("norm", [True, False])
 def test_grpo_norm_by_std_dr_grpo(norm):
     r = Recipe(kl_loss_coef=0.0, grpo_norm_by_std=norm)
@@ -238,10 +264,16 @@ def test_entropy_loss_coef():
 
 @pytest.mark.parametrize("tis", ["token", "sequence"])
 def test_tis_ratio_type_is_skyrl_only(tis):
-    r = Recipe(kl_loss_coef=0.0, tis_ratio_type=tis, token_tis_ratio_clip_high=1.5)
+    r = Recipe(
+        kl_loss_coef=0.0,
+        tis_ratio_type=tis,
+        token_tis_ratio_clip_high=1.5,
+        sequence_tis_ratio_clip_high=4.0,
+    )
     cfg = skyrl_cfg(r, temperature=0.8)  # with TIS on, sampling may differ from 1
     opc = cfg.trainer.algorithm.off_policy_correction
     assert (opc.tis_ratio_type, opc.token_tis_ratio_clip_high) == (tis, 1.5)
+    assert opc.sequence_tis_ratio_clip_high == 4.0
     (e_lp, e_old, _, e_mask, e_adv), _ = episodes(6)
     rollout = e_old + 0.5  # vLLM's logprobs off the trainer's: the weights cap and change the loss
     a = cfg.trainer.algorithm
@@ -269,7 +301,18 @@ def test_dynamic_sampling_filter():
     assert not st.enough_groups(scores, r, 4, rounds=1)  # 3 of 4: draw another round
     assert st.enough_groups(scores, r, 3, rounds=1) and st.enough_groups(scores, r, 4, 3)
     kept = st.score(trajs, r, batch_groups=2).keep.tolist()
-    assert kept == [True, True, False, False, True, True, False, False]  # SkyRL truncates too
+    assert kept == [True, True, False, False, True, True, False, False]
+    # SkyRL's own filter on the same rewards keeps the same episodes: the first 2 groups that differ
+    gen_out = {
+        "rewards": [t.reward for t in trajs],
+        "prompt_token_ids": [[1]] * len(trajs),
+        "response_ids": [[i] for i in range(len(trajs))],
+        "loss_masks": [[1]] * len(trajs),
+    }
+    uids = [str(t.maze_index) for t in trajs]
+    sampling = {"train_batch_size": 2, "n_samples_per_prompt": 2}
+    out, _, more, _ = handle_filter_sampling(gen_out, uids, sampling, {"sample_batch_count": 1})
+    assert not more and [i for (i,) in out["response_ids"]] == [i for i, k in enumerate(kept) if k]
     off = st.score(trajs, BASE, batch_groups=2)
     assert off.keep.all() and st.enough_groups(off, BASE, 100, rounds=1)
     with pytest.raises(UsageError, match="dynamic_sampling_type=replace: the local trainer"):

@@ -1,5 +1,6 @@
 """Notebooks 04 and 05 on a run SkyRL's own trainer wrote, given by its run dir (the path
-`rlkit submit` printed), executed with papermill as `rlkit demo` executes them.
+`rlkit submit` printed) and the SkyRL preset's name, executed with papermill as `rlkit demo`
+executes them: the figures they show for a local run.
 
 04 must plot the solve rate across the run's evaluated steps and write summary.json; 05 must
 replay an episode SkyRL played, the checkpoint diff and the failures by kind, as kernel-free
@@ -29,7 +30,10 @@ def _run(name: str, out: Path, run_dir: Path) -> list[dict]:
     that the run dir is as it was."""
     before = _files(run_dir)
     path = execute(
-        name, out, {"out_dir": str(out), "run_dir": str(run_dir)}, kernel=ensure_kernel()
+        name,
+        out,
+        {"out_dir": str(out), "preset": "skyrl-tiny-cpu", "run_dir": str(run_dir)},
+        kernel=ensure_kernel(),
     )
     assert _files(run_dir) == before, f"{name} wrote into the run dir"
     outputs = [o for c in json.loads(path.read_text())["cells"] for o in c.get("outputs", [])]
@@ -49,8 +53,11 @@ def test_notebook_04_plots_the_solve_rate_across_a_skyrl_runs_evaluated_steps(
     evals = read_eval_dumps(skyrl_run_dir / "exports")
     first, last = min(evals), max(evals)
     curve = out / "plots" / "solve_rate_across_checkpoints.png"
-    assert curve.read_bytes()[:4] == b"\x89PNG"
+    for png in ("solve_rate_across_checkpoints", "solve_rate_by_difficulty", "training_curves"):
+        assert (out / "plots" / f"{png}.png").read_bytes()[:4] == b"\x89PNG"
     assert sum("image/png" in o.get("data", {}) for o in outputs) == 3  # curve, by length, curves
+    texts = "".join("".join(o.get("text", "")) for o in outputs)
+    assert f"{skyrl_run_dir.name}: skyrl run," in texts  # the run, described by open_run
     summary = json.loads((out / "summary.json").read_text())
     assert summary["run"] == str(skyrl_run_dir) and str(curve) in summary["plots"]
     assert sorted(summary["checkpoints"]) == sorted(str(s) for s in evals)
