@@ -13,7 +13,7 @@ modules), and `scripts/check_layers.py` (part of `make lint`) enforces it:
     model     Qwen3-VL: build, load, encode, batch, policy, vLLM policy   (torch; vllm)
     train     config, GRPO math, step + update, trainer, warm start, TensorBoard   (torch)
     cluster   Ray: connect, jobs, launch, watch, preflight, rayjob, run_reader; skyrl/
-              presets, entry, bridge, experiment                                  (ray)
+              presets, entry, bridge, experiment    (ray; torch in skyrl/ but its presets)
     notebook  workbench steps, widgets, plots, demo          (ipywidgets, matplotlib)
     cli       the `rlkit` command
 """
