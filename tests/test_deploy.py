@@ -13,6 +13,7 @@ network), CUDA, vLLM 0.30 on the GPUs.
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import re
 import shlex
@@ -209,3 +210,58 @@ def test_multi_node_rayjob_carries_efa_a_ttl_and_validates(tmp_path, capsys):
 def test_a_cpu_preset_has_no_cluster_manifest():
     with pytest.raises(UsageError, match="without instance_type"):
         raycluster(get_preset("skyrl-tiny-cpu"))
+
+
+# The vLLM engine metrics the dashboard reads, as Ray's Prometheus exports them. Verified in
+# source: vllm/v1/metrics/loggers.py names them `vllm:num_requests_running`,
+# `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc` (gauges), `vllm:prompt_tokens`,
+# `vllm:generation_tokens` (counters: `_total`) and `vllm:time_to_first_token_seconds`
+# (histogram: `_sum`, `_count`); vllm/v1/metrics/ray_wrappers.py
+# (`_get_sanitized_opentelemetry_name`) turns ':' into '_', and Ray adds `ray_`, as
+# skyrl/train/utils/vllm_metrics_scraper.py (`_GAUGE_NUM_RUNNING`, ...) scrapes them.
+VLLM_EXPORTED = {
+    "ray_vllm_num_requests_running",
+    "ray_vllm_num_requests_waiting",
+    "ray_vllm_kv_cache_usage_perc",
+    "ray_vllm_prompt_tokens_total",
+    "ray_vllm_generation_tokens_total",
+    "ray_vllm_time_to_first_token_seconds_sum",
+    "ray_vllm_time_to_first_token_seconds_count",
+}
+SKYRL_STEP_KEYS = (  # keys a SkyRL CPU run's driver log shows at a training step
+    "reward/avg_raw_reward",
+    "environment/solve_rate",
+    "policy/policy_entropy",
+    "policy/loss_metrics/clip_ratio",
+    "policy/grad_norm",
+    "policy/rollout_train_logprobs_abs_diff_mean",
+)
+
+
+def test_dashboard_panels_name_exported_metrics():
+    """Every query names a gauge rlkit exports or a vLLM engine metric SkyRL's engines export;
+    each gauge is fed by a name the SkyRL bridge produces; the vLLM names are in vLLM's source."""
+    from rlkit.cluster.skyrl.bridge import rlkit_names
+    from rlkit.run.metrics import GAUGES
+
+    board = json.loads((DEPLOY / "grafana-rlkit.json").read_text())
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    used = {m for e in exprs for m in re.findall(r"\bray_\w+", e.replace("ray_io_cluster", ""))}
+    rlkit_gauges = {f"ray_{g}" for g in GAUGES}
+    assert used <= rlkit_gauges | VLLM_EXPORTED, used - rlkit_gauges - VLLM_EXPORTED
+    assert {"ray_rlkit_policy_entropy", "ray_rlkit_clip_fraction", "ray_rlkit_grad_norm"} <= used
+    assert used & VLLM_EXPORTED == VLLM_EXPORTED
+    fed = {key for _, sources in GAUGES.values() for key, _ in sources}
+    assert fed <= set(rlkit_names(dict.fromkeys(SKYRL_STEP_KEYS, 1.0))) | {"eval/solve_rate"}
+    vllm = Path(importlib.util.find_spec("vllm").origin).parent / "v1" / "metrics"  # not imported
+    source = (vllm / "loggers.py").read_text()
+    for name in VLLM_EXPORTED:
+        base = re.sub(r"_(total|sum|count)$", "", name.removeprefix("ray_vllm_"))
+        assert f'name="vllm:{base}"' in source, f"{name} is not a vLLM metric any more"
+    assert 're.sub(r"[^a-zA-Z0-9_]", "_", name)' in (vllm / "ray_wrappers.py").read_text()
+    for e in exprs:  # every panel filters by Ray cluster; rlkit's gauges also by run
+        assert 'ray_io_cluster=~"$cluster"' in e
+        assert 'run=~"$run"' in e or "ray_rlkit_" not in e
+    assert len({p["id"] for p in board["panels"]}) == len(board["panels"])
+    spots = {(p["gridPos"]["x"], p["gridPos"]["y"]) for p in board["panels"]}
+    assert len(spots) == len(board["panels"])  # no panel hides another

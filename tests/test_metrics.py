@@ -159,3 +159,42 @@ def test_ray_gauges_under_a_real_local_ray(tmp_path, no_ray_env, monkeypatch):
         assert [r["step"] for r in run.read_metrics()] == [1, 2]
     finally:
         ray.shutdown()
+
+
+class SetRecorder:
+    """Stands where a Ray Gauge would: records `set` calls (the real gauges are tested under a
+    real Ray above; this checks which logged name feeds which gauge, without a Ray head)."""
+
+    def __init__(self):
+        self.values = []
+
+    def set(self, value, tags=None):
+        self.values.append((value, tags))
+
+
+def test_stability_gauges_are_fed_by_either_backends_names(tmp_path, monkeypatch):
+    from rlkit.cluster.skyrl.bridge import rlkit_names
+
+    monkeypatch.setattr(
+        metrics.RunLogger,
+        "_make_gauges",
+        staticmethod(lambda run_name: {g: SetRecorder() for g in metrics.GAUGES}),
+    )
+    local = {"loss/entropy": 1.1, "loss/clip_fraction": 0.2, "loss/grad_norm": 0.5}
+    skyrl = rlkit_names(
+        {
+            "policy/policy_entropy": 0.9,
+            "policy/loss_metrics/clip_ratio": 0.1,
+            "policy/grad_norm": 0.7,
+            "policy/rollout_train_logprobs_abs_diff_mean": 0.03,
+        }
+    )
+    logger = metrics.RunLogger(RunDir(tmp_path / "run"), ray_gauges=True)
+    logger.log(0, local)
+    logger.log(1, skyrl)
+    got = {name: [v for v, _ in g.values] for name, g in logger.gauges.items()}
+    assert got["rlkit_policy_entropy"] == [1.1, 0.9]
+    assert got["rlkit_clip_fraction"] == [0.2, 0.1]
+    assert got["rlkit_grad_norm"] == [0.5, 0.7]
+    assert got["rlkit_logprob_gap"] == [0.03]  # SkyRL only: the local gap is 0 by construction
+    assert got["rlkit_train_step"] == [0, 1]

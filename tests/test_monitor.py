@@ -180,3 +180,28 @@ def test_a_run_this_kernel_cannot_see_is_read_through_the_cluster_and_said_so(
     # a job on this machine's head (or no cluster): its files appear here; nothing to read
     local = m.JobMonitor(FakeJob(["RUNNING"]), missing, refresh_s=5)
     assert "not written yet" in local.progress.value and len(reads) == 1
+
+
+@pytest.mark.parametrize(
+    "collapsed",
+    [
+        {"loss/entropy": 0.05, "train/phase": "grpo"},  # the local trainer's names
+        {"policy/policy_entropy": 0.05},  # SkyRL's, as its bridge writes them
+    ],
+)
+def test_job_monitor_warns_beside_its_progress_when_entropy_collapses(tmp_path, collapsed):
+    from rlkit.cluster.skyrl.bridge import rlkit_names
+
+    run = RunDir(tmp_path / "run")
+    skyrl = "policy/policy_entropy" in collapsed
+    for s, entropy in enumerate([1.0, 0.9, 0.8]):
+        step = (
+            {"policy/policy_entropy": entropy} if skyrl else {**collapsed, "loss/entropy": entropy}
+        )
+        run.append_metrics({"step": s, **(rlkit_names(step) if skyrl else step)})
+    mon = m.JobMonitor(FakeJob(["RUNNING"]), run.path, refresh_s=5)
+    assert mon.warning == "" and "warning" not in mon.progress.value
+    run.append_metrics({"step": 3, **(rlkit_names(collapsed) if skyrl else collapsed)})
+    mon.refresh()
+    assert mon.warning.startswith("entropy collapsing: 0.05 at step 3 is 5% of 1 at step 0")
+    assert f"warning: {mon.warning}" in mon.progress.value and "<code>" in mon.progress.value

@@ -1,6 +1,7 @@
 """Training curves from metrics.jsonl: the notebook's panels and the job monitor's live figure.
 
     fig = curves.training_curves("runs/demo/local-tiny", run_id="demo")   # reward, loss, KL, ...
+    fig = curves.stability_curves(run)       # entropy, clip fraction, zero-variance share, ...
     fig = curves.live_curves(metrics, evals)                              # the monitor's chart
 
 Each panel takes every metric whose name matches, so renamed or extra series appear without
@@ -31,6 +32,15 @@ from rlkit.notebook.plots import (
     load_metrics,
 )
 from rlkit.run.reader import Run
+from rlkit.run.stability import (
+    ENTROPY_COLLAPSE_FRACTION,
+    LOGPROB_GAP_LIMIT,
+    SIGNALS,
+    grpo_entropies,
+    resolve,
+    stability_warnings,
+    with_derived,
+)
 
 
 def _base(key: str) -> str:
@@ -119,9 +129,7 @@ def training_curves(
 ) -> Figure:
     """Reward, loss, KL, entropy and turns vs step (of a run, its dir, or its records); panels
     without data are left out."""
-    if isinstance(metrics, Run):
-        metrics = metrics.metrics()
-    records = merge_steps(load_metrics(metrics) if isinstance(metrics, str | Path) else metrics)
+    records = _records(metrics)
     if not records:
         raise UsageError("no metric records to plot: the run has not logged a step yet")
     keys = sorted({k for r in records for k in r if k != "step"})
@@ -152,6 +160,52 @@ def training_curves(
     detail = f"{len(records)} steps logged ({min(steps, default=0)}-{max(steps, default=0)})"
     figure_header(fig, "Training curves", run_id, detail)
     fig.subplots_adjust(hspace=0.15)
+    return fig
+
+
+def _records(metrics: Sequence[Mapping[str, Any]] | str | Path | Run) -> list[dict[str, Any]]:
+    if isinstance(metrics, Run):
+        metrics = metrics.metrics()
+    return merge_steps(load_metrics(metrics) if isinstance(metrics, str | Path) else metrics)
+
+
+def stability_curves(
+    metrics: Sequence[Mapping[str, Any]] | str | Path | Run, *, run_id: str | None = None
+) -> Figure:
+    """The stability signals vs step (`rlkit.run.stability.SIGNALS`, either backend's names):
+    entropy (with the collapse line), clip fraction, zero-variance share, the rollout-trainer
+    logprob gap (with its limit), turns, response tokens and grad norm; signals the run does
+    not log are left out, and the header carries the warnings, if any."""
+    records = [with_derived(r) for r in _records(metrics)]
+    found = resolve(records)
+    if not found:
+        raise UsageError(
+            f"no stability metrics in this run (looked for {', '.join(SIGNALS)}): it has not "
+            "logged a training step yet"
+        )
+    fig = PlotFigure(figsize=(10, 1.7 * len(found) + 1.2))
+    axes = fig.subplots(len(found), 1, sharex=True, squeeze=False)[:, 0]
+    entropies = grpo_entropies(records)
+    for ax, (name, keys) in zip(axes, found.items(), strict=True):
+        for key in keys:
+            xs, ys = _series(records, key)
+            ax.plot(xs, ys, lw=1.3, marker="." if len(xs) < 40 else None, label=key)
+        if name == "entropy" and entropies and entropies[0][1] > 0:
+            floor = ENTROPY_COLLAPSE_FRACTION * entropies[0][1]
+            ax.axhline(floor, color="C3", ls="--", lw=1, label="collapse warning")
+        if name.startswith("rollout-trainer"):
+            ax.axhline(LOGPROB_GAP_LIMIT, color="C3", ls="--", lw=1, label="warning limit")
+        ax.set_ylabel(name, fontsize=8)
+        ax.grid(alpha=0.3)
+        legend_outside(ax, fontsize=7.5)
+    axes[-1].set_xlabel("training step")
+    fig.subplots_adjust(left=0.08, right=0.66, hspace=0.15)
+    spans = phase_spans(records)
+    if spans:
+        _mark_phases(list(axes), spans)
+    warnings = stability_warnings(records)
+    detail = "; ".join(warnings) if warnings else "no collapse warning"
+    figure_header(fig, "Stability", run_id, detail)
     return fig
 
 

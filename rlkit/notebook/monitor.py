@@ -3,7 +3,9 @@ Stop and "Resubmit on failure" (`rlkit jobs watch --resubmit` as a switch).
 
 The monitor polls a job handle (`rlkit.cluster.jobs.JobHandle`, or anything with `status`,
 `logs` and `stop`) and the run it writes (`rlkit.run.open_run`: metrics, evals, either
-backend), on a daemon thread so a notebook cell returns at once. Where this kernel cannot see
+backend), on a daemon thread so a notebook cell returns at once. A run whose entropy collapses
+or whose rollout-trainer logprob gap grows gets a one-line warning under the progress line
+(`rlkit.run.stability`). Where this kernel cannot see
 the run's files (Studio without /fsx mounted) and the job's cluster is remote, the run is read
 through the cluster by a small Ray job every `remote_every_s`, and the progress line says so.
 """
@@ -24,6 +26,7 @@ from rlkit.notebook.curves import live_curves
 from rlkit.notebook.plots import figure_png, png_width
 from rlkit.notebook.progress import read_progress
 from rlkit.run.reader import Run, open_run
+from rlkit.run.stability import warning_line
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
@@ -110,7 +113,11 @@ class JobMonitor(widgets.VBox):
         )
         self.curves = widgets.Image(format="png", layout=widgets.Layout(width="720px"))
         self.progress = widgets.HTML()
-        """Phase, step of total, the latest eval with its interval, ETA (`notebook.progress`)."""
+        """Phase, step of total, the latest eval with its interval, ETA (`notebook.progress`),
+        and the stability warning line when there is one."""
+        self.warning = ""
+        """Entropy collapse or a large rollout-trainer logprob gap ('' when healthy), in one
+        line (`rlkit.run.stability`): the same for a local and a SkyRL run."""
         self.stop_button = widgets.Button(
             description="Stop job", button_style="danger", icon="stop"
         )
@@ -192,6 +199,9 @@ class JobMonitor(widgets.VBox):
         metrics = run.metrics() if run is not None else []
         line = read_progress(run if run is not None else self.run_dir, metrics).line()
         note = f"<br><small>{html.escape(self.note)}</small>" if self.note else ""
+        self.warning = warning_line(metrics)
+        if self.warning:
+            note += f"<br><b style='color:#c05000'>warning: {html.escape(self.warning)}</b>"
         self.progress.value = f"<code>{html.escape(line)}</code>{note}"
         steps = tuple(run.eval_steps()) if run is not None else ()
         if steps != self._eval_steps:  # read (a SkyRL run: replay) the evals only when new

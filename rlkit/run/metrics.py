@@ -18,6 +18,10 @@ them to Prometheus with a `ray_` prefix, which is what a HyperPod Grafana dashbo
     rlkit_reward_mean           -> ray_rlkit_reward_mean            (rollout/reward_mean)
     rlkit_solve_rate{split}     -> ray_rlkit_solve_rate             (rollout/ or eval/solve_rate)
     rlkit_last_checkpoint_step  -> ray_rlkit_last_checkpoint_step   (log_checkpoint)
+    rlkit_policy_entropy        -> ray_rlkit_policy_entropy         (loss/entropy)
+    rlkit_clip_fraction         -> ray_rlkit_clip_fraction          (loss/clip_fraction)
+    rlkit_grad_norm             -> ray_rlkit_grad_norm              (loss/grad_norm)
+    rlkit_logprob_gap           -> ray_rlkit_logprob_gap            (SkyRL's rollout-train gap)
 
 `NullLogger` has the same methods and does nothing, for runs with tracking off.
 """
@@ -53,6 +57,18 @@ GAUGES: dict[str, tuple[str, list[tuple[str, dict[str, str]]]]] = {
         [("rollout/solve_rate", {"split": "train"}), ("eval/solve_rate", {"split": "eval"})],
     ),
     "rlkit_last_checkpoint_step": ("Step of the last complete checkpoint", []),
+    # the stability signals (rlkit.run.stability): both backends log these names (SkyRL's via
+    # the bridge's renames), so one gauge serves either
+    "rlkit_policy_entropy": ("Policy's mean token entropy", [("loss/entropy", {})]),
+    "rlkit_clip_fraction": (
+        "Share of loss tokens where PPO's clip binds",
+        [("loss/clip_fraction", {})],
+    ),
+    "rlkit_grad_norm": ("Policy gradient norm before clipping", [("loss/grad_norm", {})]),
+    "rlkit_logprob_gap": (
+        "Mean per-token |rollout - trainer| logprob (SkyRL; 0 by construction locally)",
+        [("loss/rollout_train_logprobs_abs_diff_mean", {})],
+    ),
 }
 
 

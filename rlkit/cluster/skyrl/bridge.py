@@ -2,7 +2,8 @@
 backends.
 
 SkyRL logs one dict per step through its `Tracking` (keys like `reward/avg_raw_reward`,
-`environment/solve_rate`, `eval/all/avg_score`, `policy/policy_loss`, `timing/step`).
+`environment/solve_rate`, `eval/all/avg_score`, `policy/policy_loss`, `timing/step`; the stability
+signals of `rlkit.run.stability` among them).
 `BridgedTracking` is that class with one addition: every logged dict also goes, renamed
 (`rlkit_names`), to rlkit's `RunLogger` for the run dir, the one the local trainer logs
 through (RUN/metrics.jsonl, read by the notebook's job monitor and `rlkit plot`; the Ray gauges
@@ -47,6 +48,8 @@ ALIASES = {
     "policy/final_loss": "loss/total",
     "policy/policy_kl": "loss/kl",
     "policy/policy_entropy": "loss/entropy",
+    "policy/loss_metrics/clip_ratio": "loss/clip_fraction",  # share of tokens PPO's clip binds
+    "reward/num_zero_variance_filtered": "rollout/zero_variance_groups",
     "policy/policy_lr": "train/lr",
     "trainer/global_step": "train/global_step",
     "trainer/epoch": "train/epoch",
@@ -153,8 +156,12 @@ class MetricsBridge:
         ray_gauges: bool | None = None,
         run_name: str = "",
         reevaluates: bool = False,
+        groups_per_step: int | None = None,
     ) -> None:
         self.run = RunDir(run_dir)
+        self.groups_per_step = groups_per_step
+        """Prompts (GRPO groups) per step, SkyRL's `train_batch_size`: the denominator of the
+        zero-variance share (`rlkit.run.stability`), logged as `rollout/groups` beside the count."""
         drop_metrics_after_checkpoint(self.run, reevaluates=reevaluates)
         self.export_path = Path(export_path)
         self.logger = RunLogger(self.run, ray_gauges=ray_gauges)
@@ -177,6 +184,8 @@ class MetricsBridge:
 
     def log(self, data: Mapping[str, Any], step: int) -> dict[str, Any]:
         metrics = rlkit_names(data)
+        if "rollout/zero_variance_groups" in metrics and self.groups_per_step:
+            metrics["rollout/groups"] = float(self.groups_per_step)
         if "eval/solve_rate" in metrics:
             metrics |= eval_interval(self.export_path, step)
         record = self.logger.log(step, metrics)

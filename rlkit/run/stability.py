@@ -1,0 +1,159 @@
+"""The stability signals of a GRPO run, named once for both backends, and the collapse warning.
+
+A researcher's first question during a long run is "is it collapsing?". The answer sits in a
+few per-step numbers that both backends log to RUN/metrics.jsonl, under rlkit's names (SkyRL's
+through `rlkit.cluster.skyrl.bridge`):
+
+- entropy: the policy's mean token entropy (local `loss/entropy`; SkyRL `policy/policy_entropy`
+  -> `loss/entropy`). Falling to near zero means the policy stopped exploring.
+- clip fraction: the share of loss tokens where PPO's clip binds (local `loss/clip_fraction`;
+  SkyRL `policy/loss_metrics/clip_ratio` -> `loss/clip_fraction`, older runs
+  `loss/loss_metrics_clip_ratio`).
+- zero-variance share: the share of a step's groups whose episodes all got one reward, so no
+  gradient (`zero_variance_share` derives it from the counts each backend logs).
+- logprob gap: the mean |rollout logprob - trainer logprob| per token. SkyRL samples with vLLM
+  and trains with FSDP, and logs it (`policy/rollout_train_logprobs_abs_diff_mean` ->
+  `loss/rollout_train_logprobs_abs_diff_mean`). The local trainer samples and trains with one
+  model in one process, so its gap is 0 by construction and it logs none.
+- turns and response length: episode length in turns (local `rollout/turns_mean`, SkyRL
+  `rollout/turns`) and the model's tokens per episode (SkyRL only: `rollout/avg_assistant_tokens`,
+  `rollout/avg_num_tokens`; the local trainer logs no token counts).
+- grad norm: the policy's gradient norm before clipping (`loss/grad_norm`, both backends).
+
+torch-free: the monitor, the curves and a client read it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+ZERO_VARIANCE_SHARE = "rollout/zero_variance_share"
+"""The derived share (0-1) `with_derived` adds to a record that has the counts."""
+
+SIGNALS: dict[str, tuple[str, ...]] = {
+    "entropy": ("loss/entropy",),
+    "clip fraction": ("loss/clip_fraction", "loss/loss_metrics_clip_ratio"),
+    "zero-variance groups (share)": (ZERO_VARIANCE_SHARE,),
+    "rollout-trainer logprob gap": (
+        "loss/rollout_train_logprobs_abs_diff_mean",
+        "loss/rollout_train_logprobs_abs_diff_max",
+    ),
+    "turns": ("rollout/turns_mean", "rollout/turns"),
+    "response tokens": ("rollout/avg_assistant_tokens", "rollout/avg_num_tokens"),
+    "grad norm": ("loss/grad_norm",),
+}
+"""Signal -> the metric names that carry it on either backend (the first is the headline)."""
+
+ENTROPY = SIGNALS["entropy"]
+LOGPROB_GAP = SIGNALS["rollout-trainer logprob gap"][:1]  # the mean; the max is a spike detector
+
+ENTROPY_COLLAPSE_FRACTION = 0.2
+"""Warn when the latest entropy is below this fraction of the first GRPO step's.
+
+GRPO's entropy falls as the policy sharpens; that is learning. A fall to a fifth of where GRPO
+started leaves each answer token about one effective choice, so groups stop differing, their
+rewards go zero-variance and the gradient vanishes: the collapse RAGEN and verl users report.
+Measured against the run's own start, not an absolute value, because entropy's scale depends on
+the model, the prompt and the warm start."""
+
+LOGPROB_GAP_LIMIT = 0.1
+"""Warn when the mean per-token |rollout - trainer| logprob gap exceeds this (nats).
+
+A gap of 0.1 puts the typical token's rollout-to-trainer probability ratio about 10% off
+(e^0.1 = 1.105), half of PPO's usual clip width (eps 0.2): past it, clipping and the
+importance ratio act on the sampler/trainer mismatch (bf16 kernels, stale weights) rather
+than on the policy's change, and off-policy corrections (TIS) carry most of the update."""
+
+GRPO_PHASE_KEYS = ("train/phase", "phase")
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def zero_variance_share(record: Mapping[str, Any]) -> float | None:
+    """The share of a step's groups with zero reward variance, from the counts logged.
+
+    Local: `rollout/zero_variance_groups` (count) and `train/groups` (the informative groups,
+    so the step drew their sum). SkyRL: the bridge logs `rollout/zero_variance_groups` (SkyRL's
+    `reward/num_zero_variance_filtered`, logged when its zero-variance filter is on) and
+    `rollout/groups` (prompts per step)."""
+    zero = _number(record.get("rollout/zero_variance_groups"))
+    if zero is None:
+        return None
+    total = _number(record.get("rollout/groups"))
+    if total is None:
+        kept = _number(record.get("train/groups"))
+        total = None if kept is None else zero + kept
+    return zero / total if total else None
+
+
+def with_derived(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The record plus the signals derived from it (the zero-variance share)."""
+    share = zero_variance_share(record)
+    return dict(record) if share is None else {**record, ZERO_VARIANCE_SHARE: share}
+
+
+def resolve(records: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Signal -> the metric names these records carry for it (signals with none are left out)."""
+    keys = {k for r in records for k in with_derived(r)}
+    found = {name: [k for k in names if k in keys] for name, names in SIGNALS.items()}
+    return {name: ks for name, ks in found.items() if ks}
+
+
+def _first(record: Mapping[str, Any], names: Sequence[str]) -> float | None:
+    return next((v for k in names if (v := _number(record.get(k))) is not None), None)
+
+
+def _is_grpo(record: Mapping[str, Any]) -> bool:
+    """A GRPO step: its phase says so, or it logs no phase (SkyRL runs are all GRPO)."""
+    phase = next((record[k] for k in GRPO_PHASE_KEYS if isinstance(record.get(k), str)), None)
+    return phase is None or "grpo" in phase.lower()
+
+
+def _by_step(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    steps: dict[int, dict[str, Any]] = {}
+    for r in records:
+        step = r.get("step")
+        if isinstance(step, int) and not isinstance(step, bool):
+            steps.setdefault(step, {}).update(r)
+    return [steps[s] | {"step": s} for s in sorted(steps)]
+
+
+def grpo_entropies(records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
+    """(step, entropy) of the GRPO steps, ascending (a warm start's steps are not GRPO's)."""
+    grpo = [r for r in _by_step(records) if _is_grpo(r)]
+    return [(r["step"], v) for r in grpo if (v := _first(r, ENTROPY)) is not None]
+
+
+def stability_warnings(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One-line warnings on a run's metric records (file order; a step's later values win):
+    entropy collapsed below `ENTROPY_COLLAPSE_FRACTION` of the first GRPO step's, or the
+    rollout-trainer logprob gap past `LOGPROB_GAP_LIMIT`. [] on a healthy run."""
+    warnings = []
+    entropies = grpo_entropies(records)
+    if len(entropies) >= 2:
+        (step0, first), (step, last) = entropies[0], entropies[-1]
+        if first > 0 and last < ENTROPY_COLLAPSE_FRACTION * first:
+            warnings.append(
+                f"entropy collapsing: {last:.3g} at step {step} is {last / first:.0%} of "
+                f"{first:.3g} at step {step0} (warns below {ENTROPY_COLLAPSE_FRACTION:.0%})"
+            )
+    grpo = [r for r in _by_step(records) if _is_grpo(r)]
+    gaps = [(r["step"], v) for r in grpo if (v := _first(r, LOGPROB_GAP)) is not None]
+    if gaps and gaps[-1][1] > LOGPROB_GAP_LIMIT:
+        step, gap = gaps[-1]
+        warnings.append(
+            f"rollout-trainer logprob gap {gap:.3g} at step {step} is past {LOGPROB_GAP_LIMIT} "
+            "nats/token: the sampler and the trainer disagree (check TIS, weight sync, dtype)"
+        )
+    return warnings
+
+
+def warning_line(records: Sequence[Mapping[str, Any]]) -> str:
+    """The warnings as one line ('' when none), for the monitor's progress."""
+    return "; ".join(stability_warnings(records))

@@ -1,0 +1,100 @@
+"""Stability signals on both backends' names, the collapse warning, and their figure."""
+
+import math
+
+import pytest
+
+from rlkit.cluster.skyrl.bridge import rlkit_names
+from rlkit.errors import UsageError
+from rlkit.notebook.curves import stability_curves
+from rlkit.run import stability as st
+from rlkit.run.metrics import RunLogger
+from rlkit.run.rundir import RunDir
+
+SKYRL_STEP = {  # the stability keys a real SkyRL CPU run's driver log shows, in SkyRL's names
+    "policy/policy_entropy": 1.2,
+    "policy/loss_metrics/clip_ratio": 0.05,
+    "policy/grad_norm": 0.72,
+    "policy/rollout_train_logprobs_abs_diff_mean": 0.01,
+    "policy/rollout_train_logprobs_abs_diff_max": 0.4,
+    "environment/turns_mean": 7.5,
+    "generate/avg_assistant_tokens": 60.0,
+    "generate/avg_num_tokens": 300.0,
+    "reward/num_zero_variance_filtered": 2,
+}
+
+
+def local_step(step, entropy, phase="grpo", **extra):
+    """A step as the local trainer logs it (rlkit.train.step / grpo / trainer names)."""
+    return {
+        "loss/entropy": entropy,
+        "loss/clip_fraction": 0.1,
+        "loss/grad_norm": 0.5,
+        "rollout/turns_mean": 6.0,
+        "rollout/zero_variance_groups": 1,
+        "train/groups": 3,
+        "train/phase": phase,
+        **extra,
+    }
+
+
+def test_signals_resolve_on_a_local_metrics_jsonl(tmp_path):
+    run = RunDir(tmp_path / "local")
+    with RunLogger(run, ray_gauges=False) as log:
+        for s in range(3):
+            log.log(s, local_step(s, 1.0))
+    found = st.resolve(run.read_metrics())
+    assert found == {
+        "entropy": ["loss/entropy"],
+        "clip fraction": ["loss/clip_fraction"],
+        "zero-variance groups (share)": [st.ZERO_VARIANCE_SHARE],
+        "turns": ["rollout/turns_mean"],
+        "grad norm": ["loss/grad_norm"],
+    }  # no logprob gap (0 by construction) and no token counts locally
+    assert st.zero_variance_share(run.read_metrics()[0]) == pytest.approx(0.25)
+
+
+def test_signals_resolve_on_skyrl_names_through_the_bridge():
+    record = {"step": 1, **rlkit_names(SKYRL_STEP), "rollout/groups": 8.0}
+    found = st.resolve([record])
+    assert set(found) == set(st.SIGNALS)  # every signal, in rlkit's names
+    assert found["clip fraction"] == ["loss/clip_fraction"]
+    assert found["turns"] == ["rollout/turns"]
+    assert st.with_derived(record)[st.ZERO_VARIANCE_SHARE] == pytest.approx(0.25)
+    assert st.zero_variance_share({"rollout/zero_variance_groups": 2}) is None  # no total
+
+
+def test_warnings_fire_on_an_entropy_collapse_and_a_large_gap():
+    warm = [{"step": s, **local_step(s, 0.05, phase="warm_start")} for s in range(2)]
+    healthy = warm + [{"step": 2 + s, **local_step(2 + s, 1.0 - 0.1 * s)} for s in range(6)]
+    assert st.stability_warnings(healthy) == [] and st.warning_line(healthy) == ""
+    # the warm start's low entropy is not the baseline: GRPO's first step (1.0) is
+    collapsed = healthy + [{"step": 9, "loss/entropy": 0.1}]
+    (line,) = st.stability_warnings(collapsed)
+    assert line.startswith("entropy collapsing: 0.1 at step 9 is 10% of 1 at step 2")
+    assert st.grpo_entropies(collapsed)[0] == (2, 1.0)
+    gap = "loss/rollout_train_logprobs_abs_diff_mean"
+    skyrl = [{"step": s, "loss/entropy": 1.0, gap: 0.02 * (s + 1)} for s in range(6)]
+    assert st.stability_warnings(skyrl[:5]) == []  # 0.1 is the limit, not past it
+    (line,) = st.stability_warnings(skyrl)
+    assert "logprob gap 0.12 at step 5 is past 0.1" in line
+    both = st.warning_line(skyrl + [{"step": 6, "loss/entropy": 0.0, gap: math.nan}])
+    assert "entropy collapsing" in both and "; " in both and "0.12 at step 5" in both
+
+
+def test_stability_figure_has_a_panel_per_logged_signal(tmp_path):
+    records = [{"step": s, **local_step(s, 1.0 - 0.1 * s)} for s in range(10)]
+    fig = stability_curves(records, run_id="local")
+    labels = [ax.get_ylabel() for ax in fig.axes]
+    assert labels == [
+        "entropy",
+        "clip fraction",
+        "zero-variance groups (share)",
+        "turns",
+        "grad norm",
+    ]
+    assert "entropy collapsing" in " ".join(t.get_text() for t in fig.texts)
+    skyrl = [{"step": s, **rlkit_names(SKYRL_STEP), "rollout/groups": 8.0} for s in range(3)]
+    assert [ax.get_ylabel() for ax in stability_curves(skyrl).axes] == list(st.SIGNALS)
+    with pytest.raises(UsageError, match="no stability metrics"):
+        stability_curves([{"step": 0, "rollout/reward_mean": 0.5}])
