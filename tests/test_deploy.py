@@ -246,7 +246,8 @@ def test_dashboard_panels_name_exported_metrics():
 
     board = json.loads((DEPLOY / "grafana-rlkit.json").read_text())
     exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
-    used = {m for e in exprs for m in re.findall(r"\bray_\w+", e.replace("ray_io_cluster", ""))}
+    queries = exprs + [json.dumps(v.get("query", "")) for v in board["templating"]["list"]]
+    used = {m for q in queries for m in re.findall(r"\bray_\w+", q.replace("ray_io_cluster", ""))}
     rlkit_gauges = {f"ray_{g}" for g in GAUGES}
     assert used <= rlkit_gauges | VLLM_EXPORTED, used - rlkit_gauges - VLLM_EXPORTED
     assert {"ray_rlkit_policy_entropy", "ray_rlkit_clip_fraction", "ray_rlkit_grad_norm"} <= used
@@ -262,6 +263,9 @@ def test_dashboard_panels_name_exported_metrics():
     for e in exprs:  # every panel filters by Ray cluster; rlkit's gauges also by run
         assert 'ray_io_cluster=~"$cluster"' in e
         assert 'run=~"$run"' in e or "ray_rlkit_" not in e
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert variables["cluster"]["allValue"] == variables["run"]["allValue"] == ".*"
+    assert "$cluster" in variables["run"]["query"]["query"]  # runs of the chosen cluster
     assert len({p["id"] for p in board["panels"]}) == len(board["panels"])
     spots = {(p["gridPos"]["x"], p["gridPos"]["y"]) for p in board["panels"]}
     assert len(spots) == len(board["panels"])  # no panel hides another
