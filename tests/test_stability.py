@@ -85,7 +85,7 @@ def test_warnings_fire_on_an_entropy_collapse_and_a_large_gap():
 def test_stability_figure_has_a_panel_per_logged_signal(tmp_path):
     records = [{"step": s, **local_step(s, 1.0 - 0.1 * s)} for s in range(10)]
     fig = stability_curves(records, run_id="local")
-    labels = [ax.get_ylabel() for ax in fig.axes]
+    labels = [ax.get_ylabel().replace("\n", " ") for ax in fig.axes]
     assert labels == [
         "entropy",
         "clip fraction",
@@ -95,6 +95,7 @@ def test_stability_figure_has_a_panel_per_logged_signal(tmp_path):
     ]
     assert "entropy collapsing" in " ".join(t.get_text() for t in fig.texts)
     skyrl = [{"step": s, **rlkit_names(SKYRL_STEP), "rollout/groups": 8.0} for s in range(3)]
-    assert [ax.get_ylabel() for ax in stability_curves(skyrl).axes] == list(st.SIGNALS)
+    fig = stability_curves(skyrl)
+    assert [ax.get_ylabel().replace("\n", " ") for ax in fig.axes] == list(st.SIGNALS)
     with pytest.raises(UsageError, match="no stability metrics"):
         stability_curves([{"step": 0, "rollout/reward_mean": 0.5}])

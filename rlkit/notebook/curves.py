@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -195,7 +196,7 @@ def stability_curves(
             ax.axhline(floor, color="C3", ls="--", lw=1, label="collapse warning")
         if name.startswith("rollout-trainer"):
             ax.axhline(LOGPROB_GAP_LIMIT, color="C3", ls="--", lw=1, label="warning limit")
-        ax.set_ylabel(name, fontsize=8)
+        ax.set_ylabel(textwrap.fill(name, 16), fontsize=8)
         ax.grid(alpha=0.3)
         legend_outside(ax, fontsize=7.5)
     axes[-1].set_xlabel("training step")
@@ -203,8 +204,8 @@ def stability_curves(
     spans = phase_spans(records)
     if spans:
         _mark_phases(list(axes), spans)
-    warnings = stability_warnings(records)
-    detail = "; ".join(warnings) if warnings else "no collapse warning"
+    warnings = [w.split(":")[0] for w in stability_warnings(records)]  # the full lines: monitor
+    detail = f"{len(records)} steps  |  " + ("; ".join(warnings) or "no stability warning")
     figure_header(fig, "Stability", run_id, detail)
     return fig
 
