@@ -78,10 +78,12 @@ def _number(value: object) -> float | None:
 def zero_variance_share(record: Mapping[str, Any]) -> float | None:
     """The share of a step's groups with zero reward variance, from the counts logged.
 
-    Local: `rollout/zero_variance_groups` (count) and `train/groups` (the informative groups,
-    so the step drew their sum). SkyRL: the bridge logs `rollout/zero_variance_groups` (SkyRL's
-    `reward/num_zero_variance_filtered`, logged when its zero-variance filter is on) and
-    `rollout/groups` (prompts per step)."""
+    The denominator is `rollout/groups` (the groups the step drew) where logged: SkyRL's bridge
+    logs it beside `rollout/zero_variance_groups` (SkyRL's `reward/num_zero_variance_filtered`,
+    logged when its zero-variance filter is on). Else, as the local trainer logs today, the
+    count plus `train/groups` (the groups that entered the loss): exact when a step draws one
+    round; with dynamic sampling's extra rounds, the groups past the batch do not count, so
+    the share reads high."""
     zero = _number(record.get("rollout/zero_variance_groups"))
     if zero is None:
         return None
