@@ -112,6 +112,7 @@ def test_rollout_metrics_hand_computed():
         "rollout/turns_mean": 3.0,
         "rollout/episodes": 4,
         "rollout/zero_variance_groups": 1,
+        "rollout/groups": 2,
     }
 
 

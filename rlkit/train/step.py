@@ -209,6 +209,7 @@ def rollout_metrics(trajs: Sequence[Trajectory], scores: Scores, n_groups: int) 
         "rollout/turns_mean": float(np.mean([len(t.turns) for t in trajs])),
         "rollout/episodes": len(trajs),
         "rollout/zero_variance_groups": int(n_groups - kept_groups),
+        "rollout/groups": int(n_groups),
     }
 
 

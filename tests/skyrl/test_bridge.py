@@ -7,7 +7,6 @@ whose eval dumps SkyRL's own `evaluate` wrote at step 10.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import shutil
@@ -24,11 +23,10 @@ from rlkit.cluster.skyrl.experiment import RlkitExp, bridged_tracker
 from rlkit.cluster.skyrl.presets import build_overrides, get_preset
 from rlkit.notebook.curves import training_curves
 from rlkit.notebook.plots import load_metrics
-from rlkit.run.metrics import GAUGES, PREFIXES
+from rlkit.run.metrics import PREFIXES
 from rlkit.run.rundir import RunDir
 from rlkit.run.skyrl_dumps import read_eval_dumps
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-rlkit.json"
 U0085_DUMP = Path(__file__).parent / "data" / "u0085_eval_dump"  # a real dump: 4 mazes x 2
 
 TRAIN_STEP = {  # what SkyRL's trainer logs at a training step (a subset, its own names)
@@ -103,26 +101,6 @@ def test_without_mlflow_or_ray_only_the_run_dir(tmp_path, monkeypatch, capsys):
     # every step prints the line HyperPod's hang rule waits for (rlkit.cluster.hang)
     (line,) = capsys.readouterr().out.splitlines()
     assert line == "rlkit: step 0 eval/solve_rate=0.5" and re.search(STEP_PATTERN, line)
-
-
-def test_dashboard_queries_name_exported_metrics():
-    """Every panel queries a gauge both backends export (Ray adds `ray_`; these are gauges,
-    so no `_total`), and each is fed by a name the bridge produces."""
-    board = json.loads(DASHBOARD.read_text())
-    queries = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
-    queries += [json.dumps(v.get("query", "")) for v in board["templating"]["list"]]
-    label = "ray_io_cluster"  # the Ray-cluster label, not a metric
-    used = {m for q in queries for m in re.findall(r"\bray_\w+", q.replace(label, ""))}
-    assert used and used <= {f"ray_{g}" for g in GAUGES}
-    fed = {key for _, sources in GAUGES.values() for key, _ in sources}
-    assert fed <= set(rlkit_names(TRAIN_STEP)) | {"eval/solve_rate"}
-    # every panel filters by Ray cluster (KubeRay's ray.io/cluster, as Ray's own dashboards
-    # read it) and run; 'All' is `.*`, which also keeps series that carry no such label
-    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
-    assert all('ray_io_cluster=~"$cluster"' in e and 'run=~"$run"' in e for e in exprs)
-    variables = {v["name"]: v for v in board["templating"]["list"]}
-    assert variables["cluster"]["allValue"] == variables["run"]["allValue"] == ".*"
-    assert "$cluster" in variables["run"]["query"]["query"]  # runs of the chosen cluster
 
 
 def test_bridged_gauges_are_scraped_from_the_heads_metrics_endpoint(ray_cluster, tmp_path):

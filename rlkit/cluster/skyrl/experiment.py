@@ -45,6 +45,7 @@ def bridged_tracker(cfg) -> BridgedTracking:
         mlflow=None if t.logger != "mlflow" else False,  # SkyRL's own MLflow run already has it
         run_name=t.run_name,
         reevaluates=t.eval_before_train,  # SkyRL evaluates a resumed step again
+        groups_per_step=t.train_batch_size,  # prompts a step: the zero-variance share's base
     )
     return BridgedTracking(
         project_name=t.project_name,
