@@ -70,6 +70,9 @@ def ray_cluster():
 
     c = connect(local_port=free_port(), local_num_cpus=2)
     assert c.local_head is not None and c.local_head.started
+    # the head shares 2 cores with a SkyRL run and the other worker: give its Jobs API the
+    # time a loaded head takes (a submission once needed over 10 s), still well inside a test
+    c.request_timeout_s = c.client.request_timeout_s = layout.JOBS_API_TIMEOUT_S
     try:
         yield c
     finally:
