@@ -15,10 +15,12 @@ from rlkit.train.config import (
     LOCAL_TINY_RECIPE,
     GRPOConfig,
     apply_recipe,
-    check_resume,
     coerce_fields,
-    config_from_dict,
     preset,
+)
+from rlkit.train.run_config import (
+    check_resume,
+    config_from_dict,
     resume_config,
     upgrade_config_dict,
 )

@@ -32,8 +32,9 @@ from rlkit.maze.sets import pinned_set_hash
 from rlkit.notebook.paths import home_path
 from rlkit.notebook.plots import figure_png
 from rlkit.run.reader import LocalRun, Run, RunNotFound, open_run
-from rlkit.train.config import TaskConfig, TrainConfig, config_from_dict
+from rlkit.train.config import TaskConfig, TrainConfig
 from rlkit.train.config import preset as train_preset
+from rlkit.train.run_config import config_from_dict
 
 PACKAGES = ("torch", "transformers", "ray", "ipywidgets", "papermill", "rlkit")
 CLUSTER_VERSIONS = {"python": "3.12", "torch": "2.13.0", "transformers": "5.16.1", "ray": "2.57.0"}

@@ -7,7 +7,6 @@ Every field says why it has its value. Presets: `smoke` (seconds; tests and CI) 
 from __future__ import annotations
 
 import difflib
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any
@@ -289,130 +288,6 @@ class _Pending:
 
     def build(self) -> Recipe:
         return replace(self.base, **self.changes)
-
-
-def upgrade_config_dict(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A run.json `config` as this version writes it: the keys `RENAMED` replaced move into
-    `recipe` (the old trainer's `min_informative` becomes dynamic_sampling_type=filter when it
-    asked for `mazes_per_step` groups, the one case with the same meaning; otherwise a one-line
-    UsageError)."""
-    out = json.loads(json.dumps(dict(config)))
-    grpo = out.get("grpo")
-    if not isinstance(grpo, dict) or "recipe" in out:
-        return out
-    recipe: dict[str, Any] = {}
-    for old, new in RENAMED.items():
-        name = old.split(".", 1)[1]
-        if name in grpo:
-            recipe[new.split(".", 1)[1]] = grpo.pop(name)
-    if "dynamic_sampling_type" in recipe:
-        wanted = recipe["dynamic_sampling_type"]
-        per_step = grpo.get("mazes_per_step", GRPOConfig.mazes_per_step)
-        if wanted is not None and wanted != per_step:
-            raise UsageError(
-                f"grpo.min_informative={wanted} trained on every group drawn until {wanted} "
-                f"taught; the recipe's dynamic sampling (SkyRL's filter) trains exactly "
-                f"mazes_per_step={per_step}: this run cannot resume with the same recipe, "
-                "start a new run dir"
-            )
-        recipe["dynamic_sampling_type"] = None if wanted is None else "filter"
-    # the old trainer's defaults for what its run.json may lack (SkyRL's defaults differ)
-    recipe.setdefault("zero_variance_filter", True)
-    out["recipe"] = recipe
-    return out
-
-
-def config_from_dict(config: Mapping[str, Any], where: str = "run.json") -> TrainConfig:
-    """The TrainConfig a run recorded (run.json's `config`, `TrainConfig.to_dict()` form), read
-    back: every section rebuilt, missing fields at their defaults (a run.json older than the
-    field), an unknown or invalid key a one-line UsageError naming `where`."""
-    try:
-        return _build(TrainConfig, upgrade_config_dict(config), "")
-    except UsageError as e:
-        raise UsageError(f"{where}: {e}") from None
-
-
-def _build(cls: Any, data: Mapping[str, Any], prefix: str) -> Any:
-    if not isinstance(data, Mapping):
-        raise UsageError(f"config key {prefix.rstrip('.')!r} must be a section, got {data!r}")
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise UsageError(f"unknown config key {prefix + unknown[0]!r} (valid: {', '.join(known)})")
-    defaults = cls()
-    kwargs = {}
-    for name, value in data.items():
-        current = getattr(defaults, name)
-        if is_dataclass(current):
-            kwargs[name] = _build(type(current), value, f"{prefix}{name}.")
-        elif isinstance(current, tuple) and isinstance(value, list):
-            kwargs[name] = tuple(value)
-        else:
-            kwargs[name] = value
-    try:
-        return cls(**kwargs)
-    except UsageError:
-        raise
-    except (TypeError, ValueError) as e:
-        raise UsageError(f"invalid {prefix.rstrip('.') or 'config'}: {e}") from None
-
-
-def resume_config(
-    saved: Mapping[str, Any] | None,
-    cfg: TrainConfig,
-    explicit: Mapping[str, Any] | None = None,
-) -> TrainConfig:
-    """The config a resume trains with: the run's recorded one (`saved`, run.json's `config`;
-    None: `cfg`) with the `explicit` changes applied on top (`--set key=value`; None: every
-    field where `cfg` differs from its preset, what the caller changed). `check_resume` then
-    refuses any explicit change a resume may not make."""
-    if not saved:
-        return cfg
-    saved = upgrade_config_dict(saved)
-    if explicit is None and not config_changes(saved, cfg.to_dict()):
-        return cfg  # a new run, or the same config: nothing to rebuild
-    if explicit is not None:
-        return config_from_dict(saved).with_overrides(dict(explicit))
-    base = preset(cfg.name).to_dict() if cfg.name in PRESETS else saved
-    merged = json.loads(json.dumps(saved))
-    for key, (_, new) in config_changes(base, cfg.to_dict()).items():
-        *path, leaf = key.split(".")
-        node = merged
-        for part in path:
-            node = node.setdefault(part, {})
-        node[leaf] = new
-    return config_from_dict(merged)
-
-
-def config_changes(
-    old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = ""
-) -> dict[str, tuple[Any, Any]]:
-    """Dotted key -> (old, new) for every field whose value differs between two `to_dict()`
-    configs, compared as JSON (run.json's form). A field only one side has (a run.json older
-    than the field) is not compared."""
-    old, new = json.loads(json.dumps(old)), json.loads(json.dumps(new))
-    out: dict[str, tuple[Any, Any]] = {}
-    for key in old.keys() & new.keys():
-        a, b = old[key], new[key]
-        if isinstance(a, dict) and isinstance(b, dict):
-            out |= config_changes(a, b, f"{prefix}{key}.")
-        elif a != b:
-            out[f"{prefix}{key}"] = (a, b)
-    return dict(sorted(out.items()))
-
-
-def check_resume(saved: Mapping[str, Any] | None, cfg: TrainConfig, where: str) -> dict:
-    """The changes from run `where`'s saved config (run.json; None: not recorded) to `cfg`, if
-    each is one `RESUME_MAY_CHANGE` allows; else a one-line UsageError naming them."""
-    changes = config_changes(upgrade_config_dict(saved), cfg.to_dict()) if saved else {}
-    fixed = [f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items() if k not in RESUME_MAY_CHANGE]
-    if fixed:
-        raise UsageError(
-            f"{where} was trained with another recipe ({', '.join(fixed)}): resume with its "
-            "settings (run.json) or start a new --run-dir; a resume may change only "
-            + ", ".join(RESUME_MAY_CHANGE)
-        )
-    return changes
 
 
 def coerce_fields(obj: Any, changes: Mapping[str, Any]) -> dict[str, Any]:

@@ -40,8 +40,9 @@ from rlkit.model.load import LoadedModel, fast_vision, load, no_progress_bars
 from rlkit.model.policy import AnswerSpec, ModelPolicy
 from rlkit.run.rundir import Checkpoint, RunDir
 from rlkit.train import faults
-from rlkit.train.config import TrainConfig, check_resume, resume_config
+from rlkit.train.config import TrainConfig
 from rlkit.train.metrics import MetricsLogger
+from rlkit.train.run_config import check_resume, resume_config
 from rlkit.train.step import (
     TrainState,
     due,
@@ -80,7 +81,7 @@ class Trainer:
     ) -> None:
         """`overrides`: the `--set` changes the caller made to its preset; on a resume they
         apply on top of the run's recorded config (run.json). None: every field where `cfg`
-        differs from its preset counts as one (`rlkit.train.config.resume_config`)."""
+        differs from its preset counts as one (`rlkit.train.run_config.resume_config`)."""
         if resume not in ("latest", "none"):
             raise UsageError(f"--resume {resume!r}: use latest or none")
         self.cfg, self.resume_mode, self.progress = cfg, resume, progress
