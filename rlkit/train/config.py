@@ -162,6 +162,24 @@ class ScheduleConfig:
     seed: int = 0
     threads: int | None = None
     """torch threads (None: every core this process may use, whatever OMP_NUM_THREADS says)."""
+    capture_groups: int = 2
+    """Groups of each GRPO step's rollout batch kept under RUN/rollouts (every episode of each,
+    with its advantage and per-turn move probabilities: `rlkit rollouts`, the monitor), picked
+    from (seed, step); 0: none. Cost: measured below with `keep_captures`."""
+    keep_captures: int | None = 50
+    """Captured steps kept (the newest; None: all), so the files stay bounded as checkpoints
+    do."""
+
+    def __post_init__(self) -> None:
+        if self.capture_groups < 0:
+            raise UsageError(
+                f"schedule.capture_groups ({self.capture_groups}) must be >= 0 (0: capture off)"
+            )
+        if self.keep_captures is not None and self.keep_captures < 1:
+            raise UsageError(
+                f"schedule.keep_captures ({self.keep_captures}) must be >= 1 steps, or none "
+                "to keep every captured step"
+            )
 
 
 LOCAL_TINY_RECIPE = Recipe(
