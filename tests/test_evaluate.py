@@ -44,6 +44,16 @@ def test_pass_at_k_hand_computed():
         pass_at_k(2, 1, 3)
 
 
+def test_an_eval_on_the_first_mazes_of_a_set_scores_exactly_those():
+    result, trajs = evaluate(scripted_policy("oracle"), samples=1, n_mazes=4)
+    first = pinned_set("test")[:4]
+    assert result.n_mazes == 4 and [t.maze_obj.content_hash for t in trajs] == [
+        m.content_hash for m in first
+    ]
+    with pytest.raises(UsageError, match=r"n_mazes \(65\) must be 1..64"):
+        evaluate(scripted_policy("oracle"), n_mazes=65)
+
+
 def test_oracle_solves_every_test_maze_and_json_schema(tmp_path):
     result, trajs = evaluate(scripted_policy("oracle"), samples=2)
     assert result.solve_rate == 1.0 and result.n_mazes == 64 and result.samples == 2

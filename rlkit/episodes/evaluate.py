@@ -215,9 +215,17 @@ def evaluate(
     progress: bool = False,
     mode: str = "sampled",
     step: int | None = None,
+    n_mazes: int | None = None,
 ) -> tuple[EvalResult, list[Trajectory]]:
-    """Play every test maze `samples` times and summarise."""
+    """Play every maze of the pinned set (or its first `n_mazes`, as a SkyRL preset's
+    `eval_mazes` does) `samples` times and summarise."""
     mazes = pinned_set(set_name)
+    if n_mazes is not None:
+        if not 1 <= n_mazes <= len(mazes):
+            raise UsageError(
+                f"n_mazes ({n_mazes}) must be 1..{len(mazes)} ({set_name} has that many)"
+            )
+        mazes = mazes[:n_mazes]
     trajs = run_episodes(
         policy,
         mazes,

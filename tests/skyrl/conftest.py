@@ -75,6 +75,11 @@ def _registered() -> None:
     register_env()  # what rlkit.cluster.skyrl.entry does inside the Ray task
 
 
+EVAL_MAZES = 16
+"""The skyrl_eval fixture's mazes: the test set's first 16 (its preset's eval_mazes). With no
+dataloader workers they take ~2 s; 64 mazes with SkyRL's 8 spawned workers took 76 s."""
+
+
 @pytest.fixture(scope="session")
 def skyrl_eval(tmp_path_factory, encoder):
     """SkyRL's eval at global step 10 of a preset run whose runs_root is a temp dir."""
@@ -83,9 +88,12 @@ def skyrl_eval(tmp_path_factory, encoder):
         runs_root=str(tmp_path_factory.mktemp("runs")),
         eval_set="test",
         eval_samples=2,
+        eval_mazes=EVAL_MAZES,
+        dataloader_workers=0,  # SkyRL's 8 spawned workers would each import torch here
     )
     paths = RunPaths.for_run(preset, "contract")
-    ensure_datasets(paths.data_dir, 4, preset.eval_set)  # what the job's entrypoint does first
+    # what the job's entrypoint does first
+    ensure_datasets(paths.data_dir, 4, preset.eval_set, preset.eval_mazes)
     cfg = SkyRLTrainConfig.from_cli_overrides(build_overrides(preset, "contract"))
     tok = encoder.tokenizer
     ds = PromptDataset(cfg.data.val_data, tok, cfg.trainer.max_prompt_length, num_workers=1)

@@ -26,6 +26,7 @@ from rlkit.run.skyrl_dumps import (
 )
 
 SAMPLES = 2  # the skyrl_eval fixture's eval samples per maze (tests/skyrl/conftest.py)
+EVAL_MAZES = 16  # and its mazes: the test set's first 16
 # A real SkyRL eval dump (4 mazes x 2 samples) whose last answer holds a raw U+0085 (NEL):
 # SkyRL writes dumps with ensure_ascii=False, one record per "\n", so str.splitlines() cut it.
 U0085_DUMP = Path(__file__).parent / "data" / "u0085_eval_dump"
@@ -57,7 +58,7 @@ def test_rlkit_reads_what_skyrl_measured(skyrl_eval):
     results = read_eval_dumps(cfg.trainer.export_path)
     assert list(results) == [10]
     r = results[10]
-    assert (r.n_mazes, r.samples, r.set, r.step) == (64, SAMPLES, "test", 10)
+    assert (r.n_mazes, r.samples, r.set, r.step) == (EVAL_MAZES, SAMPLES, "test", 10)
     assert r.solve_rate == pytest.approx(metrics["eval/all/avg_score"])
     assert r.pass_at_k[f"pass@{SAMPLES}"] == pytest.approx(metrics[f"eval/all/pass_at_{SAMPLES}"])
     assert 0 < r.solve_rate < r.pass_at_k[f"pass@{SAMPLES}"] < 1  # the player makes them differ
@@ -66,7 +67,9 @@ def test_rlkit_reads_what_skyrl_measured(skyrl_eval):
 def test_dump_reads_as_rlkit_own_eval_of_the_same_play(skyrl_eval):
     cfg, _ = skyrl_eval
     from_dump = read_eval_dumps(cfg.trainer.export_path)[10]
-    own, _ = rlkit_evaluate(PlayerPolicy(se.mixed), set_name="test", samples=SAMPLES)
+    own, _ = rlkit_evaluate(
+        PlayerPolicy(se.mixed), set_name="test", samples=SAMPLES, n_mazes=EVAL_MAZES
+    )
     assert from_dump.test_set_hash == own.test_set_hash
     assert from_dump.solve_rate == own.solve_rate and from_dump.ci95 == own.ci95
     assert from_dump.ci_method == own.ci_method == "wilson-maze-deff"
