@@ -5,6 +5,7 @@
     rlkit eval --policy oracle --set test --json
     rlkit model tiny --out models/tiny
     rlkit model tiny --out models/tiny-warm --warm-start --stop-at 0.4
+    rlkit rollouts runs/demo/local-tiny --step latest
     rlkit demo --out runs/demo
 
 Errors a user can fix print one line (no traceback): exit 2 for bad arguments or input, 1 when
@@ -331,9 +332,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--curves", default=None, help="also write training curves to this PNG")
     pl.set_defaults(func=_cmd_plot)
 
-    from rlkit.cli.cluster import register
+    from rlkit.cli import cluster, rollouts
 
-    register(sub)
+    rollouts.register(sub)
+    cluster.register(sub)
 
     de = sub.add_parser("demo", help="the whole workflow on the embedded default")
     de.add_argument("--out", default="runs/demo")

@@ -5,7 +5,9 @@ The monitor polls a job handle (`rlkit.cluster.jobs.JobHandle`, or anything with
 `logs` and `stop`) and the run it writes (`rlkit.run.open_run`: metrics, evals, either
 backend), on a daemon thread so a notebook cell returns at once. A run whose entropy collapses
 or whose rollout-trainer logprob gap grows gets a one-line warning under the progress line
-(`rlkit.run.stability`). Where this kernel cannot see
+(`rlkit.run.stability`). Under the curves, the newest captured step's training rollouts play
+in the eval replays' player, with the model's move probabilities, and change to a newer step
+as one lands (`rlkit.notebook.rollouts.RolloutsView`). Where this kernel cannot see
 the run's files (Studio without /fsx mounted) and the job's cluster is remote, the run is read
 through the cluster by a small Ray job every `remote_every_s`, and the progress line says so.
 """
@@ -25,6 +27,7 @@ from rlkit.errors import RlkitError, UsageError
 from rlkit.notebook.curves import live_curves
 from rlkit.notebook.plots import figure_png, png_width
 from rlkit.notebook.progress import read_progress
+from rlkit.notebook.rollouts import RolloutsView
 from rlkit.run.reader import Run, open_run
 from rlkit.run.stability import warning_line
 
@@ -122,12 +125,16 @@ class JobMonitor(widgets.VBox):
             description="Stop job", button_style="danger", icon="stop"
         )
         self.stop_button.on_click(lambda _: self.stop_job())
+        self.rollouts = RolloutsView()
+        """The newest captured training step's episodes (none for a run read remotely)."""
         self._plotted: tuple[int, int] | None = None
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # the poll thread and a button click may refresh at once
         controls = [self.status_label, self.stop_button, self.resubmit_switch, self.max_restarts]
-        super().__init__([widgets.HBox(controls), self.progress, self.curves, self.log_view])
+        super().__init__(
+            [widgets.HBox(controls), self.progress, self.curves, self.rollouts, self.log_view]
+        )
         self.refresh()
 
     @property
@@ -207,6 +214,7 @@ class JobMonitor(widgets.VBox):
         if steps != self._eval_steps:  # read (a SkyRL run: replay) the evals only when new
             self._evals, self._eval_steps = (run.evals() if steps else {}), steps
         evals = self._evals
+        self.rollouts.update(run)  # re-reads only when a newer step was captured
         key = (len(metrics), len(evals))
         if key == self._plotted:
             return  # nothing new: skip re-drawing (the expensive part of a refresh)

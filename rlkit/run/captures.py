@@ -9,9 +9,11 @@ the policy's probability of each move) without token ids or logprobs, plus its s
 advantage. Images are never stored: replays re-render them from the maze and the moves. Files
 are written atomically and only the newest `keep` steps stay, as with checkpoints.
 
-    write_step(run_dir, 12, episodes, keep=50)
+    eps = pick_episodes(12, trajs, groups, advantages, n=2, seed=0)   # what a trainer keeps
+    write_step(run_dir, 12, eps, keep=50)
     capture_steps(run_dir)                  # [.., 12]
     read_step(run_dir, 12)                  # [CapturedEpisode, ...]
+    summarize(read_step(run_dir, 12))       # StepSummary: episodes, groups, solve share, ...
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from rlkit.episodes.rollout import Trajectory
+from rlkit.episodes.rollout import PROB_DECIMALS, Trajectory
 from rlkit.errors import RlkitError, UsageError
 from rlkit.fsio import atomic_write_text
 
@@ -45,8 +47,8 @@ class CapturedEpisode:
     trajectory: Trajectory
 
     def to_json(self) -> str:
-        head = json.dumps({"step": self.step, "group": self.group, "advantage": self.advantage})
-        return head[:-1] + ',"trajectory":' + _slim(self.trajectory).to_json() + "}"
+        head = {"step": self.step, "group": self.group, "advantage": self.advantage}
+        return json.dumps({**head, "trajectory": _slim(self.trajectory)}, separators=(",", ":"))
 
     @classmethod
     def from_dict(cls, d: dict) -> CapturedEpisode:
@@ -58,11 +60,20 @@ class CapturedEpisode:
         )
 
 
-def _slim(t: Trajectory) -> Trajectory:
-    """The trajectory without token ids and logprobs (a replay needs neither; they are most of
-    an episode's bytes)."""
-    turns = [replace(x, prompt_ids=None, response_ids=None, logprobs=None) for x in t.turns]
-    return replace(t, turns=turns)
+_NOT_STORED = frozenset({"prompt_ids", "response_ids", "logprobs"})
+
+
+def _slim(t: Trajectory) -> dict:
+    """The trajectory as JSON holds it, without token ids and logprobs (a replay needs neither;
+    they are most of an episode's bytes) and without keys that would only say null: a turn
+    reads back with those at None, as `Trajectory.from_dict` fills in absent keys."""
+    turns = []
+    for x in t.turns:
+        d = {k: v for k, v in vars(x).items() if k not in _NOT_STORED and k != "move_probs"}
+        if x.move_probs is not None:
+            d["move_probs"] = [round(float(p), PROB_DECIMALS) for p in x.move_probs]
+        turns.append(d)
+    return {**vars(t), "turns": turns}
 
 
 def capture_dir(run_dir: str | Path) -> Path:
@@ -83,6 +94,31 @@ def pick_groups(groups: Sequence[int], n: int, *, seed: int, step: int) -> list[
         return distinct
     rng = np.random.default_rng([seed, step, 7])
     return sorted(int(g) for g in rng.choice(distinct, size=n, replace=False))
+
+
+def pick_episodes(
+    step: int,
+    trajectories: Sequence[Trajectory],
+    groups: Sequence[int],
+    advantages: Sequence[float],
+    *,
+    n: int,
+    seed: int,
+) -> list[CapturedEpisode]:
+    """Every episode of `n` of a step's groups (`pick_groups`), in batch order, each with its
+    group and the advantage its loss used (give 0 for an episode the loss dropped). The lists
+    run in parallel, one entry per episode of the step's rollout batch."""
+    if not len(trajectories) == len(groups) == len(advantages):
+        raise UsageError(
+            f"{len(trajectories)} trajectories, {len(groups)} groups and {len(advantages)} "
+            "advantages: give one of each per episode"
+        )
+    picked = set(pick_groups(groups, n, seed=seed, step=step))
+    return [
+        CapturedEpisode(int(step), int(g), float(a), t)
+        for t, g, a in zip(trajectories, groups, advantages, strict=True)
+        if int(g) in picked
+    ]
 
 
 def write_step(
@@ -109,6 +145,15 @@ def capture_steps(run_dir: str | Path) -> list[int]:
     return sorted(int(m.group(1)) for p in d.iterdir() if (m := _FILE.fullmatch(p.name)))
 
 
+def drop_after(run_dir: str | Path, step: int) -> list[int]:
+    """Delete the captured steps after `step` (a run resumed from that checkpoint trains them
+    again, as its metrics restart there); returns the steps deleted."""
+    gone = [s for s in capture_steps(run_dir) if s > step]
+    for s in gone:
+        step_path(run_dir, s).unlink(missing_ok=True)
+    return gone
+
+
 def read_step(run_dir: str | Path, step: int) -> list[CapturedEpisode]:
     """One step's captured episodes; a missing step is a UsageError naming the captured ones,
     a damaged line an RlkitError naming the file and line."""
@@ -120,7 +165,11 @@ def read_step(run_dir: str | Path, step: int) -> list[CapturedEpisode]:
             f"{have or 'none (capture is off, or no step has finished yet)'}"
         )
     out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    # "\n" only: str.splitlines() would also split at U+0085/U+2028 inside a model's answer
+    lines = path.read_text(encoding="utf-8").split("\n")
+    for n, line in enumerate(lines, 1):
+        if not line:
+            continue
         try:
             out.append(CapturedEpisode.from_dict(json.loads(line)))
         except (ValueError, KeyError, TypeError) as e:
@@ -128,3 +177,45 @@ def read_step(run_dir: str | Path, step: int) -> list[CapturedEpisode]:
                 f"{path}:{n} is not a captured episode ({e}): the file is damaged"
             ) from e
     return out
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """One captured step in numbers (`rlkit rollouts RUN` lists them)."""
+
+    step: int
+    episodes: int
+    groups: int
+    solve_rate: float
+    """Share of its captured episodes that reached the exit."""
+    mean_advantage: float
+    """0 for plain GRPO groups; below 0 where a fail advantage hit groups that all failed."""
+    turns_mean: float
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    def line(self) -> str:
+        """`step 12: 16 episodes of 2 groups, 44% solved, mean advantage -0.12, 9.5 turns`."""
+        return (
+            f"step {self.step}: {self.episodes} episodes of {self.groups} groups, "
+            f"{100 * self.solve_rate:.0f}% solved, mean advantage {self.mean_advantage:+.2f}, "
+            f"{self.turns_mean:.1f} turns"
+        )
+
+
+def summarize(episodes: Sequence[CapturedEpisode], step: int | None = None) -> StepSummary:
+    """The numbers of one step's captured episodes (`step` for a step that captured none)."""
+    if not episodes:
+        if step is None:
+            raise UsageError("no captured episodes to summarise: give the step they belong to")
+        return StepSummary(step, 0, 0, 0.0, 0.0, 0.0)
+    n = len(episodes)
+    return StepSummary(
+        episodes[0].step if step is None else step,
+        n,
+        len({e.group for e in episodes}),
+        sum(e.trajectory.solved for e in episodes) / n,
+        sum(e.advantage for e in episodes) / n,
+        sum(len(e.trajectory.turns) for e in episodes) / n,
+    )

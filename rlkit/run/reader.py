@@ -8,11 +8,15 @@ and a SkyRL run, so the notebooks, the monitor, `rlkit plot` and `rlkit eval` re
     run.trajectories(step)                       # the episodes of that eval, maze-major
     run.checkpoints()                            # RunCheckpoint(step, path, complete, hf_export)
     run.warm_start_end()                         # the warm-start/GRPO boundary, or None
+    run.capture_steps(), run.captures(step)      # training rollouts kept per step (captures)
 
 Which backend wrote a directory is decided by one rule, `skyrl_layout.find_skyrl_run`. A local
 run's evals are RUN/evals/global_step_N.json with their trajectories; a SkyRL run's are its eval
 dumps, replayed through rlkit's env. A SkyRL run's warm start (rlkit's tiny model) happens
 before SkyRL's step 0, so its boundary is None; a local run's is the last warm-start step.
+Training rollouts captured per step are RUN/rollouts/global_step_N.jsonl on both backends
+(`rlkit.run.captures`; SkyRL's ckpt_path is the run dir): an export dir found without its run
+dir has none.
 `Run.summary()` is the run as JSON (no trajectories): what `rlkit.run.remote` returns when the
 reader goes through the cluster, read back by `SummaryRun`.
 """
@@ -29,6 +33,8 @@ from typing import Any, ClassVar
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.episodes.rollout import Trajectory
 from rlkit.errors import RlkitError, UsageError
+from rlkit.run import captures
+from rlkit.run.captures import CapturedEpisode
 from rlkit.run.manifest import checkpoint_problem
 from rlkit.run.rundir import RunDir, step_dirs
 from rlkit.run.skyrl_dumps import read_eval_dump, read_eval_dumps
@@ -122,6 +128,26 @@ class Run(ABC):
     def latest_checkpoint(self) -> RunCheckpoint | None:
         """The newest complete checkpoint, or None."""
         return next((c for c in reversed(self.checkpoints()) if c.complete), None)
+
+    def capture_root(self) -> Path | None:
+        """The dir whose rollouts/ holds the captured training rollouts (None: none here)."""
+        return self.path
+
+    def capture_steps(self) -> list[int]:
+        """The steps whose training rollouts were captured, oldest first (cheap to poll)."""
+        root = self.capture_root()
+        return captures.capture_steps(root) if root is not None else []
+
+    def captures(self, step: int) -> list[CapturedEpisode]:
+        """The captured episodes of training step `step` (a few groups, every sample of each);
+        a step not captured is a one-line UsageError naming the captured ones."""
+        root = self.capture_root()
+        if root is None:
+            raise UsageError(
+                f"{self.path} holds no captured training rollouts: open the run dir "
+                "(they are RUN/rollouts/global_step_N.jsonl)"
+            )
+        return captures.read_step(root, step)
 
     def warm_start_end(self, records: list[dict[str, Any]] | None = None) -> int | None:
         """The last warm-start step (where GRPO took over), None without a logged warm start."""
@@ -225,6 +251,10 @@ class SkyRLRunReader(Run):
     def metrics(self) -> list[dict[str, Any]]:
         return super().metrics() if self.where.run_dir is not None else []
 
+    def capture_root(self) -> Path | None:
+        """rlkit's generator writes them into SkyRL's ckpt_path, the run dir."""
+        return self.where.run_dir
+
     def evals(self) -> dict[int, EvalResult]:
         if not (self.where.export_dir / "dumped_evals").is_dir():
             return {}  # nothing evaluated yet
@@ -312,3 +342,12 @@ class SummaryRun(Run):
 
     def checkpoints(self) -> list[RunCheckpoint]:
         return list(self._ckpts)
+
+    def capture_root(self) -> Path | None:
+        return None  # its files are elsewhere
+
+    def captures(self, step: int) -> list[CapturedEpisode]:
+        raise UsageError(
+            f"the captured rollouts of {self.name} are read where its files are: open the run "
+            f"in a kernel that mounts {self.path.parent} (e.g. Studio with FSx attached)"
+        )

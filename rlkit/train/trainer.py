@@ -5,14 +5,15 @@
 
 Loop: [warm start: behaviour cloning until a validation solve rate is reached] -> per step:
 sample mazes -> group rollouts (one batched model call per turn) -> group-relative advantages
--> minibatch updates over several epochs with importance ratios -> metrics -> eval on the
-pinned test set every N steps -> checkpoint every M steps. Every random draw is seeded from
+-> a few groups' episodes captured under RUN/rollouts (`rlkit.run.captures`) -> minibatch
+updates over several epochs with importance ratios -> metrics -> eval on the pinned test set
+every N steps -> checkpoint every M steps. Every random draw is seeded from
 (seed, step), so a run killed and resumed from its last checkpoint equals an uninterrupted one.
 
 The trainer only coordinates: what a step computes is in `step` (seeds, advantages, turn
 samples, metrics, what is due), `update` (loss, minibatches, optimizer) and `warmstart`, each
-tested without a Trainer; every phase is timed (`timing/rollout`, `encode`, `update`,
-`validate`, `eval`, `checkpoint`).
+tested without a Trainer; every phase is timed (`timing/rollout`, `capture`, `encode`,
+`update`, `validate`, `eval`, `checkpoint`).
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ from rlkit.maze.sets import train_mazes
 from rlkit.model.build import build_tiny
 from rlkit.model.load import LoadedModel, fast_vision, load, no_progress_bars
 from rlkit.model.policy import AnswerSpec, ModelPolicy
+from rlkit.run import captures
 from rlkit.run.rundir import Checkpoint, RunDir
 from rlkit.train import faults
 from rlkit.train.config import TrainConfig
 from rlkit.train.metrics import MetricsLogger
 from rlkit.train.run_config import check_resume, resume_config
 from rlkit.train.step import (
+    Scores,
     TrainState,
     due,
     enough_groups,
@@ -174,6 +177,7 @@ class Trainer:
             if changes:
                 self.run.record_config(cfg.to_dict(), changes, step=ckpt.step if ckpt else 0)
             if ckpt is not None:  # says which checkpoint a restarted job really continues from
+                captures.drop_after(self.run.path, ckpt.step)  # trained again, as metrics are
                 print(
                     f"resuming {self.run.path} from {ckpt.path.name}", file=sys.stderr, flush=True
                 )
@@ -275,6 +279,8 @@ class Trainer:
                     break
             scores = score(trajs, recipe, eos_id=eos, batch_groups=g.mazes_per_step)
             faults.point("rollout", s.step)
+        with self.log.timer("capture"):
+            self._capture(trajs, scores)
         with self.log.timer("encode"):
             encode = self.learner.loaded.encoder.encode
             samples = turn_samples(trajs, scores, encode, task.env, history=task.history)
@@ -291,6 +297,23 @@ class Trainer:
             "train/cursor": s.cursor,
             **metrics,
         }
+
+    def _capture(self, trajs: list[Trajectory], scores: Scores) -> None:
+        """Keep `capture_groups` of this step's groups under RUN/rollouts, each episode with
+        the advantage its loss used (0 where the loss dropped it)."""
+        sched = self.cfg.schedule
+        if sched.capture_groups == 0:
+            return
+        adv = scores.advantages
+        used = torch.where(scores.keep, adv, torch.zeros_like(adv)).tolist()
+        step = self.state.step
+        # named as evals are (the model dir's name differs after a resume)
+        policy = f"{self.run.path.name}@{step}"
+        named = [replace(t, policy=policy) for t in trajs]
+        picked = captures.pick_episodes(
+            step, named, scores.groups.tolist(), used, n=sched.capture_groups, seed=sched.seed
+        )
+        captures.write_step(self.run.path, step, picked, keep=sched.keep_captures)
 
     def _rollout_round(self, round_: int, offset: int) -> list[Trajectory]:
         """The next `mazes_per_step` training mazes' groups of episodes; their maze indices

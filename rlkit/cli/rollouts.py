@@ -1,0 +1,178 @@
+"""`rlkit rollouts`: the training rollouts a run captured per step, from a terminal.
+
+    rlkit rollouts RUN                          # every captured step: episodes, groups, solved, ...
+    rlkit rollouts RUN --step latest            # one step: each episode's reward, advantage,
+                                                #   moves and P(chosen move) per turn
+    rlkit rollouts RUN --step 12 --json         # the same as one JSON object
+    rlkit rollouts RUN --export step.html       # the step (default: latest) as a kernel-free
+                                                #   HTML player with move-probability bars
+
+RUN is a local run dir or a SkyRL run dir (both keep them in RUN/rollouts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rlkit.errors import UsageError
+
+MOVE_LETTER = {"up": "U", "down": "D", "left": "L", "right": "R"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    r = sub.add_parser("rollouts", help="list or export the training rollouts a run captured")
+    r.add_argument("run", help="a local or SkyRL run dir")
+    r.add_argument("--step", default=None, help="a captured step, or latest: its episodes")
+    r.add_argument("--json", action="store_true", help="print one JSON object")
+    r.add_argument(
+        "--export",
+        default=None,
+        metavar="FILE.html",
+        help="write the step (default: latest) as a kernel-free HTML player",
+    )
+    r.set_defaults(func=cmd_rollouts)
+
+
+def _open(path: str):
+    from rlkit.run.reader import is_run, open_run
+
+    run = open_run(path)  # a missing path: one line (RunNotFound)
+    if not is_run(run.path):
+        raise UsageError(
+            f"{path} is not a run dir (no run.json, no SkyRL layout): give the --run-dir "
+            "a training wrote"
+        )
+    return run
+
+
+def _pick_step(run, wanted: str | None, steps: list[int]) -> int:
+    if not steps:
+        raise UsageError(
+            f"{run.path} has no captured training rollouts yet: they are written after each "
+            "GRPO step (capture is off when schedule.capture_groups is 0)"
+        )
+    if wanted is None or wanted == "latest":
+        return steps[-1]
+    try:
+        return int(wanted)
+    except ValueError:
+        raise UsageError(f"--step {wanted!r}: give a step number or latest") from None
+
+
+def cmd_rollouts(args: argparse.Namespace) -> int:
+    from rlkit.run.captures import summarize
+
+    run = _open(args.run)
+    steps = run.capture_steps()
+    if args.step is None and args.export is None:
+        if not steps:
+            _pick_step(run, None, steps)  # the one-line error
+        rows = [summarize(run.captures(s), s) for s in steps]
+        if args.json:
+            print(
+                json.dumps(
+                    {"run": run.name, "backend": run.backend, "steps": [r.to_dict() for r in rows]}
+                )
+            )
+        else:
+            print(_steps_table(run.name, rows))
+        return 0
+    step = _pick_step(run, args.step, steps)
+    episodes = sorted(run.captures(step), key=lambda e: (e.group, e.trajectory.sample))
+    if args.export:
+        _export(run.name, step, episodes, Path(args.export))
+        if not args.json:
+            print(f"wrote {args.export}: {len(episodes)} episodes of step {step}")
+    if args.json:
+        extra = {"export": args.export} if args.export else {}
+        print(json.dumps({**_step_dict(run, step, episodes), **extra}))
+    elif not args.export:
+        print(_step_table(run.name, step, episodes))
+    return 0
+
+
+def _export(name: str, step: int, episodes, out: Path) -> None:
+    from rlkit.notebook.rollouts import step_html
+
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise UsageError(f"--export {out}: give an .html file")
+    if not episodes:
+        raise UsageError(f"step {step} of {name} captured no episodes: nothing to export")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(step_html(name, step, episodes), encoding="utf-8")
+
+
+def _steps_table(name: str, rows) -> str:
+    lines = [
+        f"{name}: {len(rows)} captured steps",
+        f"{'step':>6} {'episodes':>8} {'groups':>6} {'solved':>7} {'mean adv':>9} {'turns':>6}",
+    ]
+    lines += [
+        f"{r.step:>6} {r.episodes:>8} {r.groups:>6} {100 * r.solve_rate:>6.1f}% "
+        f"{r.mean_advantage:>+9.3f} {r.turns_mean:>6.1f}"
+        for r in rows
+    ]
+    return "\n".join(lines)
+
+
+def p_chosen(turn) -> float | None:
+    """The policy's probability of the move it made this turn (None: not recorded, or no
+    parsable move)."""
+    if turn.move_probs is None or not turn.actions:
+        return None
+    from rlkit.maze.core import Action
+
+    return float(turn.move_probs[Action[turn.actions[0].upper()].value])
+
+
+def _moves(traj) -> list[str]:
+    return [t.actions[0] if t.actions else "?" for t in traj.turns]
+
+
+def _step_dict(run, step: int, episodes) -> dict:
+    from rlkit.run.captures import summarize
+
+    return {
+        "run": run.name,
+        "backend": run.backend,
+        "step": step,
+        "summary": summarize(episodes, step).to_dict(),
+        "episodes": [
+            {
+                "group": e.group,
+                "sample": e.trajectory.sample,
+                "reward": e.trajectory.reward,
+                "advantage": e.advantage,
+                "solved": e.trajectory.solved,
+                "turns": len(e.trajectory.turns),
+                "moves": _moves(e.trajectory),
+                "p_chosen": [p_chosen(t) for t in e.trajectory.turns],
+                "move_probs": [
+                    None if t.move_probs is None else list(t.move_probs) for t in e.trajectory.turns
+                ],
+            }
+            for e in episodes
+        ],
+    }
+
+
+def _step_table(name: str, step: int, episodes) -> str:
+    from rlkit.run.captures import summarize
+
+    lines = [
+        f"{name}, {summarize(episodes, step).line()}",
+        f"{'group':>5} {'sample':>6} {'reward':>6} {'adv':>7} {'turns':>5}  moves / P(chosen move)",
+    ]
+    for e in episodes:
+        t = e.trajectory
+        moves = " ".join(MOVE_LETTER.get(m, m) for m in _moves(t))
+        probs = " ".join("-" if p is None else f"{p:.2f}" for p in map(p_chosen, t.turns))
+        lines.append(
+            f"{e.group:>5} {t.sample:>6} {t.reward:>6g} {e.advantage:>+7.3f} {len(t.turns):>5}  "
+            f"{moves}"
+        )
+        lines.append(f"{'':>34}{probs}")
+    lines.append("moves: U D L R (? = no parsable move); P: - = not recorded")
+    return "\n".join(lines)

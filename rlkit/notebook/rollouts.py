@@ -1,0 +1,149 @@
+"""Training rollouts as replays: the episodes a run captured per step (`rlkit.run.captures`),
+in the eval replays' player with their move-probability bars, live or kernel-free.
+
+- `step_html` writes one step's episodes as a self-contained page (`rlkit rollouts RUN
+  --export FILE.html`): one player per group, its samples side by side on one slider, so the
+  episodes GRPO compared play together, each labelled with its reward and advantage;
+- `RolloutsView` is the job monitor's panel: the newest captured step's episodes, one at a
+  time in a `ReplayWidget`, refreshed when a newer step lands (`update(run)`).
+
+Both work the same for a local run and a SkyRL run (`Run.capture_steps`, `Run.captures`).
+
+    view = RolloutsView(); view.update(open_run(RUN)); view
+    Path("step.html").write_text(step_html("demo", 12, open_run(RUN).captures(12)))
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from itertools import groupby
+
+import ipywidgets as widgets
+
+from rlkit.notebook.move_bars import move_bars
+from rlkit.notebook.player import PaneFrames, player_html
+from rlkit.notebook.widgets import ReplayWidget, colour_key, replay_captions, replay_frames
+from rlkit.run.captures import CapturedEpisode, summarize
+from rlkit.run.reader import Run
+
+
+def episode_label(e: CapturedEpisode) -> str:
+    """`group 3, sample 1: reward 1, advantage +0.71`: what the trainer saw of an episode."""
+    return (
+        f"group {e.group}, sample {e.trajectory.sample}: reward {e.trajectory.reward:g}, "
+        f"advantage {e.advantage:+.2f}"
+    )
+
+
+def episode_pane(e: CapturedEpisode, *, display_px: int = 192) -> PaneFrames:
+    """One episode as a pane of the kernel-free player: the eval replays' frames, captions and
+    move-probability bars (`rlkit.notebook.widgets`, `move_bars`)."""
+    label = f"sample {e.trajectory.sample}: reward {e.trajectory.reward:g}, adv {e.advantage:+.2f}"
+    captions = replay_captions(e.trajectory, policy=f"step {e.step}")
+    return PaneFrames(
+        label,
+        replay_frames(e.trajectory, display_px=display_px),
+        [c.info for c in captions],
+        [c.text for c in captions],
+        display_px,
+        move_bars(e.trajectory),
+    )
+
+
+def by_group(episodes: Sequence[CapturedEpisode]) -> dict[int, list[CapturedEpisode]]:
+    """{group: its episodes by sample}, groups ascending."""
+    ordered = sorted(episodes, key=lambda e: (e.group, e.trajectory.sample))
+    return {g: list(eps) for g, eps in groupby(ordered, key=lambda e: e.group)}
+
+
+def step_html(
+    run_name: str, step: int, episodes: Sequence[CapturedEpisode], *, display_px: int = 192
+) -> str:
+    """A self-contained HTML page (no kernel, no external assets) playing one captured step:
+    a heading with the step's numbers, then one player per group with its samples side by
+    side."""
+    if not episodes:
+        raise ValueError(f"step {step} of {run_name} captured no episodes: nothing to play")
+    title = f"{run_name}: training rollouts of step {step}"
+    parts = [
+        f"<h2>{html.escape(title)}</h2>",
+        f"<p>{html.escape(summarize(episodes, step).line())}</p>",
+    ]
+    for group, eps in by_group(episodes).items():
+        rewards = " ".join(f"{e.trajectory.reward:g}" for e in eps)
+        maze = eps[0].trajectory.maze_obj.content_hash[:12]
+        head = f"group {group} (maze {maze}): rewards {rewards}"
+        panes = [episode_pane(e, display_px=display_px) for e in eps]
+        parts.append(f"<h3>{html.escape(head)}</h3>")
+        parts.append(
+            f"<div style='overflow-x:auto'>{player_html(panes, key_html=colour_key())}</div>"
+        )
+    body = "\n".join(parts)
+    return (
+        "<!doctype html>\n<html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title></head>\n"
+        f"<body style='font-family:sans-serif'>\n{body}\n</body></html>\n"
+    )
+
+
+class RolloutsView(widgets.VBox):
+    """The newest captured training step of a run: a line with its numbers, a menu of its
+    episodes and the chosen one in a `ReplayWidget` (the eval replays' player, bars included).
+
+    `update(run)` re-reads only when a newer step was captured; the menu keeps the same group
+    and sample when the new step has them (the same position otherwise)."""
+
+    def __init__(self, *, display_px: int = 256) -> None:
+        self.display_px = display_px
+        self.step: int | None = None
+        """The step shown (None: none captured yet)."""
+        self.episodes: list[CapturedEpisode] = []
+        self.header = widgets.HTML("<i>training rollouts: none captured yet</i>")
+        self.menu = widgets.Dropdown(
+            options=[], description="episode", layout=widgets.Layout(width="28em")
+        )
+        self.replay: ReplayWidget | None = None
+        self.player = widgets.Box()
+        self.menu.observe(lambda change: self._show(change["new"]), names="value")
+        super().__init__([self.header, self.menu, self.player])
+
+    def update(self, run: Run | None) -> bool:
+        """Show `run`'s newest captured step if it is not the one shown; True when it changed."""
+        steps = run.capture_steps() if run is not None else []
+        if not steps or steps[-1] == self.step:
+            return False
+        step = steps[-1]
+        episodes = sorted(run.captures(step), key=lambda e: (e.group, e.trajectory.sample))
+        if not episodes:
+            return False
+        keep = self.menu.value
+        kept = self.episodes[keep] if keep is not None and keep < len(self.episodes) else None
+        self.step, self.episodes = step, episodes
+        self.header.value = (
+            f"<b>training rollouts</b> ({len(steps)} steps captured): "
+            f"{html.escape(summarize(episodes, step).line())}"
+        )
+        index = next(
+            (
+                i
+                for i, e in enumerate(episodes)
+                if kept is not None
+                and (e.group, e.trajectory.sample) == (kept.group, kept.trajectory.sample)
+            ),
+            min(keep or 0, len(episodes) - 1),
+        )
+        options = [(episode_label(e), i) for i, e in enumerate(episodes)]
+        self.menu.unobserve_all("value")  # one replay per update, not one per option change
+        self.menu.options, self.menu.value = options, index
+        self.menu.observe(lambda change: self._show(change["new"]), names="value")
+        self._show(index)
+        return True
+
+    def _show(self, index: int | None) -> None:
+        if index is None:
+            return
+        e = self.episodes[index]
+        label = f"step {e.step}, {episode_label(e)}"
+        self.replay = ReplayWidget(e.trajectory, display_px=self.display_px, label=label)
+        self.player.children = (self.replay,)
