@@ -205,3 +205,51 @@ def test_job_monitor_warns_beside_its_progress_when_entropy_collapses(tmp_path, 
     mon.refresh()
     assert mon.warning.startswith("entropy collapsing: 0.05 at step 3 is 5% of 1 at step 0")
     assert f"warning: {mon.warning}" in mon.progress.value and "<code>" in mon.progress.value
+
+
+def _captured(step, trajs):
+    from rlkit.run.captures import CapturedEpisode
+
+    return [CapturedEpisode(step, t.maze_index, 0.5 - t.sample, t) for t in trajs]
+
+
+def test_the_monitor_plays_the_newest_captured_training_step_as_steps_land(tmp_path):
+    from rlkit.episodes.policies import scripted_policy
+    from rlkit.episodes.rollout import run_episodes
+    from rlkit.maze.generation import generate
+    from rlkit.notebook.move_bars import bars_html
+    from rlkit.notebook.widgets import ReplayWidget
+    from rlkit.run.captures import write_step
+
+    run = RunDir(tmp_path / "run")
+    run.init(preset="smoke", seed=0, backend="local")
+    mon = m.JobMonitor(FakeJob(["RUNNING"]), run.path, refresh_s=5)
+    view = mon.rollouts
+    assert view in mon.children and view.step is None and "none captured" in view.header.value
+    mazes = [generate(3, 3, seed=s) for s in (1, 2)]
+    policy = scripted_policy("eps-oracle:0.5")  # move probabilities on every turn
+    write_step(run.path, 5, _captured(5, run_episodes(policy, mazes, samples=2, seed=5)), keep=3)
+    mon.refresh()
+    assert view.step == 5 and len(view.menu.options) == 4
+    assert "step 5: 4 episodes of 2 groups" in view.header.value and "(1 steps" in view.header.value
+    first = view.episodes[0]
+    assert isinstance(view.replay, ReplayWidget) and view.replay.pane.label.startswith(
+        "step 5, group 0, sample 0: reward"
+    )
+    assert view.replay.pane.move_bars[0].probs == pytest.approx(
+        first.trajectory.turns[0].move_probs, abs=1e-4
+    )
+    view.replay.slider.value = 1  # the player scrubs as the eval replays do, bars too
+    assert view.replay.pane.bars.value == bars_html(view.replay.pane.move_bars[1])
+    assert view.replay.pane.move_bars[1].probs == pytest.approx(
+        first.trajectory.turns[1].move_probs, abs=1e-4
+    )
+    view.menu.value = 3  # group 1, sample 1
+    shown = view.replay
+    assert shown.pane.label.startswith("step 5, group 1, sample 1")
+    mon.refresh()
+    assert view.replay is shown  # nothing new: not rebuilt
+    write_step(run.path, 6, _captured(6, run_episodes(policy, mazes, samples=2, seed=6)), keep=3)
+    mon.refresh()
+    assert view.step == 6 and "(2 steps" in view.header.value
+    assert view.menu.value == 3 and view.replay.pane.label.startswith("step 6, group 1, sample 1")
