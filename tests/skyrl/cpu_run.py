@@ -39,7 +39,15 @@ SETTINGS = {
     "eval_samples": 2,
     "warm_start_to": 0.15,  # enough partial skill for GRPO's groups to differ, in less time
 }
-GAUGES = ("ray_rlkit_train_step", "ray_rlkit_reward_mean", "ray_rlkit_solve_rate")
+GAUGES = {
+    "ray_rlkit_train_step": None,
+    "ray_rlkit_reward_mean": ("rollout/reward_mean",),
+    "ray_rlkit_solve_rate": ("rollout/solve_rate", "eval/solve_rate"),
+    "ray_rlkit_policy_entropy": ("loss/entropy",),
+    "ray_rlkit_logprob_gap": ("loss/rollout_train_logprobs_abs_diff_mean",),
+}
+"""The bridge's gauges scraped from the head while the run trains, and the metrics.jsonl keys
+one of whose values each must show (the step gauge shows a step)."""
 LIMIT_S = 1500.0
 TIMEOUT = 2400
 """pytest-timeout for a test that may be the first to ask for the run (it pays for it)."""

@@ -55,6 +55,14 @@ def test_the_bridge_logs_each_step_once_and_the_head_exports_its_gauges(skyrl_cp
         for key in ("rollout/solve_rate", "loss/policy", "timing/step"):
             assert math.isfinite(metric(records, step, key))
     assert set(skyrl_cpu_run.gauges) == set(GAUGES)
+    for gauge, keys in GAUGES.items():  # each shows what the bridge logged, tagged with the run
+        shown = float(skyrl_cpu_run.gauges[gauge])
+        logged = (
+            {float(r["step"]) for r in records}
+            if keys is None
+            else {float(r[k]) for r in records for k in keys if k in r}
+        )
+        assert any(math.isclose(shown, v, rel_tol=1e-6) for v in logged), (gauge, shown, logged)
 
 
 def test_eval_dumps_read_as_skyrl_measured_them(skyrl_cpu_run):
