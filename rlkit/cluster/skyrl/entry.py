@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from rlkit.cluster.hang import ACTIONS, DONE_LINE, HangRules, start_hang_detection
+from rlkit.cluster.skyrl.presets import SkyRLPreset
 from rlkit.errors import RlkitError, UsageError
 
 
@@ -57,6 +58,19 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         default=0.40,
         help="validation solve rate the tiny model's warm start stops at",
     )
+    preset = SkyRLPreset  # its defaults: what a command written by hand gets
+    parser.add_argument(
+        "--capture-groups",
+        type=int,
+        default=preset.capture_groups,
+        help="groups of each training step captured under RUN/rollouts/ (0 = off)",
+    )
+    parser.add_argument(
+        "--capture-keep",
+        type=int,
+        default=preset.capture_keep,
+        help="steps whose captured rollouts stay (the newest)",
+    )
     hang = HangRules()
     parser.add_argument(
         "--hang-minutes",
@@ -67,6 +81,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--hang-start-minutes", type=int, default=hang.start_minutes)
     parser.add_argument("--hang-action", choices=ACTIONS, default=hang.action)
     args = parser.parse_args(ours)
+    if args.capture_groups < 0 or args.capture_keep < 1:
+        raise UsageError(
+            f"--capture-groups ({args.capture_groups}) must be >= 0 and --capture-keep "
+            f"({args.capture_keep}) >= 1"
+        )
     bad = [o for o in overrides if "=" not in o or o.startswith("+")]
     if bad:
         raise UsageError(f"SkyRL overrides must be key=value (no '+'): {' '.join(bad[:3])}")
@@ -132,18 +151,21 @@ def record_run(cfg, args: argparse.Namespace, overrides: list[str]) -> dict:
     return config
 
 
-def _run_skyrl(cfg, hang: HangRules) -> None:
+def _run_skyrl(cfg, hang: HangRules, capture: tuple[int, int]) -> None:
     """Body of the Ray task: register the env in this process, then SkyRL's experiment.
 
     The step lines come from this process (the bridged tracker), so HyperPod's hang rules are
-    registered here, with this task's Ray job and worker ids.
+    registered here, with this task's Ray job and worker ids. `capture`: (groups, keep) of the
+    captured training rollouts.
     """
+    from rlkit.cluster.skyrl.capture import CaptureSettings
     from rlkit.cluster.skyrl.experiment import RlkitExp
     from rlkit.env.maze_env import register_env
 
     register_env()
     print(f"rlkit: {start_hang_detection(hang)}", flush=True)
-    RlkitExp(cfg).run()  # SkyRL's experiment, its metrics bridged into the run dir
+    # SkyRL's experiment, its metrics bridged into the run dir
+    RlkitExp(cfg, CaptureSettings(*capture)).run()
     print(DONE_LINE, flush=True)
 
 
@@ -201,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     # worker has, so Ray cannot place it on the head pod
     task = ray.remote(num_cpus=1, memory=args.driver_memory_gb * 2**30 or None)(_run_skyrl)
     hang = HangRules(args.hang_minutes, args.hang_start_minutes, args.hang_action)
-    ray.get(task.remote(cfg, hang))
+    ray.get(task.remote(cfg, hang, (args.capture_groups, args.capture_keep)))
     return 0
 
 

@@ -4,7 +4,8 @@
 `Tracking` (console, wandb, mlflow, ... as `trainer.logger` says) that also hands every step's
 dict to `MetricsBridge` (RUN/metrics.jsonl, Ray gauges, MLflow) for the run dir, which is
 SkyRL's `trainer.ckpt_path`. Its `get_generator` gives VLM runs `RlkitVLMGenerator` (image
-placeholders that always match the images: rlkit.cluster.skyrl.generator), and its `get_trainer`
+placeholders that always match the images, and a few groups of every training step captured
+under RUN/rollouts/ as `capture` says: rlkit.cluster.skyrl.generator), and its `get_trainer`
 gives `RlkitTrainer` (a resumed step gets the HF export a kill left out: .trainer).
 """
 
@@ -17,6 +18,7 @@ from skyrl.train.trainer import RayPPOTrainer
 from skyrl.train.utils.tracking import Tracking
 
 from rlkit.cluster.skyrl.bridge import MetricsBridge
+from rlkit.cluster.skyrl.capture import CaptureSettings
 from rlkit.cluster.skyrl.generator import build_generator
 from rlkit.cluster.skyrl.trainer import RlkitTrainer
 from rlkit.errors import UsageError
@@ -58,6 +60,14 @@ def bridged_tracker(cfg) -> BridgedTracking:
 
 
 class RlkitExp(BasePPOExp):
+    capture: CaptureSettings = CaptureSettings()
+    """Captured training rollouts (the entry passes the preset's; this default is theirs)."""
+
+    def __init__(self, cfg, capture: CaptureSettings | None = None) -> None:
+        if capture is not None:
+            self.capture = capture
+        super().__init__(cfg)
+
     def get_tracker(self) -> Tracking:
         return bridged_tracker(self.cfg)
 
@@ -89,7 +99,7 @@ class RlkitExp(BasePPOExp):
     def get_generator(self, cfg, tokenizer, inference_engine_client) -> GeneratorInterface:
         if not cfg.generator.vision_language_generator:
             return super().get_generator(cfg, tokenizer, inference_engine_client)
-        return build_generator(cfg, tokenizer, inference_engine_client)
+        return build_generator(cfg, tokenizer, inference_engine_client, self.capture)
 
     def get_trainer(
         self,

@@ -26,6 +26,10 @@ Measured against a real vLLM CPU server, the tiny model sampling its whole vocab
 2, 12 turns, 8 tokens an answer): SkyRL's generator left 2-3 of 16 samples whose forward fails as
 on the run; this one none, its guard taking the 3-4 samples that had sampled `<|image_pad|>`.
 
+It also captures a few groups of every training step (`capturer`, rlkit.cluster.skyrl.capture):
+their turns recorded as the loop plays them, each with the engine's move probabilities, written
+to RUN/rollouts/ when the batch is done.
+
 `RlkitExp.get_generator` (rlkit.cluster.skyrl.experiment) builds it; tests in
 tests/skyrl/test_generator.py drive it with SkyRL's own config, dataset and generate().
 """
@@ -46,6 +50,8 @@ from skyrl.train.generators.base import TRAINING_PHASE_TRAIN, GeneratorOutput
 from skyrl.train.generators.skyrl_gym_generator import TrajectoryOutput
 from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
 from skyrl.utils.tok import get_processor
+
+from rlkit.cluster.skyrl.capture import Capturer, CaptureSettings, EngineProbe, StepCapture
 
 IMAGE_PAD = "<|image_pad|>"
 """Qwen-VL's image placeholder: the forward puts one merged patch's feature at each."""
@@ -123,11 +129,16 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
     """`SkyRLVLMGymGenerator` whose samples' image placeholders always match their images.
 
     `merge_size`: the image processor's (Qwen3-VL: 2), to count tokens per image grid.
+    `capturer`: the run's captured rollouts (None: none captured).
     """
 
-    def __init__(self, *args: Any, merge_size: int, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, merge_size: int, capturer: Capturer | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.merge_size = merge_size
+        self.capturer = capturer
+        self._capture: StepCapture | None = None
         self.image_id = self.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
         if self.image_id is None or self.image_id == self.tokenizer.unk_token_id:
             raise ValueError(f"the tokenizer has no {IMAGE_PAD} token: not a Qwen-VL tokenizer")
@@ -135,9 +146,16 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
         self.filler_id = pad if pad is not None else self.tokenizer.eos_token_id
 
     async def generate(self, input_batch, disable_tqdm: bool = False) -> GeneratorOutput:
-        out = await super().generate(input_batch, disable_tqdm=disable_tqdm)
+        capture = self.capturer.begin(input_batch) if self.capturer is not None else None
+        self._capture = capture  # agent loops of this call record their turns into it
+        try:
+            out = await super().generate(input_batch, disable_tqdm=disable_tqdm)
+        finally:
+            self._capture = None
         changed = guard_placeholders(out, self.image_id, self.filler_id, self.merge_size)
         out["rollout_metrics"][DESYNC_METRIC] = changed
+        if capture is not None:
+            out["rollout_metrics"].update(await capture.finish(input_batch, out))
         return out
 
     async def agent_loop(
@@ -232,6 +250,10 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
                     if gen_logprobs is not None:
                         gen_logprobs.append(0.0)
 
+                if self._capture is not None:  # a captured episode's turn (others: ignored)
+                    self._capture.turn(
+                        session_id, gen_text, input_ids, gen_ids, latest_features, cache_salt
+                    )
                 step = await self._run_in_executor_if_available(env.step, gen_text)
                 done = step["done"]
                 conversation.append({"role": "assistant", "content": gen_text})
@@ -269,15 +291,40 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
             await self.inference_engine_client.finish_session(session_id)
 
 
-def build_generator(cfg, tokenizer, inference_engine_client) -> RlkitVLMGenerator:
+def build_generator(
+    cfg, tokenizer, inference_engine_client, capture: CaptureSettings | None = None
+) -> RlkitVLMGenerator:
     """What SkyRL's `BasePPOExp.get_generator` builds for a VLM run, as `RlkitVLMGenerator`;
-    the merge size is the policy checkpoint's image processor's."""
+    the merge size is the policy checkpoint's image processor's. `capture` (default: the
+    presets' 2 groups, 50 steps) sets the captured training rollouts."""
     processor = get_processor(cfg.trainer.policy.model.path)
+    model = resolve_policy_model_name(cfg)
     return RlkitVLMGenerator(
         generator_cfg=cfg.generator,
         skyrl_gym_cfg=cfg.environment.skyrl_gym,
         inference_engine_client=inference_engine_client,
         tokenizer=tokenizer,
-        policy_model_name=resolve_policy_model_name(cfg),
+        policy_model_name=model,
         merge_size=processor.image_processor.merge_size,
+        capturer=build_capturer(cfg, tokenizer, inference_engine_client, model, capture),
     )
+
+
+def build_capturer(
+    cfg, tokenizer, client, model: str | None, capture: CaptureSettings | None = None
+) -> Capturer | None:
+    """The run's `Capturer` (None when `capture.groups` is 0). Move probabilities need an
+    HTTP engine: SkyRL's `RemoteInferenceClient` (its `get_endpoint_url()`, the router)."""
+    settings = capture if capture is not None else CaptureSettings()
+    if not settings.groups:
+        return None
+    url = client.get_endpoint_url() if hasattr(client, "get_endpoint_url") else None
+    temperature = float(cfg.generator.sampling_params.temperature or 1.0)
+    if cfg.generator.inference_engine.enable_return_sample_support_set:
+        temperature = 1.0  # SkyRL then asks vLLM for processed logprobs: already tempered
+    probe = None
+    if url is not None:
+        name = model or getattr(client, "model_name", None) or cfg.trainer.policy.model.path
+        probe = EngineProbe(url, name, tokenizer, temperature)
+    ends = tuple(t for t in (tokenizer.eos_token, tokenizer.pad_token) if isinstance(t, str) and t)
+    return Capturer.from_config(cfg, settings, probe, end_markers=ends)

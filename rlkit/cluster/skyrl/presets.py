@@ -33,9 +33,11 @@ from rlkit.cluster.skyrl.instances import (
 from rlkit.cluster.skyrl.preset_checks import check_preset
 from rlkit.env.maze_env import ENV_ID, env_for_set
 from rlkit.errors import UsageError
-from rlkit.recipe import Recipe, coerce_switches
+from rlkit.recipe import LOCAL_ADVANTAGE_ESTIMATORS, Recipe, coerce_switches
 
 ENTRY_MODULE = "rlkit.cluster.skyrl.entry"
+CAPTURE_ESTIMATORS = LOCAL_ADVANTAGE_ESTIMATORS
+"""Estimators whose advantages a captured rollout can carry (rlkit.train.advantages')."""
 CLUSTER_RECIPE = Recipe(kl_loss_coef=0.005)
 """The cluster presets' algorithm switches: SkyRL's defaults (GRPO, token_mean, the symmetric
 clip 0.2, k3 KL as a loss term) with SkyRL's visgym recipe's KL coefficient 0.005, which keeps
@@ -164,12 +166,29 @@ class SkyRLPreset:
     dataloader_workers: int | None = None
     """SkyRL's dataloader worker processes (None: SkyRL's 8). On a 2-core host their start-up
     took ~55 of an eval's ~60 s, while generating took 4-9 s."""
+    capture_groups: int = 2
+    """Groups (a maze's episodes) of each training step kept under RUN/rollouts/, with every
+    turn's move probabilities (`rlkit.cluster.skyrl.capture`); 0 = off. A few groups show what
+    the policy does; each costs one extra 1-token engine request per turn."""
+    capture_keep: int = 50
+    """Steps whose captured rollouts stay on disk (the newest), as checkpoints are pruned."""
 
     def hang_rules(self) -> HangRules:
         return HangRules(self.hang_minutes, self.hang_start_minutes, self.hang_action)
 
     def __post_init__(self) -> None:
         check_preset(self)  # one-line UsageErrors: sizes, the instance's layout, SkyRL's traps
+        if self.capture_groups < 0 or self.capture_keep < 1:
+            raise UsageError(
+                f"capture_groups ({self.capture_groups}) must be >= 0 (0 = off) and "
+                f"capture_keep ({self.capture_keep}) >= 1 steps"
+            )
+        if self.capture_groups and self.recipe.advantage_estimator not in CAPTURE_ESTIMATORS:
+            raise UsageError(
+                f"captured rollouts need advantage_estimator {' or '.join(CAPTURE_ESTIMATORS)} "
+                f"(the advantages rlkit computes), not {self.recipe.advantage_estimator}; set "
+                "capture_groups=0"
+            )
 
     @property
     def node_gpus(self) -> int:
@@ -423,6 +442,10 @@ def entrypoint_command(preset: SkyRLPreset, run_name: str, preset_name: str | No
         preset.hang_action,
         "--device",
         preset.device,
+        "--capture-groups",
+        str(preset.capture_groups),
+        "--capture-keep",
+        str(preset.capture_keep),
     ]
     if preset.model_path == TINY_WARM:
         ours += ["--init-model", paths.init_model_dir, "--init-stop-at", str(preset.warm_start_to)]

@@ -1,0 +1,368 @@
+"""Training rollouts of a SkyRL run, captured per step by rlkit's generator.
+
+`RlkitVLMGenerator` (rlkit.cluster.skyrl.generator) hands each TRAINING `generate()` call to a
+`Capturer`: it picks `groups` of the batch's groups (`rlkit.run.captures.pick_groups`, from the
+run's seed and the global step, so a resumed run picks what an uninterrupted one would), records
+each of their turns while SkyRL's agent loop plays them, and when the batch is done writes them
+with `write_step` to RUN/rollouts/global_step_N.jsonl (RUN = SkyRL's `trainer.ckpt_path`), the
+newest `keep` steps kept, as checkpoints are. Eval calls (`batch_metadata.training_phase ==
+"eval"`) and calls without batch metadata capture nothing.
+
+An episode is rlkit's `Trajectory`: its answers replayed through `MazeEnv` by
+`rlkit.run.skyrl_dumps.to_trajectory` (as SkyRL's eval dumps are), SkyRL's reward, and per turn
+the policy's probability of each move (below). Its advantage comes from
+`rlkit.train.advantages.estimate` over the captured groups' rewards, with the run's own
+`trainer.algorithm.advantage_estimator` and `grpo_norm_by_std`: for `grpo`, SkyRL's
+`compute_grpo_outcome_advantage` is exactly that per group (the episode's summed token rewards,
+minus the group mean, over the unbiased group std + 1e-6 when normalised), so the capture holds
+the advantage SkyRL's loss gave the episode's tokens (tests/skyrl/test_objective.py ties the two
+functions). The rewards are the generator's, which the trainer uses unchanged unless the KL is
+placed in the reward (`use_kl_in_reward`, off in rlkit's presets).
+
+Move probabilities. SkyRL samples free-form answers ("... <action>up</action>") and its client
+keeps only each sampled token's logprob, so for captured episodes only, `EngineProbe` asks the
+engine once more per turn: the turn's prompt plus the sampled answer up to the end of its last
+`<action>` (the tag the relaxed parser obeys), `max_tokens=1` and vLLM's top-20 logprobs, sent
+through SkyRL's own `RemoteGenerateClient` to the run's router, with the turn's session id and
+cache salt (the same engine, its prefix cache warm). The four move words' first-token logprobs
+in the raw response become the four probabilities as rlkit's vLLM policy turns them
+(`rlkit.model.vllm_policy._move_probs`: renormalised over the four), at the sampling
+temperature (SkyRL's engines report raw logprobs). Where the answer's last token before the
+move word also holds its start (a tokenizer that merges `>` with `up`), the prompt stops before
+that token and the candidates are the first tokens of `>up`, `>down`, ... instead. A turn gets
+None when its answer never writes `<action>`, when the four candidates are not four distinct
+tokens, when vLLM's top 20 lack one of the four words (a model that barely considers moving
+there: a floor would invent a number, so none is stored), or when the probe request fails. The
+engine's top-k cap (`max_logprobs`, vLLM's default 20) bounds the request. Probes run beside
+the episodes' own requests (a task per turn) and are awaited when the batch ends.
+
+The step's cost is logged with its rollout metrics (`generate/capture_*`, through the bridge
+`rollout/capture_*` in RUN/metrics.jsonl): episodes, bytes written, seconds spent after
+generation (waiting for the last probes, replay, advantage, write), the summed latency of the
+probe requests, turns without probabilities, and errors. A capture that fails costs that step's
+file (logged and counted), never the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
+
+import torch
+from skyrl.backends.skyrl_train.inference_servers.remote_inference_client import (
+    RemoteGenerateClient,
+)
+from skyrl.train.generators.base import TRAINING_PHASE_TRAIN
+
+from rlkit.env.maze_env import maze_from_extras
+from rlkit.episodes.policies import MoveProbs
+from rlkit.errors import UsageError
+from rlkit.maze.core import Action
+from rlkit.model.vllm_policy import _move_probs
+from rlkit.recipe import Recipe
+from rlkit.run.captures import CapturedEpisode, pick_groups, write_step
+from rlkit.run.skyrl_dumps import EvalEpisode, to_trajectory
+from rlkit.train.advantages import ESTIMATORS, estimate
+
+_log = logging.getLogger(__name__)
+
+ACTION_OPEN = "<action>"
+TOP_LOGPROBS = 20
+"""Top logprobs a probe asks for: vLLM's default `max_logprobs`, the most a request may ask."""
+METRIC = "generate/capture_{}"
+"""The step's capture costs, with its rollout metrics (no avg/min/max in a name: SkyRL sums
+such keys over concatenated outputs)."""
+
+
+@dataclass(frozen=True)
+class CaptureSettings:
+    """How many groups a training step keeps, and for how many steps."""
+
+    groups: int = 2
+    """Groups (a maze's episodes) captured per step; 0 turns capture off."""
+    keep: int | None = 50
+    """Steps whose captures stay on disk (the newest); None keeps every step."""
+
+    def __post_init__(self) -> None:
+        if self.groups < 0:
+            raise UsageError(f"capture groups ({self.groups}) must be >= 0 (0 turns capture off)")
+        if self.keep is not None and self.keep < 1:
+            raise UsageError(f"capture keep ({self.keep}) must be >= 1 steps, or None for all")
+
+
+class _Logprob(NamedTuple):
+    """The shape `_move_probs` reads a logprob in (vLLM's `Logprob.logprob`)."""
+
+    logprob: float
+
+
+def probe_point(tokenizer: Any, answer_ids: Sequence[int]) -> tuple[int, str] | None:
+    """Where to ask for the move: `(k, tail)` with `answer_ids[:k]` the whole tokens before the
+    end of the answer's last `<action>`, and `tail` the part of `<action>` that the next token
+    also covers ("" when the tag ends on a token boundary); None without a tag."""
+    text = tokenizer.decode(list(answer_ids))
+    at = text.rfind(ACTION_OPEN)
+    if at < 0:
+        return None
+    cut = at + len(ACTION_OPEN)
+    lo, hi = 0, len(answer_ids)  # the most tokens whose text stays within the cut
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if len(tokenizer.decode(list(answer_ids[:mid]))) <= cut:
+            lo = mid
+        else:
+            hi = mid - 1
+    head = tokenizer.decode(list(answer_ids[:lo]))
+    if not text.startswith(head):  # a token split inside a character: no clean point
+        return None
+    return lo, text[len(head) : cut]
+
+
+def move_choices(tokenizer: Any, tail: str) -> tuple[int, ...] | None:
+    """The first token of `tail + word` for each move (`Action` order), or None when they are
+    not four distinct tokens that reach into their word."""
+    firsts = [tokenizer.encode(tail + a.word, add_special_tokens=False)[:1] for a in Action]
+    if any(not f or len(tokenizer.decode(f)) <= len(tail) for f in firsts):
+        return None
+    choices = tuple(f[0] for f in firsts)
+    return choices if len(set(choices)) == len(choices) else None
+
+
+def top_logprobs(raw_response: dict, temperature: float = 1.0) -> dict[int, _Logprob]:
+    """`{token id: logprob}` of the first generated position of vLLM's `/inference/v1/generate`
+    answer (`choices[0].logprobs.content[0].top_logprobs`), divided by the temperature."""
+    content = raw_response["choices"][0]["logprobs"]["content"][0]
+    entries = [content, *content.get("top_logprobs", [])]
+    return {int(e["token_id"]): _Logprob(float(e["logprob"]) / temperature) for e in entries}
+
+
+class EngineProbe:
+    """The move distribution at a captured turn's move position: one 1-token request to the
+    run's engines (the router behind SkyRL's client, `get_endpoint_url()`)."""
+
+    def __init__(self, url: str, model: str, tokenizer: Any, temperature: float = 1.0) -> None:
+        self.client = RemoteGenerateClient(proxy_url=url)
+        self.model, self.tokenizer, self.temperature = model, tokenizer, temperature
+        self._choices: dict[str, tuple[int, ...] | None] = {}
+
+    async def move_probs(
+        self,
+        prompt_ids: list[int],
+        answer_ids: list[int],
+        features: dict | None,
+        session_id: str,
+        cache_salt: str | None,
+    ) -> MoveProbs | None:
+        point = probe_point(self.tokenizer, answer_ids)
+        if point is None:
+            return None
+        k, tail = point
+        if tail not in self._choices:
+            self._choices[tail] = move_choices(self.tokenizer, tail)
+        choices = self._choices[tail]
+        if choices is None:
+            return None
+        result = await self.client.generate(
+            prompt_token_ids=[*prompt_ids, *answer_ids[:k]],
+            sampling_params={"max_tokens": 1, "logprobs": TOP_LOGPROBS, "temperature": 1.0},
+            session_id=session_id,
+            model=self.model,
+            mm_features=features,
+            cache_salt=cache_salt,
+        )
+        return _move_probs(top_logprobs(result.raw_response, self.temperature), list(choices))
+
+    async def aclose(self) -> None:
+        """Close the HTTP session of the running event loop."""
+        await self.client.aclose()
+
+
+@dataclass
+class _Episode:
+    """One captured episode while it plays: its answers and its turns' probe tasks."""
+
+    texts: list[str] = field(default_factory=list)
+    probes: list[asyncio.Task] = field(default_factory=list)
+
+
+@dataclass
+class Capturer:
+    """A run's capture: what to keep, where, and the run's numbers it needs (from SkyRL's cfg)."""
+
+    settings: CaptureSettings
+    run_dir: str
+    seed: int
+    recipe: Recipe
+    """Only `advantage_estimator` and `grpo_norm_by_std` are read (the run's own)."""
+    run_name: str
+    probe: EngineProbe | None
+    """None: no engine to ask (a client without `get_endpoint_url`); turns get no probabilities."""
+    end_markers: tuple[str, ...] = ()
+    """Text an answer may end with that is chat scaffolding, not the model's words."""
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: Any,
+        settings: CaptureSettings,
+        probe: EngineProbe | None,
+        end_markers: tuple[str, ...] = (),
+    ) -> Capturer:
+        """The capture of the run SkyRL's `cfg` describes; a UsageError when its advantage
+        estimator is one rlkit does not compute."""
+        algo = cfg.trainer.algorithm
+        if settings.groups and algo.advantage_estimator not in ESTIMATORS:
+            raise UsageError(
+                f"captured rollouts need advantage_estimator {' or '.join(ESTIMATORS)}, the "
+                f"estimators rlkit computes (this run: {algo.advantage_estimator}); set "
+                "capture_groups=0"
+            )
+        recipe = Recipe(
+            advantage_estimator=algo.advantage_estimator, grpo_norm_by_std=algo.grpo_norm_by_std
+        )
+        t = cfg.trainer
+        return cls(settings, t.ckpt_path, int(t.seed), recipe, t.run_name, probe, end_markers)
+
+    def begin(self, input_batch: dict) -> StepCapture | None:
+        """The capture of one generate() call, or None for an eval (or untagged) call."""
+        meta = input_batch.get("batch_metadata")
+        ids = input_batch.get("trajectory_ids")
+        if not self.settings.groups or meta is None or ids is None:
+            return None
+        if meta.training_phase != TRAINING_PHASE_TRAIN:
+            return None
+        groups = [_group(t.instance_id, ids) for t in ids]
+        picked = set(
+            pick_groups(groups, self.settings.groups, seed=self.seed, step=meta.global_step)
+        )
+        rows = {
+            t.to_string(): i
+            for i, (t, g) in enumerate(zip(ids, groups, strict=True))
+            if g in picked
+        }
+        return StepCapture(self, int(meta.global_step), rows, groups)
+
+
+def _group(instance_id: str, ids: Sequence[Any]) -> int:
+    """A group's number: its dataset row (SkyRL's uid is the row index), else where it first
+    appears in the batch."""
+    if str(instance_id).isdigit():
+        return int(instance_id)
+    return next(i for i, t in enumerate(ids) if t.instance_id == instance_id)
+
+
+class StepCapture:
+    """One training step's captured groups while SkyRL's agent loops play them."""
+
+    def __init__(self, owner: Capturer, step: int, rows: dict[str, int], groups: list[int]):
+        self.owner, self.step, self.rows, self.groups = owner, step, rows, groups
+        self.episodes: dict[str, _Episode] = {s: _Episode() for s in rows}
+        self.probe_seconds = 0.0
+        self.probe_failures = 0
+
+    def turn(
+        self,
+        session_id: str,
+        text: str,
+        prompt_ids: list[int],
+        answer_ids: list[int],
+        features: dict | None,
+        cache_salt: str | None,
+    ) -> None:
+        """Record one turn of a captured episode (any other session is ignored) and start its
+        probe."""
+        ep = self.episodes.get(session_id)
+        if ep is None:
+            return
+        ep.texts.append(text)
+        probe = self.owner.probe
+        if probe is not None:
+            args = (list(prompt_ids), list(answer_ids), features, session_id, cache_salt)
+            ep.probes.append(asyncio.ensure_future(self._timed(probe.move_probs(*args))))
+
+    async def _timed(self, probe) -> MoveProbs | None:
+        start = time.perf_counter()
+        try:
+            return await probe
+        except Exception as e:  # an observation aid: a failed probe costs its turn's bars only
+            self.probe_failures += 1
+            if self.probe_failures == 1:
+                _log.warning("rlkit capture: a move-probability probe failed (%s)", e)
+            return None
+        finally:
+            self.probe_seconds += time.perf_counter() - start
+
+    async def finish(self, input_batch: dict, out: dict) -> dict[str, float]:
+        """Write the step's file; the step's capture metrics."""
+        start = time.perf_counter()
+        probs = {
+            s: await asyncio.gather(*ep.probes) if ep.probes else []
+            for s, ep in self.episodes.items()
+        }
+        metrics = {"episodes": 0, "bytes": 0, "probe_misses": 0, "errors": 0}
+        try:
+            episodes = self._episodes(input_batch, out, probs)
+            path = write_step(
+                self.owner.run_dir, self.step, episodes, keep=self.owner.settings.keep
+            )
+            metrics["episodes"], metrics["bytes"] = len(episodes), path.stat().st_size
+            metrics["probe_misses"] = sum(
+                t.move_probs is None for e in episodes for t in e.trajectory.turns
+            )
+        except Exception as e:  # the run matters more than its sample: log, count, go on
+            _log.warning("rlkit capture: step %d's rollouts were not written (%s)", self.step, e)
+            metrics["errors"] = 1
+        metrics["seconds"] = time.perf_counter() - start
+        metrics["probe_seconds"] = self.probe_seconds
+        return {METRIC.format(k): float(v) for k, v in metrics.items()}
+
+    def _episodes(
+        self, input_batch: dict, out: dict, probs: dict[str, list[MoveProbs | None]]
+    ) -> list[CapturedEpisode]:
+        order = sorted(self.rows.items(), key=lambda kv: kv[1])
+        rewards = [_reward(out["rewards"][i]) for _, i in order]
+        groups = [self.groups[i] for _, i in order]
+        adv = estimate(torch.tensor(rewards), torch.tensor(groups), self.owner.recipe).tolist()
+        episodes = []
+        for (session, i), reward, group, a in zip(order, rewards, groups, adv, strict=True):
+            ep = self._replayed(session, i, input_batch, out, reward, probs[session])
+            episodes.append(CapturedEpisode(self.step, group, float(a), ep))
+        return episodes
+
+    def _replayed(self, session, i, input_batch, out, reward, probs):
+        extras = input_batch["env_extras"][i]  # SkyRL's agent loop set its max_turns in place
+        maze = maze_from_extras(extras)
+        info = extras.get("extra_info") or {}
+        ep = EvalEpisode(
+            maze=maze.to_dict(),
+            maze_index=int(info.get("index", -1)),
+            maze_hash=maze.content_hash,
+            data_source=str(extras.get("data_source") or "unknown"),
+            reward=reward,
+            solved=reward > 0,
+            responses=[self._answer(t) for t in self.episodes[session].texts],
+            stop_reason=out["stop_reasons"][i] if out.get("stop_reasons") else None,
+            max_turns=extras.get("max_turns"),
+            extras=dict(extras),
+        )
+        sample = input_batch["trajectory_ids"][i].repetition_id
+        traj = to_trajectory(ep, sample, f"{self.owner.run_name}@{self.step}")
+        probs = [*probs, *[None] * (len(traj.turns) - len(probs))]  # no probe: no bars
+        turns = [replace(t, move_probs=p) for t, p in zip(traj.turns, probs, strict=False)]
+        return replace(traj, turns=turns, max_turns=ep.max_turns)
+
+    def _answer(self, text: str) -> str:
+        """The answer as the model wrote it: SkyRL's client keeps the end-of-turn token."""
+        for marker in self.owner.end_markers:
+            while marker and text.endswith(marker):
+                text = text[: -len(marker)]
+        return text
+
+
+def _reward(r: float | list[float]) -> float:
+    """An episode's reward: SkyRL's VLM generator gives per-token rewards (their sum)."""
+    return float(sum(r)) if isinstance(r, list) else float(r)
