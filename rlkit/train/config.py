@@ -165,10 +165,13 @@ class ScheduleConfig:
     capture_groups: int = 2
     """Groups of each GRPO step's rollout batch kept under RUN/rollouts (every episode of each,
     with its advantage and per-turn move probabilities: `rlkit rollouts`, the monitor), picked
-    from (seed, step); 0: none. Cost: measured below with `keep_captures`."""
+    from (seed, step); 0: none. Cost per step, measured on 2 busy cores: local-tiny (2 x 8
+    episodes, 6-9 turns) 14-26 KB and 6-17 ms of a ~6 s step; smoke (2 x 4 episodes, ~11
+    turns) 16-17 KB and 8-13 ms of a 0.15-0.3 s step (~170 bytes a turn; the time is mostly
+    the atomic write's fsyncs)."""
     keep_captures: int | None = 50
     """Captured steps kept (the newest; None: all), so the files stay bounded as checkpoints
-    do."""
+    do: at the default, under ~1.3 MB for local-tiny."""
 
     def __post_init__(self) -> None:
         if self.capture_groups < 0:
