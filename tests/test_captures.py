@@ -305,6 +305,10 @@ def test_rollouts_cli_errors_are_one_line(smoke, capsys, tmp_path):
     for argv, want, needle in cases:
         code, _, err = _cli(capsys, *argv)
         assert code == want and needle in err and len(err.strip().splitlines()) == 1, (argv, err)
+    alone = tmp_path / "skyrl_exports"
+    (alone / "dumped_evals").mkdir(parents=True)
+    code, _, err = _cli(capsys, alone)
+    assert code == 2 and "export dir without its run dir" in err
     cap.step_path(bare.path, 3).parent.mkdir()
     cap.step_path(bare.path, 3).write_text("{torn")
     code, _, err = _cli(capsys, bare.path, "--step", "3")

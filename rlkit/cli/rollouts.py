@@ -48,6 +48,11 @@ def _open(path: str):
 
 
 def _pick_step(run, wanted: str | None, steps: list[int]) -> int:
+    if run.capture_root() is None:
+        raise UsageError(
+            f"{run.path} is a SkyRL export dir without its run dir: captured rollouts are in "
+            "the run dir (RUN/rollouts), give that"
+        )
     if not steps:
         raise UsageError(
             f"{run.path} has no captured training rollouts yet: they are written after each "
@@ -173,6 +178,6 @@ def _step_table(name: str, step: int, episodes) -> str:
             f"{e.group:>5} {t.sample:>6} {t.reward:>6g} {e.advantage:>+7.3f} {len(t.turns):>5}  "
             f"{moves}"
         )
-        lines.append(f"{'':>34}{probs}")
+        lines.append(f"{'':>35}{probs}")
     lines.append("moves: U D L R (? = no parsable move); P: - = not recorded")
     return "\n".join(lines)

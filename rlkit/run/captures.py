@@ -216,6 +216,6 @@ def summarize(episodes: Sequence[CapturedEpisode], step: int | None = None) -> S
         n,
         len({e.group for e in episodes}),
         sum(e.trajectory.solved for e in episodes) / n,
-        sum(e.advantage for e in episodes) / n,
+        round(sum(e.advantage for e in episodes) / n, 6) + 0.0,  # +0.0: never "-0.00"
         sum(len(e.trajectory.turns) for e in episodes) / n,
     )
