@@ -74,6 +74,7 @@ def test_files_are_whole_or_absent_and_a_damaged_line_is_named(tmp_path):
     assert names == ["global_step_2.jsonl"]  # no temporary file left beside it
     (cap.capture_dir(tmp_path) / ".global_step_9.jsonl.tmp-123").write_text("{")  # a writer died
     assert cap.capture_steps(tmp_path) == [2]
+    assert cap.drop_after(tmp_path, 2) == [] and len(list(cap.capture_dir(tmp_path).iterdir())) == 1
     path = cap.step_path(tmp_path, 2)
     lines = path.read_text().split("\n")
     path.write_text("\n".join([lines[0], lines[1][: len(lines[1]) // 2], *lines[2:]]))

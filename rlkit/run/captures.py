@@ -147,10 +147,14 @@ def capture_steps(run_dir: str | Path) -> list[int]:
 
 def drop_after(run_dir: str | Path, step: int) -> list[int]:
     """Delete the captured steps after `step` (a run resumed from that checkpoint trains them
-    again, as its metrics restart there); returns the steps deleted."""
+    again, as its metrics restart there) and what a killed writer left half-written; returns
+    the steps deleted."""
     gone = [s for s in capture_steps(run_dir) if s > step]
     for s in gone:
         step_path(run_dir, s).unlink(missing_ok=True)
+    if capture_dir(run_dir).is_dir():
+        for tmp in capture_dir(run_dir).glob(".global_step_*.jsonl.tmp-*"):
+            tmp.unlink(missing_ok=True)
     return gone
 
 

@@ -96,6 +96,8 @@ class Trainer:
     # setup -------------------------------------------------------------------------------
     def _restore(self) -> Checkpoint | None:
         ckpt = self.run.resume() if self.resume_mode == "latest" else None
+        if self.resume_mode == "latest":  # steps after it are trained (and captured) again,
+            captures.drop_after(self.run.path, ckpt.step if ckpt else -1)  # as metrics are
         if self.resume_mode == "none" and self.run.checkpoint_steps():
             raise UsageError(
                 f"{self.run.path} already holds checkpoints: use --resume latest or a new --run-dir"
@@ -177,7 +179,6 @@ class Trainer:
             if changes:
                 self.run.record_config(cfg.to_dict(), changes, step=ckpt.step if ckpt else 0)
             if ckpt is not None:  # says which checkpoint a restarted job really continues from
-                captures.drop_after(self.run.path, ckpt.step)  # trained again, as metrics are
                 print(
                     f"resuming {self.run.path} from {ckpt.path.name}", file=sys.stderr, flush=True
                 )
