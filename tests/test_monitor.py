@@ -253,3 +253,7 @@ def test_the_monitor_plays_the_newest_captured_training_step_as_steps_land(tmp_p
     mon.refresh()
     assert view.step == 6 and "(2 steps" in view.header.value
     assert view.menu.value == 3 and view.replay.pane.label.startswith("step 6, group 1, sample 1")
+    (run.path / "rollouts" / "global_step_7.jsonl").write_text("{torn\n")  # a damaged file
+    mon.refresh()
+    assert view.step == 6 and "global_step_7.jsonl:1 is not a captured episode" in view.header.value
+    assert mon.error is None  # said in the view; the rest of the monitor goes on

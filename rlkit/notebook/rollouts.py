@@ -21,6 +21,7 @@ from itertools import groupby
 
 import ipywidgets as widgets
 
+from rlkit.errors import RlkitError
 from rlkit.notebook.move_bars import move_bars
 from rlkit.notebook.player import PaneFrames, player_html
 from rlkit.notebook.widgets import ReplayWidget, colour_key, replay_captions, replay_frames
@@ -109,12 +110,17 @@ class RolloutsView(widgets.VBox):
         super().__init__([self.header, self.menu, self.player])
 
     def update(self, run: Run | None) -> bool:
-        """Show `run`'s newest captured step if it is not the one shown; True when it changed."""
+        """Show `run`'s newest captured step if it is not the one shown; True when it changed.
+        A damaged file is said in the header line (the rest of the monitor goes on)."""
         steps = run.capture_steps() if run is not None else []
         if not steps or steps[-1] == self.step:
             return False
         step = steps[-1]
-        episodes = sorted(run.captures(step), key=lambda e: (e.group, e.trajectory.sample))
+        try:
+            episodes = sorted(run.captures(step), key=lambda e: (e.group, e.trajectory.sample))
+        except RlkitError as e:
+            self.header.value = f"<i>training rollouts of step {step}: {html.escape(str(e))}</i>"
+            return False
         if not episodes:
             return False
         keep = self.menu.value
