@@ -146,6 +146,9 @@ def test_every_grpo_step_captures_its_groups_with_move_probabilities(smoke):
     assert grpo == [5, 6, 7, 8] and all(r["timing/capture"] > 0 for r in grpo_rows)
     run = open_run(run_dir)
     assert run.capture_steps() == grpo[-3:]  # keep_captures=3
+    for r in grpo_rows[-3:]:  # what each step's capture cost, in its metrics
+        assert r["rollout/capture_episodes"] == len(run.captures(r["step"]))
+        assert r["rollout/capture_bytes"] == cap.step_path(run_dir, r["step"]).stat().st_size
     all_groups = range(cfg.grpo.mazes_per_step)
     for step in run.capture_steps():
         eps = run.captures(step)

@@ -281,7 +281,7 @@ class Trainer:
             scores = score(trajs, recipe, eos_id=eos, batch_groups=g.mazes_per_step)
             faults.point("rollout", s.step)
         with self.log.timer("capture"):
-            self._capture(trajs, scores)
+            captured = self._capture(trajs, scores)
         with self.log.timer("encode"):
             encode = self.learner.loaded.encoder.encode
             samples = turn_samples(trajs, scores, encode, task.env, history=task.history)
@@ -296,15 +296,17 @@ class Trainer:
             "train/groups": kept_groups(scores),
             "train/lr": lr,
             "train/cursor": s.cursor,
+            **captured,
             **metrics,
         }
 
-    def _capture(self, trajs: list[Trajectory], scores: Scores) -> None:
+    def _capture(self, trajs: list[Trajectory], scores: Scores) -> dict:
         """Keep `capture_groups` of this step's groups under RUN/rollouts, each episode with
-        the advantage its loss used (0 where the loss dropped it)."""
+        the advantage its loss used (0 where the loss dropped it); returns what it cost
+        (`rollout/capture_episodes`, `_bytes`: SkyRL's bridge logs the same names)."""
         sched = self.cfg.schedule
         if sched.capture_groups == 0:
-            return
+            return {}
         adv = scores.advantages
         used = torch.where(scores.keep, adv, torch.zeros_like(adv)).tolist()
         step = self.state.step
@@ -314,7 +316,11 @@ class Trainer:
         picked = captures.pick_episodes(
             step, named, scores.groups.tolist(), used, n=sched.capture_groups, seed=sched.seed
         )
-        captures.write_step(self.run.path, step, picked, keep=sched.keep_captures)
+        path = captures.write_step(self.run.path, step, picked, keep=sched.keep_captures)
+        return {
+            "rollout/capture_episodes": len(picked),
+            "rollout/capture_bytes": path.stat().st_size,
+        }
 
     def _rollout_round(self, round_: int, offset: int) -> list[Trajectory]:
         """The next `mazes_per_step` training mazes' groups of episodes; their maze indices
