@@ -4,6 +4,7 @@ Packages by layer, bottom to top; a package imports only from packages below it 
 modules), and `scripts/check_layers.py` (part of `make lint`) enforces it:
 
     errors, fsio, stats   base: import nothing of rlkit but each other
+    settings  base: typed `--set` values, one coercion for every config
     recipe    base: the GRPO recipe vocabulary both backends map (torch-free)
     maze      the game: mazes, pinned sets, rules, rendering, answer parsing
     env       skyrl-gym env (`rlkit-maze`) and SkyRL dataset rows

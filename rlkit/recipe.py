@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from rlkit.errors import UsageError
+from rlkit.settings import annotation_kind, coerce_text
 
 ADVANTAGE_ESTIMATORS = ("grpo", "gae", "rloo", "reinforce++", "maxrl")
 """SkyRL's `AdvantageEstimatorRegistry` (a test compares it with SkyRL's)."""
@@ -281,27 +282,9 @@ def coerce_switches(recipe: Recipe, changes: Mapping[str, Any]) -> dict[str, Any
             raise UsageError(
                 f"unknown recipe switch {key!r}: the switches are {', '.join(sorted(known))}"
             )
-        out[name] = _coerce(value, known[name].type, name)
+        kind, nullable = annotation_kind(known[name].type)
+        out[name] = coerce_text(value, f"recipe.{name}", kind, nullable=nullable)
     return out
-
-
-def _coerce(value: Any, annotation: Any, name: str) -> Any:
-    if not isinstance(value, str):
-        return value
-    text = str(annotation)
-    if value.lower() in ("none", "null") and "None" in text:
-        return None
-    if text.startswith("bool"):
-        if value.lower() not in ("true", "false", "1", "0"):
-            raise UsageError(f"recipe.{name} takes true or false, got {value!r}")
-        return value.lower() in ("true", "1")
-    for kind in (int, float):
-        if text.startswith(kind.__name__):
-            try:
-                return kind(value)
-            except ValueError:
-                raise UsageError(f"recipe.{name} takes a {kind.__name__}, got {value!r}") from None
-    return value
 
 
 def _local_refusals(r: Recipe) -> list[str]:

@@ -4,7 +4,7 @@
 
 Rules (the map is in rlkit/__init__.py):
 - a package imports only from packages below it, its own package, and the base modules
-  (errors, fsio, stats, recipe), which import nothing of rlkit but each other;
+  (errors, fsio, stats, settings, recipe), which import nothing of rlkit but each other;
 - torch, torchvision and transformers only in model/ and train/; torch also in cluster/skyrl/,
   the code that runs inside SkyRL's own processes (the CPU device seam); never in the modules a
   torch-free client reads (`TORCH_FREE`: the configs and SkyRL's presets);
@@ -21,7 +21,7 @@ import ast
 import sys
 from pathlib import Path
 
-BASE = ("errors", "fsio", "stats", "recipe")
+BASE = ("errors", "fsio", "stats", "settings", "recipe")
 ORDER = ("maze", "env", "episodes", "run", "model", "train", "cluster", "notebook", "cli")
 HEAVY = {
     "torch": ("model", "train", "cluster/skyrl"),

@@ -16,6 +16,7 @@ from rlkit.errors import UsageError
 from rlkit.maze.sets import MazeSpec, pinned_spec
 from rlkit.model.config import TinyConfig
 from rlkit.recipe import Recipe, coerce_switches
+from rlkit.settings import coerce_text
 
 RENAMED: dict[str, str] = {
     "grpo.eps_clip_low": "recipe.eps_clip_low",
@@ -349,25 +350,8 @@ def _set_path(obj: Any, path: list[str], value: Any, full: str) -> Any:
 
 
 def _coerce(value: Any, current: Any, key: str) -> Any:
-    if not isinstance(value, str):
-        return value
-    if value.lower() in ("none", "null"):
-        return None
-    if isinstance(current, bool):
-        if value.lower() not in ("true", "false", "1", "0"):
-            raise UsageError(f"{key} takes true or false, got {value!r}")
-        return value.lower() in ("true", "1")
-    for kind in (int, float):
-        if isinstance(current, kind) or current is None:
-            try:
-                return kind(value)
-            except ValueError:
-                if current is not None:
-                    article = "an" if kind is int else "a"
-                    raise UsageError(
-                        f"{key} takes {article} {kind.__name__}, got {value!r}"
-                    ) from None
-    return value
+    """Text coerced to the type of the field's current value (any number when it is None)."""
+    return coerce_text(value, key, None if current is None else type(current))
 
 
 def _smoke() -> TrainConfig:
