@@ -9,6 +9,7 @@
 - `rollout_metrics`: the `rollout/` numbers of a batch of episodes;
 - `lr_at`: the learning rate of a GRPO step;
 - `turn_budgets`: each training maze's turn budget (`grpo.turn_slack`);
+- `capture`: a few groups of the step's episodes kept under RUN/rollouts for viewing;
 - `due`: whether an eval and a checkpoint follow a step.
 
 The update itself (loss, minibatches, optimizer) is `rlkit.train.update`.
@@ -18,7 +19,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,6 +31,7 @@ from rlkit.errors import UsageError
 from rlkit.maze.core import Maze, exit_distances
 from rlkit.model.chat import Encoded
 from rlkit.recipe import Recipe
+from rlkit.run import captures
 from rlkit.train.advantages import estimate, nonzero_variance_mask, unsolved_group_mask
 from rlkit.train.config import GRPOConfig, ScheduleConfig
 
@@ -211,6 +214,32 @@ def rollout_metrics(trajs: Sequence[Trajectory], scores: Scores, n_groups: int) 
         "rollout/zero_variance_groups": int(n_groups - kept_groups),
         "rollout/groups": int(n_groups),
     }
+
+
+def capture(
+    run_dir: Path,
+    step: int,
+    trajs: Sequence[Trajectory],
+    scores: Scores,
+    sched: ScheduleConfig,
+    policy: str,
+) -> dict:
+    """Write `sched.capture_groups` of the step's groups (picked from the run's seed and the
+    step) to RUN/rollouts, each episode with the advantage its loss used (0 where the loss
+    dropped it) and named `policy` (as evals name theirs: the model dir's name changes with a
+    resume); returns what it cost (`rollout/capture_episodes`, `_bytes`: SkyRL's bridge logs
+    the same names), {} when capture is off."""
+    if sched.capture_groups == 0:
+        return {}
+    adv = scores.advantages
+    used = torch.where(scores.keep, adv, torch.zeros_like(adv)).tolist()
+    named = [replace(t, policy=policy) for t in trajs]
+    groups = scores.groups.tolist()
+    picked = captures.pick_episodes(
+        step, named, groups, used, n=sched.capture_groups, seed=sched.seed
+    )
+    path = captures.write_step(run_dir, step, picked, keep=sched.keep_captures)
+    return {"rollout/capture_episodes": len(picked), "rollout/capture_bytes": path.stat().st_size}
 
 
 def turn_budgets(

@@ -46,8 +46,8 @@ from rlkit.train.config import TrainConfig
 from rlkit.train.metrics import MetricsLogger
 from rlkit.train.run_config import check_resume, resume_config
 from rlkit.train.step import (
-    Scores,
     TrainState,
+    capture,
     due,
     enough_groups,
     kept_groups,
@@ -280,8 +280,9 @@ class Trainer:
                     break
             scores = score(trajs, recipe, eos_id=eos, batch_groups=g.mazes_per_step)
             faults.point("rollout", s.step)
-        with self.log.timer("capture"):
-            captured = self._capture(trajs, scores)
+        with self.log.timer("capture"):  # a few groups kept for viewing (RUN/rollouts)
+            name = f"{self.run.path.name}@{s.step}"
+            captured = capture(self.run.path, s.step, trajs, scores, self.cfg.schedule, name)
         with self.log.timer("encode"):
             encode = self.learner.loaded.encoder.encode
             samples = turn_samples(trajs, scores, encode, task.env, history=task.history)
@@ -298,28 +299,6 @@ class Trainer:
             "train/cursor": s.cursor,
             **captured,
             **metrics,
-        }
-
-    def _capture(self, trajs: list[Trajectory], scores: Scores) -> dict:
-        """Keep `capture_groups` of this step's groups under RUN/rollouts, each episode with
-        the advantage its loss used (0 where the loss dropped it); returns what it cost
-        (`rollout/capture_episodes`, `_bytes`: SkyRL's bridge logs the same names)."""
-        sched = self.cfg.schedule
-        if sched.capture_groups == 0:
-            return {}
-        adv = scores.advantages
-        used = torch.where(scores.keep, adv, torch.zeros_like(adv)).tolist()
-        step = self.state.step
-        # named as evals are (the model dir's name differs after a resume)
-        policy = f"{self.run.path.name}@{step}"
-        named = [replace(t, policy=policy) for t in trajs]
-        picked = captures.pick_episodes(
-            step, named, scores.groups.tolist(), used, n=sched.capture_groups, seed=sched.seed
-        )
-        path = captures.write_step(self.run.path, step, picked, keep=sched.keep_captures)
-        return {
-            "rollout/capture_episodes": len(picked),
-            "rollout/capture_bytes": path.stat().st_size,
         }
 
     def _rollout_round(self, round_: int, offset: int) -> list[Trajectory]:
