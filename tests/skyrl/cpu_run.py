@@ -38,6 +38,7 @@ SETTINGS = {
     "eval_mazes": 8,
     "eval_samples": 2,
     "warm_start_to": 0.15,  # enough partial skill for GRPO's groups to differ, in less time
+    "capture_groups": 2,  # every step's rollouts, 2 of its 4 groups (test_skyrl_captures.py)
 }
 GAUGES = {
     "ray_rlkit_train_step": None,

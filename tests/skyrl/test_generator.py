@@ -534,7 +534,7 @@ def test_a_training_call_captures_its_groups_with_move_probs(dataset, encoder, t
 
 
 @pytest.mark.parametrize("dataset", ["test"], indirect=True)
-def test_an_eval_call_captures_nothing_and_keep_prunes(dataset, encoder, tmp_path):
+def test_an_eval_call_captures_nothing_keep_prunes_a_resume_drops(dataset, encoder, tmp_path):
     _, ds = dataset
     cfg = preset_config()
     cfg.trainer.ckpt_path = str(tmp_path)
@@ -551,6 +551,9 @@ def test_an_eval_call_captures_nothing_and_keep_prunes(dataset, encoder, tmp_pat
     for e in read_step(tmp_path, 4):
         assert e.trajectory.solved and e.advantage == 0.0  # the oracle: zero-variance groups
         assert e.trajectory.turns and all(t.move_probs is None for t in e.trajectory.turns)
+    # a new attempt resumed from checkpoint 1 trains step 2 again: the killed one's 3, 4 go
+    captured_call(cfg, ds, encoder, engine(), "train", 2, range(2), 2)
+    assert capture_steps(tmp_path) == [2]
 
 
 def test_the_probe_asks_where_the_move_word_starts(tokenizer):

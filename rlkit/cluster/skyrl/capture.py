@@ -5,8 +5,9 @@
 run's seed and the global step, so a resumed run picks what an uninterrupted one would), records
 each of their turns while SkyRL's agent loop plays them, and when the batch is done writes them
 with `write_step` to RUN/rollouts/global_step_N.jsonl (RUN = SkyRL's `trainer.ckpt_path`), the
-newest `keep` steps kept, as checkpoints are. Eval calls (`batch_metadata.training_phase ==
-"eval"`) and calls without batch metadata capture nothing.
+newest `keep` steps kept, as checkpoints are; an attempt's first training step drops the files
+a killed attempt left past it (`drop_after`), as the bridge cuts metrics.jsonl. Eval calls
+(`batch_metadata.training_phase == "eval"`) and calls without batch metadata capture nothing.
 
 An episode is rlkit's `Trajectory`: its answers replayed through `MazeEnv` by
 `rlkit.run.skyrl_dumps.to_trajectory` (as SkyRL's eval dumps are), SkyRL's reward, and per turn
@@ -64,7 +65,7 @@ from rlkit.errors import UsageError
 from rlkit.maze.core import Action
 from rlkit.model.vllm_policy import _move_probs
 from rlkit.recipe import Recipe
-from rlkit.run.captures import CapturedEpisode, pick_groups, write_step
+from rlkit.run.captures import CapturedEpisode, drop_after, pick_groups, write_step
 from rlkit.run.skyrl_dumps import EvalEpisode, to_trajectory
 from rlkit.train.advantages import ESTIMATORS, estimate
 
@@ -203,6 +204,7 @@ class Capturer:
     """None: no engine to ask (a client without `get_endpoint_url`); turns get no probabilities."""
     end_markers: tuple[str, ...] = ()
     """Text an answer may end with that is chat scaffolding, not the model's words."""
+    _started: bool = field(default=False, repr=False)
 
     @classmethod
     def from_config(
@@ -235,6 +237,13 @@ class Capturer:
             return None
         if meta.training_phase != TRAINING_PHASE_TRAIN:
             return None
+        if not self._started:  # this attempt's first step: files past it are a killed one's
+            self._started = True
+            dropped = drop_after(self.run_dir, meta.global_step - 1)
+            if dropped:
+                _log.info(
+                    "rlkit capture: resumed at step %d, dropped %s", meta.global_step, dropped
+                )
         groups = [_group(t.instance_id, ids) for t in ids]
         picked = set(
             pick_groups(groups, self.settings.groups, seed=self.seed, step=meta.global_step)
