@@ -47,17 +47,23 @@ def _open(path: str):
     return run
 
 
-def _pick_step(run, wanted: str | None, steps: list[int]) -> int:
+def _captured_steps(run) -> list[int]:
+    """The run's captured steps; none is a one-line UsageError saying why."""
     if run.capture_root() is None:
         raise UsageError(
             f"{run.path} is a SkyRL export dir without its run dir: captured rollouts are in "
             "the run dir (RUN/rollouts), give that"
         )
+    steps = run.capture_steps()
     if not steps:
         raise UsageError(
             f"{run.path} has no captured training rollouts yet: they are written after each "
             "GRPO step (capture is off when schedule.capture_groups is 0)"
         )
+    return steps
+
+
+def _pick_step(wanted: str | None, steps: list[int]) -> int:
     if wanted is None or wanted == "latest":
         return steps[-1]
     try:
@@ -70,30 +76,22 @@ def cmd_rollouts(args: argparse.Namespace) -> int:
     from rlkit.run.captures import summarize
 
     run = _open(args.run)
-    steps = run.capture_steps()
+    steps = _captured_steps(run)
     if args.step is None and args.export is None:
-        if not steps:
-            _pick_step(run, None, steps)  # the one-line error
         rows = [summarize(run.captures(s), s) for s in steps]
-        if args.json:
-            print(
-                json.dumps(
-                    {"run": run.name, "backend": run.backend, "steps": [r.to_dict() for r in rows]}
-                )
-            )
-        else:
-            print(_steps_table(run.name, rows))
+        listed = {"run": run.name, "backend": run.backend, "steps": [r.to_dict() for r in rows]}
+        print(json.dumps(listed) if args.json else _steps_table(run.name, rows))
         return 0
-    step = _pick_step(run, args.step, steps)
+    step = _pick_step(args.step, steps)
     episodes = sorted(run.captures(step), key=lambda e: (e.group, e.trajectory.sample))
     if args.export:
         _export(run.name, step, episodes, Path(args.export))
-        if not args.json:
-            print(f"wrote {args.export}: {len(episodes)} episodes of step {step}")
     if args.json:
         extra = {"export": args.export} if args.export else {}
         print(json.dumps({**_step_dict(run, step, episodes), **extra}))
-    elif not args.export:
+    elif args.export:
+        print(f"wrote {args.export}: {len(episodes)} episodes of step {step}")
+    else:
         print(_step_table(run.name, step, episodes))
     return 0
 
