@@ -3,6 +3,7 @@ from (seed, step), what is left out), a real local smoke run that captures every
 the run reader on both backends' layouts, and `rlkit rollouts`."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from rlkit.episodes.rollout import run_episodes
 from rlkit.errors import RlkitError, UsageError
 from rlkit.maze.core import Action
 from rlkit.maze.generation import generate
+from rlkit.recipe import Recipe
 from rlkit.run import captures as cap
 from rlkit.run import open_run
 from rlkit.run.reader import SkyRLRunReader, SummaryRun
@@ -20,6 +22,7 @@ from rlkit.run.rundir import RunDir
 from rlkit.train.advantages import estimate
 from rlkit.train.config import preset
 from rlkit.train.run_config import check_resume, config_from_dict, resume_config
+from rlkit.train.step import capture, score
 from rlkit.train.trainer import Trainer, train
 
 MAZES = [generate(3, 3, seed=s) for s in range(3)]
@@ -124,6 +127,29 @@ def test_summary_numbers_are_the_episodes_own():
     assert cap.summarize([], 9).episodes == 0
     with pytest.raises(UsageError):
         cap.summarize([])
+
+
+def test_a_step_captures_the_advantage_its_loss_used_and_nothing_when_off(tmp_path):
+    trajs = run_episodes(scripted_policy("random"), MAZES, samples=2, seed=0)
+    for t in trajs:  # groups 0 and 1 teach (rewards differ), group 2 does not
+        t.reward = float(t.sample == 0 and t.maze_index < 2)
+    # dynamic sampling trains the first informative group only: group 1's advantages are not 0,
+    # but its tokens never enter the loss
+    scores = score(trajs, Recipe(dynamic_sampling_type="filter"), batch_groups=1)
+    assert scores.advantages[2:4].abs().min() > 0 and not scores.keep[2:4].any()
+    sched = preset("smoke").schedule
+    cost = capture(tmp_path, 3, trajs, scores, replace(sched, capture_groups=3), "r@3")
+    eps = cap.read_step(tmp_path, 3)
+    assert cost == {
+        "rollout/capture_episodes": 6,
+        "rollout/capture_bytes": len(cap.step_path(tmp_path, 3).read_bytes()),
+    }
+    # group 0: (1 - 0.5) / (Bessel std of [1, 0] = 0.7071 + 1e-6); groups 1, 2: not trained
+    assert [e.advantage for e in eps] == pytest.approx([0.70711, -0.70711, 0, 0, 0, 0], abs=1e-5)
+    assert {e.trajectory.policy for e in eps} == {"r@3"}
+    off = tmp_path / "off"
+    assert capture(off, 3, trajs, scores, replace(sched, capture_groups=0), "r@3") == {}
+    assert not off.exists()
 
 
 # a real local run ------------------------------------------------------------------------
