@@ -66,7 +66,7 @@ LOCAL_ADVANTAGE_ESTIMATORS = ("grpo",)
 LOCAL_POLICY_LOSSES = ("regular", "dual_clip", "gspo")
 """What `rlkit.train.grpo.POLICY_LOSSES` implements (a test ties the two)."""
 LOCAL_REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
-"""What `rlkit.train.grpo.REDUCTIONS` implements (a test ties the two)."""
+"""What `rlkit.train.reductions.REDUCTIONS` implements (a test ties the two)."""
 
 
 @dataclass(frozen=True)

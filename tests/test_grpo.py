@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from rlkit.errors import UsageError
-from rlkit.train import advantages, grpo
+from rlkit.train import advantages, grpo, reductions
 
-REDS = grpo.REDUCTIONS
+REDS = reductions.REDUCTIONS
 
 
 def test_group_advantages_mean_centred_without_std():
@@ -112,7 +112,7 @@ MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
     ],
 )
 def test_reductions_by_hand_ignore_masked_nan(reduction, expected):
-    got = grpo.reduce_loss(LOSS, MASK, reduction, max_seq_len=8)
+    got = reductions.reduce_loss(LOSS, MASK, reduction, max_seq_len=8)
     assert float(got) == pytest.approx(expected)
 
 
@@ -121,27 +121,29 @@ def test_reductions_with_sequence_ids_count_episodes_not_rows():
     loss = torch.tensor([[2.0, 0.0], [4.0, 6.0], [3.0, 0.0]])
     mask = torch.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, 0.0]])
     ids = torch.tensor([7, 7, 2])
-    got = {r: float(grpo.reduce_loss(loss, mask, r, max_seq_len=4, seq_ids=ids)) for r in REDS}
+    got = {
+        r: float(reductions.reduce_loss(loss, mask, r, max_seq_len=4, seq_ids=ids)) for r in REDS
+    }
     # Expected: token_mean (2 + 4 + 6 + 3) / 4; sequence_mean ((2 + 4 + 6) / 3 + 3 / 1) / 2;
     # seq_mean_token_sum_norm ((2 + 4 + 6) / 4 + 3 / 4) / 2. Rows alone would give
     # (2 + 5 + 3) / 3 for sequence_mean: a turn of a long episode would weigh as an episode.
     assert got == pytest.approx(
         {"token_mean": 15 / 4, "sequence_mean": 3.5, "seq_mean_token_sum_norm": 1.875}
     )
-    per_row = grpo.reduce_loss(loss, mask, "sequence_mean", seq_ids=torch.arange(3))
+    per_row = reductions.reduce_loss(loss, mask, "sequence_mean", seq_ids=torch.arange(3))
     assert float(per_row) == pytest.approx(10 / 3)
-    assert per_row == grpo.reduce_loss(loss, mask, "sequence_mean")
+    assert per_row == reductions.reduce_loss(loss, mask, "sequence_mean")
     with pytest.raises(UsageError, match="one sequence id per row"):
-        grpo.reduce_loss(loss, mask, "sequence_mean", seq_ids=torch.tensor([0, 1]))
+        reductions.reduce_loss(loss, mask, "sequence_mean", seq_ids=torch.tensor([0, 1]))
 
 
 def test_reduction_weights_split_over_micro_batches_equal_the_whole():
     gen = torch.Generator().manual_seed(1)
     loss = torch.randn(6, 5, generator=gen)
     mask = (torch.rand(6, 5, generator=gen) > 0.4).float()
-    for reduction in grpo.REDUCTIONS:
-        whole = grpo.reduce_loss(loss, mask, reduction, max_seq_len=5)
-        w = grpo.reduction_weights(mask, reduction, max_seq_len=5)
+    for reduction in reductions.REDUCTIONS:
+        whole = reductions.reduce_loss(loss, mask, reduction, max_seq_len=5)
+        w = reductions.reduction_weights(mask, reduction, max_seq_len=5)
         parts = sum((loss[i : i + 2] * w[i : i + 2]).sum() for i in range(0, 6, 2))
         torch.testing.assert_close(parts, whole)
 
@@ -159,14 +161,16 @@ def test_reductions_match_plain_loops():
         "seq_mean_token_sum_norm": sum(sum(r) for r in rows) / (5 * 10),
     }
     for reduction, want in slow.items():
-        assert float(grpo.reduce_loss(loss, mask, reduction, max_seq_len=10)) == pytest.approx(want)
+        assert float(
+            reductions.reduce_loss(loss, mask, reduction, max_seq_len=10)
+        ) == pytest.approx(want)
 
 
 def test_reduction_errors_say_what_to_fix():
     with pytest.raises(UsageError, match="max_seq_len"):
-        grpo.reduce_loss(LOSS, MASK, "seq_mean_token_sum_norm")
+        reductions.reduce_loss(LOSS, MASK, "seq_mean_token_sum_norm")
     with pytest.raises(UsageError, match="token_mean"):
-        grpo.reduce_loss(LOSS, MASK, "mean")  # type: ignore[arg-type]
+        reductions.reduce_loss(LOSS, MASK, "mean")  # type: ignore[arg-type]
 
 
 def test_kl_estimators_by_hand():
@@ -221,7 +225,7 @@ def test_kl_term_is_a_token_mean_per_episode_averaged_over_episodes():
     # Expected per episode: ((1 + 3) / 2 + (2 + 4) / 2) / 2 = 2.5; per row it was
     # (1 + 3 + 3) / 3 = 2.33, the two-turn episode counted twice.
     assert out.metrics["loss/kl"] == pytest.approx(2.5)
-    assert float(grpo.episode_mean(kl, mask)) == pytest.approx(7 / 3)
+    assert float(reductions.episode_mean(kl, mask)) == pytest.approx(7 / 3)
 
 
 def test_dual_clip_and_gspo_by_hand():

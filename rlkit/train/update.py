@@ -24,7 +24,7 @@ from rlkit.model.batching import distinct, prompt_key
 from rlkit.model.load import LoadedModel
 from rlkit.model.policy import AnswerSpec, turn_logprobs
 from rlkit.recipe import Recipe
-from rlkit.train import faults, grpo
+from rlkit.train import faults, grpo, reductions
 from rlkit.train.config import GRPOConfig
 from rlkit.train.step import TurnSample, shuffle_seed
 
@@ -132,7 +132,7 @@ def optimizer_step(
     return {
         **loss.out.metrics,
         "loss/grad_norm": float(gn),
-        "loss/entropy": float(grpo.masked_mean(loss.entropy.detach(), loss.mask)),
+        "loss/entropy": float(reductions.masked_mean(loss.entropy.detach(), loss.mask)),
     }
 
 

@@ -23,7 +23,7 @@ from skyrl.backends.skyrl_train.utils.torch_utils import masked_mean as sky_mask
 from skyrl.train.config import AlgorithmConfig
 
 from rlkit.errors import UsageError
-from rlkit.train import advantages, grpo
+from rlkit.train import advantages, grpo, reductions
 
 pytestmark = pytest.mark.skyrl
 
@@ -174,7 +174,7 @@ def test_clipped_surrogate_hand_computed_clip_higher_matches_skyrl_per_token():
         torch.testing.assert_close(sky_loss, loss[0, t], **TOL)
 
 
-@pytest.mark.parametrize("reduction", grpo.REDUCTIONS)
+@pytest.mark.parametrize("reduction", reductions.REDUCTIONS)
 def test_policy_loss_matches_skyrl_regular_loss_and_kl_term(reduction):
     rewards, groups, mask, logp, old, ref = _batch(1)
     b, width = mask.shape
@@ -252,7 +252,7 @@ def test_dual_clip_is_a_loss_type_of_its_own_on_both_backends():
 # reductions ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("reduction", grpo.REDUCTIONS)
+@pytest.mark.parametrize("reduction", reductions.REDUCTIONS)
 def test_reduction_weights_equal_skyrl_advantage_rescaling(reduction):
     gen = torch.Generator().manual_seed(5)
     lengths = torch.tensor([3, 8, 0, 5, 1, 7])  # one empty row: both still count it in B
@@ -261,14 +261,14 @@ def test_reduction_weights_equal_skyrl_advantage_rescaling(reduction):
     scale = sky.apply_loss_reduction_to_advantages_minibatch(
         torch.ones(6, width), mask, reduction, micro_batch_size=micro, max_seq_len=width
     )
-    weights = grpo.reduction_weights(mask, reduction, max_seq_len=width)
+    weights = reductions.reduction_weights(mask, reduction, max_seq_len=width)
     torch.testing.assert_close(weights, scale * mask, **TOL)
     # SkyRL's workers sum the pre-scaled loss of each micro-batch (gradient accumulation).
     sky_sum = sum(
         sky.reduce_loss(token_loss[i : i + micro] * scale[i : i + micro], mask[i : i + micro])
         for i in range(0, 6, micro)
     )
-    ours = grpo.reduce_loss(token_loss, mask, reduction, max_seq_len=width)
+    ours = reductions.reduce_loss(token_loss, mask, reduction, max_seq_len=width)
     torch.testing.assert_close(ours, sky_sum, **TOL)
 
 
@@ -282,7 +282,10 @@ def test_token_mean_legacy_hand_computed_equals_no_rlkit_reduction():
         torch.ones(4, 4), mask, "token_mean_legacy", micro_batch_size=2, max_seq_len=4
     )
     legacy = sky.reduce_loss(token_loss * scale, mask)
-    ours = {r: float(grpo.reduce_loss(token_loss, mask, r, max_seq_len=4)) for r in grpo.REDUCTIONS}
+    ours = {
+        r: float(reductions.reduce_loss(token_loss, mask, r, max_seq_len=4))
+        for r in reductions.REDUCTIONS
+    }
     # Expected: legacy (8/5 + 4/4) / 2 = 1.3; token_mean 12/9; sequence_mean (4 + 1 + 2 + 0) / 4;
     # seq_mean_token_sum_norm 12 / (4 * 4).
     assert float(legacy) == pytest.approx(1.3)
@@ -291,7 +294,7 @@ def test_token_mean_legacy_hand_computed_equals_no_rlkit_reduction():
         {"token_mean": 12 / 9, "sequence_mean": 1.75, "seq_mean_token_sum_norm": 0.75}
     )
     per_micro = [
-        grpo.reduce_loss(token_loss[i : i + 2], mask[i : i + 2], "token_mean") for i in (0, 2)
+        reductions.reduce_loss(token_loss[i : i + 2], mask[i : i + 2], "token_mean") for i in (0, 2)
     ]
     torch.testing.assert_close(legacy, sum(per_micro) / 2, **TOL)
 
@@ -312,7 +315,7 @@ def test_token_mean_legacy_equals_rlkit_only_in_special_cases(micro, lengths, sa
         torch.ones(6, 8), mask, "token_mean_legacy", micro_batch_size=micro, max_seq_len=8
     )
     legacy = sky.reduce_loss(token_loss * scale, mask)
-    torch.testing.assert_close(legacy, grpo.reduce_loss(token_loss, mask, same_as), **TOL)
+    torch.testing.assert_close(legacy, reductions.reduce_loss(token_loss, mask, same_as), **TOL)
 
 
 def test_masked_nan_never_reaches_the_loss_where_skyrl_reduce_loss_multiplies_it_in():
@@ -320,7 +323,7 @@ def test_masked_nan_never_reaches_the_loss_where_skyrl_reduce_loss_multiplies_it
     # and NaN * 0 is NaN, so one bad padded position poisons its whole loss.
     token_loss = torch.tensor([[1.0, 2.0, float("nan")]])
     mask = torch.tensor([[1.0, 1.0, 0.0]])
-    assert float(grpo.reduce_loss(token_loss, mask, "token_mean")) == pytest.approx(1.5)
+    assert float(reductions.reduce_loss(token_loss, mask, "token_mean")) == pytest.approx(1.5)
     assert torch.isnan(sky.reduce_loss(token_loss * 0.5, mask))
 
 
@@ -342,14 +345,16 @@ def test_turn_rows_with_episode_ids_equal_skyrl_episode_rows_for_every_reduction
     turn_loss = torch.nn.utils.rnn.pad_sequence(turns, batch_first=True)
     turn_mask = _mask(torch.tensor([len(t) for t in turns]), turn_loss.shape[1])
     episode_of_turn = torch.tensor([0, 0, 1])
-    for reduction in grpo.REDUCTIONS:
+    for reduction in reductions.REDUCTIONS:
         scale = sky.apply_loss_reduction_to_advantages_minibatch(
             torch.ones_like(ep_mask), ep_mask, reduction, micro_batch_size=2, max_seq_len=12
         )
         sky_episode_rows = sky.reduce_loss(token_loss * scale, ep_mask)
         kw = {"max_seq_len": 12}
-        rows = grpo.reduce_loss(turn_loss, turn_mask, reduction, **kw)
-        turns = grpo.reduce_loss(turn_loss, turn_mask, reduction, seq_ids=episode_of_turn, **kw)
+        rows = reductions.reduce_loss(turn_loss, turn_mask, reduction, **kw)
+        turns = reductions.reduce_loss(
+            turn_loss, turn_mask, reduction, seq_ids=episode_of_turn, **kw
+        )
         torch.testing.assert_close(turns, sky_episode_rows, **TOL)
         assert torch.allclose(rows, sky_episode_rows, **TOL) == (reduction == "token_mean")
 

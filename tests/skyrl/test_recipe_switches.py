@@ -24,7 +24,7 @@ from rlkit.cluster.skyrl.presets import build_overrides, get_preset
 from rlkit.episodes.rollout import Trajectory, Turn
 from rlkit.errors import UsageError
 from rlkit.recipe import Recipe
-from rlkit.train import advantages, grpo
+from rlkit.train import advantages, grpo, reductions
 from rlkit.train import step as st
 from rlkit.train.config import preset as train_preset
 
@@ -96,7 +96,7 @@ def test_the_value_names_are_skyrl_registries_and_the_local_registries_are_the_l
     assert set(rc.POLICY_LOSSES) == set(sky.PolicyLossRegistry.list_available())
     assert set(rc.ADVANTAGE_ESTIMATORS) == set(sky.AdvantageEstimatorRegistry.list_available())
     assert set(grpo.POLICY_LOSSES) == set(rc.LOCAL_POLICY_LOSSES)
-    assert set(grpo.REDUCTIONS) == set(rc.LOCAL_REDUCTIONS)
+    assert set(reductions.REDUCTIONS) == set(rc.LOCAL_REDUCTIONS)
     assert set(grpo.KL_ESTIMATORS) == set(rc.KL_ESTIMATORS)
     assert set(advantages.ESTIMATORS) == set(rc.LOCAL_ADVANTAGE_ESTIMATORS)
 
@@ -231,7 +231,9 @@ def test_kl_term_is_per_episode_on_both_backends(estimator):
     assert out.metrics["loss/kl"] == pytest.approx(float(want), abs=1e-6)
     torch.testing.assert_close(out.loss, a.kl_loss_coef * want, **TOL)
     # the old per-row (per-turn) reduction weighed long episodes more: it differs here
-    per_turn = grpo.masked_mean(grpo.kl_estimate(t_lp, t_ref, estimator), t_mask, dim=-1).mean()
+    per_turn = reductions.masked_mean(
+        grpo.kl_estimate(t_lp, t_ref, estimator), t_mask, dim=-1
+    ).mean()
     assert float(per_turn) != pytest.approx(float(want), rel=1e-3)
 
 
