@@ -157,9 +157,10 @@ def test_a_step_captures_the_advantage_its_loss_used_and_nothing_when_off(tmp_pa
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    """The smoke preset (4 warm-start + 4 GRPO steps, 4 mazes x 4 episodes) keeping 3 steps."""
+    """The smoke preset as it is (4 warm-start + 4 GRPO steps of 4 mazes x 4 episodes;
+    captures at their defaults: 2 groups a step, the newest 50 steps kept)."""
     run = tmp_path_factory.mktemp("captures") / "smoke"
-    cfg = preset("smoke").with_overrides({"schedule.keep_captures": 3})
+    cfg = preset("smoke")
     train(cfg, run, progress=False)
     return run, cfg
 
@@ -171,8 +172,8 @@ def test_every_grpo_step_captures_its_groups_with_move_probabilities(smoke):
     grpo = [r["step"] for r in grpo_rows]
     assert grpo == [5, 6, 7, 8] and all(r["timing/capture"] > 0 for r in grpo_rows)
     run = open_run(run_dir)
-    assert run.capture_steps() == grpo[-3:]  # keep_captures=3
-    for r in grpo_rows[-3:]:  # what each step's capture cost, in its metrics
+    assert run.capture_steps() == grpo  # every GRPO step, no warm-start step
+    for r in grpo_rows:  # what each step's capture cost, in its metrics
         assert r["rollout/capture_episodes"] == len(run.captures(r["step"]))
         assert r["rollout/capture_bytes"] == cap.step_path(run_dir, r["step"]).stat().st_size
     all_groups = range(cfg.grpo.mazes_per_step)
@@ -205,8 +206,8 @@ def test_a_resumed_run_captures_what_an_uninterrupted_one_did(smoke, tmp_path):
     assert cap.capture_steps(split) == [5, 6, 7]
     cap.write_step(split, 7, _episodes(7), keep=None)  # what the resume must not keep
     train(cfg, split, progress=False)  # resumes from global_step_6: step 7 captured again
-    assert cap.capture_steps(split) == cap.capture_steps(straight) == [6, 7, 8]
-    for step in (6, 7, 8):  # the same episodes, named by step as evals are, whichever segment
+    assert cap.capture_steps(split) == cap.capture_steps(straight) == [5, 6, 7, 8]
+    for step in (5, 6, 7, 8):  # the same episodes, named by step as evals are, whichever segment
         same = cap.step_path(split, step).read_text().replace('"split@', '"smoke@')
         assert same == cap.step_path(straight, step).read_text()
 
@@ -268,13 +269,13 @@ def _cli(capsys, *argv):
 def test_rollouts_cli_lists_steps_and_shows_one(smoke, capsys):
     run_dir, cfg = smoke
     code, out, _ = _cli(capsys, run_dir)
-    assert code == 0 and out.splitlines()[0] == "smoke: 3 captured steps"
+    assert code == 0 and out.splitlines()[0] == "smoke: 4 captured steps"
     assert [line.split()[:3] for line in out.splitlines()[2:]] == [
-        [str(s), "8", "2"] for s in (6, 7, 8)
+        [str(s), "8", "2"] for s in (5, 6, 7, 8)
     ]
     code, out, _ = _cli(capsys, run_dir, "--json")
     listed = json.loads(out)
-    assert listed["backend"] == "local" and [s["step"] for s in listed["steps"]] == [6, 7, 8]
+    assert listed["backend"] == "local" and [s["step"] for s in listed["steps"]] == [5, 6, 7, 8]
     eps = open_run(run_dir).captures(8)
     assert listed["steps"][-1] == cap.summarize(eps).to_dict()
     code, out, _ = _cli(capsys, run_dir, "--step", "latest")
