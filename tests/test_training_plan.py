@@ -10,18 +10,18 @@ from rlkit.notebook import training
 
 def test_a_recipe_reaches_the_local_trainers_command(tmp_path):
     plan = training.plan_run("smoke", tmp_path, recipe={"eps_clip_high": 0.28})
-    assert plan.local_args == ("recipe.eps_clip_high=0.28",)
+    assert plan.plan.overrides == ("recipe.eps_clip_high=0.28",)
     assert plan.plan.command.endswith("--set recipe.eps_clip_high=0.28")
     assert str(plan).endswith("recipe:   eps_clip_high=0.28")
     plain = training.plan_run("smoke", tmp_path)
-    assert plain.local_args == () and "--set" not in plain.plan.command
+    assert plain.plan.overrides == () and "--set" not in plain.plan.command
     assert str(plain).endswith("recipe:   the preset's own")
 
 
 def test_the_same_recipe_reaches_skyrls_overrides(tmp_path):
     recipe = {"eps_clip_high": 0.28, "loss_reduction": "sequence_mean"}
     plan = training.plan_run("skyrl-tiny-cpu", tmp_path, recipe=recipe)
-    assert plan.local_args == () and plan.plan.sky is not None
+    assert plan.plan.overrides == () and plan.plan.sky is not None
     assert "trainer.algorithm.eps_clip_high=0.28" in plan.plan.command
     assert "trainer.algorithm.loss_reduction=sequence_mean" in plan.plan.command
     plain = training.plan_run("skyrl-tiny-cpu", tmp_path)

@@ -166,6 +166,8 @@ class TrainingPlan:
     """As given (`rlkit.cluster.address`: None or `local` is the local head)."""
     sky: skyrl.SkyRLPreset | None = None
     """Set for cluster (SkyRL) presets."""
+    overrides: tuple[str, ...] = ()
+    """A local preset's `--set KEY=VALUE` arguments (its command carries them)."""
 
     @property
     def dry_run(self) -> bool:
@@ -197,16 +199,17 @@ def plan_training(
     address: str | None = None,
     run_name: str | None = None,
     skyrl_changes: Mapping[str, object] | None = None,
+    overrides: Sequence[str] = (),
 ) -> TrainingPlan:
-    """Resolve a preset name into a plan: local presets train in OUT/RUN_NAME, SkyRL presets
-    in their shared runs_root (changed by `skyrl_changes`, e.g. {"nodes": 2} or {"steps": "4"};
-    a relative runs_root is taken from the current directory)."""
+    """Resolve a preset name into a plan: local presets train in OUT/RUN_NAME (with `overrides`,
+    `--set KEY=VALUE` arguments of `rlkit train`), SkyRL presets in their shared runs_root
+    (changed by `skyrl_changes`, e.g. {"nodes": 2} or {"steps": "4"}; a relative runs_root is
+    taken from the current directory)."""
     name = run_slug(run_name or preset)
     if preset in TRAIN_PRESETS:
         run_dir = (Path(out_dir) / name).resolve()
-        return TrainingPlan(
-            preset, name, str(run_dir), training_entrypoint(preset, run_dir), address
-        )
+        command = training_entrypoint(preset, run_dir, overrides=overrides)
+        return TrainingPlan(preset, name, str(run_dir), command, address, None, tuple(overrides))
     if preset not in skyrl.PRESETS:
         known = ", ".join([*TRAIN_PRESETS, *skyrl.PRESETS])
         raise UsageError(f"unknown preset {preset!r}: use one of {known}")
@@ -229,7 +232,7 @@ def launch_plan(
     if cluster is None:
         raise UsageError("launch needs a cluster: cluster = connect(address) first")
     if plan.sky is None:
-        return submit_training(plan.preset, plan.run_dir, address=cluster)
+        return submit_training(plan.preset, plan.run_dir, address=cluster, overrides=plan.overrides)
     gpus = sum(cluster.summary().gpus.values())
     if gpus < plan.sky.num_gpus:
         raise RlkitError(

@@ -13,14 +13,13 @@ switch a backend cannot honour is refused in one line before anything is submitt
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlkit.cluster import launch
 from rlkit.cluster.client import Cluster
 from rlkit.cluster.jobs import JobHandle
-from rlkit.errors import UsageError
 from rlkit.train.config import preset as train_preset
 
 
@@ -30,8 +29,6 @@ class RunPlan:
 
     plan: launch.TrainingPlan
     recipe: dict[str, Any] = field(default_factory=dict)
-    local_args: tuple[str, ...] = ()
-    """`--set` arguments a local preset's job gets (empty for SkyRL: its command holds them)."""
 
     @property
     def run_dir(self) -> str:
@@ -72,12 +69,12 @@ def plan_run(
     recipe = dict(recipe or {})
     if preset in launch.TRAIN_PRESETS:
         args = _local_args(recipe)
-        plan = launch.plan_training(preset, out_dir, address=address, run_name=run_name)
         if args:  # the local trainer's config takes them now, or refuses in one line
             train_preset(preset).with_overrides(dict(a.split("=", 1) for a in args))
-            command = launch.training_entrypoint(preset, plan.run_dir, overrides=args)
-            plan = replace(plan, command=command)
-        return RunPlan(plan, recipe, tuple(args))
+        plan = launch.plan_training(
+            preset, out_dir, address=address, run_name=run_name, overrides=args
+        )
+        return RunPlan(plan, recipe)
     changes = {
         **(skyrl or {}),
         **{f"recipe.{k.removeprefix('recipe.')}": v for k, v in recipe.items()},
@@ -91,10 +88,4 @@ def plan_run(
 def launch_run(plan: RunPlan, cluster: Cluster | None) -> JobHandle | None:
     """Submit the plan as a Ray job (None for a dry run); a local preset's job carries the
     recipe's `--set` arguments."""
-    if plan.local_args and not plan.dry_run:
-        if cluster is None:
-            raise UsageError("launch needs a cluster: cluster = connect(address) first")
-        return launch.submit_training(
-            plan.plan.preset, plan.run_dir, address=cluster, overrides=plan.local_args
-        )
     return launch.launch_plan(plan.plan, cluster)
