@@ -218,6 +218,7 @@ def test_the_monitor_plays_the_newest_captured_training_step_as_steps_land(tmp_p
     from rlkit.episodes.rollout import run_episodes
     from rlkit.maze.generation import generate
     from rlkit.notebook.move_bars import bars_html
+    from rlkit.notebook.rollouts import episode_label
     from rlkit.notebook.widgets import ReplayWidget
     from rlkit.run.captures import write_step
 
@@ -245,6 +246,7 @@ def test_the_monitor_plays_the_newest_captured_training_step_as_steps_land(tmp_p
         first.trajectory.turns[1].move_probs, abs=1e-4
     )
     view.menu.value = 3  # group 1, sample 1
+    assert view.menu.index == 3 and view.menu.label == episode_label(view.episodes[3])
     shown = view.replay
     assert shown.pane.label.startswith("step 5, group 1, sample 1")
     mon.refresh()
@@ -252,7 +254,8 @@ def test_the_monitor_plays_the_newest_captured_training_step_as_steps_land(tmp_p
     write_step(run.path, 6, _captured(6, run_episodes(policy, mazes, samples=2, seed=6)), keep=3)
     mon.refresh()
     assert view.step == 6 and "(2 steps" in view.header.value
-    assert view.menu.value == 3 and view.replay.pane.label.startswith("step 6, group 1, sample 1")
+    assert view.menu.value == view.menu.index == 3
+    assert view.replay.pane.label.startswith("step 6, group 1, sample 1")
     (run.path / "rollouts" / "global_step_7.jsonl").write_text("{torn\n")  # a damaged file
     mon.refresh()
     assert view.step == 6 and "global_step_7.jsonl:1 is not a captured episode" in view.header.value

@@ -106,7 +106,8 @@ class RolloutsView(widgets.VBox):
         )
         self.replay: ReplayWidget | None = None
         self.player = widgets.Box()
-        self.menu.observe(lambda change: self._show(change["new"]), names="value")
+        self._quiet = False
+        self.menu.observe(self._picked, names="value")
         super().__init__([self.header, self.menu, self.player])
 
     def update(self, run: Run | None) -> bool:
@@ -140,11 +141,17 @@ class RolloutsView(widgets.VBox):
             min(keep or 0, len(episodes) - 1),
         )
         options = [(episode_label(e), i) for i, e in enumerate(episodes)]
-        self.menu.unobserve_all("value")  # one replay per update, not one per option change
-        self.menu.options, self.menu.value = options, index
-        self.menu.observe(lambda change: self._show(change["new"]), names="value")
+        self._quiet = True  # one replay per update, not one per option change
+        try:
+            self.menu.options, self.menu.value = options, index
+        finally:
+            self._quiet = False
         self._show(index)
         return True
+
+    def _picked(self, change: dict) -> None:
+        if not self._quiet:
+            self._show(change["new"])
 
     def _show(self, index: int | None) -> None:
         if index is None:
