@@ -235,13 +235,21 @@ def test_capture_settings_may_change_on_resume_and_old_run_json_resumes():
 # the reader on both layouts --------------------------------------------------------------
 
 
-def test_a_skyrl_run_reads_its_captures_from_its_run_dir(tmp_path):
+def test_a_skyrl_run_reads_its_captures_from_its_run_dir(tmp_path, capsys):
     run_dir = RunDir(tmp_path / "sky")
     run_dir.init(preset="qwen3vl-2b-smoke", seed=0, backend="skyrl")
-    cap.write_step(run_dir.path, 1, _episodes(1), keep=None)
+    eps = _episodes(1)
+    eps[0].trajectory.turns[0].move_probs = None  # a turn the engine gave no probabilities for
+    cap.write_step(run_dir.path, 1, eps, keep=None)
     run = open_run(run_dir.path)
     assert isinstance(run, SkyRLRunReader) and run.capture_steps() == [1]
     assert len(run.captures(1)) == 6
+    code, out, _ = _cli(capsys, run_dir.path, "--step", "1", "--json")
+    shown = json.loads(out)
+    assert code == 0 and shown["backend"] == "skyrl"
+    assert shown["episodes"][0]["p_chosen"][0] is None and shown["episodes"][0]["p_chosen"][1]
+    code, out, _ = _cli(capsys, run_dir.path, "--step", "1")
+    assert out.splitlines()[3].split()[0] == "-"  # its P column says "not recorded"
     summary = SummaryRun(run.summary())  # read elsewhere: no episodes come with it
     assert summary.capture_steps() == []
     with pytest.raises(UsageError, match="read where its files are"):
