@@ -370,12 +370,14 @@ CHOSEN, OTHER = 0.7, 0.1
 class ProbedEngine(se.ScriptedEngine):
     """The scripted engine, plus vLLM's `/inference/v1/generate` over HTTP for the probes (what
     SkyRL's router serves): a request must be a turn's prompt plus the sampled answer up to its
-    `<action>`, and the answer's top logprobs give the move the player wrote CHOSEN and the
-    others OTHER; on repetition 1 one word is left out of the top-k. Features travel as JSON,
-    as vLLM's do (here a key to the patches)."""
+    `<action>`, and its logprobs give the move the player wrote CHOSEN and the others OTHER.
+    `exact`: it serves `logprob_token_ids` (vLLM 0.32); otherwise it refuses them with HTTP 400,
+    as an engine without them would, and on repetition 1 its top-k lacks one word. Features
+    travel as JSON, as vLLM's do (here a key to the patches)."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, exact: bool, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self.exact = exact
         self.features: dict[str, dict] = {}
         self.probes: list[dict] = []
         self.action = self.tokenizer.convert_tokens_to_ids("<action>")
@@ -394,17 +396,27 @@ class ProbedEngine(se.ScriptedEngine):
     def decode(self, kwargs_data: dict | None) -> dict:
         return se.decode_features(kwargs_data and self.features[kwargs_data["ref"]])
 
-    def answer_probe(self, body: dict, session_id: str) -> dict:
+    def answer_probe(self, body: dict, session_id: str) -> dict | None:
+        """vLLM's answer to a probe, or None for HTTP 400."""
+        params = body["sampling_params"]
+        if "logprob_token_ids" in params:
+            if not self.exact:
+                return None
+            assert params == {"max_tokens": 1, "temperature": 1.0, "logprobs": 4,
+                              "logprob_token_ids": self.words,
+                              "allowed_token_ids": self.words}  # fmt: skip
+        else:
+            assert params == {"max_tokens": 1, "temperature": 1.0, "logprobs": 20}
         ids = body["token_ids"]
         turns = [r["prompt_token_ids"][0] for r in self.requests[session_id]]
         (t,) = [t for t, p in enumerate(turns) if ids == [*p, self.action]]
         assert body["features"] == self.requests[session_id][t]["mm_features"][0]
-        assert body["sampling_params"] == {"max_tokens": 1, "logprobs": 20, "temperature": 1.0}
         self.probes.append({"session": session_id, "turn": t})
         s = self.sessions[session_id]
         moves, _ = parse_actions(s.texts[t])
         chosen = moves[0]
-        left_out = Action((chosen + 1) % 4) if session_id.endswith("_1") else None
+        topk_rep1 = not self.exact and session_id.endswith("_1")
+        left_out = Action((chosen + 1) % 4) if topk_rep1 else None
         top = [
             (w, math.log(CHOSEN if a == chosen else OTHER))
             for a, w in zip(Action, self.words, strict=True)
@@ -430,7 +442,10 @@ def serving(engine: ProbedEngine):
 
     async def generate(request: web.Request) -> web.Response:
         body = await request.json()
-        return web.json_response(engine.answer_probe(body, request.headers["X-Session-ID"]))
+        answer = engine.answer_probe(body, request.headers["X-Session-ID"])
+        if answer is None:
+            return web.json_response({"error": {"message": "unknown field"}}, status=400)
+        return web.json_response(answer)
 
     app.router.add_post("/inference/v1/generate", generate)
     loop = asyncio.new_event_loop()
@@ -481,13 +496,14 @@ def captured_call(cfg, ds, encoder, engine, phase: str, step: int, mazes=range(4
     return batch, out
 
 
+@pytest.mark.parametrize("exact", [True, False], ids=["logprob-token-ids", "top-k"])
 @pytest.mark.parametrize("dataset", ["test"], indirect=True)
-def test_a_training_call_captures_its_groups_with_move_probs(dataset, encoder, tmp_path):
+def test_a_training_call_captures_its_groups_with_move_probs(dataset, encoder, tmp_path, exact):
     _, ds = dataset
     cfg = preset_config(max_input_length=32768)
     cfg.trainer.ckpt_path = str(tmp_path)
     rows = [ds.dataframe[i] for i in range(len(ds))]
-    with serving(ProbedEngine(encoder, rows, se.mixed)) as engine:
+    with serving(ProbedEngine(encoder, rows, se.mixed, exact=exact)) as engine:
         batch, out = captured_call(cfg, ds, encoder, engine, "train", 7)
 
     episodes = read_step(tmp_path, 7)
@@ -514,7 +530,7 @@ def test_a_training_call_captures_its_groups_with_move_probs(dataset, encoder, t
         assert t.turns[-1].pos_after == env.state.pos and t.terminated == env.terminated
         for turn in t.turns:
             (move,) = [Action[a.upper()] for a in turn.actions]
-            if t.sample == 1:  # a move word left out of the engine's top 20: no bars
+            if t.sample == 1 and not exact:  # a word left out of the engine's top 20: no bars
                 assert turn.move_probs is None
             else:
                 want = [CHOSEN if a == move else OTHER for a in Action]
@@ -527,7 +543,9 @@ def test_a_training_call_captures_its_groups_with_move_probs(dataset, encoder, t
         metrics["generate/capture_bytes"]
         == (tmp_path / "rollouts/global_step_7.jsonl").stat().st_size
     )
-    missing = sum(len(e.trajectory.turns) for e in episodes if e.trajectory.sample == 1)
+    missing = (
+        0 if exact else sum(len(e.trajectory.turns) for e in episodes if e.trajectory.sample == 1)
+    )
     assert metrics["generate/capture_probe_misses"] == missing
     assert metrics["generate/capture_errors"] == 0
     assert rlkit_names(metrics)["rollout/capture_bytes"] > 0  # as the bridge logs it

@@ -29,7 +29,9 @@ def test_each_trained_step_has_its_groups_with_move_probs(skyrl_cpu_run):
     run = open_run(skyrl_cpu_run.run_dir)
     assert run.capture_steps() == list(range(1, STEPS + 1))  # the resumed step 3 too
     rows = pd.read_parquet(skyrl_cpu_run.run_dir / "data" / "train.parquet")
-    metrics = {r["step"]: r for r in RunDir(skyrl_cpu_run.run_dir).read_metrics()}
+    metrics: dict[int, dict] = {}  # a step's training and eval records, merged
+    for r in RunDir(skyrl_cpu_run.run_dir).read_metrics():
+        metrics.setdefault(r["step"], {}).update(r)
     with_probs = turns = 0
     for step in range(1, STEPS + 1):
         episodes = run.captures(step)
@@ -51,11 +53,12 @@ def test_each_trained_step_has_its_groups_with_move_probs(skyrl_cpu_run):
                 assert t.turns[-1].pos_after == Maze.from_dict(t.maze).exit
             for x in t.turns:
                 turns += 1
+                # vLLM 0.32 serves the four words' logprobs: every tag gets its bars
+                assert (x.move_probs is not None) == ("<action>" in x.text), x.text
                 if x.move_probs is None:
                     continue
                 with_probs += 1
                 assert sum(x.move_probs) == pytest.approx(1.0, abs=1e-3)
-                assert "<action>" in x.text  # probed where the answer opened its tag
                 if len(x.actions) == 1:  # the move it took had some probability
                     assert x.move_probs[Action[x.actions[0].upper()]] > 0
         m = metrics[step]
@@ -65,4 +68,4 @@ def test_each_trained_step_has_its_groups_with_move_probs(skyrl_cpu_run):
             x.move_probs is None for e in episodes for x in e.trajectory.turns
         )
         assert m["rollout/capture_errors"] == 0
-    assert with_probs >= turns / 2, f"only {with_probs} of {turns} turns have move probabilities"
+    assert with_probs >= turns / 2, f"only {with_probs} of {turns} turns opened an action tag"

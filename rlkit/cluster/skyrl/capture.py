@@ -23,19 +23,23 @@ placed in the reward (`use_kl_in_reward`, off in rlkit's presets).
 Move probabilities. SkyRL samples free-form answers ("... <action>up</action>") and its client
 keeps only each sampled token's logprob, so for captured episodes only, `EngineProbe` asks the
 engine once more per turn: the turn's prompt plus the sampled answer up to the end of its last
-`<action>` (the tag the relaxed parser obeys), `max_tokens=1` and vLLM's top-20 logprobs, sent
-through SkyRL's own `RemoteGenerateClient` to the run's router, with the turn's session id and
-cache salt (the same engine, its prefix cache warm). The four move words' first-token logprobs
-in the raw response become the four probabilities as rlkit's vLLM policy turns them
-(`rlkit.model.vllm_policy._move_probs`: renormalised over the four), at the sampling
-temperature (SkyRL's engines report raw logprobs). Where the answer's last token before the
+`<action>` (the tag the relaxed parser obeys) and `max_tokens=1`, sent through SkyRL's own
+`RemoteGenerateClient` to the run's router with the turn's session id and cache salt (the same
+engine, its prefix cache warm). It asks for exactly the four move words' first-token logprobs
+(vLLM's `logprob_token_ids`, the draw confined to them); an engine that refuses or ignores that
+(vLLM before it existed) is asked for its top 20 instead (`max_logprobs`' default cap), from
+then on. The four logprobs in the raw response become the four probabilities as rlkit's vLLM
+policy turns them (`rlkit.model.vllm_policy._move_probs`: renormalised over the four), at the
+sampling temperature (the probe runs at 1; renormalised over the four, raw and processed
+logprobs agree). Where the answer's last token before the
 move word also holds its start (a tokenizer that merges `>` with `up`), the prompt stops before
 that token and the candidates are the first tokens of `>up`, `>down`, ... instead. A turn gets
 None when its answer never writes `<action>`, when the four candidates are not four distinct
-tokens, when vLLM's top 20 lack one of the four words (a model that barely considers moving
-there: a floor would invent a number, so none is stored), or when the probe request fails. The
-engine's top-k cap (`max_logprobs`, vLLM's default 20) bounds the request. Probes run beside
-the episodes' own requests (a task per turn) and are awaited when the batch ends.
+tokens, when the request fails, or (top-20 engines only) when the top 20 lack one of the four
+words: a model that barely considers that move, but a floor would invent a number, so none is
+stored. On the SkyRL CPU run's vLLM 0.32 the exact request answered every probe; asked for the
+top 20, 33 of 272 captured turns lacked a word. Probes run beside the episodes' own requests
+(a task per turn) and are awaited when the batch ends.
 
 The step's cost is logged with its rollout metrics (`generate/capture_*`, through the bridge
 `rollout/capture_*` in RUN/metrics.jsonl): episodes, bytes written, seconds spent after
@@ -53,6 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+import aiohttp
 import torch
 from skyrl.backends.skyrl_train.inference_servers.remote_inference_client import (
     RemoteGenerateClient,
@@ -73,7 +78,8 @@ _log = logging.getLogger(__name__)
 
 ACTION_OPEN = "<action>"
 TOP_LOGPROBS = 20
-"""Top logprobs a probe asks for: vLLM's default `max_logprobs`, the most a request may ask."""
+"""Top logprobs a probe asks an engine without `logprob_token_ids` for: vLLM's default
+`max_logprobs`, the most a request may ask."""
 METRIC = "generate/capture_{}"
 """The step's capture costs, with its rollout metrics (no avg/min/max in a name: SkyRL sums
 such keys over concatenated outputs)."""
@@ -149,6 +155,8 @@ class EngineProbe:
         self.client = RemoteGenerateClient(proxy_url=url)
         self.model, self.tokenizer, self.temperature = model, tokenizer, temperature
         self._choices: dict[str, tuple[int, ...] | None] = {}
+        self.exact: bool | None = None
+        """Whether the engine serves `logprob_token_ids` (None: not known yet)."""
 
     async def move_probs(
         self,
@@ -167,15 +175,43 @@ class EngineProbe:
         choices = self._choices[tail]
         if choices is None:
             return None
-        result = await self.client.generate(
-            prompt_token_ids=[*prompt_ids, *answer_ids[:k]],
-            sampling_params={"max_tokens": 1, "logprobs": TOP_LOGPROBS, "temperature": 1.0},
-            session_id=session_id,
-            model=self.model,
-            mm_features=features,
-            cache_salt=cache_salt,
-        )
-        return _move_probs(top_logprobs(result.raw_response, self.temperature), list(choices))
+        ask = {
+            "prompt_token_ids": [*prompt_ids, *answer_ids[:k]],
+            "session_id": session_id,
+            "model": self.model,
+            "mm_features": features,
+            "cache_salt": cache_salt,
+        }
+        top = await self._exact(ask, choices) if self.exact is not False else None
+        if top is None:
+            top = await self._logprobs(ask, {"logprobs": TOP_LOGPROBS})
+        return _move_probs(top, list(choices))
+
+    async def _exact(self, ask: dict, choices: tuple[int, ...]) -> dict[int, _Logprob] | None:
+        """The four words' logprobs (`logprob_token_ids`), or None once the engine has shown it
+        does not serve them (HTTP 4xx, or an answer without them)."""
+        # vLLM lists the sampled token first and cuts the list at `logprobs` entries: the draw
+        # must be one of the four, or one word falls off (raw logprobs ignore the mask)
+        ids = list(choices)
+        wanted = {"logprobs": len(ids), "logprob_token_ids": ids, "allowed_token_ids": ids}
+        try:
+            top = await self._logprobs(ask, wanted)
+        except aiohttp.ClientResponseError as e:
+            if not 400 <= e.status < 500 or self.exact:
+                raise
+            top = None
+        if top is not None and all(c in top for c in choices):
+            self.exact = True
+            return top
+        if self.exact is None:
+            self.exact = False
+            _log.info("rlkit capture: the engine gives no logprob_token_ids; asking for top 20")
+        return None
+
+    async def _logprobs(self, ask: dict, logprobs: dict) -> dict[int, _Logprob]:
+        params = {"max_tokens": 1, "temperature": 1.0, **logprobs}
+        result = await self.client.generate(sampling_params=params, **ask)
+        return top_logprobs(result.raw_response, self.temperature)
 
     async def aclose(self) -> None:
         """Close the HTTP session of the running event loop."""

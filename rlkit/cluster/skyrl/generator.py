@@ -320,8 +320,6 @@ def build_capturer(
         return None
     url = client.get_endpoint_url() if hasattr(client, "get_endpoint_url") else None
     temperature = float(cfg.generator.sampling_params.temperature or 1.0)
-    if cfg.generator.inference_engine.enable_return_sample_support_set:
-        temperature = 1.0  # SkyRL then asks vLLM for processed logprobs: already tempered
     probe = None
     if url is not None:
         name = model or getattr(client, "model_name", None) or cfg.trainer.policy.model.path
