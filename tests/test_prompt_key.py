@@ -1,10 +1,9 @@
-"""Which turns share a forward and a minibatch depends on the prompts' content only, never on the
+"""Which turns share a forward depends on the prompts' content only, never on the
 encoder's image cache (an `LruCache`): the same with a fresh cache, a full one, and after
 an eviction re-encoded an image into a new array (as after a resume, or late in a long run)."""
 
 import numpy as np
 import pytest
-import torch
 from transformers import AutoProcessor
 
 from rlkit.env.maze_env import EnvConfig, prompt_messages
@@ -12,9 +11,7 @@ from rlkit.maze.sets import pinned_spec
 from rlkit.model.batching import distinct, image_digest, prompt_key
 from rlkit.model.build import build_tiny
 from rlkit.model.chat import ChatEncoder
-from rlkit.train.config import GRPOConfig
 from rlkit.train.step import TurnSample
-from rlkit.train.update import minibatch_order
 from rlkit.train.warmstart import bc_states
 
 
@@ -55,11 +52,6 @@ def test_grouping_is_the_same_with_a_fresh_a_full_and_an_evicting_cache(processo
     keys = [[prompt_key(x.prompt) for x in rows] for rows in (fresh, small, crowded)]
     assert keys[0] == keys[1] == keys[2]
     assert distinct(keys[0])[0] == list(range(len(set(keys[0]))))  # 12 distinct, then repeats
-    orders = [
-        minibatch_order(rows, GRPOConfig(minibatch=6), torch.Generator().manual_seed(3))
-        for rows in (fresh, small, crowded)
-    ]
-    assert orders[0] == orders[1] == orders[2]
 
 
 def test_the_cache_forgets_the_least_recently_used_entry():

@@ -76,6 +76,12 @@ def _slim(t: Trajectory) -> dict:
     return {**vars(t), "turns": turns}
 
 
+def training_label(step: int) -> str:
+    """What a captured episode's `policy` says: the step whose weights played it. Not the run's
+    name, so a run resumed in another directory, or read from a copy, stores the same bytes."""
+    return f"train@{step}"
+
+
 def capture_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / CAPTURE_DIR
 

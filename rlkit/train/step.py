@@ -226,8 +226,7 @@ def capture(
 ) -> dict:
     """Write `sched.capture_groups` of the step's groups (picked from the run's seed and the
     step) to RUN/rollouts, each episode with the advantage its loss used (0 where the loss
-    dropped it) and named `policy` (as evals name theirs: the model dir's name changes with a
-    resume); returns what it cost (`rollout/capture_episodes`, `_bytes`: SkyRL's bridge logs
+    dropped it) and named `policy` (`captures.training_label`); returns what it cost (`rollout/capture_episodes`, `_bytes`: SkyRL's bridge logs
     the same names), {} when capture is off."""
     if sched.capture_groups == 0:
         return {}

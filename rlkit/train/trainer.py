@@ -281,7 +281,7 @@ class Trainer:
             scores = score(trajs, recipe, eos_id=eos, batch_groups=g.mazes_per_step)
             faults.point("rollout", s.step)
         with self.log.timer("capture"):  # a few groups kept for viewing (RUN/rollouts)
-            name = f"{self.run.path.name}@{s.step}"
+            name = captures.training_label(s.step)
             captured = capture(self.run.path, s.step, trajs, scores, self.cfg.schedule, name)
         with self.log.timer("encode"):
             encode = self.learner.loaded.encoder.encode

@@ -8,9 +8,8 @@ them to `rlkit.train.grpo.recipe_loss` with each row's episode as its sequence.
 
 Minibatches hold whole episodes, as SkyRL's episode rows are: the per-episode terms (the
 `sequence_mean` and `seq_mean_token_sum_norm` reductions, the KL term, GSPO's ratio) would
-count an episode cut across two optimizer steps as two. Turns that share a prompt stay
-together too, so one forward serves them (the episodes of a maze share their first prompt and
-often more: a third fewer forwards early in training); `episode_groups` joins both.
+count an episode cut across two optimizer steps as two. Within a minibatch, turns that share
+a prompt (a maze's episodes share their first one, often more) share one forward.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from rlkit.model.batching import distinct, prompt_key
 from rlkit.model.load import LoadedModel
 from rlkit.model.policy import AnswerSpec, turn_logprobs
 from rlkit.recipe import Recipe
@@ -155,32 +153,16 @@ def grouped_minibatches(
     return out
 
 
-def episode_groups(samples: Sequence[TurnSample]) -> list[int]:
-    """For each sample, a group id such that an episode's turns share one, and so do turns
-    with the same prompt (content, `prompt_key`): the connected parts of both relations."""
-    parent = list(range(len(samples)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    first: dict[Hashable, int] = {}
-    keys = distinct([prompt_key(x.prompt) for x in samples])[1].tolist()
-    for i, x in enumerate(samples):
-        for key in (("episode", x.episode), ("prompt", keys[i])):
-            j = first.setdefault(key, i)
-            parent[root(i)] = root(j)
-    return [root(i) for i in range(len(samples))]
-
-
 def minibatch_order(
     samples: Sequence[TurnSample], g: GRPOConfig, generator: torch.Generator
 ) -> list[list[int]]:
-    """One epoch's minibatches of sample indices: whole episodes, with the turns that share a
-    prompt kept together (`episode_groups`), in a random order."""
-    return grouped_minibatches(episode_groups(samples), g.minibatch, generator)
+    """One epoch's minibatches of sample indices: whole episodes in a random order, as SkyRL
+    shuffles its episode rows. Turns that share a prompt still share one forward when they land
+    in one minibatch. Keeping such turns together as well (which joins a maze's episodes into
+    one unit, since they share their first prompt) filled each minibatch with whole groups of
+    few mazes: seed 1 of the learning benchmark then ended at 92.6% sampled, 93.8% greedy;
+    with whole episodes alone, 96.9% both (160 GRPO steps)."""
+    return grouped_minibatches([x.episode for x in samples], g.minibatch, generator)
 
 
 def update(
