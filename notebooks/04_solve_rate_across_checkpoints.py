@@ -73,6 +73,16 @@ curves_png = workbench.save_png(fig, out_dir, "training_curves")
 fig
 
 # %% [markdown]
+# Is training stable? Entropy (with the collapse line), clip fraction, the share of groups that
+# teach nothing, the rollout-vs-trainer logprob gap, turns, response length and grad norm; the
+# header names any warning the monitor would raise.
+
+# %%
+fig = curves.stability_curves(run, run_id=run.name)
+stability_png = workbench.save_png(fig, out_dir, "stability")
+fig
+
+# %% [markdown]
 # Did GRPO help? Paired by maze: for every maze, the fraction of its samples solved at the last
 # checkpoint minus the fraction at GRPO's first. If GRPO changed nothing, each difference would
 # be as likely positive as negative; the exact sign-flip test gives the probability (p) of
@@ -100,7 +110,7 @@ summary = report.build_summary(
     boundary=boundary,
     paired=paired,
     run=str(source),
-    plots=[str(curve_png), str(difficulty_png), str(curves_png)],
+    plots=[str(curve_png), str(difficulty_png), str(curves_png), str(stability_png)],
     greedy=greedy,
 )
 report.write_summary(out_dir, summary)

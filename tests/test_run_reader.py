@@ -16,6 +16,10 @@ from rlkit.run.remote import TAG, main, summary_from_logs
 from rlkit.run.rundir import RunDir
 
 
+STABILITY = {"loss/entropy": 1.2, "loss/clip_fraction": 0.05, "loss/grad_norm": 0.8}
+"""The stability signals of the fixture's GRPO step."""
+
+
 @pytest.fixture
 def local_run(tmp_path):
     """A local run dir as the trainer leaves it: run.json, 3 steps of metrics (2 of warm start),
@@ -23,7 +27,8 @@ def local_run(tmp_path):
     run = RunDir(tmp_path / "demo")
     run.init(preset="smoke", seed=0, backend="local", config={"schedule": {"steps": 4}})
     for step, phase in ((0, "warm_start"), (1, "warm_start"), (2, "grpo")):
-        run.append_metrics({"step": step, "train/phase": phase, "rollout/reward_mean": step / 2})
+        record = {"step": step, "train/phase": phase, "rollout/reward_mean": step / 2}
+        run.append_metrics(record | (STABILITY if phase == "grpo" else {}))
     result, trajs = evaluate(scripted_policy("eps-oracle:0.25"), samples=1, step=2)
     result.save(run.eval_path(2), trajs)
     run.save_checkpoint(2, lambda d: (d / "policy").mkdir())
@@ -87,10 +92,13 @@ def test_rlkit_plot_and_eval_read_a_local_run_through_the_same_interface(
 ):
     from rlkit.cli.main import main
 
-    solve, curves = tmp_path / "solve.png", tmp_path / "curves.png"
+    solve, curves, stable = (tmp_path / f"{n}.png" for n in ("solve", "curves", "stability"))
     argv = ["plot", "--run-dir", str(local_run), "--out", str(solve), "--curves", str(curves)]
-    assert main(argv) == 0, capsys.readouterr().err
-    assert solve.read_bytes()[:4] == curves.read_bytes()[:4] == b"\x89PNG"
+    assert main([*argv, "--stability", str(stable)]) == 0, capsys.readouterr().err
+    assert f"and {stable}" in capsys.readouterr().out
+    assert (
+        solve.read_bytes()[:4] == curves.read_bytes()[:4] == stable.read_bytes()[:4] == b"\x89PNG"
+    )
     assert main(["eval", "--policy", str(local_run)]) == 2
     err = capsys.readouterr().err
     assert "is a local run, not a model" in err

@@ -210,7 +210,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from rlkit.notebook.curves import training_curves
+    from rlkit.notebook.curves import stability_curves, training_curves
     from rlkit.notebook.plots import figure_png, solve_rate_curve
     from rlkit.run.reader import open_run
 
@@ -222,9 +222,14 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(figure_png(fig))
+    wrote = [out]
     if args.curves:
         Path(args.curves).write_bytes(figure_png(training_curves(run, run_id=run.name)))
-    print(f"wrote {out}" + (f" and {args.curves}" if args.curves else ""))
+        wrote.append(args.curves)
+    if args.stability:
+        Path(args.stability).write_bytes(figure_png(stability_curves(run, run_id=run.name)))
+        wrote.append(args.stability)
+    print("wrote " + " and ".join(map(str, wrote)))
     return 0
 
 
@@ -330,6 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--run-dir", required=True)
     pl.add_argument("--out", required=True, help="PNG path")
     pl.add_argument("--curves", default=None, help="also write training curves to this PNG")
+    pl.add_argument(
+        "--stability",
+        default=None,
+        help="also write the stability panels (entropy, clip fraction, ...) to this PNG",
+    )
     pl.set_defaults(func=_cmd_plot)
 
     from rlkit.cli import cluster, rollouts
