@@ -37,9 +37,10 @@ that token and the candidates are the first tokens of `>up`, `>down`, ... instea
 None when its answer never writes `<action>`, when the four candidates are not four distinct
 tokens, when the request fails, or (top-20 engines only) when the top 20 lack one of the four
 words: a model that barely considers that move, but a floor would invent a number, so none is
-stored. On the SkyRL CPU run's vLLM 0.32 the exact request answered every probe; asked for the
-top 20, 33 of 272 captured turns lacked a word. Probes run beside the episodes' own requests
-(a task per turn) and are awaited when the batch ends.
+stored. On the SkyRL CPU run (vLLM 0.32) every tagged turn got its four (6 of 273 captured
+turns wrote no tag); asked for the top 20 instead, 29 of 268 tagged turns lacked a word.
+Probes run beside the episodes' own requests (a task per turn) and are awaited when the batch
+ends.
 
 The step's cost is logged with its rollout metrics (`generate/capture_*`, through the bridge
 `rollout/capture_*` in RUN/metrics.jsonl): episodes, bytes written, seconds spent after
