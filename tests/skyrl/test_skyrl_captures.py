@@ -224,6 +224,7 @@ def test_a_training_call_captures_its_groups_with_move_probs(test_set, encoder, 
         i = index[f"{e.group}_{t.sample}"]
         s = engine.sessions[f"{e.group}_{t.sample}"]
         assert t.reward == sum(out["rewards"][i]) and t.terminated == (t.reward == 1.0)
+        assert t.policy == "train@7"  # the step's weights played it, as a local capture says
         assert t.max_turns == batch["env_extras"][i]["max_turns"] == cfg.generator.max_turns
         env = replay(batch["env_extras"][i], s.texts)  # the same answers in rlkit's own env
         assert [x.text for x in t.turns] == s.texts and len(t.turns) == env.turns

@@ -71,7 +71,13 @@ from rlkit.errors import UsageError
 from rlkit.maze.core import Action
 from rlkit.model.vllm_policy import _move_probs
 from rlkit.recipe import Recipe
-from rlkit.run.captures import CapturedEpisode, drop_after, pick_groups, write_step
+from rlkit.run.captures import (
+    CapturedEpisode,
+    drop_after,
+    pick_groups,
+    training_label,
+    write_step,
+)
 from rlkit.run.skyrl_dumps import EvalEpisode, to_trajectory
 from rlkit.train.advantages import ESTIMATORS, estimate
 
@@ -236,7 +242,6 @@ class Capturer:
     seed: int
     recipe: Recipe
     """Only `advantage_estimator` and `grpo_norm_by_std` are read (the run's own)."""
-    run_name: str
     probe: EngineProbe | None
     """None: no engine to ask (a client without `get_endpoint_url`); turns get no probabilities."""
     end_markers: tuple[str, ...] = ()
@@ -264,7 +269,7 @@ class Capturer:
             advantage_estimator=algo.advantage_estimator, grpo_norm_by_std=algo.grpo_norm_by_std
         )
         t = cfg.trainer
-        return cls(settings, t.ckpt_path, int(t.seed), recipe, t.run_name, probe, end_markers)
+        return cls(settings, t.ckpt_path, int(t.seed), recipe, probe, end_markers)
 
     def begin(self, input_batch: dict) -> StepCapture | None:
         """The capture of one generate() call, or None for an eval (or untagged) call."""
@@ -396,7 +401,7 @@ class StepCapture:
             extras=dict(extras),
         )
         sample = input_batch["trajectory_ids"][i].repetition_id
-        traj = to_trajectory(ep, sample, f"{self.owner.run_name}@{self.step}")
+        traj = to_trajectory(ep, sample, training_label(self.step))  # as the local trainer
         probs = [*probs, *[None] * (len(traj.turns) - len(probs))]  # no probe: no bars
         turns = [replace(t, move_probs=p) for t, p in zip(traj.turns, probs, strict=False)]
         return replace(traj, turns=turns, max_turns=ep.max_turns)
