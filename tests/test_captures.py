@@ -215,20 +215,20 @@ def test_capture_settings_may_change_on_resume_and_old_run_json_resumes():
     cfg = preset("smoke")
     saved = cfg.to_dict()
     old = json.loads(json.dumps(saved))
-    del old["schedule"]["capture_groups"], old["schedule"]["keep_captures"]
+    del old["schedule"]["capture_groups"], old["schedule"]["capture_keep"]
     assert config_from_dict(old) == cfg  # a run.json from before: the defaults
     assert check_resume(old, cfg, "r") == {}
     assert resume_config(old, cfg) is cfg
-    less = cfg.with_overrides({"schedule.capture_groups": "0", "schedule.keep_captures": "none"})
+    less = cfg.with_overrides({"schedule.capture_groups": "0", "schedule.capture_keep": "none"})
     assert check_resume(saved, less, "r") == {
         "schedule.capture_groups": (2, 0),
-        "schedule.keep_captures": (50, None),
+        "schedule.capture_keep": (50, None),
     }
     assert resume_config(saved, cfg, {"schedule.capture_groups": "1"}).schedule.capture_groups == 1
     with pytest.raises(UsageError, match="capture_groups .* must be >= 0"):
         cfg.with_overrides({"schedule.capture_groups": "-1"})
-    with pytest.raises(UsageError, match="keep_captures .* must be >= 1"):
-        cfg.with_overrides({"schedule.keep_captures": "0"})
+    with pytest.raises(UsageError, match="capture_keep .* must be >= 1"):
+        cfg.with_overrides({"schedule.capture_keep": "0"})
 
 
 # the reader on both layouts --------------------------------------------------------------

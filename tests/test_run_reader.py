@@ -15,7 +15,6 @@ from rlkit.run.reader import LocalRun, SummaryRun
 from rlkit.run.remote import TAG, main, summary_from_logs
 from rlkit.run.rundir import RunDir
 
-
 STABILITY = {"loss/entropy": 1.2, "loss/clip_fraction": 0.05, "loss/grad_norm": 0.8}
 """The stability signals of the fixture's GRPO step."""
 

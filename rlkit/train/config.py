@@ -40,9 +40,11 @@ RESUME_MAY_CHANGE: tuple[str, ...] = (
     "schedule.keep",
     "schedule.threads",
     "schedule.eval_before_train",
+    "schedule.capture_groups",
+    "schedule.capture_keep",
 )
 """The fields a resumed run may change (recorded in run.json's `config_changes`): how long it
-runs and how often it checkpoints or evaluates. Every other field is the recipe (what is
+runs, how often it checkpoints or evaluates, and how much of its rollouts it captures. Every other field is the recipe (what is
 trained, and how each eval measures it); changing one mid-run would give a curve no single
 config produced, so a resume refuses it."""
 
@@ -170,7 +172,7 @@ class ScheduleConfig:
     episodes, 6-9 turns) 14-26 KB and 6-17 ms of a ~6 s step; smoke (2 x 4 episodes, ~11
     turns) 16-17 KB and 8-13 ms of a 0.15-0.3 s step (~170 bytes a turn; the time is mostly
     the atomic write's fsyncs)."""
-    keep_captures: int | None = 50
+    capture_keep: int | None = 50
     """Captured steps kept (the newest; None: all), so the files stay bounded as checkpoints
     do: at the default, under ~1.3 MB for local-tiny."""
 
@@ -179,9 +181,9 @@ class ScheduleConfig:
             raise UsageError(
                 f"schedule.capture_groups ({self.capture_groups}) must be >= 0 (0: capture off)"
             )
-        if self.keep_captures is not None and self.keep_captures < 1:
+        if self.capture_keep is not None and self.capture_keep < 1:
             raise UsageError(
-                f"schedule.keep_captures ({self.keep_captures}) must be >= 1 steps, or none "
+                f"schedule.capture_keep ({self.capture_keep}) must be >= 1 steps, or none "
                 "to keep every captured step"
             )
 

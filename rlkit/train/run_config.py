@@ -11,12 +11,6 @@ from typing import Any
 from rlkit.errors import UsageError
 from rlkit.train.config import PRESETS, RENAMED, RESUME_MAY_CHANGE, GRPOConfig, TrainConfig, preset
 
-CAPTURE_SETTINGS: tuple[str, ...] = ("schedule.capture_groups", "schedule.keep_captures")
-"""What the trainer copies out for viewing (RUN/rollouts): a resume may change them, as it may
-the schedule, since they change nothing that is trained."""
-MAY_CHANGE: tuple[str, ...] = (*RESUME_MAY_CHANGE, *CAPTURE_SETTINGS)
-"""Every field a resume may change (recorded in run.json's `config_changes`)."""
-
 
 def upgrade_config_dict(config: Mapping[str, Any]) -> dict[str, Any]:
     """A run.json `config` as this version writes it: the keys `RENAMED` replaced move into
@@ -130,13 +124,13 @@ def config_changes(
 
 def check_resume(saved: Mapping[str, Any] | None, cfg: TrainConfig, where: str) -> dict:
     """The changes from run `where`'s saved config (run.json; None: not recorded) to `cfg`, if
-    each is one a resume may change (`MAY_CHANGE`); else a one-line UsageError naming them."""
+    each is one a resume may change (`RESUME_MAY_CHANGE`); else a one-line UsageError naming them."""
     changes = config_changes(upgrade_config_dict(saved), cfg.to_dict()) if saved else {}
-    fixed = [f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items() if k not in MAY_CHANGE]
+    fixed = [f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items() if k not in RESUME_MAY_CHANGE]
     if fixed:
         raise UsageError(
             f"{where} was trained with another recipe ({', '.join(fixed)}): resume with its "
             "settings (run.json) or start a new --run-dir; a resume may change only "
-            + ", ".join(MAY_CHANGE)
+            + ", ".join(RESUME_MAY_CHANGE)
         )
     return changes

@@ -237,7 +237,7 @@ def capture(
     picked = captures.pick_episodes(
         step, named, groups, used, n=sched.capture_groups, seed=sched.seed
     )
-    path = captures.write_step(run_dir, step, picked, keep=sched.keep_captures)
+    path = captures.write_step(run_dir, step, picked, keep=sched.capture_keep)
     return {"rollout/capture_episodes": len(picked), "rollout/capture_bytes": path.stat().st_size}
 
 
