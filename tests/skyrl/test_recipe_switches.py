@@ -369,7 +369,11 @@ def test_fail_advantage_is_local_only():
 
 def test_advantage_estimator_beyond_grpo_is_skyrl_only():
     r = Recipe(kl_loss_coef=0.0, advantage_estimator="rloo")
-    assert skyrl_cfg(r).trainer.algorithm.advantage_estimator == "rloo"
+    assert skyrl_cfg(r, capture_groups=0).trainer.algorithm.advantage_estimator == "rloo"
+    with pytest.raises(
+        UsageError, match="captured rollouts need advantage_estimator grpo.*set capture_groups=0"
+    ):
+        get_preset("qwen3vl-8b", recipe=r)  # the capture's advantages are rlkit's: grpo only
     with pytest.raises(UsageError, match="advantage_estimator=rloo: the local trainer has grpo"):
         train_preset("smoke").with_overrides({"recipe.advantage_estimator": "rloo"})
     for loss in sorted(set(rc.POLICY_LOSSES) - set(rc.LOCAL_POLICY_LOSSES)):

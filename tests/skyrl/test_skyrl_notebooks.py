@@ -53,9 +53,15 @@ def test_notebook_04_plots_the_solve_rate_across_a_skyrl_runs_evaluated_steps(
     evals = read_eval_dumps(skyrl_run_dir / "exports")
     first, last = min(evals), max(evals)
     curve = out / "plots" / "solve_rate_across_checkpoints.png"
-    for png in ("solve_rate_across_checkpoints", "solve_rate_by_difficulty", "training_curves"):
+    pngs = (
+        "solve_rate_across_checkpoints",
+        "solve_rate_by_difficulty",
+        "training_curves",
+        "stability",
+    )
+    for png in pngs:
         assert (out / "plots" / f"{png}.png").read_bytes()[:4] == b"\x89PNG"
-    assert sum("image/png" in o.get("data", {}) for o in outputs) == 3  # curve, by length, curves
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == len(pngs)
     texts = "".join("".join(o.get("text", "")) for o in outputs)
     assert f"{skyrl_run_dir.name}: skyrl run," in texts  # the run, described by open_run
     summary = json.loads((out / "summary.json").read_text())
