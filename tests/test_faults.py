@@ -304,40 +304,32 @@ def _job_log_has(handle, text: str, timeout_s: float = PROCESS_TIMEOUT_S) -> Non
 
 
 @pytest.mark.slow
-def test_ray_job_killed_and_stopped_then_resubmitted_equals_uninterrupted(
-    reference, ray_cluster, tmp_path
-):
+def test_ray_job_stopped_then_resubmitted_equals_uninterrupted(reference, ray_cluster, tmp_path):
+    """A job stopped mid-checkpoint (`rlkit jobs stop`) ends STOPPED; resubmitted, it resumes
+    and ends equal to the uninterrupted run; resubmitted once more, it trains nothing. (Jobs
+    killed inside: the watcher's test below.)"""
     run = tmp_path / "job-run"
-    entry = training_entrypoint("smoke", run)
-
-    def submit(fault: str | None):
-        env = {faults.ENV_VAR: fault} if fault else None
-        return ray_cluster.submit(run.name, entry, runtime_env_vars=env)
-
-    killed = submit("optimizer@6:kill")  # the trainer dies by SIGKILL inside the job
-    try:
-        assert killed.wait(PROCESS_TIMEOUT_S) == JobStatus.FAILED, killed.logs()[-2000:]
-    finally:
-        killed.stop()
-    assert "optimizer@6:kill" not in ray_cluster.last_submission
+    stopped = ray_cluster.submit(
+        run.name,
+        training_entrypoint("smoke", run),
+        runtime_env_vars={faults.ENV_VAR: "checkpoint@6:pause=600"},
+    )
+    assert "checkpoint@6:pause" not in ray_cluster.last_submission
     assert f"{faults.ENV_VAR}=***" in ray_cluster.last_submission
-    assert expected_resume(run) == 4
-    stopped = submit("checkpoint@8:pause=600")
     try:
-        _job_log_has(stopped, "rlkit-fault: paused at checkpoint@8", 2 * PROCESS_TIMEOUT_S)
-        assert f"resuming {run} from global_step_4" in stopped.logs()
+        _job_log_has(stopped, "rlkit-fault: paused at checkpoint@6", 2 * PROCESS_TIMEOUT_S)
         assert stopped.stop()
         assert stopped.wait(PROCESS_TIMEOUT_S) == JobStatus.STOPPED
     finally:
         stopped.stop()
-    assert expected_resume(run) == 6
+    assert expected_resume(run) == 4
     # The researcher's way back: `rlkit train --address` (submit_training) resumes the run.
     final = submit_training("smoke", run, address=ray_cluster)
     try:
         assert final.wait(PROCESS_TIMEOUT_S) == JobStatus.SUCCEEDED, final.logs()[-2000:]
     finally:
         final.stop()
-    assert f"resuming {run} from global_step_6" in final.logs()
+    assert f"resuming {run} from global_step_4" in final.logs()
     summary = json.loads(final.logs().strip().splitlines()[-1])
     assert summary["grpo_steps"] == 4 and summary["warm_start_end"] == 4
     assert_equals_reference(run, reference)
@@ -412,7 +404,7 @@ def test_a_job_whose_log_stops_growing_is_stopped_and_resubmitted(ray_cluster):
     ray_cluster.submit("hung-run", f'python -c "{code}"')
     said: list[str] = []
     with pytest.raises(RlkitError, match="rlkit-hung-run-2 stalled after 1 restart"):
-        watch(ray_cluster, "hung-run", resubmit=1, poll_s=1.0, stall_s=8, say=said.append)
-    assert said[0].endswith("wrote no output for 8 s: stopping it")
+        watch(ray_cluster, "hung-run", resubmit=1, poll_s=1.0, stall_s=4, say=said.append)
+    assert said[0].endswith("wrote no output for 4 s: stopping it")
     assert said[1].startswith("restart 1/1: rlkit-hung-run-1 stalled; resubmitted as")
     assert ray_cluster.reattach("hung-run").status() == JobStatus.STOPPED

