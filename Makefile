@@ -60,7 +60,7 @@ test: $(STAMP) lint
 	$(PYTEST)
 
 # The inner loop: everything not marked slow (no Ray head, vLLM, kernel, browser or training
-# subprocess), over the same WORKERS (on 2 cores: 2 min 0 s, against 2 min 50 s in one process).
+# subprocess), over the same WORKERS (on 2 cores: 1 min 56 s, against 2 min 50 s in one process).
 test-fast: $(STAMP)
 	$(PYTEST) -m "not slow"
 
