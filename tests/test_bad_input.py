@@ -115,6 +115,19 @@ def test_usage_error_from_a_real_process():
     assert_one_line(out.stderr, "rlkit train: error: grpo.lr takes a float, got 'fast'")
 
 
+def test_reader_that_leaves_early_stops_the_command_quietly():
+    """`rlkit maze | head -0`: the pipe is closed before rlkit writes; no traceback, exit 141."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlkit.cli.main", "maze", "--size", "16"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == cli.SIGPIPE_EXIT and err == "", err
+
+
 # -- dataset rows and env configs: what SkyRL hands the env on the cluster ----------------
 
 

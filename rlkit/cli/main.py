@@ -15,13 +15,17 @@ the world was not as needed (a missing file, an unreachable cluster).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from rlkit import __version__
 from rlkit.errors import RlkitError, UsageError
+
+SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a tool stopped by a closed pipe
 
 
 def _cmd_maze(args: argparse.Namespace) -> int:
@@ -354,11 +358,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _reader_left() -> int:
+    """The reader of our stdout went away (`rlkit ... | head`): stop quietly, as Unix tools do
+    on SIGPIPE, and point stdout at /dev/null so the interpreter's final flush stays silent."""
+    # stdout without a file descriptor (captured in-process) has nothing left to flush
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return SIGPIPE_EXIT
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        return _reader_left()
     except UsageError as e:
         print(f"rlkit {args.command}: error: {e}", file=sys.stderr)
         return 2
