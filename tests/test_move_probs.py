@@ -140,6 +140,12 @@ def test_free_answers_read_the_moves_odds_where_the_action_tag_opens(loaded):
     ids = [5, *prefix, choices[1], 9]
     assert pol._free_move_probs(ids, logits) == pytest.approx((1 / 6, 3 / 6, 1 / 6, 1 / 6))
     assert pol._free_move_probs([5, 6, 7], logits) is None  # never opened the tag
+    # two tags: the move the relaxed parser takes is the last tag's, so its odds are read there
+    ids = [5, *prefix, choices[1], 9, *prefix, choices[3], 9]
+    twice = torch.zeros(len(ids), 50_000)
+    last = 2 * len(prefix) + 3  # where the second `<action>` ends: the move's own position
+    twice[last, choices] = torch.tensor([0.0, 0.0, 0.0, math.log(4.0)])
+    assert pol._free_move_probs(ids, twice) == pytest.approx((1 / 7, 1 / 7, 1 / 7, 4 / 7))
 
 
 def test_live_and_kernel_free_replays_draw_the_bars_per_turn():

@@ -16,8 +16,9 @@ turn already computed, at no extra forward pass: the softmax over the four move-
 logits at the answer position (right after `<action>`), renormalised over those four, at the
 sampling temperature and before top-p. Constrained, that is exactly the distribution the move
 is drawn from (top-p aside), so P(chosen move) = exp(the recorded choice-token logprob). Free,
-it is read where the answer first writes `<action>`: the model's odds among the four moves,
-given that it names one there (None when the answer never opens the tag).
+it is read where the answer last writes `<action>` (the tag the relaxed parser obeys, and where
+SkyRL's capture probes): the model's odds among the four moves, given that it names one there
+(None when the answer never opens the tag).
 
 Sampling uses one `torch.Generator` per episode, seeded from that episode's numpy stream, so an
 episode's answers do not depend on which other episodes share its batch.
@@ -209,12 +210,12 @@ class ModelPolicy:
         return out
 
     def _free_move_probs(self, ids: list[int], logits: torch.Tensor) -> MoveProbs | None:
-        """The four moves' odds where `ids` first opens `<action>` ((R, V) `logits`: masked,
+        """The four moves' odds where `ids` last opens `<action>` ((R, V) `logits`: masked,
         at temperature); None if it never does."""
         if self.moves is None:
             return None
         n = len(self.moves.prefix)
-        for i in range(n, len(ids)):
+        for i in range(len(ids) - 1, n - 1, -1):
             if tuple(ids[i - n : i]) == self.moves.prefix:
                 return _four(torch.softmax(logits[i, list(self.moves.choices)], -1).tolist())
         return None

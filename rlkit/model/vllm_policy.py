@@ -151,7 +151,7 @@ class VllmPolicy:
             ids = ans.response(k)
             lps = [0.0] * len(ids)
             lps[ans.choice_pos] = gen.logprobs[0][gen.token_ids[0]].logprob
-            probs = _move_probs(gen.logprobs[0], choices)
+            probs = probs_of_moves(gen.logprobs[0], choices)
             out.append(Response(format_action(Action(k)), prompt[: -len(prefix)], ids, lps, probs))
         return out
 
@@ -179,7 +179,7 @@ class VllmPolicy:
         return out
 
 
-def _move_probs(top: dict[int, Any], choices: list[int]) -> MoveProbs | None:
+def probs_of_moves(top: dict[int, Any], choices: list[int]) -> MoveProbs | None:
     """The four moves' probabilities from one position's top logprobs (`{token: Logprob}`),
     renormalised over the four; None if vLLM left one out."""
     if not all(c in top for c in choices):
@@ -205,4 +205,4 @@ def load_vllm_policy(
     return VllmPolicy(engine, **policy_kw)
 
 
-__all__ = ["VllmPolicy", "load_vllm_policy"]
+__all__ = ["VllmPolicy", "load_vllm_policy", "probs_of_moves"]

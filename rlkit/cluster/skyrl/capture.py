@@ -29,7 +29,7 @@ engine, its prefix cache warm). It asks for exactly the four move words' first-t
 (vLLM's `logprob_token_ids`, the draw confined to them); an engine that refuses or ignores that
 (vLLM before it existed) is asked for its top 20 instead (`max_logprobs`' default cap), from
 then on. The four logprobs in the raw response become the four probabilities as rlkit's vLLM
-policy turns them (`rlkit.model.vllm_policy._move_probs`: renormalised over the four), at the
+policy turns them (`rlkit.model.vllm_policy.probs_of_moves`: renormalised over the four), at the
 sampling temperature (the probe runs at 1; renormalised over the four, raw and processed
 logprobs agree). Where the answer's last token before the
 move word also holds its start (a tokenizer that merges `>` with `up`), the prompt stops before
@@ -69,7 +69,7 @@ from rlkit.env.maze_env import maze_from_extras
 from rlkit.episodes.policies import MoveProbs
 from rlkit.errors import UsageError
 from rlkit.maze.core import Action
-from rlkit.model.vllm_policy import _move_probs
+from rlkit.model.vllm_policy import probs_of_moves
 from rlkit.recipe import Recipe
 from rlkit.run.captures import (
     CapturedEpisode,
@@ -109,7 +109,7 @@ class CaptureSettings:
 
 
 class _Logprob(NamedTuple):
-    """The shape `_move_probs` reads a logprob in (vLLM's `Logprob.logprob`)."""
+    """The shape `probs_of_moves` reads a logprob in (vLLM's `Logprob.logprob`)."""
 
     logprob: float
 
@@ -192,7 +192,7 @@ class EngineProbe:
         top = await self._exact(ask, choices) if self.exact is not False else None
         if top is None:
             top = await self._logprobs(ask, {"logprobs": TOP_LOGPROBS})
-        return _move_probs(top, list(choices))
+        return probs_of_moves(top, list(choices))
 
     async def _exact(self, ask: dict, choices: tuple[int, ...]) -> dict[int, _Logprob] | None:
         """The four words' logprobs (`logprob_token_ids`), or None once the engine has shown it
