@@ -249,10 +249,11 @@ def test_a_skyrl_run_reads_its_captures_from_its_run_dir(tmp_path, capsys):
     assert shown["episodes"][0]["p_chosen"][0] is None and shown["episodes"][0]["p_chosen"][1]
     code, out, _ = _cli(capsys, run_dir.path, "--step", "1")
     assert out.splitlines()[3].split()[0] == "-"  # its P column says "not recorded"
-    summary = SummaryRun(run.summary())  # read elsewhere: no episodes come with it
-    assert summary.capture_steps() == []
-    with pytest.raises(UsageError, match="read where its files are"):
-        summary.captures(1)
+    summary = SummaryRun(run.summary())  # read elsewhere: the newest captured step comes along
+    assert summary.capture_steps() == [1] and summary.captures(1) == run.captures(1)
+    assert SummaryRun(run.summary(captured=0)).capture_steps() == [1]
+    with pytest.raises(UsageError, match="open it in a kernel that mounts"):
+        SummaryRun(run.summary(captured=0)).captures(1)
     (run_dir.path / "exports" / "dumped_evals").mkdir(parents=True)
     exports = open_run(tmp_path / "sky" / "exports")  # the export dir: found with its run dir
     assert exports.capture_steps() == [1]

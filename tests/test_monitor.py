@@ -149,11 +149,15 @@ class RemoteJob(FakeJob):
         self.cluster = type("RemoteCluster", (), {"address": "http://10.0.0.1:8265"})()
 
 
-def test_a_run_this_kernel_cannot_see_is_read_through_the_cluster_and_said_so(
+def test_a_run_this_kernel_cannot_see_is_read_through_the_cluster_with_its_rollouts(
     tmp_path, monkeypatch
 ):
     from rlkit.cluster import run_reader
+    from rlkit.episodes.policies import scripted_policy
+    from rlkit.episodes.rollout import run_episodes
+    from rlkit.maze.generation import generate
     from rlkit.run import open_run
+    from rlkit.run.captures import write_step
     from rlkit.run.reader import SummaryRun
 
     # the run's files as the cluster sees them (here: a real run dir read by open_run)
@@ -161,6 +165,10 @@ def test_a_run_this_kernel_cannot_see_is_read_through_the_cluster_and_said_so(
     there.init(preset="smoke", seed=0, backend="local")
     for s in range(3):
         there.append_metrics({"step": s, "rollout/reward_mean": s / 4})
+    mazes = [generate(3, 3, seed=s) for s in (1, 2)]
+    for step in (1, 2):  # captured training rollouts, on the cluster's storage only
+        played = run_episodes(scripted_policy("eps-oracle:0.5"), mazes, samples=2, seed=step)
+        write_step(there.path, step, _captured(step, played), keep=None)
     reads = []
 
     def read_run(cluster, path):
@@ -175,6 +183,12 @@ def test_a_run_this_kernel_cannot_see_is_read_through_the_cluster_and_said_so(
         mon.progress.value
     )
     assert "step 2" in mon.progress.value and mon.curves.value[:4] == b"\x89PNG"
+    # the newest captured step came with the summary: the player plays it, move bars included
+    view = mon.rollouts
+    assert view.step == 2 and len(view.episodes) == 4 and "(2 steps" in view.header.value
+    assert view.replay.pane.move_bars[0].probs == pytest.approx(
+        view.episodes[0].trajectory.turns[0].move_probs, abs=1e-4
+    )
     mon.refresh()
     assert len(reads) == 1  # one small job per `remote_every_s`, not per refresh
     # a job on this machine's head (or no cluster): its files appear here; nothing to read

@@ -11,6 +11,7 @@ from rlkit.episodes.policies import scripted_policy
 from rlkit.errors import RlkitError, UsageError
 from rlkit.notebook import workbench
 from rlkit.run import RunNotFound, open_run
+from rlkit.run.captures import pick_episodes, step_path, write_step
 from rlkit.run.reader import LocalRun, SummaryRun
 from rlkit.run.remote import TAG, main, summary_from_logs
 from rlkit.run.rundir import RunDir
@@ -31,6 +32,9 @@ def local_run(tmp_path):
     result, trajs = evaluate(scripted_policy("eps-oracle:0.25"), samples=1, step=2)
     result.save(run.eval_path(2), trajs)
     run.save_checkpoint(2, lambda d: (d / "policy").mkdir())
+    for step in (1, 2):  # training rollouts captured at steps 1 and 2: two groups of two
+        eps = pick_episodes(step, trajs[:4], [0, 0, 1, 1], [0.5, -0.5, 0.0, 0.0], n=2, seed=0)
+        write_step(run.path, step, eps, keep=None)
     return run.path
 
 
@@ -59,7 +63,7 @@ def test_open_run_refuses_what_is_not_a_run_dir_in_one_line(tmp_path, local_run)
         workbench.open_source(tmp_path / "elsewhere")
 
 
-def test_a_summary_reads_back_as_the_same_run_without_episodes(local_run, capsys):
+def test_a_summary_reads_back_as_the_same_run_without_eval_episodes(local_run, capsys):
     assert main([str(local_run)]) == 0
     line = capsys.readouterr().out
     assert line.startswith(TAG)
@@ -71,6 +75,31 @@ def test_a_summary_reads_back_as_the_same_run_without_episodes(local_run, capsys
     assert back.checkpoints() == run.checkpoints() and back.warm_start_end() == 1
     with pytest.raises(UsageError, match="read where its files are"):
         back.trajectories(2)
+    # the newest captured step comes along (what a monitor plays); older ones on request
+    assert back.capture_steps() == run.capture_steps() == [1, 2]
+    assert back.captures(2) == run.captures(2) and len(back.captures(2)) == 4
+    with pytest.raises(UsageError, match=r"step 1's captured rollouts .* brought \[2\]"):
+        back.captures(1)
+    assert main([str(local_run), "--captured", "2"]) == 0
+    both = summary_from_logs(capsys.readouterr().out, str(local_run))
+    assert both.captures(1) == run.captures(1) and both.captures(2) == run.captures(2)
+    assert main([str(local_run), "--captured", "0"]) == 0
+    none = summary_from_logs(capsys.readouterr().out, str(local_run))
+    assert none.capture_steps() == [1, 2]
+    with pytest.raises(UsageError, match="not brought"):
+        none.captures(2)
+    with pytest.raises(UsageError, match=r"no captured rollouts for step 9 .* are \[1, 2\]"):
+        none.captures(9)
+    with pytest.raises(SystemExit):
+        main([str(local_run), "--captured", "-1"])
+    assert "--captured (-1) must be >= 0" in capsys.readouterr().err
+    # a damaged capture file travels as its one-line error; the rest of the summary still reads
+    step_path(local_run, 2).write_text("{not json\n")
+    assert main([str(local_run)]) == 0
+    damaged = summary_from_logs(capsys.readouterr().out, str(local_run))
+    assert damaged.metrics() == run.metrics()
+    with pytest.raises(RlkitError, match=r"global_step_2.jsonl:1 is not a captured episode"):
+        damaged.captures(2)
     with pytest.raises(RlkitError, match="could not read /x: rlkit: no run"):
         summary_from_logs("rlkit: no run at /x", "/x")
 
@@ -78,12 +107,22 @@ def test_a_summary_reads_back_as_the_same_run_without_episodes(local_run, capsys
 @pytest.mark.timeout(300)
 def test_the_cluster_reads_a_run_this_kernel_cannot_see(ray_cluster, local_run, capsys):
     """One small Ray job through the Jobs API (the reader Studio uses without /fsx)."""
+    from rlkit.cli.main import main as rlkit
     from rlkit.cluster.run_reader import read_run
 
     back = read_run(ray_cluster, local_run)
     run = open_run(local_run)
     assert json.dumps(back.summary()) == json.dumps(run.summary())
     assert any(j.submission_id.startswith("rlkit-read-demo-") for j in ray_cluster.jobs())
+    # `rlkit rollouts --address`: the same answers read on the cluster (every step for a list)
+    outputs = {}
+    for where in ([], ["--address", ray_cluster.address]):
+        for argv in (["--json"], ["--step", "1", "--json"]):
+            assert rlkit(["rollouts", str(local_run), *argv, *where]) == 0
+            outputs.setdefault(tuple(argv), []).append(json.loads(capsys.readouterr().out))
+    for here, there in outputs.values():
+        assert here == there
+    assert [s["step"] for s in outputs[("--json",)][0]["steps"]] == [1, 2]
 
 
 def test_rlkit_plot_and_eval_read_a_local_run_through_the_same_interface(

@@ -7,6 +7,10 @@
     rlkit rollouts RUN --export step.html       # the step (default: latest) as a kernel-free
                                                 #   HTML player with move-probability bars
 
+    rlkit rollouts /fsx/rlkit/runs/RUN --address http://HEAD:8265 --step latest
+                                                # read on the cluster by a small Ray job, for
+                                                #   a machine that does not mount /fsx
+
 RUN is a local run dir or a SkyRL run dir (both keep them in RUN/rollouts).
 """
 
@@ -19,6 +23,8 @@ from pathlib import Path
 from rlkit.errors import UsageError
 
 MOVE_LETTER = {"up": "U", "down": "D", "left": "L", "right": "R"}
+ALL_STEPS = 10**6
+"""More captured steps than any run keeps (`capture_keep`): a reading job brings them all."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,12 +38,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="FILE.html",
         help="write the step (default: latest) as a kernel-free HTML player",
     )
+    r.add_argument(
+        "--address",
+        default=None,
+        help="read RUN where the cluster's jobs see it (a Ray job there), e.g. /fsx from Studio",
+    )
     r.set_defaults(func=cmd_rollouts)
 
 
-def _open(path: str):
+def _open(path: str, address: str | None, captured: int):
     from rlkit.run.reader import is_run, open_run
 
+    if address is not None:
+        from rlkit.cluster.client import connect
+        from rlkit.cluster.run_reader import read_run
+
+        return read_run(connect(address), path, captured=captured)
     run = open_run(path)  # a missing path: one line (RunNotFound)
     if not is_run(run.path):
         raise UsageError(
@@ -49,12 +65,14 @@ def _open(path: str):
 
 def _captured_steps(run) -> list[int]:
     """The run's captured steps; none is a one-line UsageError saying why."""
-    if run.capture_root() is None:
+    from rlkit.run.reader import SummaryRun
+
+    steps = run.capture_steps()
+    if not steps and run.capture_root() is None and not isinstance(run, SummaryRun):
         raise UsageError(
             f"{run.path} is a SkyRL export dir without its run dir: captured rollouts are in "
             "the run dir (RUN/rollouts), give that"
         )
-    steps = run.capture_steps()
     if not steps:
         raise UsageError(
             f"{run.path} has no captured training rollouts yet: they are written after each "
@@ -75,9 +93,12 @@ def _pick_step(wanted: str | None, steps: list[int]) -> int:
 def cmd_rollouts(args: argparse.Namespace) -> int:
     from rlkit.run.captures import summarize
 
-    run = _open(args.run)
+    listing = args.step is None and args.export is None
+    latest_only = not listing and args.step in (None, "latest")
+    # through the cluster, the reading job brings the newest step, or every step kept
+    run = _open(args.run, args.address, captured=1 if latest_only else ALL_STEPS)
     steps = _captured_steps(run)
-    if args.step is None and args.export is None:
+    if listing:
         rows = [summarize(run.captures(s), s) for s in steps]
         listed = {"run": run.name, "backend": run.backend, "steps": [r.to_dict() for r in rows]}
         print(json.dumps(listed) if args.json else _steps_table(run.name, rows))

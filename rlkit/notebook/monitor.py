@@ -9,7 +9,8 @@ or whose rollout-trainer logprob gap grows gets a one-line warning under the pro
 in the eval replays' player, with the model's move probabilities, and change to a newer step
 as one lands (`rlkit.notebook.rollouts.RolloutsView`). Where this kernel cannot see
 the run's files (Studio without /fsx mounted) and the job's cluster is remote, the run is read
-through the cluster by a small Ray job every `remote_every_s`, and the progress line says so.
+through the cluster by a small Ray job every `remote_every_s` (the newest captured step comes
+along), and the progress line says so.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ class JobMonitor(widgets.VBox):
         )
         self.stop_button.on_click(lambda _: self.stop_job())
         self.rollouts = RolloutsView()
-        """The newest captured training step's episodes (none for a run read remotely)."""
+        """The newest captured training step's episodes (a run read remotely brings that step)."""
         self._plotted: tuple[int, int] | None = None
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None

@@ -46,9 +46,13 @@ class CapturedEpisode:
     """The advantage the loss gave its tokens (0 for a group the loss dropped)."""
     trajectory: Trajectory
 
-    def to_json(self) -> str:
+    def to_dict(self) -> dict:
+        """As stored (`from_dict` reads it back): the trajectory without token ids or logprobs."""
         head = {"step": self.step, "group": self.group, "advantage": self.advantage}
-        return json.dumps({**head, "trajectory": _slim(self.trajectory)}, separators=(",", ":"))
+        return {**head, "trajectory": _slim(self.trajectory)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
 
     @classmethod
     def from_dict(cls, d: dict) -> CapturedEpisode:
@@ -164,16 +168,20 @@ def drop_after(run_dir: str | Path, step: int) -> list[int]:
     return gone
 
 
+def not_captured(step: int, run_dir: str | Path, have: Sequence[int]) -> UsageError:
+    """The one-line error for a step without captured rollouts, naming the captured ones."""
+    return UsageError(
+        f"no captured rollouts for step {step} in {Path(run_dir)}: captured steps are "
+        f"{list(have) or 'none (capture is off, or no step has finished yet)'}"
+    )
+
+
 def read_step(run_dir: str | Path, step: int) -> list[CapturedEpisode]:
     """One step's captured episodes; a missing step is a UsageError naming the captured ones,
     a damaged line an RlkitError naming the file and line."""
     path = step_path(run_dir, step)
     if not path.is_file():
-        have = capture_steps(run_dir)
-        raise UsageError(
-            f"no captured rollouts for step {step} in {Path(run_dir)}: captured steps are "
-            f"{have or 'none (capture is off, or no step has finished yet)'}"
-        )
+        raise not_captured(step, run_dir, capture_steps(run_dir))
     out = []
     # "\n" only: str.splitlines() would also split at U+0085/U+2028 inside a model's answer
     lines = path.read_text(encoding="utf-8").split("\n")

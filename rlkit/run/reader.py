@@ -165,8 +165,18 @@ class Run(ABC):
             f"{len(evals)} evals, {sum(c.complete for c in self.checkpoints())} checkpoints"
         )
 
-    def summary(self) -> dict[str, Any]:
-        """The run as JSON (no trajectories): what a reader elsewhere needs for its figures."""
+    def summary(self, captured: int = 1) -> dict[str, Any]:
+        """The run as JSON, what a reader elsewhere needs for its figures: no eval episodes, but
+        the newest `captured` captured training steps' episodes (what a monitor plays; ~20 KB a
+        step). A captured step that cannot be read is carried as its one-line error."""
+        steps = self.capture_steps()
+        brought: dict[str, list[dict]] = {}
+        errors: dict[str, str] = {}
+        for step in steps[len(steps) - captured :] if captured > 0 else []:
+            try:
+                brought[str(step)] = [e.to_dict() for e in self.captures(step)]
+            except RlkitError as e:
+                errors[str(step)] = str(e)
         return {
             "name": self.name,
             "backend": self.backend,
@@ -176,6 +186,9 @@ class Run(ABC):
             "metrics": self.metrics(),
             "evals": {str(s): r.to_dict() for s, r in self.evals().items()},
             "checkpoints": [c.to_dict() for c in self.checkpoints()],
+            "capture_steps": steps,
+            "captures": brought,
+            "capture_errors": errors,
         }
 
 
@@ -305,7 +318,8 @@ def is_run(path: str | Path) -> bool:
 
 class SummaryRun(Run):
     """A run read elsewhere (`Run.summary()`, e.g. through a Ray job on the cluster): config,
-    metrics, evals and checkpoints as that reader saw them; no episodes."""
+    metrics, evals and checkpoints as that reader saw them, and the captured training steps
+    it brought (the newest); no eval episodes."""
 
     def __init__(self, summary: dict[str, Any]) -> None:
         try:
@@ -318,6 +332,14 @@ class SummaryRun(Run):
                 int(s): EvalResult.from_dict(d) for s, d in (summary.get("evals") or {}).items()
             }
             self._ckpts = [RunCheckpoint.from_dict(c) for c in summary.get("checkpoints") or []]
+            self._capture_steps = sorted(int(s) for s in summary.get("capture_steps") or [])
+            self._captures = {
+                int(s): [CapturedEpisode.from_dict(e) for e in eps]
+                for s, eps in (summary.get("captures") or {}).items()
+            }
+            self._capture_errors = {
+                int(s): str(e) for s, e in (summary.get("capture_errors") or {}).items()
+            }
         except (KeyError, TypeError, ValueError) as e:
             raise RlkitError(f"not a run summary ({type(e).__name__}: {e})") from None
 
@@ -346,8 +368,21 @@ class SummaryRun(Run):
     def capture_root(self) -> Path | None:
         return None  # its files are elsewhere
 
+    def capture_steps(self) -> list[int]:
+        """Every captured step the reader saw (`captures` has the ones it brought)."""
+        return list(self._capture_steps)
+
     def captures(self, step: int) -> list[CapturedEpisode]:
+        if step in self._captures:
+            return list(self._captures[step])
+        if step in self._capture_errors:
+            raise RlkitError(self._capture_errors[step])
+        if step not in self._capture_steps:
+            raise captures.not_captured(step, self.path, self._capture_steps)
+        brought = sorted(self._captures) or "none"
         raise UsageError(
-            f"the captured rollouts of {self.name} are read where its files are: open the run "
-            f"in a kernel that mounts {self.path.parent} (e.g. Studio with FSx attached)"
+            f"step {step}'s captured rollouts of {self.name} were not brought by the reader "
+            f"(it brought {brought}): read the run again with more captured steps "
+            f"(read_run(cluster, path, captured=N)), or open it in a kernel that mounts "
+            f"{self.path.parent} (e.g. Studio with FSx attached)"
         )

@@ -2,14 +2,15 @@
 
 The cluster runs this module as a small Ray job (`rlkit.cluster.run_reader` submits it through
 the Jobs API); it prints the run's summary (`Run.summary()`: config, metrics, evals,
-checkpoints) as one tagged JSON line, which the kernel reads back from the job's logs as a
-`SummaryRun`:
+checkpoints, the newest captured training steps' episodes) as one tagged JSON line, which the
+kernel reads back from the job's logs as a `SummaryRun`:
 
-    python -m rlkit.run.remote /fsx/rlkit/runs/RUN
+    python -m rlkit.run.remote /fsx/rlkit/runs/RUN [--captured N]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -20,9 +21,9 @@ TAG = "rlkit-run-summary "
 """Starts the one log line that holds the summary; anything else the job prints is ignored."""
 
 
-def summary_line(path: str) -> str:
-    """The tagged JSON line for the run at `path`."""
-    return TAG + json.dumps(open_run(path).summary(), allow_nan=False)
+def summary_line(path: str, captured: int = 1) -> str:
+    """The tagged JSON line for the run at `path`, with its newest `captured` captured steps."""
+    return TAG + json.dumps(open_run(path).summary(captured), allow_nan=False)
 
 
 def summary_from_logs(logs: str, path: str) -> SummaryRun:
@@ -39,11 +40,16 @@ def summary_from_logs(logs: str, path: str) -> SummaryRun:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m rlkit.run.remote RUN_DIR", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(prog="python -m rlkit.run.remote", description=__doc__)
+    parser.add_argument("run_dir")
+    parser.add_argument(
+        "--captured", type=int, default=1, help="newest captured training steps to include"
+    )
+    args = parser.parse_args(argv)
+    if args.captured < 0:
+        parser.error(f"--captured ({args.captured}) must be >= 0")
     try:
-        print(summary_line(argv[0]), flush=True)
+        print(summary_line(args.run_dir, args.captured), flush=True)
     except RlkitError as e:
         print(f"rlkit: {e}", file=sys.stderr, flush=True)
         return 1
