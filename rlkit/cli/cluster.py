@@ -20,7 +20,7 @@ import sys
 from rlkit.errors import UsageError
 
 
-def _connect(args: argparse.Namespace, *, start_local: bool = False):
+def cli_connect(args: argparse.Namespace, *, start_local: bool = False):
     """The cluster `--address` names (`rlkit.cluster.address`: none or `local` is the local
     head). Commands on existing jobs only reuse a local head; those that submit start one."""
     from rlkit.cluster.client import connect
@@ -32,7 +32,7 @@ def _connect(args: argparse.Namespace, *, start_local: bool = False):
 
 
 def _jobs_list(args: argparse.Namespace) -> int:
-    cluster = _connect(args)
+    cluster = cli_connect(args)
     records = cluster.jobs()
     if args.run:
         from rlkit.cluster.jobs import records_for_run
@@ -45,7 +45,7 @@ def _jobs_list(args: argparse.Namespace) -> int:
 
 
 def _handle(args: argparse.Namespace):
-    cluster = _connect(args)
+    cluster = cli_connect(args)
     if args.job.startswith("rlkit-") or args.job.startswith("raysubmit_"):
         return cluster.job(args.job)
     return cluster.reattach(args.job)  # a run name: its newest job
@@ -187,7 +187,7 @@ def _submit(args: argparse.Namespace) -> int:
             f"{args.preset} needs {plan.sky.num_gpus} GPUs and the local Ray head has none: "
             "give --address of a GPU cluster, or --dry-run to see what would run"
         )
-    cluster = _connect(args, start_local=True)
+    cluster = cli_connect(args, start_local=True)
     job = launch_plan(plan, cluster, env_vars=_forwarded_env(args.env))
     print(cluster.last_submission)
     print(f"submitted {job.submission_id}; follow: rlkit jobs logs {job.submission_id} --follow")
@@ -198,7 +198,9 @@ def _jobs_watch(args: argparse.Namespace) -> int:
     from rlkit.cluster.watch import watch
 
     stall = args.stall_minutes * 60 if args.stall_minutes else None
-    job = watch(_connect(args), args.run, resubmit=args.resubmit, poll_s=args.poll, stall_s=stall)
+    job = watch(
+        cli_connect(args), args.run, resubmit=args.resubmit, poll_s=args.poll, stall_s=stall
+    )
     return 0 if job.status().value == "SUCCEEDED" else 1
 
 
@@ -210,7 +212,7 @@ def _preflight(args: argparse.Namespace) -> int:
         k: v for k, v in {"model_path": args.model, "runs_root": args.runs_root}.items() if v
     }
     get_preset(args.preset, **changes)  # SkyRL's traps are refused before any job starts
-    checks = preflight(_connect(args, start_local=True), args.preset, gpu=args.gpu, **changes)
+    checks = preflight(cli_connect(args, start_local=True), args.preset, gpu=args.gpu, **changes)
     print(format_checks(checks))
     return 1 if any(c.status == "fail" for c in checks) else 0
 

@@ -46,14 +46,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.set_defaults(func=cmd_rollouts)
 
 
-def _open(path: str, address: str | None, captured: int):
+def _open(args: argparse.Namespace, captured: int):
     from rlkit.run.reader import is_run, open_run
 
-    if address is not None:
-        from rlkit.cluster.client import connect
+    path = args.run
+    if args.address is not None:  # notes go to stderr, so --json stays one object
+        from rlkit.cli.cluster import cli_connect
         from rlkit.cluster.run_reader import read_run
 
-        return read_run(connect(address), path, captured=captured)
+        return read_run(cli_connect(args), path, captured=captured)
     run = open_run(path)  # a missing path: one line (RunNotFound)
     if not is_run(run.path):
         raise UsageError(
@@ -96,7 +97,7 @@ def cmd_rollouts(args: argparse.Namespace) -> int:
     listing = args.step is None and args.export is None
     latest_only = not listing and args.step in (None, "latest")
     # through the cluster, the reading job brings the newest step, or every step kept
-    run = _open(args.run, args.address, captured=1 if latest_only else ALL_STEPS)
+    run = _open(args, captured=1 if latest_only else ALL_STEPS)
     steps = _captured_steps(run)
     if listing:
         rows = [summarize(run.captures(s), s) for s in steps]
