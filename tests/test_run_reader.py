@@ -11,7 +11,7 @@ from rlkit.episodes.policies import scripted_policy
 from rlkit.errors import RlkitError, UsageError
 from rlkit.notebook import workbench
 from rlkit.run import RunNotFound, open_run
-from rlkit.run.captures import pick_episodes, step_path, write_step
+from rlkit.run.captures import CapturedEpisode, pick_episodes, step_path, write_step
 from rlkit.run.reader import LocalRun, SummaryRun
 from rlkit.run.remote import TAG, main, summary_from_logs
 from rlkit.run.rundir import RunDir
@@ -100,6 +100,13 @@ def test_a_summary_reads_back_as_the_same_run_without_eval_episodes(local_run, c
     assert damaged.metrics() == run.metrics()
     with pytest.raises(RlkitError, match=r"global_step_2.jsonl:1 is not a captured episode"):
         damaged.captures(2)
+    # a NaN (a diverged run's advantage) cannot travel in strict JSON: that step says so
+    nan = CapturedEpisode(2, 0, float("nan"), run.captures(1)[0].trajectory)
+    write_step(local_run, 2, [nan], keep=None)
+    assert main([str(local_run)]) == 0
+    diverged = summary_from_logs(capsys.readouterr().out, str(local_run))
+    with pytest.raises(RlkitError, match="non-finite number .* read them where the files are"):
+        diverged.captures(2)
     with pytest.raises(RlkitError, match="could not read /x: rlkit: no run"):
         summary_from_logs("rlkit: no run at /x", "/x")
 

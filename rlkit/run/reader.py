@@ -174,9 +174,16 @@ class Run(ABC):
         errors: dict[str, str] = {}
         for step in steps[len(steps) - captured :] if captured > 0 else []:
             try:
-                brought[str(step)] = [e.to_dict() for e in self.captures(step)]
+                episodes = [e.to_dict() for e in self.captures(step)]
+                json.dumps(episodes, allow_nan=False)  # a reading job prints strict JSON
+                brought[str(step)] = episodes
             except RlkitError as e:
                 errors[str(step)] = str(e)
+            except ValueError:
+                errors[str(step)] = (
+                    f"step {step}'s captured rollouts of {self.name} hold a non-finite number "
+                    f"(NaN or inf), which JSON cannot carry: read them where the files are"
+                )
         return {
             "name": self.name,
             "backend": self.backend,
