@@ -11,7 +11,7 @@ a killed attempt left past it (`drop_after`), as the bridge cuts metrics.jsonl. 
 
 An episode is rlkit's `Trajectory`: its answers replayed through `MazeEnv` by
 `rlkit.run.skyrl_dumps.to_trajectory` (as SkyRL's eval dumps are), SkyRL's reward, and per turn
-the policy's probability of each move (below). Its advantage comes from
+the policy's probability of each move (below: `move_probe`). Its advantage comes from
 `rlkit.train.advantages.estimate` over the captured groups' rewards, with the run's own
 `trainer.algorithm.advantage_estimator` and `grpo_norm_by_std`: for `grpo`, SkyRL's
 `compute_grpo_outcome_advantage` is exactly that per group (the episode's summed token rewards,
@@ -20,26 +20,9 @@ the advantage SkyRL's loss gave the episode's tokens (tests/skyrl/test_objective
 functions). The rewards are the generator's, which the trainer uses unchanged unless the KL is
 placed in the reward (`use_kl_in_reward`, off in rlkit's presets).
 
-Move probabilities. SkyRL samples free-form answers ("... <action>up</action>") and its client
-keeps only each sampled token's logprob, so for captured episodes only, `EngineProbe` asks the
-engine once more per turn: the turn's prompt plus the sampled answer up to the end of its last
-`<action>` (the tag the relaxed parser obeys) and `max_tokens=1`, sent through SkyRL's own
-`RemoteGenerateClient` to the run's router with the turn's session id and cache salt (the same
-engine, its prefix cache warm). It asks for exactly the four move words' first-token logprobs
-(vLLM's `logprob_token_ids`, the draw confined to them); an engine that refuses or ignores that
-(vLLM before it existed) is asked for its top 20 instead (`max_logprobs`' default cap), from
-then on. The four logprobs in the raw response become the four probabilities as rlkit's vLLM
-policy turns them (`rlkit.model.vllm_policy.probs_of_moves`: renormalised over the four), at the
-sampling temperature (the probe runs at 1; renormalised over the four, raw and processed
-logprobs agree). Where the answer's last token before the
-move word also holds its start (a tokenizer that merges `>` with `up`), the prompt stops before
-that token and the candidates are the first tokens of `>up`, `>down`, ... instead. A turn gets
-None when its answer never writes `<action>`, when the four candidates are not four distinct
-tokens, when the request fails, or (top-20 engines only) when the top 20 lack one of the four
-words: a model that barely considers that move, but a floor would invent a number, so none is
-stored. On the SkyRL CPU run (vLLM 0.32) every tagged turn got its four (6 of 273 captured
-turns wrote no tag); asked for the top 20 instead, 29 of 268 tagged turns lacked a word.
-Probes run beside the episodes' own requests (a task per turn) and are awaited when the batch
+Move probabilities per turn come from one probe request each to the run's engines
+(`rlkit.cluster.skyrl.move_probe.EngineProbe`), for captured episodes only; the probes
+run beside the episodes' own requests (a task per turn) and are awaited when the batch
 ends.
 
 The step's cost is logged with its rollout metrics (`generate/capture_*`, through the bridge
@@ -56,20 +39,15 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any
 
-import aiohttp
 import torch
-from skyrl.backends.skyrl_train.inference_servers.remote_inference_client import (
-    RemoteGenerateClient,
-)
 from skyrl.train.generators.base import TRAINING_PHASE_TRAIN
 
+from rlkit.cluster.skyrl.move_probe import EngineProbe
 from rlkit.env.maze_env import maze_from_extras
 from rlkit.episodes.policies import MoveProbs
 from rlkit.errors import UsageError
-from rlkit.maze.core import Action
-from rlkit.model.vllm_policy import probs_of_moves
 from rlkit.recipe import Recipe
 from rlkit.run.captures import (
     CapturedEpisode,
@@ -83,10 +61,6 @@ from rlkit.train.advantages import ESTIMATORS, estimate
 
 _log = logging.getLogger(__name__)
 
-ACTION_OPEN = "<action>"
-TOP_LOGPROBS = 20
-"""Top logprobs a probe asks an engine without `logprob_token_ids` for: vLLM's default
-`max_logprobs`, the most a request may ask."""
 METRIC = "generate/capture_{}"
 """The step's capture costs, with its rollout metrics (no avg/min/max in a name: SkyRL sums
 such keys over concatenated outputs)."""
@@ -106,123 +80,6 @@ class CaptureSettings:
             raise UsageError(f"capture groups ({self.groups}) must be >= 0 (0 turns capture off)")
         if self.keep is not None and self.keep < 1:
             raise UsageError(f"capture keep ({self.keep}) must be >= 1 steps, or None for all")
-
-
-class _Logprob(NamedTuple):
-    """The shape `probs_of_moves` reads a logprob in (vLLM's `Logprob.logprob`)."""
-
-    logprob: float
-
-
-def probe_point(tokenizer: Any, answer_ids: Sequence[int]) -> tuple[int, str] | None:
-    """Where to ask for the move: `(k, tail)` with `answer_ids[:k]` the whole tokens before the
-    end of the answer's last `<action>`, and `tail` the part of `<action>` that the next token
-    also covers ("" when the tag ends on a token boundary); None without a tag."""
-    text = tokenizer.decode(list(answer_ids))
-    at = text.rfind(ACTION_OPEN)
-    if at < 0:
-        return None
-    cut = at + len(ACTION_OPEN)
-    lo, hi = 0, len(answer_ids)  # the most tokens whose text stays within the cut
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if len(tokenizer.decode(list(answer_ids[:mid]))) <= cut:
-            lo = mid
-        else:
-            hi = mid - 1
-    head = tokenizer.decode(list(answer_ids[:lo]))
-    if not text.startswith(head):  # a token split inside a character: no clean point
-        return None
-    return lo, text[len(head) : cut]
-
-
-def move_choices(tokenizer: Any, tail: str) -> tuple[int, ...] | None:
-    """The first token of `tail + word` for each move (`Action` order), or None when they are
-    not four distinct tokens that reach into their word."""
-    firsts = [tokenizer.encode(tail + a.word, add_special_tokens=False)[:1] for a in Action]
-    if any(not f or len(tokenizer.decode(f)) <= len(tail) for f in firsts):
-        return None
-    choices = tuple(f[0] for f in firsts)
-    return choices if len(set(choices)) == len(choices) else None
-
-
-def top_logprobs(raw_response: dict, temperature: float = 1.0) -> dict[int, _Logprob]:
-    """`{token id: logprob}` of the first generated position of vLLM's `/inference/v1/generate`
-    answer (`choices[0].logprobs.content[0].top_logprobs`), divided by the temperature."""
-    content = raw_response["choices"][0]["logprobs"]["content"][0]
-    entries = [content, *content.get("top_logprobs", [])]
-    return {int(e["token_id"]): _Logprob(float(e["logprob"]) / temperature) for e in entries}
-
-
-class EngineProbe:
-    """The move distribution at a captured turn's move position: one 1-token request to the
-    run's engines (the router behind SkyRL's client, `get_endpoint_url()`)."""
-
-    def __init__(self, url: str, model: str, tokenizer: Any, temperature: float = 1.0) -> None:
-        self.client = RemoteGenerateClient(proxy_url=url)
-        self.model, self.tokenizer, self.temperature = model, tokenizer, temperature
-        self._choices: dict[str, tuple[int, ...] | None] = {}
-        self.exact: bool | None = None
-        """Whether the engine serves `logprob_token_ids` (None: not known yet)."""
-
-    async def move_probs(
-        self,
-        prompt_ids: list[int],
-        answer_ids: list[int],
-        features: dict | None,
-        session_id: str,
-        cache_salt: str | None,
-    ) -> MoveProbs | None:
-        point = probe_point(self.tokenizer, answer_ids)
-        if point is None:
-            return None
-        k, tail = point
-        if tail not in self._choices:
-            self._choices[tail] = move_choices(self.tokenizer, tail)
-        choices = self._choices[tail]
-        if choices is None:
-            return None
-        ask = {
-            "prompt_token_ids": [*prompt_ids, *answer_ids[:k]],
-            "session_id": session_id,
-            "model": self.model,
-            "mm_features": features,
-            "cache_salt": cache_salt,
-        }
-        top = await self._exact(ask, choices) if self.exact is not False else None
-        if top is None:
-            top = await self._logprobs(ask, {"logprobs": TOP_LOGPROBS})
-        return probs_of_moves(top, list(choices))
-
-    async def _exact(self, ask: dict, choices: tuple[int, ...]) -> dict[int, _Logprob] | None:
-        """The four words' logprobs (`logprob_token_ids`), or None once the engine has shown it
-        does not serve them (HTTP 4xx, or an answer without them)."""
-        # vLLM lists the sampled token first and cuts the list at `logprobs` entries: the draw
-        # must be one of the four, or one word falls off (raw logprobs ignore the mask)
-        ids = list(choices)
-        wanted = {"logprobs": len(ids), "logprob_token_ids": ids, "allowed_token_ids": ids}
-        try:
-            top = await self._logprobs(ask, wanted)
-        except aiohttp.ClientResponseError as e:
-            if not 400 <= e.status < 500 or self.exact:
-                raise
-            top = None
-        if top is not None and all(c in top for c in choices):
-            self.exact = True
-            return top
-        if self.exact is None:
-            self.exact = False
-            _log.info("rlkit capture: the engine gives no logprob_token_ids; asking for top 20")
-        return None
-
-    async def _logprobs(self, ask: dict, logprobs: dict) -> dict[int, _Logprob]:
-        params = {"max_tokens": 1, "temperature": 1.0, **logprobs}
-        result = await self.client.generate(sampling_params=params, **ask)
-        return top_logprobs(result.raw_response, self.temperature)
-
-    async def aclose(self) -> None:
-        """Close the HTTP session of the running event loop."""
-        await self.client.aclose()
 
 
 @dataclass

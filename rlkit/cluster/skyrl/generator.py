@@ -51,7 +51,8 @@ from skyrl.train.generators.skyrl_gym_generator import TrajectoryOutput
 from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
 from skyrl.utils.tok import get_processor
 
-from rlkit.cluster.skyrl.capture import Capturer, CaptureSettings, EngineProbe, StepCapture
+from rlkit.cluster.skyrl.capture import Capturer, CaptureSettings, StepCapture
+from rlkit.cluster.skyrl.move_probe import EngineProbe
 
 IMAGE_PAD = "<|image_pad|>"
 """Qwen-VL's image placeholder: the forward puts one merged patch's feature at each."""
