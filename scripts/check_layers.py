@@ -38,6 +38,7 @@ TORCH_FREE = (
     "train/run_config.py",
     "cluster/skyrl/__init__.py",
     "cluster/skyrl/presets.py",
+    "cluster/skyrl/overrides.py",
     "cluster/skyrl/preset_checks.py",
     "cluster/skyrl/engine_args.py",
     "cluster/skyrl/instances.py",

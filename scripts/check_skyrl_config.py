@@ -31,7 +31,8 @@ def main() -> int:
     except ImportError as e:
         print(f"SkyRL is not importable here ({e}); build the venv with `make venv`")
         return 1
-    from rlkit.cluster.skyrl.presets import PRESETS, build_overrides, get_preset
+    from rlkit.cluster.skyrl.overrides import build_overrides
+    from rlkit.cluster.skyrl.presets import PRESETS, get_preset
 
     for name in PRESETS:
         for nodes in range(1, args.max_nodes + 1):

@@ -31,7 +31,8 @@ from rlkit.cluster.raycluster import EFA_RESOURCE, INSTANCE_LABEL, raycluster
 from rlkit.cluster.rayjob import rayjob
 from rlkit.cluster.skyrl.entry import parse_args
 from rlkit.cluster.skyrl.instances import G7E
-from rlkit.cluster.skyrl.presets import PRESETS, build_overrides, entrypoint_command, get_preset
+from rlkit.cluster.skyrl.overrides import build_overrides, entrypoint_command
+from rlkit.cluster.skyrl.presets import PRESETS, get_preset
 from rlkit.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent

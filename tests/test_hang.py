@@ -20,7 +20,8 @@ from rlkit.cluster.hang import (
     start_hang_detection,
     step_line,
 )
-from rlkit.cluster.skyrl.presets import entrypoint_command, get_preset
+from rlkit.cluster.skyrl.overrides import entrypoint_command
+from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.cluster.watch import StallClock
 from rlkit.errors import UsageError
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from rlkit.cluster.skyrl.entry import parse_args
-from rlkit.cluster.skyrl.presets import build_overrides, entrypoint_command, get_preset
+from rlkit.cluster.skyrl.overrides import build_overrides, entrypoint_command
+from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.env.data import build_rows
 from rlkit.env.maze_env import ENV_ID, EnvConfig, env_for_set
 from rlkit.errors import UsageError

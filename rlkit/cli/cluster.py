@@ -113,7 +113,8 @@ def _submit(args: argparse.Namespace) -> int:
     from rlkit.cluster.address import resolve_address
     from rlkit.cluster.launch import launch_plan, plan_training
     from rlkit.cluster.masking import describe_submission
-    from rlkit.cluster.skyrl.presets import PRESETS, build_overrides
+    from rlkit.cluster.skyrl.overrides import build_overrides
+    from rlkit.cluster.skyrl.presets import PRESETS
     from rlkit.cluster.skyrl.storage import storage_estimate
 
     if args.preset not in PRESETS:

@@ -23,6 +23,7 @@ from rlkit.cluster.client import Cluster, connect
 from rlkit.cluster.jobs import JobHandle, run_slug
 from rlkit.cluster.skyrl import presets as skyrl
 from rlkit.cluster.skyrl import storage
+from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides, entrypoint_command
 from rlkit.errors import RlkitError, UsageError
 from rlkit.train.config import PRESETS as TRAIN_PRESETS
 from rlkit.train.config import coerce_fields
@@ -188,7 +189,7 @@ class TrainingPlan:
         if self.sky is not None:
             lines.append(f"storage:  {storage.storage_estimate(self.sky).summary()}")
             lines.append(f"GPUs:     {self.sky.num_gpus}; SkyRL overrides:")
-            lines += [f"  {o}" for o in skyrl.build_overrides(self.sky, self.run_name)]
+            lines += [f"  {o}" for o in build_overrides(self.sky, self.run_name)]
         return "\n".join(lines)
 
 
@@ -216,9 +217,9 @@ def plan_training(
     base = skyrl.get_preset(preset)
     sky = skyrl.get_preset(preset, **coerce_fields(base, skyrl_changes or {}))
     storage.check_storage(sky)  # a run that would fill /fsx is refused before it starts
-    paths = skyrl.RunPaths.for_run(sky, name)
+    paths = RunPaths.for_run(sky, name)
     return TrainingPlan(
-        preset, name, paths.run_dir, skyrl.entrypoint_command(sky, name, preset), address, sky
+        preset, name, paths.run_dir, entrypoint_command(sky, name, preset), address, sky
     )
 
 

@@ -22,7 +22,8 @@ from typing import Any
 
 from rlkit.cluster.jobs import run_slug
 from rlkit.cluster.raycluster import CLUSTER_TEMPLATE, raycluster, write_manifest
-from rlkit.cluster.skyrl.presets import RunPaths, SkyRLPreset, entrypoint_command
+from rlkit.cluster.skyrl.overrides import RunPaths, entrypoint_command
+from rlkit.cluster.skyrl.presets import SkyRLPreset
 from rlkit.errors import UsageError
 
 TTL_AFTER_FINISHED_S = 3600

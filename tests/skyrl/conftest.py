@@ -21,7 +21,8 @@ from skyrl.train.utils.trainer_utils import build_dataloader
 from transformers import AutoProcessor
 
 from rlkit.cluster.skyrl.entry import ensure_datasets
-from rlkit.cluster.skyrl.presets import RunPaths, build_overrides, get_preset
+from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides
+from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.env.maze_env import register_env
 from rlkit.model.build import build_tiny
 from rlkit.model.chat import ChatEncoder

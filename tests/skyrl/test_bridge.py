@@ -20,7 +20,8 @@ from skyrl.train.utils.tracking import Tracking
 from rlkit.cluster.hang import STEP_PATTERN
 from rlkit.cluster.skyrl.bridge import MetricsBridge, rlkit_names
 from rlkit.cluster.skyrl.experiment import RlkitExp, bridged_tracker
-from rlkit.cluster.skyrl.presets import build_overrides, get_preset
+from rlkit.cluster.skyrl.overrides import build_overrides
+from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.notebook.curves import training_curves
 from rlkit.notebook.plots import load_metrics
 from rlkit.run.metrics import PREFIXES

@@ -18,7 +18,8 @@ from skyrl.train.utils import validate_cfg
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.entry import parse_args
 from rlkit.cluster.skyrl.instances import G7E
-from rlkit.cluster.skyrl.presets import PRESETS, build_overrides, get_preset
+from rlkit.cluster.skyrl.overrides import build_overrides
+from rlkit.cluster.skyrl.presets import PRESETS, get_preset
 from rlkit.cluster.skyrl.storage import storage_estimate
 from rlkit.errors import UsageError
 from rlkit.train.config import preset as train_preset

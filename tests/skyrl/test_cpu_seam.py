@@ -17,13 +17,8 @@ from skyrl.train.utils import validate_cfg
 
 from rlkit.cluster.skyrl import cpu_seam
 from rlkit.cluster.skyrl.entry import parse_args
-from rlkit.cluster.skyrl.presets import (
-    PRESETS,
-    build_overrides,
-    device_overrides,
-    entrypoint_command,
-    get_preset,
-)
+from rlkit.cluster.skyrl.overrides import build_overrides, entrypoint_command
+from rlkit.cluster.skyrl.presets import PRESETS, device_overrides, get_preset
 from rlkit.cluster.skyrl.worker_setup import DEVICE_ENV
 
 GPU_PRESETS = [name for name, p in PRESETS.items() if p.device != "cpu"]

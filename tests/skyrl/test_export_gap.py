@@ -24,7 +24,8 @@ from skyrl.train.utils.trainer_utils import cleanup_old_checkpoints
 
 from rlkit.cluster.skyrl.entry import ensure_datasets
 from rlkit.cluster.skyrl.experiment import RlkitExp
-from rlkit.cluster.skyrl.presets import RunPaths, build_overrides, get_preset
+from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides
+from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.cluster.skyrl.trainer import RlkitTrainer, export_due
 from rlkit.model.load import check_checkpoint
 from rlkit.run.skyrl_layout import list_checkpoints

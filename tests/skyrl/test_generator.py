@@ -43,7 +43,8 @@ from rlkit.cluster.skyrl.generator import (
     image_runs,
     observation_start,
 )
-from rlkit.cluster.skyrl.presets import build_overrides, get_preset
+from rlkit.cluster.skyrl.overrides import build_overrides
+from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.env.maze_env import ENV_ID, MazeEnv
 
 PLAYERS = {

@@ -20,7 +20,8 @@ from skyrl.train.utils import validate_cfg
 from skyrl.train.utils.trainer_utils import handle_filter_sampling
 
 from rlkit import recipe as rc
-from rlkit.cluster.skyrl.presets import build_overrides, get_preset
+from rlkit.cluster.skyrl.overrides import build_overrides
+from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.episodes.rollout import Trajectory, Turn
 from rlkit.errors import UsageError
 from rlkit.recipe import Recipe

@@ -12,7 +12,8 @@ from skyrl.train.utils import validate_cfg
 
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.launch import plan_training
-from rlkit.cluster.skyrl.presets import build_overrides, get_preset
+from rlkit.cluster.skyrl.overrides import build_overrides
+from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.errors import UsageError
 
 TRAPS = [

@@ -20,7 +20,8 @@ from skyrl.train.utils.trainer_utils import (
     validate_consistency_for_latest_checkpoint,
 )
 
-from rlkit.cluster.skyrl.presets import RunPaths, build_overrides, get_preset
+from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides
+from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.model.load import check_checkpoint
 from rlkit.run.skyrl_layout import LATEST_MARKER, latest_step, list_checkpoints
 

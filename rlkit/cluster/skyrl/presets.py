@@ -1,4 +1,5 @@
-"""SkyRL on a GPU cluster: presets -> SkyRL config overrides, and the command a Ray job runs.
+"""SkyRL on a GPU cluster: presets (`get_preset`); `rlkit.cluster.skyrl.overrides` turns one into
+SkyRL config overrides and the command a Ray job runs.
 
 rlkit does not re-implement SkyRL's trainer. A preset is turned into SkyRL's own
 `key=value` overrides (parsed by `SkyRLTrainConfig.from_cli_overrides` inside the job), and
@@ -16,13 +17,10 @@ parquet rows, `exports/` the HF exports and `exports/dumped_evals/`.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from pathlib import Path, PurePosixPath
 
 from rlkit.cluster.hang import HangRules
-from rlkit.cluster.skyrl.engine_args import device_overrides, engine_kwargs
 from rlkit.cluster.skyrl.instances import (
     DEFAULT_INSTANCE,
     InstanceType,
@@ -31,11 +29,10 @@ from rlkit.cluster.skyrl.instances import (
     pod_shape,
 )
 from rlkit.cluster.skyrl.preset_checks import check_preset
-from rlkit.env.maze_env import ENV_ID, env_for_set
+from rlkit.env.maze_env import env_for_set
 from rlkit.errors import UsageError
 from rlkit.recipe import LOCAL_ADVANTAGE_ESTIMATORS, Recipe, coerce_switches
 
-ENTRY_MODULE = "rlkit.cluster.skyrl.entry"
 CAPTURE_ESTIMATORS = LOCAL_ADVANTAGE_ESTIMATORS
 """Estimators whose advantages a captured rollout can carry (rlkit.train.advantages')."""
 CLUSTER_RECIPE = Recipe(kl_loss_coef=0.005)
@@ -317,138 +314,3 @@ def get_preset(
     if new_recipe != base.recipe:
         changes["recipe"] = new_recipe
     return replace(base, **changes) if changes else base
-
-
-@dataclass(frozen=True)
-class RunPaths:
-    """Where one SkyRL run keeps its files on shared storage."""
-
-    run_dir: str
-    data_dir: str
-    export_dir: str
-    log_dir: str
-
-    @classmethod
-    def for_run(cls, preset: SkyRLPreset, run_name: str) -> RunPaths:
-        root = PurePosixPath(preset.runs_root)
-        if not root.is_absolute():  # the client's directory: the job's working dir is a copy
-            root = PurePosixPath(Path(root).resolve())
-        root = root / run_name
-        return cls(str(root), str(root / "data"), str(root / "exports"), str(root / "logs"))
-
-    @property
-    def init_model_dir(self) -> str:
-        """Where the entry builds a `rlkit:tiny-warm` model for the run."""
-        return str(PurePosixPath(self.run_dir) / "init_model")
-
-
-def model_location(preset: SkyRLPreset, paths: RunPaths) -> str:
-    """The model path SkyRL loads: the preset's, or the run's own tiny model."""
-    return paths.init_model_dir if preset.model_path == TINY_WARM else preset.model_path
-
-
-def _b(flag: bool) -> str:
-    return "true" if flag else "false"
-
-
-def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
-    """SkyRL `key=value` overrides for one run of `preset` (SkyRL's config key names)."""
-    p, paths = preset, RunPaths.for_run(preset, run_name)
-    train_batch = p.prompts_per_step
-    engines = p.num_gpus // p.tensor_parallel_size
-    return [
-        # data: rows from rlkit.env.data (env_class rlkit-maze, maze spec in extra_info)
-        f"data.train_data=['{paths.data_dir}/train.parquet']",
-        f"data.val_data=['{paths.data_dir}/eval.parquet']",
-        f"environment.env_class={ENV_ID}",
-        # algorithm: every switch of the recipe (rlkit.recipe), no critic
-        *p.recipe.skyrl_overrides(),
-        f"trainer.policy.optimizer_config.lr={p.lr}",
-        # placement: vLLM engines colocated with the FSDP2 policy on every GPU
-        f"trainer.policy.model.path={model_location(p, paths)}",
-        "trainer.strategy=fsdp",
-        "trainer.placement.colocate_all=true",
-        f"trainer.placement.policy_num_nodes={p.nodes}",
-        f"trainer.placement.policy_num_gpus_per_node={p.node_gpus}",
-        f"trainer.placement.ref_num_nodes={p.nodes}",
-        f"trainer.placement.ref_num_gpus_per_node={p.node_gpus}",
-        "trainer.ref.fsdp_config.cpu_offload=false",
-        f"generator.inference_engine.num_engines={engines}",
-        f"generator.inference_engine.tensor_parallel_size={p.tensor_parallel_size}",
-        f"generator.inference_engine.gpu_memory_utilization={p.gpu_memory_utilization}",
-        *engine_kwargs(p),
-        # batches
-        f"trainer.epochs={p.epochs}",  # one epoch of steps x prompts rows: no per-epoch saves
-        f"trainer.train_batch_size={train_batch}",
-        f"trainer.policy_mini_batch_size={train_batch // p.mini_batches}",
-        f"trainer.micro_forward_batch_size_per_gpu={p.micro_batch_per_gpu}",
-        f"trainer.micro_train_batch_size_per_gpu={p.micro_batch_per_gpu}",
-        "trainer.update_epochs_per_batch=1",
-        f"trainer.max_prompt_length={p.max_prompt_length}",
-        # multi-turn VLM generation (SkyRL requires all four together)
-        "generator.vision_language_generator=true",
-        "generator.batched=false",
-        "generator.use_conversation_multi_turn=true",
-        "trainer.remove_microbatch_padding=false",
-        f"generator.max_turns={p.max_turns}",
-        f"generator.max_input_length={p.max_input_length}",
-        f"generator.n_samples_per_prompt={p.group_size}",
-        f"generator.sampling_params.max_generate_length={p.max_generate_length}",
-        f"generator.sampling_params.temperature={p.temperature}",
-        f"generator.sampling_params.top_p={p.top_p}",
-        f"generator.eval_n_samples_per_prompt={p.eval_samples}",
-        # sampled evals, as `rlkit eval` samples (SkyRL's default eval sampling is greedy)
-        f"generator.eval_sampling_params.temperature={p.eval_temperature}",
-        f"generator.eval_sampling_params.max_generate_length={p.max_generate_length}",
-        # evals, checkpoints, resume: resubmitting the run continues from its latest checkpoint
-        f"trainer.eval_interval={p.eval_interval}",
-        "trainer.eval_before_train=true",
-        "trainer.dump_eval_results=true",
-        f"trainer.ckpt_interval={p.ckpt_interval}",
-        f"trainer.hf_save_interval={p.ckpt_interval}",
-        f"trainer.max_ckpts_to_keep={p.max_ckpts_to_keep}",
-        "trainer.resume_mode=latest",
-        f"trainer.ckpt_path={paths.run_dir}",
-        f"trainer.export_path={paths.export_dir}",
-        f"trainer.log_path={paths.log_dir}",
-        f"trainer.logger={p.logger}",
-        "trainer.project_name=rlkit",
-        f"trainer.run_name={run_name}",
-        *device_overrides(p),
-    ]
-
-
-def entrypoint_command(preset: SkyRLPreset, run_name: str, preset_name: str | None = None) -> str:
-    """The shell command the Ray job runs: datasets on shared storage, then SkyRL. The entry
-    records `preset_name` (the preset the run came from) in the run's run.json."""
-    paths = RunPaths.for_run(preset, run_name)
-    ours = ["--preset", preset_name] if preset_name else []
-    ours += [
-        "--data-dir",
-        paths.data_dir,
-        "--train-rows",
-        str(preset.train_rows),
-        "--eval-set",
-        preset.eval_set,
-        "--eval-rows",
-        str(preset.eval_mazes),
-        "--driver-memory-gb",
-        str(preset.driver_memory_gb),
-        "--hang-minutes",
-        str(preset.hang_minutes),
-        "--hang-start-minutes",
-        str(preset.hang_start_minutes),
-        "--hang-action",
-        preset.hang_action,
-        "--device",
-        preset.device,
-        "--capture-groups",
-        str(preset.capture_groups),
-        "--capture-keep",
-        str(preset.capture_keep),
-    ]
-    if preset.model_path == TINY_WARM:
-        ours += ["--init-model", paths.init_model_dir, "--init-stop-at", str(preset.warm_start_to)]
-    return shlex.join(
-        ["python", "-m", ENTRY_MODULE, *ours, "--", *build_overrides(preset, run_name)]
-    )
