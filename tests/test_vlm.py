@@ -134,7 +134,7 @@ def test_sampled_logprobs_equal_training_forward(loaded, mazes, constrained):
 def test_turn_logprobs_run_each_distinct_forward_once_with_equal_values_and_gradients(
     loaded, mazes, constrained
 ):
-    from rlkit.model.batching import distinct, prompt_key
+    from rlkit.model.prompt_keys import distinct, prompt_key
 
     pol = ModelPolicy(loaded, constrained=constrained, max_new_tokens=4)
     trajs = run_episodes(pol, mazes[:3], EnvConfig(max_turns=2), samples=4, seed=5, history=1)

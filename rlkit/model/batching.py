@@ -22,9 +22,7 @@ checks it). The definitions:
 
 from __future__ import annotations
 
-import hashlib
-import weakref
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +32,7 @@ from rlkit.errors import UsageError
 from rlkit.maze.core import Action
 from rlkit.model.chat import Encoded
 from rlkit.model.load import LoadedModel
+from rlkit.model.prompt_keys import distinct, image_digest, prompt_key
 
 VISION_TOKENS = (
     "<|vision_start|>",
@@ -318,51 +317,6 @@ def _chosen_logprobs(
     logp[:, pos] = logp_c.gather(-1, hits.float().argmax(-1, keepdim=True)).squeeze(-1)
     entropy[:, pos] = -(logp_c.exp() * logp_c).sum(-1)
     return logp, entropy
-
-
-_DIGESTS: dict[int, tuple[weakref.ref, bytes]] = {}
-"""id(array) -> (a weak reference to it, its digest): each array is hashed once while it lives
-(the encoder hands out cached arrays again and again); the reference tells a live array from a
-dead one whose id was reused."""
-
-
-def image_digest(patches: np.ndarray) -> bytes:
-    """A digest of an image's patch values, shape and dtype: equal content, equal digest,
-    whichever array object holds it."""
-    key = id(patches)
-    hit = _DIGESTS.get(key)
-    if hit is not None and hit[0]() is patches:
-        return hit[1]
-    h = hashlib.blake2b(digest_size=16)
-    h.update(f"{patches.dtype}{patches.shape}".encode())
-    h.update(np.ascontiguousarray(patches).tobytes())
-    digest = h.digest()
-    try:
-        ref = weakref.ref(patches, lambda _, k=key: _DIGESTS.pop(k, None))
-    except TypeError:  # an array view without weakref support: hashed every time
-        return digest
-    _DIGESTS[key] = (ref, digest)
-    return digest
-
-
-def prompt_key(prompt: Encoded) -> tuple:
-    """A prompt's identity: its ids and its images' contents (`image_digest`), so equal prompts
-    get one key whether the encoder's cache handed out one array or re-encoded the image after
-    an eviction: which turns share a forward (and a minibatch) never depends on the cache."""
-    return tuple(prompt.prompt_ids), tuple(image_digest(p) for p, _ in prompt.images)
-
-
-def distinct(keys: Sequence[Hashable]) -> tuple[list[int], torch.Tensor]:
-    """The first row of each distinct key (in order of appearance) and, for every row, the
-    index of its key among those: rows == [rows[i] for i in index] up to equal keys."""
-    slots: dict[Hashable, int] = {}
-    first, index = [], []
-    for row, key in enumerate(keys):
-        if key not in slots:
-            slots[key] = len(first)
-            first.append(row)
-        index.append(slots[key])
-    return first, torch.tensor(index, dtype=torch.long)
 
 
 def choice_logits(
