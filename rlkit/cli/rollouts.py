@@ -61,19 +61,17 @@ def _open(args: argparse.Namespace, captured: int):
             f"{path} is not a run dir (no run.json, no SkyRL layout): give the --run-dir "
             "a training wrote"
         )
+    if run.capture_root() is None:
+        raise UsageError(
+            f"{run.path} is a SkyRL export dir without its run dir: captured rollouts are in "
+            "the run dir (RUN/rollouts), give that"
+        )
     return run
 
 
 def _captured_steps(run) -> list[int]:
     """The run's captured steps; none is a one-line UsageError saying why."""
-    from rlkit.run.reader import SummaryRun
-
     steps = run.capture_steps()
-    if not steps and run.capture_root() is None and not isinstance(run, SummaryRun):
-        raise UsageError(
-            f"{run.path} is a SkyRL export dir without its run dir: captured rollouts are in "
-            "the run dir (RUN/rollouts), give that"
-        )
     if not steps:
         raise UsageError(
             f"{run.path} has no captured training rollouts yet: they are written after each "
