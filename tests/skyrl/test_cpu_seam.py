@@ -16,9 +16,10 @@ from skyrl.train.config import SkyRLTrainConfig
 from skyrl.train.utils import validate_cfg
 
 from rlkit.cluster.skyrl import cpu_seam
+from rlkit.cluster.skyrl.engine_args import device_overrides
 from rlkit.cluster.skyrl.entry import parse_args
 from rlkit.cluster.skyrl.overrides import build_overrides, entrypoint_command
-from rlkit.cluster.skyrl.presets import PRESETS, device_overrides, get_preset
+from rlkit.cluster.skyrl.presets import PRESETS, get_preset
 from rlkit.cluster.skyrl.worker_setup import DEVICE_ENV
 
 GPU_PRESETS = [name for name, p in PRESETS.items() if p.device != "cpu"]

@@ -313,7 +313,8 @@ def test_decode_mm_kwargs_gives_rlkit_pixels(rollout, replays, loaded):
 
 
 def test_server_flags_are_the_presets_engine_settings():
-    from rlkit.cluster.skyrl.presets import PRESETS, engine_kwargs
+    from rlkit.cluster.skyrl.engine_args import engine_kwargs
+    from rlkit.cluster.skyrl.presets import PRESETS
 
     flags = {f[0] for f in SERVER_ARGS}
     for preset in PRESETS.values():
