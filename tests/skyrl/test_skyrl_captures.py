@@ -38,7 +38,8 @@ from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.bridge import rlkit_names
 from rlkit.cluster.skyrl.capture import Capturer, CaptureSettings
 from rlkit.cluster.skyrl.generator import RlkitVLMGenerator, build_capturer
-from rlkit.cluster.skyrl.move_probe import move_choices, probe_point, top_logprobs
+from rlkit.cluster.skyrl.move_probe import top_logprobs
+from rlkit.model.action_tag import move_choices, probe_point
 from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.env.maze_env import ENV_ID, maze_from_extras
 from rlkit.errors import UsageError

@@ -35,12 +35,11 @@ from skyrl.backends.skyrl_train.inference_servers.remote_inference_client import
 )
 
 from rlkit.episodes.policies import MoveProbs
-from rlkit.maze.core import Action
+from rlkit.model.action_tag import move_choices, probe_point
 from rlkit.model.vllm_policy import probs_of_moves
 
 _log = logging.getLogger(__name__)
 
-ACTION_OPEN = "<action>"
 TOP_LOGPROBS = 20
 """Top logprobs a probe asks an engine without `logprob_token_ids` for: vLLM's default
 `max_logprobs`, the most a request may ask."""
@@ -50,38 +49,6 @@ class Logprob(NamedTuple):
     """The shape `probs_of_moves` reads a logprob in (vLLM's `Logprob.logprob`)."""
 
     logprob: float
-
-
-def probe_point(tokenizer: Any, answer_ids: Sequence[int]) -> tuple[int, str] | None:
-    """Where to ask for the move: `(k, tail)` with `answer_ids[:k]` the whole tokens before the
-    end of the answer's last `<action>`, and `tail` the part of `<action>` that the next token
-    also covers ("" when the tag ends on a token boundary); None without a tag."""
-    text = tokenizer.decode(list(answer_ids))
-    at = text.rfind(ACTION_OPEN)
-    if at < 0:
-        return None
-    cut = at + len(ACTION_OPEN)
-    lo, hi = 0, len(answer_ids)  # the most tokens whose text stays within the cut
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if len(tokenizer.decode(list(answer_ids[:mid]))) <= cut:
-            lo = mid
-        else:
-            hi = mid - 1
-    head = tokenizer.decode(list(answer_ids[:lo]))
-    if not text.startswith(head):  # a token split inside a character: no clean point
-        return None
-    return lo, text[len(head) : cut]
-
-
-def move_choices(tokenizer: Any, tail: str) -> tuple[int, ...] | None:
-    """The first token of `tail + word` for each move (`Action` order), or None when they are
-    not four distinct tokens that reach into their word."""
-    firsts = [tokenizer.encode(tail + a.word, add_special_tokens=False)[:1] for a in Action]
-    if any(not f or len(tokenizer.decode(f)) <= len(tail) for f in firsts):
-        return None
-    choices = tuple(f[0] for f in firsts)
-    return choices if len(set(choices)) == len(choices) else None
 
 
 def top_logprobs(raw_response: dict, temperature: float = 1.0) -> dict[int, Logprob]:

@@ -1,0 +1,101 @@
+"""What a checkpoint directory's own files say about generation, read without torch.
+
+Both engines (transformers and vLLM), SkyRL's generator and the preflight checks read the same
+facts from the same files, so they cannot drift:
+
+- `stop_ids`: the ids that end an answer. Qwen's `generation_config.json` lists two
+  (`<|im_end|>` and `<|endoftext|>`); a checkpoint without one stops at the tokenizer's eos.
+- `sampling_defaults`: the checkpoint's sampling defaults (Qwen3-VL-8B-Instruct: top_k 20, top_p
+  0.8, temperature 0.7, ...). rlkit never applies them: its recorded logprobs must describe the
+  distribution a token was drawn from, so every sampler is told each value explicitly.
+- `template_source`: which file the chat template comes from. Qwen's VL repos keep it in
+  `chat_template.json` beside the processor; both engines render with the processor's template.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+NEUTRAL_SAMPLING: dict[str, Any] = {
+    "temperature": 1.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}
+"""Sampling knobs at values that leave the model's distribution as it is (top_k 0: no limit)."""
+
+TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
+"""Where transformers looks for a chat template, the processor's files first."""
+
+
+def _json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def generation_config(path: str | Path) -> dict:
+    """`generation_config.json` of the checkpoint, {} when it has none."""
+    return _json(Path(path) / "generation_config.json")
+
+
+def _ids(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in (value if isinstance(value, list) else [value])]
+
+
+def token_id(path: str | Path, token: str) -> int | None:
+    """The id of `token` from the checkpoint's tokenizer files (added tokens, then the vocab)."""
+    p = Path(path)
+    tok = _json(p / "tokenizer.json")
+    for added in tok.get("added_tokens", []):
+        if added.get("content") == token:
+            return int(added["id"])
+    for entry in _json(p / "tokenizer_config.json").get("added_tokens_decoder", {}).items():
+        if entry[1].get("content") == token:
+            return int(entry[0])
+    vocab = tok.get("model", {}).get("vocab") or _json(p / "vocab.json")
+    return int(vocab[token]) if isinstance(vocab, dict) and token in vocab else None
+
+
+def stop_ids(path: str | Path, eos_id: int | None = None) -> tuple[int, ...]:
+    """Ids that end an answer: the generation config's `eos_token_id` (one or a list) and the
+    tokenizer's end of turn (`eos_id`, else `<|im_end|>` looked up in the tokenizer files),
+    end of turn first. An empty tuple means the checkpoint names none."""
+    if eos_id is None:
+        eos_id = token_id(path, "<|im_end|>")
+    found = [*_ids(eos_id), *_ids(generation_config(path).get("eos_token_id"))]
+    return tuple(dict.fromkeys(found))
+
+
+def sampling_defaults(path: str | Path) -> dict[str, Any]:
+    """The checkpoint's sampling defaults that differ from `NEUTRAL_SAMPLING` (what rlkit
+    overrides), e.g. {"top_k": 20, "repetition_penalty": 1.05}."""
+    cfg = generation_config(path)
+    out = {}
+    for key, neutral in NEUTRAL_SAMPLING.items():
+        value = cfg.get(key)
+        if value is None or (key == "top_k" and value in (0, -1)):
+            continue
+        if value != neutral:
+            out[key] = value
+    return out
+
+
+def template_source(path: str | Path) -> str | None:
+    """The file the processor's chat template comes from (the first of `TEMPLATE_FILES` that
+    holds one), None when the checkpoint has no template."""
+    p = Path(path)
+    if (p / "chat_template.jinja").is_file():
+        return "chat_template.jinja"
+    for name in TEMPLATE_FILES[1:]:
+        if _json(p / name).get("chat_template"):
+            return name
+    return None
