@@ -27,6 +27,7 @@ from rlkit.maze.generation import generate
 from rlkit.maze.parsing import format_action
 from rlkit.maze.rules import initial
 from rlkit.maze.sets import pinned_set
+from rlkit.model.action_tag import move_choices
 from rlkit.model.build import build_tiny
 from rlkit.model.load import load
 from rlkit.model.policy import ModelPolicy
@@ -132,20 +133,25 @@ def test_the_model_policy_records_the_distribution_its_move_is_sampled_from(load
 
 def test_free_answers_read_the_moves_odds_where_the_action_tag_opens(loaded):
     pol = ModelPolicy(loaded, constrained=False)
-    prefix, choices = list(pol.moves.prefix), list(pol.moves.choices)
-    logits = torch.zeros(len(prefix) + 3, 50_000)
-    at = len(prefix) + 1  # one token of preamble, then `<action>`, then the move
-    logits[at, choices] = torch.tensor([0.0, math.log(3.0), 0.0, 0.0])
-    logits[at, 7] = 100.0  # another token's logit does not count: renormalised over the four
-    ids = [5, *prefix, choices[1], 9]
-    assert pol._free_move_probs(ids, logits) == pytest.approx((1 / 6, 3 / 6, 1 / 6, 1 / 6))
-    assert pol._free_move_probs([5, 6, 7], logits) is None  # never opened the tag
+    tok = loaded.tokenizer
+
+    def ids(text: str) -> list[int]:
+        return tok.encode(text, add_special_tokens=False)
+
+    choices = list(move_choices(tok, ""))
+    head = ids("I go <action>")  # text before the tag: found by text, not by the tag's ids
+    logits = torch.zeros(len(head) + 3, 50_000)
+    logits[len(head), choices] = torch.tensor([0.0, math.log(3.0), 0.0, 0.0])
+    logits[len(head), 7] = 100.0  # another token's logit does not count: renormalised over four
+    answer = [*head, choices[1], *ids("</action>")]
+    assert pol._free_move_probs(answer, logits) == pytest.approx((1 / 6, 3 / 6, 1 / 6, 1 / 6))
+    assert pol._free_move_probs(ids("left, I think"), logits) is None  # never opened the tag
     # two tags: the move the relaxed parser takes is the last tag's, so its odds are read there
-    ids = [5, *prefix, choices[1], 9, *prefix, choices[3], 9]
-    twice = torch.zeros(len(ids), 50_000)
-    last = 2 * len(prefix) + 3  # where the second `<action>` ends: the move's own position
-    twice[last, choices] = torch.tensor([0.0, 0.0, 0.0, math.log(4.0)])
-    assert pol._free_move_probs(ids, twice) == pytest.approx((1 / 7, 1 / 7, 1 / 7, 4 / 7))
+    first = ids("<action>up</action> <action>")
+    two = [*first, choices[3], *ids("</action>")]
+    twice = torch.zeros(len(two), 50_000)
+    twice[len(first), choices] = torch.tensor([0.0, 0.0, 0.0, math.log(4.0)])
+    assert pol._free_move_probs(two, twice) == pytest.approx((1 / 7, 1 / 7, 1 / 7, 4 / 7))
 
 
 def test_live_and_kernel_free_replays_draw_the_bars_per_turn():

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rlkit.errors import UsageError
 from rlkit.maze.core import Action
 from rlkit.maze.parsing import format_action
 
@@ -53,4 +54,16 @@ def answer_length(tokenizer: Any) -> int:
     """Tokens in the longest canonical answer (`<action>WORD</action>` and the end of turn) in
     this tokenizer: 4 with the tiny model's, 8 with Qwen's (`<`, `action`, `>`, `up`, `</`,
     `action`, `>`, `<|im_end|>`). Answer budgets are checked against it, never a constant."""
-    return 1 + max(len(tokenizer.encode(format_action(a), add_special_tokens=False)) for a in Action)
+    return 1 + max(
+        len(tokenizer.encode(format_action(a), add_special_tokens=False)) for a in Action
+    )
+
+
+def check_answer_budget(tokenizer: Any, budget: int, knob: str) -> None:
+    """A one-line error when `budget` tokens cannot hold the canonical answer (naming `knob`)."""
+    need = answer_length(tokenizer)
+    if budget < need:
+        raise UsageError(
+            f"{knob} ({budget}) cannot hold the canonical answer: this tokenizer writes "
+            f"<action>WORD</action> and the end of turn in {need} tokens; set {knob} >= {need}"
+        )

@@ -11,7 +11,7 @@ checks it). The definitions:
 
 - free: log softmax(logits / temperature) over the vocabulary minus the vision placeholder
   tokens (`VISION_TOKENS`: an image pad in a response would claim image features that don't
-  exist), for every response token.
+  exist) and the output rows no token maps to (Qwen's padding rows), for every response token.
   top-p changes which token is drawn but not the recorded value (as SkyRL's trainer recomputes
   with temperature only), so keep top_p = 1 for on-policy RL.
 - constrained: the policy is a distribution over the four move words; the forced tokens
@@ -45,9 +45,12 @@ VISION_TOKENS = (
 
 
 def banned_ids(loaded: LoadedModel) -> list[int]:
+    """Ids outside the free-generation distribution: the vision placeholders and the output
+    rows no token maps to (`LoadedModel.tokenless_ids`)."""
     tok = loaded.tokenizer
     ids = [tok.convert_tokens_to_ids(t) for t in VISION_TOKENS]
-    return sorted({i for i in ids if i is not None and i != tok.unk_token_id})
+    vision = {i for i in ids if i is not None and i != tok.unk_token_id}
+    return sorted(vision | set(loaded.tokenless_ids))
 
 
 def mask_banned(logits: torch.Tensor, banned: list[int]) -> torch.Tensor:

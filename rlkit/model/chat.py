@@ -2,7 +2,10 @@
 
 `ChatEncoder` turns env messages (OpenAI-style, images as PNG data URIs) into input ids +
 pixel_values + image_grid_thw through the checkpoint's chat template, with the output of the HF
-processor (`AutoProcessor` of the checkpoint, the one vLLM uses too). It caches template text per
+processor (`AutoProcessor` of the checkpoint, the one vLLM uses too). The template is the
+processor's (Qwen's VL repos keep it in `chat_template.json` beside the processor, and vLLM
+renders with that one), the tokenizer's only when the processor has none; a checkpoint whose two
+templates differ is named in one warning, since the two engines could otherwise disagree. It caches template text per
 message skeleton, ids per distinct prompt text, and patches per distinct image, and cuts patches
 with numpy when no resize is needed (a test checks it equals the HF processor bit for bit).
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +56,33 @@ class Encoded:
 ImageLike = str | Image.Image | np.ndarray
 
 
+class TemplateWarning(UserWarning):
+    """A checkpoint carries two different chat templates (processor's and tokenizer's)."""
+
+
+def chat_template(processor: ProcessorMixin) -> str:
+    """The template both engines render with: the processor's, else the tokenizer's."""
+    own = getattr(processor, "chat_template", None)
+    tok = getattr(processor.tokenizer, "chat_template", None)
+    if isinstance(own, dict) or isinstance(tok, dict):
+        own = own.get("default") if isinstance(own, dict) else own
+        tok = tok.get("default") if isinstance(tok, dict) else tok
+    if own and tok and own != tok:
+        warnings.warn(
+            "this checkpoint's processor and tokenizer carry different chat templates: rlkit and "
+            "vLLM render with the processor's (chat_template.json / .jinja)",
+            TemplateWarning,
+            stacklevel=3,
+        )
+    template = own or tok
+    if not template:
+        raise UsageError(
+            "this checkpoint has no chat template (no chat_template.json, chat_template.jinja "
+            "or tokenizer_config.json chat_template): copy the checkpoint's template files"
+        )
+    return template
+
+
 class LruCache(OrderedDict):
     """A dict that forgets its least recently used entry past `size` (long runs see many
     distinct images). Its values are pure functions of their keys, so what it holds changes
@@ -90,6 +121,7 @@ class ChatEncoder:
         self.fast = fast
         self.patch, self.merge, self.tp = ip.patch_size, ip.merge_size, ip.temporal_patch_size
         self.image_pad = "<|image_pad|>"
+        self.template = chat_template(processor)
         self._mean = np.asarray(ip.image_mean, np.float32).reshape(3, 1, 1)
         self._std = np.asarray(ip.image_std, np.float32).reshape(3, 1, 1)
         self._texts, self._ids, self._images = (
@@ -123,7 +155,10 @@ class ChatEncoder:
             text = self._texts.put(
                 key,
                 self.tokenizer.apply_chat_template(
-                    copy.deepcopy(skeleton), tokenize=False, add_generation_prompt=True
+                    copy.deepcopy(skeleton),
+                    chat_template=self.template,
+                    tokenize=False,
+                    add_generation_prompt=True,
                 ),
             )
         return text, images

@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -22,6 +23,7 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from rlkit.errors import UsageError
+from rlkit.model import checkpoint_files
 from rlkit.model.chat import ChatEncoder, LruCache
 from rlkit.model.config import MODEL_TYPE
 from rlkit.model.patch_embed import use_linear_patch_embed
@@ -54,6 +56,18 @@ class LoadedModel:
     @property
     def eos_id(self) -> int:
         return int(self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
+
+    @cached_property
+    def stop_ids(self) -> tuple[int, ...]:
+        """Ids that end an answer, end of turn first: the checkpoint's generation config names
+        Qwen's two (`<|im_end|>`, `<|endoftext|>`); answers are cut at the first of either."""
+        return checkpoint_files.stop_ids(self.path, self.eos_id)
+
+    @cached_property
+    def tokenless_ids(self) -> range:
+        """Output rows no token maps to: Qwen pads its 151,669 tokens to 151,936 embedding rows,
+        and a sampler over all rows could draw one (it decodes to '')."""
+        return range(len(self.tokenizer), self.model.get_output_embeddings().out_features)
 
     @property
     def pad_id(self) -> int:

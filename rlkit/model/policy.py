@@ -4,8 +4,8 @@
 
 - constrained (default): one forward pass over prompt + `<action>`, the next token drawn only
   among the four move-word tokens; the answer is `<action>WORD</action><|im_end|>`.
-- free: one `generate` call (left padding, KV cache) up to `max_new_tokens`, stopping at
-  `<|im_end|>`; whatever the model writes goes to the env's parser (parse errors are the env's
+- free: one `generate` call (left padding, KV cache) up to `max_new_tokens`, stopping at the
+  checkpoint's stop ids (`LoadedModel.stop_ids`), with none of its sampling defaults; whatever the model writes goes to the env's parser (parse errors are the env's
   business: feedback, no exception).
 
 Log-probabilities are defined once, in `rlkit.model.batching` (free vs constrained distribution);
@@ -16,8 +16,9 @@ turn already computed, at no extra forward pass: the softmax over the four move-
 logits at the answer position (right after `<action>`), renormalised over those four, at the
 sampling temperature and before top-p. Constrained, that is exactly the distribution the move
 is drawn from (top-p aside), so P(chosen move) = exp(the recorded choice-token logprob). Free,
-it is read where the answer last writes `<action>` (the tag the relaxed parser obeys, and where
-SkyRL's capture probes): the model's odds among the four moves, given that it names one there
+it is read where the answer's text last writes `<action>` (the tag the relaxed parser obeys,
+found by text as SkyRL's capture probe finds it: in Qwen's vocabulary ` <` is one token): the
+model's odds among the four moves, given that it names one there
 (None when the answer never opens the tag).
 
 Sampling uses one `torch.Generator` per episode, seeded from that episode's numpy stream, so an
@@ -26,7 +27,8 @@ episode's answers do not depend on which other episodes share its batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +40,7 @@ from rlkit.errors import UsageError
 from rlkit.maze import rules
 from rlkit.maze.core import Action
 from rlkit.maze.parsing import format_action
+from rlkit.model.action_tag import move_choices, probe_point
 from rlkit.model.batching import (
     VISION_TOKENS,
     AnswerSpec,
@@ -139,9 +142,8 @@ class ModelPolicy:
             max_batch,
         )
         self.answer = AnswerSpec.from_loaded(loaded) if constrained else None
-        self.moves = self.answer if constrained else _move_tokens(loaded)
-        """Where the move probabilities are read (None: the tokenizer cannot tell the moves
-        apart by their first token, and free answers record none)."""
+        self._choices: dict[str, tuple[int, ...] | None] = {}
+        """Move-word candidates of a free answer per partial tag (`move_choices`), cached."""
         self.name = f"{Path(loaded.path).name}{'' if constrained else ':free'}"
 
     def act(
@@ -183,27 +185,25 @@ class ModelPolicy:
         batch = build_batch(lm, encoded)
         banned = banned_ids(lm)
         sampler = _RowSampler(gens, self.temperature, self.top_p, self.greedy, banned)
-        gen = lm.model.generate(
-            **batch.model_inputs(),
-            # a fresh config: a checkpoint's own sampling defaults (8B: top_k 20...) must not apply
-            generation_config=GenerationConfig(
-                max_new_tokens=self.max_new_tokens,
-                do_sample=False,
-                eos_token_id=lm.eos_id,
-                pad_token_id=lm.pad_id,
-                output_logits=True,
-                return_dict_in_generate=True,
-            ),
-            logits_processor=LogitsProcessorList([sampler]),
-        )
+        with neutral_generation_config(lm.model):
+            gen = lm.model.generate(
+                **batch.model_inputs(),
+                generation_config=GenerationConfig(
+                    max_new_tokens=self.max_new_tokens,
+                    do_sample=False,
+                    eos_token_id=list(lm.stop_ids),
+                    pad_token_id=lm.pad_id,
+                    output_logits=True,
+                    return_dict_in_generate=True,
+                ),
+                logits_processor=LogitsProcessorList([sampler]),
+            )
         new = gen.sequences[:, batch.input_ids.shape[1] :]
         raw = mask_banned(torch.stack(gen.logits, 1).float(), banned) / self.temperature
         logp = torch.log_softmax(raw, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
         out = []
         for b, e in enumerate(encoded):
-            ids = new[b].tolist()
-            if lm.eos_id in ids:
-                ids = ids[: ids.index(lm.eos_id) + 1]
+            ids = cut_at_stop(new[b].tolist(), lm.stop_ids)
             text = lm.tokenizer.decode(ids, skip_special_tokens=True)
             probs = self._free_move_probs(ids, raw[b])
             out.append(Response(text, list(e.prompt_ids), ids, logp[b, : len(ids)].tolist(), probs))
@@ -211,25 +211,45 @@ class ModelPolicy:
 
     def _free_move_probs(self, ids: list[int], logits: torch.Tensor) -> MoveProbs | None:
         """The four moves' odds where `ids` last opens `<action>` ((R, V) `logits`: masked,
-        at temperature); None if it never does."""
-        if self.moves is None:
+        at temperature), found by text (`rlkit.model.action_tag`, as SkyRL's probe finds it);
+        None if it never does or the move's first tokens are not four distinct tokens."""
+        tok = self.loaded.tokenizer
+        point = probe_point(tok, ids)
+        if point is None or point[0] >= len(ids):
             return None
-        n = len(self.moves.prefix)
-        for i in range(len(ids) - 1, n - 1, -1):
-            if tuple(ids[i - n : i]) == self.moves.prefix:
-                return _four(torch.softmax(logits[i, list(self.moves.choices)], -1).tolist())
-        return None
+        k, tail = point
+        if tail not in self._choices:
+            self._choices[tail] = move_choices(tok, tail)
+        choices = self._choices[tail]
+        if choices is None:
+            return None
+        return _four(torch.softmax(logits[k, list(choices)], -1).tolist())
+
+
+def cut_at_stop(ids: list[int], stops: Sequence[int]) -> list[int]:
+    """`ids` up to and including the first stop id (`generate` pads rows that stopped early)."""
+    for i, t in enumerate(ids):
+        if t in stops:
+            return ids[: i + 1]
+    return ids
+
+
+@contextmanager
+def neutral_generation_config(model: torch.nn.Module) -> Iterator[None]:
+    """`generate` fills every value a passed config leaves unset from the checkpoint's
+    `generation_config.json` (Qwen3-VL-8B: top_k 20, repetition_penalty...), and a repetition
+    penalty would change the scores rlkit samples from but not the ones it records. For the call,
+    the model's own config is a blank one, so only what rlkit passes applies."""
+    saved = model.generation_config
+    model.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        model.generation_config = saved
 
 
 def _four(p: Sequence[float]) -> MoveProbs:
     return (p[0], p[1], p[2], p[3])
-
-
-def _move_tokens(loaded: LoadedModel) -> AnswerSpec | None:
-    try:
-        return AnswerSpec.from_loaded(loaded)
-    except UsageError:
-        return None
 
 
 def load_policy(name_or_path: str | Path, **kw) -> Policy:

@@ -4,7 +4,8 @@ The corpus is generated from `rlkit.env.maze_env` (system prompts, observation t
 feedback, ASCII views, canonical answers), so the tokenizer stays in sync with what the env says.
 Qwen's special tokens keep their names, so the chat template and the model config read like a
 real Qwen3-VL checkpoint's. `<action>`, `</action>` and the four move words are single tokens:
-a constrained answer is exactly four tokens, `<action>` WORD `</action>` `<|im_end|>`.
+a constrained answer is exactly four tokens, `<action>` WORD `</action>` `<|im_end|>` (with Qwen's real
+vocabulary the same answer is eight: budgets come from `rlkit.model.action_tag.answer_length`).
 """
 
 from __future__ import annotations

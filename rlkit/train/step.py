@@ -113,15 +113,15 @@ def score(
     trajs: Sequence[Trajectory],
     recipe: Recipe,
     *,
-    eos_id: int | None = None,
+    stop_ids: Sequence[int] | None = None,
     batch_groups: int | None = None,
 ) -> Scores:
     """Advantages of `trajs` by the recipe's estimator, and which episodes the loss keeps:
     - `zero_variance_filter` (or dynamic sampling's `filter`) drops the groups whose episodes
       all got the same reward, else every episode is kept;
     - `fail_advantage`: the episodes of groups that no episode solved get it and are kept;
-    - `apply_overlong_filtering`: an episode whose last reply lacks the end-of-turn token
-      `eos_id` (it was cut) is dropped, its reward still in its group's baseline (SkyRL masks
+    - `apply_overlong_filtering`: an episode whose last reply ends on none of the checkpoint's
+      `stop_ids` (it was cut) is dropped, its reward still in its group's baseline (SkyRL masks
       its loss the same way);
     - `dynamic_sampling_type=filter` with `batch_groups`: only the first `batch_groups` kept
       groups (in maze order) stay, as SkyRL truncates to its train batch."""
@@ -137,20 +137,20 @@ def score(
         adv = torch.where(unsolved, torch.full_like(adv, recipe.fail_advantage), adv)
         keep = keep | unsolved
     if recipe.apply_overlong_filtering:
-        keep = keep & ~overlong(trajs, eos_id)
+        keep = keep & ~overlong(trajs, stop_ids)
     if dynamic and batch_groups is not None:
         first = sorted(set(groups[keep].tolist()))[:batch_groups]
         keep = keep & torch.isin(groups, torch.tensor(first, dtype=groups.dtype))
     return Scores(rewards, groups, adv, informative, keep)
 
 
-def overlong(trajs: Sequence[Trajectory], eos_id: int | None) -> torch.Tensor:
-    """(B,) bool: the episode's last reply does not end with `eos_id` (cut at the token limit:
+def overlong(trajs: Sequence[Trajectory], stop_ids: Sequence[int] | None) -> torch.Tensor:
+    """(B,) bool: the episode's last reply ends on none of `stop_ids` (cut at the token limit:
     SkyRL's stop_reason other than "stop")."""
-    if eos_id is None:
-        raise UsageError("overlong filtering needs the end-of-turn token id (eos_id)")
+    if not stop_ids:
+        raise UsageError("overlong filtering needs the checkpoint's stop token ids (stop_ids)")
     last = [t.turns[-1].response_ids if t.turns else None for t in trajs]
-    return torch.tensor([bool(ids) and ids[-1] != eos_id for ids in last], dtype=torch.bool)
+    return torch.tensor([bool(ids) and ids[-1] not in stop_ids for ids in last], dtype=torch.bool)
 
 
 def turn_samples(

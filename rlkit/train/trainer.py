@@ -268,17 +268,17 @@ class Trainer:
 
     def _grpo_step(self) -> dict:
         g, s, task, recipe = self.cfg.grpo, self.state, self.cfg.task, self.cfg.recipe
-        eos = self.learner.loaded.eos_id
+        stops = self.learner.loaded.stop_ids
         trajs: list[Trajectory] = []
         rounds = 0
         with self.log.timer("rollout"):
             while True:  # one round, or with dynamic sampling until enough groups teach
                 trajs += self._rollout_round(rounds, offset=len(trajs) // g.group_size)
                 rounds += 1
-                scores = score(trajs, recipe, eos_id=eos)
+                scores = score(trajs, recipe, stop_ids=stops)
                 if enough_groups(scores, recipe, g.mazes_per_step, rounds):
                     break
-            scores = score(trajs, recipe, eos_id=eos, batch_groups=g.mazes_per_step)
+            scores = score(trajs, recipe, stop_ids=stops, batch_groups=g.mazes_per_step)
             faults.point("rollout", s.step)
         with self.log.timer("capture"):  # a few groups kept for viewing (RUN/rollouts)
             name = captures.training_label(s.step)

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from rlkit.env.maze_env import env_for_set
 from rlkit.errors import UsageError
 from rlkit.maze.sets import pinned_spec
+from rlkit.model.action_tag import check_answer_budget
 from rlkit.model.build import build_tiny
 from rlkit.model.config import TinyConfig
 from rlkit.model.load import load, no_progress_bars
@@ -90,7 +91,8 @@ class FreeWarmStart:
     to parse; at 10x, 20 writing steps brought parse errors under 2%."""
     max_new_tokens: int = 8
     """Answer budget of the validation's free sampling: SkyRL's CPU preset's
-    `max_generate_length` (the canonical answer is 4 tokens)."""
+    `max_generate_length`. It must hold the canonical answer in the model's tokenizer
+    (`rlkit.model.action_tag.answer_length`: 4 tokens with the tiny one, checked once loaded)."""
 
     def __post_init__(self) -> None:
         if self.write_before_check < 0:
@@ -104,10 +106,8 @@ class FreeWarmStart:
             raise UsageError(f"embed_lr_scale ({self.embed_lr_scale}) must be > 0")
         if self.val_mazes < 1:
             raise UsageError(f"val_mazes ({self.val_mazes}) must be >= 1")
-        if self.max_new_tokens < 4:
-            raise UsageError(
-                f"max_new_tokens ({self.max_new_tokens}) must be >= 4: the answer's length"
-            )
+        if self.max_new_tokens < 1:
+            raise UsageError(f"max_new_tokens ({self.max_new_tokens}) must be >= 1")
 
 
 def warm_tiny_model(
@@ -175,6 +175,7 @@ def _warm_start(model_dir: Path, r: FreeWarmStart, seed: int, progress: bool) ->
     returns the record's training part."""
     w, spec, env = r.bc, pinned_spec(EVAL_SET), env_for_set(EVAL_SET)
     loaded = load(model_dir)
+    check_answer_budget(loaded.tokenizer, r.max_new_tokens, "max_new_tokens")
     opt = embed_scaled_adamw(loaded.model, w.lr, r.embed_lr_scale)
     learner = Learner(loaded, opt, answer=AnswerSpec.from_loaded(loaded), temperature=1.0)
     policy = ModelPolicy(loaded, constrained=False, max_new_tokens=r.max_new_tokens)

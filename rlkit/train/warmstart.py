@@ -67,7 +67,7 @@ def encode_states(
 
 def answer_ids(loaded: LoadedModel, action: Action) -> list[int]:
     """The canonical free-form answer's tokens: `format_action(action)` and the end of turn
-    (4 tokens with the tiny tokenizer: `<action>`, the move word, `</action>`, `<|im_end|>`)."""
+    (4 tokens with the tiny tokenizer, 8 with Qwen's: `rlkit.model.action_tag.answer_length`)."""
     text = format_action(action)
     return [*loaded.tokenizer(text, add_special_tokens=False)["input_ids"], loaded.eos_id]
 

@@ -333,7 +333,7 @@ def test_apply_overlong_filtering():
     trajs += [_traj(1, 0.0, replies[2]), _traj(1, 1.0, replies[3])]
     stop = ["stop" if ids[-1] == eos else "length" for ids in replies]
     sky_masks = apply_overlong_filtering([[1, 1]] * 4, stop)
-    ours = st.score(trajs, r, eos_id=eos)
+    ours = st.score(trajs, r, stop_ids=(eos, 10))
     assert ours.keep.tolist() == [any(m) for m in sky_masks] == [True, False, True, False]
     # the cut episodes' rewards still count in their groups' baselines
     torch.testing.assert_close(ours.advantages, st.score(trajs, BASE).advantages)

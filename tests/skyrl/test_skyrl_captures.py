@@ -39,12 +39,12 @@ from rlkit.cluster.skyrl.bridge import rlkit_names
 from rlkit.cluster.skyrl.capture import Capturer, CaptureSettings
 from rlkit.cluster.skyrl.generator import RlkitVLMGenerator, build_capturer
 from rlkit.cluster.skyrl.move_probe import top_logprobs
-from rlkit.model.action_tag import move_choices, probe_point
 from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.env.maze_env import ENV_ID, maze_from_extras
 from rlkit.errors import UsageError
 from rlkit.maze.core import Action, Maze
 from rlkit.maze.parsing import parse_actions
+from rlkit.model.action_tag import move_choices, probe_point
 from rlkit.run.captures import capture_steps, pick_groups, read_step, step_path
 from rlkit.run.reader import open_run
 from rlkit.run.rundir import RunDir

@@ -26,7 +26,6 @@ ends.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import aiohttp
