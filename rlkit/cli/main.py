@@ -64,10 +64,19 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 
 def load_policy(
-    name: str, *, greedy: bool = False, device: str = "cpu", engine: str = "hf", **vllm_kw
+    name: str,
+    *,
+    greedy: bool = False,
+    device: str = "cpu",
+    engine: str = "hf",
+    constrained: bool = True,
+    max_new_tokens: int = 24,
+    **vllm_kw,
 ):
     """A scripted policy by name, or a model policy from a checkpoint directory (on HF's engine
-    or vLLM's; `vllm_kw` go to `rlkit.model.vllm_policy.load_vllm_policy`)."""
+    or vLLM's; `vllm_kw` go to `rlkit.model.vllm_policy.load_vllm_policy`). A model policy
+    answers free-form (`constrained=False`) within `max_new_tokens`, checked against the
+    checkpoint's canonical answer."""
     from rlkit.episodes.policies import is_scripted, scripted_policy
 
     if is_scripted(name):
@@ -77,13 +86,22 @@ def load_policy(
             f"policy {name!r} is neither random|oracle|eps-oracle:E nor an existing model directory"
         )
     _refuse_run(name)
+    answers = {"constrained": constrained, "max_new_tokens": max_new_tokens}
     if engine == "vllm":
         from rlkit.model.vllm_policy import load_vllm_policy
 
-        return load_vllm_policy(name, greedy=greedy, **vllm_kw)
-    from rlkit.model.policy import load_policy as load_model_policy
+        policy = load_vllm_policy(name, greedy=greedy, **answers, **vllm_kw)
+        tokenizer = policy.engine.tokenizer
+    else:
+        from rlkit.model.policy import load_policy as load_model_policy
 
-    return load_model_policy(name, greedy=greedy, device=device)
+        policy = load_model_policy(name, greedy=greedy, device=device, **answers)
+        tokenizer = policy.loaded.tokenizer
+    if not constrained:
+        from rlkit.model.action_tag import check_answer_budget
+
+        check_answer_budget(tokenizer, max_new_tokens, "--max-new-tokens")
+    return policy
 
 
 def _refuse_run(path: str) -> None:
@@ -123,11 +141,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         )
         return 0 if handle.status() == "SUCCEEDED" else 1
     vllm_kw = {"set_name": args.set, "history": args.history, "kv_cache_gb": args.kv_cache_gb}
+    answers = {"constrained": not args.free, "max_new_tokens": args.max_new_tokens}
     policy = load_policy(
         args.policy,
         greedy=args.greedy,
         device=args.device,
         engine=args.engine,
+        **answers,
         **(vllm_kw if args.engine == "vllm" else {}),
     )
     result, trajs = evaluate(
@@ -138,6 +158,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         history=args.history,
         progress=not args.json and sys.stderr.isatty(),
         mode="greedy" if args.greedy else "sampled",
+        n_mazes=args.mazes,
     )
     if args.out:
         result.save(args.out, trajs)
@@ -274,6 +295,19 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--history", type=int, default=1, help="turns of history the model sees")
     e.add_argument("--greedy", action="store_true", help="argmax decoding instead of sampling")
+    e.add_argument(
+        "--free",
+        action="store_true",
+        help="free-form answers (text, then <action>WORD</action>, as SkyRL samples) instead of "
+        "the move word drawn among the four",
+    )
+    e.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=24,
+        help="with --free: answer budget in tokens (must hold the canonical answer)",
+    )
+    e.add_argument("--mazes", type=int, default=None, help="only the set's first N mazes")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--full", action="store_true", help="with --json: include per-maze rows")
     e.add_argument("--out", default=None, help="write the JSON and trajectories JSONL here")
