@@ -1,0 +1,209 @@
+"""Qwen3-VL's real tokenizer, rebuilt offline from the BPE ranks `rlkit.model.qwen_files` fetches.
+
+tiktoken stores a byte-level BPE as ranks alone (token bytes -> rank); Hugging Face's BPE wants
+a vocab (token string -> id) and an ordered merges list. The conversion here:
+
+- vocab: each token's bytes spelled with GPT-2's byte -> printable-character table, id = rank;
+- merges: for each token of rank r longer than one byte, run BPE over its bytes allowing only
+  merges of rank < r. tiktoken builds a token exactly that way, so what is left is two parts,
+  and their merge is the one that creates the token; merges are ordered by r. 151,643 ranks
+  give 151,387 merges (256 single bytes need none).
+
+transformers' `Qwen2Tokenizer(vocab=..., merges=...)` adds Qwen's pre-tokenizer (digits split one
+by one), NFC and byte-level decoding; the 26 added tokens take ids 151643..151668 as Qwen's
+`tokenizer_config.json` lists them. The four files Qwen ships (tokenizer.json,
+tokenizer_config.json, vocab.json, merges.txt) are written once per machine to the cache:
+
+    qwen_tokenizer_dir()     # $RLKIT_CACHE/qwen-text/tokenizer-v1-tf<transformers version>/
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import transformers
+from tokenizers import AddedToken, processors
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, Qwen2Tokenizer
+
+from rlkit.model.qwen_files import QwenTextFiles, build_once, qwen_text_files, text_dir
+
+TOKENIZER_VERSION = "tokenizer-v1"
+"""Cache key of the converted files: bump it when the conversion or the files written change."""
+FIRST_ADDED_ID = 151643
+ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
+    ("<|endoftext|>", True),
+    ("<|im_start|>", True),
+    ("<|im_end|>", True),
+    ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True),
+    ("<|box_start|>", True),
+    ("<|box_end|>", True),
+    ("<|quad_start|>", True),
+    ("<|quad_end|>", True),
+    ("<|vision_start|>", True),
+    ("<|vision_end|>", True),
+    ("<|vision_pad|>", True),
+    ("<|image_pad|>", True),
+    ("<|video_pad|>", True),
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    ("<|fim_prefix|>", False),
+    ("<|fim_middle|>", False),
+    ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False),
+    ("<|repo_name|>", False),
+    ("<|file_sep|>", False),
+    ("<tool_response>", False),
+    ("</tool_response>", False),
+    ("<think>", False),
+    ("</think>", False),
+)
+"""(token, special) from id FIRST_ADDED_ID on, in id order, flags as Qwen's tokenizer_config."""
+MODEL_MAX_LENGTH = 262144
+"""Qwen3-VL's context (its tokenizer_config's model_max_length)."""
+MARKER = "tokenizer.json"
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> character table: printable Latin-1 bytes stand for themselves, the other
+    68 bytes take the characters from U+0100 on, in byte order (so no token has a space or a
+    control character in its spelling)."""
+    keep = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    table = {b: chr(b) for b in keep}
+    shifted = 0x100
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(shifted)
+            shifted += 1
+    return table
+
+
+def merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
+    """The merges (in rank order) that rebuild every multi-byte token from its bytes.
+
+    For a token of rank r: BPE over its bytes, merging the adjacent pair whose join has the
+    lowest rank below r, until no such pair is left; two parts remain. ~1 s for Qwen's ranks."""
+    out = []
+    for token, limit in sorted(ranks.items(), key=lambda kv: kv[1]):
+        if len(token) < 2:
+            continue
+        parts = [token[i : i + 1] for i in range(len(token))]
+        while len(parts) > 2:
+            best, at = limit, -1
+            for i in range(len(parts) - 1):
+                r = ranks.get(parts[i] + parts[i + 1])
+                if r is not None and r < best:
+                    best, at = r, i
+            if at < 0:
+                break
+            parts[at : at + 2] = [parts[at] + parts[at + 1]]
+        if len(parts) != 2:
+            raise ValueError(f"token {token!r} (rank {limit}) is not the merge of two tokens")
+        out.append((parts[0], parts[1]))
+    return out
+
+
+def vocab_and_merges(
+    ranks: dict[bytes, int],
+) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """tiktoken ranks -> Hugging Face's byte-level vocab and merges (strings)."""
+    table = bytes_to_unicode()
+
+    def spell(b: bytes) -> str:
+        return "".join(table[x] for x in b)
+
+    vocab = {spell(t): r for t, r in ranks.items()}
+    return vocab, [(spell(a), spell(b)) for a, b in merges_from_ranks(ranks)]
+
+
+def _added_tokens() -> dict[int, AddedToken]:
+    return {
+        FIRST_ADDED_ID + i: AddedToken(t, special=s, normalized=False)
+        for i, (t, s) in enumerate(ADDED_TOKENS)
+    }
+
+
+def build_qwen_tokenizer(files: QwenTextFiles | None = None) -> Qwen2Tokenizer:
+    """Qwen3-VL's tokenizer from the ranks (eos `<|im_end|>`, pad `<|endoftext|>`, no bos)."""
+    files = files or qwen_text_files()
+    vocab, merges = vocab_and_merges(files.ranks())
+    special = [t for t, s in ADDED_TOKENS[1:] if s]
+    tok = Qwen2Tokenizer(
+        vocab=vocab,
+        merges=merges,
+        unk_token=None,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        added_tokens_decoder=_added_tokens(),  # added in id order from len(vocab) = 151643 on
+        extra_special_tokens=special,
+        errors="replace",
+        split_special_tokens=False,
+        clean_up_tokenization_spaces=False,
+        model_max_length=MODEL_MAX_LENGTH,
+    )
+    # Qwen's tokenizer.json: a byte-level post-processor that keeps offsets untrimmed
+    tok.backend_tokenizer.post_processor = processors.ByteLevel(
+        add_prefix_space=False, trim_offsets=False, use_regex=False
+    )
+    got = tok.convert_tokens_to_ids([t for t, _ in ADDED_TOKENS])
+    if got != list(range(FIRST_ADDED_ID, FIRST_ADDED_ID + len(ADDED_TOKENS))):
+        raise RuntimeError(f"Qwen's added tokens landed at {got[:3]}..., not {FIRST_ADDED_ID}...")
+    return tok
+
+
+def tokenizer_config() -> dict:
+    """tokenizer_config.json in the form Qwen publishes it (no chat template: Qwen's VL repos
+    keep that in chat_template.json, beside the processor)."""
+    return {
+        "add_bos_token": False,
+        "add_prefix_space": False,
+        "added_tokens_decoder": {
+            str(i): {
+                "content": t.content,
+                "lstrip": False,
+                "normalized": False,
+                "rstrip": False,
+                "single_word": False,
+                "special": t.special,
+            }
+            for i, t in _added_tokens().items()
+        },
+        "additional_special_tokens": [t for t, s in ADDED_TOKENS[1:] if s],
+        "bos_token": None,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|im_end|>",
+        "errors": "replace",
+        "model_max_length": MODEL_MAX_LENGTH,
+        "pad_token": "<|endoftext|>",
+        "split_special_tokens": False,
+        "tokenizer_class": "Qwen2Tokenizer",
+        "unk_token": None,
+    }
+
+
+def write_tokenizer_files(out_dir: Path, files: QwenTextFiles | None = None) -> None:
+    """The four tokenizer files Qwen ships, into `out_dir`."""
+    files = files or qwen_text_files()
+    tok = build_qwen_tokenizer(files)
+    vocab, merges = vocab_and_merges(files.ranks())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ordered = dict(sorted(vocab.items(), key=lambda kv: kv[1]))
+    (out_dir / "vocab.json").write_text(json.dumps(ordered, ensure_ascii=False))
+    lines = ["#version: 0.2", *(f"{a} {b}" for a, b in merges)]
+    (out_dir / "merges.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2))
+    tok.backend_tokenizer.save(str(out_dir / MARKER))  # last: its presence marks the dir done
+
+
+def qwen_tokenizer_dir(*, download: bool = True) -> Path:
+    """The cached dir with Qwen3-VL's four tokenizer files (built on first use, ~3 s)."""
+    files = qwen_text_files(download=download)
+    key = f"{TOKENIZER_VERSION}-tf{transformers.__version__}"  # its writer's file format
+    return build_once(text_dir() / key, lambda d: write_tokenizer_files(d, files), marker=MARKER)
+
+
+def qwen_tokenizer(*, download: bool = True) -> PreTrainedTokenizerBase:
+    """Qwen3-VL's tokenizer loaded from the cached files, as a checkpoint's would load."""
+    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir(download=download))
