@@ -35,14 +35,21 @@ def _cmd_maze(args: argparse.Namespace) -> int:
     from rlkit.maze.generation import generate
     from rlkit.maze.render import RenderStyle, render, to_ascii
 
-    maze = generate(
-        args.size,
-        args.width or args.size,
-        args.seed,
-        algorithm=args.algorithm,
-        placement=args.placement,
-        min_path=args.min_path,
-    )
+    style = RenderStyle(view="full", cell_px=args.cell_px)
+    if args.set:  # the set's maze number --seed, drawn as the set's env draws it
+        from rlkit.env.maze_env import env_for_set
+        from rlkit.maze.sets import pinned_spec
+
+        maze, style = pinned_spec(args.set).maze(args.seed), env_for_set(args.set).style
+    else:
+        maze = generate(
+            args.size,
+            args.width or args.size,
+            args.seed,
+            algorithm=args.algorithm,
+            placement=args.placement,
+            min_path=args.min_path,
+        )
     state = rules.initial(maze)
     print(to_ascii(state))
     d = difficulty(maze)
@@ -51,7 +58,7 @@ def _cmd_maze(args: argparse.Namespace) -> int:
         f"dead_ends={d.dead_ends} hash={maze.content_hash[:12]}"
     )
     if args.png:
-        render(state, RenderStyle(view="full", cell_px=args.cell_px)).save(args.png)
+        render(state, style).save(args.png)
         print(f"wrote {args.png}")
     return 0
 
@@ -289,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--min-path", type=int, default=1)
     m.add_argument("--cell-px", type=int, default=24)
     m.add_argument("--png", default=None, help="also write the picture here")
+    m.add_argument("--set", default=None, help="a named set's maze --seed instead (visgym-easy)")
     m.set_defaults(func=_cmd_maze)
 
     d = sub.add_parser("data", help="write SkyRL-format train/eval parquet files")
