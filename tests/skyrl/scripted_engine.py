@@ -11,8 +11,9 @@ pattern of SkyRL's own `tests/train/generators/test_skyrl_vlm_generator.py`):
   a scripted player, keyed by SkyRL's session id (`<row uid>_<repetition>`), truncated at the
   request's `max_tokens` like a real engine (stop reason "length"). Its ids are the text's
   canonical tokenization unless a `Tokenize` says otherwise: a sampler may draw another token
-  sequence for the same text (`spelled`), or special tokens that vLLM leaves out of the text
-  (`drawing`); `keeps_special` gives texts as SkyRL's own client decodes them.
+  sequence for the same text (`spelled`, `split_space`, `byte_spelled`), or special tokens that
+  vLLM leaves out of the text (`drawing`); `keeps_special` gives texts as SkyRL's own client
+  decodes them. The answer ends with `<|im_end|>` unless its ids already end with a stop id.
 - `finish_session(session_id)`.
 
 Everything it was asked and answered is recorded, so a test can replay the same moves in rlkit's
@@ -52,6 +53,28 @@ def spelled(tok: PreTrainedTokenizerBase, text: str, rep: int) -> list[int]:
     return [t for ch in text for t in tok.encode(ch, add_special_tokens=False)]
 
 
+def split_space(tok: PreTrainedTokenizerBase, text: str, rep: int) -> list[int]:
+    """Every canonical token that starts with a space and goes on drawn as the space, then the
+    rest (Qwen: `Ġgo` as `Ġ` `go`, `Ġ<` as `Ġ` `<`): what a sampler may draw, the same text."""
+    out = []
+    for t in canonical(tok, text, rep):
+        piece = tok.decode([t])
+        if len(piece) > 1 and piece[0] == " ":
+            out += canonical(tok, " ", rep) + canonical(tok, piece[1:], rep)
+        else:
+            out.append(t)
+    return out
+
+
+def byte_spelled(tok: PreTrainedTokenizerBase, text: str, rep: int) -> list[int]:
+    """One byte-level token per UTF-8 byte of the text (a character of several bytes is several
+    tokens, none of which decodes alone): needs a byte-level BPE, as Qwen's is."""
+    from rlkit.model.qwen_vocab import bytes_to_unicode
+
+    table = bytes_to_unicode()
+    return [tok.convert_tokens_to_ids(table[b]) for b in text.encode()]
+
+
 def drawing(token: str, reps: frozenset[int]) -> Tokenize:
     """The canonical ids after one special `token`, on repetitions `reps`: vLLM decodes with
     skip_special_tokens, so the text, and the conversation SkyRL re-renders, never shows it."""
@@ -70,6 +93,16 @@ def oracle(maze: Maze, state: rules.State, rep: int) -> str:
 def verbose_oracle(maze: Maze, state: rules.State, rep: int) -> str:
     word = optimal_action(maze, state.pos).word
     return f"The exit is the green cell. Going {word} gets me closer. <action>{word}</action>"
+
+
+def arrow_oracle(maze: Maze, state: rules.State, rep: int) -> str:
+    """The oracle's answer after an arrow (three UTF-8 bytes: byte-level tokens of it that
+    decode to nothing alone)."""
+    action = optimal_action(maze, state.pos)
+    return f"{ARROWS[action]} {format_action(action)}"
+
+
+ARROWS = {Action.UP: "\u2191", Action.DOWN: "\u2193", Action.LEFT: "\u2190", Action.RIGHT: "\u2192"}
 
 
 def wall_bumper(maze: Maze, state: rules.State, rep: int) -> str:
@@ -128,6 +161,10 @@ class ScriptedEngine:
         self.rendered: list[list[dict]] = []
         self.finished: list[str] = []
         self.requests: defaultdict[str, list[dict]] = defaultdict(list)
+        # where a real engine stops: the end of turn, and Qwen's generation config's other eos
+        ends = ("<|im_end|>", "<|endoftext|>")
+        found = self.tokenizer.convert_tokens_to_ids(list(ends))
+        self.stops = {i for i in found if i not in (None, self.tokenizer.unk_token_id)}
 
     async def render_chat_completion(self, request: dict) -> dict:
         messages = request["json"]["messages"]
@@ -158,8 +195,10 @@ class ScriptedEngine:
         if max_tokens is not None and len(ids) >= max_tokens:
             ids, stop = ids[:max_tokens], "length"
             text = self.tokenizer.decode(ids, skip_special_tokens=True)  # as vLLM decodes
-        else:
+        elif not (ids and ids[-1] in self.stops):  # a tokenize may end the answer itself
             ids, stop = [*ids, self.tokenizer.convert_tokens_to_ids("<|im_end|>")], "stop"
+        else:
+            stop = "stop"
         if self.keeps_special:
             text = self.tokenizer.decode(ids)
         moves, _ = parse_actions(text, s.cfg.parser, s.cfg.moves_per_turn)
