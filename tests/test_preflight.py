@@ -128,3 +128,15 @@ def test_tied_embeddings_are_read_from_the_models_config(tmp_path: Path):
     assert _config_json(str(tmp_path / "absent")) is None
     assert _config_json("rlkit-tests/not-a-cached-model") is None
     assert "tie_word_embeddings" in format_checks([check])
+
+
+def test_the_token_budget_is_reported(checks):
+    # the 2B is not on this node: the budget comes from Qwen3-VL's assumed values, as at the
+    # dry run; 1024-token answers pass 8192 tokens at turn 7 of 24 (a warning, not a failure)
+    budget = checks["token budget"]
+    assert budget.status == "warn" and "at turn 7" in budget.fix, budget
+    assert checks["image tokens"].detail.startswith("test-large 384x384 -> 384x384 by the")
+    assert (
+        checks["chat template"].status == "skip"
+        and "not on this node" in checks["chat template"].detail
+    )

@@ -179,6 +179,7 @@ def _submit(args: argparse.Namespace) -> int:
         print(f"workers:       {_pod_summary(plan.sky)}")
         print(f"storage:       {storage_estimate(plan.sky).summary()}")
         print(f"hang rule:     {_hang_summary(plan.sky)}")
+        print("\n".join(plan.budget.lines()))
         print("skyrl overrides:")
         for item in build_overrides(plan.sky, plan.run_name):
             print(f"  {item}")
@@ -207,12 +208,14 @@ def _jobs_watch(args: argparse.Namespace) -> int:
 
 def _preflight(args: argparse.Namespace) -> int:
     from rlkit.cluster.preflight import format_checks, preflight
+    from rlkit.cluster.skyrl.preset_checks import check_budget
     from rlkit.cluster.skyrl.presets import get_preset
 
     changes = {
         k: v for k, v in {"model_path": args.model, "runs_root": args.runs_root}.items() if v
     }
-    get_preset(args.preset, **changes)  # SkyRL's traps are refused before any job starts
+    # SkyRL's traps, and a turn budget that cannot fit, are refused before any job starts
+    check_budget(get_preset(args.preset, **changes))
     checks = preflight(cli_connect(args, start_local=True), args.preset, gpu=args.gpu, **changes)
     print(format_checks(checks))
     return 1 if any(c.status == "fail" for c in checks) else 0

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from rlkit.cluster.address import resolve_address
 from rlkit.cluster.client import Cluster, connect
@@ -24,10 +24,14 @@ from rlkit.cluster.jobs import JobHandle, run_slug
 from rlkit.cluster.skyrl import presets as skyrl
 from rlkit.cluster.skyrl import storage
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides, entrypoint_command
+from rlkit.cluster.skyrl.preset_checks import check_budget
 from rlkit.errors import RlkitError, UsageError
 from rlkit.train.config import PRESETS as TRAIN_PRESETS
 from rlkit.train.config import coerce_fields
 from rlkit.train.config import preset as load_preset
+
+if TYPE_CHECKING:
+    from rlkit.model.budget_report import BudgetReport
 
 
 def training_entrypoint(
@@ -169,6 +173,8 @@ class TrainingPlan:
     """Set for cluster (SkyRL) presets."""
     overrides: tuple[str, ...] = ()
     """A local preset's `--set KEY=VALUE` arguments (its command carries them)."""
+    budget: BudgetReport | None = None
+    """A SkyRL preset's token budget (checked: a turn budget that cannot fit is refused)."""
 
     @property
     def dry_run(self) -> bool:
@@ -188,6 +194,8 @@ class TrainingPlan:
         lines += [f"address:  {where}", f"command:  {self.command}"]
         if self.sky is not None:
             lines.append(f"storage:  {storage.storage_estimate(self.sky).summary()}")
+            if self.budget is not None:
+                lines += ["token budget:", *(f"  {ln}" for ln in self.budget.lines())]
             lines.append(f"GPUs:     {self.sky.num_gpus}; SkyRL overrides:")
             lines += [f"  {o}" for o in build_overrides(self.sky, self.run_name)]
         return "\n".join(lines)
@@ -217,10 +225,10 @@ def plan_training(
     base = skyrl.get_preset(preset)
     sky = skyrl.get_preset(preset, **coerce_fields(base, skyrl_changes or {}))
     storage.check_storage(sky)  # a run that would fill /fsx is refused before it starts
+    budget = check_budget(sky)  # so is a turn budget that cannot fit its token limits
     paths = RunPaths.for_run(sky, name)
-    return TrainingPlan(
-        preset, name, paths.run_dir, entrypoint_command(sky, name, preset), address, sky
-    )
+    command = entrypoint_command(sky, name, preset)
+    return TrainingPlan(preset, name, paths.run_dir, command, address, sky, budget=budget)
 
 
 def launch_plan(

@@ -7,7 +7,10 @@ The job (`python -m rlkit.cluster.preflight ...`, in the cluster's runtime) chec
 torch, flash-attn and transformers importable there, with versions; GPUs per node and their
 type (a one-GPU task on a worker, when the cluster has any); the runs root writable with room
 for the run's estimated checkpoints and exports; the model reachable (a path on shared storage,
-or the node's HF cache) and whether its word embeddings are tied; and Ray's version against the
+or the node's HF cache) and whether its word embeddings are tied; the run's token budget from
+the checkpoint's own files (its chat template's source, stop ids, the sampling defaults rlkit
+overrides, image tokens per turn, the worst case per episode against `max_input_length` and
+`max_model_len`: `rlkit.cluster.checks.budget_checks`); and Ray's version against the
 client's. It prints one JSON line that the client turns into a table (`format_checks`), one line
 per check, each failure with its fix.
 
@@ -31,7 +34,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlkit.cluster.checks import Check
+from rlkit.cluster.checks import Check, budget_checks
 from rlkit.errors import RlkitError
 
 if TYPE_CHECKING:
@@ -256,6 +259,25 @@ def tied_embeddings(config: dict) -> Check:
     return Check("tie_word_embeddings", "ok", "untied")
 
 
+BUDGET_FIELDS = ("eval_set", "max_turns", "max_input_length", "max_model_len")
+BUDGET_FIELDS += ("max_generate_length",)
+"""The preset fields the job's token budget needs (passed as `--budget JSON`)."""
+
+
+def _budget(model: str, fields: dict) -> list[Check]:
+    """The preset's token budget from the checkpoint's files on this node (a path, or the HF
+    cache); where they are not, from the assumed values, as the dry run computed it."""
+    from rlkit.cluster.skyrl.preset_checks import model_files, preset_budget
+    from rlkit.cluster.skyrl.presets import TINY_WARM, SkyRLPreset
+
+    preset = SkyRLPreset(model_path=model, instance_type=None, gpus_per_node=1, **fields)
+    where = None if model == TINY_WARM else model_files(model)
+    report = preset_budget(preset, where)
+    if where is None and model != TINY_WARM:
+        report = replace(report, where="not on this node (see model), budget from assumed values")
+    return budget_checks(report)
+
+
 def run_checks(
     model: str,
     runs_root: str,
@@ -263,6 +285,7 @@ def run_checks(
     gpus_needed: int,
     gpu: bool = False,
     gpus_per_node: int = 1,
+    budget: dict | None = None,
 ) -> list[Check]:
     """Everything checked inside the cluster's runtime (the job's body)."""
     import platform
@@ -284,6 +307,8 @@ def run_checks(
             checks.append(tied_embeddings(json.loads(config.read_text())))
         except (OSError, ValueError) as e:
             checks.append(Check("tie_word_embeddings", "fail", f"{config}: {e}", "fix config.json"))
+    if budget is not None:
+        checks += _budget(model, budget)
     if gpu:
         checks += gpu_exercise(model)
     return checks
@@ -338,6 +363,7 @@ def preflight(
     argv = ["python", "-m", "rlkit.cluster.preflight", "--model", sky.model_path]
     argv += ["--runs-root", sky.runs_root, "--need-gb", f"{storage_estimate(sky).total_gb:.0f}"]
     argv += ["--gpus", str(sky.num_gpus), "--gpus-per-node", str(sky.node_gpus)]
+    argv += ["--budget", json.dumps({k: getattr(sky, k) for k in BUDGET_FIELDS})]
     argv += ["--gpu"] if gpu else []
     job = cluster.submit("preflight", shlex.join(argv), num_cpus=1)
     status = job.wait(timeout_s, poll_s=2.0).value
@@ -356,9 +382,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus", type=int, required=True)
     p.add_argument("--gpus-per-node", type=int, default=1)
     p.add_argument("--gpu", action="store_true", help="also exercise the GPUs")
+    p.add_argument("--budget", type=json.loads, help="the preset's token-budget fields (JSON)")
     a = p.parse_args(argv)
     checks = run_checks(
-        a.model, a.runs_root, a.need_gb, a.gpus, gpu=a.gpu, gpus_per_node=a.gpus_per_node
+        a.model,
+        a.runs_root,
+        a.need_gb,
+        a.gpus,
+        gpu=a.gpu,
+        gpus_per_node=a.gpus_per_node,
+        budget=a.budget,
     )
     print(MARK + json.dumps([asdict(c) for c in checks]), flush=True)
     return 0

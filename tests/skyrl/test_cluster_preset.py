@@ -22,6 +22,7 @@ from vllm import AsyncEngineArgs
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.entry import ensure_datasets
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides
+from rlkit.cluster.skyrl.preset_checks import generate_length
 from rlkit.cluster.skyrl.presets import PRESETS, get_preset
 from rlkit.cluster.skyrl.storage import storage_estimate
 
@@ -35,7 +36,7 @@ def test_evals_sample_like_rlkit_eval(name):
     preset = get_preset(name)
     params = config(preset).generator.eval_sampling_params
     assert params.temperature == preset.eval_temperature == 1.0
-    assert params.max_generate_length == preset.max_generate_length
+    assert params.max_generate_length == generate_length(preset)  # None: derived
 
 
 def test_engine_settings_are_vllm_engine_arguments(tiny_dir):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from rlkit.cluster.skyrl.engine_args import device_overrides, engine_kwargs
+from rlkit.cluster.skyrl.preset_checks import generate_length
 from rlkit.cluster.skyrl.presets import TINY_WARM, SkyRLPreset
 from rlkit.env.maze_env import ENV_ID
 
@@ -51,6 +52,7 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
     p, paths = preset, RunPaths.for_run(preset, run_name)
     train_batch = p.prompts_per_step
     engines = p.num_gpus // p.tensor_parallel_size
+    answer = generate_length(p)  # derived from the model's tokenizer where the preset says None
     return [
         # data: rows from rlkit.env.data (env_class rlkit-maze, maze spec in extra_info)
         f"data.train_data=['{paths.data_dir}/train.parquet']",
@@ -88,13 +90,13 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         f"generator.max_turns={p.max_turns}",
         f"generator.max_input_length={p.max_input_length}",
         f"generator.n_samples_per_prompt={p.group_size}",
-        f"generator.sampling_params.max_generate_length={p.max_generate_length}",
+        f"generator.sampling_params.max_generate_length={answer}",
         f"generator.sampling_params.temperature={p.temperature}",
         f"generator.sampling_params.top_p={p.top_p}",
         f"generator.eval_n_samples_per_prompt={p.eval_samples}",
         # sampled evals, as `rlkit eval` samples (SkyRL's default eval sampling is greedy)
         f"generator.eval_sampling_params.temperature={p.eval_temperature}",
-        f"generator.eval_sampling_params.max_generate_length={p.max_generate_length}",
+        f"generator.eval_sampling_params.max_generate_length={answer}",
         # evals, checkpoints, resume: resubmitting the run continues from its latest checkpoint
         f"trainer.eval_interval={p.eval_interval}",
         "trainer.eval_before_train=true",

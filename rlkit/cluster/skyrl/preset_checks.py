@@ -15,15 +15,23 @@ The traps (findings.md, "Known failure modes"):
   importance ratio is then biased. Truncated importance sampling (TIS, the recipe's
   `tis_ratio_type`) corrects for it, so only with TIS on may they differ from 1;
 - a recipe switch SkyRL has no counterpart for (`Recipe.refusals("skyrl")`).
+
+And the token budget (`check_budget`, at plan time: it may read the checkpoint's tokenizer):
+an answer budget that cannot hold the canonical answer, a turn budget that cannot fit
+`max_input_length` even with canonical answers, or a turn `max_model_len` cannot hold
+(`rlkit.model.budget_report`).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlkit.cluster.skyrl.instances import check_layout, instance_type
 from rlkit.env.maze_env import env_for_set
 from rlkit.errors import UsageError
+from rlkit.model.budget_report import BudgetReport, budget_report
+from rlkit.model.budgets import QWEN_ASSUMED, TINY_ASSUMED
 
 if TYPE_CHECKING:
     from rlkit.cluster.skyrl.presets import SkyRLPreset
@@ -96,3 +104,58 @@ def _check_batches(p: SkyRLPreset) -> None:
             f"micro batches of {p.micro_batch_per_gpu}; change prompts_per_node or "
             "micro_batch_per_gpu"
         )
+
+
+def model_files(model_path: str) -> Path | None:
+    """The checkpoint's directory on this machine (a path, or the HF cache's snapshot of a hub
+    id), None when it is not here (the 8B on the hub or on /fsx, seen from a laptop)."""
+    path = Path(model_path)
+    if (path / "config.json").is_file():
+        return path
+    if model_path.startswith(("/", ".")) or ":" in model_path:
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model_path, "config.json")
+    except Exception:  # noqa: BLE001 - no hub client or a malformed id: not cached here
+        return None
+    return Path(cached).parent if isinstance(cached, str) else None
+
+
+def preset_budget(p: SkyRLPreset, model_dir: str | Path | None | bool = True) -> BudgetReport:
+    """The token budget of `p`'s model on its eval set (its training rows are the same family):
+    read from `model_dir` (True: wherever `model_files` finds the checkpoint; None or False:
+    nowhere), else from the assumed values of rlkit's tiny model or Qwen3-VL."""
+    from rlkit.cluster.skyrl.presets import TINY_WARM  # presets imports this module
+
+    tiny = p.model_path == TINY_WARM
+    if model_dir is True:
+        model_dir = None if tiny else model_files(p.model_path)
+    return budget_report(
+        p.model_path,
+        model_dir or None,
+        p.eval_set,
+        assumed=TINY_ASSUMED if tiny else QWEN_ASSUMED,
+        where="rlkit's tiny model, built and warm-started by the job" if tiny else None,
+        max_turns=p.max_turns,
+        max_input_length=p.max_input_length,
+        max_model_len=p.max_model_len,
+        max_generate_length=p.max_generate_length,
+    )
+
+
+def generate_length(p: SkyRLPreset) -> int:
+    """Tokens per answer: the preset's `max_generate_length`, or where it is None the canonical
+    answer's length in the model's tokenizer plus room (`rlkit.model.budgets.ANSWER_ROOM`)."""
+    if p.max_generate_length is not None:
+        return p.max_generate_length
+    return preset_budget(p).budget.answer
+
+
+def check_budget(p: SkyRLPreset) -> BudgetReport:
+    """The preset's budget report, or a one-line UsageError naming the knob when its turn budget
+    cannot fit (the dry run, `rlkit submit` and `rlkit preflight` call it before anything runs)."""
+    report = preset_budget(p)
+    report.check()
+    return report

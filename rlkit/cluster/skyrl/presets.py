@@ -124,8 +124,10 @@ class SkyRLPreset:
     """vLLM context: images accumulate over turns."""
     max_input_length: int = 8192
     """Conversation tokens after which an episode is cut (stop_reason 'length')."""
-    max_generate_length: int = 1024
-    """Tokens per answer."""
+    max_generate_length: int | None = 1024
+    """Tokens per answer, its end of turn included. None: the canonical answer's length in the
+    model's tokenizer plus room (`preset_checks.generate_length`: 4 + 4 with the tiny
+    tokenizer, 8 + 4 with Qwen's). One that cannot hold the canonical answer is refused."""
     max_prompt_length: int = 2048
     gpu_memory_utilization: float = 0.8
     """vLLM's share of each GPU; the rest holds the sleeping FSDP policy."""
@@ -266,7 +268,10 @@ PRESETS: dict[str, SkyRLPreset] = {
         max_ckpts_to_keep=2,
         max_model_len=2048,
         max_input_length=1536,
-        max_generate_length=8,
+        # the canonical answer + room, from the checkpoint's tokenizer: 8 with the tiny model,
+        # 12 with a Qwen-vocabulary checkpoint (--model DIR); a real Qwen3-VL processor sees the
+        # `test` set's 48 px view upscaled to 256 px (64 tokens; the dry run prints it)
+        max_generate_length=None,
         max_prompt_length=512,
         driver_memory_gb=0,
         fsx_budget_gb=1.0,

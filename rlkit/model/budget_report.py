@@ -1,0 +1,175 @@
+"""The budget printer: what the dry run and preflight say about a run's model and its tokens.
+
+    budget_report("Qwen/Qwen3-VL-8B-Instruct", None, "test-large", max_turns=24, ...).lines()
+
+For the checkpoint's files (`rlkit.model.checkpoint_files`): the chat template's source file,
+the stop ids, the sampling defaults rlkit overrides; then the set's image as the processor sees
+it (the `test` set's 48 px ego view is upscaled to 256 px by Qwen3-VL's processor, whose minimum
+area is 65,536 px: "image test 48x48 -> 256x256 by the processor, 64 tokens", so maze cells
+straddle vision-token edges there; `test-large` reaches it unresized), tokens per turn and per
+episode against `max_input_length` / `max_model_len` (`rlkit.model.budgets`), and a one-line
+refusal naming the knob when the turn budget cannot fit. Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rlkit.env.maze_env import MazeEnv, env_for_set
+from rlkit.errors import UsageError
+from rlkit.maze import rules
+from rlkit.maze.render import render_array
+from rlkit.maze.sets import TEST_SETS
+from rlkit.model.budgets import (
+    BAD_ANSWER,
+    QWEN_ASSUMED,
+    Assumed,
+    Episode,
+    ImageProcessor,
+    Tokens,
+    TurnBudget,
+    derived_answer_length,
+    preprocessor,
+    smart_resize,
+    turn_budget,
+)
+
+
+def set_episode(set_name: str, max_turns: int | None = None) -> Episode:
+    """The texts and image size of `set_name`'s episodes under a turn budget (default: the
+    set's), from the env itself, built as SkyRL's generator builds it."""
+    cfg = env_for_set(set_name)
+    maze = TEST_SETS[set_name].spec.maze(0)
+    env = MazeEnv(cfg, {"maze": maze, "max_turns": max_turns})
+    first, _ = env.init()
+    refused = env.step(BAD_ANSWER)["observations"]
+    system = next((m["content"] for m in first if m["role"] == "system"), "")
+    texts = [_text(m) for m in (first[-1], *refused)]
+    image = None
+    if isinstance(first[-1]["content"], list) and any(
+        p.get("type") in ("image", "image_url") for p in first[-1]["content"]
+    ):
+        image = render_array(rules.initial(maze), cfg.style).shape[:2]
+    return Episode(system, tuple(texts), image)
+
+
+def _text(message: dict) -> str:
+    content = message["content"]
+    if isinstance(content, str):
+        return content
+    return "".join(p["text"] for p in content if p.get("type") == "text")
+
+
+@dataclass(frozen=True)
+class BudgetReport:
+    """What the dry run and preflight print about a run's model and its token budget."""
+
+    model: str
+    model_dir: str | None
+    """Where the checkpoint's files were read; None: not here, `assumed` stands in."""
+    assumed: Assumed | None
+    set_name: str
+    processor: ImageProcessor
+    image: tuple[int, int] | None
+    budget: TurnBudget
+    template: str | None = None
+    stops: tuple[int, ...] = ()
+    overridden: tuple[tuple[str, Any], ...] = ()
+    """The checkpoint's sampling defaults rlkit overrides (it passes every value explicitly)."""
+    where: str = "read from the checkpoint by `rlkit preflight` on the cluster"
+    """Where the checkpoint's own facts are read when they are not here."""
+
+    def lines(self) -> list[str]:
+        b = self.budget
+        if self.model_dir is None:
+            out = [
+                f"model:         {self.model}: not on this machine, budget from the preset and "
+                f"assumed values ({self.assumed.describe()})",
+                f"checkpoint:    template, stop ids and generation defaults: {self.where}",
+            ]
+        else:
+            out = [
+                f"model:         {self.model} (files read at {self.model_dir})",
+                f"chat template: {self.template or 'none (the checkpoint has no template)'}",
+                f"stop ids:      {', '.join(map(str, self.stops)) or 'none named'}",
+                "defaults:      "
+                + (
+                    ", ".join(f"{k} {v}" for k, v in self.overridden)
+                    + " in generation_config.json, overridden (rlkit sets every sampling value)"
+                    if self.overridden
+                    else "no sampling defaults in generation_config.json"
+                ),
+            ]
+        if self.image is not None:
+            (h, w), (rh, rw) = self.image, smart_resize(*self.image, self.processor)
+            out.append(
+                f"image:         {self.set_name} {h}x{w} -> {rh}x{rw} by the processor, "
+                f"{b.image - 2} tokens (+2 vision start/end)"
+            )
+        framing = b.header + b.tail
+        out += [
+            f"per turn:      observation {b.observation} (image {b.image}) + answer <= "
+            f"{b.answer} (max_generate_length; canonical {b.canonical}) + {framing} framing = "
+            f"{b.per_turn()} tokens",
+            f"per episode:   system {b.system} + {b.max_turns} turns x {b.per_turn()} = "
+            f"{b.worst_case} tokens at worst; max_input_length {b.max_input_length}, "
+            f"max_model_len {b.max_model_len}",
+        ]
+        warning = b.warning()
+        out.append(f"budget:        {'warn: ' + warning if warning else 'every turn fits'}")
+        return out
+
+    def check(self) -> None:
+        """A one-line UsageError naming the knob when the turn budget cannot fit."""
+        why = self.budget.refusal()
+        if why is not None:
+            raise UsageError(why)
+
+
+def budget_report(
+    model: str,
+    model_dir: str | Path | None,
+    set_name: str,
+    *,
+    assumed: Assumed = QWEN_ASSUMED,
+    where: str | None = None,
+    max_turns: int,
+    max_input_length: int,
+    max_model_len: int,
+    max_generate_length: int | None,
+) -> BudgetReport:
+    """The report for `model` playing `set_name`: from `model_dir`'s files when given (tokenizer,
+    processor, generation config, template), else from `assumed` (`where` then says where the
+    checkpoint's own facts are read). A `max_generate_length` of
+    None is derived from the tokenizer (`derived_answer_length`)."""
+    from rlkit.model.checkpoint_files import sampling_defaults, stop_ids, template_source
+
+    tokens = Tokens(model_dir, assumed)
+    processor = (preprocessor(model_dir) if model_dir else None) or assumed.processor
+    ep = set_episode(set_name, max_turns)
+    budget = turn_budget(
+        ep,
+        tokens,
+        processor,
+        max_turns=max_turns,
+        max_input_length=max_input_length,
+        max_model_len=max_model_len,
+        max_generate_length=max_generate_length or derived_answer_length(tokens),
+    )
+    if model_dir is None:
+        report = BudgetReport(model, None, assumed, set_name, processor, ep.image, budget)
+        return replace(report, where=where) if where else report
+    return BudgetReport(
+        model,
+        str(model_dir),
+        None,
+        set_name,
+        processor,
+        ep.image,
+        budget,
+        template=template_source(model_dir),
+        stops=stop_ids(model_dir),
+        overridden=tuple(sampling_defaults(model_dir).items()),
+    )
