@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlkit.env.maze_env import EnvConfig, MazeEnv
-from rlkit.maze.core import Action
+from rlkit.maze.core import Action, Stop
 from rlkit.maze.generation import generate
 from rlkit.maze.parsing import PARSERS, format_action, parse_actions
 
@@ -90,7 +90,8 @@ def check_parse(text: object, mode: str, max_moves: int) -> None:
     moves, error = parse_actions(text, mode, max_moves)
     elapsed = time.perf_counter() - start
     assert elapsed < PARSE_BOUND_S, (elapsed, repr(text)[:200])
-    assert all(isinstance(m, Action) for m in moves)
+    allowed = (Action, Stop) if mode == "visgym" else Action  # only VisGym's game has stop
+    assert all(isinstance(m, allowed) for m in moves)
     assert (error is None) == bool(moves) and len(moves) <= max_moves
     assert error is None or (isinstance(error, str) and "\n" not in error)
 
@@ -134,7 +135,12 @@ def test_env_survives_adversarial_episodes():
             moves_per_turn=rng.randint(1, 8),
             observation=rng.choice(["image", "text", "both"]),
         )
-        env = MazeEnv(cfg, {"maze": generate(3, 3, episode, placement="random")})
+        maze = (  # the visgym parser reads `stop`: VisGym's squares game, not a cell maze
+            generate(9, 9, episode, algorithm="visgym")
+            if cfg.parser == "visgym"
+            else generate(3, 3, episode, placement="random")
+        )
+        env = MazeEnv(cfg, {"maze": maze})
         messages, _ = env.init()
         assert messages
         done = False

@@ -6,6 +6,13 @@ are frozen values: generation takes an explicit `np.random.Generator` or integer
 touches global randomness, so the same seed gives the same maze on every machine
 (`rlkit.maze.generation`).
 
+Two games share this value. `cells` (rlkit's own): walls are lines between cells, reaching the
+exit wins. `squares` (VisGym's maze_2d): a map of floor and wall squares (`Maze.squares`, True =
+wall), one move is one square, and only `stop` on the target wins. A square map is stored as
+cells too (a wall square is a cell walled on all four sides, its neighbours walled towards it),
+so BFS, difficulty, the oracle and bump detection run unchanged on both games; only the rules'
+ending and the picture differ (`rlkit.maze.rules`, `rlkit.maze.render`).
+
     >>> from rlkit.maze.generation import generate
     >>> m = generate(4, 4, seed=0)
     >>> len(shortest_path(m)) - 1 == difficulty(m).path_length
@@ -18,7 +25,7 @@ import hashlib
 import json
 from collections import deque
 from dataclasses import dataclass, field
-from enum import IntEnum
+from enum import Enum, IntEnum
 from functools import cached_property
 
 import numpy as np
@@ -51,6 +58,33 @@ class Action(IntEnum):
         return _WALL_BITS[self]
 
 
+class Stop(Enum):
+    """VisGym's fifth action: end the episode here (only the `squares` game accepts it). Kept out
+    of `Action` because four moves are a contract elsewhere (move probabilities, logits)."""
+
+    STOP = "stop"
+
+    @property
+    def word(self) -> str:
+        return self.value
+
+
+STOP = Stop.STOP
+Move = Action | Stop
+"""What one answer can ask for: a move, or (squares game) `stop`."""
+GAMES = ("cells", "squares")
+
+
+def move_from_word(word: str) -> Move:
+    """`up`/`down`/`left`/`right`/`stop` -> the move (replays read trajectories' words back)."""
+    if word == STOP.word:
+        return STOP
+    try:
+        return Action[word.upper()]
+    except KeyError:
+        raise UsageError(f"unknown move word {word!r}: use up, down, left, right or stop") from None
+
+
 N, E, S, W = 1, 2, 4, 8
 ALL_WALLS = N | E | S | W
 _DELTAS = {Action.UP: (-1, 0), Action.DOWN: (1, 0), Action.LEFT: (0, -1), Action.RIGHT: (0, 1)}
@@ -67,14 +101,24 @@ class Maze:
     the same maze whatever seed or algorithm produced them.
     """
 
-    walls: np.ndarray
+    walls: np.ndarray | None
     start: Cell
     exit: Cell
     seed: int | None = None
     algorithm: str | None = None
     meta: dict = field(default_factory=dict, compare=False)
+    squares: np.ndarray | None = None
+    """The `squares` game's map ((height, width) bool, True = wall square); None for `cells`.
+    When given, `walls` is derived from it (pass None)."""
 
     def __post_init__(self) -> None:
+        if self.squares is not None:
+            sq = np.array(self.squares, dtype=bool)
+            if sq.ndim != 2:
+                raise UsageError(f"maze squares must be a 2-D map, got shape {sq.shape}")
+            sq.setflags(write=False)
+            object.__setattr__(self, "squares", sq)
+            object.__setattr__(self, "walls", walls_from_squares(sq))
         walls = np.array(self.walls, dtype=np.uint8)
         if walls.ndim != 2 or not all(MIN_SIZE <= n <= MAX_SIZE for n in walls.shape):
             raise UsageError(
@@ -94,6 +138,15 @@ class Maze:
         object.__setattr__(self, "exit", _cell(self.exit, walls.shape, "exit"))
         if self.start == self.exit:
             raise UsageError(f"maze start and exit are the same cell {self.start}: move the exit")
+        if self.squares is not None:
+            for name, cell in (("start", self.start), ("exit", self.exit)):
+                if self.squares[cell]:
+                    raise UsageError(f"maze {name} {cell} is a wall square: put it on the floor")
+
+    @property
+    def game(self) -> str:
+        """`squares` (VisGym's: wall squares, `stop` on the target) or `cells` (walls between)."""
+        return "cells" if self.squares is None else "squares"
 
     @property
     def height(self) -> int:
@@ -112,6 +165,9 @@ class Maze:
         h = hashlib.sha256()
         h.update(np.array([self.height, self.width, *self.start, *self.exit], "<u2").tobytes())
         h.update(self.walls.tobytes())
+        if self.squares is not None:  # cell mazes hash as before: their pinned sets stay put
+            h.update(b"squares")
+            h.update(self.squares.tobytes())
         return h.hexdigest()
 
     def __eq__(self, other: object) -> bool:
@@ -123,6 +179,7 @@ class Maze:
     def to_dict(self) -> dict:
         """JSON-safe spec; walls as one hex digit per cell, rows joined by '/'."""
         rows = ["".join(f"{int(v):x}" for v in row) for row in self.walls]
+        extra = {} if self.squares is None else {"squares": squares_text(self.squares)}
         return {
             "height": self.height,
             "width": self.width,
@@ -132,6 +189,7 @@ class Maze:
             "seed": self.seed,
             "algorithm": self.algorithm,
             "hash": self.content_hash,
+            **extra,
         }
 
     def to_json(self) -> str:
@@ -143,10 +201,19 @@ class Maze:
         try:
             if isinstance(d, str):
                 d = json.loads(d)
-            rows = d["walls"].split("/")
-            walls = np.array([[int(ch, 16) for ch in row] for row in rows], dtype=np.uint8)
+            if d.get("squares"):
+                squares, walls = squares_from_text(d["squares"]), None
+            else:
+                rows = d["walls"].split("/")
+                walls = np.array([[int(ch, 16) for ch in row] for row in rows], dtype=np.uint8)
+                squares = None
             maze = cls(
-                walls, tuple(d["start"]), tuple(d["exit"]), d.get("seed"), d.get("algorithm")
+                walls,
+                tuple(d["start"]),
+                tuple(d["exit"]),
+                d.get("seed"),
+                d.get("algorithm"),
+                squares=squares,
             )
         except UsageError:
             raise
@@ -160,6 +227,31 @@ class Maze:
                 "maze spec hash does not match its walls/start/exit: the spec was edited or corrupted"
             )
         return maze
+
+
+def walls_from_squares(squares: np.ndarray) -> np.ndarray:
+    """Wall masks for a square map: a wall square is closed on all sides, a floor square is
+    walled towards every wall square and the grid's edge. Moves then never enter a wall."""
+    blocked = np.pad(np.asarray(squares, dtype=bool), 1, constant_values=True)
+    walls = np.zeros(np.shape(squares), dtype=np.uint8)
+    walls |= np.where(blocked[:-2, 1:-1], N, 0).astype(np.uint8)
+    walls |= np.where(blocked[2:, 1:-1], S, 0).astype(np.uint8)
+    walls |= np.where(blocked[1:-1, :-2], W, 0).astype(np.uint8)
+    walls |= np.where(blocked[1:-1, 2:], E, 0).astype(np.uint8)
+    walls[blocked[1:-1, 1:-1]] = ALL_WALLS
+    return walls
+
+
+def squares_text(squares: np.ndarray) -> str:
+    """A square map as text: `#` wall, `.` floor, rows joined by '/' (specs, parquet rows)."""
+    return "/".join("".join("#" if v else "." for v in row) for row in squares)
+
+
+def squares_from_text(text: str) -> np.ndarray:
+    rows = text.split("/")
+    if len({len(r) for r in rows}) != 1 or set("".join(rows)) - {"#", "."}:
+        raise ValueError("squares must be equal rows of '#' and '.' joined by '/'")
+    return np.array([[ch == "#" for ch in row] for row in rows], dtype=bool)
 
 
 def open_border(walls: np.ndarray) -> tuple[Cell, Action] | None:

@@ -5,6 +5,9 @@ uniform spanning tree, many short dead ends) and `dfs` (recursive backtracker: l
 few junctions). Start and exit go to the corners or to two random cells at least `min_path`
 moves apart. No global randomness is touched, so a seed gives the same maze on every machine.
 
+`visgym` makes the other game, VisGym's maze_2d on squares (`rlkit.maze.visgym`), through the
+same entry point, so sets, training streams and the CLI dispatch on the algorithm name alone.
+
     >>> m = generate(4, 4, seed=0, placement="random", min_path=3)
 """
 
@@ -23,8 +26,12 @@ from rlkit.maze.core import (
     distances_from,
     neighbours,
 )
+from rlkit.maze.visgym import generate_visgym
 
 ALGORITHMS = ("wilson", "dfs")
+"""The cell game's generators (what a widget or `rlkit maze --algorithm` offers)."""
+SQUARE_ALGORITHMS = ("visgym",)
+"""The squares game's: VisGym's maze_2d, agent and target in opposite corners it draws."""
 PLACEMENTS = ("corners", "random")
 
 
@@ -117,9 +124,17 @@ def generate(
     shortest path has at least `min_path` moves (resampled until it does).
     """
     check_size(height, width)
+    if algorithm in SQUARE_ALGORITHMS:
+        if height != width or placement != "corners":
+            raise UsageError(
+                f"visgym mazes are square with VisGym's corner placement: got {height}x{width}, "
+                f"placement {placement!r}; use height == width and placement='corners'"
+            )
+        return generate_visgym(height, seed)
     if algorithm not in ALGORITHMS:
         raise UsageError(
-            f"unknown maze algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}"
+            f"unknown maze algorithm {algorithm!r}: use one of "
+            f"{', '.join(ALGORITHMS + SQUARE_ALGORITHMS)}"
         )
     if placement not in PLACEMENTS:
         raise UsageError(f"unknown placement {placement!r}: use one of {', '.join(PLACEMENTS)}")

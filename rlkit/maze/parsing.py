@@ -8,16 +8,26 @@ a bounded prefix of the text: answers longer than `MAX_CHARS` are judged on thei
   separated by commas; anything else is an error.
 - `relaxed`: case- and whitespace-insensitive, the last tag wins, and with no tag at all the
   last bare move word counts (early policies say "I go left" far more often than the tag).
+- `visgym`: what SkyRL's visgym instruct recipe reads (`extract_relaxed_action`): the last
+  `<action>WORD</action>` (case-insensitive, spaces inside allowed), WORD one of up, down,
+  left, right, stop; free text before it. An unknown word in the last tag fails even when an
+  earlier tag was good, as there. Answers over `VISGYM_MAX_CHARS` fail outright (SkyRL's 1,024
+  generated tokens stay far below it), as do empty ones and VisGym's own tuple form.
 """
 
 from __future__ import annotations
 
 import re
 
-from rlkit.maze.core import Action
+from rlkit.maze.core import STOP, Action, Move
 
-PARSERS = ("strict", "relaxed")
+PARSERS = ("strict", "relaxed", "visgym")
 MAX_CHARS = 4096
+VISGYM_MAX_CHARS = 16384
+"""Longest answer the `visgym` parser reads (characters); longer ones are a parse failure."""
+_VISGYM_TAG = re.compile(r"<action>\s*(\w+)\s*</action>", re.IGNORECASE)
+_VISGYM_WORDS: dict[str, Move] = {**{a.word: a for a in Action}, STOP.word: STOP}
+_TUPLE = re.compile(r"\(\s*['\"]?(move|stop)['\"]?\s*,", re.IGNORECASE)
 _WORDS = {a.word: a for a in Action}
 _STRICT_TAG = re.compile(r"<action>([a-z, ]{1,80})</action>")
 _RELAXED_TAG = re.compile(r"<\s*action\s*>([^<>]{0,200})<\s*/\s*action\s*>", re.IGNORECASE)
@@ -35,12 +45,31 @@ def _words(body: str, max_moves: int, strict: bool) -> tuple[list[Action], str |
     return [_WORDS[p.lower()] for p in parts], None
 
 
+def _visgym(text: str) -> tuple[list[Move], str | None]:
+    if not text.strip():
+        return [], "empty answer"
+    if len(text) > VISGYM_MAX_CHARS:
+        return [], f"answer longer than {VISGYM_MAX_CHARS} characters"
+    tags = _VISGYM_TAG.findall(text)
+    if not tags:
+        if _TUPLE.search(text):
+            return [], "a tuple like ('move', 0) is not an action tag"
+        return [], "no <action> tag"
+    word = tags[-1].lower()
+    if word not in _VISGYM_WORDS:
+        return [], f"unknown action {tags[-1][:20]!r} in the last tag"
+    return [_VISGYM_WORDS[word]], None
+
+
 def parse_actions(
     text: object, mode: str = "relaxed", max_moves: int = 1
-) -> tuple[list[Action], str | None]:
-    """Moves in `text` and None, or no moves and a short reason (for the feedback message)."""
+) -> tuple[list[Move], str | None]:
+    """Moves in `text` and None, or no moves and a short reason (for the feedback message).
+    Only the `visgym` mode can return `STOP`."""
     if not isinstance(text, str):
         return [], "answer is not text"
+    if mode == "visgym":
+        return _visgym(text)
     if len(text) > MAX_CHARS:
         text = text[-MAX_CHARS:]
     if mode == "strict":
@@ -63,6 +92,6 @@ def parse_action(text: object, mode: str = "relaxed") -> Action | None:
     return moves[0] if moves else None
 
 
-def format_action(*actions: Action) -> str:
+def format_action(*actions: Move) -> str:
     """The canonical answer text for `actions`: what a perfect model would write."""
     return "<action>" + ", ".join(a.word for a in actions) + "</action>"

@@ -9,6 +9,9 @@ render costs a few array ops. Two views:
   outside the maze are drawn in the `outside` colour. Every cell draws its own four walls, so a
   cell's appearance is local to the cell: with `cell_px` equal to the vision patch size one patch
   sees exactly one cell (the lever that made the tiny VLM learn; see the trainer preset).
+
+A `squares` maze (VisGym's game) is drawn as VisGym draws it (`rlkit.maze.render_squares`),
+whole, with the style's colours and `cell_px` as its square size; view and trail do not apply.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from PIL import Image, ImageDraw
 
 from rlkit.errors import UsageError
 from rlkit.maze.core import Action, Cell, Maze
+from rlkit.maze.render_squares import squares_array, squares_ascii
 from rlkit.maze.rules import State
 
 RGB = tuple[int, int, int]
@@ -121,6 +125,8 @@ def _colour_index(state: State, style: RenderStyle) -> np.ndarray:
 
 def render_array(state: State, style: RenderStyle = RenderStyle()) -> np.ndarray:
     """The state as an (H, W, 3) uint8 array (the fast path the local trainer feeds the model)."""
+    if state.maze.game == "squares":
+        return squares_array(state, style.cell_px, style.floor, style.wall, style.exit, style.agent)
     tiles = state.maze.walls.astype(np.intp) * 6 + _colour_index(state, style)
     if style.view == "ego":
         r = style.ego_radius
@@ -181,7 +187,10 @@ def image_from_data_uri(uri: str) -> Image.Image:
 
 
 def to_ascii(state: State) -> str:
-    """Text view: '+---+' walls, '@' agent, 'E' exit, '.' visited cells."""
+    """Text view: '+---+' walls, '@' agent, 'E' exit, '.' visited cells (squares: one
+    character a square, `render_squares.squares_ascii`)."""
+    if state.maze.game == "squares":
+        return squares_ascii(state)
     maze = state.maze
     visited = state.visited
     lines = []
@@ -235,7 +244,7 @@ def draw_arrow(
 
 def ego_origin(state: State, style: RenderStyle) -> Cell:
     """The maze cell drawn at the top-left of the image (can be outside the maze in ego view)."""
-    if style.view == "full":
+    if style.view == "full" or state.maze.game == "squares":
         return (0, 0)
     return (state.pos[0] - style.ego_radius, state.pos[1] - style.ego_radius)
 

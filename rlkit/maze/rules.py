@@ -1,9 +1,16 @@
-"""The maze game's rules as pure functions on a frozen state (Gymnasium's functional style).
+"""The maze games' rules as pure functions on a frozen state (Gymnasium's functional style).
 
 `initial(maze) -> State`, `transition(state, actions) -> State`, `reward(state)`,
-`terminal(state)` (reached the exit) and `truncated(state, max_turns)` (ran out of turns) are
+`terminal(state)`, `solved(state)` and `truncated(state, max_turns)` (ran out of turns) are
 shared by the skyrl-gym env, the scripted policies, the renderer and the failure analysis, so
 all of them agree on what happened in an episode.
+
+The maze's game decides the ending (`Maze.game`):
+- `cells`: reaching the exit ends the episode and solves it.
+- `squares` (VisGym's maze_2d): walking onto the target does nothing; `stop` ends the episode
+  (terminal) and solves it only if the agent stands on the target. A move into a wall square
+  leaves the agent where it was (a bump), as a wall line does in `cells`.
+Either way the reward is 1.0 exactly when `solved`, the one rule both backends count by.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from rlkit.maze.core import Action, Cell, Maze
+from rlkit.maze.core import STOP, Action, Cell, Maze, Move, Stop, optimal_action
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,8 @@ class State:
     parse_errors: int = 0
     """Turns whose answer held no valid move."""
     last_action: Action | None = None
+    stopped: bool = False
+    """The agent said `stop` (squares game): the episode is over wherever it stands."""
 
     @property
     def visited(self) -> frozenset[Cell]:
@@ -48,15 +57,21 @@ def step_cell(cell: Cell, action: Action) -> Cell:
     return (cell[0] + dr, cell[1] + dc)
 
 
-def transition(state: State, actions: Sequence[Action]) -> State:
-    """Play one turn: apply `actions` in order (stopping at the exit); none means a parse error."""
+def transition(state: State, actions: Sequence[Move]) -> State:
+    """Play one turn: apply `actions` in order (stopping at the exit, or at `stop`); none
+    means a parse error. `stop` counts as a turn's answer but not as a move."""
     if terminal(state):
         return state
     pos, trail = state.pos, list(state.trail)
     seen = set(trail)
     bumps = revisits = moves = 0
     last = state.last_action
+    stopped = False
+    cells = state.maze.game == "cells"
     for action in actions:
+        if isinstance(action, Stop):
+            stopped = not cells  # the cell game has no stop (its parsers never give one)
+            break
         moves += 1
         last = action
         if not state.maze.can_move(pos, action):
@@ -66,7 +81,7 @@ def transition(state: State, actions: Sequence[Action]) -> State:
         revisits += pos in seen
         seen.add(pos)
         trail.append(pos)
-        if pos == state.maze.exit:
+        if cells and pos == state.maze.exit:
             break
     return replace(
         state,
@@ -78,19 +93,42 @@ def transition(state: State, actions: Sequence[Action]) -> State:
         revisits=state.revisits + revisits,
         parse_errors=state.parse_errors + (not actions),
         last_action=last,
+        stopped=stopped,
     )
 
 
 def terminal(state: State) -> bool:
-    """The agent stands on the exit (Gymnasium's `terminated`)."""
+    """The episode ended by the game (Gymnasium's `terminated`): the agent stands on the exit
+    (cells) or said `stop` anywhere (squares)."""
+    if state.maze.game == "squares":
+        return state.stopped
     return state.pos == state.maze.exit
 
 
+def solved(state: State) -> bool:
+    """Success: on the exit (cells); stopped on the target (squares)."""
+    return terminal(state) and state.pos == state.maze.exit
+
+
 def truncated(state: State, max_turns: int) -> bool:
-    """The turn budget is spent without reaching the exit (Gymnasium's `truncated`)."""
+    """The turn budget is spent without the game ending (Gymnasium's `truncated`)."""
     return not terminal(state) and state.turns >= max_turns
 
 
 def reward(state: State) -> float:
-    """1.0 only on reaching the exit: a sparse task reward (format rewards made models game the format)."""
-    return 1.0 if terminal(state) else 0.0
+    """1.0 only when `solved`: a sparse task reward (format rewards made models game the format)."""
+    return 1.0 if solved(state) else 0.0
+
+
+def best_move(state: State) -> Move:
+    """The oracle's answer: the next move of a shortest path, and `stop` on the target in the
+    squares game (VisGym's solver: the shortest path, then stop)."""
+    if state.maze.game == "squares" and state.pos == state.maze.exit:
+        return STOP
+    best = optimal_action(state.maze, state.pos)
+    return Action.UP if best is None else best
+
+
+def game_moves(maze: Maze) -> tuple[Move, ...]:
+    """What an answer may ask for in `maze`'s game: four moves, plus `stop` for squares."""
+    return (*Action, STOP) if maze.game == "squares" else tuple(Action)

@@ -82,6 +82,20 @@ TEST_SETS: dict[str, TestSetDef] = {
         "The cluster set: 64 Wilson 6x6-cell mazes, random start/exit >= 6 moves apart, seeds "
         "0..63, for Qwen3-VL-8B runs.",
     ),
+    "visgym-easy": TestSetDef(
+        MazeSpec(9, 9, "visgym", "corners", 1),
+        64,
+        "77603d3d07ddd54ec92c199cb7b9c377a1d936fc5f58c3e3c5b3248184e37d4a",
+        "The seed's task: VisGym's maze_2d/easy (9x9 squares), exactly what reset(seed=i) gives "
+        "for i in 0..63 (SkyRL's visgym eval rows); shortest paths 12-16 moves.",
+    ),
+    "visgym-hard": TestSetDef(
+        MazeSpec(11, 11, "visgym", "corners", 1),
+        64,
+        "f109157ab283c81ab421ec6d9d4b5812f628a491975fee0a483f60a2896d8c77",
+        "VisGym's maze_2d/hard (11x11 squares), reset(seed=i) for i in 0..63; shortest paths "
+        "16-32 moves.",
+    ),
 }
 
 

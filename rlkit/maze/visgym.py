@@ -1,0 +1,106 @@
+"""VisGym's maze_2d generator, square for square, with numpy and the standard library only.
+
+`reset(seed=s)` of VisGym's `maze_2d/easy` (9x9 squares) or `maze_2d/hard` (11x11) does, in
+order (github visgym/VisGym, `gymnasium/envs/maze_2d/maze_2d.py`; findings.md):
+
+1. `np_random = gymnasium.utils.seeding.np_random(s)`: a `Generator(PCG64(SeedSequence(s)))`,
+   which is exactly `np.random.default_rng(s)`, so rlkit needs no gymnasium;
+2. one `int(np_random.integers(2**32))` seeds a Python `random.Random` that drives Wilson's
+   loop-erased random walk over the inner (size-2)^2 grid: cells sit at even (row, col), the
+   square between two cells is cut when the walk crosses it (`wilson_grid`);
+3. the map is the inner grid inverted (1 = wall) inside a ring of wall squares;
+4. one `np_random.integers(0, 4)` picks the (agent, target) pair among four opposite corners.
+
+The random calls are replayed in VisGym's order and with the same `random.Random` methods, so a
+change of any draw would change the maze: `tests/test_visgym.py` pins both sets' hashes and
+shows mazes as VisGym printed them.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from rlkit.errors import UsageError
+from rlkit.maze.core import Cell, Maze
+
+ALGORITHM = "visgym"
+SIZES = {"easy": 9, "hard": 11}
+"""VisGym's registered maze_2d sizes, in squares per side including the outer wall ring."""
+
+_DIRECTIONS = ((0, 1), (1, 0), (0, -1), (-1, 0))
+"""The walk's direction numbers 0..3, in VisGym's order (a different order, a different maze)."""
+
+
+def wilson_grid(height: int, width: int, seed: int) -> np.ndarray:
+    """The inner grid, 1 = floor: a uniform spanning tree over the cells at even (row, col).
+
+    Draw order matters and is VisGym's: the first cell pops from the row-major list of
+    unvisited cells; each walk starts at a random unvisited cell and steps in a random direction
+    (redrawn until it stays on the grid) until it meets the tree; the loop-erased path (the last
+    direction recorded per cell) is then cut into the tree, cell and crossed square alike.
+    """
+    h, w = 2 * (height // 2) + 1, 2 * (width // 2) + 1
+    rng = random.Random(seed)
+    grid = np.zeros((h, w), dtype=np.uint8)
+    unvisited: list[Cell] = [(r, c) for r in range(0, h, 2) for c in range(0, w, 2)]
+    in_tree: set[Cell] = set()
+
+    def inside(cell: Cell, d: int) -> bool:
+        r, c = cell[0] + 2 * _DIRECTIONS[d][0], cell[1] + 2 * _DIRECTIONS[d][1]
+        return 0 <= r < h and 0 <= c < w
+
+    first = unvisited.pop(rng.randint(0, len(unvisited) - 1))
+    in_tree.add(first)
+    grid[first] = 1
+    while unvisited:
+        start = unvisited[rng.randint(0, len(unvisited) - 1)]
+        path: dict[Cell, int] = {}
+        cell = start
+        while cell not in in_tree:
+            d = rng.randint(0, 3)
+            while not inside(cell, d):
+                d = rng.randint(0, 3)
+            path[cell] = d  # overwriting a revisited cell's direction erases the loop
+            cell = (cell[0] + 2 * _DIRECTIONS[d][0], cell[1] + 2 * _DIRECTIONS[d][1])
+        cell = start
+        while cell not in in_tree:
+            in_tree.add(cell)
+            unvisited.remove(cell)
+            grid[cell] = 1
+            dr, dc = _DIRECTIONS[path[cell]]
+            grid[cell[0] + dr, cell[1] + dc] = 1
+            cell = (cell[0] + 2 * dr, cell[1] + 2 * dc)
+    return grid
+
+
+def corner_pairs(size: int) -> list[tuple[Cell, Cell]]:
+    """VisGym's four (agent, target) choices, in its order: opposite corners of the floor."""
+    lo, hi = 1, size - 2
+    return [((lo, lo), (hi, hi)), ((hi, hi), (lo, lo)), ((hi, lo), (lo, hi)), ((lo, hi), (hi, lo))]
+
+
+def generate_visgym(size: int, seed: int | np.random.Generator) -> Maze:
+    """The maze VisGym's `Maze2DEnv(maze_width=size, maze_height=size)` gives on `reset(seed)`.
+
+    An int seed is what `reset(seed=...)` takes; a Generator stands in for `np_random` as it
+    stands (training streams pass their own).
+    """
+    if isinstance(size, bool) or not isinstance(size, int | np.integer) or size % 2 == 0:
+        raise UsageError(f"VisGym maze size must be an odd integer (9 easy, 11 hard), got {size!r}")
+    if not 5 <= size <= 15:
+        raise UsageError(f"VisGym maze size ({size}) must be in [5, 15]: rlkit grids hold 16")
+    if isinstance(seed, np.random.Generator):
+        rng, int_seed = seed, None
+    elif isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise UsageError(
+            f"seed must be a non-negative integer or np.random.Generator, got {seed!r}"
+        )
+    else:
+        rng, int_seed = np.random.default_rng(int(seed)), int(seed)
+    inner = wilson_grid(size - 2, size - 2, int(rng.integers(2**32)))
+    squares = np.ones((size, size), dtype=bool)
+    squares[1:-1, 1:-1] = inner == 0
+    agent, target = corner_pairs(size)[int(rng.integers(0, 4))]
+    return Maze(None, agent, target, int_seed, ALGORITHM, squares=squares)
