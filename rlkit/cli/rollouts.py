@@ -147,6 +147,8 @@ def p_chosen(turn) -> float | None:
         return None
     from rlkit.maze.core import Action
 
+    if turn.actions[0].upper() not in Action.__members__:  # `stop`: not one of the four bars
+        return None
     return float(turn.move_probs[Action[turn.actions[0].upper()].value])
 
 

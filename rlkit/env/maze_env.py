@@ -3,9 +3,15 @@
 SkyRL's generator builds it on the cluster exactly as the local rollouts do here:
 `skyrl_gym.make("rlkit-maze", env_config=cfg, extras=row_extras)`, then `init(prompt)` gives
 the conversation (rules + first observation) and every `step(model_text)` parses a move, plays
-it, and returns the next observation message, the reward (1.0 only on reaching the exit), and
+it, and returns the next observation message, the reward (1.0 only when the game is solved), and
 `done`. A parse failure costs the turn and answers with feedback plus the same picture; the env
 never raises on model output.
+
+Both games run here (`Maze.game`). For VisGym's `squares` game (sets `visgym-easy`/`-hard`) the
+prompt style `visgym` states its rules (`rlkit.env.visgym_text`), the `visgym` parser reads
+SkyRL's `<action>left|right|up|down|stop</action>`, and every observation carries the turn's
+feedback (moved, hit a wall, unreadable answer) with the new picture; step metadata's
+`feedback` holds it, and on the last turn how `stop` was judged.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 import skyrl_gym
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
+from rlkit.env import visgym_text
 from rlkit.errors import UsageError
 from rlkit.maze import rules
 from rlkit.maze.core import Action, Maze
@@ -26,7 +33,16 @@ from rlkit.maze.render import RenderStyle, state_data_uri, to_ascii
 
 ENV_ID = "rlkit-maze"
 OBSERVATIONS = ("image", "text", "both")
-PROMPT_STYLES = ("compact", "full")
+PROMPT_STYLES = ("compact", "full", "visgym")
+VISGYM_STYLE = RenderStyle(
+    view="full",
+    cell_px=25,
+    wall=(169, 169, 169),
+    exit=(255, 0, 0),
+    agent=(0, 0, 255),
+    show_trail=False,
+)
+"""VisGym's maze_2d picture: 25 px squares, gray walls, red target, blue agent disc."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +60,8 @@ class EnvConfig:
     """`strict`: exactly one well-formed tag. `relaxed`: case/space tolerant, last tag wins, bare
     words accepted; models early in training rarely produce the exact format."""
     prompt_style: str = "compact"
-    """`compact` (~25 tokens, for the tiny local model) or `full` (rules spelled out, for 8B)."""
+    """`compact` (~25 tokens, for the tiny local model), `full` (rules spelled out, for 8B) or
+    `visgym` (VisGym's squares game and SkyRL's answer format, `rlkit.env.visgym_text`)."""
     style: RenderStyle = field(default_factory=RenderStyle)
     """How observations are drawn (ego view, 8 px cells by default)."""
 
@@ -104,13 +121,27 @@ SET_ENV: dict[str, EnvConfig] = {
     "test-large": EnvConfig(
         max_turns=24, prompt_style="full", style=RenderStyle(view="full", cell_px=64, wall_px=4)
     ),
+    "visgym-easy": EnvConfig(
+        max_turns=18, parser="visgym", prompt_style="visgym", style=VISGYM_STYLE
+    ),
+    "visgym-hard": EnvConfig(
+        max_turns=30, parser="visgym", prompt_style="visgym", style=VISGYM_STYLE
+    ),
 }
 """The task each pinned test set is played under. The turn budget is part of a set's
 difficulty; `test` keeps the tiny model's agent-centred 8 px cells, `test-large` shows a
 large model the whole 6x6-cell maze at 64 px per cell: 384 x 384 px, which Qwen3-VL's processor
 (`QWEN3VL_IMAGE`) keeps as it is, each cell exactly 2 x 2 merged image tokens (144 per image).
 At 32 px (192 px, under its 65536 px minimum area) it was upscaled to 256 px and cell edges
-fell inside tokens."""
+fell inside tokens.
+
+The VisGym sets keep VisGym's picture (`VISGYM_STYLE`): 225 x 225 px (easy) is under the
+65536 px minimum, so the processor upscales it to 256 x 256 (64 image tokens, a square ~28.4 px,
+its edges inside tokens, as the seed's run saw it); 275 x 275 (hard) becomes 288 x 288 (81
+tokens). Budgets: easy 18 turns, SkyRL's recipe (shortest paths 12-16 moves, so the oracle's
+path plus `stop` always fits); hard 30, the VisGym paper's, although its shortest paths run
+16-32 moves: 18 turns would leave 29 of 64 unsolvable, 30 leaves one (seed 21, 32 moves + stop
+= 33 turns), so even the oracle solves 63/64 there."""
 
 QWEN3VL_IMAGE = {"patch": 16, "merge": 2, "min_pixels": 65536, "max_pixels": 16777216}
 """Qwen3-VL's image processor (preprocessor_config.json of the released 2B-32B models): images
@@ -129,10 +160,13 @@ COMPACT_TASK = "Go to the green exit."
 (a 43-token prompt made updates 2.5x slower than this 25-token one, for no gain)."""
 
 
-def system_prompt(cfg: EnvConfig) -> str:
-    """The rules ("" for the compact style, whose task line rides in the user message)."""
+def system_prompt(cfg: EnvConfig, maze: Maze | None = None) -> str:
+    """The rules ("" for the compact style, whose task line rides in the user message); the
+    `visgym` style names the maze's size when given it."""
     if cfg.prompt_style == "compact":
         return ""
+    if cfg.prompt_style == "visgym":
+        return visgym_text.rules_text(cfg.max_turns, maze)
     many = (
         f" You may give up to {cfg.moves_per_turn} moves in one tag, separated by commas."
         if cfg.moves_per_turn > 1
@@ -157,8 +191,9 @@ def system_prompt(cfg: EnvConfig) -> str:
 def observation_message(state: rules.State, cfg: EnvConfig, note: str = "") -> dict:
     """The user message showing `state`: text, image part, or both."""
     left = cfg.max_turns - state.turns
+    ask = "Your action?" if cfg.prompt_style == "visgym" else "Your move?"
     text = (note + " " if note else "") + (
-        COMPACT_TASK if cfg.prompt_style == "compact" else f"Turns left: {left}. Your move?"
+        COMPACT_TASK if cfg.prompt_style == "compact" else f"Turns left: {left}. {ask}"
     )
     if cfg.observation in ("text", "both"):
         text = f"{text}\n{to_ascii(state)}"
@@ -170,7 +205,7 @@ def observation_message(state: rules.State, cfg: EnvConfig, note: str = "") -> d
 
 def prompt_messages(state: rules.State, cfg: EnvConfig, note: str = "") -> list[dict]:
     """A fresh conversation showing `state`: the rules (if any) and the observation."""
-    rules_text = system_prompt(cfg)
+    rules_text = system_prompt(cfg, state.maze)
     head = [{"role": "system", "content": rules_text}] if rules_text else []
     return [*head, observation_message(state, cfg, note)]
 
@@ -235,6 +270,11 @@ class MazeEnv(BaseTextEnv):
         self.cfg = cfg
         self.max_turns = cfg.max_turns
         self.maze = maze_from_extras(extras)
+        if cfg.parser == "visgym" and self.maze.game == "cells":
+            raise UsageError(
+                "parser 'visgym' reads `stop`, which rlkit's cell mazes do not have: use the "
+                "relaxed or strict parser for them"
+            )
         self.state = rules.initial(self.maze)
 
     @property
@@ -253,17 +293,20 @@ class MazeEnv(BaseTextEnv):
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         moves, error = parse_actions(action, self.cfg.parser, self.cfg.moves_per_turn)
-        self.state = rules.transition(self.state, moves)
+        before, self.state = self.state, rules.transition(self.state, moves)
         done = self.done
+        meta = {**self.metadata(), "actions": [a.word for a in moves], "parse_error": error}
         note = ""
-        if error:
+        if self.maze.game == "squares":
+            note = meta["feedback"] = visgym_text.feedback(before, self.state, moves, error)
+        elif error:
             note = f"Invalid answer ({error}). Reply like <action>up</action>."
         obs = [] if done else [observation_message(self.state, self.cfg, note)]
         return BaseTextEnvStepOutput(
             observations=obs,
             reward=rules.reward(self.state) if done else 0.0,
             done=done,
-            metadata={**self.metadata(), "actions": [a.word for a in moves], "parse_error": error},
+            metadata=meta,
             postprocessed_action=None,
         )
 
@@ -288,7 +331,7 @@ class MazeEnv(BaseTextEnv):
             "wall_bumps": s.bumps,
             "revisits": s.revisits,
             "parse_errors": s.parse_errors,
-            "solved": self.terminated,
+            "solved": rules.solved(s),
             "terminated": self.terminated,
             "truncated": self.truncated,
         }
@@ -296,7 +339,7 @@ class MazeEnv(BaseTextEnv):
     def get_metrics(self) -> dict[str, float]:
         s = self.state
         return {
-            "solved": float(self.terminated),
+            "solved": float(rules.solved(s)),
             "turns": float(s.turns),
             "wall_bumps": float(s.bumps),
             "revisits": float(s.revisits),

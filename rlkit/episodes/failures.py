@@ -3,10 +3,16 @@
 Each unsolved episode gets one primary kind, checked in this order (the first that fits):
 
 - `format_error`: at least half of its turns held no valid move.
+- `stopped_off_target` (squares game only): it said `stop` somewhere other than the target.
+- `never_stopped` (squares game only): it stood on the target but ran out of turns without
+  saying `stop` there: the move VisGym's game adds to rlkit's.
 - `loop`: some cell was entered 3+ times (the agent circles instead of exploring).
 - `wall_bump`: at least half of its moves hit a wall.
 - `wrong_branch`: it left the optimal path at a junction and never came back to it.
 - `timeout`: none of the above; it was on its way but ran out of turns.
+
+The squares kinds are judged on the replayed state, not on the recorded flags, so SkyRL's
+dumps (whose flags are SkyRL's reward) classify as local episodes do.
 """
 
 from __future__ import annotations
@@ -14,9 +20,18 @@ from __future__ import annotations
 from collections import Counter
 
 from rlkit.episodes.rollout import Trajectory, replay_states
-from rlkit.maze.core import open_degree, shortest_path
+from rlkit.maze.core import Maze, open_degree, shortest_path
 
 KINDS = ("format_error", "loop", "wall_bump", "wrong_branch", "timeout")
+"""The cell game's kinds (rlkit's own mazes), in the order they are checked."""
+SQUARE_KINDS = ("format_error", "stopped_off_target", "never_stopped", *KINDS[1:])
+"""VisGym's squares game: the cell kinds plus the two ways `stop` goes wrong."""
+
+
+def kinds_for(maze: Maze | dict) -> tuple[str, ...]:
+    """The failure kinds of `maze`'s game (a Maze or a spec dict as trajectories hold it)."""
+    squares = maze.game == "squares" if isinstance(maze, Maze) else bool(maze.get("squares"))
+    return SQUARE_KINDS if squares else KINDS
 
 
 def left_optimal_path_at_junction(traj: Trajectory) -> bool:
@@ -40,6 +55,11 @@ def classify(traj: Trajectory) -> str | None:
     if sum(t.parse_error is not None for t in traj.turns) * 2 >= turns:
         return "format_error"
     final = replay_states(traj)[-1]
+    if final.maze.game == "squares":
+        if final.stopped:
+            return "stopped_off_target"
+        if final.maze.exit in final.trail:
+            return "never_stopped"
     if max(Counter(final.trail).values()) >= 3:
         return "loop"
     if final.moves and final.bumps * 2 >= final.moves:
@@ -50,9 +70,11 @@ def classify(traj: Trajectory) -> str | None:
 
 
 def failure_counts(trajs: list[Trajectory]) -> dict[str, int]:
-    counts = dict.fromkeys(KINDS, 0)
+    """Counts by kind, every kind of the episodes' game present (zeros included)."""
+    kinds = kinds_for(trajs[0].maze) if trajs else KINDS
+    counts = dict.fromkeys(kinds, 0)
     for t in trajs:
         kind = classify(t)
         if kind:
-            counts[kind] += 1
+            counts[kind] = counts.get(kind, 0) + 1
     return counts

@@ -7,6 +7,11 @@ model policy (see `rlkit.model.policy`) also returns the token ids and log-proba
 Every policy may say how likely each of the four moves was (`Response.move_probs`, in `Action`
 order): scripted policies know their distribution exactly, a model policy reads it off the
 logits it already computed. Replays draw it as four bars per turn.
+
+In VisGym's squares game the answers also include `stop`: the oracle walks the shortest path
+and then stops (VisGym's solver), random draws uniformly among the five actions, eps-oracle
+explores among the five. Four move probabilities cannot describe a five-action choice, so
+scripted policies report none there (`move_probs` None).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import numpy as np
 
 from rlkit.errors import UsageError
 from rlkit.maze import rules
-from rlkit.maze.core import Action, optimal_action
+from rlkit.maze.core import Action
 from rlkit.maze.parsing import format_action
 
 SCRIPTED = ("random", "oracle", "eps-oracle:E")
@@ -58,20 +63,27 @@ class Policy(Protocol):
         ...
 
 
+def _probs(state: rules.State, probs: MoveProbs) -> MoveProbs | None:
+    """`probs` where four moves are the whole choice (cells), None where `stop` is a fifth."""
+    return probs if state.maze.game == "cells" else None
+
+
 class RandomPolicy:
-    """Uniformly random moves: the floor any learned policy must beat."""
+    """Uniformly random answers among the game's actions: the floor any policy must beat."""
 
     name = "random"
 
     def act(self, states, messages, rngs):
-        return [
-            Response(format_action(Action(int(rng.integers(len(Action))))), move_probs=UNIFORM)
-            for rng in rngs
-        ]
+        out = []
+        for s, rng in zip(states, rngs, strict=True):
+            options = rules.game_moves(s.maze)
+            move = options[int(rng.integers(len(options)))]
+            out.append(Response(format_action(move), move_probs=_probs(s, UNIFORM)))
+        return out
 
 
 class EpsOraclePolicy:
-    """The BFS-optimal move with probability 1-eps, a uniformly random one otherwise."""
+    """The oracle's answer with probability 1-eps, a uniformly random action otherwise."""
 
     def __init__(self, eps: float) -> None:
         if not 0.0 <= eps <= 1.0:
@@ -83,10 +95,11 @@ class EpsOraclePolicy:
         out = []
         for s, rng in zip(states, rngs, strict=True):
             explore = self.eps > 0 and rng.random() < self.eps
-            best = optimal_action(s.maze, s.pos)
-            best = Action.UP if best is None else best
-            a = Action(int(rng.integers(len(Action)))) if explore else best
-            out.append(Response(format_action(a), move_probs=self.move_probs(best)))
+            best = rules.best_move(s)
+            options = rules.game_moves(s.maze)
+            a = options[int(rng.integers(len(options)))] if explore else best
+            probs = self.move_probs(best) if s.maze.game == "cells" else None
+            out.append(Response(format_action(a), move_probs=probs))
         return out
 
     def move_probs(self, best: Action) -> MoveProbs:
@@ -98,7 +111,8 @@ class EpsOraclePolicy:
 
 
 def OraclePolicy() -> EpsOraclePolicy:  # noqa: N802 - reads as a class at call sites
-    """Always the BFS-optimal move: solves every maze in the fewest turns."""
+    """Always the BFS-optimal move (then `stop` on a squares maze's target): solves every maze
+    in the fewest turns."""
     return EpsOraclePolicy(0.0)
 
 

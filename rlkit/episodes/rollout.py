@@ -10,6 +10,11 @@ Each turn may carry the policy's probability of each of the four moves (`Turn.mo
 `Action` order), which replays draw as bars. Files store them to `PROB_DECIMALS` places (a bar
 needs no more; the chosen token's exact log-probability is in `logprobs`); turns without them
 (SkyRL's eval dumps, files written before they were recorded) read back as None.
+
+An episode is solved when its reward is 1: the game's own rule (reached the exit; VisGym's
+squares game: stopped on the target), the rule SkyRL's side counts by too (its dumps and
+captures read `reward > 0`). A squares-game turn keeps the env's feedback as `Turn.note`, so a
+`stop` off the target says so in the trajectory.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from rlkit.env.maze_env import EnvConfig, MazeEnv, make_env
 from rlkit.episodes.policies import MoveProbs, Policy, Response
 from rlkit.errors import UsageError
 from rlkit.maze import rules
-from rlkit.maze.core import Action, Maze
+from rlkit.maze.core import Maze, move_from_word
 from rlkit.maze.parsing import parse_actions
 
 
@@ -43,6 +48,9 @@ class Turn:
     move_probs: MoveProbs | None = None
     """P(up), P(down), P(left), P(right) as the policy chose this turn's move; None: not
     recorded (a policy that cannot say, or a file that predates them)."""
+    note: str | None = None
+    """The env's feedback on this turn (squares game: moved, hit a wall, unreadable, how `stop`
+    was judged); None where the env gives none (cell mazes), and absent from their files."""
 
 
 PROB_DECIMALS = 4
@@ -52,7 +60,7 @@ PROB_DECIMALS = 4
 def _stored_turn(t: Turn) -> dict:
     """A turn as its JSON holds it: probabilities rounded, and no key at all when absent (as
     files from before they existed read)."""
-    d = vars(t)
+    d = {k: v for k, v in vars(t).items() if not (k == "note" and v is None)}
     if t.move_probs is None:
         return {k: v for k, v in d.items() if k != "move_probs"}
     return {**d, "move_probs": [round(float(x), PROB_DECIMALS) for x in t.move_probs]}
@@ -86,7 +94,8 @@ class Trajectory:
 
     @property
     def solved(self) -> bool:
-        return self.terminated
+        """Reward 1: the game's success (see the module docstring), on either backend."""
+        return self.reward > 0
 
     @property
     def maze_obj(self) -> Maze:
@@ -134,7 +143,7 @@ def episode_rngs(seed: int, n: int) -> list[np.random.Generator]:
     return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n)]
 
 
-def _record(env: MazeEnv, resp: Response, before: tuple[int, int]) -> Turn:
+def _record(env: MazeEnv, resp: Response, before: tuple[int, int], out: dict) -> Turn:
     moves, err = parse_actions(resp.text, env.cfg.parser, env.cfg.moves_per_turn)
     return Turn(
         resp.text,
@@ -146,6 +155,7 @@ def _record(env: MazeEnv, resp: Response, before: tuple[int, int]) -> Turn:
         resp.response_ids,
         resp.logprobs,
         resp.move_probs,
+        out["metadata"].get("feedback"),
     )
 
 
@@ -194,7 +204,7 @@ def run_episodes(
         for j, resp in zip(live, responses, strict=True):
             before = envs[j].state.pos
             out = envs[j].step(resp.text)
-            trajs[j].turns.append(_record(envs[j], resp, before))
+            trajs[j].turns.append(_record(envs[j], resp, before, out))
             convs[j] += [{"role": "assistant", "content": resp.text}, *out["observations"]]
             if out["done"]:
                 trajs[j].reward = float(out["reward"])
@@ -224,7 +234,7 @@ def play_episode(
         (resp,) = policy.act([env.state], [history_window(conv, history)], [rng])
         before = env.state.pos
         out = env.step(resp.text)
-        traj.turns.append(_record(env, resp, before))
+        traj.turns.append(_record(env, resp, before, out))
         conv += [{"role": "assistant", "content": resp.text}, *out["observations"]]
         done = out["done"]
     traj.reward, traj.terminated, traj.truncated = (
@@ -258,7 +268,7 @@ def replay_states(traj: Trajectory) -> list[rules.State]:
     state = rules.initial(traj.maze_obj)
     states = [state]
     for t in traj.turns:
-        state = rules.transition(state, [Action[a.upper()] for a in t.actions])
+        state = rules.transition(state, [move_from_word(a) for a in t.actions])
         states.append(state)
     return states
 

@@ -47,7 +47,8 @@ def move_bars(traj: Trajectory) -> list[MoveBars]:
     """One `MoveBars` per replay frame: each turn's, then the end frame's (no move)."""
     out = []
     for turn in traj.turns:
-        chosen = Action[turn.actions[0].upper()].value if turn.actions else None
+        word = turn.actions[0] if turn.actions else None
+        chosen = Action[word.upper()].value if word in MOVES else None  # `stop`: no bar
         if turn.move_probs is None:
             out.append(MoveBars(None, chosen, NO_PROBS))
         else:

@@ -29,7 +29,7 @@ import ipywidgets as widgets
 from rlkit.episodes.failures import classify
 from rlkit.episodes.rollout import Trajectory, replay_states
 from rlkit.errors import UsageError
-from rlkit.maze.core import MAX_SIZE, MIN_SIZE, Action, Maze, difficulty
+from rlkit.maze.core import MAX_SIZE, MIN_SIZE, STOP, Action, Maze, difficulty
 from rlkit.maze.core import optimal_action as oracle_action
 from rlkit.maze.generation import ALGORITHMS, generate
 from rlkit.maze.render import (
@@ -70,8 +70,9 @@ def replay_frames(
         scale = _scale(img.size, display_px)
         img = upscale(img, scale)
         origin = ego_origin(state, style)
-        if i < len(traj.turns) and traj.turns[i].actions:
-            model = Action[traj.turns[i].actions[0].upper()]
+        words = traj.turns[i].actions if i < len(traj.turns) else []
+        if words and words[0] != STOP.word:  # `stop` (VisGym's game) has no direction to draw
+            model = Action[words[0].upper()]
             img = draw_arrow(
                 img, state.pos, model, style, colour=MODEL_COLOUR, origin=origin, scale=scale
             )

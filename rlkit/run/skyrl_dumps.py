@@ -23,8 +23,9 @@ from pathlib import Path
 
 from rlkit.env.maze_env import MazeEnv, maze_from_extras
 from rlkit.episodes.evaluate import EvalResult, summarize
-from rlkit.episodes.rollout import Trajectory, Turn
+from rlkit.episodes.rollout import Trajectory, Turn, replay_states
 from rlkit.errors import UsageError
+from rlkit.maze import rules
 from rlkit.maze.core import Maze
 
 _EVAL_DIR = re.compile(r"global_step_(\d+)_evals")
@@ -205,6 +206,7 @@ def to_trajectory(ep: EvalEpisode, sample: int, policy: str) -> Trajectory:
                 out["metadata"]["parse_error"],
                 before,
                 env.state.pos,
+                note=out["metadata"].get("feedback"),
             )
         )
     return Trajectory(
@@ -213,8 +215,10 @@ def to_trajectory(ep: EvalEpisode, sample: int, policy: str) -> Trajectory:
         sample=sample,
         turns=turns,
         reward=ep.reward,
-        terminated=ep.solved,
-        truncated=not ep.solved,
+        # cells: the exit ends and solves at once, so SkyRL's reward is the flag; squares:
+        # `stop` ends the episode anywhere, so the replay says whether it stopped
+        terminated=ep.solved if env.maze.game == "cells" else env.terminated,
+        truncated=not ep.solved if env.maze.game == "cells" else not env.terminated,
         policy=policy,
     )
 
@@ -242,11 +246,7 @@ def episodes_to_result(episodes: list[EvalEpisode], *, step: int | None, policy:
     by_maze, samples = _by_maze(episodes)
     order = list(by_maze)
     trajs = dump_trajectories(episodes, policy)
-    mismatched = sum(
-        (t.turns[-1].pos_after == Maze.from_dict(t.maze).exit) != t.terminated
-        for t in trajs
-        if t.turns
-    )
+    mismatched = sum(rules.solved(replay_states(t)[-1]) != t.solved for t in trajs if t.turns)
     if mismatched:
         warnings.warn(
             f"{mismatched} episodes replay to a different outcome than SkyRL's reward; "
