@@ -9,7 +9,10 @@ alone decides whether an address means it:
   "local" (or Ray's "auto")     the local head, whatever the environment says (said in a note)
   http(s)://host:8265           that Jobs API, never started by rlkit, even on 127.0.0.1: a
                                 `kubectl port-forward` to a cluster listens there too
-  sagemaker_ray://cluster/ns    HyperPod through `toolkit-for-ray-on-sagemaker-ai`
+  sagemaker_ray://RAYCLUSTER/NS HyperPod's Ray endpoint, through `toolkit-for-ray-on-sagemaker-ai`:
+                                the RayCluster's name (`kubectl get rayclusters -n NS`; rlkit's
+                                manifests name it `rlkit`), not the HyperPod cluster's, and its
+                                namespace (the toolkit's default is `default`; rlkit's is `ray`)
 
 Ray Client (`ray://`) is refused: it drops the workload after 30 s without a connection.
 """
@@ -90,6 +93,8 @@ def _check_url(address: str) -> str:
             f"{address}: give a Jobs API URL such as http://HEAD:8265, sagemaker_ray://CLUSTER/"
             f"NAMESPACE or {LOCAL} (the dashboard port, not the GCS port 6379)"
         )
+    if scheme == "sagemaker_ray":
+        sagemaker_target(address)  # a missing RayCluster name is refused here, in one line
     if scheme == "sagemaker_ray" and importlib.util.find_spec("sagemaker_ray") is None:
         raise RlkitError(
             f"{address} needs the toolkit-for-ray-on-sagemaker-ai package: "
@@ -113,8 +118,68 @@ def without_address_env() -> Iterator[None]:
         os.environ.update(saved)
 
 
-def reach_advice(address: str) -> str:
-    """What to check when `address` does not answer, in a few words."""
-    if address.startswith("sagemaker_ray://"):
-        return "check AWS credentials, kubeconfig and that the HyperPod Ray endpoint is installed"
+SAGEMAKER_PREFIX = "sagemaker_ray://"
+
+
+def sagemaker_target(address: str) -> tuple[str, str]:
+    """(RayCluster name, namespace) of a `sagemaker_ray://NAME/NAMESPACE` address, as the toolkit
+    reads it (`toolkit_for_ray_on_sagemaker_ai.job_submission._address`: no namespace means
+    `default`). A first part with a dot is the toolkit's other form, a dashboard hostname."""
+    rest = address.removeprefix(SAGEMAKER_PREFIX).strip().rstrip("/")
+    name, _, namespace = rest.partition("/")
+    if not name:
+        raise UsageError(
+            f"{address}: name the RayCluster and its namespace, sagemaker_ray://RAYCLUSTER/"
+            "NAMESPACE (rlkit's manifests: sagemaker_ray://rlkit/ray)"
+        )
+    return name, namespace or "default"
+
+
+# The toolkit's own failure messages (its _token_provider / _kubeconfig), mapped to what is
+# missing on this side or the cluster's. The endpoint API answers 404 both for a RayCluster
+# that is not there and when the endpoint operator (its RayDashboardConnection API) is not.
+_SAGEMAKER_CAUSES = (
+    (
+        "Resource not found",
+        "no RayCluster {name!r} in namespace {ns!r}, or no HyperPod Ray endpoint operator: the "
+        "first part is the RayCluster's name (kubectl get rayclusters -n {ns}), not the HyperPod "
+        "cluster's; kubectl get crd raydashboardconnections.connection.access.sagemaker."
+        "amazonaws.com shows the operator (deploy/README.md step 5)",
+    ),
+    (
+        "Access denied",
+        "only the RayCluster's creator may submit through the HyperPod endpoint: use the "
+        "port-forward instead (kubectl port-forward -n {ns} svc/{name}-head-svc 8265:8265, then "
+        "http://127.0.0.1:8265)",
+    ),
+    (
+        "connection URL",
+        "the endpoint operator gave no URL: it needs the SageMaker Spaces add-on (Active, web "
+        "browser access on) and the EKS Pod Identity Agent add-on (deploy/README.md step 5)",
+    ),
+    (
+        "kubeconfig",
+        "this machine has no kubeconfig for the EKS cluster: aws eks update-kubeconfig --name "
+        "EKS_CLUSTER (its role needs an EKS access entry, deploy/README.md step 4)",
+    ),
+    (
+        "Authentication failed",
+        "the EKS credentials were refused: aws eks update-kubeconfig --name EKS_CLUSTER with a "
+        "role that has an EKS access entry (deploy/README.md step 4)",
+    ),
+)
+
+
+def reach_advice(address: str, error: str = "") -> str:
+    """What to check when `address` does not answer, in a few words; for sagemaker_ray://, what
+    is missing, read from the toolkit's `error`."""
+    if address.startswith(SAGEMAKER_PREFIX):
+        name, ns = sagemaker_target(address)
+        for marker, advice in _SAGEMAKER_CAUSES:
+            if marker.lower() in error.lower():
+                return advice.format(name=name, ns=ns)
+        return (
+            f"check AWS credentials, the kubeconfig, that RayCluster {name!r} runs in namespace "
+            f"{ns!r} and that the HyperPod Ray endpoint operator is installed; or port-forward"
+        )
     return "check the head is up and the dashboard port (8265) is reachable or port-forwarded"

@@ -97,5 +97,6 @@ def open_client(url: str, timeout_s: float) -> TimedJobClient:
         raise RlkitError(f"{url}: {e}; {reach_advice(url)}") from e
     except Exception as e:  # noqa: BLE001 - connection, DNS, auth and version errors alike
         raise RlkitError(
-            f"cannot reach Ray Jobs API at {url} ({_first_line(e)}); {reach_advice(url)}"
+            f"cannot reach Ray Jobs API at {url} ({_first_line(e)}); "
+            f"{reach_advice(url, _first_line(e))}"
         ) from e
