@@ -94,7 +94,7 @@ def test_manifest_runs_the_image_and_places_the_trainer_on_a_worker():
     def gib(q: str) -> float:
         return float(q.removesuffix("Gi"))
 
-    need = get_preset("qwen3vl-8b-6gpu").driver_memory_gb
+    need = get_preset("qwen3vl-8b").driver_memory_gb
     assert (
         gib(head["resources"]["limits"]["memory"])
         < need
@@ -102,11 +102,15 @@ def test_manifest_runs_the_image_and_places_the_trainer_on_a_worker():
     )
 
 
+IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/rlkit-skyrl:skyrl-0.4.0"
+
+
 def test_rayjob_retries_on_new_clusters_from_the_same_template(tmp_path, capsys):
     out = tmp_path / "run.rayjob.yaml"
-    argv = ["submit", "--preset", "qwen3vl-8b-6gpu", "--run-name", "maze-a", "--rayjob", str(out)]
-    assert rlkit_main(argv) == 0
-    assert f"kubectl apply -n ray -f {out}" in capsys.readouterr().out
+    argv = ["submit", "--preset", "qwen3vl-8b", "--run-name", "maze-a", "--rayjob", str(out)]
+    assert rlkit_main([*argv, "--image", IMAGE]) == 0
+    printed = capsys.readouterr().out
+    assert f"kubectl apply -n ray -f {out}" in printed and "rebuild" in printed
     job = yaml.safe_load(out.read_text())
     spec = job["spec"]
     assert (job["apiVersion"], job["kind"], job["metadata"]["name"]) == (
@@ -117,14 +121,49 @@ def test_rayjob_retries_on_new_clusters_from_the_same_template(tmp_path, capsys)
     assert spec["backoffLimit"] == 3 and spec["shutdownAfterJobFinishes"] is True
     assert "activeDeadlineSeconds" not in spec and "clusterSelector" not in spec
     cluster = yaml.safe_load((DEPLOY / "raycluster.yaml").read_text())
+    for container in worker_containers(cluster["spec"]) + [head_container(cluster["spec"])]:
+        container["image"] = IMAGE
     assert spec["rayClusterSpec"] == cluster["spec"]  # one template: no drift
     argv = shlex.split(spec["entrypoint"])
     args, overrides = parse_args(argv[3:])
-    assert overrides == build_overrides(get_preset("qwen3vl-8b-6gpu"), "maze-a")
+    assert overrides == build_overrides(get_preset("qwen3vl-8b"), "maze-a")
     assert "trainer.resume_mode=latest" in overrides  # every retry resumes from /fsx
     assert args.data_dir == "/fsx/rlkit/runs/maze-a/data"  # and reuses the same rows
     with pytest.raises(UsageError, match="backoff limit"):
-        rayjob(get_preset("qwen3vl-8b-6gpu"), "x", backoff_limit=0)
+        rayjob(get_preset("qwen3vl-8b"), "x", backoff_limit=0)
+
+
+def test_an_unedited_image_placeholder_is_refused_in_one_line(tmp_path, capsys):
+    for kind in ("--rayjob", "--raycluster"):
+        argv = ["submit", "--preset", "qwen3vl-8b", kind, str(tmp_path / "m.yaml")]
+        assert rlkit_main(argv) == 2 and not (tmp_path / "m.yaml").exists()
+        err = capsys.readouterr().err
+        assert "placeholder ACCOUNT.dkr.ecr.REGION" in err and err.count("\n") == 1
+    assert rlkit_main(["submit", "--preset", "qwen3vl-8b", "--dry-run", "--image", IMAGE]) == 2
+    assert "with --raycluster or --rayjob" in capsys.readouterr().err
+
+
+def test_rayjob_forwards_env_through_a_secret_never_the_value(tmp_path, capsys, monkeypatch):
+    """`--env` reaches every pod of the RayJob's clusters (the driver on the head, SkyRL's
+    trainer on a worker) from the run's Secret; the value itself is in no file."""
+    monkeypatch.setenv("WANDB_API_KEY", "wandb-secret-123")
+    out = tmp_path / "a.rayjob.yaml"
+    argv = ["submit", "--preset", "qwen3vl-8b", "--run-name", "a", "--rayjob", str(out)]
+    assert rlkit_main([*argv, "--image", IMAGE, "--logger", "wandb", "--env", "WANDB_API_KEY"]) == 0
+    printed = capsys.readouterr().out
+    assert "kubectl create secret generic a-env -n ray" in printed
+    assert '--from-literal=WANDB_API_KEY="$WANDB_API_KEY"' in printed
+    assert "wandb-secret-123" not in out.read_text() + printed
+    job = yaml.safe_load(out.read_text())
+    assert crd_errors(job) == []
+    ref = {
+        "name": "WANDB_API_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "a-env", "key": "WANDB_API_KEY"}},
+    }
+    spec = job["spec"]["rayClusterSpec"]
+    assert all(ref in c["env"] for c in [head_container(spec), *worker_containers(spec)])
+    assert rlkit_main([*argv, "--image", IMAGE, "--env", "NOT_SET_ANYWHERE"]) == 2
+    assert "not set in this shell" in capsys.readouterr().err
 
 
 def rayjob_schema() -> dict:
@@ -154,6 +193,10 @@ def crd_errors(manifest: dict) -> list[str]:
     return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(manifest)]
 
 
+def head_container(cluster_spec: dict) -> dict:
+    return cluster_spec["headGroupSpec"]["template"]["spec"]["containers"][0]
+
+
 def worker_containers(cluster_spec: dict) -> list[dict]:
     return [
         c for g in cluster_spec["workerGroupSpecs"] for c in g["template"]["spec"]["containers"]
@@ -162,7 +205,7 @@ def worker_containers(cluster_spec: dict) -> list[dict]:
 
 def test_the_template_is_the_default_presets_cluster_and_valid():
     template = yaml.safe_load((DEPLOY / "raycluster.yaml").read_text())
-    assert raycluster(get_preset("qwen3vl-8b-6gpu")) == template  # one source: no drift
+    assert raycluster(get_preset("qwen3vl-8b")) == template  # one source: no drift
     assert crd_errors(template) == []
     broken = yaml.safe_load((DEPLOY / "raycluster.yaml").read_text())
     broken["spec"]["workerGroupSpecs"][0]["replica"] = 2  # a typo KubeRay would refuse
@@ -194,6 +237,7 @@ def test_clusters_for_every_size_carry_efa_when_multi_node(instance, nodes):
 def test_multi_node_rayjob_carries_efa_a_ttl_and_validates(tmp_path, capsys):
     out = tmp_path / "two.rayjob.yaml"
     argv = ["submit", "--preset", "qwen3vl-8b", "--nodes", "2", "--rayjob", str(out)]
+    argv += ["--image", IMAGE]
     assert rlkit_main(argv) == 0
     job = yaml.safe_load(out.read_text())
     assert crd_errors(job) == []
@@ -202,7 +246,7 @@ def test_multi_node_rayjob_carries_efa_a_ttl_and_validates(tmp_path, capsys):
     assert worker["resources"]["limits"][EFA_RESOURCE] == "4"
     assert {"name": "FI_PROVIDER", "value": "efa"} in worker["env"]
     cluster_file = tmp_path / "two.raycluster.yaml"
-    assert rlkit_main([*argv[:-2], "--raycluster", str(cluster_file)]) == 0
+    assert rlkit_main([*argv[:-4], "--raycluster", str(cluster_file), *argv[-2:]]) == 0
     assert "2 x ml.g7e.48xlarge, each pod 8 GPUs" in capsys.readouterr().out
     cluster = yaml.safe_load(cluster_file.read_text())
     assert cluster["spec"] == job["spec"]["rayClusterSpec"] and crd_errors(cluster) == []

@@ -1,7 +1,7 @@
 """`rlkit jobs` and `rlkit submit`: Ray jobs from a terminal, same calls as the notebooks.
 
     rlkit submit --preset qwen3vl-8b-6gpu --address http://127.0.0.1:8265 --dry-run
-    rlkit submit --preset qwen3vl-8b-6gpu --address sagemaker_ray://hp-cluster/ray --run-name a
+    rlkit submit --preset qwen3vl-8b --address sagemaker_ray://rlkit/ray --run-name a
     rlkit jobs list --address http://127.0.0.1:8265
     rlkit jobs logs rlkit-a-1 --follow
     rlkit jobs stop rlkit-a-1
@@ -145,22 +145,34 @@ def _submit(args: argparse.Namespace) -> int:
         args.preset, ".", address=args.address, run_name=args.run_name, skyrl_changes=changes
     )
     env_vars = _forwarded_env(args.env)
+    if args.image and not (args.raycluster or args.rayjob):
+        raise UsageError("--image fills a manifest's image: use it with --raycluster or --rayjob")
     if args.raycluster:
         from rlkit.cluster.raycluster import raycluster, write_manifest
 
-        out = write_manifest(args.raycluster, raycluster(plan.sky))
+        out = write_manifest(args.raycluster, raycluster(plan.sky, image=args.image))
         print(f"wrote {out}: {_pod_summary(plan.sky)}")
         print(f"start it:      kubectl apply -n ray -f {out}")
         return 0
     if args.rayjob:
-        from rlkit.cluster.rayjob import rayjob, write_rayjob
+        from rlkit.cluster.rayjob import rayjob, secret_command, write_rayjob
 
         manifest = rayjob(
-            plan.sky, plan.run_name, backoff_limit=args.backoff_limit, preset_name=plan.preset
+            plan.sky,
+            plan.run_name,
+            backoff_limit=args.backoff_limit,
+            preset_name=plan.preset,
+            image=args.image,
+            env=list(env_vars),
         )
         out = write_rayjob(args.rayjob, manifest)
         print(f"wrote {out}: a RayJob retried up to {args.backoff_limit} times on new clusters")
         print(f"storage:       {storage_estimate(plan.sky).summary()}")
+        print(
+            "rlkit:         the image's own (a RayJob ships no checkout): rebuild it after changes"
+        )
+        if env_vars:
+            print(f"secret first:  {secret_command(plan.run_name, list(env_vars))}")
         print(f"start it:      kubectl apply -n ray -f {out}")
         return 0
     if args.dry_run:
@@ -283,7 +295,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--hang-action", choices=("notify", "cancel"), help="HyperPod's hang response")
     p.add_argument(
-        "--env", action="append", default=[], metavar="NAME", help="forward an env var (masked)"
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="forward an env var (masked; with --rayjob, through the run's Kubernetes Secret)",
     )
     p.add_argument(
         "--set",
@@ -297,6 +313,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--backoff-limit", type=int, default=3, help="RayJob retries (new clusters)")
     p.add_argument(
         "--raycluster", metavar="FILE", help="write the KubeRay RayCluster sized for this preset"
+    )
+    p.add_argument(
+        "--image",
+        metavar="URI",
+        help="the runtime image for --raycluster/--rayjob (deploy/build-image.sh prints it)",
     )
     p.set_defaults(func=_submit)
 

@@ -3,12 +3,16 @@ from the preset's instance and layout (`rlkit.cluster.skyrl.instances`).
 
     rlkit submit --preset qwen3vl-8b --nodes 2 --raycluster runs/rlkit-2x8.raycluster.yaml
 
+    rlkit submit --preset qwen3vl-8b --raycluster runs/rlkit.raycluster.yaml --image URI
+
 What follows from the preset: one worker pod per node (`replicas` = nodes), its GPUs, vCPUs,
 memory and /dev/shm, scheduling onto nodes of the instance type, and, when the run spans nodes,
 every EFA interface of each node (`vpc.amazonaws.com/efa`) with libfabric's EFA provider in the
 environment (AWS's EKS verl sample sets the same; mixing EFA and non-EFA pods hangs NCCL, so it
-is every pod or none). The template file itself is the rendering of the default preset
-(`qwen3vl-8b-6gpu`, one node): tests/test_deploy.py keeps the two from drifting.
+is every pod or none). The template file itself is the rendering of the `qwen3vl-8b` preset
+(one node, all 8 GPUs): tests/test_deploy.py keeps the two from drifting. Its image is a
+placeholder: `image=` fills every container's, and `write_manifest` refuses a manifest that
+still holds the placeholder, so an unedited one never reaches `kubectl apply`.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from rlkit.errors import UsageError
 CLUSTER_TEMPLATE = project_root() / "deploy" / "raycluster.yaml"
 INSTANCE_LABEL = "node.kubernetes.io/instance-type"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
+IMAGE_PLACEHOLDER = "ACCOUNT.dkr.ecr.REGION"
+"""What the template's image starts with until `--image` (deploy/build-image.sh's output)."""
 EFA_ENV = {
     "FI_PROVIDER": "efa",  # NCCL's aws-ofi-nccl plugin over EFA, not TCP sockets
     "FI_EFA_FORK_SAFE": "1",  # Ray and vLLM fork worker processes after libfabric loads
@@ -44,8 +50,17 @@ def load_template(path: str | Path = CLUSTER_TEMPLATE) -> dict[str, Any]:
     return cluster
 
 
-def raycluster(preset: SkyRLPreset, template: str | Path = CLUSTER_TEMPLATE) -> dict[str, Any]:
-    """The RayCluster manifest (a dict) whose worker group fits `preset` on its instance type."""
+def containers(cluster_spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every container of a RayCluster spec: the head's, then each worker group's."""
+    groups = [cluster_spec["headGroupSpec"], *cluster_spec["workerGroupSpecs"]]
+    return [c for g in groups for c in g["template"]["spec"]["containers"]]
+
+
+def raycluster(
+    preset: SkyRLPreset, template: str | Path = CLUSTER_TEMPLATE, *, image: str | None = None
+) -> dict[str, Any]:
+    """The RayCluster manifest (a dict) whose worker group fits `preset` on its instance type;
+    `image` (a registry URI, e.g. what deploy/build-image.sh printed) in every container."""
     pod = preset.pod
     if pod is None:
         raise UsageError(
@@ -80,10 +95,29 @@ def raycluster(preset: SkyRLPreset, template: str | Path = CLUSTER_TEMPLATE) -> 
     for volume in spec["volumes"]:
         if volume["name"] == "dshm":
             volume["emptyDir"]["sizeLimit"] = f"{pod.shm_gib}Gi"
+    if image is not None:
+        if not image.strip() or any(ch.isspace() for ch in image):
+            raise UsageError(
+                f"--image {image!r}: give the image URI, e.g. what build-image.sh printed"
+            )
+        for container in containers(cluster["spec"]):
+            container["image"] = image
     return cluster
 
 
+def check_image(manifest: dict[str, Any]) -> None:
+    """UsageError in one line when a container still runs the template's placeholder image."""
+    spec = manifest["spec"].get("rayClusterSpec", manifest["spec"])
+    if any(c["image"].startswith(IMAGE_PLACEHOLDER) for c in containers(spec)):
+        raise UsageError(
+            f"the manifest's image is still the placeholder {IMAGE_PLACEHOLDER}...: pass --image "
+            "URI (deploy/build-image.sh prints it; deploy/README.md step 3)"
+        )
+
+
 def write_manifest(path: str | Path, manifest: dict[str, Any]) -> Path:
+    """Write a RayCluster or RayJob manifest; one still on the placeholder image is refused."""
+    check_image(manifest)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(manifest, sort_keys=False, width=100))

@@ -1,15 +1,19 @@
 """A KubeRay RayJob for a SkyRL run: the production way to heal a run with nobody watching.
 
-    rlkit submit --preset qwen3vl-8b-6gpu --rayjob runs/maze-8b-a.rayjob.yaml
-    kubectl apply -n ray -f runs/maze-8b-a.rayjob.yaml
+    rlkit submit --preset qwen3vl-8b --run-name maze-a --rayjob runs/maze-a.rayjob.yaml \
+        --image URI --env WANDB_API_KEY
+    kubectl create secret generic maze-a-env -n ray --from-literal=WANDB_API_KEY="$WANDB_API_KEY"
+    kubectl apply -n ray -f runs/maze-a.rayjob.yaml
 
 KubeRay (>= 1.2) retries a failed RayJob up to `backoffLimit` times, each retry on a NEW
 RayCluster built from `rayClusterSpec` (here: deploy/raycluster.yaml's spec, so the two never
 drift; its worker group sized for the preset by `rlkit.cluster.raycluster`, with EFA when the
 run spans nodes), so a run resumes from /fsx alone: its datasets, checkpoints and exports live in the
 run dir there. The entrypoint is the same SkyRL command `rlkit submit` sends, run from the
-runtime image's own rlkit (a RayJob uploads no working dir); tokens for loggers belong in a
-Kubernetes Secret referenced from the cluster template, never in this file. Deliberately absent:
+runtime image's own rlkit (a RayJob uploads no working dir: after changing rlkit, rebuild the
+image). `--env NAME` reaches the run as `rlkit submit --address` forwards it, but through a
+Kubernetes Secret (`<run>-env`, key NAME) that every pod reads, so no token is ever written into
+this file. Deliberately absent:
 `activeDeadlineSeconds` (a deadline failure is not retried) and `clusterSelector` (KubeRay >= 1.6
 rejects it together with `backoffLimit`). `ttlSecondsAfterFinished` deletes the finished job's
 cluster an hour after the end (its logs and the run dir stay on /fsx).
@@ -17,11 +21,12 @@ cluster an hour after the end (its logs and the run dir stay on /fsx).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rlkit.cluster.jobs import run_slug
-from rlkit.cluster.raycluster import CLUSTER_TEMPLATE, raycluster, write_manifest
+from rlkit.cluster.raycluster import CLUSTER_TEMPLATE, containers, raycluster, write_manifest
 from rlkit.cluster.skyrl.overrides import RunPaths, entrypoint_command
 from rlkit.cluster.skyrl.presets import SkyRLPreset
 from rlkit.errors import UsageError
@@ -36,12 +41,19 @@ def rayjob(
     backoff_limit: int = 3,
     cluster_template: str | Path = CLUSTER_TEMPLATE,
     preset_name: str | None = None,
+    image: str | None = None,
+    env: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The RayJob manifest (a dict) for one run of `preset`."""
+    """The RayJob manifest (a dict) for one run of `preset`; `env` names variables every pod
+    reads from the run's Secret (`env_secret(run_name)`)."""
     if not 1 <= backoff_limit <= 10:
         raise UsageError(f"backoff limit ({backoff_limit}) must be 1..10 retries")
-    cluster = raycluster(preset, cluster_template)
+    cluster = raycluster(preset, cluster_template, image=image)
     name = run_slug(run_name)
+    secret = env_secret(name)
+    for container in containers(cluster["spec"]):
+        refs = [{"name": n, "valueFrom": {"secretKeyRef": {"name": secret, "key": n}}} for n in env]
+        container["env"] = [e for e in container.get("env", []) if e["name"] not in env] + refs
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
@@ -59,6 +71,17 @@ def rayjob(
             "rayClusterSpec": cluster["spec"],
         },
     }
+
+
+def env_secret(run_name: str) -> str:
+    """The Kubernetes Secret a run's forwarded variables live in."""
+    return f"{run_slug(run_name)}-env"
+
+
+def secret_command(run_name: str, env: Sequence[str], namespace: str = "ray") -> str:
+    """The kubectl line that puts this shell's values of `env` into the run's Secret."""
+    literals = " ".join(f'--from-literal={n}="${n}"' for n in env)
+    return f"kubectl create secret generic {env_secret(run_name)} -n {namespace} {literals}"
 
 
 def write_rayjob(path: str | Path, manifest: dict[str, Any]) -> Path:
