@@ -81,7 +81,8 @@ def test_scripted_policies_record_the_distribution_they_draw_from():
     assert drawn == pytest.approx(expected, abs=4 * math.sqrt(0.7 * 0.3 / n))
     (oracle,) = scripted_policy("oracle").act([state], [[]], episode_rngs(0, 1))
     assert oracle.move_probs == tuple(float(a == best) for a in Action)
-    assert all(r.move_probs == UNIFORM for r in scripted_policy("random").act([state], [[]], rngs))
+    randoms = scripted_policy("random").act([state] * n, [[]] * n, rngs)  # one state per rng
+    assert len(randoms) == n and all(r.move_probs == UNIFORM for r in randoms)
 
 
 def test_probabilities_round_trip_through_jsonl_and_old_files_load(tmp_path):

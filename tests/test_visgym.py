@@ -353,3 +353,39 @@ def test_replays_play_a_squares_episode():
     traj.turns[-1].move_probs = (0.1, 0.2, 0.3, 0.4)  # a model's odds on a `stop` turn
     assert p_chosen(traj.turns[-1]) is None
     assert traj.turns[-1].note == "You stopped on the red target square: solved."
+
+
+def test_skyrl_dumps_count_solved_by_the_same_rule():
+    """A SkyRL eval dump of squares episodes: SkyRL's reward decides solved, the replay agrees
+    (no warning), and a `stop` off the target is classified from the replay."""
+    import warnings
+
+    from rlkit.env.data import build_rows
+    from rlkit.run.skyrl_dumps import EvalEpisode, episodes_to_result
+
+    cfg = env_for_set("visgym-easy")
+    _, rows = build_rows(
+        n_train=1, spec=pinned_spec("visgym-easy"), eval_set="visgym-easy", cfg=cfg, n_eval=2
+    )
+    oracle = run_episodes(scripted_policy("oracle"), pinned_set("visgym-easy")[:1], cfg)[0]
+    plays = [([t.text for t in oracle.turns], 1.0), (["<action>stop</action>"], 0.0)]
+    episodes = [
+        EvalEpisode(
+            maze=Maze.from_dict(row["extra_info"]["maze"]).to_dict(),
+            maze_index=i,
+            maze_hash="",
+            data_source=row["data_source"],
+            reward=reward,
+            solved=reward > 0,
+            responses=answers,
+            stop_reason="stop",
+            max_turns=18,
+            extras={"extra_info": row["extra_info"]},
+        )
+        for i, (row, (answers, reward)) in enumerate(zip(rows, plays, strict=True))
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = episodes_to_result(episodes, step=0, policy="skyrl")
+    assert result.solve_rate == 0.5 and result.set == "visgym-easy"
+    assert result.failures["stopped_off_target"] == 1

@@ -47,7 +47,8 @@ class EvalEpisode:
     data_source: str
     reward: float
     solved: bool
-    """From SkyRL's reward (1 only when the exit was reached): the record of truth."""
+    """From SkyRL's reward (1 only when the game was won: the exit reached; in VisGym's squares
+    game `stop` on the target): the record of truth, the rule `Trajectory.solved` reads too."""
     responses: list[str]
     """The model's answer text of each turn, observations removed."""
     stop_reason: str | None
