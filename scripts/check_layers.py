@@ -9,8 +9,8 @@ Rules (the map is in rlkit/__init__.py):
   the code that runs inside SkyRL's own processes (the CPU device seam); never in the modules a
   torch-free client reads (`TORCH_FREE`: the configs and SkyRL's presets);
 - ray only in cluster/ and run/ (a run's Ray gauges, which both backends' trainers export);
-- vllm only in model/vllm_engine.py and model/vllm_policy.py (rlkit's vLLM engine and policy;
-  nothing else needs it installed);
+- vllm only in model/vllm_engine.py, model/vllm_policy.py and model/vllm_rows.py (rlkit's vLLM
+  engine, policy and logits processor; nothing else needs it installed);
 - ipywidgets and matplotlib only in notebook/.
 Prints one line per violation (`file:line: what, and the rule`) and exits 1 if there is any.
 """
@@ -28,7 +28,7 @@ HEAVY = {
     "torchvision": ("model", "train"),
     "transformers": ("model", "train"),
     "ray": ("cluster", "run"),
-    "vllm": ("model/vllm_engine.py", "model/vllm_policy.py"),
+    "vllm": ("model/vllm_engine.py", "model/vllm_policy.py", "model/vllm_rows.py"),
     "ipywidgets": ("notebook",),
     "matplotlib": ("notebook",),
 }

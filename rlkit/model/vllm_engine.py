@@ -9,7 +9,10 @@ vLLM's own exception, which `start_engine` turns into one line naming the knob (
 `max_model_len`). vLLM refuses a prompt with more images than `limit_mm_per_prompt`:
 `engine_limits` sizes it from the history window and turn budget. Logprobs are recorded as
 `processed_logprobs` (after masks and temperature: rlkit's definition), and a checkpoint's own
-generation config never applies (sampling is the policy's).
+sampling defaults never apply (`generation_config="vllm"`: sampling is the policy's; vLLM still
+reads the file's `eos_token_id`, and the policy passes the same ids, `stop_ids`). Rows of the
+output layer with no token (Qwen3-VL: 151,669 tokens, 151,936 rows) are never drawn
+(`rlkit.model.vllm_rows.NoTokenRows`, installed on every engine).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from rlkit.errors import UsageError
 from rlkit.maze import rules
 from rlkit.maze.render import image_from_data_uri
 from rlkit.maze.sets import pinned_set
+from rlkit.model.checkpoint_files import stop_ids
 from rlkit.model.load import check_checkpoint
 
 CPU_KV_CACHE_GB = 1.0
@@ -105,6 +109,11 @@ class VllmEngine:
     def eos_id(self) -> int:
         return int(self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
 
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """Ids that end an answer: the end of turn, then the generation config's eos ids."""
+        return stop_ids(self.path, self.eos_id)
+
 
 @contextlib.contextmanager
 def _in_process_engine() -> Iterator[None]:
@@ -162,6 +171,7 @@ def start_engine(
 
         kw = _llm_kwargs(
             p,
+            tokens=_token_count(p),
             cpu=current_platform.is_cpu(),
             max_images=max_images,
             image_size=image_size,
@@ -183,9 +193,17 @@ def start_engine(
     return VllmEngine(llm, llm.get_tokenizer(), p, max_images)
 
 
+def _token_count(path: Path) -> int:
+    """The tokenizer's length: the first output row with no token."""
+    from transformers import AutoTokenizer
+
+    return len(AutoTokenizer.from_pretrained(path))
+
+
 def _llm_kwargs(
     p: Path,
     *,
+    tokens: int,
     cpu: bool,
     max_images: int,
     image_size: tuple[int, int] | None,
@@ -195,6 +213,8 @@ def _llm_kwargs(
     enforce_eager: bool | None,
     seed: int,
 ) -> dict[str, Any]:
+    from rlkit.model import vllm_rows  # imports vLLM
+
     if kv_cache_gb is None and cpu:
         kv_cache_gb = CPU_KV_CACHE_GB
     limit = _model_limit(p)
@@ -211,6 +231,9 @@ def _llm_kwargs(
         "logprobs_mode": "processed_logprobs",
         # sampling is ours: a checkpoint's generation_config (8B: top_k 20, ...) must not apply
         "generation_config": "vllm",
+        # rows past the tokenizer (Qwen3-VL: 267 padding rows) are never drawn
+        "logits_processors": [vllm_rows.LOGITS_PROCESSOR],
+        "additional_config": {vllm_rows.FIRST_ROW_KEY: tokens},
         "seed": seed,
         # one device: the worker in this process too (errors arrive as vLLM raised them)
         "distributed_executor_backend": "uni",

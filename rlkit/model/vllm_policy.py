@@ -15,9 +15,11 @@ episodes:
   (`allowed_token_ids`, `max_tokens=1`); the response is the same token ids ModelPolicy
   records. Guided choice over the four answer strings runs on CPU too, but is another policy
   (it walks the answer token by token: 14 of 64 greedy first moves differed) and 2.3x slower.
-- free: up to `max_new_tokens`, stopping at `<|im_end|>`, the vision tokens banned
-  (`bad_words`) as rlkit's free distribution bans them; text decoded with the checkpoint's
-  tokenizer as ModelPolicy decodes it.
+- free: up to `max_new_tokens`, stopping at any of the checkpoint's stop ids (`<|im_end|>` and
+  the generation config's eos ids: Qwen's `<|endoftext|>` too), the vision tokens banned
+  (`bad_words`) as rlkit's free distribution bans them, and the output rows with no token
+  (the engine's `NoTokenRows`); text decoded with the checkpoint's tokenizer as ModelPolicy
+  decodes it.
 
 Logprobs: the engine runs with `logprobs_mode="processed_logprobs"`, so the recorded value is
 the sampled token's log-probability after the masks and the temperature: rlkit's definitions
@@ -156,12 +158,12 @@ class VllmPolicy:
         return out
 
     def _free(self, messages: Sequence[list[dict]], seeds: list[int]) -> list[Response]:
-        eos, tok = self.engine.eos_id, self.engine.tokenizer
+        stops, tok = self.engine.stop_ids, self.engine.tokenizer
         params = [
             self._params(
                 s,
                 max_tokens=self.max_new_tokens,
-                stop_token_ids=[eos],
+                stop_token_ids=list(stops),
                 bad_words=list(VISION_TOKENS),
             )
             for s in seeds
@@ -171,8 +173,9 @@ class VllmPolicy:
         for o in outs:
             gen = o.outputs[0]
             ids = list(gen.token_ids)
-            if eos in ids:
-                ids = ids[: ids.index(eos) + 1]
+            end = next((i for i, t in enumerate(ids) if t in stops), None)
+            if end is not None:
+                ids = ids[: end + 1]
             lps = [gen.logprobs[i][t].logprob for i, t in enumerate(ids)]
             text = tok.decode(ids, skip_special_tokens=True)
             out.append(Response(text, list(o.prompt_token_ids), ids, lps))

@@ -1,0 +1,57 @@
+"""A vLLM logits processor that never lets a row without a token be drawn (imports vLLM).
+
+A checkpoint's output layer can have more rows than its tokenizer has tokens: Qwen3-VL has
+151,936 embedding rows for 151,669 tokens (ids 151,669..151,935 are padding for the matmul).
+vLLM samples over every row, so a free answer could draw an id that decodes to nothing. rlkit's
+HF engine gives those rows no probability (`rlkit.model.batching`); `NoTokenRows` does the same
+in vLLM: every row from the tokenizer's length on gets -inf before sampling, for every request
+of the engine (one slice per step, no per-request list: `allowed_token_ids` would carry 151,669
+ids per request, `logit_bias` 267). It runs before vLLM computes processed logprobs, so the
+recorded logprob is the one of the distribution the token was drawn from.
+
+`rlkit.model.vllm_engine.start_engine` installs it by name (`LOGITS_PROCESSOR`) and passes the
+tokenizer's length in vLLM's `additional_config` (`FIRST_ROW_KEY`); without that key (e.g.
+`--logits-processors rlkit.model.vllm_rows:NoTokenRows` on a vLLM server) the processor reads the
+length from the model's tokenizer itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
+
+LOGITS_PROCESSOR = "rlkit.model.vllm_rows:NoTokenRows"
+"""The processor as vLLM's `logits_processors` names it (module:class), for any executor."""
+FIRST_ROW_KEY = "rlkit_first_row_without_token"
+"""`additional_config` key: the first row with no token (the tokenizer's length)."""
+
+
+def first_row_without_token(vllm_config: Any) -> int:
+    extra = vllm_config.additional_config
+    if isinstance(extra, dict) and extra.get(FIRST_ROW_KEY) is not None:
+        return int(extra[FIRST_ROW_KEY])
+    from transformers import AutoTokenizer
+
+    model = vllm_config.model_config
+    tok = AutoTokenizer.from_pretrained(model.tokenizer, trust_remote_code=model.trust_remote_code)
+    return len(tok)
+
+
+class NoTokenRows(LogitsProcessor):
+    """-inf on the logits of every row the tokenizer has no token for (see the module)."""
+
+    def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
+        self.first = first_row_without_token(vllm_config)
+
+    def is_argmax_invariant(self) -> bool:
+        return False  # a padding row may hold the largest logit: greedy requests need it too
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        pass  # the same rows for every request
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.first < logits.shape[-1]:
+            logits[:, self.first :] = float("-inf")
+        return logits
