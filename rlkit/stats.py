@@ -43,7 +43,7 @@ always agree; at the 0.05 boundary they can disagree, and the verdict follows th
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rlkit.errors import UsageError
@@ -54,6 +54,9 @@ CI_METHOD = "wilson-maze-deff"
 FLAT_CI_METHOD = "wilson-episodes"
 """Wilson on n = mazes x samples as if episodes were independent: what eval JSON files written
 before `ci_method` existed hold, when their per-maze results are missing and cannot be redone."""
+EXACT_CI_METHOD = "clopper-pearson"
+"""The exact binomial interval of a one-sample-a-maze eval (the seed's protocol: 64 mazes,
+greedy, one sample each), where mazes and episodes are the same units."""
 CI_METHODS = {
     CI_METHOD: "Wilson on the effective n, episodes clustered by maze",
     FLAT_CI_METHOD: "Wilson on all episodes as if independent (an old file: too narrow)",
@@ -76,6 +79,51 @@ def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     if not 0 <= successes <= n:
         raise UsageError(f"successes ({successes}) must be in [0, n={n}]")
     return _wilson(successes / n, n, z)
+
+
+def _binom_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p), summed in log space (n up to a few thousand)."""
+    if p <= 0.0:
+        return 1.0
+    if p >= 1.0:
+        return 1.0 if k >= n else 0.0
+    lp, lq = math.log(p), math.log1p(-p)
+    lgn = math.lgamma(n + 1)
+    terms = [
+        lgn - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
+        for i in range(k + 1)
+    ]
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
+
+
+def _solve_p(f: Callable[[float], float], target: float, rising: bool) -> float:
+    """The p in [0, 1] where the monotone f(p) crosses `target` (bisection to ~1e-18)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if (f(mid) < target) == rising:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def clopper_pearson(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """`EXACT_CI_METHOD`: the exact binomial interval (each tail at most (1 - level) / 2)."""
+    if n <= 0:
+        return (0.0, 1.0)
+    if not 0 <= successes <= n:
+        raise UsageError(f"successes ({successes}) must be in [0, n={n}]")
+    a = (1 - level) / 2
+    # the lower end: the p at which seeing >= successes has probability a; the upper end: the
+    # p at which seeing <= successes has probability a
+    lo, hi = 0.0, 1.0
+    if successes > 0:
+        lo = _solve_p(lambda p: 1 - _binom_cdf(successes - 1, n, p), a, rising=True)
+    if successes < n:
+        hi = _solve_p(lambda p: _binom_cdf(successes, n, p), a, rising=False)
+    return (lo, hi)
 
 
 def _check_counts(successes: Sequence[int], trials: Sequence[int]) -> None:

@@ -22,7 +22,14 @@ from rlkit.errors import UsageError
 from rlkit.maze.core import Action
 from rlkit.maze.parsing import format_action
 from rlkit.maze.sets import pinned_set
-from rlkit.stats import CI_METHOD, FLAT_CI_METHOD, maze_interval, pass_at_k, wilson
+from rlkit.stats import (
+    CI_METHOD,
+    FLAT_CI_METHOD,
+    clopper_pearson,
+    maze_interval,
+    pass_at_k,
+    wilson,
+)
 
 
 def test_wilson_hand_computed():
@@ -216,3 +223,52 @@ def test_trajectory_file_errors(tmp_path):
     with pytest.raises(UsageError, match="bad.jsonl:1"):
         load_trajectories(bad)
     assert math.isclose(Trajectory({}, 0, 0).reward, 0.0)
+
+
+def test_the_seeds_protocol_prints_its_count_with_the_exact_interval(capsys):
+    from rlkit.cli.main import main as rlkit_main
+
+    # eps-oracle: greedy does not apply to a scripted policy; the protocol is the count
+    result, _ = evaluate(
+        scripted_policy("eps-oracle:0.5"), samples=1, mode="greedy", protocol="seed"
+    )
+    solved = sum(result.flat)
+    lo, hi = clopper_pearson(solved, 64)
+    assert result.protocol == "seed" and result.exact_ci95 == (lo, hi)
+    assert result.headline == f"{solved}/64 = {solved / 64:.2%} [{lo:.1%}, {hi:.1%}]"
+    d = result.to_dict()
+    assert d["exact_ci_method"] == "clopper-pearson" and d["headline"] == result.headline
+    again = EvalResult.from_dict(json.loads(json.dumps(d)))
+    assert again.exact_ci95 == result.exact_ci95 and again.headline == result.headline
+    # rlkit's own protocol beside it: k samples, clustered interval, no exact one
+    sampled, _ = evaluate(scripted_policy("eps-oracle:0.5"), samples=2)
+    assert sampled.protocol == "rlkit" and sampled.exact_ci95 is None and sampled.headline is None
+    for bad in ({"samples": 2}, {"n_mazes": 8}, {"mode": "sampled"}):
+        kw = {"samples": 1, "mode": "greedy", **bad}
+        with pytest.raises(UsageError, match="seed's protocol is every maze"):
+            evaluate(scripted_policy("oracle"), protocol="seed", **kw)
+    assert rlkit_main(["eval", "--policy", "oracle", "--protocol", "seed"]) == 0
+    out = capsys.readouterr().out
+    assert "64/64 = 100.00% [94.4%, 100.0%]" in out and "seed's protocol" in out
+
+
+def test_the_seeds_28_of_64_reads_as_the_seed_wrote_it():
+    per_maze = [
+        {"index": i, "hash": "", "path_length": 2, "junctions": 0, "solved": [i < 28]}
+        for i in range(64)
+    ]
+    r = EvalResult(
+        policy="p",
+        set="visgym-easy",
+        n_mazes=64,
+        samples=1,
+        solve_rate=28 / 64,
+        ci95=maze_interval([m["solved"] for m in per_maze]),
+        ci_method=CI_METHOD,
+        test_set_hash="",
+        per_maze=per_maze,
+        mode="greedy",
+        protocol="seed",
+        exact_ci95=clopper_pearson(28, 64),
+    )
+    assert r.headline == "28/64 = 43.75% [31.4%, 56.7%]"

@@ -1,10 +1,13 @@
 """rlkit.stats: the maze-clustered interval and the paired by-maze test, by hand and by coverage."""
 
+import math
+
 import numpy as np
 import pytest
 
 from rlkit.errors import UsageError
 from rlkit.stats import (
+    clopper_pearson,
     clustered_wilson,
     design_effect,
     maze_interval,
@@ -124,3 +127,22 @@ def test_coverage_clustered_vs_flat_wilson(k, rate):
         assert flat == clustered  # the same interval
     else:  # flat Wilson on mazes x k episodes is too narrow: ~83% at k = 4, ~73% at k = 8
         assert flat < 0.95 - COVERAGE_TOL - 0.05, f"flat Wilson covers {flat:.1%}"
+
+
+def test_clopper_pearson_hand_computed():
+    # closed forms at the ends: 0 of n -> upper 1 - 0.025^(1/n); n of n -> lower 0.025^(1/n)
+    assert clopper_pearson(0, 10) == pytest.approx((0.0, 1 - 0.025**0.1), abs=1e-9)
+    assert clopper_pearson(10, 10) == pytest.approx((0.025**0.1, 1.0), abs=1e-9)
+    # the seed's 28/64 (R: binom.test(28, 64)$conf.int = 0.3137348 0.5672411)
+    assert clopper_pearson(28, 64) == pytest.approx((0.3137348, 0.5672411), abs=1e-7)
+    # exact: at each end the tail beyond the count holds 2.5%
+    lo, hi = clopper_pearson(28, 64)
+    tail = sum(math.comb(64, i) * hi**i * (1 - hi) ** (64 - i) for i in range(29))
+    assert tail == pytest.approx(0.025, abs=1e-9)
+    tail = sum(math.comb(64, i) * lo**i * (1 - lo) ** (64 - i) for i in range(28, 65))
+    assert tail == pytest.approx(0.025, abs=1e-9)
+    # wider than Wilson: exact intervals are conservative
+    w = wilson(28, 64)
+    assert lo < w[0] and hi > w[1]
+    with pytest.raises(UsageError, match="must be in"):
+        clopper_pearson(65, 64)

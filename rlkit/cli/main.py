@@ -128,8 +128,13 @@ def _refuse_run(path: str) -> None:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from rlkit.episodes.evaluate import evaluate
+    from rlkit.episodes.evaluate import check_protocol, evaluate
 
+    if args.address and args.protocol == "seed":
+        raise UsageError(
+            "--protocol seed runs here, not as a cluster job: drop --address and point --policy "
+            "at the export on /fsx (or read the run's own greedy evals: rlkit plot / notebook 04)"
+        )
     if args.address:  # a GPU Ray job on the cluster, e.g. for a SkyRL HF export on /fsx
         from rlkit.cluster.launch import submit_eval
 
@@ -148,11 +153,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             follow=True,
         )
         return 0 if handle.status() == "SUCCEEDED" else 1
+    greedy = args.greedy or args.protocol == "seed"
+    mode = "greedy" if greedy else "sampled"
+    check_protocol(args.protocol, samples=args.samples, mode=mode, n_mazes=args.mazes)
     vllm_kw = {"set_name": args.set, "history": args.history, "kv_cache_gb": args.kv_cache_gb}
     answers = {"constrained": not args.free, "max_new_tokens": args.max_new_tokens}
     policy = load_policy(
         args.policy,
-        greedy=args.greedy,
+        greedy=greedy,
         device=args.device,
         engine=args.engine,
         **answers,
@@ -165,8 +173,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         seed=args.seed,
         history=args.history,
         progress=not args.json and sys.stderr.isatty(),
-        mode="greedy" if args.greedy else "sampled",
+        mode=mode,
         n_mazes=args.mazes,
+        protocol=args.protocol,
     )
     if args.out:
         result.save(args.out, trajs)
@@ -331,6 +340,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --free: answer budget in tokens (must hold the canonical answer)",
     )
     e.add_argument("--mazes", type=int, default=None, help="only the set's first N mazes")
+    e.add_argument(
+        "--protocol",
+        default="rlkit",
+        choices=["rlkit", "seed"],
+        help="rlkit: k sampled episodes a maze, maze-clustered interval; seed: the seed's "
+        "protocol (every maze, greedy, one sample: '28/64 = 43.75%%', exact interval)",
+    )
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--full", action="store_true", help="with --json: include per-maze rows")
     e.add_argument("--out", default=None, help="write the JSON and trajectories JSONL here")

@@ -26,8 +26,10 @@ from rlkit.maze.core import Maze, difficulty
 from rlkit.maze.sets import pinned_set, pinned_set_hash
 from rlkit.stats import (
     CI_METHOD,
+    EXACT_CI_METHOD,
     FLAT_CI_METHOD,
     PairedByMaze,
+    clopper_pearson,
     maze_interval,
     paired_by_maze,
     pass_at_k,
@@ -56,6 +58,21 @@ class EvalResult:
     step: int | None = None
     trajectories: str | None = None
     """Path of the trajectories JSONL next to the JSON, when saved."""
+    protocol: str = "rlkit"
+    """`rlkit` (k samples a maze, maze-clustered interval) or `seed` (the seed's: every maze
+    of the set, greedy, one sample each, as SkyRL's default eval; `PROTOCOLS`)."""
+    exact_ci95: tuple[float, float] | None = None
+    """With one sample a maze: the exact binomial interval (`EXACT_CI_METHOD`), the interval
+    the seed's protocol reports; None with k > 1 (episodes of a maze are not independent)."""
+
+    @property
+    def headline(self) -> str | None:
+        """One sample a maze: the count as the seed reports it, "28/64 = 43.75% [31.4, 56.7]"
+        (exact 95% interval); None with k > 1."""
+        if self.exact_ci95 is None:
+            return None
+        solved, (lo, hi) = sum(self.flat), self.exact_ci95
+        return f"{solved}/{self.n_mazes} = {solved / self.n_mazes:.2%} [{lo:.1%}, {hi:.1%}]"
 
     @property
     def episodes(self) -> list[list[bool]]:
@@ -68,6 +85,10 @@ class EvalResult:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["ci95"] = list(self.ci95)
+        if self.exact_ci95 is not None:
+            d["exact_ci95"] = list(self.exact_ci95)
+            d["exact_ci_method"] = EXACT_CI_METHOD
+            d["headline"] = self.headline
         return d
 
     @classmethod
@@ -76,7 +97,10 @@ class EvalResult:
         intervals; their intervals are recomputed from `per_maze` (flat ones are kept, and named
         `FLAT_CI_METHOD`, only when a file has no per-maze results to recompute from)."""
         try:
+            d = {k: v for k, v in d.items() if k not in ("headline", "exact_ci_method")}
             d = {**d, "ci95": tuple(d["ci95"])}
+            if d.get("exact_ci95") is not None:
+                d["exact_ci95"] = tuple(d["exact_ci95"])
             if "ci_method" not in d:
                 d = _upgrade_intervals(d)
             return cls(**d)
@@ -110,6 +134,11 @@ class EvalResult:
         return load_trajectories(Path(json_path).parent / self.trajectories)
 
     def summary(self) -> str:
+        if self.protocol == "seed":
+            return (
+                f"{self.policy} on {self.set}, the seed's protocol ({self.mode}, one sample a "
+                f"maze): {self.headline} solved (95% CI, {EXACT_CI_METHOD})"
+            )
         lo, hi = self.ci95
         return (
             f"{self.policy} on {self.set}: {self.solve_rate:.1%} solved "
@@ -155,6 +184,7 @@ def summarize(
     samples: int,
     mode: str = "sampled",
     step: int | None = None,
+    protocol: str = "rlkit",
 ) -> EvalResult:
     """Aggregate episodes (ordered maze-major, `samples` per maze) into an EvalResult."""
     if len(trajs) != len(mazes) * samples:
@@ -196,6 +226,8 @@ def summarize(
         per_maze=per_maze,
         mode=mode,
         step=step,
+        protocol=protocol,
+        exact_ci95=clopper_pearson(n_solved, len(flat)) if samples == 1 else None,
     )
 
 
@@ -216,9 +248,12 @@ def evaluate(
     mode: str = "sampled",
     step: int | None = None,
     n_mazes: int | None = None,
+    protocol: str = "rlkit",
 ) -> tuple[EvalResult, list[Trajectory]]:
     """Play every maze of the pinned set (or its first `n_mazes`, as a SkyRL preset's
-    `eval_mazes` does) `samples` times and summarise."""
+    `eval_mazes` does) `samples` times and summarise. `protocol="seed"` checks that the eval
+    is the seed's (every maze, greedy, one sample; `PROTOCOLS`)."""
+    check_protocol(protocol, samples=samples, mode=mode, n_mazes=n_mazes)
     mazes = pinned_set(set_name)
     if n_mazes is not None:
         if not 1 <= n_mazes <= len(mazes):
@@ -236,9 +271,37 @@ def evaluate(
         progress=progress,
     )
     result = summarize(
-        trajs, mazes, policy=policy.name, set_name=set_name, samples=samples, mode=mode, step=step
+        trajs,
+        mazes,
+        policy=policy.name,
+        set_name=set_name,
+        samples=samples,
+        mode=mode,
+        step=step,
+        protocol=protocol,
     )
     return result, trajs
+
+
+PROTOCOLS = {
+    "rlkit": "k samples a maze (sampled), interval clustered by maze",
+    "seed": "every maze of the set, greedy, one sample a maze (SkyRL's default eval, the seed's "
+    "28/64 = 43.75%), exact binomial interval",
+}
+"""The two ways rlkit reports a solve rate; `EvalResult.protocol` names the one used."""
+
+
+def check_protocol(protocol: str, *, samples: int, mode: str, n_mazes: int | None) -> None:
+    """One-line errors for an eval that does not follow the protocol it names."""
+    if protocol not in PROTOCOLS:
+        raise UsageError(f"unknown protocol {protocol!r}: use one of {', '.join(PROTOCOLS)}")
+    if protocol != "seed":
+        return
+    if samples != 1 or mode != "greedy" or n_mazes is not None:
+        raise UsageError(
+            "the seed's protocol is every maze of the set, greedy, one sample a maze: drop "
+            "--samples, --mazes and sampling options (rlkit eval --protocol seed sets greedy)"
+        )
 
 
 def compare(a: EvalResult, b: EvalResult) -> PairedByMaze:
@@ -251,4 +314,4 @@ def compare(a: EvalResult, b: EvalResult) -> PairedByMaze:
     return paired_by_maze(a.episodes, b.episodes)
 
 
-__all__ = ["KINDS", "EvalResult", "compare", "evaluate", "summarize"]
+__all__ = ["KINDS", "PROTOCOLS", "EvalResult", "check_protocol", "compare", "evaluate", "summarize"]
