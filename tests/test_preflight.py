@@ -86,7 +86,8 @@ def test_storage_and_model_checks(checks, tmp_path: Path):
     storage = checks["storage"]  # ok exactly when the runs root has the room the run needs
     free, need = (float(x) for x in re.findall(r"(\d+) GB", storage.detail))
     assert storage.status == ("ok" if free >= need else "fail"), storage.detail
-    assert checks["model"].status == "warn" and "--local-dir /fsx" in checks["model"].fix
+    assert checks["model"].status == "warn"
+    assert "rlkit model stage Qwen/Qwen3-VL-2B-Instruct --to /fsx/models/" in checks["model"].fix
     blocked = tmp_path / "a-file"
     blocked.write_text("")
     assert _storage(str(blocked / "runs"), 1).status == "fail"
@@ -140,3 +141,20 @@ def test_the_token_budget_is_reported(checks):
         checks["chat template"].status == "skip"
         and "not on this node" in checks["chat template"].detail
     )
+
+
+def test_the_model_check_points_at_the_staged_copy(tmp_path: Path):
+    from rlkit.cluster.model_checks import model_check
+    from rlkit.cluster.stage import STAGED_MARKER
+
+    hub_id = "Org/Tiny-VL"
+    assert "rlkit model stage Org/Tiny-VL" in model_check(hub_id, str(tmp_path)).fix
+    staged = tmp_path / "Tiny-VL"
+    staged.mkdir()
+    (staged / "config.json").write_text("{}")
+    assert "not staged by rlkit" in model_check(str(staged)).detail  # copied by hand: unchecked
+    (staged / STAGED_MARKER).write_text(json.dumps({"source": hub_id, "bytes": 17.5e9}))
+    assert model_check(hub_id, str(tmp_path)).fix == f"pass --model {staged}"
+    found = model_check(str(staged))
+    assert found.status == "ok" and "staged from Org/Tiny-VL, 17.5 GB, verified" in found.detail
+    assert model_check(str(tmp_path / "absent")).fix.startswith("stage it there: rlkit model stage")

@@ -35,6 +35,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlkit.cluster.checks import Check, budget_checks
+from rlkit.cluster.model_checks import config_json as _config_json
+from rlkit.cluster.model_checks import model_check as _model
+from rlkit.cluster.model_checks import tied_embeddings
 from rlkit.errors import RlkitError
 
 if TYPE_CHECKING:
@@ -203,60 +206,6 @@ def _storage(runs_root: str, need_gb: float) -> Check:
     if free < need_gb:
         return Check("storage", "fail", detail, "free space on FSx or lower the run's exports")
     return Check("storage", "ok", detail)
-
-
-def _model(model: str) -> Check:
-    if model.startswith("/"):
-        if (Path(model) / "config.json").is_file():
-            return Check("model", "ok", f"{model} (shared storage)")
-        return Check("model", "fail", f"{model} has no config.json", "copy the checkpoint there")
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(model, "config.json")
-    except Exception:  # noqa: BLE001 - no hub client: treat as not cached
-        cached = None
-    if isinstance(cached, str):
-        return Check("model", "ok", f"{model} in this node's HF cache")
-    return Check(
-        "model",
-        "warn",
-        f"{model} is not in this node's HF cache: every node downloads it at start",
-        f"download it once to /fsx (hf download {model} --local-dir /fsx/models/NAME), pass --model",
-    )
-
-
-def _config_json(model: str) -> Path | None:
-    """The model's config.json on this node (at its path, or in the HF cache), else None."""
-    if model.startswith("/"):
-        path = Path(model) / "config.json"
-        return path if path.is_file() else None
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(model, "config.json")
-    except Exception:  # noqa: BLE001 - no hub client: not cached
-        return None
-    return Path(cached) if isinstance(cached, str) else None
-
-
-def tied_embeddings(config: dict) -> Check:
-    """Whether lm_head shares embed_tokens' matrix: SkyRL's FSDP2 init unties such a model and
-    rlkit ties it again (`rlkit.cluster.skyrl.fixes`). transformers ties by the top-level flag
-    (Qwen3-VL's default there: False), whatever text_config says."""
-    top = config.get("tie_word_embeddings")
-    text = (config.get("text_config") or {}).get("tie_word_embeddings")
-    if top:
-        return Check("tie_word_embeddings", "ok", "tied (re-tied after FSDP init by rlkit)")
-    if text:
-        return Check(
-            "tie_word_embeddings",
-            "warn",
-            "text_config says tied, the top level does not: transformers loads it untied",
-            "if the checkpoint has no lm_head.weight, set tie_word_embeddings: true at the top "
-            "of config.json",
-        )
-    return Check("tie_word_embeddings", "ok", "untied")
 
 
 BUDGET_FIELDS = ("eval_set", "max_turns", "max_input_length", "max_model_len")
