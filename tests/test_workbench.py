@@ -32,6 +32,23 @@ def test_kernel_report_names_versions_and_problems():
     assert report["problems"] == "none"  # this venv runs the cluster's versions
 
 
+def test_kernel_report_of_a_torch_free_client_has_no_problem(monkeypatch):
+    """environment.yml's kernel lacks torch and transformers on purpose; ray it needs."""
+    real = workbench.metadata.version
+
+    def version(name, missing=("torch", "transformers")):
+        if name in missing:
+            raise workbench.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(workbench.metadata, "version", version)
+    report = workbench.kernel_report()
+    assert report["torch"] == "missing" and report["problems"] == "none"
+    assert "environment-train.yml" in report["local_training"]
+    monkeypatch.setattr(workbench.metadata, "version", lambda n: version(n, ("torch", "ray")))
+    assert workbench.kernel_report()["problems"] == "ray is not installed in this kernel"
+
+
 def test_kernel_report_versions_are_the_cluster_pins():
     pins = (Path(__file__).parent.parent / "requirements" / "cluster-pins.txt").read_text()
     pinned = dict(
@@ -92,6 +109,17 @@ def test_base_model_is_the_runs_initial_model(smoke_run, tmp_path):
     init = Path(plan.run_dir) / "init_model"
     for name in ("config.json", "model.safetensors"):
         assert (base / name).read_bytes() == (init / name).read_bytes()
+
+
+def test_a_real_captured_group_is_worked_to_its_advantages(smoke_run):
+    """The smoke run's newest captured step (notebook 03's worked group): the rule named
+    reproduces the advantages its loss used."""
+    from rlkit.notebook.groups import RULES, worked_group
+
+    view = worked_group(open_run(smoke_run[1].run_dir))
+    assert view.rule in (RULES["grpo"], RULES["dropped"])
+    if view.rule == RULES["grpo"]:
+        assert view.captured == pytest.approx(view.by_hand(), abs=1e-3)
 
 
 def test_a_local_run_reads_back_through_the_one_run_interface(smoke_run):

@@ -37,6 +37,9 @@ from rlkit.train.config import preset as train_preset
 from rlkit.train.run_config import config_from_dict
 
 PACKAGES = ("torch", "transformers", "ray", "ipywidgets", "papermill", "rlkit")
+LOCAL_TRAINING = frozenset({"torch", "transformers"})
+"""Needed only to load or train a model in this kernel: a Studio kernel that drives the cluster
+(environment.yml) has none of them, and its report says so without calling it a problem."""
 CLUSTER_VERSIONS = {"python": "3.12", "torch": "2.13.0", "transformers": "5.16.1", "ray": "2.57.0"}
 """What the cluster runs (requirements/cluster-pins.txt; a test keeps the two equal): a kernel
 on other versions may build inputs or configs the cluster reads differently."""
@@ -46,20 +49,29 @@ on other versions may build inputs or configs the cluster reads differently."""
 
 
 def kernel_report() -> dict[str, str]:
-    """Python, interpreter and package versions of this kernel; problems under `problems`."""
+    """Python, interpreter and package versions of this kernel; problems under `problems`.
+
+    torch and transformers missing is the torch-free client (environment.yml), noted under
+    `local_training`: that kernel drives a cluster; training or loading a model here needs
+    environment-train.yml."""
     report = {"python": platform.python_version(), "executable": sys.executable}
     for name in PACKAGES:
         try:
             report[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             report[name] = "missing"
-    problems = [f"{n} is not installed in this kernel" for n in PACKAGES if report[n] == "missing"]
+    missing = [n for n in PACKAGES if report[n] == "missing"]
+    problems = [f"{n} is not installed in this kernel" for n in missing if n not in LOCAL_TRAINING]
     for name, want in CLUSTER_VERSIONS.items():
         have = report[name]
         if have != "missing" and have != want and not have.startswith(want + "."):
             problems.append(
                 f"{name} {have} here, the cluster runs {want}: build the kernel from environment.yml"
             )
+    if LOCAL_TRAINING & set(missing):
+        report["local_training"] = (
+            "no (a cluster client: no torch here; environment-train.yml trains locally)"
+        )
     report["problems"] = "; ".join(problems) or "none"
     return report
 
