@@ -3,12 +3,13 @@ the local trainer, and notebook 00 runs against a local head in a kernel where t
 
 Why not build the env here: conda is not reachable, and the yml's pip section resolves 159
 packages over the network: `pip install --dry-run --report` alone took 80 s on 2 cores (11 s
-of CPU), a real venv build minutes more. Both are out of the suite's budget, so the
-suite resolves the yml's pip section offline, against the metadata of the packages installed in
-the project venv (the same pins: requirements/cluster-pins.txt), and the kernel blocks torch
-instead of lacking it. Measured against pip: the offline closure of environment.yml's line
-held the same 159 names as `pip install --dry-run --report` of it. `RLKIT_TEST_STUDIO_VENV=1` runs the real build (a fresh venv from the
-yml's pip lines, then notebook 00 in a kernel of that venv).
+of CPU), a real venv build minutes more. Both are out of the suite's budget, so the suite
+resolves the yml's pip section offline, against the metadata of the packages installed in the
+project venv (the same pins: requirements/cluster-pins.txt), and the kernel blocks torch
+instead of lacking it. Measured against pip: the offline closure of environment.yml's line held
+the same 159 names as `pip install --dry-run --report` of it. `RLKIT_TEST_STUDIO_VENV=1` runs
+the real build (a fresh venv from the yml's pip lines, then notebook 00 in a kernel of that
+venv).
 """
 
 from __future__ import annotations
