@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import statistics
 import time
 from pathlib import Path
@@ -155,6 +156,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up")
     p.add_argument("--no-checks", action="store_true", help="skip the GPU checks")
     p.add_argument("--model", default="Qwen/Qwen3-VL-8B-Instruct", help="for the vLLM check")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="result JSON (default on a GPU: benchmarks/results/gpu_step.json, which the dry "
+        "run's cost lines read)",
+    )
     a = p.parse_args(argv)
     if not a.no_checks:
         run_gpu_checks(a.model)
@@ -183,7 +191,15 @@ def main(argv: list[str] | None = None) -> dict:
         f"median:  {statistics.median(times):.3f} s, {tokens / statistics.median(times):.0f} tok/s"
     )
     print(f"peak:    {f'{peak:.1f} GiB' if peak is not None else 'n/a on CPU'}")
-    return {"params_b": params_b, "times": times, "peak_gib": peak, "tokens": tokens}
+    result = {"params_b": params_b, "times": times, "peak_gib": peak, "tokens": tokens}
+    result |= {"device": where, "device_type": device, "tiny": a.tiny}
+    result |= {"micro_batch": a.micro_batch, "images": a.images, "image_px": a.image_px}
+    out = a.out or (ROOT / "benchmarks" / "results" / "gpu_step.json" if device == "cuda" else None)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"result:  {out} (rlkit submit --dry-run reads it for its cost lines)")
+    return result
 
 
 if __name__ == "__main__":

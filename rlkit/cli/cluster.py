@@ -113,6 +113,7 @@ def _submit(args: argparse.Namespace) -> int:
     from rlkit.cluster.address import resolve_address
     from rlkit.cluster.launch import launch_plan, plan_training
     from rlkit.cluster.masking import describe_submission
+    from rlkit.cluster.skyrl.cost import estimate_cost
     from rlkit.cluster.skyrl.overrides import build_overrides
     from rlkit.cluster.skyrl.presets import PRESETS
     from rlkit.cluster.skyrl.storage import storage_estimate
@@ -190,6 +191,7 @@ def _submit(args: argparse.Namespace) -> int:
         )
         print(f"workers:       {_pod_summary(plan.sky)}")
         print(f"storage:       {storage_estimate(plan.sky).summary()}")
+        print("\n".join(estimate_cost(plan.sky, plan.budget.budget).lines()))
         print(f"hang rule:     {_hang_summary(plan.sky)}")
         print("\n".join(plan.budget.lines()))
         print("skyrl overrides:")

@@ -23,6 +23,7 @@ from rlkit.cluster.client import Cluster, connect
 from rlkit.cluster.jobs import JobHandle, run_slug
 from rlkit.cluster.skyrl import presets as skyrl
 from rlkit.cluster.skyrl import storage
+from rlkit.cluster.skyrl.cost import estimate_cost
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides, entrypoint_command
 from rlkit.cluster.skyrl.preset_checks import check_budget
 from rlkit.errors import RlkitError, UsageError
@@ -194,6 +195,8 @@ class TrainingPlan:
         lines += [f"address:  {where}", f"command:  {self.command}"]
         if self.sky is not None:
             lines.append(f"storage:  {storage.storage_estimate(self.sky).summary()}")
+            if self.budget is not None and self.sky.device != "cpu":
+                lines += estimate_cost(self.sky, self.budget.budget).lines()
             if self.budget is not None:
                 lines += ["token budget:", *(f"  {ln}" for ln in self.budget.lines())]
             lines.append(f"GPUs:     {self.sky.num_gpus}; SkyRL overrides:")

@@ -65,8 +65,10 @@ class SkyRLPreset:
     """HyperPod instance of the GPU workers (`rlkit.cluster.skyrl.instances.G7E`): sizes the
     worker pod, and refuses a layout it cannot hold. None: no instance (a CPU host)."""
     gpus_per_node: int | None = None
-    """GPUs the run takes on each node; None: all of the instance's. The seed's layout is 6 of
-    the 48xlarge's 8 (`qwen3vl-8b-6gpu`): its batches split over six."""
+    """GPUs the run takes on each node; None (the default): all of the instance's. HyperPod
+    bills a node whole and no ml.g7e size has 6 GPUs, so a 6-of-8 layout pays for 2 idle GPUs
+    and its step takes ~8/6 as long at the same batch; `qwen3vl-8b-6gpu` keeps the seed's
+    6-GPU layout only to reproduce its batch split (the dry run's cost lines show both)."""
     nodes: int = 1
     """Policy and vLLM engines span this many nodes; batch sizes scale with it."""
     tensor_parallel_size: int = 1
@@ -226,14 +228,14 @@ class SkyRLPreset:
 
 
 PRESETS: dict[str, SkyRLPreset] = {
+    "qwen3vl-8b": SkyRLPreset(),  # every GPU of the node: the default (billed whole)
     "qwen3vl-8b-6gpu": SkyRLPreset(gpus_per_node=6),  # the seed's layout: 6 of a 48xlarge's 8
-    "qwen3vl-8b": SkyRLPreset(),  # every GPU of the node
     # The whole cluster path in minutes before the 8B run: one node, a 2B model, 3 steps,
     # an eval of 8 mazes before training and at the end, one checkpoint and export.
     "qwen3vl-2b-smoke": SkyRLPreset(
         model_path="Qwen/Qwen3-VL-2B-Instruct",
         model_params_b=2.1,
-        gpus_per_node=6,  # the 8B preset's layout, rehearsed
+        # every GPU of the node, the 8B presets' default layout, rehearsed
         prompts_per_node=12,
         mini_batches=1,
         steps=3,
