@@ -99,3 +99,55 @@ def test_stability_figure_has_a_panel_per_logged_signal(tmp_path):
     assert [ax.get_ylabel().replace("\n", " ") for ax in fig.axes] == list(st.SIGNALS)
     with pytest.raises(UsageError, match="no stability metrics"):
         stability_curves([{"step": 0, "rollout/reward_mean": 0.5}])
+
+
+def grpo_run(entropies, solves):
+    """GRPO steps 1.. with these entropies and rollout solve rates (as the local trainer logs)."""
+    return [
+        {"step": s, **local_step(s, e, **{"rollout/solve_rate": v, "rollout/reward_mean": v})}
+        for s, (e, v) in enumerate(zip(entropies, solves, strict=True), start=1)
+    ]
+
+
+# Entropy 0.93 -> 0.1 (11% of the start) in both: only the rewards tell them apart.
+FALLING = [0.93, 0.8, 0.6, 0.45, 0.3, 0.2, 0.15, 0.12, 0.11, 0.1]
+CONVERGING = [0.26, 0.4, 0.55, 0.7, 0.8, 0.88, 0.92, 0.95, 0.96, 0.97]  # groups all succeed
+STUCK = [0.26, 0.3, 0.28, 0.25, 0.27, 0.22, 0.2, 0.24, 0.21, 0.2]  # sure of failing moves
+
+
+def test_entropy_falling_as_groups_all_succeed_is_convergence_not_a_warning():
+    records = grpo_run(FALLING, CONVERGING)
+    fall = st.entropy_fall(records)
+    # the last 5 steps' solve rates: (0.88 + 0.92 + 0.95 + 0.96 + 0.97) / 5 = 0.936 >= 0.9
+    assert fall.kind == "convergence" and fall.solve == pytest.approx(0.936)
+    assert st.stability_warnings(records) == [] and st.warning_line(records) == ""
+    (note,) = st.stability_notes(records)
+    assert note == (
+        "entropy converging: 0.1 at step 10 is 11% of 0.93 at step 1, as groups all succeed "
+        "(rollout solve rate 94% over the last 5 steps)"
+    )
+    fig = stability_curves(records)
+    header = " ".join(t.get_text() for t in fig.texts)
+    assert "entropy converging; no stability warning" in header and "collaps" not in header
+
+
+def test_entropy_falling_with_rewards_stuck_is_a_collapse_warning():
+    records = grpo_run(FALLING, STUCK)
+    # (0.22 + 0.2 + 0.24 + 0.21 + 0.2) / 5 = 0.214 < 0.9
+    assert st.entropy_fall(records).solve == pytest.approx(0.214)
+    (line,) = st.stability_warnings(records)
+    assert line.startswith("entropy collapsing: 0.1 at step 10 is 11% of 0.93 at step 1")
+    assert "rewards stuck: rollout solve rate 21% over the last 5 steps, under the 90%" in line
+    assert st.stability_notes(records) == []
+    assert "entropy collapsing" in " ".join(t.get_text() for t in stability_curves(records).texts)
+
+
+def test_the_judgement_needs_the_fall_and_reads_the_solve_rate_up_to_it():
+    assert st.entropy_fall(grpo_run(FALLING[:6], STUCK[:6])) is None  # 0.2 is 22% of 0.93
+    # a SkyRL run logs the reward, not the rate: the reward judges; the solve rate wins if both
+    skyrl = [{"step": s, "loss/entropy": e, "rollout/reward_mean": v} for s, e, v in
+             zip(range(10), FALLING, CONVERGING, strict=True)]  # fmt: skip
+    assert st.entropy_fall(skyrl).kind == "convergence"
+    # 89.9% is not converged: (0.9 + 0.9 + 0.9 + 0.9 + 0.895) / 5 = 0.899
+    near = grpo_run(FALLING, [*STUCK[:5], 0.9, 0.9, 0.9, 0.9, 0.895])
+    assert st.entropy_fall(near).kind == "collapse"

@@ -34,11 +34,14 @@ from rlkit.notebook.plots import (
 )
 from rlkit.run.reader import Run
 from rlkit.run.stability import (
+    CONVERGED_SOLVE,
     ENTROPY_COLLAPSE_FRACTION,
     LOGPROB_GAP_LIMIT,
     SIGNALS,
+    SOLVE,
     grpo_entropies,
     resolve,
+    stability_notes,
     stability_warnings,
     with_derived,
 )
@@ -174,9 +177,11 @@ def stability_curves(
     metrics: Sequence[Mapping[str, Any]] | str | Path | Run, *, run_id: str | None = None
 ) -> Figure:
     """The stability signals vs step (`rlkit.run.stability.SIGNALS`, either backend's names):
-    entropy (with the collapse line), clip fraction, zero-variance share, the rollout-trainer
-    logprob gap (with its limit), turns, response tokens and grad norm; signals the run does
-    not log are left out, and the header carries the warnings, if any."""
+    entropy (with the rollout solve rate on a second axis and the line below which its fall
+    is judged), clip fraction, zero-variance share, the rollout-trainer logprob gap (with its
+    limit), turns, response tokens and grad norm; signals the run does not log are left out.
+    The header names each warning, or says the entropy converged (fell as groups all succeed),
+    which is no warning."""
     records = [with_derived(r) for r in _records(metrics)]
     found = resolve(records)
     if not found:
@@ -186,14 +191,12 @@ def stability_curves(
         )
     fig = PlotFigure(figsize=(10, 1.7 * len(found) + 1.2))
     axes = fig.subplots(len(found), 1, sharex=True, squeeze=False)[:, 0]
-    entropies = grpo_entropies(records)
     for ax, (name, keys) in zip(axes, found.items(), strict=True):
         for key in keys:
             xs, ys = _series(records, key)
             ax.plot(xs, ys, lw=1.3, marker="." if len(xs) < 40 else None, label=key)
-        if name == "entropy" and entropies and entropies[0][1] > 0:
-            floor = ENTROPY_COLLAPSE_FRACTION * entropies[0][1]
-            ax.axhline(floor, color="C3", ls="--", lw=1, label="collapse warning")
+        if name == "entropy":
+            _entropy_context(ax, records)
         if name.startswith("rollout-trainer"):
             ax.axhline(LOGPROB_GAP_LIMIT, color="C3", ls="--", lw=1, label="warning limit")
         ax.set_ylabel(textwrap.fill(name, 16), fontsize=8)
@@ -205,9 +208,39 @@ def stability_curves(
     if spans:
         _mark_phases(list(axes), spans)
     warnings = [w.split(":")[0] for w in stability_warnings(records)]  # the full lines: monitor
-    detail = f"{len(records)} steps  |  " + ("; ".join(warnings) or "no stability warning")
+    notes = [n.split(":")[0] for n in stability_notes(records)]
+    detail = f"{len(records)} steps  |  " + (
+        "; ".join(warnings) or "; ".join([*notes, "no stability warning"])
+    )
     figure_header(fig, "Stability", run_id, detail)
     return fig
+
+
+def _entropy_context(ax: Axes, records: Sequence[Mapping[str, Any]]) -> None:
+    """The entropy panel's reading aids: the floor below which a fall is judged, and the rollout
+    solve rate (right axis) with the level that makes a fall convergence, not collapse."""
+    entropies = grpo_entropies(records)
+    if entropies and entropies[0][1] > 0:
+        floor = ENTROPY_COLLAPSE_FRACTION * entropies[0][1]
+        label = f"{ENTROPY_COLLAPSE_FRACTION:.0%} of GRPO's start"
+        ax.axhline(floor, color="C3", ls="--", lw=1, label=label)
+    key = next((k for k in SOLVE if _series(records, k)[0]), None)
+    if key is None:
+        return
+    solve = ax.twinx()
+    xs, ys = _series(records, key)
+    solve.plot(xs, ys, color="0.55", lw=1, ls=":")
+    solve.axhline(CONVERGED_SOLVE, color="0.55", lw=0.8, ls="-.")
+    solve.set_ylim(-0.02, 1.05)
+    solve.tick_params(labelsize=7)
+    ax.plot(
+        [],
+        [],
+        color="0.55",
+        lw=1,
+        ls=":",
+        label=f"{key} (right; converged >= {CONVERGED_SOLVE:.0%})",
+    )
 
 
 def live_curves(

@@ -5,7 +5,8 @@ few per-step numbers that both backends log to RUN/metrics.jsonl, under rlkit's 
 through `rlkit.cluster.skyrl.bridge`):
 
 - entropy: the policy's mean token entropy (local `loss/entropy`; SkyRL `policy/policy_entropy`
-  -> `loss/entropy`). Falling to near zero means the policy stopped exploring.
+  -> `loss/entropy`). Falling to near zero means the policy stopped exploring: a collapse when
+  the rollout rewards are stuck low, convergence when the groups all succeed (`entropy_fall`).
 - clip fraction: the share of loss tokens where PPO's clip binds (local `loss/clip_fraction`;
   SkyRL `policy/loss_metrics/clip_ratio` -> `loss/clip_fraction`, older runs
   `loss/loss_metrics_clip_ratio`).
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 ZERO_VARIANCE_SHARE = "rollout/zero_variance_share"
@@ -50,13 +52,32 @@ ENTROPY = SIGNALS["entropy"]
 LOGPROB_GAP = SIGNALS["rollout-trainer logprob gap"][:1]  # the mean; the max is a spike detector
 
 ENTROPY_COLLAPSE_FRACTION = 0.2
-"""Warn when the latest entropy is below this fraction of the first GRPO step's.
+"""Judge the entropy once the latest is below this fraction of the first GRPO step's.
 
 GRPO's entropy falls as the policy sharpens; that is learning. A fall to a fifth of where GRPO
-started leaves each answer token about one effective choice, so groups stop differing, their
-rewards go zero-variance and the gradient vanishes: the collapse RAGEN and verl users report.
-Measured against the run's own start, not an absolute value, because entropy's scale depends on
-the model, the prompt and the warm start."""
+started leaves each answer token about one effective choice, so groups stop differing and their
+rewards go zero-variance. Measured against the run's own start, not an absolute value, because
+entropy's scale depends on the model, the prompt and the warm start. Whether that is a problem
+depends on the rewards (`CONVERGED_SOLVE`)."""
+
+CONVERGED_SOLVE = 0.9
+"""Entropy below the fraction above is convergence when the rollout solve rate (mean of the last
+`RECENT_STEPS` GRPO steps) is at least this, else a collapse (a warning).
+
+With entropy that low, nearly every group is zero-variance, so the solve rate is about the share
+of groups that all succeed: at 90% or more the groups have stopped differing because they all
+reach the exit (the demo's run: entropy at a few percent of its start, evals at 97%). Below it,
+many groups fail alike: the policy is sure of moves that do not reach the exit, those groups
+give no gradient, and the rewards stay stuck: the collapse RAGEN and verl users report. A
+level, not a trend, because a collapsed policy can keep part of an earlier rise."""
+
+RECENT_STEPS = 5
+"""GRPO steps whose rollout solve rate is averaged for the judgement: one step's 64 groups
+swing by several points."""
+
+SOLVE = ("rollout/solve_rate", "rollout/reward_mean")
+"""The rollout's success on either backend (SkyRL's `environment/solve_rate` and
+`reward/avg_raw_reward` through the bridge); the reward stands in when the rate is missing."""
 
 LOGPROB_GAP_LIMIT = 0.1
 """Warn when the mean per-token |rollout - trainer| logprob gap exceeds this (nats).
@@ -132,19 +153,66 @@ def grpo_entropies(records: Sequence[Mapping[str, Any]]) -> list[tuple[int, floa
     return [(r["step"], v) for r in grpo if (v := _first(r, ENTROPY)) is not None]
 
 
+@dataclass(frozen=True)
+class EntropyFall:
+    """Entropy below `ENTROPY_COLLAPSE_FRACTION` of GRPO's start, and what it means."""
+
+    kind: str
+    """"collapse" (rewards stuck: a warning) or "convergence" (groups all succeed)."""
+    step: int
+    entropy: float
+    first_step: int
+    first: float
+    solve: float | None
+    """Mean rollout solve rate of the last `RECENT_STEPS` GRPO steps (None: not logged)."""
+
+    def line(self) -> str:
+        fall = (
+            f"{self.entropy:.3g} at step {self.step} is {self.entropy / self.first:.0%} of "
+            f"{self.first:.3g} at step {self.first_step}"
+        )
+        if self.kind == "convergence":
+            return (
+                f"entropy converging: {fall}, as groups all succeed (rollout solve rate "
+                f"{self.solve:.0%} over the last {RECENT_STEPS} steps)"
+            )
+        why = (
+            "no rollout solve rate logged to tell it from convergence"
+            if self.solve is None
+            else f"rewards stuck: rollout solve rate {self.solve:.0%} over the last "
+            f"{RECENT_STEPS} steps, under the {CONVERGED_SOLVE:.0%} of convergence"
+        )
+        return (
+            f"entropy collapsing: {fall} (judged below {ENTROPY_COLLAPSE_FRACTION:.0%}) with "
+            f"{why}: groups fail alike and stop teaching"
+        )
+
+
+def entropy_fall(records: Sequence[Mapping[str, Any]]) -> EntropyFall | None:
+    """None while the latest GRPO entropy is at least `ENTROPY_COLLAPSE_FRACTION` of the first
+    GRPO step's; else a collapse or convergence, judged on the rollout solve rate of the last
+    `RECENT_STEPS` GRPO steps up to that entropy's step (`CONVERGED_SOLVE`)."""
+    entropies = grpo_entropies(records)
+    if len(entropies) < 2:
+        return None
+    (step0, first), (step, last) = entropies[0], entropies[-1]
+    if not (first > 0 and last < ENTROPY_COLLAPSE_FRACTION * first):
+        return None
+    grpo = [r for r in _by_step(records) if _is_grpo(r) and r["step"] <= step]
+    solves = [v for r in grpo if (v := _first(r, SOLVE)) is not None][-RECENT_STEPS:]
+    solve = sum(solves) / len(solves) if solves else None
+    kind = "convergence" if solve is not None and solve >= CONVERGED_SOLVE else "collapse"
+    return EntropyFall(kind, step, last, step0, first, solve)
+
+
 def stability_warnings(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """One-line warnings on a run's metric records (file order; a step's later values win):
-    entropy collapsed below `ENTROPY_COLLAPSE_FRACTION` of the first GRPO step's, or the
-    rollout-trainer logprob gap past `LOGPROB_GAP_LIMIT`. [] on a healthy run."""
+    entropy collapsed (`entropy_fall`: fallen with rewards stuck), or the rollout-trainer
+    logprob gap past `LOGPROB_GAP_LIMIT`. [] on a healthy run, a converged one included."""
     warnings = []
-    entropies = grpo_entropies(records)
-    if len(entropies) >= 2:
-        (step0, first), (step, last) = entropies[0], entropies[-1]
-        if first > 0 and last < ENTROPY_COLLAPSE_FRACTION * first:
-            warnings.append(
-                f"entropy collapsing: {last:.3g} at step {step} is {last / first:.0%} of "
-                f"{first:.3g} at step {step0} (warns below {ENTROPY_COLLAPSE_FRACTION:.0%})"
-            )
+    fall = entropy_fall(records)
+    if fall is not None and fall.kind == "collapse":
+        warnings.append(fall.line())
     grpo = [r for r in _by_step(records) if _is_grpo(r)]
     gaps = [(r["step"], v) for r in grpo if (v := _first(r, LOGPROB_GAP)) is not None]
     if gaps and gaps[-1][1] > LOGPROB_GAP_LIMIT:
@@ -154,6 +222,12 @@ def stability_warnings(records: Sequence[Mapping[str, Any]]) -> list[str]:
             "nats/token: the sampler and the trainer disagree (check TIS, weight sync, dtype)"
         )
     return warnings
+
+
+def stability_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What is worth a line but no warning: entropy that fell as the groups all succeed."""
+    fall = entropy_fall(records)
+    return [fall.line()] if fall is not None and fall.kind == "convergence" else []
 
 
 def warning_line(records: Sequence[Mapping[str, Any]]) -> str:
