@@ -19,18 +19,23 @@
 #
 # rlkit trains a vision-language model with GRPO to solve mazes: each turn the model sees the
 # maze as a picture and answers one move; an episode earns reward 1 only if it reaches the exit.
-# These six notebooks are one workflow: 00 connect, 01 the mazes, 02 the baselines, 03 train,
-# 04 the solve rate across checkpoints, 05 replays and failures. On a laptop or in CI they use
-# the embedded default (a local Ray head and a tiny Qwen3-VL-architecture model trained on CPU);
-# on SageMaker HyperPod the same cells drive SkyRL training Qwen3-VL-8B.
+# These seven notebooks are one workflow: 00 connect, 01 the mazes, 02 the baselines, 03 train,
+# 04 the solve rate across checkpoints, 05 replays and failures, 06 runs side by side. On a
+# laptop or in CI they use the embedded default (a local Ray head and a tiny
+# Qwen3-VL-architecture model trained on CPU); on SageMaker HyperPod the same cells drive SkyRL
+# training Qwen3-VL-8B. Every term they use (advantage, KL, clip fraction, pass@k, ...) is in
+# the [glossary](../docs/glossary.md).
 #
 # This notebook checks the kernel (Python, torch, transformers, Ray: the cluster's versions),
 # then connects to a Ray cluster's Jobs API: by default a local head on 127.0.0.1 (started, or
-# reused if one answers); on a cluster, the head's address, e.g. from a preset file:
-# `papermill 00_setup_and_connect.ipynb out.ipynb -f presets/hyperpod-qwen3vl-8b.yaml`.
+# reused if one answers); on a cluster, the head's address, e.g. from this notebook's preset
+# file: `papermill 00_setup_and_connect.ipynb out.ipynb -f
+# presets/hyperpod-qwen3vl-8b/00_setup_and_connect.yaml` (one file per notebook). A Studio
+# kernel that only drives the cluster needs no torch (`environment.yml`): the report below
+# then says `local_training: no`, which is not a problem.
 
 # %% tags=["parameters"]
-address = None  # None: local Ray head; else http://HEAD:8265 or sagemaker_ray://CLUSTER/NAMESPACE
+address = None  # None: local Ray head; else http://HEAD:8265 or sagemaker_ray://RAYCLUSTER/NS
 local_port = 8265  # dashboard (Jobs API) port of the local head
 probe_python = False  # True: run a tiny job to read the cluster's Python version
 preflight_preset = None  # e.g. "qwen3vl-8b-6gpu": a short job checks what that run needs

@@ -57,6 +57,12 @@ workbench.save_png(fig, out_dir, "test_mazes")
 fig
 
 # %% [markdown]
+# *Figure: the test mazes, each titled with its difficulty (L: shortest-path length, J:
+# junctions, T: turns on that path; [glossary](../docs/glossary.md)). What a usable test set
+# looks like: a spread of path lengths (the count below), so a solve rate says something about
+# short and long mazes alike, and no maze the turn budget cannot cover.*
+
+# %% [markdown]
 # How many test mazes have each shortest-path length (the main difficulty axis: a maze whose exit
 # is 6 moves away leaves less slack in a 12-turn budget than one 2 moves away):
 

@@ -24,7 +24,8 @@
 #
 # How to read the table: `solve` is the share of episodes that reached the exit; `95% CI` is
 # where the true rate lies with 95% confidence, widened for the correlation between a maze's
-# samples; `pass@k` is the chance that at least one of k samples solves a maze. The random
+# samples (its width grows with the design effect); `pass@k` is the chance that at least one
+# of k samples solves a maze (both in the [glossary](../docs/glossary.md)). The random
 # policy solves about a fifth of these small mazes by luck within 12 turns; the untrained base
 # model (the run's initial weights) lands near it because its move choice is close to uniform.
 # Training has to beat both by more than their intervals.
@@ -58,6 +59,12 @@ workbench.save_png(fig, out_dir, "baselines_by_difficulty")
 fig
 
 # %% [markdown]
+# *Figure: solve rate by shortest-path length, one bar per policy, with 95% intervals. What
+# sane baselines look like: the oracle at 100% everywhere; random falling as paths get longer
+# (luck runs out); eps-oracle in between; the base model near random. A base model far above
+# random before any training would mean the task leaks the answer.*
+
+# %% [markdown]
 # One episode of the base model, turn by turn. Blue arrow: the oracle's (shortest-path) move;
 # orange: the model's; when they agree only blue shows. The caption gives the parsed move, the
 # oracle's, and whether the agent moved or bumped into a wall. In an executed notebook this
@@ -77,6 +84,12 @@ ReplayWidget(workbench.episode(trajs, base[report.BASE], replay_maze))
 fig = plots.failure_breakdown(base[report.BASE])
 workbench.save_png(fig, out_dir, "base_failures")
 fig
+
+# %% [markdown]
+# *Figure: the base model's failed episodes by kind. Before training, expect loops and wall
+# bumps to dominate; `format_error` stays at 0 for the local model because its answers are
+# constrained to the four moves. The random policy's breakdown below is the reference: a model
+# that fails the way random does has learned nothing yet.*
 
 # %%
 plots.failure_breakdown(base["random"])

@@ -19,7 +19,8 @@
 #
 # Training runs as a Ray job, so it survives this kernel. Local presets (`smoke`, `local-tiny`)
 # train the tiny Qwen3-VL with rlkit's GRPO loop on the local head; the cluster preset
-# `qwen3vl-8b-6gpu` runs SkyRL on HyperPod (values in `presets/hyperpod-qwen3vl-8b.yaml`) and,
+# `qwen3vl-8b-6gpu` runs SkyRL on HyperPod (values in
+# `presets/hyperpod-qwen3vl-8b/03_train_grpo.yaml`) and,
 # without an address, is only printed (a dry run); `skyrl-tiny-cpu` runs SkyRL's own trainer on
 # the local head.
 #
@@ -29,7 +30,9 @@
 # minus the group's mean, divided by the group's spread. There is no critic; the group is the
 # baseline. The update makes every move of above-average episodes more likely and of
 # below-average ones less likely, with PPO's clipped ratio over a couple of passes. A group
-# where all episodes scored alike teaches nothing and is skipped.
+# where all episodes scored alike teaches nothing and is skipped. The cell after the monitor
+# works one real group of this run through that formula. Terms (advantage, KL, clip fraction,
+# behaviour cloning, token_mean, ...): the [glossary](../docs/glossary.md).
 #
 # Why a warm start: GRPO needs groups that sometimes succeed. A randomly initialised model
 # solves a fifth of the mazes by luck but not consistently, and learns little from that.
@@ -80,7 +83,7 @@ wait_s = 3 * 3600  # how long a headless run waits for the job (0: don't wait)
 # %%
 from rlkit.cluster import launch
 from rlkit.cluster.client import connect
-from rlkit.notebook import training
+from rlkit.notebook import groups, training
 from rlkit.notebook.monitor import JobMonitor
 from rlkit.notebook.paths import home_path
 
@@ -100,6 +103,13 @@ job
 # The live monitor: status, Stop button, reward/solve curves and the log tail, refreshed every
 # few seconds in the background (the cell returns at once). Tick "Resubmit on failure" and a
 # failed job is submitted again as the same run, resuming from its last complete checkpoint.
+#
+# *What a good run looks like in it: the warm start lifts the test-set solve rate to ~40%,
+# then GRPO's rollout solve rate and the test evals climb together (locally to ~95% in 160
+# steps); the evals' error bars are wide (64 mazes), so read the trend, not one point. A
+# rollout solve rate that climbs while the evals stay flat is overfitting the training mazes;
+# both flat after the warm start means GRPO's groups are not teaching (see 04's stability
+# figure).*
 
 # %%
 monitor = JobMonitor(job, plan.run_dir, refresh_s=5).start_polling() if job else None
@@ -119,6 +129,18 @@ job
 # %%
 if job is not None and wait_s > 0:
     print(launch.finish(job, monitor, wait_s))
+
+# %% [markdown]
+# **One group, rewards to advantages.** The trainer keeps a few groups of every GRPO step with
+# the advantage each episode's tokens got (`rlkit rollouts RUN`). Here is one group of the
+# newest captured step worked by hand: each episode's reward, the group's mean and std, the
+# formula's result, and the advantage the loss really used. In a mixed group the solved
+# episodes get a positive advantage and the failed ones a negative one, and the two sides
+# balance (they sum to 0). A group that all solved gets 0: nothing in it beat anything else.
+# (A job still running may not have captured a step yet: the cell says so.)
+
+# %%
+print(groups.worked_text(plan.run_dir, cluster=cluster) if job else "no run: nothing trained here")
 
 # %% [markdown]
 # **Next:** 04 scores every checkpoint on the test set.

@@ -26,7 +26,8 @@
 # 95% interval. Step 0 is the untrained model as the trainer scored it; the dashed line is the
 # same weights as notebook 02 scored them, with more samples and another seed: the two differ
 # by sampling noise only, so read them through their intervals. The shaded span is the warm
-# start; GRPO's own gain is measured from its boundary.
+# start; GRPO's own gain is measured from its boundary. Terms (design effect, pass@k, entropy,
+# clip fraction, logprob gap, ...): the [glossary](../docs/glossary.md).
 
 # %% tags=["parameters"]
 out_dir = "runs/demo"
@@ -62,10 +63,22 @@ fig = plots.solve_rate_curve(
 curve_png = workbench.save_png(fig, out_dir, "solve_rate_across_checkpoints")
 fig
 
+# %% [markdown]
+# *Figure: test-set solve rate of every checkpoint with its 95% band. A good run: the warm
+# start ends near the base model's level plus ~20 points (locally ~40%), GRPO then climbs
+# steeply and flattens near the top (the demo: ~97% sampled), and the last few checkpoints'
+# bands overlap (a plateau, not a swing). A curve that peaks and falls back is the learning
+# rate or a collapse: look at the stability figure below.*
+
 # %%
 fig = plots.by_difficulty(report.milestones(evals, boundary), run_id=run.name)
 difficulty_png = workbench.save_png(fig, out_dir, "solve_rate_by_difficulty")
 fig
+
+# %% [markdown]
+# *Figure: the same checkpoints by shortest-path length. Good: every length improves, and the
+# long paths (the hard end) close most of their gap by the end. A run that only gains on short
+# paths has learned the first move, not the maze.*
 
 # %%
 fig = curves.training_curves(run, run_id=run.name)
@@ -73,14 +86,35 @@ curves_png = workbench.save_png(fig, out_dir, "training_curves")
 fig
 
 # %% [markdown]
-# Is training stable? Entropy (with the collapse line), clip fraction, the share of groups that
-# teach nothing, the rollout-vs-trainer logprob gap, turns, response length and grad norm; the
-# header names any warning the monitor would raise.
+# *Figure: the trainer's own numbers per step. Good: the BC loss falls in the warm start; in
+# GRPO the rollout reward rises (it is lower than the test set's solve rate while half the
+# training mazes are played on a tight turn budget); KL grows slowly and stays small (a few
+# hundredths); entropy falls as the policy sharpens; turns per episode fall towards the
+# shortest paths' lengths.*
+
+# %% [markdown]
+# Is training stable? Entropy (with the rollout solve rate beside it and the line below which
+# falling entropy is judged), clip fraction, the share of groups that teach nothing, the
+# rollout-vs-trainer logprob gap, turns, response length and grad norm; the header names any
+# warning the monitor would raise.
+#
+# Falling entropy is not by itself a problem. When it falls *because groups all succeed*, the
+# policy has converged: the header says "entropy converging" and nothing warns. When it falls
+# *while the rollout solve rate stays low*, the policy has become sure of moves that fail, its
+# groups stop differing and GRPO stops learning: "entropy collapsing", a warning (collapse vs
+# convergence in the [glossary](../docs/glossary.md)).
 
 # %%
 fig = curves.stability_curves(run, run_id=run.name)
 stability_png = workbench.save_png(fig, out_dir, "stability")
 fig
+
+# %% [markdown]
+# *Figure: the stability signals per step. A healthy local run: entropy falls steadily while
+# the rollout solve rate climbs above 90% (convergence); clip fraction stays at a few percent;
+# the zero-variance share rises late, as more groups solve every episode; grad norm stays
+# within one order of magnitude. A SkyRL run also shows the logprob gap, which should stay
+# well under its 0.1 line.*
 
 # %% [markdown]
 # Did GRPO help? Paired by maze: for every maze, the fraction of its samples solved at the last

@@ -25,6 +25,9 @@
 # Colours: red agent, green exit, grey trail, dark grey the previous cell; blue arrow the
 # oracle's move, orange the model's (only blue when they agree). Executed notebooks carry a
 # player that runs in the browser with no kernel; run the notebook for the live widgets.
+# Under each frame, four bars give the policy's probability of each move: a trained policy is
+# sure (one tall bar) where the maze leaves one good move, and spreads where two moves are
+# equally short. Failure kinds: the [glossary](../docs/glossary.md).
 
 # %% tags=["parameters"]
 out_dir = "runs/demo"
@@ -72,6 +75,11 @@ CheckpointDiffWidget(*pair, labels=shown.labels) if pair else HTML("<p>one evalu
 fig = plots.failure_breakdown(shown.last)
 workbench.save_png(fig, out_dir, "final_failures")
 fig
+
+# %% [markdown]
+# *Figure: the final checkpoint's failed episodes by kind (compare 02's base model). Good:
+# few failures in all (the demo: a handful of 512 episodes), and no `format_error`. Loops that
+# remain are usually one maze the policy misreads, replayed below.*
 
 # %%
 for kind, traj in shown.failures().items():

@@ -27,10 +27,16 @@
 #
 # How to read it: bands that overlap do not settle anything on their own; the paired test does,
 # because it compares the two runs on the same mazes. Two seeds of one recipe differ by chance
-# alone, so one pair of runs says little about a recipe: compare several seeds.
+# alone, so one pair of runs says little about a recipe: compare several seeds. Terms (paired
+# test, design effect, ...): the [glossary](../docs/glossary.md).
+#
+# With its defaults it reads the one run `make demo` trains (`runs/demo/local-tiny`) and says
+# how to add a second; nothing it reads is written to. A second run goes in its own folder,
+# e.g. `rlkit train --preset smoke --run-dir runs/smoke`, or a whole quick demo with
+# `rlkit demo --quick --out runs/quick` (its run: `runs/quick/smoke`).
 
 # %% tags=["parameters"]
-runs = ["runs/demo/local-tiny", "runs/demo/smoke"]  # run dirs (either backend) or run names
+runs = ["runs/demo/local-tiny"]  # run dirs (either backend) or names under runs/; add more
 labels = None  # one label per run for legends and verdicts (None: the runs' names)
 reference = 0  # the run the others are compared with (an index or a label)
 align = "step"  # "grpo": count steps from each run's GRPO start (local warm start < 0)
@@ -60,6 +66,11 @@ print(compare.describe(views))
 keep(compare.solve_rate_curves(views, align=align), out_dir, "compare_solve_rate")
 
 # %% [markdown]
+# *Figure: what a real difference looks like: one run's band stays above the other's over the
+# last several evaluations, in both panels. Crossing curves, or a gap smaller than the bands,
+# is what two seeds of the same recipe look like; the paired test below decides.*
+
+# %% [markdown]
 # By difficulty, at each run's final checkpoint: the solve rate per maze size and shortest-path
 # length, its 95% interval (mazes clustered) and how many mazes stand behind it. Cells with a
 # handful of mazes have wide intervals: read them loosely.
@@ -76,9 +87,8 @@ keep(compare.difficulty_figure(views), out_dir, "compare_by_difficulty")
 # checkpoint picked on this same test set, which flatters it: trust the final comparison first.
 
 # %%
-comparisons = compare.compare_runs(views, reference)
-for c in comparisons:
-    print(c.verdict)
+for verdict in compare.verdicts(views, reference):
+    print(verdict)
 
 # %% [markdown]
 # **Next:** to see *why* two runs differ, replay the mazes one solves and the other fails in

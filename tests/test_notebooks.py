@@ -8,6 +8,7 @@ from urllib.parse import urlparse
 import jupytext
 import pytest
 
+from rlkit.notebook import compare
 from rlkit.notebook.demo import (
     NOTEBOOK_DIR,
     NOTEBOOKS,
@@ -35,8 +36,33 @@ def test_every_notebook_is_paired_stored_without_outputs_and_has_a_parameters_ce
         )
 
 
+GLOSSARY = NOTEBOOK_DIR.parent / "docs" / "glossary.md"
+TERMS = (  # issue 39's list, then terms the notebooks use without defining them
+    "advantage", "KL", "clip fraction", "entropy", "behaviour cloning", "pass@k",
+    "design effect", "logprob gap", "token_mean", "TIS", "collapse vs convergence",
+    "zero-variance group", "warm start", "paired test", "failure kinds", "greedy vs sampled",
+    "Dr. GRPO", "fail advantage", "recipe", "capture",
+)  # fmt: skip
+
+
+def test_every_notebook_links_the_glossary_which_defines_the_terms():
+    headings = [ln for ln in GLOSSARY.read_text().splitlines() if ln.startswith("### ")]
+    for term in TERMS:
+        assert any(term.lower() in h.lower() for h in headings), f"glossary lacks {term!r}"
+    for name in STORED_NOTEBOOKS:
+        assert "](../docs/glossary.md" in (NOTEBOOK_DIR / f"{name}.py").read_text(), name
+
+
+def test_notebook_00_counts_the_notebooks_there_are():
+    words = {6: "six", 7: "seven", 8: "eight"}
+    intro = (NOTEBOOK_DIR / "00_setup_and_connect.py").read_text()
+    assert f"These {words[len(STORED_NOTEBOOKS)]} notebooks" in intro
+    for name in STORED_NOTEBOOKS:
+        assert f" {name[:2]} " in intro, f"notebook 00 does not name {name}"
+
+
 @pytest.mark.slow
-def test_quick_demo_executes_every_notebook(ray_cluster, tmp_path):
+def test_quick_demo_executes_every_notebook(ray_cluster, tmp_path, monkeypatch):
     port = urlparse(ray_cluster.address).port
     out = tmp_path / "demo"
     summary = run_demo(out, quick=True, local_port=port)
@@ -65,6 +91,26 @@ def test_quick_demo_executes_every_notebook(ray_cluster, tmp_path):
     dry = execute("03_train_grpo", tmp_path / "dry", params, kernel=ensure_kernel())
     text = Path(dry).read_text()
     assert "no cluster: dry run" in text and "rlkit.cluster.skyrl.entry" in text
+    # 03 worked one captured group of the run it trained, rewards to advantages
+    trained = json.loads((out / "notebooks" / "03_train_grpo.ipynb").read_text())
+    assert "(r - mean) / (std + 1e-6)  advantage used" in json.dumps(trained)
+    # 06 with its defaults after a plain `make demo` (one run): runs, touches nothing
+    assert compare.ONE_RUN in run_06_with_defaults(out / "smoke", tmp_path / "home", monkeypatch)
+
+
+def run_06_with_defaults(demo_run: Path, home: Path, monkeypatch) -> str:
+    """Notebook 06 with no parameters, in a home where `make demo`'s one run sits at
+    runs/demo/local-tiny (a link to `demo_run`): its text output."""
+    (home / "runs" / "demo").mkdir(parents=True)
+    (home / "runs" / "demo" / "local-tiny").symlink_to(demo_run)
+    monkeypatch.setenv("RLKIT_HOME", str(home))
+    before = sorted((p.relative_to(demo_run), p.stat().st_mtime) for p in demo_run.rglob("*"))
+    path = execute("06_compare_runs", home / "out", {}, kernel=ensure_kernel())
+    after = sorted((p.relative_to(demo_run), p.stat().st_mtime) for p in demo_run.rglob("*"))
+    assert before == after, "notebook 06 wrote into the run it reads"
+    outputs = [o for c in json.loads(path.read_text())["cells"] for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o["output_type"] == "error"]
+    return "".join("".join(o.get("text", "")) for o in outputs)
 
 
 def test_demo_kernels_keep_their_ipc_sockets_in_jupyters_runtime_dir():

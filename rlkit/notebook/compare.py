@@ -254,6 +254,20 @@ def compare_runs(views: Sequence[RunView], reference: int | str = 0) -> list[Com
     return out
 
 
+ONE_RUN = (
+    "one run: nothing to compare it with yet. Train a second beside it (nothing of the first "
+    "is touched), e.g. `rlkit train --preset smoke --run-dir runs/smoke` (seconds on 2 cores), "
+    'then set runs = [..., "smoke"]'
+)
+"""What 06 says with its defaults after a plain `make demo`, which trains one run."""
+
+
+def verdicts(views: Sequence[RunView], reference: int | str = 0) -> list[str]:
+    """The verdict of every comparison (`compare_runs`); one run: `ONE_RUN`, so notebook 06
+    runs with its defaults on the demo's single run."""
+    return [ONE_RUN] if len(views) == 1 else [c.verdict for c in compare_runs(views, reference)]
+
+
 # per difficulty
 
 

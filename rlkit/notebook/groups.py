@@ -1,0 +1,152 @@
+"""One captured GRPO group, rewards to advantages, worked by hand (notebook 03).
+
+GRPO's whole credit assignment is one line per group: `A_i = (r_i - mean(r)) / (std(r) + 1e-6)`
+(`rlkit.train.advantages`, SkyRL's `compute_grpo_outcome_advantage`; Bessel's std). A reader
+believes it once they see a real group's numbers go through it and land on the advantages the
+loss actually used, which the trainer captured (`rlkit.run.captures`). So this recomputes them
+from the captured rewards, in numpy (a Studio kernel has no torch), and names the rule that
+matches: plain GRPO, mean-centred only (Dr. GRPO), a group dropped because its episodes all
+scored alike (zero-variance filter), or the local fail advantage for a group that all failed.
+
+    view = groups.worked_group(run)          # the newest captured step, a group that differs
+    print(view.table())
+    print(groups.worked_text(plan.run_dir, cluster=cluster))   # notebook 03: never raises
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlkit.errors import RlkitError, UsageError
+from rlkit.run.captures import CapturedEpisode
+from rlkit.run.reader import Run
+
+EPS = 1e-6
+"""Added to the group's std before dividing, as both backends do (a solved-by-all group would
+otherwise divide 0 by 0)."""
+TOLERANCE = 1e-3
+"""Captured advantages are float32 on the way to the file: agreement to this is a match."""
+
+
+@dataclass(frozen=True)
+class WorkedGroup:
+    """A group's rewards, its statistics, the captured advantages and the rule they follow."""
+
+    step: int
+    group: int
+    rewards: tuple[float, ...]
+    captured: tuple[float, ...]
+    """The advantages the loss gave each episode (as the trainer captured them)."""
+    rule: str
+    """Which formula reproduces `captured` (see `RULES`)."""
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.rewards))
+
+    @property
+    def std(self) -> float:
+        """Bessel's (unbiased) std, as torch.std and SkyRL compute it."""
+        return float(np.std(self.rewards, ddof=1))
+
+    def by_hand(self) -> tuple[float, ...]:
+        """`(r - mean) / (std + eps)`: plain GRPO's advantages for these rewards."""
+        return tuple((r - self.mean) / (self.std + EPS) for r in self.rewards)
+
+    def table(self) -> str:
+        """The worked example: one line per episode, then the statistics and the rule."""
+        lines = [
+            f"training step {self.step}, group {self.group} (one maze, {len(self.rewards)} "
+            "episodes of the same policy)",
+            "episode  reward  (r - mean) / (std + 1e-6)  advantage used",
+        ]
+        for i, (r, h, a) in enumerate(
+            zip(self.rewards, self.by_hand(), self.captured, strict=True)
+        ):
+            lines.append(f"{i:>7}  {r:>6.2f}  {h:>+25.3f}  {a:>+14.3f}")
+        lines.append(f"group mean {self.mean:.3f}, std {self.std:.3f} (Bessel)")
+        lines.append(f"rule: {self.rule}")
+        return "\n".join(lines)
+
+
+RULES = {
+    "grpo": "plain GRPO: (r - mean) / (std + 1e-6); above-average episodes are pushed up",
+    "mean": "Dr. GRPO (grpo_norm_by_std=false): r - mean, no division by the std",
+    "dropped": "every episode scored alike, so no episode beat another: advantage 0 "
+    "(the zero-variance filter drops the group from the loss)",
+    "fail": "every episode failed: the fail advantage (recipe.fail_advantage) makes all of "
+    "their moves less likely",
+    "other": "none of the rules here reproduces the captured advantages: the run's recipe "
+    "changes them (see its run.json)",
+}
+
+
+def match_rule(rewards: Sequence[float], captured: Sequence[float]) -> str:
+    """The name in `RULES` of the formula that turns `rewards` into `captured`."""
+    r, a = np.asarray(rewards, float), np.asarray(captured, float)
+    if len(r) < 2:
+        raise UsageError(f"a group of {len(r)} episode: GRPO compares at least two")
+    alike = np.ptp(r) == 0
+    if alike and np.allclose(a, 0.0, atol=TOLERANCE):
+        return "dropped"
+    if alike and np.all(r <= 0) and np.ptp(a) < TOLERANCE and a[0] < 0:
+        return "fail"
+    centred = r - r.mean()
+    if not alike and np.allclose(a, centred / (r.std(ddof=1) + EPS), atol=TOLERANCE):
+        return "grpo"
+    if np.allclose(a, centred, atol=TOLERANCE):
+        return "dropped" if alike else "mean"
+    return "other"
+
+
+def _groups(episodes: Sequence[CapturedEpisode]) -> dict[int, list[CapturedEpisode]]:
+    out: dict[int, list[CapturedEpisode]] = {}
+    for e in episodes:
+        out.setdefault(e.group, []).append(e)
+    return out
+
+
+def worked_group(run: Run, step: int | None = None, group: int | None = None) -> WorkedGroup:
+    """A captured group of `step` (None: the newest captured step) worked by hand. Without
+    `group`, the first whose rewards differ (the case the formula is about), else the first."""
+    steps = run.capture_steps()
+    if not steps:
+        raise UsageError(
+            f"{run.name} captured no training rollouts (schedule.capture_groups is 0, or no "
+            "GRPO step has finished yet)"
+        )
+    return from_episodes(run.captures(steps[-1] if step is None else step), group)
+
+
+def from_episodes(episodes: Sequence[CapturedEpisode], group: int | None = None) -> WorkedGroup:
+    """`worked_group` on one step's captured episodes."""
+    by_group = _groups(episodes)
+    if not by_group:
+        raise UsageError("the step captured no episodes: pick another step")
+    if group is None:
+        differ = [g for g, eps in by_group.items() if len({e.trajectory.reward for e in eps}) > 1]
+        group = (differ or sorted(by_group))[0]
+    if group not in by_group:
+        raise UsageError(f"the step captured groups {sorted(by_group)}, not {group}")
+    eps = by_group[group]
+    rewards = tuple(float(e.trajectory.reward) for e in eps)
+    captured = tuple(float(e.advantage) for e in eps)
+    rule = RULES[match_rule(rewards, captured)]
+    return WorkedGroup(eps[0].step, group, rewards, captured, rule)
+
+
+def worked_text(run_dir: str | Path, *, cluster: Any = None) -> str:
+    """Notebook 03's cell: the worked group of the run at `run_dir` (read through `cluster`
+    where this kernel cannot see it), or one line saying why there is none yet (a job still
+    before its first GRPO step, a run that captures nothing): the cell never fails on it."""
+    from rlkit.notebook.workbench import open_source
+
+    try:
+        return worked_group(open_source(run_dir, cluster=cluster)).table()
+    except RlkitError as e:
+        return f"no captured group to work through yet: {e}"
