@@ -5,7 +5,9 @@
 #   REGION=us-west-2 TAG=0.4.0 deploy/build-image.sh
 #   PUSH=0 deploy/build-image.sh                # build and check only
 #
-# Then set the image in deploy/raycluster.yaml (both groups) to the printed name.
+# Needs Docker (SageMaker Studio has none: use a laptop, an EC2 instance or CodeBuild), the AWS
+# CLI with ecr:CreateRepository/GetAuthorizationToken/*Layer*/PutImage rights. Then pass the
+# printed name to the manifest writers: rlkit submit ... --raycluster FILE --image NAME.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REGION=${REGION:-$(aws configure get region)}

@@ -1,6 +1,6 @@
 """`rlkit jobs` and `rlkit submit`: Ray jobs from a terminal, same calls as the notebooks.
 
-    rlkit submit --preset qwen3vl-8b-6gpu --address http://127.0.0.1:8265 --dry-run
+    rlkit submit --preset qwen3vl-8b --address http://127.0.0.1:8265 --dry-run
     rlkit submit --preset qwen3vl-8b --address sagemaker_ray://rlkit/ray --run-name a
     rlkit jobs list --address http://127.0.0.1:8265
     rlkit jobs logs rlkit-a-1 --follow
@@ -367,7 +367,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "preflight", parents=[address], help="check the cluster has what a run needs (a short job)"
     )
-    p.add_argument("--preset", default="qwen3vl-8b-6gpu", choices=sorted(PRESETS))
+    p.add_argument("--preset", default="qwen3vl-8b", choices=sorted(PRESETS))
     p.add_argument("--model", help="HF id or /fsx path of the starting model")
     p.add_argument("--runs-root", help="shared storage for run dirs (default /fsx/rlkit/runs)")
     p.add_argument(

@@ -1,7 +1,7 @@
 """Preflight: before a multi-day run, one short job checks what the run needs, and says how to fix
 what is missing.
 
-    rlkit preflight --address http://127.0.0.1:8265 --preset qwen3vl-8b-6gpu
+    rlkit preflight --address http://127.0.0.1:8265 --preset qwen3vl-8b
 
 The job (`python -m rlkit.cluster.preflight ...`, in the cluster's runtime) checks: SkyRL, vLLM,
 torch, flash-attn and transformers importable there, with versions; GPUs per node and their
@@ -293,7 +293,7 @@ def format_checks(checks: list[Check]) -> str:
 
 def preflight(
     cluster: Cluster,
-    preset: str = "qwen3vl-8b-6gpu",
+    preset: str = "qwen3vl-8b",
     *,
     timeout_s: float = 900.0,
     gpu: bool = False,
