@@ -28,21 +28,13 @@ from rlkit.env import visgym_text
 from rlkit.errors import UsageError
 from rlkit.maze import rules
 from rlkit.maze.core import Action, Maze
+from rlkit.maze.families import SETS, VISGYM_STYLE, MazeSet
 from rlkit.maze.parsing import PARSERS, parse_actions
 from rlkit.maze.render import RenderStyle, state_data_uri, to_ascii
 
 ENV_ID = "rlkit-maze"
 OBSERVATIONS = ("image", "text", "both")
 PROMPT_STYLES = ("compact", "full", "visgym")
-VISGYM_STYLE = RenderStyle(
-    view="full",
-    cell_px=25,
-    wall=(169, 169, 169),
-    exit=(255, 0, 0),
-    agent=(0, 0, 255),
-    show_trail=False,
-)
-"""VisGym's maze_2d picture: 25 px squares, gray walls, red target, blue agent disc."""
 
 
 @dataclass(frozen=True)
@@ -116,32 +108,23 @@ class EnvConfig:
         return d
 
 
-SET_ENV: dict[str, EnvConfig] = {
-    "test": EnvConfig(),
-    "test-large": EnvConfig(
-        max_turns=24, prompt_style="full", style=RenderStyle(view="full", cell_px=64, wall_px=4)
-    ),
-    "visgym-easy": EnvConfig(
-        max_turns=18, parser="visgym", prompt_style="visgym", style=VISGYM_STYLE
-    ),
-    "visgym-hard": EnvConfig(
-        max_turns=30, parser="visgym", prompt_style="visgym", style=VISGYM_STYLE
-    ),
-}
-"""The task each pinned test set is played under. The turn budget is part of a set's
-difficulty; `test` keeps the tiny model's agent-centred 8 px cells, `test-large` shows a
-large model the whole 6x6-cell maze at 64 px per cell: 384 x 384 px, which Qwen3-VL's processor
-(`QWEN3VL_IMAGE`) keeps as it is, each cell exactly 2 x 2 merged image tokens (144 per image).
-At 32 px (192 px, under its 65536 px minimum area) it was upscaled to 256 px and cell edges
-fell inside tokens.
+def set_env_config(entry: MazeSet) -> EnvConfig:
+    """The env config a registered set's entry names: its turn budget and env fields."""
+    return EnvConfig(max_turns=entry.max_turns, **entry.env)
+
+
+SET_ENV: dict[str, EnvConfig] = {name: set_env_config(entry) for name, entry in SETS.items()}
+"""The task each pinned test set is played under, built from the registry
+(`rlkit.maze.families.SETS`: each entry's `max_turns` and `env`, where the reasons for each
+budget and picture are written). The turn budget is part of a set's difficulty; `test` keeps the
+tiny model's agent-centred 8 px cells, `test-large` shows a large model the whole 6x6-cell maze
+at 64 px per cell: 384 x 384 px, which Qwen3-VL's processor (`QWEN3VL_IMAGE`) keeps as it is,
+each cell exactly 2 x 2 merged image tokens (144 per image).
 
 The VisGym sets keep VisGym's picture (`VISGYM_STYLE`): 225 x 225 px (easy) is under the
 65536 px minimum, so the processor upscales it to 256 x 256 (64 image tokens, a square ~28.4 px,
 its edges inside tokens, as the seed's run saw it); 275 x 275 (hard) becomes 288 x 288 (81
-tokens). Budgets: easy 18 turns, SkyRL's recipe (shortest paths 12-16 moves, so the oracle's
-path plus `stop` always fits); hard 30, the VisGym paper's, although its shortest paths run
-16-32 moves: 18 turns would leave 29 of 64 unsolvable, 30 leaves one (seed 21, 32 moves + stop
-= 33 turns), so even the oracle solves 63/64 there."""
+tokens). Budgets: easy 18 turns, hard 30 (even the oracle solves 63/64 there)."""
 
 QWEN3VL_IMAGE = {"patch": 16, "merge": 2, "min_pixels": 65536, "max_pixels": 16777216}
 """Qwen3-VL's image processor (preprocessor_config.json of the released 2B-32B models): images
@@ -328,6 +311,24 @@ class MazeEnv(BaseTextEnv):
     def done(self) -> bool:
         return self.terminated or self.truncated
 
+    @property
+    def solved(self) -> bool:
+        """The game's verdict (`rules.solved`): what every solve rate counts, whatever the
+        reward pays (a shaped reward can pay a miss; it never solves it)."""
+        return rules.solved(self.state)
+
+    def replay(self, answers: list[str]) -> rules.State:
+        """The state after playing `answers` from the start under this env's parser, answer
+        size and turn budget, as `step` would, without drawing a picture; `self` is unchanged.
+        How a record that kept only the model's text (SkyRL's dumps) is judged."""
+        state = rules.initial(self.maze)
+        for text in answers:
+            if rules.terminal(state) or rules.truncated(state, self.cfg.max_turns):
+                break
+            moves, _ = parse_actions(text, self.cfg.parser, self.cfg.moves_per_turn)
+            state = rules.transition(state, moves)
+        return state
+
     def metadata(self) -> dict:
         s = self.state
         return {
@@ -337,7 +338,7 @@ class MazeEnv(BaseTextEnv):
             "wall_bumps": s.bumps,
             "revisits": s.revisits,
             "parse_errors": s.parse_errors,
-            "solved": rules.solved(s),
+            "solved": self.solved,
             "terminated": self.terminated,
             "truncated": self.truncated,
         }
@@ -345,7 +346,7 @@ class MazeEnv(BaseTextEnv):
     def get_metrics(self) -> dict[str, float]:
         s = self.state
         return {
-            "solved": float(rules.solved(s)),
+            "solved": float(self.solved),
             "turns": float(s.turns),
             "wall_bumps": float(s.bumps),
             "revisits": float(s.revisits),
@@ -380,6 +381,7 @@ def make_env(maze: Maze, cfg: EnvConfig | None = None) -> MazeEnv:
 __all__ = [
     "ENV_ID",
     "SET_ENV",
+    "VISGYM_STYLE",
     "Action",
     "EnvConfig",
     "MazeEnv",

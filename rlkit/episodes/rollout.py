@@ -11,9 +11,10 @@ Each turn may carry the policy's probability of each of the four moves (`Turn.mo
 needs no more; the chosen token's exact log-probability is in `logprobs`); turns without them
 (SkyRL's eval dumps, files written before they were recorded) read back as None.
 
-An episode is solved when its reward is 1: the game's own rule (reached the exit; VisGym's
-squares game: stopped on the target), the rule SkyRL's side counts by too (its dumps and
-captures read `reward > 0`). A squares-game turn keeps the env's feedback as `Turn.note`, so a
+An episode is solved by the game's own rule (`rules.solved`: reached the exit; VisGym's squares
+game: stopped on the target), kept as `Trajectory.won` when it ends, the rule SkyRL's side
+counts by too (its dumps and captures are replayed to a state and judged by it); the reward is
+what training pays and may be shaped, so it never decides. A squares-game turn keeps the env's feedback as `Turn.note`, so a
 `stop` off the target says so in the trajectory.
 """
 
@@ -91,11 +92,16 @@ class Trajectory:
     max_turns: int | None = None
     """The turn budget it was played under (None: the env config's, in files written before
     budgets could differ per maze)."""
+    won: bool | None = None
+    """The game's verdict on the last state (`rules.solved`), set when the episode ends; None
+    in files written before it was kept (their reward was 1 exactly when solved) and absent
+    from files while None."""
 
     @property
     def solved(self) -> bool:
-        """Reward 1: the game's success (see the module docstring), on either backend."""
-        return self.reward > 0
+        """The game's success (see the module docstring), on either backend: `won`, never a
+        shaped reward (`rules.record_solved`)."""
+        return rules.record_solved(self.won, self.reward)
 
     @property
     def maze_obj(self) -> Maze:
@@ -104,7 +110,8 @@ class Trajectory:
     def to_json(self) -> str:
         # vars() rather than asdict(): asdict deep-copies every token list (slow for evals)
         turns = [_stored_turn(t) for t in self.turns]
-        return json.dumps({**vars(self), "turns": turns}, separators=(",", ":"))
+        d = {k: v for k, v in vars(self).items() if not (k == "won" and v is None)}
+        return json.dumps({**d, "turns": turns}, separators=(",", ":"))
 
     @classmethod
     def from_dict(cls, d: dict) -> Trajectory:
@@ -209,6 +216,7 @@ def run_episodes(
             if out["done"]:
                 trajs[j].reward = float(out["reward"])
                 trajs[j].terminated, trajs[j].truncated = envs[j].terminated, envs[j].truncated
+                trajs[j].won = envs[j].solved
                 bar.update(1)
             else:
                 still.append(j)
@@ -237,10 +245,11 @@ def play_episode(
         traj.turns.append(_record(env, resp, before, out))
         conv += [{"role": "assistant", "content": resp.text}, *out["observations"]]
         done = out["done"]
-    traj.reward, traj.terminated, traj.truncated = (
+    traj.reward, traj.terminated, traj.truncated, traj.won = (
         float(out["reward"]),
         env.terminated,
         env.truncated,
+        env.solved,
     )
     return traj
 

@@ -7,11 +7,16 @@ moves apart. No global randomness is touched, so a seed gives the same maze on e
 
 `visgym` makes the other game, VisGym's maze_2d on squares (`rlkit.maze.visgym`), through the
 same entry point, so sets, training streams and the CLI dispatch on the algorithm name alone.
+`GENERATORS` is that dispatch, one entry per algorithm; an unknown name is a one-line error.
+The named sets built from these algorithms are registered in `rlkit.maze.families`.
 
     >>> m = generate(4, 4, seed=0, placement="random", min_path=3)
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,10 +33,6 @@ from rlkit.maze.core import (
 )
 from rlkit.maze.visgym import generate_visgym
 
-ALGORITHMS = ("wilson", "dfs")
-"""The cell game's generators (what a widget or `rlkit maze --algorithm` offers)."""
-SQUARE_ALGORITHMS = ("visgym",)
-"""The squares game's: VisGym's maze_2d, agent and target in opposite corners it draws."""
 PLACEMENTS = ("corners", "random")
 
 
@@ -109,6 +110,44 @@ def _dfs(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
     return walls
 
 
+@dataclass(frozen=True)
+class Generator:
+    """One maze algorithm: which game it makes and the function that makes it."""
+
+    game: str
+    """`cells` (walls between cells; `generate` places start and exit by `placement`) or
+    `squares` (wall squares; the function places agent and target itself)."""
+    fn: Callable
+    """cells: `fn(height, width, rng) -> walls` (uint8, `ALL_WALLS` bits); squares:
+    `fn(size, seed) -> Maze`."""
+    doc: str
+
+
+GENERATORS: dict[str, Generator] = {
+    "wilson": Generator("cells", _wilson, "uniform spanning tree: many short dead ends"),
+    "dfs": Generator("cells", _dfs, "recursive backtracker: long corridors, few junctions"),
+    "visgym": Generator(
+        "squares", generate_visgym, "VisGym's maze_2d: agent and target in opposite corners"
+    ),
+}
+"""Every maze algorithm by name: `generate` dispatches here, and the CLI's `--algorithm`, the
+maze widget and `MazeSpec` read it. A new algorithm is one entry (see docs/extending.md)."""
+
+ALGORITHMS = tuple(n for n, g in GENERATORS.items() if g.game == "cells")
+"""The cell game's generators (what a widget or `rlkit maze --algorithm` offers)."""
+SQUARE_ALGORITHMS = tuple(n for n, g in GENERATORS.items() if g.game == "squares")
+"""The squares game's: VisGym's maze_2d, agent and target in opposite corners it draws."""
+
+
+def generator(algorithm: str) -> Generator:
+    """The registered algorithm `algorithm`; an unknown name is a one-line error (no fallback)."""
+    if algorithm not in GENERATORS:
+        raise UsageError(
+            f"unknown maze algorithm {algorithm!r}: use one of {', '.join(GENERATORS)}"
+        )
+    return GENERATORS[algorithm]
+
+
 def generate(
     height: int,
     width: int,
@@ -124,18 +163,15 @@ def generate(
     shortest path has at least `min_path` moves (resampled until it does).
     """
     check_size(height, width)
-    if algorithm in SQUARE_ALGORITHMS:
+    gen = generator(algorithm)
+    if gen.game == "squares":
         if height != width or placement != "corners":
             raise UsageError(
-                f"visgym mazes are square with VisGym's corner placement: got {height}x{width}, "
-                f"placement {placement!r}; use height == width and placement='corners'"
+                f"{algorithm} mazes are square with their own corner placement: got "
+                f"{height}x{width}, placement {placement!r}; use height == width and "
+                "placement='corners'"
             )
-        return generate_visgym(height, seed)
-    if algorithm not in ALGORITHMS:
-        raise UsageError(
-            f"unknown maze algorithm {algorithm!r}: use one of "
-            f"{', '.join(ALGORITHMS + SQUARE_ALGORITHMS)}"
-        )
+        return gen.fn(height, seed)
     if placement not in PLACEMENTS:
         raise UsageError(f"unknown placement {placement!r}: use one of {', '.join(PLACEMENTS)}")
     if not 1 <= min_path <= height * width - 1:
@@ -144,7 +180,7 @@ def generate(
         )
     int_seed = None if isinstance(seed, np.random.Generator) else seed
     rng = _rng(seed)
-    walls = (_wilson if algorithm == "wilson" else _dfs)(height, width, rng)
+    walls = gen.fn(height, width, rng)
     if placement == "corners":
         return Maze(walls, (0, 0), (height - 1, width - 1), int_seed, algorithm)
     for _ in range(10_000):

@@ -10,7 +10,11 @@ The maze's game decides the ending (`Maze.game`):
 - `squares` (VisGym's maze_2d): walking onto the target does nothing; `stop` ends the episode
   (terminal) and solves it only if the agent stands on the target. A move into a wall square
   leaves the agent where it was (a bump), as a wall line does in `cells`.
-Either way the reward is 1.0 exactly when `solved`, the one rule both backends count by.
+`solved(state)` is the one rule both backends count by: the local episodes and evaluation (the
+env's verdict kept in each `Trajectory`), SkyRL's generator (the env's `solved` metric) and
+SkyRL's eval dumps and captures (their answers replayed to a state here). The reward is what
+training pays and may be shaped (today 1.0 exactly when `solved`); `record_solved` reads a
+record, so a shaped reward that pays a near miss never counts it as solved.
 """
 
 from __future__ import annotations
@@ -108,6 +112,15 @@ def terminal(state: State) -> bool:
 def solved(state: State) -> bool:
     """Success: on the exit (cells); stopped on the target (squares)."""
     return terminal(state) and state.pos == state.maze.exit
+
+
+def record_solved(won: bool | None, reward: float) -> bool:
+    """Whether a recorded episode counts as solved: the game's verdict (`solved` on its last
+    state) where the record keeps one; a record without one (a file written before verdicts
+    were kept, a hand-built record) reads its reward, which was 1 exactly when solved then."""
+    if won is not None:
+        return bool(won)
+    return reward > 0
 
 
 def truncated(state: State, max_turns: int) -> bool:

@@ -1,0 +1,151 @@
+"""Maze families: the one registry of named maze sets, each with everything that defines it.
+
+A set is a generator spec (`MazeSpec`: algorithm from `rlkit.maze.generation.GENERATORS`,
+size, placement), its size (seeds 0..n-1), the combined hash pinned for it, and the task it is
+played under (turn budget and the rest of the env config). Everything that names a set reads
+this table: `rlkit.maze.sets` (`TEST_SETS`, `pinned_set`, the training stream's exclusions),
+`rlkit.env.maze_env.SET_ENV` / `env_for_set`, `rlkit data`, `rlkit eval --set`, `rlkit maze
+--set` and the presets. An unknown name is a one-line error wherever it is looked up.
+
+Adding a set (docs/extending.md): one `MazeSet` entry here with `pinned_hash=""`, then
+`python scripts/set_hash.py NAME` prints the hash to pin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rlkit.errors import UsageError
+from rlkit.maze.core import Maze
+from rlkit.maze.generation import check_size, generate
+from rlkit.maze.render import RenderStyle
+
+
+@dataclass(frozen=True)
+class MazeSpec:
+    """How to generate a family of mazes."""
+
+    height: int = 3
+    width: int = 3
+    algorithm: str = "wilson"
+    """`wilson` gives uniformly random perfect mazes; `dfs` long corridors; `visgym` VisGym's
+    squares (any name in `rlkit.maze.generation.GENERATORS`)."""
+    placement: str = "random"
+    """`random` start/exit cells (more varied) or `corners`."""
+    min_path: int = 2
+    """Minimum shortest-path moves between start and exit (1-move mazes test nothing)."""
+
+    def __post_init__(self) -> None:
+        check_size(self.height, self.width)
+        generate(
+            self.height,
+            self.width,
+            0,
+            algorithm=self.algorithm,
+            placement=self.placement,
+            min_path=self.min_path,
+        )  # validates the rest
+
+    def maze(self, seed: int) -> Maze:
+        return generate(
+            self.height,
+            self.width,
+            seed,
+            algorithm=self.algorithm,
+            placement=self.placement,
+            min_path=self.min_path,
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class MazeSet:
+    """One named set: which mazes, the hash that pins them, and the task they are played under."""
+
+    spec: MazeSpec
+    n: int
+    """Members: the mazes of seeds 0..n-1."""
+    pinned_hash: str
+    """sha256 over the members' content hashes in order (`scripts/set_hash.py NAME` prints it);
+    "" while a new set is being added (`pinned_set` refuses it until pinned)."""
+    doc: str
+    max_turns: int = 12
+    """Turn budget: part of the set's difficulty (an episode that runs out is truncated)."""
+    env: Mapping[str, Any] = field(default_factory=dict)
+    """The rest of the env config the set is played under (`rlkit.env.maze_env.EnvConfig`
+    fields: observation, parser, prompt_style, style); unnamed fields keep their defaults."""
+
+
+VISGYM_STYLE = RenderStyle(
+    view="full",
+    cell_px=25,
+    wall=(169, 169, 169),
+    exit=(255, 0, 0),
+    agent=(0, 0, 255),
+    show_trail=False,
+)
+"""VisGym's maze_2d picture: 25 px squares, gray walls, red target, blue agent disc."""
+
+_VISGYM_ENV = {"parser": "visgym", "prompt_style": "visgym", "style": VISGYM_STYLE}
+
+SETS: dict[str, MazeSet] = {
+    "test": MazeSet(
+        MazeSpec(3, 3, "wilson", "random", 2),
+        64,
+        "f94993d2e31e5bd8db898d4f17da8bc3a81d01518dd18f62525a6d2515e076cc",
+        "The local default: 64 Wilson 3x3-cell mazes, random start/exit >= 2 moves apart, "
+        "seeds 0..63. The tiny VLM is trained and judged on this family.",
+        max_turns=12,
+        # the tiny model's agent-centred 8 px cells and compact prompt: EnvConfig's defaults
+    ),
+    "test-large": MazeSet(
+        MazeSpec(6, 6, "wilson", "random", 6),
+        64,
+        "624958d5eccf197b951670aaa1d9e3618a421ccb19950dc403795306ded8ca31",
+        "The cluster set: 64 Wilson 6x6-cell mazes, random start/exit >= 6 moves apart, seeds "
+        "0..63, for Qwen3-VL-8B runs.",
+        max_turns=24,
+        # the whole 6x6 maze at 64 px a cell: 384 x 384 px, which Qwen3-VL's processor keeps as
+        # it is, each cell exactly 2 x 2 merged image tokens (at 32 px it was upscaled to 256 px
+        # and cell edges fell inside tokens)
+        env={"prompt_style": "full", "style": RenderStyle(view="full", cell_px=64, wall_px=4)},
+    ),
+    "visgym-easy": MazeSet(
+        MazeSpec(9, 9, "visgym", "corners", 1),
+        64,
+        "77603d3d07ddd54ec92c199cb7b9c377a1d936fc5f58c3e3c5b3248184e37d4a",
+        "The seed's task: VisGym's maze_2d/easy (9x9 squares), exactly what reset(seed=i) gives "
+        "for i in 0..63 (SkyRL's visgym eval rows); shortest paths 12-16 moves.",
+        # SkyRL's recipe: the oracle's path plus `stop` always fits
+        max_turns=18,
+        env=_VISGYM_ENV,
+    ),
+    "visgym-hard": MazeSet(
+        MazeSpec(11, 11, "visgym", "corners", 1),
+        64,
+        "f109157ab283c81ab421ec6d9d4b5812f628a491975fee0a483f60a2896d8c77",
+        "VisGym's maze_2d/hard (11x11 squares), reset(seed=i) for i in 0..63; shortest paths "
+        "16-32 moves.",
+        # the VisGym paper's budget: 18 would leave 29 of 64 unsolvable, 30 leaves seed 21
+        # (32 moves + stop), so even the oracle solves 63/64
+        max_turns=30,
+        env=_VISGYM_ENV,
+    ),
+}
+"""Every named maze set. Add one entry to add a set; nothing else lists them."""
+
+
+def maze_set(name: str) -> MazeSet:
+    """The registered set `name`; an unknown name is a one-line error naming the known ones."""
+    if name not in SETS:
+        raise UsageError(f"unknown maze set {name!r}: use one of {', '.join(SETS)}")
+    return SETS[name]
+
+
+def set_names() -> tuple[str, ...]:
+    """The registered sets' names, in registry order (CLI help, widgets)."""
+    return tuple(SETS)
