@@ -47,8 +47,8 @@ class EvalEpisode:
     data_source: str
     reward: float
     solved: bool
-    """From SkyRL's reward (1 only when the game was won: the exit reached; in VisGym's squares
-    game `stop` on the target): the record of truth, the rule `Trajectory.solved` reads too."""
+    """The game's verdict (`rules.solved`) on the answers replayed through the row's env: the
+    rule local episodes count by, whatever SkyRL's reward paid (a shaped reward never solves)."""
     responses: list[str]
     """The model's answer text of each turn, observations removed."""
     stop_reason: str | None
@@ -75,16 +75,19 @@ def _episode(entry: dict, where: str) -> EvalEpisode:
         # The VLM generator stores per-token rewards; the episode's reward is their sum.
         reward = float(sum(score)) if isinstance(score, list) else float(score)
         info = extras.get("extra_info") or {}
+        responses = split_turns(entry["output_response"])
+        max_turns = int(extras["max_turns"]) if extras.get("max_turns") is not None else None
+        env = MazeEnv(None, {**extras, "maze": maze, "max_turns": max_turns})
         return EvalEpisode(
             maze=maze.to_dict(),
             maze_index=int(info.get("index", -1)),
             maze_hash=maze.content_hash,
             data_source=str(entry.get("data_source") or extras.get("data_source") or "unknown"),
             reward=reward,
-            solved=reward > 0,
-            responses=split_turns(entry["output_response"]),
+            solved=rules.solved(env.replay(responses)),
+            responses=responses,
             stop_reason=entry.get("stop_reason"),
-            max_turns=int(extras["max_turns"]) if extras.get("max_turns") is not None else None,
+            max_turns=max_turns,
             extras=dict(extras),
         )
     except (KeyError, TypeError, ValueError) as e:
@@ -191,7 +194,7 @@ def read_eval_dump(export_path: str | Path, step: int) -> EvalDump:
 
 def to_trajectory(ep: EvalEpisode, sample: int, policy: str) -> Trajectory:
     """Replay the answers through rlkit's env: turns, positions and parse errors for replays
-    and the failure taxonomy. The outcome is SkyRL's reward, not the replay's."""
+    and the failure taxonomy. The reward is SkyRL's; solved is the game's verdict on the replay."""
     # the row's env config (view, parser, moves per turn) and SkyRL's turn budget, as it played
     env = MazeEnv(None, {**ep.extras, "maze": ep.maze, "max_turns": ep.max_turns})
     turns = []
@@ -216,11 +219,11 @@ def to_trajectory(ep: EvalEpisode, sample: int, policy: str) -> Trajectory:
         sample=sample,
         turns=turns,
         reward=ep.reward,
-        # cells: the exit ends and solves at once, so SkyRL's reward is the flag; squares:
-        # `stop` ends the episode anywhere, so the replay says whether it stopped
-        terminated=ep.solved if env.maze.game == "cells" else env.terminated,
-        truncated=not ep.solved if env.maze.game == "cells" else not env.terminated,
+        # an episode that did not end by the game ran out: of turns, or of SkyRL's input length
+        terminated=env.terminated,
+        truncated=not env.terminated,
         policy=policy,
+        won=env.solved,
     )
 
 
@@ -247,10 +250,12 @@ def episodes_to_result(episodes: list[EvalEpisode], *, step: int | None, policy:
     by_maze, samples = _by_maze(episodes)
     order = list(by_maze)
     trajs = dump_trajectories(episodes, policy)
-    mismatched = sum(rules.solved(replay_states(t)[-1]) != t.solved for t in trajs if t.turns)
+    mismatched = sum(
+        abs(rules.reward(replay_states(t)[-1]) - t.reward) > 1e-6 for t in trajs if t.turns
+    )
     if mismatched:
         warnings.warn(
-            f"{mismatched} episodes replay to a different outcome than SkyRL's reward; "
+            f"{mismatched} episodes replay to a different reward than SkyRL's; "
             "the env config on the cluster may differ from this one",
             stacklevel=2,
         )
