@@ -298,6 +298,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from rlkit.maze.families import set_names  # the registry: every --set name, every algorithm
+    from rlkit.maze.generation import ALGORITHMS
+
+    sets = ", ".join(set_names())
     p = argparse.ArgumentParser(prog="rlkit", description=__doc__.split("\n")[0])
     p.add_argument("--version", action="version", version=f"rlkit {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -306,23 +310,23 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--size", type=int, default=5, help="rows (and columns unless --width)")
     m.add_argument("--width", type=int, default=None)
     m.add_argument("--seed", type=int, default=0)
-    m.add_argument("--algorithm", default="wilson", choices=["wilson", "dfs"])
+    m.add_argument("--algorithm", default="wilson", choices=ALGORITHMS)
     m.add_argument("--placement", default="corners", choices=["corners", "random"])
     m.add_argument("--min-path", type=int, default=1)
     m.add_argument("--cell-px", type=int, default=24)
     m.add_argument("--png", default=None, help="also write the picture here")
-    m.add_argument("--set", default=None, help="a named set's maze --seed instead (visgym-easy)")
+    m.add_argument("--set", default=None, help=f"a named set's maze --seed instead: {sets}")
     m.set_defaults(func=_cmd_maze)
 
     d = sub.add_parser("data", help="write SkyRL-format train/eval parquet files")
     d.add_argument("--out", required=True)
     d.add_argument("--train", type=int, default=256, help="training rows")
-    d.add_argument("--set", default="test", help="eval split: a named test set")
+    d.add_argument("--set", default="test", help=f"eval split: a named test set ({sets})")
     d.set_defaults(func=_cmd_data)
 
     e = sub.add_parser("eval", help="evaluate a policy on a test set")
     e.add_argument("--policy", required=True, help="random | oracle | eps-oracle:E | MODEL_DIR")
-    e.add_argument("--set", default="test")
+    e.add_argument("--set", default="test", help=f"a named test set: {sets}")
     e.add_argument("--samples", type=int, default=1, help="episodes per maze (k for pass@k)")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--history", type=int, default=1, help="turns of history the model sees")
