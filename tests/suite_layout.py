@@ -25,6 +25,7 @@ INTEGRATION_FIXTURES = frozenset({"ray_cluster", "skyrl_cpu_run"})
 SHARED_FIXTURES = {
     "skyrl_cpu_run": "skyrl-cpu-run",
     "skyrl_run_dir": "skyrl-cpu-run",  # a copy of that run's dir
+    "skyrl_qwen_step": "skyrl-cpu-run",  # a second SkyRL run: never beside the first
     "skyrl_eval": "skyrl-eval",
 }
 """Session fixtures read by several files -> the group every file naming them belongs to."""

@@ -24,7 +24,7 @@ from transformers.utils import logging as hf_logging
 
 from rlkit.errors import UsageError
 from rlkit.model import checkpoint_files
-from rlkit.model.chat import ChatEncoder, LruCache
+from rlkit.model.chat import ChatEncoder, LruCache, chat_template
 from rlkit.model.config import MODEL_TYPE
 from rlkit.model.patch_embed import use_linear_patch_embed
 from rlkit.model.vision_attention import use_uniform_vision_attention
@@ -138,3 +138,10 @@ def load(
     tok = processor.tokenizer
     tok.padding_side = "left"  # batched generation appends to the right end of every row
     return LoadedModel(model, tok, processor.image_processor, processor, p)
+
+
+def processor_template(model_path: str | Path) -> str:
+    """The chat template vLLM renders `model_path`'s prompts with: its processor's (a local dir
+    or a hub id; one warning when the tokenizer's own differs). For code that loads a bare
+    tokenizer (SkyRL's experiment), so it renders what the engines render."""
+    return chat_template(AutoProcessor.from_pretrained(model_path))

@@ -65,6 +65,27 @@ def skyrl_cpu_run(ray_cluster, tmp_path_factory):
     return run_skyrl_on_cpu(ray_cluster, tmp_path_factory.mktemp("skyrl-cpu"))
 
 
+@pytest.fixture(scope="session")
+def skyrl_qwen_step(ray_cluster, qwen_ckpt, tmp_path_factory) -> Path:
+    """One SkyRL step on the real-text-side Qwen fixture (test_qwen_cpu_step.py): its run dir."""
+    from cpu_run import run_cli
+
+    root = tmp_path_factory.mktemp("skyrl-qwen")
+    argv = ["submit", "--preset", "skyrl-tiny-cpu", "--address", ray_cluster.address]
+    argv += ["--model", str(qwen_ckpt), "--runs-root", str(root), "--run-name", "qwen"]
+    # 1 maze x 2 episodes of 3 turns: Qwen's 151,936-row logits are ~150x the tiny model's
+    settings = {"steps": 1, "ckpt_interval": 1, "eval_mazes": 2, "eval_samples": 1}
+    settings |= {"prompts_per_node": 1, "group_size": 2, "micro_batch_per_gpu": 1}
+    settings |= {"max_turns": 3, "capture_groups": 0}
+    for key, value in settings.items():
+        argv += ["--set", f"{key}={value}"]
+    assert run_cli(*argv) == 0
+    job = ray_cluster.reattach("qwen")
+    status = job.wait(600)
+    assert status.value == "SUCCEEDED", job.logs()[-3000:]
+    return root / "qwen"
+
+
 @pytest.fixture
 def skyrl_run_dir(skyrl_cpu_run, tmp_path: Path) -> Path:
     """A copy of the session's SkyRL CPU run dir, for tests that read it like a user would."""

@@ -7,6 +7,12 @@ SkyRL's `trainer.ckpt_path`. Its `get_generator` gives VLM runs `RlkitVLMGenerat
 placeholders that always match the images, and a few groups of every training step captured
 under RUN/rollouts/ as `capture` says: rlkit.cluster.skyrl.generator), and its `get_trainer`
 gives `RlkitTrainer` (a resumed step gets the HF export a kill left out: .trainer).
+
+SkyRL loads a bare tokenizer, whose template is tokenizer_config.json's; Qwen's VL checkpoints
+keep theirs in chat_template.json beside the processor, so SkyRL's dataset filter would fail
+("tokenizer.chat_template is not set") or render with another template than vLLM. The
+experiment gives the tokenizer the processor's template (`chat_template`), the one vLLM and
+rlkit's own engines render with.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from rlkit.cluster.skyrl.capture import CaptureSettings
 from rlkit.cluster.skyrl.generator import build_generator
 from rlkit.cluster.skyrl.trainer import RlkitTrainer
 from rlkit.errors import UsageError
+from rlkit.model.load import processor_template
 
 
 class BridgedTracking(Tracking):
@@ -88,7 +95,11 @@ class RlkitExp(BasePPOExp):
     def _prompts(self, files) -> PromptDataset:
         """SkyRL's datasets, their length filter run by as many processes as the run's
         dataloader has workers (SkyRL fixes 8: ~40 s a dataset on a 2-core host for 16 rows,
-        and the CPU preset asks for 0 workers)."""
+        and the CPU preset asks for 0 workers). SkyRL builds them in its `__init__`, right
+        after loading the tokenizer: the tokenizer gets the processor's template here."""
+        template = processor_template(self.cfg.trainer.policy.model.path)
+        if self.tokenizer.chat_template != template:
+            self.tokenizer.chat_template = template
         return PromptDataset(
             datasets=files,
             tokenizer=self.tokenizer,
