@@ -132,10 +132,11 @@ are resized to multiples of patch x merge = 32 px with an area in [min_pixels, m
 
 
 def env_for_set(name: str) -> EnvConfig:
-    """The env config a named test set is evaluated (and its family trained) under."""
-    if name not in SET_ENV:
-        raise UsageError(f"no env config for maze set {name!r}: use one of {', '.join(SET_ENV)}")
-    return SET_ENV[name]
+    """The env config a named test set is evaluated (and its family trained) under: read from
+    the registry (`rlkit.maze.families.SETS`), so a set registered after import has one too."""
+    if name not in SETS:
+        raise UsageError(f"no env config for maze set {name!r}: use one of {', '.join(SETS)}")
+    return set_env_config(SETS[name])
 
 
 COMPACT_TASK = "Go to the green exit."
