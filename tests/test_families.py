@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -214,3 +215,13 @@ def test_a_shaped_reward_does_not_solve_skyrl_eval_dumps(shaped, tmp_path):
     assert result.solve_rate == 0.5 and result.failures["stopped_off_target"] == 2 == sum(
         result.failures.values()
     )
+
+
+def test_the_extending_guide_names_only_paths_that_exist():
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "extending.md").read_text()
+    paths = set(re.findall(r"`((?:rlkit|tests|scripts|docs)/[\w./-]+\.(?:py|md))`", text))
+    assert len(paths) > 20
+    assert [p for p in sorted(paths) if not (root / p).is_file()] == []
+    readme = (root / "README.md").read_text()
+    assert "docs/extending.md" in readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
