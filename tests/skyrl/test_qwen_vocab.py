@@ -136,6 +136,23 @@ def canonical_run(qwen_rows, qwen_encoder):
     return run
 
 
+def play_ours(rows, encoder, tokenize, keeps_special: bool = False):
+    """rlkit's generator playing the arrow oracle with `tokenize`'s drawn ids (long inputs
+    allowed: Qwen's per-character spellings run long)."""
+    cfg = preset_config(max_input_length=32768)
+    return play(
+        cfg,
+        rows,
+        encoder,
+        se.arrow_oracle,
+        MAZES,
+        SAMPLES,
+        RlkitVLMGenerator,
+        tokenize,
+        keeps_special,
+    )
+
+
 @pytest.mark.parametrize("keeps_special", [False, True], ids=["vllm-text", "skyrl-client-text"])
 @pytest.mark.parametrize(
     "tokenize",
@@ -146,18 +163,7 @@ def test_drawn_ids_keep_their_sample_and_the_observations(
     qwen_rows, qwen_encoder, qwen_model, canonical_run, tokenize, keeps_special
 ):
     _, canon, _ = canonical_run(keeps_special)
-    cfg = preset_config(max_input_length=32768)
-    batch, ours, engine = play(
-        cfg,
-        qwen_rows,
-        qwen_encoder,
-        se.arrow_oracle,
-        MAZES,
-        SAMPLES,
-        RlkitVLMGenerator,
-        tokenize,
-        keeps_special,
-    )
+    batch, ours, engine = play_ours(qwen_rows, qwen_encoder, tokenize, keeps_special)
     assert ours["rollout_metrics"][DESYNC_METRIC] == 0
     for i in range(len(batch["prompts"])):
         assert pads_match(ours, i, qwen_encoder)
@@ -173,11 +179,8 @@ def test_a_drawn_image_pad_costs_its_sample_only(
     qwen_rows, qwen_encoder, qwen_model, canonical_run
 ):
     _, canon, _ = canonical_run()
-    cfg = preset_config(max_input_length=32768)
     stray = se.drawing("<|image_pad|>", frozenset({0}))
-    batch, ours, engine = play(
-        cfg, qwen_rows, qwen_encoder, se.arrow_oracle, MAZES, SAMPLES, RlkitVLMGenerator, stray
-    )
+    batch, ours, engine = play_ours(qwen_rows, qwen_encoder, stray)
     guarded = [i for i, t in enumerate(batch["trajectory_ids"]) if t.repetition_id == 0]
     assert ours["rollout_metrics"][DESYNC_METRIC] == len(guarded) == len(MAZES)
     for i in range(len(batch["prompts"])):
@@ -203,22 +206,11 @@ def test_an_answer_ended_by_endoftext(
     `<|im_end|>` is observation, where the canonical run's sampled one stood; whether the
     answer's text shows the `<|endoftext|>` or not, the rest is the canonical sample."""
     _, canon, _ = canonical_run(False)
-    cfg = preset_config(max_input_length=32768)
 
     def ended_by_endoftext(tok, text, rep):
         return [*se.canonical(tok, text, rep), ENDOFTEXT]
 
-    batch, ours, engine = play(
-        cfg,
-        qwen_rows,
-        qwen_encoder,
-        se.arrow_oracle,
-        MAZES,
-        SAMPLES,
-        RlkitVLMGenerator,
-        ended_by_endoftext,
-        keeps_special,
-    )
+    batch, ours, engine = play_ours(qwen_rows, qwen_encoder, ended_by_endoftext, keeps_special)
     assert ours["rollout_metrics"][DESYNC_METRIC] == 0
     for i in range(len(batch["prompts"])):
         assert pads_match(ours, i, qwen_encoder)
