@@ -356,8 +356,9 @@ def test_replays_play_a_squares_episode():
 
 
 def test_skyrl_dumps_count_solved_by_the_same_rule():
-    """A SkyRL eval dump of squares episodes: SkyRL's reward decides solved, the replay agrees
-    (no warning), and a `stop` off the target is classified from the replay."""
+    """A SkyRL eval dump of squares episodes: the game's verdict on the replay decides solved,
+    SkyRL's reward agrees (no warning), and a `stop` off the target is classified from the
+    replay."""
     import warnings
 
     from rlkit.env.data import build_rows

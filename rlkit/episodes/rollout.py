@@ -14,8 +14,8 @@ needs no more; the chosen token's exact log-probability is in `logprobs`); turns
 An episode is solved by the game's own rule (`rules.solved`: reached the exit; VisGym's squares
 game: stopped on the target), kept as `Trajectory.won` when it ends, the rule SkyRL's side
 counts by too (its dumps and captures are replayed to a state and judged by it); the reward is
-what training pays and may be shaped, so it never decides. A squares-game turn keeps the env's feedback as `Turn.note`, so a
-`stop` off the target says so in the trajectory.
+what training pays and may be shaped, so it never decides. A squares-game turn keeps the env's
+feedback as `Turn.note`, so a `stop` off the target says so in the trajectory.
 """
 
 from __future__ import annotations
