@@ -24,9 +24,11 @@ from rlkit.maze.sets import MazeSpec, pinned_set, pinned_set_hash, pinned_spec, 
 REQUIRED = ("prompt", "env_class", "data_source", "reward_spec", "extra_info")
 
 
-def _row_prompt(cfg: EnvConfig) -> list[dict]:
-    """A text-only stand-in; the env's `init` replaces it with the rules and the picture."""
-    rules_text = system_prompt(cfg)
+def _row_prompt(cfg: EnvConfig, maze: Maze) -> list[dict]:
+    """A text-only stand-in; the env's `init` replaces it with the rules and the picture. Its
+    rules are the env's for this maze (the VisGym prompt names the size), so SkyRL's prompt
+    length filter measures the system message the episode shows."""
+    rules_text = system_prompt(cfg, maze)
     head = [{"role": "system", "content": rules_text}] if rules_text else []
     return [*head, {"role": "user", "content": COMPACT_TASK if not rules_text else "Your move?"}]
 
@@ -34,7 +36,7 @@ def _row_prompt(cfg: EnvConfig) -> list[dict]:
 def maze_row(maze: Maze, *, split: str, index: int, source: str, cfg: EnvConfig) -> dict:
     d = difficulty(maze)
     return {
-        "prompt": _row_prompt(cfg),
+        "prompt": _row_prompt(cfg, maze),
         "env_class": ENV_ID,
         "data_source": source,
         "reward_spec": {"method": "rule", "ground_truth": maze.content_hash},
