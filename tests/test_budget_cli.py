@@ -16,7 +16,7 @@ from rlkit.cluster.skyrl.presets import get_preset
 
 MODES = [["--dry-run"], ["--address", "http://127.0.0.1:9"], ["--rayjob", "never.yaml"]]
 TOO_SMALL = [
-    (["--set", "max_input_length=3000"], "set max_input_length >= "),
+    (["--set", "max_input_length=2500"], "set max_input_length >= "),
     (["--set", "max_turns=60"], "or max_turns <= "),
     (["--set", "max_generate_length=7"], "set max_generate_length >= 8"),
     (["--set", "max_model_len=9000"], "set max_model_len >= 9216"),
@@ -35,13 +35,20 @@ def dry_run(capsys, *argv: str) -> str:
 
 
 def test_the_8b_dry_run_prints_its_budget_from_assumed_values(capsys, tmp_path, monkeypatch):
+    """On the seed's task by default (VisGym's 225 px picture upscaled by the processor, 18
+    turns, 19 images); rlkit's test-large one --set away, with its own 24 turns."""
     monkeypatch.chdir(tmp_path)
     out = dry_run(capsys, "--preset", "qwen3vl-8b-6gpu")
     assert "Qwen/Qwen3-VL-8B-Instruct: not on this machine, budget from the preset and " in out
     assert "patch 16, merge 2, min 65,536 px, max 16,777,216 px" in out
-    assert "test-large 384x384 -> 384x384 by the processor, 144 tokens (+2" in out
-    assert "pass max_input_length 8192 at turn 7" in out
+    assert "visgym-easy 225x225 -> 256x256 by the processor, 64 tokens (+2" in out
+    assert "observation 136 (image 66)" in out and "system 221 + 18 turns" in out
+    assert "pass max_input_length 8192 at turn 7" in out and "before turn 8 of 18" in out
+    assert "limit_mm_per_prompt.image=19" in out and "generator.max_turns=18" in out
     assert "read from the checkpoint by `rlkit preflight`" in out
+    out = dry_run(capsys, "--preset", "qwen3vl-8b-6gpu", "--set", "eval_set=test-large")
+    assert "test-large 384x384 -> 384x384 by the processor, 144 tokens (+2" in out
+    assert "limit_mm_per_prompt.image=25" in out and "generator.max_turns=24" in out
 
 
 def test_the_cpu_preset_derives_its_answer_budget_from_the_tokenizer(capsys, tmp_path, qwen):
@@ -77,9 +84,9 @@ def test_preflight_reads_the_budget_from_the_checkpoint(qwen):
     assert checks["chat template"].detail == "chat_template.json"
     assert checks["stop ids"].detail == "151645, 151643"
     assert "top_k 20" in checks["generation defaults"].detail
-    assert checks["image tokens"].detail.endswith("144 tokens (+2 vision start/end)")
+    assert checks["image tokens"].detail.endswith("64 tokens (+2 vision start/end)")
     assert checks["token budget"].status == "warn" and "at turn 7" in checks["token budget"].fix
-    tight = {c.name: c for c in _budget(str(qwen), {**fields, "max_input_length": 3000})}
+    tight = {c.name: c for c in _budget(str(qwen), {**fields, "max_input_length": 2500})}
     assert tight["token budget"].status == "fail"
     assert "set max_input_length >= " in tight["token budget"].fix
     absent = {c.name: c for c in _budget("Qwen/Not-Cached-Here", fields)}

@@ -42,7 +42,7 @@ def test_preset_matches_the_6_gpu_node_and_the_maze_env():
     tp = int(o["generator.inference_engine.tensor_parallel_size"])
     assert gpus == 6 == int(o["generator.inference_engine.num_engines"]) * tp
     assert o["generator.vision_language_generator"] == "true" and o["generator.batched"] == "false"
-    assert o["generator.max_turns"] == str(env_for_set("test-large").max_turns)
+    assert o["generator.max_turns"] == str(env_for_set("visgym-easy").max_turns) == "18"
     assert o["trainer.resume_mode"] == "latest" and o["trainer.dump_eval_results"] == "true"
     assert o["trainer.ckpt_path"] == "/fsx/rlkit/runs/run-a"
     assert o["data.val_data"] == "['/fsx/rlkit/runs/run-a/data/eval.parquet']"

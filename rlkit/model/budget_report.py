@@ -1,12 +1,13 @@
 """The budget printer: what the dry run and preflight say about a run's model and its tokens.
 
-    budget_report("Qwen/Qwen3-VL-8B-Instruct", None, "test-large", max_turns=24, ...).lines()
+    budget_report("Qwen/Qwen3-VL-8B-Instruct", None, "visgym-easy", max_turns=18, ...).lines()
 
 For the checkpoint's files (`rlkit.model.checkpoint_files`): the chat template's source file,
 the stop ids, the sampling defaults rlkit overrides; then the set's image as the processor sees
 it (the `test` set's 48 px ego view is upscaled to 256 px by Qwen3-VL's processor, whose minimum
 area is 65,536 px: "image test 48x48 -> 256x256 by the processor, 64 tokens", so maze cells
-straddle vision-token edges there; `test-large` reaches it unresized), tokens per turn and per
+straddle vision-token edges there; VisGym's 225 px picture (`visgym-easy`, the cluster presets'
+set) becomes 256x256 the same way, 64 tokens; `test-large` reaches it unresized), tokens per turn and per
 episode against `max_input_length` / `max_model_len` (`rlkit.model.budgets`), and a one-line
 refusal naming the knob when the turn budget cannot fit. Torch-free.
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rlkit.env.maze_env import MazeEnv, env_for_set
+from rlkit.env.maze_env import EnvConfig, MazeEnv, env_for_set
 from rlkit.errors import UsageError
 from rlkit.maze import rules
 from rlkit.maze.render import render_array
@@ -37,10 +38,14 @@ from rlkit.model.budgets import (
 )
 
 
-def set_episode(set_name: str, max_turns: int | None = None) -> Episode:
+def set_episode(
+    set_name: str, max_turns: int | None = None, cfg: EnvConfig | None = None
+) -> Episode:
     """The texts and image size of `set_name`'s episodes under a turn budget (default: the
-    set's), from the env itself, built as SkyRL's generator builds it."""
-    cfg = env_for_set(set_name)
+    set's), from the env itself, built as SkyRL's generator builds it: on the set's first maze,
+    so the rules name its size as the env's do (the VisGym prompt states it). `cfg`: the env the
+    rows carry where it is not the set's own (a view drawn smaller)."""
+    cfg = cfg or env_for_set(set_name)
     maze = TEST_SETS[set_name].spec.maze(0)
     env = MazeEnv(cfg, {"maze": maze, "max_turns": max_turns})
     first, _ = env.init()
@@ -52,7 +57,7 @@ def set_episode(set_name: str, max_turns: int | None = None) -> Episode:
         p.get("type") in ("image", "image_url") for p in first[-1]["content"]
     ):
         image = render_array(rules.initial(maze), cfg.style).shape[:2]
-    return Episode(system, tuple(texts), image)
+    return Episode(system, tuple(texts), image, stop=maze.game == "squares")
 
 
 def _text(message: dict) -> str:
@@ -139,6 +144,7 @@ def budget_report(
     max_input_length: int,
     max_model_len: int,
     max_generate_length: int | None,
+    cfg: EnvConfig | None = None,
 ) -> BudgetReport:
     """The report for `model` playing `set_name`: from `model_dir`'s files when given (tokenizer,
     processor, generation config, template), else from `assumed` (`where` then says where the
@@ -148,7 +154,7 @@ def budget_report(
 
     tokens = Tokens(model_dir, assumed)
     processor = (preprocessor(model_dir) if model_dir else None) or assumed.processor
-    ep = set_episode(set_name, max_turns)
+    ep = set_episode(set_name, max_turns, cfg)
     budget = turn_budget(
         ep,
         tokens,
@@ -156,7 +162,7 @@ def budget_report(
         max_turns=max_turns,
         max_input_length=max_input_length,
         max_model_len=max_model_len,
-        max_generate_length=max_generate_length or derived_answer_length(tokens),
+        max_generate_length=max_generate_length or derived_answer_length(tokens, ep.stop),
     )
     if model_dir is None:
         report = BudgetReport(model, None, assumed, set_name, processor, ep.image, budget)

@@ -35,6 +35,8 @@ from typing import Any
 
 from rlkit.env.maze_env import QWEN3VL_IMAGE
 from rlkit.errors import UsageError
+from rlkit.maze.core import STOP
+from rlkit.maze.parsing import format_action
 from rlkit.model.action_tag import answer_length
 
 TURN_FRAMING = ("<|im_start|>user\n", "<|im_end|>\n")
@@ -124,21 +126,24 @@ class Assumed:
     processor: ImageProcessor
     answer_tokens: int
     """The canonical answer with its end of turn (measured: tests/test_budgets.py)."""
+    stop_tokens: int
+    """`<action>stop</action>` with its end of turn: the squares game's fifth answer."""
     chars_per_token: float
     """Text estimate; below English BPE's ~4 so that the estimate errs long."""
 
     def describe(self) -> str:
         return (
             f"processor {self.processor.describe()}; canonical answer {self.answer_tokens} "
-            f"tokens; text ~{self.chars_per_token:g} characters a token"
+            f"tokens ({self.stop_tokens} for stop); text ~{self.chars_per_token:g} characters a token"
         )
 
 
-QWEN_ASSUMED = Assumed(QWEN3VL, answer_tokens=8, chars_per_token=3.0)
+QWEN_ASSUMED = Assumed(QWEN3VL, answer_tokens=8, stop_tokens=8, chars_per_token=3.0)
 """Qwen3-VL-2B..32B: one processor config and one tokenizer (`<`, `action`, `>`, `up`, `</`,
-`action`, `>`, `<|im_end|>`)."""
-TINY_ASSUMED = Assumed(TINY, answer_tokens=4, chars_per_token=3.0)
-"""The tiny tokenizer adds `<action>`, `</action>` and the move words as whole tokens."""
+`action`, `>`, `<|im_end|>`; `stop` is one token too)."""
+TINY_ASSUMED = Assumed(TINY, answer_tokens=4, stop_tokens=6, chars_per_token=3.0)
+"""The tiny tokenizer adds `<action>`, `</action>` and the move words as whole tokens; its
+corpus is rlkit's cell game, so `stop` takes three."""
 
 
 class Tokens:
@@ -169,9 +174,14 @@ class Tokens:
         rest = len(_SPECIAL.sub("", text))
         return len(specials) + math.ceil(rest / self.assumed.chars_per_token)
 
-    def answer_tokens(self) -> int:
-        """The longest canonical answer, its end of turn included."""
-        return answer_length(self) if self._tok is not None else self.assumed.answer_tokens
+    def answer_tokens(self, stop: bool = False) -> int:
+        """The longest canonical answer, its end of turn included; with `stop` (the squares
+        game) `<action>stop</action>` counts too, which a tokenizer may spell longer."""
+        if self._tok is None:
+            a = self.assumed
+            return max(a.answer_tokens, a.stop_tokens) if stop else a.answer_tokens
+        moves = answer_length(self)
+        return max(moves, 1 + len(self.encode(format_action(STOP)))) if stop else moves
 
 
 @dataclass(frozen=True)
@@ -183,6 +193,8 @@ class Episode:
     """Observation texts: the first, and one after a refused answer (the longest note)."""
     image: tuple[int, int] | None
     """(height, width) of each observation's image; None for a text-only env."""
+    stop: bool = False
+    """Whether `stop` is an answer (the squares game): its canonical answer counts too."""
 
 
 @dataclass(frozen=True)
@@ -322,16 +334,16 @@ def turn_budget(
         header=tokens.count(GENERATION_HEADER),
         tail=tokens.count(ANSWER_TAIL),
         answer=max_generate_length,
-        canonical=tokens.answer_tokens(),
+        canonical=tokens.answer_tokens(ep.stop),
         max_turns=max_turns,
         max_input_length=max_input_length,
         max_model_len=max_model_len,
     )
 
 
-def derived_answer_length(tokens: Tokens) -> int:
+def derived_answer_length(tokens: Tokens, stop: bool = False) -> int:
     """An answer budget from the tokenizer: the canonical answer plus `ANSWER_ROOM`."""
-    return tokens.answer_tokens() + ANSWER_ROOM
+    return tokens.answer_tokens(stop) + ANSWER_ROOM
 
 
 def preprocessor(model_dir: str | Path) -> ImageProcessor | None:

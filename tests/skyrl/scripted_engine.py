@@ -33,7 +33,7 @@ from transformers import PreTrainedTokenizerBase
 
 from rlkit.env.maze_env import EnvConfig, maze_from_extras
 from rlkit.maze import rules
-from rlkit.maze.core import Action, Maze, optimal_action
+from rlkit.maze.core import STOP, Action, Maze, optimal_action, shortest_path
 from rlkit.maze.parsing import format_action, parse_actions
 from rlkit.model.chat import ChatEncoder
 
@@ -103,6 +103,25 @@ def arrow_oracle(maze: Maze, state: rules.State, rep: int) -> str:
 
 
 ARROWS = {Action.UP: "\u2191", Action.DOWN: "\u2193", Action.LEFT: "\u2190", Action.RIGHT: "\u2192"}
+
+
+def stopping_oracle(maze: Maze, state: rules.State, rep: int) -> str:
+    """VisGym's solver: the shortest path, then `stop` on the target (`rules.best_move`)."""
+    return f"The red square is near. {format_action(rules.best_move(state))}"
+
+
+def stop_early(maze: Maze, state: rules.State, rep: int) -> str:
+    """The shortest path, but `stop` two squares short of the target: reward 0."""
+    left = len(shortest_path(maze, state.pos)) - 1
+    return format_action(STOP if left <= 2 else rules.best_move(state))
+
+
+def never_stop(maze: Maze, state: rules.State, rep: int) -> str:
+    """Reaches the target, then steps off and back on it: the turn budget ends it, reward 0."""
+    move = optimal_action(maze, state.pos)
+    if move is None:  # on the target: step to an open neighbour instead of stopping
+        move = next(a for a in Action if maze.can_move(state.pos, a))
+    return format_action(move)
 
 
 def wall_bumper(maze: Maze, state: rules.State, rep: int) -> str:

@@ -69,9 +69,10 @@ def dataset(request, tmp_path_factory, tokenizer) -> tuple[str, PromptDataset]:
 
 
 def preset_config(**generator_changes) -> SkyRLTrainConfig:
-    cfg = SkyRLTrainConfig.from_cli_overrides(
-        build_overrides(get_preset("qwen3vl-8b-6gpu"), "contract")
-    )
+    """The 8B preset's config on rlkit's cell mazes (its 24 turns; VisGym's game, the presets'
+    default: tests/skyrl/test_visgym_skyrl.py)."""
+    preset = get_preset("qwen3vl-8b-6gpu", eval_set="test-large")
+    cfg = SkyRLTrainConfig.from_cli_overrides(build_overrides(preset, "contract"))
     if generator_changes:
         cfg.generator = dataclasses.replace(cfg.generator, **generator_changes)
     return cfg

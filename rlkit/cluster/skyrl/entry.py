@@ -34,6 +34,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--preset", help="the rlkit preset the command came from (run.json)")
     parser.add_argument("--train-rows", type=int, default=256)
     parser.add_argument("--eval-set", default="test")
+    parser.add_argument(
+        "--cell-px", type=int, default=None, help="pixels a square of the rows' pictures"
+    )
     parser.add_argument("--eval-rows", type=int, default=64, help="first N mazes of the set")
     parser.add_argument(
         "--device",
@@ -93,9 +96,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def ensure_datasets(
-    data_dir: str, train_rows: int, eval_set: str, eval_rows: int = 64
+    data_dir: str, train_rows: int, eval_set: str, eval_rows: int = 64, cell_px: int | None = None
 ) -> tuple[Path, Path]:
-    """Write the datasets once per run dir; a resumed run must see the same rows."""
+    """Write the datasets once per run dir; a resumed run must see the same rows. `cell_px`:
+    the preset's view of the set (None: the set's own)."""
+    from rlkit.cluster.skyrl.preset_checks import set_view
     from rlkit.env.data import write_datasets
 
     out = Path(data_dir)
@@ -103,7 +108,8 @@ def ensure_datasets(
     if train.is_file() and evals.is_file():
         print(f"rlkit: reusing datasets in {out}", flush=True)
         return train, evals
-    paths = write_datasets(out, train_rows, eval_set=eval_set, n_eval=eval_rows)
+    cfg = set_view(eval_set, cell_px)
+    paths = write_datasets(out, train_rows, eval_set=eval_set, n_eval=eval_rows, cfg=cfg)
     print(f"rlkit: wrote {paths[0]} and {paths[1]}", flush=True)
     return paths
 
@@ -206,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     # vLLM and CUDA do not survive fork; SkyRL's own entrypoints force spawn too.
     mp.set_start_method("spawn", force=True)
     if args.data_dir:
-        ensure_datasets(args.data_dir, args.train_rows, args.eval_set, args.eval_rows)
+        ensure_datasets(args.data_dir, args.train_rows, args.eval_set, args.eval_rows, args.cell_px)
     if args.init_model:
         ensure_init_model(args.init_model, args.init_stop_at)
     if args.device == "cpu":

@@ -17,7 +17,9 @@ that token and the candidates are the first tokens of `>up`, `>down`, ... instea
 None when its answer never writes `<action>`, when the four candidates are not four distinct
 tokens, when the request fails, or (top-20 engines only) when the top 20 lack one of the four
 words: a model that barely considers that move, but a floor would invent a number, so none is
-stored. On the SkyRL CPU run (vLLM 0.32) every tagged turn got its four (6 of 273 captured
+stored. A turn whose last tag says `stop` (VisGym's game, `visgym-easy`) gets None without a
+request too: the bars are the four moves renormalised, and a turn that chose none of them would
+show a distribution the model did not sample from. On the SkyRL CPU run (vLLM 0.32) every tagged turn got its four (6 of 273 captured
 turns wrote no tag); asked for the top 20 instead, 29 of 268 tagged turns lacked a word.
 Probes run beside the episodes' own requests (a task per turn) and are awaited when the batch
 ends.
@@ -34,7 +36,8 @@ from skyrl.backends.skyrl_train.inference_servers.remote_inference_client import
 )
 
 from rlkit.episodes.policies import MoveProbs
-from rlkit.model.action_tag import move_choices, probe_point
+from rlkit.maze.core import STOP
+from rlkit.model.action_tag import ACTION_OPEN, move_choices, probe_point
 from rlkit.model.vllm_policy import probs_of_moves
 
 _log = logging.getLogger(__name__)
@@ -42,6 +45,12 @@ _log = logging.getLogger(__name__)
 TOP_LOGPROBS = 20
 """Top logprobs a probe asks an engine without `logprob_token_ids` for: vLLM's default
 `max_logprobs`, the most a request may ask."""
+
+
+def chose_stop(text: str) -> bool:
+    """Whether the answer's last `<action>` tag (the one the parsers obey) names `stop`."""
+    at = text.rfind(ACTION_OPEN)
+    return at >= 0 and text[at + len(ACTION_OPEN) :].lstrip().lower().startswith(STOP.word)
 
 
 class Logprob(NamedTuple):
@@ -78,7 +87,7 @@ class EngineProbe:
         cache_salt: str | None,
     ) -> MoveProbs | None:
         point = probe_point(self.tokenizer, answer_ids)
-        if point is None:
+        if point is None or chose_stop(self.tokenizer.decode(list(answer_ids))):
             return None
         k, tail = point
         if tail not in self._choices:

@@ -144,6 +144,8 @@ def entrypoint_command(preset: SkyRLPreset, run_name: str, preset_name: str | No
         "--capture-keep",
         str(preset.capture_keep),
     ]
+    if preset.cell_px is not None:
+        ours += ["--cell-px", str(preset.cell_px)]
     if preset.model_path == TINY_WARM:
         ours += ["--init-model", paths.init_model_dir, "--init-stop-at", str(preset.warm_start_to)]
     return shlex.join(

@@ -24,11 +24,12 @@ an answer budget that cannot hold the canonical answer, a turn budget that canno
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlkit.cluster.skyrl.instances import check_layout, instance_type
-from rlkit.env.maze_env import env_for_set
+from rlkit.env.maze_env import EnvConfig, env_for_set
 from rlkit.errors import UsageError
 from rlkit.model.budget_report import BudgetReport, budget_report
 from rlkit.model.budgets import QWEN_ASSUMED, TINY_ASSUMED
@@ -60,9 +61,20 @@ def refuse_known_traps(p: SkyRLPreset) -> None:
             )
 
 
+def set_view(eval_set: str, cell_px: int | None = None) -> EnvConfig:
+    """The env config a run's rows carry: the set's, its picture drawn at `cell_px` when given
+    (the preset's `cell_px`; the entry writes the rows with the same call)."""
+    cfg = env_for_set(eval_set)
+    if cell_px is None or cell_px == cfg.style.cell_px:
+        return cfg
+    if not 4 <= cell_px <= 128:
+        raise UsageError(f"cell_px ({cell_px}) must be 4..128 pixels a square (None: the set's)")
+    return replace(cfg, style=replace(cfg.style, cell_px=cell_px))
+
+
 def check_preset(p: SkyRLPreset) -> None:
     """Every check of a preset, each a one-line UsageError that says what to change."""
-    env_for_set(p.eval_set)  # an unknown set fails here, not on the cluster
+    set_view(p.eval_set, p.cell_px)  # an unknown set or a bad view fails here, not on the cluster
     if not 1 <= p.eval_mazes <= 64:
         raise UsageError(f"eval_mazes ({p.eval_mazes}) must be 1..64 (a pinned set)")
     for name in ("nodes", "group_size", "mini_batches", "steps"):
@@ -142,6 +154,7 @@ def preset_budget(p: SkyRLPreset, model_dir: str | Path | None | bool = True) ->
         max_input_length=p.max_input_length,
         max_model_len=p.max_model_len,
         max_generate_length=p.max_generate_length,
+        cfg=set_view(p.eval_set, p.cell_px),
     )
 
 

@@ -75,14 +75,22 @@ class SkyRLPreset:
     """8B in bf16 fits one 96 GB GPU with its KV cache: one vLLM engine per GPU."""
     group_size: int = 8
     """GRPO group: episodes sampled per maze; advantages compare within a group."""
-    eval_set: str = "test-large"
-    """Pinned maze set for the eval split (training rows come from its family, disjoint seeds).
-    Departure: 6x6-cell mazes instead of VisGym's; the rows carry the set's env config (full
-    view, 64 px cells aligned to Qwen3-VL's merged patches, full prompt), so the 8B sees the
-    same task `rlkit eval --set` plays."""
-    max_turns: int = env_for_set("test-large").max_turns
-    """Turn budget. Departure: the eval set's own budget (not the recipe's 18), so a cluster
-    eval and `rlkit eval` on the same checkpoint measure the same thing."""
+    eval_set: str = "visgym-easy"
+    """Pinned maze set for the eval split; training rows come from its family on a disjoint seed
+    stream. The seed's task: VisGym's `maze_2d/easy` (9x9 squares, seeds 0..63, `stop` on the
+    red target), so a cluster eval compares with the seed's 43.75% and SkyRL's recipe. The rows
+    carry the set's env config (VisGym's 225 px picture and rules, SkyRL's answer format), so
+    the model sees the task `rlkit eval --set` plays. `--set eval_set=test-large` plays rlkit's
+    own 6x6-cell mazes instead (and takes that set's turn budget: `get_preset`)."""
+    cell_px: int | None = None
+    """Pixels per square (cell) of the rows' pictures; None: the eval set's own (VisGym's 25).
+    Only the view scales: the mazes, positions and rules stay the set's. The tiny CPU preset
+    draws 8 px, as `local-tiny-visgym` does: at VisGym's 25 px an 18-turn episode passes the
+    tiny model's 4,096 positions."""
+    max_turns: int = env_for_set("visgym-easy").max_turns
+    """Turn budget: 18, SkyRL's recipe's (visgym-easy's shortest paths are 12-16 moves, so the
+    shortest path plus `stop` always fits). A preset built for another eval set takes that set's
+    own budget (`get_preset`), so a cluster eval and `rlkit eval` measure the same thing."""
     prompts_per_node: int = 36
     """Mazes per step per node. Departure from 32: on 6 (or 8, 4, 2) GPUs the mini batch must split
     evenly over GPUs (SkyRL asserts it); 36 prompts x 8 = 288 episodes per node and step."""
@@ -114,7 +122,10 @@ class SkyRLPreset:
     eval_interval: int = 10
     """Steps between evals on the eval split (dumped for rlkit's readers)."""
     eval_samples: int = 4
-    """Samples per eval maze. Departure from 1: 64 single samples give a +-12 point CI."""
+    """Samples per eval maze. Departure from 1: 64 single samples give a +-12 point CI. The
+    seed's protocol (one greedy sample a maze, the 43.75% = 28/64) is
+    `--set eval_samples=1 --set eval_temperature=0`; `rlkit eval` on such a run's dumps marks it
+    `protocol: seed` and prints its exact interval."""
     eval_temperature: float = 1.0
     """Eval sampling temperature. SkyRL's default eval sampling is greedy (temperature 0), so k
     samples per maze would be k copies of one episode counted as k; `rlkit eval` samples at 1."""
@@ -250,6 +261,10 @@ PRESETS: dict[str, SkyRLPreset] = {
     # SkyRL's own trainer on this machine's CPUs (the cluster's code path, rehearsed): rlkit's
     # tiny Qwen3-VL on the `test` mazes, 2 FSDP ranks colocated with 2 vLLM engines on a local
     # head's logical GPUs. Same build_overrides as above; only model, sizes and device differ.
+    # It stays on `test`, not VisGym's: the job warm-starts the tiny model on rlkit's cell mazes
+    # in its 8 px ego view (rlkit.train.warm_model), the view its 2-layer policy can read, and a
+    # 12-turn `test` episode is a fraction of an 18-turn VisGym one. `--set eval_set=visgym-easy`
+    # plays the seed's task on the same path, drawn at 8 px (cell_px; 72 px, 16 image tokens).
     "skyrl-tiny-cpu": SkyRLPreset(
         model_path=TINY_WARM,
         model_params_b=0.001,
@@ -268,8 +283,11 @@ PRESETS: dict[str, SkyRLPreset] = {
         eval_interval=3,
         ckpt_interval=3,
         max_ckpts_to_keep=2,
-        max_model_len=2048,
-        max_input_length=1536,
+        cell_px=8,  # `test`'s own; VisGym's mazes drawn small enough for the tiny model
+        # visgym-easy's 18 turns at 8 px fit (the dry run prints them); a `test` episode stays
+        # far below, so the larger budget costs it nothing; both under the tiny model's 4,096
+        max_model_len=3072,
+        max_input_length=3000,
         # the canonical answer + room, from the checkpoint's tokenizer: 8 with the tiny model,
         # 12 with a Qwen-vocabulary checkpoint (--model DIR); a real Qwen3-VL processor sees the
         # `test` set's 48 px view upscaled to 256 px (64 tokens; the dry run prints it)
@@ -295,7 +313,8 @@ def get_preset(
 ) -> SkyRLPreset:
     """Preset `name` with `changes` (preset fields, or recipe switches by name) and `recipe`
     (a whole Recipe, or switch -> value changes to the preset's own); a switch SkyRL cannot
-    honour, and every preset check, is a one-line UsageError."""
+    honour, and every preset check, is a one-line UsageError. Another `eval_set` brings its own
+    turn budget unless `max_turns` is given too (a set's budget is part of its difficulty)."""
     if name not in PRESETS:
         raise UsageError(f"unknown SkyRL preset {name!r}; choose from {', '.join(PRESETS)}")
     base = PRESETS[name]
@@ -312,6 +331,8 @@ def get_preset(
         )
     switches = {k: v for k, v in changes.items() if k not in preset_fields}
     changes = {k: v for k, v in changes.items() if k in preset_fields}
+    if changes.get("eval_set", base.eval_set) != base.eval_set and "max_turns" not in changes:
+        changes["max_turns"] = env_for_set(str(changes["eval_set"])).max_turns  # the set's budget
     new_recipe = recipe if isinstance(recipe, Recipe) else changes.pop("recipe", base.recipe)
     if not isinstance(new_recipe, Recipe):
         raise UsageError(f"recipe must be a rlkit.recipe.Recipe or a mapping, got {new_recipe!r}")
