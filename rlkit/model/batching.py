@@ -14,10 +14,11 @@ checks it). The definitions:
   exist) and the output rows no token maps to (Qwen's padding rows), for every response token.
   top-p changes which token is drawn but not the recorded value (as SkyRL's trainer recomputes
   with temperature only), so keep top_p = 1 for on-policy RL.
-- constrained: the policy is a distribution over the four move words; the forced tokens
+- constrained: the policy is a distribution over the game's action words (the four moves;
+  `stop` too in the squares game: `AnswerSpec`); the forced tokens
   (`<action>`, `</action>`, `<|im_end|>`, the tail of a multi-token word) have probability 1
   under it, so logprob 0 and entropy 0; the move-word token has log softmax(logits / T)
-  restricted to the four move-word tokens.
+  restricted to the action-word tokens.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 
 from rlkit.errors import UsageError
-from rlkit.maze.core import Action
+from rlkit.maze.core import GAMES, STOP, Action, Move
 from rlkit.model.chat import Encoded
 from rlkit.model.load import LoadedModel
 from rlkit.model.prompt_keys import distinct, image_digest, prompt_key
@@ -59,37 +60,55 @@ def mask_banned(logits: torch.Tensor, banned: list[int]) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class AnswerSpec:
-    """The constrained answer's tokens: forced prefix, one choice token, forced tail per word."""
+    """The constrained answer's tokens: forced prefix, one choice token, forced tail per word.
+
+    The choices are the game's actions in `rules.game_moves` order: the four moves of the cell
+    game (`Action` order, the move-probability contract), and `stop` fifth in the squares game
+    (VisGym's), whose only win is to stop on the target."""
 
     prefix: tuple[int, ...]
     choices: tuple[int, ...]
-    """First token of each move word, in `Action` order (they must differ)."""
+    """First token of each action word, in `moves` order (they must differ)."""
     tails: tuple[tuple[int, ...], ...]
     """The rest of each answer after its choice token, ending with the end-of-turn token."""
+    moves: tuple[Move, ...] = tuple(Action)
+    """The action each choice answers: `Action` order, then `stop` for the squares game."""
 
     @classmethod
-    def from_loaded(cls, loaded: LoadedModel) -> AnswerSpec:
+    def from_loaded(cls, loaded: LoadedModel, game: str = "cells") -> AnswerSpec:
+        """The spec of `game` (`cells`: four moves; `squares`: four moves and `stop`)."""
+        if game not in GAMES:
+            raise UsageError(f"unknown game {game!r}: use one of {', '.join(GAMES)}")
         tok = loaded.tokenizer
 
         def ids(text: str) -> tuple[int, ...]:
             return tuple(tok(text, add_special_tokens=False)["input_ids"])
 
+        moves = (*Action, STOP) if game == "squares" else tuple(Action)
         prefix, suffix = ids("<action>"), (*ids("</action>"), loaded.eos_id)
-        words = [ids(a.word) for a in Action]
+        words = [ids(a.word) for a in moves]
         choices = tuple(w[0] for w in words)
         if len(set(choices)) != len(choices):
             raise UsageError(
-                "move words share a first token in this tokenizer: use constrained=False"
+                "action words share a first token in this tokenizer: use constrained=False"
             )
-        return cls(prefix, choices, tuple((*w[1:], *suffix) for w in words))
+        return cls(prefix, choices, tuple((*w[1:], *suffix) for w in words), moves)
 
     @property
     def choice_pos(self) -> int:
         """Index of the choice token within the response."""
         return len(self.prefix)
 
-    def response(self, action: int) -> list[int]:
-        return [*self.prefix, self.choices[action], *self.tails[action]]
+    def index(self, move: Move) -> int:
+        """The choice index of `move` (`Action` value, 4 for `stop` in the squares game)."""
+        try:
+            return self.moves.index(move)
+        except ValueError:
+            raise UsageError(f"{move.word!r} is not an action of this answer spec") from None
+
+    def response(self, action: int | Move) -> list[int]:
+        k = action if isinstance(action, int) else self.index(action)
+        return [*self.prefix, self.choices[k], *self.tails[k]]
 
 
 @dataclass
@@ -307,7 +326,7 @@ def response_logprobs(
 def _chosen_logprobs(
     choice_logits: torch.Tensor, response_ids: torch.Tensor, answer: AnswerSpec
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Constrained (logprobs, entropy), each (B, R), from each row's (B, 4) move-word logits
+    """Constrained (logprobs, entropy), each (B, R), from each row's (B, C) action-word logits
     (already divided by the temperature) and its (B, R) response."""
     pos = answer.choice_pos
     choices = torch.tensor(answer.choices, device=response_ids.device)
@@ -325,7 +344,7 @@ def _chosen_logprobs(
 def choice_logits(
     loaded: LoadedModel, prompts: Sequence[Encoded], answer: AnswerSpec
 ) -> torch.Tensor:
-    """(B, 4) logits of the move words after each prompt and the forced answer prefix, one
+    """(B, C) logits of the C action words after each prompt and the forced answer prefix, one
     forward per distinct prompt (the choice token sees nothing else)."""
     first, index = distinct([prompt_key(p) for p in prompts])
     batch = build_batch(loaded, [prompts[i] for i in first], [answer.prefix] * len(first))

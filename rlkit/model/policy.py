@@ -3,7 +3,9 @@
 `ModelPolicy.act` answers all live episodes with one batched model call per turn:
 
 - constrained (default): one forward pass over prompt + `<action>`, the next token drawn only
-  among the four move-word tokens; the answer is `<action>WORD</action><|im_end|>`.
+  among the game's action-word tokens (the four moves; in the squares game `stop` too, VisGym's
+  fifth action, so the policy can end an episode on the target); the answer is
+  `<action>WORD</action><|im_end|>`.
 - free: one `generate` call (left padding, KV cache) up to `max_new_tokens`, stopping at the
   checkpoint's stop ids (`LoadedModel.stop_ids`), with none of its sampling defaults; whatever the model writes goes to the env's parser (parse errors are the env's
   business: feedback, no exception).
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +41,6 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 from rlkit.episodes.policies import MoveProbs, Policy, Response, is_scripted, scripted_policy
 from rlkit.errors import UsageError
 from rlkit.maze import rules
-from rlkit.maze.core import Action
 from rlkit.maze.parsing import format_action
 from rlkit.model.action_tag import move_choices, probe_point
 from rlkit.model.batching import (
@@ -142,6 +144,8 @@ class ModelPolicy:
             max_batch,
         )
         self.answer = AnswerSpec.from_loaded(loaded) if constrained else None
+        """The cell game's constrained answer (four moves); `answer_for` gives each game's."""
+        self._answers: dict[str, AnswerSpec] = {} if self.answer is None else {"cells": self.answer}
         self._choices: dict[str, tuple[int, ...] | None] = {}
         """Move-word candidates of a free answer per partial tag (`move_choices`), cached."""
         self.name = f"{Path(loaded.path).name}{'' if constrained else ':free'}"
@@ -156,16 +160,38 @@ class ModelPolicy:
             raise UsageError(f"{len(messages)} conversations but {len(rngs)} random streams")
         gens = [torch.Generator().manual_seed(int(r.integers(2**63))) for r in rngs]
         encoded = [self.loaded.encoder.encode(m) for m in messages]
+        if not self.constrained:
+            return self._batched(self._generate, encoded, gens)
+        out: list[Response | None] = [None] * len(encoded)
+        for game in dict.fromkeys(s.maze.game for s in states):  # one spec per game, in order
+            rows = [i for i, s in enumerate(states) if s.maze.game == game]
+            answer = self.answer_for(game)
+            answers = self._batched(
+                partial(self._constrained, ans=answer),
+                [encoded[i] for i in rows],
+                [gens[i] for i in rows],
+            )
+            for i, r in zip(rows, answers, strict=True):
+                out[i] = r
+        return out  # type: ignore[return-value]  # every row answered by its game's spec
+
+    def answer_for(self, game: str) -> AnswerSpec:
+        """The constrained answer of `game`: four move words (cells), plus `stop` (squares)."""
+        if game not in self._answers:
+            self._answers[game] = AnswerSpec.from_loaded(self.loaded, game)
+        return self._answers[game]
+
+    def _batched(self, step, encoded: list[Encoded], gens: list[torch.Generator]) -> list[Response]:
         out: list[Response] = []
-        step = self._constrained if self.constrained else self._generate
         with torch.no_grad():
             for lo in range(0, len(encoded), self.max_batch):
                 hi = lo + self.max_batch
                 out += step(encoded[lo:hi], gens[lo:hi])
         return out
 
-    def _constrained(self, encoded: list[Encoded], gens: list[torch.Generator]) -> list[Response]:
-        ans = self.answer
+    def _constrained(
+        self, encoded: list[Encoded], gens: list[torch.Generator], ans: AnswerSpec
+    ) -> list[Response]:
         logits = choice_logits(self.loaded, encoded, ans) / self.temperature
         picks = sample_rows(logits, gens, temperature=1.0, top_p=self.top_p, greedy=self.greedy)
         logp_all = torch.log_softmax(logits, -1)
@@ -177,7 +203,9 @@ class ModelPolicy:
             ids = ans.response(k)
             lps = [0.0] * len(ids)
             lps[ans.choice_pos] = lp
-            out.append(Response(format_action(Action(k)), list(e.prompt_ids), ids, lps, _four(p)))
+            # move probabilities are the four-move contract: none where `stop` is a fifth
+            probs = _four(p) if len(ans.moves) == 4 else None
+            out.append(Response(format_action(ans.moves[k]), list(e.prompt_ids), ids, lps, probs))
         return out
 
     def _generate(self, encoded: list[Encoded], gens: list[torch.Generator]) -> list[Response]:

@@ -1,7 +1,8 @@
 """Configuration of the local GRPO trainer: one dataclass per concern, and the named presets.
 
-Every field says why it has its value. Presets: `smoke` (seconds; tests and CI) and
-`local-tiny` (the embedded default, the recipe of `benchmarks/bench_learning.py`).
+Every field says why it has its value. Presets: `smoke` (seconds; tests and CI),
+`local-tiny` (the embedded default, the recipe of `benchmarks/bench_learning.py`) and
+`local-tiny-visgym` (the same loop on the seed's task, VisGym's maze_2d/easy, scaled view).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
-from rlkit.env.maze_env import EnvConfig
+from rlkit.env.maze_env import SET_ENV, EnvConfig
 from rlkit.errors import UsageError
 from rlkit.maze.sets import MazeSpec, pinned_spec
 from rlkit.model.config import TinyConfig
@@ -385,7 +386,42 @@ def _smoke() -> TrainConfig:
     )
 
 
-PRESETS = {"local-tiny": TrainConfig, "smoke": _smoke}
+VISGYM_TINY_ENV = replace(
+    SET_ENV["visgym-easy"],
+    prompt_style="compact",
+    style=replace(SET_ENV["visgym-easy"].style, cell_px=8),
+)
+"""VisGym's maze_2d/easy for the tiny model: the same mazes, positions, rules (`stop` on the
+target wins), 18 turns, parser and feedback; the picture VisGym's colours at 8 px a square
+(72 x 72 px, one 8 px vision patch per square: 81 image tokens with merge 1), and the compact
+prompt line (`COMPACT_SQUARES_TASK`). The `test` set's agent-centred 48 px window does not
+apply: squares mazes are drawn whole, and the whole 9x9 maze (agent and target both in view)
+is the state, so a Markov policy can play it. At 25 px the processor would keep 225 px as
+28x28 patches (784 tokens, ~10x the forward); merge 2 at 8 px would cut squares across tokens
+(72 px is not a multiple of 16)."""
+
+
+def _local_tiny_visgym() -> TrainConfig:
+    """The embedded default on the seed's task (`benchmarks/bench_learning.py --preset
+    local-tiny-visgym`): VisGym's maze_2d/easy, evaluated on `visgym-easy` (seeds 0..63)."""
+    base = TrainConfig()
+    return TrainConfig(
+        name="local-tiny-visgym",
+        task=TaskConfig(
+            spec=pinned_spec("visgym-easy"), env=VISGYM_TINY_ENV, eval_set="visgym-easy"
+        ),
+        model=ModelConfig(tiny=TinyConfig(merge=1)),
+        # a validation check plays 64 mazes x 2 episodes of up to 18 turns (~10x a BC step):
+        # every 20 steps; the whole-maze oracle takes hundreds of steps, not local-tiny's ~60
+        warm_start=replace(base.warm_start, check_every=20, val_samples=2, max_steps=600),
+        # 16 mazes a step: a visgym episode is ~15 turns of ~100-token prompts (81 image
+        # tokens), 4x a `test` turn, and half the mazes of local-tiny keep a step near 15 s
+        grpo=replace(base.grpo, mazes_per_step=16, lr_late_from=60),
+        schedule=replace(base.schedule, steps=120, eval_samples=2),
+    )
+
+
+PRESETS = {"local-tiny": TrainConfig, "smoke": _smoke, "local-tiny-visgym": _local_tiny_visgym}
 
 
 def preset(name: str) -> TrainConfig:

@@ -246,12 +246,18 @@ def turn_budgets(
 ) -> list[int] | None:
     """Per-maze turn budgets of a GRPO rollout: the first `tight_fraction` of the mazes (they
     come from a shuffled stream) get their shortest path + `slack`, at most the env's
-    `max_turns`, the rest the env's budget; None (every maze the env's) when `slack` is None."""
+    `max_turns`, the rest the env's budget; None (every maze the env's) when `slack` is None.
+    A squares maze's shortest path counts its closing `stop` (one more turn: VisGym wins only
+    by stopping on the target)."""
     if slack is None:
         return None
     tight = round(tight_fraction * len(mazes))
+
+    def shortest(m: Maze) -> int:
+        return int(exit_distances(m)[m.start]) + (m.game == "squares")
+
     return [
-        min(env.max_turns, int(exit_distances(m)[m.start]) + slack) if i < tight else env.max_turns
+        min(env.max_turns, shortest(m) + slack) if i < tight else env.max_turns
         for i, m in enumerate(mazes)
     ]
 

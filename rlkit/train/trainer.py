@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from rlkit.episodes.evaluate import EVAL_SEED, EvalResult, evaluate
 from rlkit.episodes.rollout import Trajectory, run_episodes
 from rlkit.errors import UsageError
-from rlkit.maze.sets import train_mazes
+from rlkit.maze.sets import train_maze, train_mazes
 from rlkit.model.build import build_tiny
 from rlkit.model.load import LoadedModel, fast_vision, load, no_progress_bars
 from rlkit.model.policy import AnswerSpec, ModelPolicy
@@ -59,7 +59,7 @@ from rlkit.train.step import (
     turn_samples,
 )
 from rlkit.train.update import Learner, update
-from rlkit.train.warmstart import bc_states, bc_update, encode_states, validation_mazes
+from rlkit.train.warmstart import bc_batch, bc_update, validation_mazes
 
 
 def torch_threads(threads: int | None) -> int:
@@ -107,7 +107,8 @@ class Trainer:
         if saved:
             self.state = TrainState(**saved["state"])
         m = self.cfg.model
-        answer = AnswerSpec.from_loaded(loaded) if m.constrained else None
+        game = train_maze(self.cfg.task.spec, 0).game  # squares: `stop` is a fifth choice
+        answer = AnswerSpec.from_loaded(loaded, game) if m.constrained else None
         self.learner = Learner(
             loaded, self._optimizer(loaded), answer=answer, temperature=m.temperature
         )
@@ -225,14 +226,13 @@ class Trainer:
         """One behaviour-cloning step; switches to GRPO when the warm start is done."""
         w, s = self.cfg.warm_start, self.state
         with self.log.timer("update"):
-            pairs = bc_states(
-                self.cfg.task.spec, s.step - 1, w.batch, w.random_steps, self.cfg.schedule.seed
+            task, seed = self.cfg.task, self.cfg.schedule.seed
+            prompts, actions = bc_batch(
+                self.learner.loaded, task.spec, task.env, s.step - 1, w.batch, w.random_steps, seed
             )
-            prompts = encode_states(self.learner.loaded, [p[0] for p in pairs], self.cfg.task.env)
             last = s.val_solve_rate
             fine = w.fine_from is not None and last is not None and last >= w.fine_from
             lr = w.fine_lr if fine else w.lr
-            actions = [p[1] for p in pairs]
             metrics = bc_update(self.learner, prompts, actions, lr=lr, step=s.step)
         done = s.step >= w.max_steps
         if s.step % (1 if fine else w.check_every) == 0 or done:

@@ -2,7 +2,8 @@
 
 A randomly initialised VLM explores a maze no better than chance and GRPO alone stays flat;
 an instruct model starts with partial skill. Cloning the oracle's move from varied states (the
-start plus a few random moves, so trails vary) gives the tiny model that partial skill in
+start plus a few random moves, so trails vary; in the squares game points along the oracle's
+path too, and the target, where the oracle says `stop`) gives the tiny model that partial skill in
 seconds; the trainer stops it as soon as a validation solve rate reaches the target, so GRPO
 starts from a policy that is good but far from solved.
 
@@ -19,12 +20,13 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from rlkit.env import visgym_text
 from rlkit.env.maze_env import EnvConfig, prompt_messages
 from rlkit.episodes.evaluate import EVAL_SEED
 from rlkit.episodes.policies import Policy
 from rlkit.episodes.rollout import Trajectory, run_episodes
 from rlkit.maze import rules
-from rlkit.maze.core import Action, Maze, optimal_action
+from rlkit.maze.core import Action, Maze, Move, optimal_action, shortest_path
 from rlkit.maze.parsing import format_action
 from rlkit.maze.sets import MazeSpec, train_maze
 from rlkit.model.chat import Encoded
@@ -58,6 +60,59 @@ def bc_states(
     return out
 
 
+STOP_SHARE = 0.25
+"""Share of a squares-game BC batch that stands on the target (the oracle's answer: `stop`).
+States along the oracle's path hold the target once in ~15, and a policy that walks onto the
+target but never stops scores 0 there."""
+
+
+def squares_bc_states(
+    spec: MazeSpec, step: int, batch: int, random_steps: int, seed: int
+) -> list[tuple[rules.State, Move, str]]:
+    """`batch` (state, oracle answer, feedback) triples of the squares game (VisGym's): the
+    state a point along the oracle's path (on the target for `STOP_SHARE` of them) plus up to
+    `random_steps` random moves, the answer the oracle's (`stop` on the target), the feedback
+    the env would have shown after the last move (`visgym_text.feedback`), so that the cloned
+    prompt is a rollout's. A random start alone rarely reaches the target 12-16 moves away."""
+    rng = np.random.default_rng([seed, step, 11])
+    out = []
+    for i in range(batch):
+        maze = train_maze(spec, BC_STREAM + step * batch + i)
+        state, prev, last = rules.initial(maze), None, None
+        on_target = rng.random() < STOP_SHARE
+        path = shortest_path(maze)
+        walk = len(path) - 1 if on_target else int(rng.integers(len(path)))
+        moves = [] if on_target else [Action(int(m)) for m in rng.integers(4, size=random_steps)]
+        for _ in range(walk):  # along the oracle's path
+            a = rules.best_move(state)
+            prev, last, state = state, a, rules.transition(state, [a])
+        for a in moves[: int(rng.integers(random_steps + 1))]:
+            prev, last, state = state, a, rules.transition(state, [a])
+        note = "" if prev is None else visgym_text.feedback(prev, state, [last], None)
+        out.append((state, rules.best_move(state), note))
+    return out
+
+
+def bc_batch(
+    loaded: LoadedModel,
+    spec: MazeSpec,
+    env: EnvConfig,
+    step: int,
+    batch: int,
+    random_steps: int,
+    seed: int,
+) -> tuple[list[Encoded], list[Move]]:
+    """One BC step's encoded prompts and oracle answers, by game: the cell game's
+    `bc_states` (Markov prompts of the first turn's kind), or `squares_bc_states` (with the
+    turn's feedback, and `stop` on the target)."""
+    if train_maze(spec, BC_STREAM).game == "squares":
+        triples = squares_bc_states(spec, step, batch, random_steps, seed)
+        prompts = [loaded.encoder.encode(prompt_messages(s, env, n)) for s, _, n in triples]
+        return prompts, [a for _, a, _ in triples]
+    pairs = bc_states(spec, step, batch, random_steps, seed)
+    return encode_states(loaded, [p[0] for p in pairs], env), [p[1] for p in pairs]
+
+
 def encode_states(
     loaded: LoadedModel, states: Sequence[rules.State], cfg: EnvConfig
 ) -> list[Encoded]:
@@ -65,7 +120,7 @@ def encode_states(
     return [loaded.encoder.encode(prompt_messages(s, cfg)) for s in states]
 
 
-def answer_ids(loaded: LoadedModel, action: Action) -> list[int]:
+def answer_ids(loaded: LoadedModel, action: Move) -> list[int]:
     """The canonical free-form answer's tokens: `format_action(action)` and the end of turn
     (4 tokens with the tiny tokenizer, 8 with Qwen's: `rlkit.model.action_tag.answer_length`)."""
     text = format_action(action)
@@ -76,7 +131,7 @@ def bc_loss(
     loaded: LoadedModel,
     answer: AnswerSpec | None,
     prompts: Sequence[Encoded],
-    actions: Sequence[Action],
+    actions: Sequence[Move],
     temperature: float = 1.0,
 ) -> tuple[torch.Tensor, float]:
     """Cross-entropy of the oracle's answer, and its accuracy (share of answers the policy's
@@ -85,7 +140,7 @@ def bc_loss(
     `answer` set: the constrained policy, only the move word's token. None: the free policy,
     the mean over every token of the canonical answer (`answer_ids`)."""
     if answer is not None:
-        responses = [answer.response(int(a)) for a in actions]
+        responses = [answer.response(a) for a in actions]
     else:
         responses = [answer_ids(loaded, a) for a in actions]
     logp, _, mask = turn_logprobs(
@@ -103,7 +158,7 @@ def bc_loss(
 def bc_update(
     learner: Learner,
     prompts: Sequence[Encoded],
-    actions: Sequence[Action],
+    actions: Sequence[Move],
     *,
     lr: float,
     step: int,
