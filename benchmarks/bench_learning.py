@@ -1,19 +1,25 @@
-"""Does the tiny Qwen3-VL learn? The `local-tiny` preset's held-out curve on every seed, and the targets.
+"""Does the tiny Qwen3-VL learn? A local preset's held-out curve on every seed, and its targets.
 
-    python benchmarks/bench_learning.py [--seeds 0 1 2] [--run-root runs/bench-learning] [--set k=v ...]
+    python benchmarks/bench_learning.py [--preset local-tiny] [--seeds 0 1 2] [--run-root DIR] [--set k=v ...]
+    python benchmarks/bench_learning.py --preset local-tiny-visgym --seeds 0 --set schedule.threads=1
+    python benchmarks/bench_learning.py --preset local-tiny-visgym --seeds 0 --report-only
 
-Trains (or resumes) the `local-tiny` preset once per seed, one seed after the other, then
-prints each seed's held-out 64-maze curve (step, phase, training seconds, episodes seen, solve
-rate with its maze-clustered 95% interval, `rlkit.stats.CI_METHOD`) and one table of every
-seed against the targets:
+Trains (or resumes) the preset once per seed, one seed after the other, then prints each
+seed's held-out 64-maze curve (step, phase, training seconds, episodes seen, solve rate with its
+maze-clustered 95% interval, `rlkit.stats.CI_METHOD`) and one table of every seed against the
+preset's targets (`TARGETS`):
 
-- first GRPO checkpoint (right after the warm start) <= 50%: partial skill, like the 8B's start;
-- final >= 95% sampled (the run's own k=4 evals) and >= 95% greedy (one argmax episode per maze);
+- first GRPO checkpoint (right after the warm start) <= 50%: partial skill, like the 8B's start
+  (43.75% greedy on VisGym's maze_2d/easy);
+- final sampled (the run's own k-sample evals) and greedy (one argmax episode per maze, the
+  seed's protocol) at or above the final target: 95% for `local-tiny` on rlkit's `test`, 90%
+  greedy for `local-tiny-visgym` on the seed's own `visgym-easy`;
 - a plateau: no drop of more than 2 points between any two of the last three evals;
-- training (wall time of the steps, evals excluded) <= 8 minutes; time to 95% reported.
+- training (wall time of the steps, evals excluded) within the budget (8 min; 30 min for
+  visgym); the training seconds to the start and to the final target are reported.
 
-Writes `benchmarks/results/learning_local_tiny_seed{N}.{json,png}` and
-`learning_local_tiny_summary.json`.
+Writes `benchmarks/results/learning_{preset}_seed{N}.{json,png}` and
+`learning_{preset}_summary.json` (dashes as underscores: `learning_local_tiny_seed0.json`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,25 @@ from rlkit.train.config import preset
 from rlkit.train.trainer import train
 
 START_MAX, FINAL_MIN, PLATEAU_DROP, BUDGET_S = 0.50, 0.95, 0.02, 8 * 60
+TARGETS: dict[str, dict[str, float]] = {
+    "local-tiny": {
+        "start_max": START_MAX,
+        "final_min": FINAL_MIN,
+        "greedy_min": FINAL_MIN,
+        "plateau_drop": PLATEAU_DROP,
+        "train_s": BUDGET_S,
+    },
+    "local-tiny-visgym": {
+        "start_max": START_MAX,
+        "final_min": 0.90,
+        "greedy_min": 0.90,
+        "plateau_drop": PLATEAU_DROP,
+        "train_s": 30 * 60,
+    },
+}
+"""Per preset: the start to stay under, the final sampled and greedy rates to reach, the
+plateau's largest drop and the training budget. `local-tiny-visgym` is the seed's task (issue
+37): from <= 50% to >= 90% greedy on `visgym-easy` in <= 30 min of training on 2 cores."""
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -74,28 +99,33 @@ def largest_drop(rates: list[float]) -> float:
     return max([0.0, *(a - b for i, a in enumerate(rates) for b in rates[i + 1 :])])
 
 
-def verdict(rows: list[dict], ws_end: int | None, greedy: EvalResult) -> dict:
-    """One seed's numbers against the targets."""
+def verdict(
+    rows: list[dict], ws_end: int | None, greedy: EvalResult, targets: dict | None = None
+) -> dict:
+    """One seed's numbers against the targets (`TARGETS[preset]`; local-tiny's by default)."""
+    t = targets or TARGETS["local-tiny"]
     first = next(r for r in rows if r["step"] == ws_end) if ws_end else rows[0]
     final, last3 = rows[-1], [r["solve_rate"] for r in rows[-3:]]
-    reached = next((r for r in rows if r["solve_rate"] >= FINAL_MIN), None)
+    reached = next((r for r in rows if r["solve_rate"] >= t["final_min"]), None)
     checks = {
-        "first_grpo_ckpt": first["solve_rate"] <= START_MAX,
-        "final_sampled": final["solve_rate"] >= FINAL_MIN,
-        "final_greedy": greedy.solve_rate >= FINAL_MIN,
-        "plateau": largest_drop(last3) <= PLATEAU_DROP + 1e-9,
-        "train_budget": final["train_s"] <= BUDGET_S,
+        "first_grpo_ckpt": first["solve_rate"] <= t["start_max"],
+        "final_sampled": final["solve_rate"] >= t["final_min"],
+        "final_greedy": greedy.solve_rate >= t["greedy_min"],
+        "plateau": largest_drop(last3) <= t["plateau_drop"] + 1e-9,
+        "train_budget": final["train_s"] <= t["train_s"],
     }
     return {
         "first_grpo_ckpt": {
             "step": first["step"],
             "solve_rate": first["solve_rate"],
             "ci95": first["ci95"],
+            "train_s": first["train_s"],
         },
         "final_sampled": {
             "step": final["step"],
             "solve_rate": final["solve_rate"],
             "ci95": final["ci95"],
+            "train_s": final["train_s"],
         },
         "final_greedy": {
             "step": greedy.step,
@@ -111,16 +141,26 @@ def verdict(rows: list[dict], ws_end: int | None, greedy: EvalResult) -> dict:
     }
 
 
-def run_seed(seed: int, run_root: Path, overrides: dict) -> dict:
+def run_seed(
+    seed: int,
+    run_root: Path,
+    overrides: dict,
+    preset_name: str = "local-tiny",
+    *,
+    report_only: bool = False,
+) -> dict:
+    """Train (or resume) one seed, then report its curve; `report_only`: the run as it stands
+    (a run stopped early still gets its curve, its last checkpoint's greedy eval, the verdict)."""
     run_dir = run_root / f"seed{seed}"
-    cfg = preset("local-tiny").with_overrides({"schedule.seed": seed, **overrides})
+    cfg = preset(preset_name).with_overrides({"schedule.seed": seed, **overrides})
     t0 = time.time()
-    train(cfg, run_dir)
+    if not report_only:
+        train(cfg, run_dir)
     rows, ws_end = curve(run_dir)
     greedy = final_greedy_eval(run_dir)  # the last checkpoint, argmax, one episode per maze
     wall = time.time() - t0
     print(
-        f"\nlocal-tiny, seed {seed}: held-out 64-maze set, {rows[-1]['samples']} {rows[-1]['mode']} samples/maze"
+        f"\n{preset_name}, seed {seed}: held-out 64-maze set {cfg.task.eval_set}, {rows[-1]['samples']} {rows[-1]['mode']} samples/maze"
     )
     print(f"{'step':>5} {'phase':>10} {'train s':>8} {'episodes':>9} {'solve':>7} {'95% CI':>15}")
     for r in rows:
@@ -133,18 +173,19 @@ def run_seed(seed: int, run_root: Path, overrides: dict) -> dict:
         f"{'greedy':>5} {'final':>10} {'':8s} {'':9s} {greedy.solve_rate:7.1%} [{lo:5.1%}, {hi:5.1%}]"
     )
     out = {
+        "preset": preset_name,
         "seed": seed,
         "overrides": overrides,
         "warm_start_end": ws_end,
         "wall_s": round(wall),
         "curve": rows,
     }
-    out["verdict"] = verdict(rows, ws_end, greedy)
+    out["verdict"] = verdict(rows, ws_end, greedy, TARGETS.get(preset_name))
     RESULTS.mkdir(exist_ok=True)
-    name = f"learning_local_tiny_seed{seed}"
+    name = f"learning_{preset_name.replace('-', '_')}_seed{seed}"
     (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=1) + "\n")
     fig = solve_rate_curve(
-        open_run(run_dir).evals(), warm_start_end=ws_end, run_id=f"local-tiny seed {seed}"
+        open_run(run_dir).evals(), warm_start_end=ws_end, run_id=f"{preset_name} seed {seed}"
     )
     (RESULTS / f"{name}.png").write_bytes(figure_png(fig))
     return out
@@ -178,9 +219,11 @@ def _rate(d: dict) -> str:
     return f"{d['solve_rate']:.1%} [{lo:.1%}, {hi:.1%}]"
 
 
-def summary_table(results: list[dict]) -> str:
+def summary_table(results: list[dict], targets: dict | None = None) -> str:
     """Every seed side by side against the targets, one row per target."""
+    t = targets or TARGETS["local-tiny"]
     v = [r["verdict"] for r in results]
+    goal = f"{t['final_min']:.0%}"
     mark = {True: "ok", False: "MISS"}
 
     def t95(x: dict) -> str:
@@ -190,20 +233,38 @@ def summary_table(results: list[dict]) -> str:
             else "never"
         )
 
+    def at(x: dict) -> str:
+        return f"{_rate(x)} @{x['train_s']:.0f}s"
+
     rows = [
-        ("first GRPO ckpt", "<= 50%", [_rate(x["first_grpo_ckpt"]) for x in v], "first_grpo_ckpt"),
-        ("final, sampled k=4", ">= 95%", [_rate(x["final_sampled"]) for x in v], "final_sampled"),
-        ("final, greedy k=1", ">= 95%", [_rate(x["final_greedy"]) for x in v], "final_greedy"),
+        (
+            "first GRPO ckpt",
+            f"<= {t['start_max']:.0%}",
+            [at(x["first_grpo_ckpt"]) for x in v],
+            "first_grpo_ckpt",
+        ),
+        ("final, sampled", f">= {goal}", [at(x["final_sampled"]) for x in v], "final_sampled"),
+        (
+            "final, greedy k=1",
+            f">= {t['greedy_min']:.0%}",
+            [_rate(x["final_greedy"]) for x in v],
+            "final_greedy",
+        ),
         (
             "drop over last 3",
             "<= 2 pts",
             [f"{100 * x['largest_drop_last_three']:.1f} pts" for x in v],
             "plateau",
         ),
-        ("training time", "<= 480 s", [f"{x['train_s']:.0f} s" for x in v], "train_budget"),
-        ("time to 95%", "reported", [t95(x) for x in v], None),
+        (
+            "training time",
+            f"<= {t['train_s']:.0f} s",
+            [f"{x['train_s']:.0f} s" for x in v],
+            "train_budget",
+        ),
+        (f"time to {goal}", "reported", [t95(x) for x in v], None),
     ]
-    width = 26
+    width = 34
     lines = [
         f"{'':20s} {'target':>9s} "
         + " ".join(f"{'seed ' + str(r['seed']):>{width}s}" for r in results)
@@ -224,30 +285,38 @@ def summary_table(results: list[dict]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--run-root", default="runs/bench-learning", type=Path)
+    ap.add_argument("--preset", default="local-tiny", choices=sorted(TARGETS))
+    ap.add_argument("--run-root", type=Path, help="default runs/bench-learning[-visgym]")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument(
+        "--report-only", action="store_true", help="no training: report the runs as they stand"
+    )
     args = ap.parse_args()
     overrides = dict(item.split("=", 1) for item in args.set)
     started = datetime.now(UTC).isoformat(timespec="seconds")
-    results = [run_seed(seed, args.run_root, overrides) for seed in args.seeds]
-    table = summary_table(results)
+    root = args.run_root or Path(
+        "runs/bench-learning" + ("-visgym" if args.preset == "local-tiny-visgym" else "")
+    )
+    targets = TARGETS[args.preset]
+    results = [
+        run_seed(seed, root, overrides, args.preset, report_only=args.report_only)
+        for seed in args.seeds
+    ]
+    table = summary_table(results, targets)
     print("\n" + table)
     summary = {
+        "preset": args.preset,
         "seeds": args.seeds,
         "overrides": overrides,
-        "targets": {
-            "first_max": START_MAX,
-            "final_min": FINAL_MIN,
-            "plateau_drop": PLATEAU_DROP,
-            "train_s": BUDGET_S,
-        },
+        "targets": targets,
         "per_seed": {str(r["seed"]): r["verdict"] for r in results},
         "table": table,
         "machine": machine(),
         "utc": [started, datetime.now(UTC).isoformat(timespec="seconds")],
     }
-    (RESULTS / "learning_local_tiny_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    name = f"learning_{args.preset.replace('-', '_')}_summary.json"
+    (RESULTS / name).write_text(json.dumps(summary, indent=1) + "\n")
 
 
 if __name__ == "__main__":
