@@ -45,7 +45,7 @@ from IPython.display import Image
 
 from rlkit.maze.core import difficulty
 from rlkit.maze.sets import pinned_set
-from rlkit.notebook import plots, workbench
+from rlkit.notebook import plots, visgym, workbench
 from rlkit.notebook.paths import home_path
 from rlkit.notebook.widgets import maze_browser, maze_view
 
@@ -84,6 +84,29 @@ maze, png, ascii_grid, stats = maze_view(browser_size, seed=3)
 print(stats)
 print(ascii_grid)
 Image(png)
+
+# %% [markdown]
+# ## The seed's own task: VisGym's maze_2d beside rlkit's mazes
+#
+# The seed's reference run (43.75% -> over 95%) played VisGym's `maze_2d/easy`, pinned here as
+# `visgym-easy` (VisGym's own mazes for seeds 0..63). It is another game: walls are whole grey
+# squares, the agent a blue disc, the target a red square; one action moves one square, and
+# only `stop` on the target wins. Row 2 is VisGym's picture, row 3 the same mazes as the tiny
+# model's `local-tiny-visgym` preset shows them (8 px a square, one vision patch each).
+
+# %%
+fig = visgym.side_by_side(4)
+workbench.save_png(fig, out_dir, "visgym_beside_rlkit")
+fig
+
+# %% [markdown]
+# *Figure: rlkit's `test` mazes (top) and VisGym's (below) at their start. What to check: the
+# two lower rows show the same maze, position and target; only the scale differs.*
+#
+# The sets side by side (shortest paths in moves; a VisGym episode also needs its `stop`):
+
+# %%
+visgym.set_facts()
 
 # %% [markdown]
 # **Next:** 02 scores the baselines on the test set, the floor and ceiling any trained model

@@ -44,7 +44,7 @@ replay_maze = 0  # test maze index to replay
 # the notebook runs from.
 
 # %%
-from rlkit.notebook import baselines, plots, report, workbench
+from rlkit.notebook import baselines, plots, report, visgym, workbench
 from rlkit.notebook.paths import home_path
 from rlkit.notebook.widgets import ReplayWidget
 
@@ -93,6 +93,25 @@ fig
 
 # %%
 plots.failure_breakdown(base["random"])
+
+# %% [markdown]
+# ## The seed's task: VisGym's maze_2d/easy
+#
+# The same baselines on `visgym-easy` (VisGym's mazes, 18 turns, `stop` on the target wins),
+# played as the `local-tiny-visgym` preset plays them. Random rarely wins here: it must walk
+# 12-16 squares and then say `stop` exactly on the target.
+
+# %%
+vg = baselines.baseline_evals(out_dir, "local-tiny-visgym", samples=samples)
+print(report.solve_rate_table(vg))
+
+# %% [markdown]
+# What the seed's 43.75% was measured on, and the seed's protocol (greedy, one sample a maze,
+# exact binomial interval) for the oracle and the untrained tiny model:
+
+# %%
+print(visgym.SEED_TASK)
+print(visgym.seed_protocol_lines(out_dir))
 
 # %% [markdown]
 # **Next:** 03 trains the base model with GRPO.

@@ -84,6 +84,11 @@ def test_quick_demo_executes_every_notebook(ray_cluster, tmp_path, monkeypatch):
     assert set(summary["timings_s"]) == {*NOTEBOOKS, "total"}
     curve = out / "plots" / "solve_rate_across_checkpoints.png"
     assert curve.read_bytes()[:4] == b"\x89PNG" and str(curve) in summary["plots"]
+    # 01 shows VisGym's mazes beside rlkit's; 02 scores the seed's task and says what 43.75% is
+    mazes = (out / "notebooks" / "01_mazes.ipynb").read_text()
+    assert "visgym-easy" in mazes and (out / "plots" / "visgym_beside_rlkit.png").is_file()
+    seed = (out / "notebooks" / "02_baseline_rollouts.ipynb").read_text()
+    assert "The seed's 43.75% is 28 of 64" in seed and "64/64 = 100.00%" in seed
     replay = json.loads((out / "notebooks" / "05_replay_and_failures.ipynb").read_text())
     assert replay["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
     # The cluster preset without an address is a dry run: the SkyRL command, nothing submitted.
