@@ -70,7 +70,7 @@ def test_the_squares_answer_has_stop_fifth_and_the_cell_answer_stays_four(loaded
 
 def test_the_policy_says_stop_on_squares_and_records_the_trainers_logprobs(loaded, cfg):
     pol = ModelPolicy(loaded)
-    mazes = pinned_set("visgym-easy")[:4]
+    mazes = pinned_set("visgym-easy")[:2]
     trajs = run_episodes(pol, mazes, cfg.task.env, samples=4, seed=0, history=1)
     turns = [t for tr in trajs for t in tr.turns]
     assert any(t.actions == ["stop"] for t in turns)  # an untrained policy stops somewhere

@@ -412,8 +412,12 @@ def _local_tiny_visgym() -> TrainConfig:
         ),
         model=ModelConfig(tiny=TinyConfig(merge=1)),
         # a validation check plays 64 mazes x 2 episodes of up to 18 turns (~10x a BC step):
-        # every 20 steps; the whole-maze oracle takes hundreds of steps, not local-tiny's ~60
-        warm_start=replace(base.warm_start, check_every=20, val_samples=2, max_steps=600),
+        # every 20 steps; the whole-maze oracle takes hundreds of steps, not local-tiny's ~60.
+        # BC at local-tiny's 1e-3 diverged at step 32 (loss 0.96 -> 3.16, then uniform for
+        # good: seed 0, 1 thread): 3e-4
+        warm_start=replace(
+            base.warm_start, lr=3e-4, fine_lr=1e-4, check_every=20, val_samples=2, max_steps=600
+        ),
         # 16 mazes a step: a visgym episode is ~15 turns of ~100-token prompts (81 image
         # tokens), 4x a `test` turn, and half the mazes of local-tiny keep a step near 15 s
         grpo=replace(base.grpo, mazes_per_step=16, lr_late_from=60),
