@@ -137,6 +137,16 @@ print(paired)
 greedy = workbench.final_greedy_eval(run)
 print(greedy.summary() if greedy else f"greedy: not evaluated here ({run.backend} run)")
 
+# %% [markdown]
+# Two protocols, side by side. rlkit's samples k episodes a maze and clusters the interval by
+# maze; the seed's plays every maze once, greedily, and reports a count with its exact binomial
+# interval: "28/64 = 43.75% [31.4%, 56.7%]" is how the seed's starting point was measured (SkyRL's
+# default eval on VisGym's maze_2d/easy), so only that line compares with it. A SkyRL run's own
+# evals follow the seed's protocol when they ran at temperature 0, one sample a maze.
+
+# %%
+print("\n".join(report.protocol_lines(evals, greedy)))
+
 # %%
 summary = report.build_summary(
     base,

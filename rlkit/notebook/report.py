@@ -5,6 +5,13 @@ the plain-text solve-rate table, the demo's one-line headline and its summary.js
     paired = report.grpo_paired_test(evals, boundary)      # first GRPO checkpoint vs last
     print(report.solve_rate_table({**baselines, **rows}))
     report.write_summary(out_dir, report.build_summary(baselines, evals, ...))
+    print("\n".join(report.protocol_lines(evals, greedy)))   # rlkit's protocol, the seed's
+
+Two protocols stand side by side (`rlkit.episodes.evaluate.PROTOCOLS`): rlkit's (k sampled
+episodes a maze, an interval clustered by maze) and the seed's (every maze greedy, one sample
+each, "28/64 = 43.75%" with its exact interval), which is how the seed's number was measured and
+the only one comparable with it. A local run's greedy eval of its last checkpoint follows the
+seed's; a SkyRL run's own evals do when they ran at temperature 0 with one sample a maze.
 """
 
 from __future__ import annotations
@@ -93,7 +100,47 @@ def _row(r: EvalResult) -> dict:
         "ci_method": r.ci_method,
         "n_mazes": r.n_mazes,
         "samples": r.samples,
+        "mode": r.mode,
+        "protocol": r.protocol,
+        "headline": r.headline,
         "failures": r.failures,
+    }
+
+
+def seed_protocol(
+    evals: Mapping[int, EvalResult], greedy: EvalResult | None = None
+) -> EvalResult | None:
+    """The result measured the seed's way: the last checkpoint's greedy eval when it followed
+    that protocol, else the last eval itself when it did (a SkyRL run's greedy one-sample
+    evals), else None."""
+    if greedy is not None and greedy.protocol == "seed":
+        return greedy
+    final = evals[max(evals)] if evals else None
+    return final if final is not None and final.protocol == "seed" else None
+
+
+def protocol_lines(evals: Mapping[int, EvalResult], greedy: EvalResult | None = None) -> list[str]:
+    """Two lines: the last checkpoint under rlkit's protocol and under the seed's (or how to
+    get the seed's where it was not measured)."""
+    if not evals:
+        raise UsageError("no checkpoint evals yet: train first (notebook 03)")
+    final = evals[max(evals)]
+    seed = seed_protocol(evals, greedy)
+    if final.protocol == "seed":
+        rlkit = "rlkit's protocol: not measured (this run's evals were greedy, one sample a maze)"
+    else:
+        rlkit = f"rlkit's protocol: {final.summary()}"
+    if seed is None:
+        how = "rlkit eval --protocol seed --policy <its export>"
+        return [rlkit, f"the seed's protocol: not measured for this run ({how})"]
+    return [rlkit, f"the seed's protocol: {seed.summary()}"]
+
+
+def _protocols(evals: Mapping[int, EvalResult], greedy: EvalResult | None) -> dict:
+    final, seed = evals[max(evals)], seed_protocol(evals, greedy)
+    return {
+        "rlkit": None if final.protocol == "seed" else {**_row(final), "summary": final.summary()},
+        "seed": None if seed is None else {**_row(seed), "summary": seed.summary()},
     }
 
 
@@ -124,6 +171,7 @@ def build_summary(
         "baseline": _row(base),
         "final": _row(final),
         "final_greedy": None if greedy is None else _row(greedy),
+        "protocols": _protocols(evals, greedy),
         "warm_start_end": boundary,
         "paired_test": None
         if paired is None

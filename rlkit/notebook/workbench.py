@@ -89,6 +89,7 @@ def evaluate_cached(
     label: str | None = None,
     step: int | None = None,
     mode: str = "sampled",
+    protocol: str = "rlkit",
 ) -> tuple[EvalResult, list[Trajectory]]:
     """Evaluate once and keep the result (JSON + trajectories) at `path`; later calls read it.
 
@@ -103,6 +104,7 @@ def evaluate_cached(
         if (
             cached.samples == samples
             and cached.mode == mode
+            and cached.protocol == protocol
             and cached.test_set_hash == pinned_set_hash(task.eval_set)
             and cached.trajectories
         ):
@@ -116,6 +118,7 @@ def evaluate_cached(
         history=task.history,
         mode=mode,
         step=step,
+        protocol=protocol,
     )
     if label is not None:
         result.policy = label
@@ -238,7 +241,8 @@ def checkpoint_evals(source: str | Path | Run, *, progress: bool = False) -> dic
 
 def final_greedy_eval(source: str | Path | Run) -> EvalResult | None:
     """A local run's last checkpoint played greedily (argmax, one episode per test maze): the
-    deterministic policy's solve rate beside the sampled evals. Cached in
+    deterministic policy's solve rate beside the sampled evals, the seed's protocol (every
+    maze, greedy, one sample: its exact interval and "N/64" headline). Cached in
     RUN/evals/greedy/global_step_N.json. None for a SkyRL run (its evals are SkyRL's)."""
     run = source if isinstance(source, Run) else open_run(source)
     if not isinstance(run, LocalRun):
@@ -256,6 +260,7 @@ def final_greedy_eval(source: str | Path | Run) -> EvalResult | None:
         label=f"{run.name}@{ckpt.step} greedy",
         step=ckpt.step,
         mode="greedy",
+        protocol="seed",
     )
     return result
 

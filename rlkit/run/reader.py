@@ -37,7 +37,7 @@ from rlkit.run import captures
 from rlkit.run.captures import CapturedEpisode
 from rlkit.run.manifest import checkpoint_problem
 from rlkit.run.rundir import RunDir, step_dirs
-from rlkit.run.skyrl_dumps import read_eval_dump, read_eval_dumps
+from rlkit.run.skyrl_dumps import eval_greedy, read_eval_dump, read_eval_dumps
 from rlkit.run.skyrl_layout import SkyRLRun, find_skyrl_run, list_checkpoints
 
 _DUMP_DIR = re.compile(r"global_step_(\d+)_evals")
@@ -278,7 +278,8 @@ class SkyRLRunReader(Run):
     def evals(self) -> dict[int, EvalResult]:
         if not (self.where.export_dir / "dumped_evals").is_dir():
             return {}  # nothing evaluated yet
-        return read_eval_dumps(self.where.export_dir, policy=self.name)
+        greedy = eval_greedy(self.config())  # SkyRL's default greedy eval: the seed's protocol
+        return read_eval_dumps(self.where.export_dir, policy=self.name, greedy=greedy)
 
     def eval_steps(self) -> list[int]:
         dumps = self.where.export_dir / "dumped_evals"

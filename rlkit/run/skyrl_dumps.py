@@ -11,6 +11,11 @@ per "\n" with `ensure_ascii=False`, so an answer may hold a raw U+0085, U+2028 o
 records are split on "\n" only (`str.splitlines` would cut them). A line that is still not
 JSON (a write cut short, garbage) is skipped and counted (`EvalDump.bad_lines`, a
 `BadRecordsWarning`), so one bad line costs one episode, not the whole step.
+
+A dump does not say how it was sampled; the run's recorded config does (`eval_greedy`).
+SkyRL's default eval, temperature 0 and one sample a maze over the whole pinned set, is the
+seed's protocol (its 28/64 = 43.75%): such a step reads as `mode="greedy"`,
+`protocol="seed"`, with its exact interval and headline (`rlkit.episodes.evaluate`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from rlkit.episodes.rollout import Trajectory, Turn, replay_states
 from rlkit.errors import UsageError
 from rlkit.maze import rules
 from rlkit.maze.core import Maze
+from rlkit.maze.sets import TEST_SETS, pinned_set
 
 _EVAL_DIR = re.compile(r"global_step_(\d+)_evals")
 # Qwen chat markers between turns in a decoded multi-turn response: the assistant's answer ends
@@ -112,9 +118,11 @@ class EvalDump:
     """`file:line` of each line that is not a JSON object: skipped, and counted here so that a
     torn write shows up (the bridge logs it as `eval/bad_records`) instead of vanishing."""
 
-    def result(self, policy: str = "skyrl") -> EvalResult:
-        """The step's EvalResult; its policy reads `policy@N`."""
-        return episodes_to_result(self.episodes, step=self.step, policy=self._name(policy))
+    def result(self, policy: str = "skyrl", greedy: bool | None = None) -> EvalResult:
+        """The step's EvalResult; its policy reads `policy@N` (`greedy`: `episodes_to_result`)."""
+        return episodes_to_result(
+            self.episodes, step=self.step, policy=self._name(policy), greedy=greedy
+        )
 
     def trajectories(self, policy: str = "skyrl") -> list[Trajectory]:
         """The step's episodes replayed as Trajectories, in `result()`'s order (maze-major:
@@ -245,8 +253,32 @@ def dump_trajectories(episodes: list[EvalEpisode], policy: str) -> list[Trajecto
     return [to_trajectory(ep, k, policy) for eps in by_maze.values() for k, ep in enumerate(eps)]
 
 
-def episodes_to_result(episodes: list[EvalEpisode], *, step: int | None, policy: str) -> EvalResult:
-    """rlkit's EvalResult (solve rate, CI, pass@k, failures) from one step's episodes."""
+def eval_greedy(config: dict) -> bool | None:
+    """Whether a SkyRL run's evals were greedy (eval temperature 0), from its recorded config
+    (run.json: SkyRL's resolved config, else the overrides); None when it recorded neither."""
+    params = ((config.get("skyrl") or {}).get("generator") or {}).get("eval_sampling_params")
+    temp = (params or {}).get("temperature")
+    if temp is None:
+        temp = (config.get("overrides") or {}).get("generator.eval_sampling_params.temperature")
+    try:
+        return None if temp is None else float(temp) == 0.0
+    except (TypeError, ValueError):
+        return None
+
+
+def _protocol(result: EvalResult) -> str:
+    """`seed` for every maze of the pinned set, greedy, one sample each; else `rlkit`."""
+    whole = result.n_mazes == len(pinned_set(result.set)) if result.set in TEST_SETS else False
+    seed = result.mode == "greedy" and result.samples == 1 and whole
+    return "seed" if seed else "rlkit"
+
+
+def episodes_to_result(
+    episodes: list[EvalEpisode], *, step: int | None, policy: str, greedy: bool | None = None
+) -> EvalResult:
+    """rlkit's EvalResult (solve rate, CI, pass@k, failures) from one step's episodes; with
+    `greedy` (`eval_greedy` of the run's config) its mode, and the seed's protocol when it is
+    one greedy sample of every maze."""
     by_maze, samples = _by_maze(episodes)
     order = list(by_maze)
     trajs = dump_trajectories(episodes, policy)
@@ -261,12 +293,20 @@ def episodes_to_result(episodes: list[EvalEpisode], *, step: int | None, policy:
         )
     set_name = episodes[0].data_source.rsplit("/", 1)[-1]
     mazes = [Maze.from_dict(by_maze[i][0].maze) for i in order]
-    return summarize(trajs, mazes, policy=policy, set_name=set_name, samples=samples, step=step)
+    mode = "greedy" if greedy else "sampled"
+    result = summarize(
+        trajs, mazes, policy=policy, set_name=set_name, samples=samples, step=step, mode=mode
+    )
+    result.protocol = _protocol(result)
+    return result
 
 
-def read_eval_dumps(export_path: str | Path, *, policy: str = "skyrl") -> dict[int, EvalResult]:
+def read_eval_dumps(
+    export_path: str | Path, *, policy: str = "skyrl", greedy: bool | None = None
+) -> dict[int, EvalResult]:
     """`{step: EvalResult}` for every `<export_path>/dumped_evals/global_step_N_evals/`;
-    skipped lines give a BadRecordsWarning naming them."""
+    skipped lines give a BadRecordsWarning naming them. `greedy`: how the run sampled its
+    evals (`eval_greedy`; None: not recorded, read as sampled)."""
     root = Path(export_path) / "dumped_evals"
     if not root.is_dir():
         raise UsageError(f"no dumped_evals under {export_path}: set trainer.dump_eval_results=true")
@@ -276,5 +316,5 @@ def read_eval_dumps(export_path: str | Path, *, policy: str = "skyrl") -> dict[i
         if m and d.is_dir():
             dump = read_step_dir(d)
             dump.warn_bad_lines()
-            results[int(m.group(1))] = dump.result(policy)
+            results[int(m.group(1))] = dump.result(policy, greedy)
     return dict(sorted(results.items()))
