@@ -92,3 +92,23 @@ def test_summary_and_notebook_lines_carry_both_protocols(seed_dump, tmp_path):
     assert json.loads(path.read_text())["protocols"]["seed"]["headline"] == SEED_HEADLINE
     lines = report.protocol_lines({5: sampled})
     assert "not measured" in lines[1] and "rlkit eval --protocol seed" in lines[1]
+
+
+def test_rlkit_eval_prints_a_skyrl_runs_own_eval(seed_dump, capsys, tmp_path):
+    import shutil
+
+    from rlkit.cli.main import main as rlkit_main
+
+    assert rlkit_main(["eval", "--dumps", str(seed_dump), "--protocol", "seed", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["protocol"], out["headline"], out["step"]) == ("seed", SEED_HEADLINE, 0)
+    assert rlkit_main(["eval", "--dumps", str(seed_dump)]) == 0
+    assert SEED_HEADLINE in capsys.readouterr().out
+    # an export dir outside its run records no sampling: not the seed's protocol, in one line
+    alone = shutil.copytree(seed_dump / "exports", tmp_path / "dumps")
+    argv = ["eval", "--dumps", str(alone), "--protocol", "seed"]
+    assert rlkit_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "not the seed's protocol" in err and len(err.strip().splitlines()) == 1
+    assert rlkit_main(["eval", "--dumps", str(seed_dump), "--step", "7"]) == 2
+    assert "no eval at step 7" in capsys.readouterr().err

@@ -130,6 +130,15 @@ def _refuse_run(path: str) -> None:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from rlkit.episodes.evaluate import check_protocol, evaluate
 
+    if args.dumps:
+        from rlkit.run.skyrl_dumps import run_eval
+
+        result = run_eval(args.dumps, args.step, args.protocol)
+        print(json.dumps(result.to_dict()) if args.json else result.summary())
+        return 0
+    if not args.policy:
+        raise UsageError("rlkit eval needs --policy (or --dumps RUN for a SkyRL run's own evals)")
+
     if args.address and args.protocol == "seed":
         raise UsageError(
             "--protocol seed runs here, not as a cluster job: drop --address and point --policy "
@@ -325,7 +334,14 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_cmd_data)
 
     e = sub.add_parser("eval", help="evaluate a policy on a test set")
-    e.add_argument("--policy", required=True, help="random | oracle | eps-oracle:E | MODEL_DIR")
+    e.add_argument("--policy", help="random | oracle | eps-oracle:E | MODEL_DIR")
+    e.add_argument(
+        "--dumps",
+        default=None,
+        help="instead of --policy: a SkyRL run (or its export dir); print its own eval of --step "
+        "(default: the last) from its eval dumps, the seed's protocol when it ran greedy, 1 sample",
+    )
+    e.add_argument("--step", type=int, default=None, help="with --dumps: the evaluated step")
     e.add_argument("--set", default="test", help=f"a named test set: {sets}")
     e.add_argument("--samples", type=int, default=1, help="episodes per maze (k for pass@k)")
     e.add_argument("--seed", type=int, default=0)

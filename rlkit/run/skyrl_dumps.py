@@ -318,3 +318,27 @@ def read_eval_dumps(
             dump.warn_bad_lines()
             results[int(m.group(1))] = dump.result(policy, greedy)
     return dict(sorted(results.items()))
+
+
+def run_eval(path: str | Path, step: int | None = None, protocol: str = "rlkit") -> EvalResult:
+    """A SkyRL run's own eval of `step` (None: its last) as `rlkit eval --dumps` prints it, read
+    with the run's recorded sampling; `protocol="seed"` refuses one that did not follow it."""
+    from rlkit.run.reader import open_run
+    from rlkit.run.skyrl_layout import is_skyrl_run
+
+    if not is_skyrl_run(path):
+        raise UsageError(f"{path} is not a SkyRL run dir or its export dir (dumped_evals/)")
+    evals = open_run(path).evals()
+    if not evals:
+        raise UsageError(f"{path} has no eval dumps yet: its first eval writes them")
+    step = max(evals) if step is None else step
+    if step not in evals:
+        raise UsageError(f"{path} has no eval at step {step}: evaluated {sorted(evals)}")
+    result = evals[step]
+    if protocol == "seed" and result.protocol != "seed":
+        raise UsageError(
+            f"step {step}'s eval is not the seed's protocol ({result.mode}, {result.n_mazes} "
+            f"mazes x {result.samples}): run with --set eval_samples=1 --set eval_temperature=0 "
+            "--set eval_mazes=64"
+        )
+    return result
