@@ -211,3 +211,16 @@ def test_the_tiny_tokenizer_writes_the_canonical_answer_in_four(tiny):
     assert r.budget.canonical == 4 and r.budget.answer == 8  # the CPU preset's 8
     assert r.stops and r.template == "chat_template.jinja" and r.overridden == ()
     assert "test 48x48 -> 48x48 by the processor, 9 tokens" in "\n".join(r.lines())
+
+
+def test_visgym_easy_figures_on_qwens_tokenizer(qwen):
+    """The cluster presets' set: VisGym's 225 px picture upscaled to 256 px (64 tokens), 18
+    turns, the rules naming the 9x9 size, `<action>stop</action>` counted with the moves."""
+    limits = dict(max_turns=18, max_input_length=8192, max_model_len=60000)
+    r = budget_report("q", qwen, "visgym-easy", **limits, max_generate_length=1024)
+    b = r.budget
+    assert (b.image, b.canonical, b.system, b.observation) == (66, 8, 161, 125)
+    assert b.passes_at() == 7 and b.cut_before(b.canonical) is None
+    assert b.prompt(18, b.canonical) == 2618  # canonical answers: 18 turns in a third of 8192
+    assert "visgym-easy 225x225 -> 256x256 by the processor, 64 tokens" in "\n".join(r.lines())
+    assert Tokens(qwen).answer_tokens(stop=True) == 8  # `stop` is one token, as `up` is
