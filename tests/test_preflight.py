@@ -62,7 +62,7 @@ def test_the_runtime_of_this_project_passes_its_package_checks(checks):
 def test_no_gpu_is_said_plainly_with_its_fix(checks):
     gpus = checks["gpus"]
     assert gpus.status == "fail" and gpus.detail.startswith("no GPU in this cluster")
-    assert "needs 6 GPUs" in gpus.fix
+    assert "needs 8 GPUs" in gpus.fix  # preflight checks the default qwen3vl-8b: all 8
     assert checks["flash-attn"].status == "fail" and "deploy/Dockerfile" in checks["flash-attn"].fix
 
 
