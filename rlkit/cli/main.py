@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rlkit import __version__
+from rlkit.cli.evaluate import add_eval_parser
 from rlkit.errors import RlkitError, UsageError
 
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a tool stopped by a closed pipe
@@ -69,137 +70,6 @@ def _cmd_data(args: argparse.Namespace) -> int:
     train, evals = write_datasets(args.out, args.train, eval_set=args.set)
     print(f"wrote {train} and {evals}")
     return 0
-
-
-def load_policy(
-    name: str,
-    *,
-    greedy: bool = False,
-    device: str = "cpu",
-    engine: str = "hf",
-    constrained: bool = True,
-    max_new_tokens: int = 24,
-    **vllm_kw,
-):
-    """A scripted policy by name, or a model policy from a checkpoint directory (on HF's engine
-    or vLLM's; `vllm_kw` go to `rlkit.model.vllm_policy.load_vllm_policy`). A model policy
-    answers free-form (`constrained=False`) within `max_new_tokens`, checked against the
-    checkpoint's canonical answer."""
-    from rlkit.episodes.policies import is_scripted, scripted_policy
-
-    if is_scripted(name):
-        return scripted_policy(name)
-    if not Path(name).exists():
-        raise UsageError(
-            f"policy {name!r} is neither random|oracle|eps-oracle:E nor an existing model directory"
-        )
-    _refuse_run(name)
-    answers = {"constrained": constrained, "max_new_tokens": max_new_tokens}
-    if engine == "vllm":
-        from rlkit.model.vllm_policy import load_vllm_policy
-
-        policy = load_vllm_policy(name, greedy=greedy, **answers, **vllm_kw)
-        tokenizer = policy.engine.tokenizer
-    else:
-        from rlkit.model.policy import load_policy as load_model_policy
-
-        policy = load_model_policy(name, greedy=greedy, device=device, **answers)
-        tokenizer = policy.loaded.tokenizer
-    if not constrained:
-        from rlkit.model.action_tag import check_answer_budget
-
-        check_answer_budget(tokenizer, max_new_tokens, "--max-new-tokens")
-    return policy
-
-
-def _refuse_run(path: str) -> None:
-    """A run dir (either backend) holds many models: name one of its checkpoints' exports."""
-    from rlkit.run import is_run, open_run
-
-    if not is_run(path):
-        return
-    run = open_run(path)
-    newest = [str(c.hf_export) for c in run.checkpoints() if c.hf_export is not None][-1:]
-    backend = "SkyRL" if run.backend == "skyrl" else "local"
-    raise UsageError(
-        f"{path} is a {backend} run, not a model: evaluate one of its checkpoints, "
-        + (f"e.g. --policy {newest[0]}" if newest else "once it has saved one")
-    )
-
-
-def _cmd_eval(args: argparse.Namespace) -> int:
-    from rlkit.episodes.evaluate import check_protocol, evaluate
-
-    if args.dumps:
-        from rlkit.run.skyrl_dumps import run_eval
-
-        result = run_eval(args.dumps, args.step, args.protocol)
-        print(json.dumps(result.to_dict()) if args.json else result.summary())
-        return 0
-    if not args.policy:
-        raise UsageError("rlkit eval needs --policy (or --dumps RUN for a SkyRL run's own evals)")
-
-    if args.address and args.protocol == "seed":
-        raise UsageError(
-            "--protocol seed runs here, not as a cluster job: drop --address and point --policy "
-            "at the export on /fsx (or read the run's own greedy evals: rlkit plot / notebook 04)"
-        )
-    if args.address:  # a GPU Ray job on the cluster, e.g. for a SkyRL HF export on /fsx
-        from rlkit.cluster.launch import submit_eval
-
-        if not args.out:
-            raise UsageError("--address needs --out on shared storage (e.g. /fsx/.../eval.json)")
-        handle = submit_eval(
-            args.policy,
-            args.out,
-            address=args.address,
-            set_name=args.set,
-            samples=args.samples,
-            device=args.device if args.device != "cpu" else "cuda",
-            gpus=args.gpus,
-            engine=args.engine,
-            kv_cache_gb=args.kv_cache_gb,
-            follow=True,
-        )
-        return 0 if handle.status() == "SUCCEEDED" else 1
-    greedy = args.greedy or args.protocol == "seed"
-    mode = "greedy" if greedy else "sampled"
-    check_protocol(args.protocol, samples=args.samples, mode=mode, n_mazes=args.mazes)
-    vllm_kw = {"set_name": args.set, "history": args.history, "kv_cache_gb": args.kv_cache_gb}
-    answers = {"constrained": not args.free, "max_new_tokens": args.max_new_tokens}
-    policy = load_policy(
-        args.policy,
-        greedy=greedy,
-        device=args.device,
-        engine=args.engine,
-        **answers,
-        **(vllm_kw if args.engine == "vllm" else {}),
-    )
-    result, trajs = evaluate(
-        policy,
-        set_name=args.set,
-        samples=args.samples,
-        seed=args.seed,
-        history=args.history,
-        progress=not args.json and sys.stderr.isatty(),
-        mode=mode,
-        n_mazes=args.mazes,
-        protocol=args.protocol,
-    )
-    if args.out:
-        result.save(args.out, trajs)
-    if args.json:
-        print(json.dumps(result.to_dict() if args.full else _brief(result.to_dict())))
-    else:
-        print(result.summary())
-        if any(result.failures.values()):
-            print("failures: " + ", ".join(f"{k}={v}" for k, v in result.failures.items()))
-    return 0
-
-
-def _brief(d: dict) -> dict:
-    """The JSON without per-maze rows (those go to --out)."""
-    return {k: v for k, v in d.items() if k != "per_maze"}
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
@@ -333,63 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--set", default="test", help=f"eval split: a named test set ({sets})")
     d.set_defaults(func=_cmd_data)
 
-    e = sub.add_parser("eval", help="evaluate a policy on a test set")
-    e.add_argument("--policy", help="random | oracle | eps-oracle:E | MODEL_DIR")
-    e.add_argument(
-        "--dumps",
-        default=None,
-        help="instead of --policy: a SkyRL run (or its export dir); print its own eval of --step "
-        "(default: the last) from its eval dumps, the seed's protocol when it ran greedy, 1 sample",
-    )
-    e.add_argument("--step", type=int, default=None, help="with --dumps: the evaluated step")
-    e.add_argument("--set", default="test", help=f"a named test set: {sets}")
-    e.add_argument("--samples", type=int, default=1, help="episodes per maze (k for pass@k)")
-    e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--history", type=int, default=1, help="turns of history the model sees")
-    e.add_argument("--greedy", action="store_true", help="argmax decoding instead of sampling")
-    e.add_argument(
-        "--free",
-        action="store_true",
-        help="free-form answers (text, then <action>WORD</action>, as SkyRL samples) instead of "
-        "the move word drawn among the four",
-    )
-    e.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=24,
-        help="with --free: answer budget in tokens (must hold the canonical answer)",
-    )
-    e.add_argument("--mazes", type=int, default=None, help="only the set's first N mazes")
-    e.add_argument(
-        "--protocol",
-        default="rlkit",
-        choices=["rlkit", "seed"],
-        help="rlkit: k sampled episodes a maze, maze-clustered interval; seed: the seed's "
-        "protocol (every maze, greedy, one sample: '28/64 = 43.75%%', exact interval)",
-    )
-    e.add_argument("--json", action="store_true", help="print one JSON object")
-    e.add_argument("--full", action="store_true", help="with --json: include per-maze rows")
-    e.add_argument("--out", default=None, help="write the JSON and trajectories JSONL here")
-    e.add_argument("--device", default="cpu", help="torch device for a model policy (cuda on GPUs)")
-    e.add_argument(
-        "--address",
-        default=None,
-        help="run the evaluation as a GPU Ray job on this cluster (SkyRL exports)",
-    )
-    e.add_argument("--gpus", type=float, default=1, help="with --address: GPUs for the job")
-    e.add_argument(
-        "--engine",
-        default="hf",
-        choices=["hf", "vllm"],
-        help="inference engine for a model policy: HF generate (default) or vLLM (same results)",
-    )
-    e.add_argument(
-        "--kv-cache-gb",
-        type=float,
-        default=None,
-        help="with --engine vllm: KV cache GiB (default 1 on CPU, 85%% of a GPU's memory)",
-    )
-    e.set_defaults(func=_cmd_eval)
+    add_eval_parser(sub, sets)
 
     mo = sub.add_parser("model", help="build models; stage one on a cluster's shared storage")
     mo.add_argument(
