@@ -39,7 +39,7 @@ from rlkit.notebook.plots import figure_png, solve_rate_curve
 from rlkit.notebook.workbench import final_greedy_eval
 from rlkit.run import open_run
 from rlkit.run.rundir import RunDir
-from rlkit.train.config import preset
+from rlkit.train.presets import preset
 from rlkit.train.trainer import train
 
 START_MAX, FINAL_MIN, PLATEAU_DROP, BUDGET_S = 0.50, 0.95, 0.02, 8 * 60

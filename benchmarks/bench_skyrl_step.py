@@ -24,7 +24,7 @@ from pathlib import Path
 from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.run.rundir import RunDir
 from rlkit.run.skyrl_layout import latest_step
-from rlkit.train.config import preset
+from rlkit.train.presets import preset
 from rlkit.train.trainer import train
 
 LOCAL_STEP = ("timing/rollout", "timing/encode", "timing/update")

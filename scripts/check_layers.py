@@ -35,6 +35,7 @@ HEAVY = {
 TORCH_FREE = (
     "model/config.py",
     "train/config.py",
+    "train/presets.py",
     "train/run_config.py",
     "cluster/skyrl/__init__.py",
     "cluster/skyrl/presets.py",

@@ -110,7 +110,7 @@ WIDGET_REPLAY = (  # the first output holding a Play widget, and its maze image
 @pytest.fixture(scope="module")
 def trained_home(tmp_path_factory) -> Path:
     """RLKIT_HOME with a smoke run where notebook 05's defaults look (runs/demo/local-tiny)."""
-    from rlkit.train.config import preset
+    from rlkit.train.presets import preset
     from rlkit.train.trainer import train
 
     home = tmp_path_factory.mktemp("home")

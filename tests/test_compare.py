@@ -21,7 +21,7 @@ SEEDS = (1, 2)
 @pytest.fixture(scope="module")
 def home(tmp_path_factory) -> Path:
     """A home with two smoke runs, seeds 1 and 2, under runs/cmp/ (about 10 s each)."""
-    from rlkit.train.config import preset
+    from rlkit.train.presets import preset
     from rlkit.train.trainer import train
 
     root = tmp_path_factory.mktemp("home")

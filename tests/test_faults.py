@@ -32,7 +32,7 @@ from rlkit.errors import RlkitError
 from rlkit.run.manifest import checkpoint_problem
 from rlkit.run.rundir import MARKER, CheckpointWarning, RunDir
 from rlkit.train import faults
-from rlkit.train.config import preset
+from rlkit.train.presets import preset
 from rlkit.train.trainer import Trainer, train
 
 ROOT = Path(__file__).resolve().parent.parent

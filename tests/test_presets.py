@@ -34,7 +34,7 @@ def test_presets_are_per_notebook_files():
 
 
 def _local_preset(name: str) -> None:
-    from rlkit.train.config import preset
+    from rlkit.train.presets import preset
 
     preset(name)
 

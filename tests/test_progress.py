@@ -6,7 +6,7 @@ import time
 from rlkit.notebook import monitor as m
 from rlkit.notebook.progress import follow_run, read_progress
 from rlkit.run.rundir import RunDir
-from rlkit.train.config import preset
+from rlkit.train.presets import preset
 
 
 def _run(tmp_path, grpo_steps_done: int) -> RunDir:

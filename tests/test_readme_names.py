@@ -138,7 +138,7 @@ def subparser(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Arg
 
 def test_every_rlkit_command_uses_real_flags_and_presets():
     from rlkit.cluster.skyrl.presets import PRESETS as SKYRL
-    from rlkit.train.config import PRESETS as LOCAL
+    from rlkit.train.presets import PRESETS as LOCAL
 
     commands = rlkit_commands()
     assert len(commands) > 25

@@ -16,7 +16,8 @@ from rlkit.model.build import build_tiny
 from rlkit.model.load import load
 from rlkit.model.policy import AnswerSpec, ModelPolicy
 from rlkit.train import step as st
-from rlkit.train.config import LOCAL_TINY_RECIPE, GRPOConfig, ScheduleConfig, preset
+from rlkit.train.config import LOCAL_TINY_RECIPE, GRPOConfig, ScheduleConfig
+from rlkit.train.presets import preset
 from rlkit.train.update import (
     Learner,
     grouped_minibatches,

@@ -17,7 +17,7 @@ from rlkit.model.batching import AnswerSpec, turn_logprobs
 from rlkit.model.build import build_tiny
 from rlkit.model.load import load
 from rlkit.model.policy import ModelPolicy
-from rlkit.train.config import preset
+from rlkit.train.presets import preset
 from rlkit.train.step import turn_budgets
 from rlkit.train.trainer import train
 from rlkit.train.warmstart import bc_batch, squares_bc_states

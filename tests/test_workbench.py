@@ -13,7 +13,7 @@ from rlkit.errors import UsageError
 from rlkit.notebook import baselines, plots, report, workbench
 from rlkit.run import open_run
 from rlkit.run.rundir import RunDir
-from rlkit.train.config import preset
+from rlkit.train.presets import preset
 from rlkit.train.trainer import train
 
 

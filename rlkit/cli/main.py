@@ -120,7 +120,7 @@ def _parse_sets(items: list[str]) -> dict[str, str]:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from rlkit.train.config import preset
+    from rlkit.train.presets import preset
 
     cfg = preset(args.preset).with_overrides(_parse_sets(args.set))
     if args.address:

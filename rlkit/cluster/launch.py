@@ -27,9 +27,9 @@ from rlkit.cluster.skyrl.cost import estimate_cost
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides, entrypoint_command
 from rlkit.cluster.skyrl.preset_checks import check_budget
 from rlkit.errors import RlkitError, UsageError
-from rlkit.train.config import PRESETS as TRAIN_PRESETS
 from rlkit.train.config import coerce_fields
-from rlkit.train.config import preset as load_preset
+from rlkit.train.presets import PRESETS as TRAIN_PRESETS
+from rlkit.train.presets import preset as load_preset
 
 if TYPE_CHECKING:
     from rlkit.model.budget_report import BudgetReport

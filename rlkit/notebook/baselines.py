@@ -26,7 +26,7 @@ from rlkit.notebook.report import BASE
 from rlkit.notebook.workbench import base_model, evaluate_cached, model_policy, run_config
 from rlkit.run.reader import Run, open_run
 from rlkit.train.config import TrainConfig
-from rlkit.train.config import preset as train_preset
+from rlkit.train.presets import preset as train_preset
 
 SCRIPTED_BASELINES = ("random", "eps-oracle:0.25", "oracle")
 """The floor, a noisy planner and the ceiling: a trained model should land between them."""

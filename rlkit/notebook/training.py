@@ -20,7 +20,7 @@ from typing import Any
 from rlkit.cluster import launch
 from rlkit.cluster.client import Cluster
 from rlkit.cluster.jobs import JobHandle
-from rlkit.train.config import preset as train_preset
+from rlkit.train.presets import preset as train_preset
 
 
 @dataclass(frozen=True)

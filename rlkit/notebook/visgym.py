@@ -24,7 +24,7 @@ from rlkit.maze.core import difficulty
 from rlkit.maze.render import render, render_maze
 from rlkit.maze.sets import pinned_set
 from rlkit.notebook.plots import GALLERY_STYLE, PlotFigure, figure_header
-from rlkit.train.config import preset as train_preset
+from rlkit.train.presets import preset as train_preset
 
 SEED_TASK = (
     "The seed's 43.75% is 28 of 64 mazes: Qwen3-VL-8B-Instruct before GRPO on VisGym's "

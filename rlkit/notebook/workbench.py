@@ -33,7 +33,7 @@ from rlkit.notebook.paths import home_path
 from rlkit.notebook.plots import figure_png
 from rlkit.run.reader import LocalRun, Run, RunNotFound, open_run
 from rlkit.train.config import TaskConfig, TrainConfig
-from rlkit.train.config import preset as train_preset
+from rlkit.train.presets import preset as train_preset
 from rlkit.train.run_config import config_from_dict
 
 PACKAGES = ("torch", "transformers", "ray", "ipywidgets", "papermill", "rlkit")

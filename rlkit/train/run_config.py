@@ -9,7 +9,8 @@ from dataclasses import fields, is_dataclass
 from typing import Any
 
 from rlkit.errors import UsageError
-from rlkit.train.config import PRESETS, RENAMED, RESUME_MAY_CHANGE, GRPOConfig, TrainConfig, preset
+from rlkit.train.config import RENAMED, RESUME_MAY_CHANGE, GRPOConfig, TrainConfig
+from rlkit.train.presets import PRESETS, preset
 
 
 def upgrade_config_dict(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(RUN_TIMEOUT)  # the first test of the group pay
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory) -> Path:
     """A smoke run of the local trainer (about 10 s)."""
-    from rlkit.train.config import preset
+    from rlkit.train.presets import preset
     from rlkit.train.trainer import train
 
     run_dir = tmp_path_factory.mktemp("compare") / "local-smoke"

@@ -22,7 +22,7 @@ from rlkit.cluster.skyrl.overrides import build_overrides
 from rlkit.cluster.skyrl.presets import PRESETS, get_preset
 from rlkit.cluster.skyrl.storage import storage_estimate
 from rlkit.errors import UsageError
-from rlkit.train.config import preset as train_preset
+from rlkit.train.presets import preset as train_preset
 
 
 def dry_run_overrides(capsys, preset: str, nodes: int) -> list[str]:

@@ -27,7 +27,7 @@ from rlkit.errors import UsageError
 from rlkit.recipe import Recipe
 from rlkit.train import advantages, grpo, reductions
 from rlkit.train import step as st
-from rlkit.train.config import preset as train_preset
+from rlkit.train.presets import preset as train_preset
 
 TOL = {"atol": 1e-6, "rtol": 1e-5}
 BASE = Recipe(kl_loss_coef=0.0)
