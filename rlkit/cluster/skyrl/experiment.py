@@ -97,9 +97,9 @@ class RlkitExp(BasePPOExp):
         dataloader has workers (SkyRL fixes 8: ~40 s a dataset on a 2-core host for 16 rows,
         and the CPU preset asks for 0 workers). SkyRL builds them in its `__init__`, right
         after loading the tokenizer: the tokenizer gets the processor's template here."""
-        template = processor_template(self.cfg.trainer.policy.model.path)
-        if self.tokenizer.chat_template != template:
-            self.tokenizer.chat_template = template
+        if not getattr(self, "_processor_template_set", False):  # once: it loads the processor
+            self.tokenizer.chat_template = processor_template(self.cfg.trainer.policy.model.path)
+            self._processor_template_set = True
         return PromptDataset(
             datasets=files,
             tokenizer=self.tokenizer,
