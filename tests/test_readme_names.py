@@ -1,10 +1,10 @@
-"""The README names only what exists: every file path, dotted `rlkit.` name, constant or class in
-backticks, every `rlkit` command's flags and every preset it names are checked against the code,
-so a rename cannot leave the README behind.
+"""The README and the docs name only what exists: every file path, dotted `rlkit.` name,
+constant or class in backticks, every `rlkit` command's flags and every preset it names are
+checked against the code, so a rename cannot leave a page behind.
 
-Names are read from the README generically (backtick spans and code blocks), never from a list
-here; definitions are read from the sources with `ast` (nothing imported), and the CLI's flags
-from its own argparse parser.
+Each page (README.md and every docs/*.md) is checked on its own. Names are read from the pages
+generically (backtick spans and code blocks), never from a list here; definitions are read from
+the sources with `ast` (nothing imported), and the CLI's flags from its own argparse parser.
 """
 
 from __future__ import annotations
@@ -16,13 +16,25 @@ import shlex
 from functools import cache
 from pathlib import Path
 
+import pytest
+
 from rlkit.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
-SPANS = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", README, flags=re.S))
-BLOCKS = re.findall(r"```\w*\n(.*?)```", README, flags=re.S)
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 TOP_DIRS = ("rlkit/", "tests/", "scripts/", "benchmarks/", "deploy/", "notebooks/", "requirements/")
+pages = pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+
+
+@cache
+def spans(page: Path) -> list[str]:
+    """Backtick spans outside code blocks."""
+    return re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", page.read_text(), flags=re.S))
+
+
+@cache
+def blocks(page: Path) -> list[str]:
+    return re.findall(r"```\w*\n(.*?)```", page.read_text(), flags=re.S)
 
 
 def _defined(body: list[ast.stmt]) -> dict[str, ast.AST]:
@@ -47,8 +59,9 @@ def module_names(path: Path) -> dict[str, ast.AST]:
 
 @cache
 def all_rlkit_names() -> frozenset[str]:
-    """Module-level and class-level names of every rlkit module, and the environment variables
-    rlkit reads (quoted UPPER_CASE strings)."""
+    """Module-level and class-level names of every rlkit module, the environment variables
+    rlkit reads (quoted UPPER_CASE strings), and the UPPER_CASE status words rlkit and its
+    scripts print (a string that starts with one, such as set_hash's `DIFFERS from pinned`)."""
     names = set()
     for path in (ROOT / "rlkit").rglob("*.py"):
         defined = module_names(path)
@@ -56,6 +69,10 @@ def all_rlkit_names() -> frozenset[str]:
         for node in defined.values():
             names |= set(_defined(node.body)) if isinstance(node, ast.ClassDef) else set()
         names |= set(re.findall(r"[\"']([A-Z][A-Z0-9_]{3,})[\"']", path.read_text()))
+    for path in [*(ROOT / "rlkit").rglob("*.py"), *(ROOT / "scripts").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names |= set(re.findall(r"^([A-Z][A-Z0-9_]{3,}) ", node.value))
     return frozenset(names)
 
 
@@ -80,40 +97,62 @@ def resolve(dotted: str) -> str | None:
     return None
 
 
-def test_paths_in_backticks_exist():
+def named_paths(page: Path) -> set[str]:
     paths = {
         s.split()[0].rstrip(".,:;)")
-        for s in SPANS + [w for b in BLOCKS for w in b.split()]
+        for s in spans(page) + [w for b in blocks(page) for w in b.split()]
         if s.startswith(TOP_DIRS)
     }
-    paths = {p for p in paths if not re.search(r"[A-Z*{}<]|_N\b|\.\.\.", p)}  # placeholders
-    assert len(paths) > 20  # the parse is real
-    missing = [p for p in sorted(paths) if not (ROOT / p.split("::")[0]).exists()]
-    assert not missing, f"README names paths that do not exist: {missing}"
+    return {p for p in paths if not re.search(r"[A-Z*{}<]|_N\b|\.\.\.", p)}  # placeholders
 
 
-def test_dotted_rlkit_names_resolve():
-    dotted = {m for s in SPANS for m in re.findall(r"(?<![\w/.-])rlkit(?:\.\w+)+", s)}
-    dotted |= {m for b in BLOCKS for m in re.findall(r"(?:from|import) (rlkit(?:\.\w+)+)", b)}
-    assert len(dotted) > 15
-    problems = [p for d in sorted(dotted) if (p := resolve(d))]
-    assert not problems, problems
+def dotted_names(page: Path) -> set[str]:
+    dotted = {m for s in spans(page) for m in re.findall(r"(?<![\w/.-])rlkit(?:\.\w+)+", s)}
+    return dotted | {
+        m for b in blocks(page) for m in re.findall(r"(?:from|import) (rlkit(?:\.\w+)+)", b)
+    }
 
 
-def test_constants_classes_and_calls_are_defined_in_rlkit():
+def defined_names(page: Path) -> set[str]:
     """UPPER_CASE constants (or the environment variables rlkit reads) and `name(...)` calls
     named alone in backticks (functions, or methods of rlkit's classes)."""
     names = set()
-    for span in SPANS:
+    for span in spans(page):
         names |= set(re.findall(r"^([A-Z][A-Z0-9_]{3,})$", span))
         names |= set(re.findall(r"^([a-z_]\w*)\(", span))
-    assert len(names) > 10
-    undefined = sorted(n for n in names if n not in all_rlkit_names())
-    assert not undefined, f"README names what rlkit does not define: {undefined}"
+    return names
 
 
-def rlkit_commands() -> list[list[str]]:
-    lines = [ln for b in BLOCKS for ln in b.splitlines()] + SPANS
+def test_the_parse_is_real():
+    """The pages together name enough of each kind that an empty parse cannot pass."""
+    assert len(set().union(*map(named_paths, PAGES))) > 20
+    assert len(set().union(*map(dotted_names, PAGES))) > 15
+    assert len(set().union(*map(defined_names, PAGES))) > 10
+    assert sum(len(rlkit_commands(p)) for p in PAGES) > 25
+
+
+@pages
+def test_paths_in_backticks_exist(page: Path):
+    paths = named_paths(page)
+    missing = [p for p in sorted(paths) if not (ROOT / p.split("::")[0]).exists()]
+    assert not missing, f"{page.name} names paths that do not exist: {missing}"
+
+
+@pages
+def test_dotted_rlkit_names_resolve(page: Path):
+    problems = [p for d in sorted(dotted_names(page)) if (p := resolve(d))]
+    assert not problems, problems
+
+
+@pages
+def test_constants_classes_and_calls_are_defined_in_rlkit(page: Path):
+    undefined = sorted(n for n in defined_names(page) if n not in all_rlkit_names())
+    assert not undefined, f"{page.name} names what rlkit does not define: {undefined}"
+
+
+@cache
+def rlkit_commands(page: Path) -> list[list[str]]:
+    lines = [ln for b in blocks(page) for ln in b.splitlines()] + spans(page)
     commands = []
     for line in lines:
         line = line.split("  #")[0].replace("\\", " ").strip()
@@ -136,20 +175,21 @@ def subparser(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Arg
     return parser
 
 
-def test_every_rlkit_command_uses_real_flags_and_presets():
+@pages
+def test_every_rlkit_command_uses_real_flags_and_presets(page: Path):
     from rlkit.cluster.skyrl.presets import PRESETS as SKYRL
     from rlkit.train.presets import PRESETS as LOCAL
 
-    commands = rlkit_commands()
-    assert len(commands) > 25
     root, problems = build_parser(), []
-    for argv in commands:
+    for argv in rlkit_commands(page):
         parser = subparser(root, argv)
         known = {o for a in parser._actions for o in a.option_strings}
         for i, word in enumerate(argv):
-            flag = word.split("=")[0]
-            if flag.startswith("--") and flag not in known:
-                problems.append(f"rlkit {' '.join(argv)}: {flag} is not a flag of {parser.prog}")
+            for flag in word.split("=")[0].split("/"):  # `--set/--algorithm`: two flags
+                if flag.startswith("--") and flag not in known:
+                    problems.append(
+                        f"rlkit {' '.join(argv)}: {flag} is not a flag of {parser.prog}"
+                    )
             if word == "--preset" and i + 1 < len(argv) and argv[i + 1] not in {*SKYRL, *LOCAL}:
                 problems.append(f"rlkit {' '.join(argv)}: no preset {argv[i + 1]}")
     assert not problems, problems
