@@ -151,3 +151,73 @@ def test_the_judgement_needs_the_fall_and_reads_the_solve_rate_up_to_it():
     # 89.9% is not converged: (0.9 + 0.9 + 0.9 + 0.9 + 0.895) / 5 = 0.899
     near = grpo_run(FALLING, [*STUCK[:5], 0.9, 0.9, 0.9, 0.9, 0.895])
     assert st.entropy_fall(near).kind == "collapse"
+
+
+def stalled_run(solve, steps=10):
+    """GRPO step 1 trains 8 of 16 groups (entropy 0.33); then every group is zero-variance, so
+    no step trains and none logs an entropy (the local trainer's records, a real collapse's
+    shape: no warm start, lr 2e-2, 8 epochs, 16 mazes x 8)."""
+    first = {"step": 1, **local_step(1, 0.33, **{"rollout/solve_rate": 0.15})}
+    first |= {"rollout/zero_variance_groups": 8, "train/groups": 8}
+    rest = [
+        {"step": s, "train/phase": "grpo", "rollout/solve_rate": solve,
+         "rollout/zero_variance_groups": 16, "rollout/groups": 16, "train/groups": 0}
+        for s in range(2, steps + 1)
+    ]  # fmt: skip
+    return [{"step": 0, "eval/solve_rate": 0.19, "train/phase": "grpo"}, first, *rest]
+
+
+def test_no_group_training_with_rewards_stuck_is_a_warning_though_no_entropy_fell():
+    records = stalled_run(0.03)
+    assert st.entropy_fall(records) is None  # one entropy logged: nothing to judge a fall on
+    (line,) = st.stability_warnings(records)
+    assert line == (
+        "no gradient: every group zero-variance in each of the last 5 GRPO steps (steps 6-10) "
+        "with rollout solve rate 3%, under the 90% of convergence: the episodes no longer "
+        "differ, so nothing trains (entropy last logged 0.33 at step 1): a collapsed policy, "
+        "or a task beyond it"
+    )
+    assert st.warning_line(records) == line and st.stability_notes(records) == []
+    header = " ".join(t.get_text() for t in stability_curves(records).texts)
+    assert "no gradient" in header
+
+
+def test_no_gradient_needs_five_untrained_steps_and_rewards_under_convergence():
+    assert st.no_gradient(stalled_run(0.03, steps=5)) is None  # steps 2-5: four untrained
+    assert st.no_gradient(stalled_run(0.03, steps=6)) is not None
+    assert st.no_gradient(stalled_run(0.95)) is None  # groups all succeed: converged
+    one_trains = stalled_run(0.03)
+    one_trains[-2] |= {"rollout/zero_variance_groups": 15, "train/groups": 1}
+    assert st.no_gradient(one_trains) is None
+    # SkyRL's counts (through the bridge): the reward stands in for the solve rate
+    skyrl = [{"step": s, "loss/entropy": 1.0, "rollout/reward_mean": 0.0,
+              "rollout/zero_variance_groups": 8, "rollout/groups": 8} for s in range(6)]  # fmt: skip
+    assert "rollout solve rate 0%" in st.no_gradient(skyrl)
+
+
+def test_a_real_collapse_on_the_smoke_preset_warns_no_gradient(tmp_path):
+    """A real run that collapses: the smoke model untrained (no warm start), lr 2e-2, 8 epochs,
+    no clipping. A step or two of sharpening leaves the policy sure of failing moves, every
+    group zero-variance from then on (so no entropy is logged after), the evals fall (15.6% ->
+    1.6% measured) and the warning names it: the entropy rule alone, holding one or two
+    entropies, said nothing."""
+    from rlkit.train.presets import preset
+    from rlkit.train.trainer import train
+
+    overrides = {
+        "warm_start.enabled": False,
+        "grpo.lr": 2e-2,
+        "grpo.epochs": 8,
+        "recipe.eps_clip_low": 0.99,
+        "recipe.eps_clip_high": 10.0,
+        "grpo.max_grad_norm": 100.0,
+        "schedule.steps": 12,
+        "schedule.eval_every": 12,
+        "schedule.ckpt_every": 12,
+        "schedule.threads": 1,
+    }
+    summary = train(preset("smoke").with_overrides(overrides), tmp_path / "run", progress=False)
+    assert summary["solve_rate"][12] < summary["solve_rate"][0]
+    records = RunDir(tmp_path / "run").read_metrics()
+    (line,) = st.stability_warnings(records)
+    assert line.startswith("no gradient: every group zero-variance in each of the last 5 GRPO")
