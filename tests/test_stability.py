@@ -195,14 +195,15 @@ def test_no_gradient_needs_five_untrained_steps_and_rewards_under_convergence():
     assert "rollout solve rate 0%" in st.no_gradient(skyrl)
 
 
-def test_a_real_collapse_on_the_smoke_preset_warns_no_gradient(tmp_path):
+def test_a_real_collapse_on_the_smoke_preset_warns_no_gradient(tmp_path, capsys):
     """A real run that collapses: the smoke model untrained (no warm start), lr 2e-2, 8 epochs,
     no clipping. A step or two of sharpening leaves the policy sure of failing moves, every
     group zero-variance from then on (so no entropy is logged after), the evals fall (15.6% ->
-    1.6% measured) and the warning names it: the entropy rule alone, holding one or two
-    entropies, said nothing."""
-    from rlkit.train.presets import preset
-    from rlkit.train.trainer import train
+    1.6% measured) and `rlkit train` ends with the warning: the entropy rule alone, holding one
+    or two entropies, said nothing."""
+    import json
+
+    from rlkit.cli.main import main
 
     overrides = {
         "warm_start.enabled": False,
@@ -216,8 +217,12 @@ def test_a_real_collapse_on_the_smoke_preset_warns_no_gradient(tmp_path):
         "schedule.ckpt_every": 12,
         "schedule.threads": 1,
     }
-    summary = train(preset("smoke").with_overrides(overrides), tmp_path / "run", progress=False)
-    assert summary["solve_rate"][12] < summary["solve_rate"][0]
+    sets = [a for k, v in overrides.items() for a in ("--set", f"{k}={v}")]
+    assert main(["train", "--preset", "smoke", "--run-dir", str(tmp_path / "run"), *sets]) == 0
+    out, err = capsys.readouterr()
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["solve_rate"]["12"] < summary["solve_rate"]["0"]
     records = RunDir(tmp_path / "run").read_metrics()
     (line,) = st.stability_warnings(records)
     assert line.startswith("no gradient: every group zero-variance in each of the last 5 GRPO")
+    assert f"warning: {line}" in err.splitlines()

@@ -137,10 +137,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
         status = handle.status()
         print(f"job {handle.submission_id}: {status}")
         return 0 if args.detach or status == "SUCCEEDED" else 1
+    from rlkit.run.rundir import RunDir
+    from rlkit.run.stability import stability_warnings
     from rlkit.train.trainer import train
 
     summary = train(cfg, args.run_dir, resume=args.resume)
     print(json.dumps(summary))
+    for line in stability_warnings(RunDir(args.run_dir).read_metrics()):
+        print(f"warning: {line}", file=sys.stderr)
     return 0
 
 
