@@ -20,7 +20,7 @@ from rlkit.cluster.skyrl.engine_args import device_overrides
 from rlkit.cluster.skyrl.entry import parse_args
 from rlkit.cluster.skyrl.overrides import build_overrides, entrypoint_command
 from rlkit.cluster.skyrl.presets import PRESETS, get_preset
-from rlkit.cluster.skyrl.worker_setup import DEVICE_ENV
+from rlkit.cluster.skyrl.worker_setup import DEVICE_ENV, THREAD_ENV, cpu_threads, runtime_env
 
 GPU_PRESETS = [name for name, p in PRESETS.items() if p.device != "cpu"]
 SKYRL_MODULES = "\n".join(f"import {m}" for m in cpu_seam.TORCH_USERS)
@@ -50,6 +50,24 @@ def test_a_gpu_preset_never_asks_for_the_seam(name):
     seam = {o.split("=", 1)[0] for o in cpu_seam.overrides("/fsx/r", "a")}
     on_cpu = set(device_overrides(replace(preset, device="cpu"))) - set(device_overrides(preset))
     assert on_cpu and not (seam | {o.split("=", 1)[0] for o in on_cpu}) & keys
+
+
+def test_a_cpu_job_shares_the_hosts_cores_among_its_bundles(monkeypatch):
+    """Each process of a CPU job gets its bundle's share of the cores (torch's default of one
+    thread per core made every process's OpenMP threads wait on cores the others held);
+    a thread count the job sets itself wins, and a GPU job is left as it was."""
+    for k in THREAD_ENV:
+        monkeypatch.delenv(k, raising=False)
+    assert [cpu_threads(b, cores=2) for b in (1, 2, 4)] == [2, 1, 1]
+    assert cpu_threads(2, cores=16) == 8
+    env = runtime_env({"SKYRL_X": "1"}, "cpu", bundles=os.cpu_count() or 1)["env_vars"]
+    assert env[DEVICE_ENV] == "cpu" and env["SKYRL_X"] == "1"
+    assert all(env[k] == "1" for k in THREAD_ENV)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert runtime_env({}, "cpu", bundles=2)["env_vars"]["OMP_NUM_THREADS"] == "3"
+    assert runtime_env({"OMP_NUM_THREADS": "5"}, "cpu")["env_vars"]["OMP_NUM_THREADS"] == "5"
+    gpu = runtime_env({"SKYRL_X": "1"}, "cuda", bundles=8)["env_vars"]
+    assert gpu == {"SKYRL_X": "1"}
 
 
 @pytest.mark.slow  # a Python subprocess importing SkyRL

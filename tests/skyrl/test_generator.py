@@ -39,6 +39,7 @@ from rlkit.cluster.skyrl.bridge import rlkit_names
 from rlkit.cluster.skyrl.experiment import RlkitExp
 from rlkit.cluster.skyrl.generator import (
     DESYNC_METRIC,
+    PHASES,
     RlkitVLMGenerator,
     image_runs,
     observation_start,
@@ -286,6 +287,10 @@ def test_noncanonical_answers_keep_their_images(dataset, encoder, tiny_model, ke
         assert observed == split(canon, i)[1], "observations exactly as rendered"
         assert sum(ours["rewards"][i]) == sum(canon["rewards"][i]) == 1.0
     assert torch.isfinite(forward(tiny_model, ours, 0)).all()
+    # each turn's time is split by phase: every played turn timed, each phase's sum positive
+    metrics = ours["rollout_metrics"]
+    assert metrics["generate/timed_turns"] == sum(len(s.texts) for s in engine.sessions.values())
+    assert all(metrics[f"generate/seconds_{phase}"] > 0 for phase in PHASES)
 
 
 @pytest.mark.parametrize("dataset", ["test"], indirect=True)  # one set: ~7 s, not ~45

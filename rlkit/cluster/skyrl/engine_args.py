@@ -27,6 +27,9 @@ def device_overrides(p: SkyRLPreset) -> list[str]:
     return [
         *out,
         "trainer.flash_attn=false",
+        # SkyRL's GPU monitor scrapes the head's Prometheus page every 5 s in the trainer's
+        # process, the one that runs the generator's event loop: no GPUs to report here
+        "trainer.enable_ray_gpu_monitor=false",
         "generator.inference_engine.model_dtype=float32",
         "generator.inference_engine.enforce_eager=true",
         *(
@@ -48,6 +51,9 @@ def engine_kwargs(p: SkyRLPreset) -> list[str]:
         # uint8 patches, which the trainer's forward would read unnormalised (0.5 nats off,
         # tests/skyrl/test_vllm_engine.py); normalised on the CPU, both see the same pixels
         f"{key}.mm_device_do_normalize=false",
+        # one access-log line per HTTP request (two requests a turn: render, generate) is
+        # written by the API server's event loop between requests
+        f"{key}.disable_uvicorn_access_log=true",
     ]
     if p.attention_backend:
         out.append(f"{key}.attention_backend={p.attention_backend}")

@@ -183,10 +183,12 @@ def init_ray(cfg, device: str, initialize_ray) -> None:
     from rlkit.cluster.skyrl.worker_setup import runtime_env
 
     real_init = ray.init
+    placement = cfg.trainer.placement
+    bundles = placement.policy_num_nodes * placement.policy_num_gpus_per_node
 
     def init(*args, **kwargs):
         env_vars = dict((kwargs.pop("runtime_env", None) or {}).get("env_vars") or {})
-        return real_init(*args, runtime_env=runtime_env(env_vars, device), **kwargs)
+        return real_init(*args, runtime_env=runtime_env(env_vars, device, bundles), **kwargs)
 
     ray.init = init
     try:

@@ -59,6 +59,12 @@ IMAGE_PAD = "<|image_pad|>"
 DESYNC_METRIC = "generate/placeholder_desyncs"
 """Samples of a generate() call whose placeholders had to be cut back to the prompt's images.
 No avg/mean/min/max in the name: SkyRL sums such a key over concatenated outputs."""
+PHASES = ("render", "engine", "env")
+"""Where an episode's turns spend their time: the server's render of the conversation (the
+chat template, the image processor, the features' round trip), the engine's generate call
+(the router, the API server, the engine's queue and steps), the env's step in SkyRL's
+executor. Summed over a generate() call's turns as `generate/seconds_<phase>`, with
+`generate/timed_turns`; their ratio is a turn's mean latency in each."""
 
 
 def observation_start(
@@ -145,16 +151,27 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
             raise ValueError(f"the tokenizer has no {IMAGE_PAD} token: not a Qwen-VL tokenizer")
         pad = self.tokenizer.pad_token_id
         self.filler_id = pad if pad is not None else self.tokenizer.eos_token_id
+        self._seconds = dict.fromkeys(PHASES, 0.0)
+        self._turns = 0
+
+    def _timed(self, phase: str, since: float) -> float:
+        now = time.monotonic()
+        self._seconds[phase] += now - since
+        return now
 
     async def generate(self, input_batch, disable_tqdm: bool = False) -> GeneratorOutput:
         capture = self.capturer.begin(input_batch) if self.capturer is not None else None
         self._capture = capture  # agent loops of this call record their turns into it
+        self._seconds, self._turns = dict.fromkeys(PHASES, 0.0), 0
         try:
             out = await super().generate(input_batch, disable_tqdm=disable_tqdm)
         finally:
             self._capture = None
         changed = guard_placeholders(out, self.image_id, self.filler_id, self.merge_size)
         out["rollout_metrics"][DESYNC_METRIC] = changed
+        out["rollout_metrics"]["generate/timed_turns"] = self._turns
+        for phase, seconds in self._seconds.items():
+            out["rollout_metrics"][f"generate/seconds_{phase}"] = round(seconds, 3)
         if capture is not None:
             out["rollout_metrics"].update(await capture.finish(input_batch, out))
         return out
@@ -206,7 +223,9 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
             pending: tuple[int, int, bool] | None = None  # SkyRL's offset, obs messages, eos
 
             while not done:
+                t = time.monotonic()
                 rendered = await self._render_conversation(conversation)
+                t = self._timed("render", t)
                 input_ids = rendered["prompt_ids"]
                 latest_features = rendered["features"]
                 if pending is not None:
@@ -232,6 +251,8 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
                 engine_output = await self.inference_engine_client.generate(
                     engine_input, model=self.policy_model_name
                 )
+                t = self._timed("engine", t)
+                self._turns += 1
                 gen_text = engine_output["responses"][0]
                 gen_ids = engine_output["response_ids"][0]
                 stop_reason = engine_output["stop_reasons"][0]
@@ -255,7 +276,9 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
                     self._capture.turn(
                         session_id, gen_text, input_ids, gen_ids, latest_features, cache_salt
                     )
+                t = time.monotonic()
                 step = await self._run_in_executor_if_available(env.step, gen_text)
+                self._timed("env", t)
                 done = step["done"]
                 conversation.append({"role": "assistant", "content": gen_text})
                 response_ids.extend(gen_ids)
