@@ -1,0 +1,194 @@
+"""Did training move the policy the way GRPO says it should? Captured episodes re-scored.
+
+GRPO's update raises the log-probability of the answers of episodes with a positive advantage
+and lowers it where the advantage is negative. So the same episodes, scored under the policy
+before training and under a checkpoint after it, show whether the gradient points the right
+way: each answer's mean per-token log-probability change (`shift`), weighted by its advantage,
+should be positive, and the solved episodes of a group should gain on the failed ones. A sign
+error in the advantage turns both negative; a loss whose mask lets the observation tokens in
+spends the update on predicting pictures and prompts, and the answers' shift loses its
+direction. It works on either backend's captures (`RUN/rollouts/`, rlkit.run.captures): both
+store each episode's turns, answers and advantage, and both checkpoints load with
+`rlkit.model.load`.
+
+    check = rescore(read_step(run, 1), before=run / "init_model", after=export, env=cfg)
+    check.weighted, check.z, check.solved_gain       # > 0, > 2, > 0 when the policy learned
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from rlkit.env.maze_env import EnvConfig
+from rlkit.episodes.rollout import turn_prompts
+from rlkit.errors import UsageError
+from rlkit.model.batching import build_batch, logits_at
+from rlkit.model.load import LoadedModel, load
+from rlkit.run.captures import CapturedEpisode
+
+IMAGE_PAD = "<|image_pad|>"
+ASSISTANT_HEADER = "<|im_start|>assistant\n"
+END_OF_TURN = "<|im_end|>"
+MIN_Z = 2.0
+"""`Rescore.learned` asks the advantage-weighted shift to stand this many standard errors
+(over groups) above zero: a run that learned clears it, noise around zero does not."""
+
+
+@dataclass(frozen=True)
+class EpisodeShift:
+    """One captured episode: its group, advantage, outcome and answers' log-probability change."""
+
+    group: tuple[int, int]
+    """(step, group): GRPO compared this episode with the others of its group."""
+    advantage: float
+    solved: bool
+    shift: float
+    """Mean over its answers' tokens of log p_after - log p_before (nats a token)."""
+    observation_shift: float = 0.0
+    """The same over its observation tokens (the later turns' text and scaffolding), which
+    GRPO's loss mask leaves out: they move only through the weights they share."""
+
+
+@dataclass(frozen=True)
+class Rescore:
+    episodes: list[EpisodeShift]
+
+    def _by_group(self) -> list[float]:
+        sums: dict[tuple[int, int], float] = defaultdict(float)
+        for e in self.episodes:
+            sums[e.group] += e.advantage * e.shift
+        return [s for s in sums.values() if s != 0.0]
+
+    @property
+    def weighted(self) -> float:
+        """Mean of advantage x shift over the episodes: positive when training moved answers
+        the way their advantages asked."""
+        return sum(e.advantage * e.shift for e in self.episodes) / max(1, len(self.episodes))
+
+    @property
+    def observation_weighted(self) -> float:
+        """Advantage x observation shift, averaged like `weighted`: near zero when the loss
+        mask keeps the observations out; as large as `weighted` when it lets them in."""
+        return sum(e.advantage * e.observation_shift for e in self.episodes) / max(
+            1, len(self.episodes)
+        )
+
+    @property
+    def z(self) -> float:
+        """The weighted shift in standard errors, groups as the unit (episodes of a group
+        share a maze and a baseline): t = mean / (sd / sqrt(n)) over the groups' sums."""
+        sums = self._by_group()
+        if len(sums) < 2:
+            return 0.0
+        mean = sum(sums) / len(sums)
+        var = sum((s - mean) ** 2 for s in sums) / (len(sums) - 1)
+        return mean / math.sqrt(var / len(sums)) if var > 0 else math.copysign(math.inf, mean)
+
+    @property
+    def solved_gain(self) -> float:
+        """Solved episodes' mean shift minus failed ones', within groups holding both, averaged
+        over those groups (nats a token); 0 when no group holds both."""
+        groups: dict[tuple[int, int], list[EpisodeShift]] = defaultdict(list)
+        for e in self.episodes:
+            groups[e.group].append(e)
+        gains = []
+        for eps in groups.values():
+            won = [e.shift for e in eps if e.solved]
+            lost = [e.shift for e in eps if not e.solved]
+            if won and lost:
+                gains.append(sum(won) / len(won) - sum(lost) / len(lost))
+        return sum(gains) / len(gains) if gains else 0.0
+
+    @property
+    def learned(self) -> bool:
+        """The run's policy moved as GRPO asks: advantage-weighted shift `MIN_Z` standard
+        errors above zero, and solved episodes gaining on failed ones."""
+        return self.z > MIN_Z and self.solved_gain > 0
+
+    def summary(self) -> str:
+        n = len({e.group for e in self.episodes})
+        return (
+            f"{len(self.episodes)} episodes in {n} groups: advantage-weighted shift "
+            f"{self.weighted:+.4f} nats/token (z={self.z:.1f}), solved minus failed "
+            f"{self.solved_gain:+.4f} nats/token; observations {self.observation_weighted:+.4f}"
+        )
+
+
+def episode_logprobs(
+    loaded: LoadedModel, episode: CapturedEpisode, env: EnvConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probabilities under `loaded` of `episode`'s answer tokens and of its observation
+    tokens (what follows the first answer and is not an answer: the later turns' text and
+    chat scaffolding; image placeholders left out), each in order. The whole conversation
+    (SkyRL's multi-turn episode: each turn's prompt holds every earlier picture and answer) is
+    rebuilt through the env and scored in one forward, as SkyRL's trainer scores an episode;
+    each answer is its text as the tokenizer writes it."""
+    traj = episode.trajectory
+    tok = loaded.tokenizer
+    last = loaded.encoder.encode(turn_prompts(traj, env, history=None)[-1])
+    final = tok.encode(traj.turns[-1].text, add_special_tokens=False)
+    batch = build_batch(loaded, [last], [final])
+    ids = batch.input_ids[0].tolist()
+    header = tok.encode(ASSISTANT_HEADER, add_special_tokens=False)
+    end, pad = tok.convert_tokens_to_ids(END_OF_TURN), tok.convert_tokens_to_ids(IMAGE_PAD)
+    answers, observed = [], []  # the positions of each kind of token
+    i, first = 0, None
+    while i <= len(ids) - len(header):
+        if ids[i : i + len(header)] != header:
+            if first is not None and ids[i] != pad:
+                observed.append(i)
+            i += 1
+            continue
+        first = i if first is None else first
+        observed += range(i, i + len(header)) if i > first else []
+        i += len(header)
+        while i < len(ids) and ids[i] != end:
+            answers.append(i)
+            i += 1
+    cols = [p - 1 for p in answers + observed]
+    if not answers:
+        return torch.zeros(0), torch.zeros(0)
+    at = torch.tensor([cols], device=loaded.device)
+    with torch.no_grad():
+        logp = torch.log_softmax(logits_at(loaded, batch, at)[0], -1)
+    picked = logp.gather(-1, batch.input_ids[0, at[0] + 1].unsqueeze(-1)).squeeze(-1)
+    return picked[: len(answers)], picked[len(answers) :]
+
+
+def rescore(
+    episodes: Sequence[CapturedEpisode],
+    *,
+    before: str | Path | LoadedModel,
+    after: str | Path | LoadedModel,
+    env: EnvConfig,
+) -> Rescore:
+    """`episodes` scored under the checkpoints `before` and `after` (dirs or loaded models):
+    each episode's mean per-token change over all its answers' tokens."""
+    # an answer holding the image placeholder got no gradient (SkyRL: rlkit's generator zeroes
+    # its loss mask) and cannot be re-encoded as text
+    scored = [
+        e
+        for e in episodes
+        if e.advantage != 0.0 and not any(IMAGE_PAD in t.text for t in e.trajectory.turns)
+    ]
+    if not scored:
+        raise UsageError(
+            "no captured episode has a nonzero advantage: capture more groups "
+            "(schedule.capture_groups / --set capture_groups=N) or train on mazes the policy "
+            "sometimes solves"
+        )
+    a, b = (m if isinstance(m, LoadedModel) else load(m) for m in (before, after))
+    out = []
+    for e in scored:
+        (old, old_obs), (new, new_obs) = episode_logprobs(a, e, env), episode_logprobs(b, e, env)
+        shift = float((new - old).mean()) if old.numel() else 0.0
+        obs = float((new_obs - old_obs).mean()) if old_obs.numel() else 0.0
+        group = (e.step, e.group)
+        out.append(EpisodeShift(group, e.advantage, e.trajectory.solved, shift, obs))
+    return Rescore(out)
