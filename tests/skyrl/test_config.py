@@ -22,6 +22,7 @@ from rlkit.cluster.skyrl.overrides import build_overrides
 from rlkit.cluster.skyrl.presets import PRESETS, get_preset
 from rlkit.cluster.skyrl.storage import storage_estimate
 from rlkit.errors import UsageError
+from rlkit.recipe import LOCAL_REDUCTIONS
 from rlkit.train.presets import preset as train_preset
 
 
@@ -49,9 +50,12 @@ def test_dry_run_command_passes_skyrl_validation(capsys, preset, nodes):
     assert cfg.trainer.placement.policy_num_nodes == nodes
     assert cfg.environment.env_class == "rlkit-maze"
     assert cfg.generator.vision_language_generator and not cfg.generator.batched
-    # the local trainer's objective: SkyRL's token_mean is rlkit's (tests/skyrl/test_objective.py)
+    # the local trainer's objective: SkyRL's token_mean is rlkit's (tests/skyrl/test_objective.py);
+    # the CPU preset weighs episodes alike (sequence_mean, one the local trainer has too)
     local = {train_preset(name).recipe.loss_reduction for name in ("smoke", "local-tiny")}
-    assert {cfg.trainer.algorithm.loss_reduction} == local == {"token_mean"}
+    want = "sequence_mean" if preset == "skyrl-tiny-cpu" else "token_mean"
+    assert local == {"token_mean"} and cfg.trainer.algorithm.loss_reduction == want
+    assert want in LOCAL_REDUCTIONS
 
 
 def test_skyrl_rejects_what_rlkit_must_not_emit():

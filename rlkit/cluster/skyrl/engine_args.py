@@ -51,9 +51,6 @@ def engine_kwargs(p: SkyRLPreset) -> list[str]:
         # uint8 patches, which the trainer's forward would read unnormalised (0.5 nats off,
         # tests/skyrl/test_vllm_engine.py); normalised on the CPU, both see the same pixels
         f"{key}.mm_device_do_normalize=false",
-        # one access-log line per HTTP request (two requests a turn: render, generate) is
-        # written by the API server's event loop between requests
-        f"{key}.disable_uvicorn_access_log=true",
     ]
     if p.attention_backend:
         out.append(f"{key}.attention_backend={p.attention_backend}")
