@@ -38,7 +38,9 @@ SETTINGS = {
     "eval_mazes": 8,
     "eval_samples": 2,
     "warm_start_to": 0.15,  # enough partial skill for GRPO's groups to differ, in less time
-    "capture_groups": 2,  # every step's rollouts, 2 of its 4 groups (test_skyrl_captures.py)
+    # every step's rollouts, all 4 groups: test_skyrl_captures.py reads them, and the learning
+    # check (test_skyrl_cpu_run.py) re-scores them
+    "capture_groups": 4,
 }
 GAUGES = {
     "ray_rlkit_train_step": None,

@@ -316,8 +316,9 @@ def test_capture_refuses_an_estimator_rlkit_does_not_compute(tmp_path):
 
 # --- the SkyRL CPU run
 
-GROUPS, GROUP_SIZE = 2, 4
-"""The CPU preset's capture (2 of a step's 4 groups) and its GRPO group size."""
+GROUPS, GROUP_SIZE = 4, 4
+"""The CPU run's capture (all 4 groups of a step, tests/skyrl/cpu_run.py) and its GRPO group
+size."""
 
 
 @pytest.mark.timeout(RUN_TIMEOUT)  # the first test that asks for the run pays for it

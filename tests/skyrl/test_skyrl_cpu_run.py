@@ -19,9 +19,13 @@ from cpu_run import GAUGES, KILL_AFTER, STEPS, run_cli
 from cpu_run import TIMEOUT as RUN_TIMEOUT
 from safetensors.torch import load_file
 
+from rlkit.env.data import read_rows
+from rlkit.env.maze_env import EnvConfig
+from rlkit.run.captures import capture_steps, read_step
 from rlkit.run.rundir import RunDir
 from rlkit.run.skyrl_dumps import read_eval_dumps
 from rlkit.run.skyrl_layout import list_checkpoints
+from rlkit.train.rescore import rescore
 
 pytestmark = pytest.mark.timeout(RUN_TIMEOUT)  # the first test pays for the run
 
@@ -95,6 +99,23 @@ def test_training_changed_the_weights_and_vllm_holds_exactly_the_export(skyrl_cp
     served = weights(attempt / "receiver" / "weights")
     assert served.keys() <= final.keys()
     assert all(torch.equal(served[k], final[k]) for k in served)
+
+
+def test_training_moved_answers_the_way_their_advantages_asked(skyrl_cpu_run):
+    """The learning check on SkyRL's path: every captured training episode re-scored under
+    the step-1 policy (the run's init model) and the trained one (the last export). GRPO
+    raised the answers of episodes with a positive advantage and lowered the others
+    (advantage-weighted shift > 0; solved episodes gained on their groups' failed ones), and
+    spent nothing on the observations the loss mask leaves out. Mutation runs (a flipped
+    advantage, a loss mask over the observations) fail it (rlkit.train.rescore)."""
+    run = skyrl_cpu_run.run_dir
+    row = read_rows(run / "data" / "train.parquet")[0]
+    env = EnvConfig.from_mapping(json.loads(row["extra_info"]["env"]))
+    episodes = [e for step in capture_steps(run) for e in read_step(run, step)]
+    final = skyrl_cpu_run.export_dir / f"global_step_{STEPS}" / "policy"
+    check = rescore(episodes, before=skyrl_cpu_run.model_dir, after=final, env=env)
+    assert check.weighted > 0 and check.solved_gain > 0, check.summary()
+    assert abs(check.observation_weighted) < check.weighted, check.summary()
 
 
 def test_rlkit_plot_draws_the_skyrl_run(skyrl_cpu_run, tmp_path):
