@@ -38,9 +38,11 @@ SETTINGS = {
     "eval_mazes": 8,
     "eval_samples": 2,
     "warm_start_to": 0.15,  # enough partial skill for GRPO's groups to differ, in less time
-    # every step's rollouts, all 4 groups: test_skyrl_captures.py reads them, and the learning
-    # check (test_skyrl_cpu_run.py) re-scores them
-    "capture_groups": 4,
+    # 8 groups a step, all captured: test_skyrl_captures.py reads them, and the learning check
+    # (test_skyrl_cpu_run.py) re-scores those whose episodes differ (at a 15% warm start, 4
+    # groups of 4 over 3 steps left one such group in a measured run)
+    "prompts_per_node": 8,
+    "capture_groups": 8,
 }
 GAUGES = {
     "ray_rlkit_train_step": None,

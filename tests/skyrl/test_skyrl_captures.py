@@ -316,8 +316,8 @@ def test_capture_refuses_an_estimator_rlkit_does_not_compute(tmp_path):
 
 # --- the SkyRL CPU run
 
-GROUPS, GROUP_SIZE = 4, 4
-"""The CPU run's capture (all 4 groups of a step, tests/skyrl/cpu_run.py) and its GRPO group
+GROUPS, GROUP_SIZE = 8, 4
+"""The CPU run's capture (all 8 groups of a step, tests/skyrl/cpu_run.py) and its GRPO group
 size."""
 
 
