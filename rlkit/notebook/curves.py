@@ -12,7 +12,6 @@ the step's training record, and a step logged again after a resume replaces the 
 
 from __future__ import annotations
 
-import math
 import re
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +38,7 @@ from rlkit.run.stability import (
     LOGPROB_GAP_LIMIT,
     SIGNALS,
     SOLVE,
+    finite_number,
     grpo_entropies,
     resolve,
     stability_notes,
@@ -66,16 +66,10 @@ PANELS: tuple[tuple[str, Callable[[str], bool]], ...] = (
 PHASE_KEYS = ("phase", "train/phase")
 
 
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def _series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
     xs, ys = [], []
     for r in records:
-        y = _number(r.get(key))
+        y = finite_number(r.get(key))
         if y is not None and isinstance(r.get("step"), int):
             xs.append(r["step"])
             ys.append(y)

@@ -92,7 +92,9 @@ than on the policy's change, and off-policy corrections (TIS) carry most of the 
 GRPO_PHASE_KEYS = ("train/phase", "phase")
 
 
-def _number(value: object) -> float | None:
+def finite_number(value: object) -> float | None:
+    """A logged metric value as a float; None for a missing, non-numeric, boolean or non-finite
+    one (a record's key may hold any JSON)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
@@ -107,12 +109,12 @@ def zero_variance_share(record: Mapping[str, Any]) -> float | None:
     count plus `train/groups` (the groups that entered the loss): exact when a step draws one
     round; with dynamic sampling's extra rounds, the groups past the batch do not count, so
     the share reads high."""
-    zero = _number(record.get("rollout/zero_variance_groups"))
+    zero = finite_number(record.get("rollout/zero_variance_groups"))
     if zero is None:
         return None
-    total = _number(record.get("rollout/groups"))
+    total = finite_number(record.get("rollout/groups"))
     if total is None:
-        kept = _number(record.get("train/groups"))
+        kept = finite_number(record.get("train/groups"))
         total = None if kept is None else zero + kept
     return zero / total if total else None
 
@@ -131,7 +133,7 @@ def resolve(records: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
 
 
 def _first(record: Mapping[str, Any], names: Sequence[str]) -> float | None:
-    return next((v for k in names if (v := _number(record.get(k))) is not None), None)
+    return next((v for k in names if (v := finite_number(record.get(k))) is not None), None)
 
 
 def _is_grpo(record: Mapping[str, Any]) -> bool:
@@ -220,7 +222,7 @@ def no_gradient(records: Sequence[Mapping[str, Any]]) -> str | None:
     19% -> 2%), and `entropy_fall`, holding one entropy, said nothing. Groups that all succeed at 90% or more are convergence;
     below it, a policy sure of failing moves and a task beyond the policy look alike here."""
     grpo = [with_derived(r) for r in _by_step(records) if _is_grpo(r)]
-    counted = [r for r in grpo if _number(r.get(ZERO_VARIANCE_SHARE)) is not None]
+    counted = [r for r in grpo if finite_number(r.get(ZERO_VARIANCE_SHARE)) is not None]
     recent = counted[-RECENT_STEPS:]
     if len(recent) < RECENT_STEPS or any(r[ZERO_VARIANCE_SHARE] < 1.0 for r in recent):
         return None
