@@ -11,9 +11,10 @@ import torch
 
 from rlkit.env.maze_env import env_for_set
 from rlkit.episodes.policies import OraclePolicy
-from rlkit.episodes.rollout import run_episodes
+from rlkit.episodes.rollout import run_episodes, turn_prompts
 from rlkit.errors import UsageError
 from rlkit.maze.sets import pinned_set
+from rlkit.model.batching import build_batch, response_logprobs
 from rlkit.model.build import build_tiny
 from rlkit.model.load import load
 from rlkit.run.captures import CapturedEpisode
@@ -66,6 +67,15 @@ def test_one_forward_scores_every_answer_and_observation_token(played):
         len(tok.encode(t.text, add_special_tokens=False)) for t in eps[0].trajectory.turns
     )
     assert answers.numel() == n_answer and bool((answers <= 0).all())
+    # the last answer's tokens read where the trainer's own response scoring reads them
+    traj = eps[0].trajectory
+    prompt = loaded.encoder.encode(turn_prompts(traj, env, history=None)[-1])
+    final = tok.encode(traj.turns[-1].text, add_special_tokens=False)
+    with torch.no_grad():
+        direct, _ = response_logprobs(
+            loaded, build_batch(loaded, [prompt], [final]), mask_vision=False
+        )
+    assert torch.allclose(answers[-len(final) :], direct[0, : len(final)], atol=1e-5)
     assert observed.numel() > 0 and bool(torch.isfinite(observed).all())
     same = rescore(eps, before=loaded, after=loaded, env=env)
     assert all(e.shift == 0.0 and e.observation_shift == 0.0 for e in same.episodes)

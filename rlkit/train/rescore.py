@@ -12,7 +12,7 @@ store each episode's turns, answers and advantage, and both checkpoints load wit
 `rlkit.model.load`.
 
     check = rescore(read_step(run, 1), before=run / "init_model", after=export, env=cfg)
-    check.weighted, check.z, check.solved_gain       # > 0, > 2, > 0 when the policy learned
+    check.learned      # weighted > 0, solved_gain > 0, |observation_weighted| < weighted
 """
 
 from __future__ import annotations
@@ -29,15 +29,9 @@ from rlkit.env.maze_env import EnvConfig
 from rlkit.episodes.rollout import turn_prompts
 from rlkit.errors import UsageError
 from rlkit.model.batching import build_batch, logits_at
+from rlkit.model.budgets import GENERATION_HEADER
 from rlkit.model.load import LoadedModel, load
 from rlkit.run.captures import CapturedEpisode
-
-IMAGE_PAD = "<|image_pad|>"
-ASSISTANT_HEADER = "<|im_start|>assistant\n"
-END_OF_TURN = "<|im_end|>"
-MIN_Z = 2.0
-"""`Rescore.learned` asks the advantage-weighted shift to stand this many standard errors
-(over groups) above zero: a run that learned clears it, noise around zero does not."""
 
 
 @dataclass(frozen=True)
@@ -107,9 +101,14 @@ class Rescore:
 
     @property
     def learned(self) -> bool:
-        """The run's policy moved as GRPO asks: advantage-weighted shift `MIN_Z` standard
-        errors above zero, and solved episodes gaining on failed ones."""
-        return self.z > MIN_Z and self.solved_gain > 0
+        """The policy moved as GRPO asks: answers the way their advantages asked, solved
+        episodes gaining on their groups' failed ones, and the observations, which the loss
+        mask leaves out, moving less than the answers."""
+        return (
+            self.weighted > 0
+            and self.solved_gain > 0
+            and abs(self.observation_weighted) < self.weighted
+        )
 
     def summary(self) -> str:
         n = len({e.group for e in self.episodes})
@@ -135,25 +134,18 @@ def episode_logprobs(
     final = tok.encode(traj.turns[-1].text, add_special_tokens=False)
     batch = build_batch(loaded, [last], [final])
     ids = batch.input_ids[0].tolist()
-    header = tok.encode(ASSISTANT_HEADER, add_special_tokens=False)
-    end, pad = tok.convert_tokens_to_ids(END_OF_TURN), tok.convert_tokens_to_ids(IMAGE_PAD)
-    answers, observed = [], []  # the positions of each kind of token
-    i, first = 0, None
-    while i <= len(ids) - len(header):
-        if ids[i : i + len(header)] != header:
-            if first is not None and ids[i] != pad:
-                observed.append(i)
-            i += 1
-            continue
-        first = i if first is None else first
-        observed += range(i, i + len(header)) if i > first else []
-        i += len(header)
-        while i < len(ids) and ids[i] != end:
+    header = tok.encode(GENERATION_HEADER, add_special_tokens=False)
+    starts = [i + len(header) for i in range(len(ids)) if ids[i : i + len(header)] == header]
+    answers = []  # each answer runs from its header to its end of turn (the last: to the end)
+    for i in starts:
+        while i < len(ids) and ids[i] != loaded.eos_id:
             answers.append(i)
             i += 1
-    cols = [p - 1 for p in answers + observed]
     if not answers:
         return torch.zeros(0), torch.zeros(0)
+    taken, pad = set(answers), loaded.model.config.image_token_id
+    observed = [i for i in range(starts[0], len(ids)) if i not in taken and ids[i] != pad]
+    cols = [i - 1 for i in answers + observed]
     at = torch.tensor([cols], device=loaded.device)
     with torch.no_grad():
         logp = torch.log_softmax(logits_at(loaded, batch, at)[0], -1)
@@ -170,12 +162,14 @@ def rescore(
 ) -> Rescore:
     """`episodes` scored under the checkpoints `before` and `after` (dirs or loaded models):
     each episode's mean per-token change over all its answers' tokens."""
+    a, b = (m if isinstance(m, LoadedModel) else load(m) for m in (before, after))
     # an answer holding the image placeholder got no gradient (SkyRL: rlkit's generator zeroes
     # its loss mask) and cannot be re-encoded as text
+    pad = a.encoder.image_pad
     scored = [
         e
         for e in episodes
-        if e.advantage != 0.0 and not any(IMAGE_PAD in t.text for t in e.trajectory.turns)
+        if e.advantage != 0.0 and not any(pad in t.text for t in e.trajectory.turns)
     ]
     if not scored:
         raise UsageError(
@@ -183,7 +177,6 @@ def rescore(
             "(schedule.capture_groups / --set capture_groups=N) or train on mazes the policy "
             "sometimes solves"
         )
-    a, b = (m if isinstance(m, LoadedModel) else load(m) for m in (before, after))
     out = []
     for e in scored:
         (old, old_obs), (new, new_obs) = episode_logprobs(a, e, env), episode_logprobs(b, e, env)
