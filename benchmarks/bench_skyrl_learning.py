@@ -80,7 +80,6 @@ def skyrl_run(root: Path, steps: int, eval_every: int) -> Path:
 
 def local_run(skyrl: Path, out: Path, steps: int, eval_every: int) -> Path:
     """rlkit's trainer from the SkyRL run's init model, on the same episode budget."""
-    sky = json.loads((skyrl / "run.json").read_text()) if (skyrl / "run.json").exists() else {}
     cfg = preset("local-tiny").with_overrides(
         {
             "model.init": str(skyrl / "init_model"),
@@ -102,7 +101,7 @@ def local_run(skyrl: Path, out: Path, steps: int, eval_every: int) -> Path:
             "schedule.ckpt_every": steps,
         }
     )
-    print(f"local trainer from {skyrl / 'init_model'} ({sky.get('preset', 'skyrl-tiny-cpu')})")
+    print(f"local trainer from {skyrl / 'init_model'}")
     train(cfg, out, progress=True)
     return out
 
@@ -112,8 +111,7 @@ def curve(run: Path) -> dict[int, EvalResult]:
     return {s: e for s, e in sorted(evals.items()) if e.n_mazes == EVAL_MAZES}
 
 
-def report(name: str, run: Path, episodes_a_step: int) -> dict:
-    evals = curve(run)
+def report(name: str, run: Path, evals: dict[int, EvalResult], episodes_a_step: int) -> dict:
     steps = sorted(evals)
     start, final = evals[steps[0]], evals[steps[-1]]
     best = max(steps, key=lambda s: evals[s].solve_rate)
@@ -162,13 +160,6 @@ def skyrl_timing(run: Path) -> dict:
     generate = sum(r.get("timing/generate", 0.0) for r in records)
     out |= {"steps": len(records), "turns_per_s": turns / generate if generate else 0.0}
     out["train_wall_s"] = sum(r["timing/step"] for r in records)
-    for key in HEALTH:  # what a longer run may expose, first steps against last
-        values = [r[key] for r in records if key in r]
-        if values:
-            out[key] = {
-                "first5": statistics.mean(values[:5]),
-                "last5": statistics.mean(values[-5:]),
-            }
     timed = sum(r.get("rollout/timed_turns", 0) for r in records)
     if timed:  # a turn's mean latency in each phase (rlkit.cluster.skyrl.generator.PHASES)
         out["turn_latency_s"] = {
@@ -179,8 +170,13 @@ def skyrl_timing(run: Path) -> dict:
             "  a turn's latency: "
             + ", ".join(f"{k} {v:.2f} s" for k, v in out["turn_latency_s"].items())
         )
-    for key in HEALTH:
-        if key in out:
+    for key in HEALTH:  # what a longer run may expose, first steps against last
+        values = [r[key] for r in records if key in r]
+        if values:
+            out[key] = {
+                "first5": statistics.mean(values[:5]),
+                "last5": statistics.mean(values[-5:]),
+            }
             print(
                 f"  {key}: first 5 steps {out[key]['first5']:.3f}, last 5 {out[key]['last5']:.3f}"
             )
@@ -202,16 +198,16 @@ def main() -> None:
     ap.add_argument("--local-run", type=Path, help="a finished local run of this benchmark")
     args = ap.parse_args()
     run = args.skyrl_run or skyrl_run(args.root, args.steps, args.eval_every)
-    sky = report("SkyRL", run, MAZES * GROUP)
+    evals = curve(run)
+    sky = report("SkyRL", run, evals, MAZES * GROUP)
     sky["timing"] = skyrl_timing(run)
     result = {"skyrl": sky, "target": {"points": TARGET_POINTS, "p": TARGET_P}}
     sky["met"] = sky["paired_final_vs_start"]["diff"] * 100 >= TARGET_POINTS and (
         sky["paired_final_vs_start"]["p"] < TARGET_P
     )
     if not args.no_local:
-        steps = max(curve(run))
-        local = args.local_run or local_run(run, args.root / "local", steps, args.eval_every)
-        result["local"] = report("local", local, MAZES * GROUP)
+        local = args.local_run or local_run(run, args.root / "local", max(evals), args.eval_every)
+        result["local"] = report("local", local, curve(local), MAZES * GROUP)
         a, b = sky["points_per_1000_episodes"], result["local"]["points_per_1000_episodes"]
         result["ratio_skyrl_over_local"] = a / b if b else None
         print(
@@ -224,7 +220,7 @@ def main() -> None:
     )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "skyrl_learning.json").write_text(json.dumps(result, indent=2) + "\n")
-    fig = solve_rate_curve(curve(run), run_id="SkyRL on CPU (skyrl-tiny-cpu)")
+    fig = solve_rate_curve(evals, run_id="SkyRL on CPU (skyrl-tiny-cpu)")
     (RESULTS / "skyrl_learning.png").write_bytes(figure_png(fig))
     print(f"wrote {RESULTS / 'skyrl_learning.json'} and .png")
 
