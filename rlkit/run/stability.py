@@ -219,8 +219,9 @@ def no_gradient(records: Sequence[Mapping[str, Any]]) -> str | None:
     last trained value and judges nothing. Measured on a real local-tiny run (no warm start,
     lr 2e-2, 8 epochs, no clipping, no KL): GRPO step 1 logged entropy 0.33, then all 16
     groups were zero-variance on each of steps 2-30 at a 3% rollout solve rate (evals
-    19% -> 2%), and `entropy_fall`, holding one entropy, said nothing. Groups that all succeed at 90% or more are convergence;
-    below it, a policy sure of failing moves and a task beyond the policy look alike here."""
+    19% -> 2%), and `entropy_fall`, holding one entropy, said nothing. Groups that all
+    succeed at 90% or more are convergence; below it, a policy sure of failing moves and a
+    task beyond the policy look alike here."""
     grpo = [with_derived(r) for r in _by_step(records) if _is_grpo(r)]
     counted = [r for r in grpo if finite_number(r.get(ZERO_VARIANCE_SHARE)) is not None]
     recent = counted[-RECENT_STEPS:]
