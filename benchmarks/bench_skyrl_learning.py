@@ -7,10 +7,10 @@ the same episode budget, each from the same warm-started model.
 
 SkyRL side: `rlkit submit --preset skyrl-tiny-cpu --address local` with 16 mazes x 8 episodes a
 step (128 episodes), its recipe as the preset has it (GRPO, sequence_mean, k3 KL 0.005,
-lr 3e-4, free-form answers), evaluated on the 64 `test` mazes x 4 samples before training and every
-`--eval-every` steps. Local side: `rlkit train --preset local-tiny` from the SkyRL run's
+lr 3e-4 falling along a cosine to 0 at the last step, free-form answers), evaluated on the 64
+`test` mazes x 4 samples before training and every `--eval-every` steps. Local side: `rlkit train --preset local-tiny` from the SkyRL run's
 RUN/init_model (no warm start of its own), the same mazes a step, group size, and the
-preset's lr, KL coefficient and loss reduction, no zero-variance filter and no fail advantage (SkyRL has
+preset's lr and its schedule, KL coefficient and loss reduction, no zero-variance filter and no fail advantage (SkyRL has
 neither), for the same number of episodes; its own answer mode (the tiny model's one-token
 move), so the comparison is of the two trainers as each is used.
 
@@ -90,7 +90,9 @@ def local_run(skyrl: Path, out: Path, steps: int, eval_every: int) -> Path:
             "grpo.minibatch": MAZES * GROUP * 64,  # one optimizer step a batch, as SkyRL's
             "grpo.lr": SKY.lr,
             "grpo.lr_late": None,
-            "grpo.lr_end": None,
+            # SkyRL's cosine (lr -> 0 over the run) is the local half cosine from step 0
+            "grpo.lr_late_from": 0,
+            "grpo.lr_end": 0.0 if SKY.lr_schedule == "cosine" else None,
             "recipe.kl_loss_coef": SKY.recipe.kl_loss_coef,
             "recipe.loss_reduction": SKY.recipe.loss_reduction,
             "recipe.zero_variance_filter": False,

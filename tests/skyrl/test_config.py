@@ -12,13 +12,16 @@ from __future__ import annotations
 import shlex
 
 import pytest
+import torch
 from skyrl.train.config import SkyRLTrainConfig
 from skyrl.train.utils import validate_cfg
+from transformers import get_scheduler
 
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.entry import parse_args
 from rlkit.cluster.skyrl.instances import G7E
 from rlkit.cluster.skyrl.overrides import build_overrides
+from rlkit.cluster.skyrl.preset_checks import LR_SCHEDULES
 from rlkit.cluster.skyrl.presets import PRESETS, get_preset
 from rlkit.cluster.skyrl.storage import storage_estimate
 from rlkit.errors import UsageError
@@ -56,6 +59,25 @@ def test_dry_run_command_passes_skyrl_validation(capsys, preset, nodes):
     want = "sequence_mean" if preset == "skyrl-tiny-cpu" else "token_mean"
     assert local == {"token_mean"} and cfg.trainer.algorithm.loss_reduction == want
     assert want in LOCAL_REDUCTIONS
+    # the CPU preset's rate decays over the run (a constant 3e-4 swung its late evals)
+    schedule = "cosine" if preset == "skyrl-tiny-cpu" else "constant_with_warmup"
+    assert cfg.trainer.policy.optimizer_config.scheduler == schedule
+
+
+@pytest.mark.parametrize("schedule", LR_SCHEDULES)
+def test_every_accepted_lr_schedule_is_one_skyrl_can_build(schedule):
+    """SkyRL's FSDP strategy calls transformers' get_scheduler with a warmup and a step count
+    only; each schedule rlkit accepts builds from those, and `cosine` ends at 0."""
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=3e-4)
+    sched = get_scheduler(schedule, opt, num_warmup_steps=0, num_training_steps=40)
+    rates = []
+    for _ in range(40):
+        rates.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert rates[0] == pytest.approx(3e-4)
+    if schedule == "cosine":
+        assert rates[20] == pytest.approx(1.5e-4, rel=0.05) and rates[-1] < 1e-6
 
 
 def test_skyrl_rejects_what_rlkit_must_not_emit():

@@ -23,6 +23,7 @@ TRAPS = [
     (["--set", "temperature=0.7"], "temperature (0.7) must be 1.0 unless TIS is on"),
     (["--set", "top_p=0.95"], "set tis_ratio_type=token"),
     (["--set", "tis_ratio_type=tokens"], "must be token, sequence or none"),
+    (["--set", "lr_schedule=cosine_with_min_lr"], "lr_schedule 'cosine_with_min_lr' must be"),
 ]
 MODES = [["--dry-run"], ["--address", "http://127.0.0.1:9"], ["--rayjob", "never.yaml"]]
 

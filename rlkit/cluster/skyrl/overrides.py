@@ -61,6 +61,7 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         # algorithm: every switch of the recipe (rlkit.recipe), no critic
         *p.recipe.skyrl_overrides(),
         f"trainer.policy.optimizer_config.lr={p.lr}",
+        f"trainer.policy.optimizer_config.scheduler={p.lr_schedule}",
         # placement: vLLM engines colocated with the FSDP2 policy on every GPU
         f"trainer.policy.model.path={model_location(p, paths)}",
         "trainer.strategy=fsdp",

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from rlkit.cluster.skyrl.presets import SkyRLPreset
 
 DEVICES = ("cuda", "cpu")
+LR_SCHEDULES = ("constant_with_warmup", "constant", "cosine", "linear")
+"""The `transformers` schedulers SkyRL's FSDP strategy builds from a rate, warmup and step count
+alone (others need arguments SkyRL does not pass)."""
 
 
 def refuse_known_traps(p: SkyRLPreset) -> None:
@@ -87,6 +90,8 @@ def check_preset(p: SkyRLPreset) -> None:
     p.hang_rules()  # a bad hang setting fails here, not on the cluster
     if p.device not in DEVICES:
         raise UsageError(f"device {p.device!r} must be one of {', '.join(DEVICES)}")
+    if p.lr_schedule not in LR_SCHEDULES:
+        raise UsageError(f"lr_schedule {p.lr_schedule!r} must be one of {', '.join(LR_SCHEDULES)}")
     refuse_known_traps(p)
     if p.instance_type is None:
         if p.gpus_per_node is None:
