@@ -73,9 +73,11 @@ def skyrl_qwen_step(ray_cluster, qwen_ckpt, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("skyrl-qwen")
     argv = ["submit", "--preset", "skyrl-tiny-cpu", "--address", ray_cluster.address]
     argv += ["--model", str(qwen_ckpt), "--runs-root", str(root), "--run-name", "qwen"]
-    # 1 maze x 2 episodes of 3 turns: Qwen's 151,936-row logits are ~150x the tiny model's
+    # 1 maze x 2 episodes of 3 turns: Qwen's 151,936-row logits are ~150x the tiny model's;
+    # one logical GPU (one vLLM server, one FSDP rank): the suite's CPU run covers two ranks
     settings = {"steps": 1, "ckpt_interval": 1, "eval_mazes": 2, "eval_samples": 1}
     settings |= {"prompts_per_node": 1, "group_size": 2, "micro_batch_per_gpu": 1}
+    settings |= {"gpus_per_node": 1}
     settings |= {"max_turns": 3, "capture_groups": 0}
     for key, value in settings.items():
         argv += ["--set", f"{key}={value}"]

@@ -1,6 +1,6 @@
 """SkyRL's whole trainer for one step on the checkpoint with Qwen3-VL's real text side
 (`qwen_ckpt`: 151,936 rows, Qwen's template in chat_template.json, two stop ids, sampling
-defaults in generation_config.json): rlkit's device seam, FSDP2 on 2 ranks, SkyRL's vLLM servers
+defaults in generation_config.json): rlkit's device seam, FSDP2 on one rank, SkyRL's vLLM server
 and router, the weight sync, an eval, a checkpoint and its HF export, launched as a researcher
 does (`rlkit submit --preset skyrl-tiny-cpu --model DIR`). It shares the SkyRL CPU run's worker
 (`SHARED_FIXTURES`), so two SkyRL runs never hold the machine's memory at once.
