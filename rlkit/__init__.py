@@ -13,7 +13,7 @@ modules), and `scripts/check_layers.py` (part of `make lint`) enforces it:
               checkpoints); the run dir's writers (RunDir, manifest, metrics logger)  (ray)
     model     Qwen3-VL: build, load, encode, batch, policy, vLLM policy   (torch; vllm)
     train     config, GRPO math, step + update, trainer, warm start, TensorBoard   (torch)
-    cluster   Ray: connect, jobs, launch, watch, preflight, rayjob, run_reader; skyrl/
+    cluster   Ray: connect, jobs, launch, watch, preflight, rayjob; skyrl/
               presets, entry, bridge, experiment    (ray; torch in skyrl/ but its presets)
     notebook  workbench steps, widgets, plots, demo          (ipywidgets, matplotlib)
     cli       the `rlkit` command

@@ -152,11 +152,10 @@ class RemoteJob(FakeJob):
 def test_a_run_this_kernel_cannot_see_is_read_through_the_cluster_with_its_rollouts(
     tmp_path, monkeypatch
 ):
-    from rlkit.cluster import run_reader
     from rlkit.episodes.policies import scripted_policy
     from rlkit.episodes.rollout import run_episodes
     from rlkit.maze.generation import generate
-    from rlkit.run import open_run
+    from rlkit.run import open_run, remote
     from rlkit.run.captures import write_step
     from rlkit.run.reader import SummaryRun
 
@@ -175,7 +174,7 @@ def test_a_run_this_kernel_cannot_see_is_read_through_the_cluster_with_its_rollo
         reads.append((cluster.address, str(path)))
         return SummaryRun(open_run(there.path).summary())
 
-    monkeypatch.setattr(run_reader, "read_run", read_run)
+    monkeypatch.setattr(remote, "read_run", read_run)
     missing = tmp_path / "fsx" / "run"  # not mounted in this kernel
     mon = m.JobMonitor(RemoteJob(["RUNNING"]), missing, refresh_s=5, remote_every_s=3600)
     assert reads == [("http://10.0.0.1:8265", str(missing))]

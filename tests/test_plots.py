@@ -1,6 +1,7 @@
 """Plots: figures carry the data they were given, read run dirs, and refuse bad input clearly."""
 
 import io
+import json
 
 import numpy as np
 import pytest
@@ -35,7 +36,8 @@ def test_run_evals_and_metrics_roundtrip(tmp_path, evals):
     for step, r in evals.items():
         d = r.to_dict()
         d["step"] = None  # older writers left it out: the file name must supply it
-        run.write_eval(step, d)
+        run.eval_path(step).parent.mkdir(parents=True, exist_ok=True)
+        run.eval_path(step).write_text(json.dumps(d))
     for s in range(3):
         run.append_metrics({"step": s, "rollout/reward_mean": s / 2})
     loaded = open_run(run.path).evals()

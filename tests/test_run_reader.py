@@ -115,7 +115,7 @@ def test_a_summary_reads_back_as_the_same_run_without_eval_episodes(local_run, c
 def test_the_cluster_reads_a_run_this_kernel_cannot_see(ray_cluster, local_run, capsys):
     """One small Ray job through the Jobs API (the reader Studio uses without /fsx)."""
     from rlkit.cli.main import main as rlkit
-    from rlkit.cluster.run_reader import read_run
+    from rlkit.run.remote import read_run
 
     back = read_run(ray_cluster, local_run)
     run = open_run(local_run)

@@ -248,21 +248,6 @@ def test_resume_without_checkpoint_drops_all_metrics(tmp_path):
     assert run.read_metrics() == []
 
 
-def test_write_eval_is_atomic_and_readable(tmp_path):
-    run = RunDir(tmp_path)
-    path = run.write_eval(10, {"solve_rate": 0.9, "ci95": [0.8, 0.95]})
-    run.write_eval(2, {"solve_rate": 0.5})
-    assert path == tmp_path / "evals" / "global_step_10.json"
-    assert run.read_eval(10) == {"solve_rate": 0.9, "ci95": [0.8, 0.95]}
-    assert run.eval_steps() == [2, 10]
-    assert sorted(p.name for p in run.evals_dir.iterdir()) == [
-        "global_step_10.json",
-        "global_step_2.json",
-    ]
-    with pytest.raises(RlkitError, match="no eval for step 3"):
-        run.read_eval(3)
-
-
 def test_run_json_records_versions_and_refuses_a_different_preset(tmp_path):
     run = RunDir(tmp_path)
     info = run.init(preset="smoke", seed=0, backend="local", config={"lr": 3e-4})

@@ -52,7 +52,7 @@ def _open(args: argparse.Namespace, captured: int):
     path = args.run
     if args.address is not None:  # notes go to stderr, so --json stays one object
         from rlkit.cli.cluster import cli_connect
-        from rlkit.cluster.run_reader import read_run
+        from rlkit.run.remote import read_run
 
         return read_run(cli_connect(args), path, captured=captured)
     run = open_run(path)  # a missing path: one line (RunNotFound)

@@ -143,7 +143,7 @@ def run_baselines(
     model and seed). A SkyRL run gets no `base`: its untrained model is its step-0 eval."""
     if not evals:
         return {}
-    run = source if isinstance(source, Run) else open_run(source)
+    run = open_run(source)
     ref = evals[max(evals)]
     env = _run_env(run)
     model = None

@@ -29,7 +29,7 @@ from rlkit.notebook.curves import live_curves
 from rlkit.notebook.plots import figure_png, png_width
 from rlkit.notebook.progress import read_progress
 from rlkit.notebook.rollouts import RolloutsView
-from rlkit.run.reader import Run, open_run
+from rlkit.run.reader import Run, open_run, run_or_none
 from rlkit.run.stability import warning_line
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
@@ -182,20 +182,18 @@ class JobMonitor(widgets.VBox):
         self.status = status_name(self.handle.status())
 
     def _read_run(self) -> Run | None:
-        """The run from its files here; else, on a remote cluster, through a Ray job there."""
-        if self.run_dir.is_dir():
-            self.note = ""
-            return open_run(self.run_dir)
+        """The run from its files here; else, on a remote cluster, through a Ray job there
+        (`open_run(run_dir, cluster)`), at most every `remote_every_s`."""
         cluster = getattr(self.handle, "cluster", None)
-        if cluster is None or getattr(cluster, "local_head", None) is not None:
-            self.note = f"{self.run_dir} not written yet"
-            return None
+        local = cluster is None or getattr(cluster, "local_head", None) is not None
+        if self.run_dir.is_dir() or local:
+            run = run_or_none(self.run_dir)  # a job on this machine's head writes here
+            self.note = "" if run is not None else f"{self.run_dir} not written yet"
+            return run
         now = time.monotonic()
         if now - self._remote_at >= self.remote_every_s:
-            from rlkit.cluster.run_reader import read_run  # Ray: only when reading remotely
-
             self._remote_at = now
-            self._remote = read_run(cluster, self.run_dir)
+            self._remote = open_run(self.run_dir, cluster)
         self.note = (
             f"{self.run_dir} is not visible from this kernel: read through the cluster every "
             f"{self.remote_every_s:.0f} s"

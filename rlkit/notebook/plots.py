@@ -30,7 +30,7 @@ from rlkit.episodes.failures import KINDS
 from rlkit.errors import UsageError
 from rlkit.maze.core import Maze, difficulty
 from rlkit.maze.render import RenderStyle, render_maze
-from rlkit.run.reader import Run, open_run
+from rlkit.run.reader import run_or_none
 
 Evals = Sequence[EvalResult] | Mapping[int, EvalResult]
 GALLERY_STYLE = RenderStyle(view="full", cell_px=16)
@@ -57,22 +57,11 @@ def png_width(png: bytes) -> int:
     return int.from_bytes(png[16:20], "big")
 
 
-# reading a run (either backend; `rlkit.run.open_run` does the reading)
-
-
-def _run_or_none(run_dir: str | Path) -> Run | None:
-    """The run at `run_dir`, or None before it exists (a job just submitted)."""
-    path = Path(run_dir)
-    if path.name == "metrics.jsonl" and not path.is_dir():
-        path = path.parent
-    elif path.is_file():
-        raise UsageError(f"{path} is not a run directory or a metrics.jsonl file")
-    return open_run(path) if path.is_dir() else None
-
-
 def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The run's metrics.jsonl records (a run dir or the file itself); [] before the first step."""
-    run = _run_or_none(run_dir)
+    """The run's metrics.jsonl records (a run dir or the file itself, either backend's run:
+    `rlkit.run.run_or_none`); [] before the run dir exists."""
+    path = Path(run_dir)
+    run = run_or_none(path.parent if path.name == "metrics.jsonl" else path)
     return run.metrics() if run is not None else []
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.errors import RlkitError
-from rlkit.run.reader import Run, open_run
+from rlkit.run.reader import Run, run_or_none
 
 PACE_WINDOW = 10
 """GRPO steps the ETA's pace is measured over."""
@@ -83,7 +83,7 @@ def read_progress(
 ) -> RunProgress:
     """The run's progress from its metrics (pass `records` if already read) and config. A
     SkyRL run's steps are all GRPO (its warm start, if any, built the model before step 0)."""
-    run = source if isinstance(source, Run) else _open(source)
+    run = run_or_none(source)
     if run is None:
         return RunProgress("starting", 0, 0, None)
     if records is None:
@@ -122,10 +122,6 @@ def read_progress(
         grpo_s=max(0.0, elapsed - ws_elapsed) if grpo else 0.0,
         pace_s=pace,
     )
-
-
-def _open(path: str | Path) -> Run | None:
-    return open_run(path) if Path(path).is_dir() else None
 
 
 class RunFollower:

@@ -85,7 +85,7 @@ def for_run(source: str | Path | Run, *, maze: int | None = None) -> RunReplays:
     """The replays of a run (a `Run`, or a local run dir, a SkyRL run dir or export dir). `maze`
     None: one where GRPO's first checkpoint and the last disagree (`diff_maze`), maze 0 with one
     eval."""
-    run = source if isinstance(source, Run) else open_run(source)
+    run = open_run(source)
     evals = checkpoint_evals(run)
     if not evals:
         raise UsageError(f"{run.name} has no evaluated checkpoint yet: train first (notebook 03)")

@@ -31,7 +31,7 @@ from rlkit.errors import UsageError
 from rlkit.maze.sets import pinned_set_hash
 from rlkit.notebook.paths import home_path
 from rlkit.notebook.plots import figure_png
-from rlkit.run.reader import LocalRun, Run, RunNotFound, open_run
+from rlkit.run.reader import LocalRun, Run, open_run, run_or_none
 from rlkit.train.config import TaskConfig, TrainConfig
 from rlkit.train.presets import preset as train_preset
 from rlkit.train.run_config import config_from_dict
@@ -153,7 +153,7 @@ def run_config(run: Run | str | Path) -> TrainConfig:
     """The config a local run was trained with, loaded back from its run.json (the preset it
     names when it recorded none): re-scoring and greedy play use the run's own sampling, env
     and eval settings, not the preset's defaults."""
-    run = run if isinstance(run, Run) else open_run(run)
+    run = open_run(run)
     info = run.info()
     if run.backend != "local" or not (info.get("config") or info.get("preset")):
         raise UsageError(f"{run.path} holds no local run.json with a config: nothing to rebuild")
@@ -163,22 +163,18 @@ def run_config(run: Run | str | Path) -> TrainConfig:
 
 
 def open_source(source: str | Path, *, address: str | None = None, cluster: Any = None) -> Run:
-    """The run a notebook reads. Where this kernel cannot see its files (Studio without /fsx
-    mounted), a small Ray job on the cluster (`cluster`, or `connect(address)`) reads it there,
-    and one line says so; without either, RunNotFound says what to do."""
-    try:
-        return open_run(home_path(source))
-    except RunNotFound:
-        if cluster is None and address is None:
-            raise
-    from rlkit.cluster.run_reader import read_run  # Ray: only when the files are elsewhere
-
-    if cluster is None:
-        from rlkit.cluster.client import connect
+    """The run a notebook reads (`open_run`, relative paths meaning the project root). Where this
+    kernel cannot see its files (Studio without /fsx mounted), a small Ray job on the cluster
+    (`cluster`, or `connect(address)`) reads it there, and one line says so; without either,
+    RunNotFound says what to do."""
+    path = home_path(source)
+    if not path.exists() and cluster is None and address is not None:
+        from rlkit.cluster.client import connect  # Ray: only when the files are elsewhere
 
         cluster = connect(address)
-    print(f"{source} is not visible here: reading it through the cluster at {cluster.address}")
-    return read_run(cluster, str(source))
+    if not path.exists() and cluster is not None:
+        print(f"{source} is not visible here: reading it through the cluster at {cluster.address}")
+    return open_run(path, cluster)
 
 
 def run_source(
@@ -201,8 +197,8 @@ def run_source(
         from rlkit.cluster.launch import plan_training  # imports Ray: only when planning
 
         return Path(plan_training(preset, home_path(out_dir), run_name=run_name).run_dir)
-    path = home_path(given)
-    return open_run(path).path if path.exists() else path
+    run = run_or_none(home_path(given))
+    return run.path if run is not None else home_path(given)
 
 
 def checkpoint_evals(source: str | Path | Run, *, progress: bool = False) -> dict[int, EvalResult]:
@@ -212,7 +208,7 @@ def checkpoint_evals(source: str | Path | Run, *, progress: bool = False) -> dic
     scored now with the run's own eval settings (its recorded config: seed, samples, sampling,
     env) and cached in RUN/evals/. A SkyRL run: its eval dumps, read as they are.
     """
-    run = source if isinstance(source, Run) else open_run(source)
+    run = open_run(source)
     if not isinstance(run, LocalRun):
         return run.evals()
     if not run.dir.run_json.exists():
@@ -244,7 +240,7 @@ def final_greedy_eval(source: str | Path | Run) -> EvalResult | None:
     deterministic policy's solve rate beside the sampled evals, the seed's protocol (every
     maze, greedy, one sample: its exact interval and "N/64" headline). Cached in
     RUN/evals/greedy/global_step_N.json. None for a SkyRL run (its evals are SkyRL's)."""
-    run = source if isinstance(source, Run) else open_run(source)
+    run = open_run(source)
     if not isinstance(run, LocalRun):
         return None
     ckpt = run.latest_checkpoint() if run.dir.run_json.exists() else None
@@ -303,8 +299,7 @@ def failure_examples(trajs: list[Trajectory]) -> dict[str, Trajectory]:
 def eval_trajectories(source: str | Path | Run, step: int) -> list[Trajectory]:
     """The episodes the eval of `step` played, in its EvalResult's order (`episode` picks one):
     a local run's recorded trajectories, or a SkyRL run's dumped episodes replayed."""
-    run = source if isinstance(source, Run) else open_run(source)
-    return run.trajectories(step)
+    return open_run(source).trajectories(step)
 
 
 def save_png(fig: Figure, out_dir: str | Path, name: str) -> Path:

@@ -1,7 +1,9 @@
 """A run, whichever backend wrote it: the run directory's layout and its writers (`rundir`,
 `manifest`, `metrics`), SkyRL's files read as rlkit types (`skyrl_layout`, `skyrl_dumps`), and
-the one reader every consumer uses (`reader.open_run`; `remote` when the files are elsewhere)."""
+the one opener every reader uses (`reader.open_run`, through the cluster with `remote` when
+the files are elsewhere)."""
 
-from rlkit.run.reader import Run, RunCheckpoint, RunNotFound, is_run, open_run
+from rlkit.run.reader import Run, RunNotFound, is_run, open_run, run_or_none
+from rlkit.run.rundir import Checkpoint
 
-__all__ = ["Run", "RunCheckpoint", "RunNotFound", "is_run", "open_run"]
+__all__ = ["Checkpoint", "Run", "RunNotFound", "is_run", "open_run", "run_or_none"]

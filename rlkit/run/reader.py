@@ -6,7 +6,7 @@ and a SkyRL run, so the notebooks, the monitor, `rlkit plot` and `rlkit eval` re
     run.metrics()                                # metrics.jsonl records, in file order
     run.evals()                                  # {step: EvalResult}, ascending
     run.trajectories(step)                       # the episodes of that eval, maze-major
-    run.checkpoints()                            # RunCheckpoint(step, path, complete, hf_export)
+    run.checkpoints()                            # Checkpoint(step, path, complete, hf_export)
     run.warm_start_end()                         # the warm-start/GRPO boundary, or None
     run.capture_steps(), run.captures(step)      # training rollouts kept per step (captures)
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,42 +34,21 @@ from rlkit.episodes.rollout import Trajectory
 from rlkit.errors import RlkitError, UsageError
 from rlkit.run import captures
 from rlkit.run.captures import CapturedEpisode
-from rlkit.run.manifest import checkpoint_problem
-from rlkit.run.rundir import RunDir, step_dirs
+from rlkit.run.rundir import Checkpoint, RunDir
 from rlkit.run.skyrl_dumps import eval_greedy, read_eval_dump, read_eval_dumps
 from rlkit.run.skyrl_layout import SkyRLRun, find_skyrl_run, list_checkpoints
 
 _DUMP_DIR = re.compile(r"global_step_(\d+)_evals")
+RENAMED = {
+    "rollout/turns": "rollout/turns_mean",
+    "loss/loss_metrics_clip_ratio": "loss/clip_fraction",
+}
+"""Names SkyRL runs logged before the bridge (`rlkit.cluster.skyrl.bridge.ALIASES`) took the
+local trainer's -> those names."""
 
 
 class RunNotFound(UsageError):
     """The path is not visible here (e.g. /fsx is not mounted in this kernel)."""
-
-
-@dataclass(frozen=True)
-class RunCheckpoint:
-    """One step that left a checkpoint, an HF export, or both."""
-
-    step: int
-    path: Path | None
-    """The trainer's checkpoint dir (RUN/global_step_N); None once keep-k pruned it."""
-    complete: bool
-    """Committed (the marker has reached it) and, for a local run, its manifest verifies."""
-    hf_export: Path | None
-    """An HF model dir for `rlkit eval`: RUN/global_step_N/policy locally, SkyRL's export."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RunCheckpoint:
-        path, export = d.get("path"), d.get("hf_export")
-        return cls(
-            int(d["step"]),
-            Path(path) if path else None,
-            bool(d["complete"]),
-            Path(export) if export else None,
-        )
 
 
 class Run(ABC):
@@ -122,10 +100,10 @@ class Run(ABC):
         """The episodes the eval of `step` played, in its EvalResult's order (maze-major)."""
 
     @abstractmethod
-    def checkpoints(self) -> list[RunCheckpoint]:
+    def checkpoints(self) -> list[Checkpoint]:
         """Every step with a checkpoint or an HF export, oldest first."""
 
-    def latest_checkpoint(self) -> RunCheckpoint | None:
+    def latest_checkpoint(self) -> Checkpoint | None:
         """The newest complete checkpoint, or None."""
         return next((c for c in reversed(self.checkpoints()) if c.complete), None)
 
@@ -225,19 +203,8 @@ class LocalRun(Run):
         path = self.dir.eval_path(step)
         return EvalResult.load(path).load_trajectories(path)
 
-    def checkpoints(self) -> list[RunCheckpoint]:
-        marker = self.dir.marker_step()
-        out = []
-        for step in self.dir.checkpoint_steps():
-            d = self.dir.checkpoint_dir(step)
-            complete = (
-                marker is not None
-                and step <= marker
-                and checkpoint_problem(d, hashes=False) is None
-            )
-            policy = d / "policy"
-            out.append(RunCheckpoint(step, d, complete, policy if policy.is_dir() else None))
-        return out
+    def checkpoints(self) -> list[Checkpoint]:
+        return self.dir.checkpoints()
 
 
 class SkyRLRunReader(Run):
@@ -269,7 +236,11 @@ class SkyRLRunReader(Run):
         return config
 
     def metrics(self) -> list[dict[str, Any]]:
-        return super().metrics() if self.where.run_dir is not None else []
+        """metrics.jsonl as the bridge wrote it, the names older bridges wrote read as today's
+        (`RENAMED`): both backends' records carry one name per signal."""
+        if self.where.run_dir is None:
+            return []
+        return [{RENAMED.get(k, k): v for k, v in r.items()} for r in super().metrics()]
 
     def capture_root(self) -> Path | None:
         """rlkit's generator writes them into SkyRL's ckpt_path, the run dir."""
@@ -289,32 +260,44 @@ class SkyRLRunReader(Run):
     def trajectories(self, step: int) -> list[Trajectory]:
         return read_eval_dump(self.where.export_dir, step).trajectories(self.name)
 
-    def checkpoints(self) -> list[RunCheckpoint]:
-        if self.where.run_dir is None:  # an export dir alone: its exports, nothing resumable
-            exports = step_dirs(self.where.export_dir)
-            return [
-                RunCheckpoint(s, None, False, d / "policy")
-                for s, d in sorted(exports.items())
-                if (d / "policy").is_dir()
-            ]
-        found = list_checkpoints(self.where.run_dir, self.where.export_dir)
-        return [RunCheckpoint(c.step, c.path, c.complete, c.hf_export) for c in found]
+    def checkpoints(self) -> list[Checkpoint]:
+        return list_checkpoints(self.where.run_dir, self.where.export_dir)
 
 
-def open_run(path: str | Path) -> Run:
-    """The run at `path`: a local run dir, a SkyRL run dir (as `rlkit submit` printed it) or a
-    SkyRL export dir. A path that does not exist raises RunNotFound (the notebook then reads
-    the run through the cluster, `rlkit.run.remote`); a file raises UsageError."""
-    p = Path(path).expanduser()
+def open_run(source: str | Path | Run, cluster: Any = None) -> Run:
+    """The run at `source`: a local run dir, a SkyRL run dir (as `rlkit submit` printed it) or a
+    SkyRL export dir; a `Run` comes back as it is. A path this kernel cannot see is read
+    through `cluster` when one is given (`rlkit.cluster.client.Cluster`: a small Ray job where
+    the files are, `rlkit.run.remote.read_run`, bringing the newest captured step), else it
+    raises RunNotFound, one line; a file raises UsageError. `run_or_none` gives None instead
+    of RunNotFound."""
+    if isinstance(source, Run):
+        return source
+    p = Path(source).expanduser()
     if not p.exists():
+        if cluster is not None:
+            from rlkit.run.remote import read_run  # it imports this module
+
+            return read_run(cluster, p)
         raise RunNotFound(
             f"no run at {p} from here: check the path, or read it through the cluster "
             "(its storage, e.g. /fsx, is not mounted in this kernel)"
         )
     if not p.is_dir():
-        raise UsageError(f"{p} is a file: give the run directory it belongs to")
+        raise UsageError(
+            f"{p} is a file: give the run directory it belongs to (a file is not a run directory)"
+        )
     sky = find_skyrl_run(p)
     return SkyRLRunReader(sky) if sky is not None else LocalRun(p)
+
+
+def run_or_none(source: str | Path | Run) -> Run | None:
+    """`open_run(source)`, or None while nothing is at the path (a job just submitted has not
+    written its run dir yet): how a reader that polls a run opens it."""
+    try:
+        return open_run(source)
+    except RunNotFound:
+        return None
 
 
 def is_run(path: str | Path) -> bool:
@@ -339,7 +322,7 @@ class SummaryRun(Run):
             self._evals = {
                 int(s): EvalResult.from_dict(d) for s, d in (summary.get("evals") or {}).items()
             }
-            self._ckpts = [RunCheckpoint.from_dict(c) for c in summary.get("checkpoints") or []]
+            self._ckpts = [Checkpoint.from_dict(c) for c in summary.get("checkpoints") or []]
             self._capture_steps = sorted(int(s) for s in summary.get("capture_steps") or [])
             self._captures = {
                 int(s): [CapturedEpisode.from_dict(e) for e in eps]
@@ -370,7 +353,7 @@ class SummaryRun(Run):
             f"kernel that mounts {self.path.parent} (e.g. Studio with FSx attached)"
         )
 
-    def checkpoints(self) -> list[RunCheckpoint]:
+    def checkpoints(self) -> list[Checkpoint]:
         return list(self._ckpts)
 
     def capture_root(self) -> Path | None:
@@ -391,6 +374,6 @@ class SummaryRun(Run):
         raise UsageError(
             f"step {step}'s captured rollouts of {self.name} were not brought by the reader "
             f"(it brought {brought}): read the run again with more captured steps "
-            f"(read_run(cluster, path, captured=N)), or open it in a kernel that mounts "
+            f"(rlkit.run.remote.read_run(cluster, path, captured=N)), or open it in a kernel that mounts "
             f"{self.path.parent} (e.g. Studio with FSx attached)"
         )

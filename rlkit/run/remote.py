@@ -1,20 +1,25 @@
 """A run read where its files are, for a kernel that cannot see them (Studio without /fsx).
 
-The cluster runs this module as a small Ray job (`rlkit.cluster.run_reader` submits it through
-the Jobs API); it prints the run's summary (`Run.summary()`: config, metrics, evals,
-checkpoints, the newest captured training steps' episodes) as one tagged JSON line, which the
-kernel reads back from the job's logs as a `SummaryRun`:
+`read_run` submits this module to the cluster as a small Ray job (0.1 CPU, through the Jobs
+API); the job prints the run's summary (`Run.summary()`: config, metrics, evals, checkpoints,
+the newest captured training steps' episodes) as one tagged JSON line, which the kernel reads
+back from the job's logs as a `SummaryRun`, with the same interface as any run:
 
-    python -m rlkit.run.remote /fsx/rlkit/runs/RUN [--captured N]
+    run = open_run("/fsx/rlkit/runs/RUN", cluster)     # not visible here: one job, ~seconds
+    run = read_run(cluster, "/fsx/rlkit/runs/RUN")      # read there even if visible here
+    python -m rlkit.run.remote /fsx/rlkit/runs/RUN [--captured N]    # what the job runs
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
+from pathlib import Path
+from typing import Any
 
-from rlkit.errors import RlkitError
+from rlkit.errors import RlkitError, UsageError
 from rlkit.run.reader import SummaryRun, open_run
 
 TAG = "rlkit-run-summary "
@@ -37,6 +42,31 @@ def summary_from_logs(logs: str, path: str) -> SummaryRun:
         return SummaryRun(json.loads(lines[-1][len(TAG) :]))
     except ValueError as e:
         raise RlkitError(f"the cluster's summary of {path} is not JSON ({e})") from e
+
+
+READ_TIMEOUT_S = 180.0
+"""A reading job opens a few files; minutes mean a busy or unreachable cluster."""
+
+
+def read_run(
+    cluster: Any, path: str | Path, *, captured: int = 1, timeout_s: float = READ_TIMEOUT_S
+) -> SummaryRun:
+    """The run at `path` on the cluster's storage, read by a Ray job there, with the episodes
+    of its newest `captured` captured training steps (~20 KB each). `cluster`: an
+    `rlkit.cluster.client.Cluster` (its `submit` returns a job handle)."""
+    if captured < 0:
+        raise UsageError(f"captured ({captured}) must be >= 0 captured steps to bring")
+    name = Path(path).name or "run"
+    argv = ["python", "-m", "rlkit.run.remote", str(path), "--captured", str(captured)]
+    handle = cluster.submit(f"read-{name}", shlex.join(argv), num_cpus=0.1)
+    status = handle.wait(timeout_s)
+    logs = handle.logs()
+    if str(getattr(status, "value", status)).upper() != "SUCCEEDED":
+        tail = " | ".join(logs.strip().splitlines()[-3:]) or "no output"
+        raise RlkitError(
+            f"reading {path} on the cluster: job {handle.submission_id} {status}: {tail}"
+        )
+    return summary_from_logs(logs, str(path))
 
 
 def main(argv: list[str]) -> int:

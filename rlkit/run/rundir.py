@@ -36,7 +36,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -66,10 +66,34 @@ class CheckpointWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A complete, verified checkpoint."""
+    """One step that left a checkpoint, an HF export, or both, whichever backend wrote it: what
+    `RunDir` commits and resumes from, and what `RunDir.checkpoints`, SkyRL's
+    `skyrl_layout.list_checkpoints` and every `Run.checkpoints()` list."""
 
     step: int
-    path: Path
+    path: Path | None
+    """The trainer's checkpoint dir (RUN/global_step_N); None once keep-k pruned it (SkyRL
+    keeps its exports)."""
+    complete: bool = True
+    """Committed (the marker has reached it) and, for a local run, its manifest verifies: a
+    state to resume from (what `save_checkpoint` and `latest_complete_checkpoint` return)."""
+    hf_export: Path | None = None
+    """An HF model dir for `rlkit eval`: RUN/global_step_N/policy locally, SkyRL's export.
+    Listings fill it; `save_checkpoint` and `latest_complete_checkpoint` leave it None (what
+    resumes is `path`)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Checkpoint:
+        path, export = d.get("path"), d.get("hf_export")
+        return cls(
+            int(d["step"]),
+            Path(path) if path else None,
+            bool(d["complete"]),
+            Path(export) if export else None,
+        )
 
 
 def _json_safe(value: Any) -> Any:
@@ -194,6 +218,22 @@ class RunDir:
         """Steps of every global_step_N directory present, complete or not, ascending."""
         return sorted(step_dirs(self.path))
 
+    def checkpoints(self) -> list[Checkpoint]:
+        """Every global_step_N dir, oldest first: complete when committed (step <= marker) and
+        its manifest's sizes check out (no hashing: cheap enough for every listing)."""
+        marker = self.marker_step()
+        out = []
+        for step in self.checkpoint_steps():
+            d = self.checkpoint_dir(step)
+            complete = (
+                marker is not None
+                and step <= marker
+                and checkpoint_problem(d, hashes=False) is None
+            )
+            policy = d / "policy"
+            out.append(Checkpoint(step, d, complete, policy if policy.is_dir() else None))
+        return out
+
     def marker_step(self) -> int | None:
         """The step the completion marker names, or None when there is none (or it is unreadable)."""
         try:
@@ -249,17 +289,10 @@ class RunDir:
     def _apply_keep(self) -> None:
         if self.keep is None:
             return
-        marker = self.marker_step()
-        complete = [
-            s
-            for s in self.checkpoint_steps()
-            if marker is not None
-            and s <= marker
-            and checkpoint_problem(self.checkpoint_dir(s), hashes=False) is None
-        ]
+        complete = [c.step for c in self.checkpoints() if c.complete]
         if len(complete) <= self.keep:
             return
-        oldest_kept = complete[-self.keep]
+        oldest_kept, marker = complete[-self.keep], self.marker_step()
         for s in self.checkpoint_steps():
             if s < oldest_kept and s != marker:
                 shutil.rmtree(self.checkpoint_dir(s), ignore_errors=True)
@@ -358,13 +391,6 @@ class RunDir:
 
     def eval_path(self, step: int) -> Path:
         return self.evals_dir / f"global_step_{step}.json"
-
-    def write_eval(self, step: int, result: Mapping[str, Any]) -> Path:
-        """Write an eval result for `step` atomically; returns its path."""
-        self.evals_dir.mkdir(parents=True, exist_ok=True)
-        path = self.eval_path(step)
-        atomic_write_text(path, json.dumps(_json_safe(dict(result)), indent=1) + "\n")
-        return path
 
     def read_eval(self, step: int) -> dict[str, Any]:
         try:

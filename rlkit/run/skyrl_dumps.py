@@ -324,9 +324,9 @@ def run_eval(path: str | Path, step: int | None = None, protocol: str = "rlkit")
     """A SkyRL run's own eval of `step` (None: its last) as `rlkit eval --dumps` prints it, read
     with the run's recorded sampling; `protocol="seed"` refuses one that did not follow it."""
     from rlkit.run.reader import open_run
-    from rlkit.run.skyrl_layout import is_skyrl_run
+    from rlkit.run.skyrl_layout import find_skyrl_run
 
-    if not is_skyrl_run(path):
+    if find_skyrl_run(path) is None:
         raise UsageError(f"{path} is not a SkyRL run dir or its export dir (dumped_evals/)")
     evals = open_run(path).evals()
     if not evals:

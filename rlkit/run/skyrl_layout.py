@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlkit.errors import UsageError
-from rlkit.run.rundir import MARKER, step_dirs
+from rlkit.run.rundir import MARKER, Checkpoint, step_dirs
 
 LATEST_MARKER = MARKER
 """SkyRL writes it after a checkpoint is complete (rlkit's local runs use the same name)."""
@@ -72,25 +72,6 @@ def recorded_backend(run_dir: Path) -> str | None:
     return str(info.get("backend") or "local") if isinstance(info, dict) else "local"
 
 
-def is_skyrl_run(path: str | Path) -> bool:
-    """`find_skyrl_run(path) is not None`: a SkyRL run dir or its export dir."""
-    return find_skyrl_run(path) is not None
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """One step of a SkyRL run that left a `global_step_N` checkpoint, an HF export, or both."""
-
-    step: int
-    path: Path | None
-    """`<ckpt_path>/global_step_N`, or None once SkyRL's keep-k pruned it (exports stay)."""
-    complete: bool
-    """True when the checkpoint exists and SkyRL's latest marker (written last) has reached it:
-    a resumable state."""
-    hf_export: Path | None
-    """`<export_path>/global_step_N/policy`, an HF model dir for `rlkit eval`, if exported."""
-
-
 def latest_step(ckpt_dir: str | Path) -> int | None:
     """The step in SkyRL's latest marker, or None before the first complete checkpoint."""
     marker = Path(ckpt_dir) / LATEST_MARKER
@@ -103,20 +84,25 @@ def latest_step(ckpt_dir: str | Path) -> int | None:
 
 
 def list_checkpoints(
-    ckpt_dir: str | Path, export_dir: str | Path | None = None
+    ckpt_dir: str | Path | None, export_dir: str | Path | None = None
 ) -> list[Checkpoint]:
-    """Every step of a SkyRL run with a checkpoint or an HF export, oldest first.
+    """Every step of a SkyRL run with a checkpoint or an HF export, oldest first; complete when
+    the checkpoint exists and SkyRL's latest marker (written last) has reached it.
 
     SkyRL keeps only the newest `max_ckpts_to_keep` checkpoints but never prunes exports, so
     older steps come back with `path=None` and their export. `export_dir` defaults to
-    `<ckpt_dir>/exports` (rlkit's run layout: SkyRL's ckpt_path is the run dir).
+    `<ckpt_dir>/exports` (rlkit's run layout: SkyRL's ckpt_path is the run dir); `ckpt_dir`
+    None (an export dir found alone) lists its exports, none resumable.
     """
-    root = Path(ckpt_dir)
-    if not root.is_dir():
-        raise UsageError(f"no SkyRL run dir at {root}: check the path (e.g. /fsx/rlkit/runs/RUN)")
-    exports = Path(export_dir) if export_dir is not None else root / "exports"
-    latest = latest_step(root)
-    ckpts = step_dirs(root)
+    latest, ckpts = None, {}
+    if ckpt_dir is not None:
+        root = Path(ckpt_dir)
+        if not root.is_dir():
+            raise UsageError(
+                f"no SkyRL run dir at {root}: check the path (e.g. /fsx/rlkit/runs/RUN)"
+            )
+        latest, ckpts = latest_step(root), step_dirs(root)
+    exports = Path(export_dir) if export_dir is not None else Path(ckpt_dir) / "exports"
     exported = {s: d / "policy" for s, d in step_dirs(exports).items() if (d / "policy").is_dir()}
     return [
         Checkpoint(
