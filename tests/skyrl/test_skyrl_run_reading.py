@@ -19,7 +19,7 @@ from rlkit.episodes.failures import classify
 from rlkit.errors import UsageError
 from rlkit.notebook import baselines, replays, workbench
 from rlkit.notebook.report import BASE
-from rlkit.run.skyrl_layout import SkyRLRun, find_skyrl_run, is_skyrl_run
+from rlkit.run.skyrl_layout import SkyRLRun, find_skyrl_run
 
 pytestmark = pytest.mark.timeout(RUN_TIMEOUT)  # the first test pays for the run
 
@@ -45,8 +45,8 @@ def test_one_rule_tells_a_skyrl_run_from_a_local_run_and_from_anything_else(tmp_
     (local / "exports" / "dumped_evals").mkdir(parents=True)
     (local / "run.json").write_text("{}")
     assert find_skyrl_run(local) is None
-    assert not is_skyrl_run(tmp_path / "missing") and not is_skyrl_run(local / "run.json")
-    assert not is_skyrl_run(tmp_path / "fresh" / "data")
+    assert find_skyrl_run(tmp_path / "missing") is None is find_skyrl_run(local / "run.json")
+    assert find_skyrl_run(tmp_path / "fresh" / "data") is None
 
 
 def test_the_notebooks_find_the_run_from_its_run_dir_or_its_export_dir(skyrl_run_dir):
