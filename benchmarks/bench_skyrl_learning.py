@@ -158,7 +158,7 @@ def report(name: str, run: Path, evals: dict[int, EvalResult], episodes_a_step: 
 def skyrl_timing(run: Path) -> dict:
     records = [r for r in open_run(run).metrics() if "timing/step" in r]
     out = {p: statistics.mean(r.get(f"timing/{p}", 0.0) for r in records) for p in PHASES}
-    turns = sum(r.get("rollout/turns", 0.0) * MAZES * GROUP for r in records)
+    turns = sum(r.get("rollout/turns_mean", 0.0) * MAZES * GROUP for r in records)
     generate = sum(r.get("timing/generate", 0.0) for r in records)
     out |= {"steps": len(records), "turns_per_s": turns / generate if generate else 0.0}
     out["train_wall_s"] = sum(r["timing/step"] for r in records)

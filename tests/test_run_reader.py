@@ -63,6 +63,14 @@ def test_open_run_refuses_what_is_not_a_run_dir_in_one_line(tmp_path, local_run)
         workbench.open_source(tmp_path / "elsewhere")
 
 
+def test_a_skyrl_run_reads_the_names_older_bridges_wrote_as_todays(tmp_path):
+    run = RunDir(tmp_path / "sky")
+    run.init(preset="qwen3vl-2b-cpu", seed=0, backend="skyrl")
+    run.append_metrics({"step": 1, "rollout/turns": 7.5, "loss/loss_metrics_clip_ratio": 0.1})
+    (record,) = open_run(run.path).metrics()
+    assert record == {"step": 1, "rollout/turns_mean": 7.5, "loss/clip_fraction": 0.1}
+
+
 def test_a_summary_reads_back_as_the_same_run_without_eval_episodes(local_run, capsys):
     assert main([str(local_run)]) == 0
     line = capsys.readouterr().out

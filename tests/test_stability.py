@@ -59,7 +59,7 @@ def test_signals_resolve_on_skyrl_names_through_the_bridge():
     found = st.resolve([record])
     assert set(found) == set(st.SIGNALS)  # every signal, in rlkit's names
     assert found["clip fraction"] == ["loss/clip_fraction"]
-    assert found["turns"] == ["rollout/turns"]
+    assert found["turns"] == ["rollout/turns_mean"]
     assert st.with_derived(record)[st.ZERO_VARIANCE_SHARE] == pytest.approx(0.25)
     assert st.zero_variance_share({"rollout/zero_variance_groups": 2}) is None  # no total
 

@@ -8,8 +8,7 @@ through `rlkit.cluster.skyrl.bridge`):
   -> `loss/entropy`). Falling to near zero means the policy stopped exploring: a collapse when
   the rollout rewards are stuck low, convergence when the groups all succeed (`entropy_fall`).
 - clip fraction: the share of loss tokens where PPO's clip binds (local `loss/clip_fraction`;
-  SkyRL `policy/loss_metrics/clip_ratio` -> `loss/clip_fraction`, older runs
-  `loss/loss_metrics_clip_ratio`).
+  SkyRL `policy/loss_metrics/clip_ratio` -> `loss/clip_fraction`).
 - zero-variance share: the share of a step's groups whose episodes all got one reward, so no
   gradient (`zero_variance_share` derives it from the counts each backend logs). Every group
   so, step after step, with rewards stuck, is a warning (`no_gradient`): a step that trains no
@@ -19,8 +18,12 @@ through `rlkit.cluster.skyrl.bridge`):
   `loss/rollout_train_logprobs_abs_diff_mean`). The local trainer samples and trains with one
   model in one process, so its gap is 0 by construction and it logs none.
 - turns and response length: episode length in turns (local `rollout/turns_mean`, SkyRL
-  `rollout/turns`) and the model's tokens per episode (SkyRL only: `rollout/avg_assistant_tokens`,
-  `rollout/avg_num_tokens`; the local trainer logs no token counts).
+  `environment/turns_mean` -> `rollout/turns_mean`) and the model's tokens per episode (SkyRL
+  only: `rollout/avg_assistant_tokens`, `rollout/avg_num_tokens`; the local trainer logs no
+  token counts).
+
+Older SkyRL runs' names (`rollout/turns`, `loss/loss_metrics_clip_ratio`) are read as these
+(`rlkit.run.reader.RENAMED`), so each signal has one name here.
 - grad norm: the policy's gradient norm before clipping (`loss/grad_norm`, both backends).
 
 torch-free: the monitor, the curves and a client read it.
@@ -38,17 +41,18 @@ ZERO_VARIANCE_SHARE = "rollout/zero_variance_share"
 
 SIGNALS: dict[str, tuple[str, ...]] = {
     "entropy": ("loss/entropy",),
-    "clip fraction": ("loss/clip_fraction", "loss/loss_metrics_clip_ratio"),
+    "clip fraction": ("loss/clip_fraction",),
     "zero-variance groups (share)": (ZERO_VARIANCE_SHARE,),
     "rollout-trainer logprob gap": (
         "loss/rollout_train_logprobs_abs_diff_mean",
         "loss/rollout_train_logprobs_abs_diff_max",
     ),
-    "turns": ("rollout/turns_mean", "rollout/turns"),
+    "turns": ("rollout/turns_mean",),
     "response tokens": ("rollout/avg_assistant_tokens", "rollout/avg_num_tokens"),
     "grad norm": ("loss/grad_norm",),
 }
-"""Signal -> the metric names that carry it on either backend (the first is the headline)."""
+"""Signal -> the metric names that carry it, one name on both backends (where two are listed,
+they are two series of the signal; the first is the headline)."""
 
 ENTROPY = SIGNALS["entropy"]
 LOGPROB_GAP = SIGNALS["rollout-trainer logprob gap"][:1]  # the mean; the max is a spike detector

@@ -50,7 +50,7 @@ TRAIN_STEP = {  # what SkyRL's trainer logs at a training step (a subset, its ow
 def test_names_land_in_rlkit_groups():
     names = rlkit_names({**TRAIN_STEP, "eval/all/pass@4": 0.8, "text": "x", "nan": float("nan")})
     assert names["rollout/reward_mean"] == 0.25 and names["rollout/solve_rate"] == 0.25
-    assert names["rollout/turns"] == 9.5 and names["loss/policy"] == -0.01
+    assert names["rollout/turns_mean"] == 9.5 and names["loss/policy"] == -0.01
     assert names["loss/total"] == -0.008 and names["loss/kl"] == 0.002
     assert names["train/global_step"] == 10 and names["timing/step"] == 41.5
     assert names["rollout/avg_pass_at_8"] == 0.5 and names["eval/all_pass_at_4"] == 0.8

@@ -39,7 +39,7 @@ _log = logging.getLogger(__name__)
 ALIASES = {
     "reward/avg_raw_reward": "rollout/reward_mean",
     "environment/solve_rate": "rollout/solve_rate",
-    "environment/turns_mean": "rollout/turns",
+    "environment/turns_mean": "rollout/turns_mean",
     "environment/wall_bumps_mean": "rollout/wall_bumps",
     "environment/revisits_mean": "rollout/revisits",
     "environment/parse_errors_mean": "rollout/parse_errors",
@@ -54,7 +54,8 @@ ALIASES = {
     "trainer/global_step": "train/global_step",
     "trainer/epoch": "train/epoch",
 }
-"""SkyRL key -> the local trainer's name, where both measure the same thing."""
+"""SkyRL key -> the local trainer's name, where both measure the same thing: the one place
+SkyRL's names become rlkit's (older runs' names: `rlkit.run.reader.RENAMED`)."""
 GROUPS = {
     "reward/": "rollout/",
     "environment/": "rollout/env_",
