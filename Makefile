@@ -71,6 +71,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check rlkit tests benchmarks scripts notebooks
 	$(VENV)/bin/ruff format --check rlkit tests benchmarks scripts notebooks
 	$(PY) scripts/check_layers.py
+	# dead code: what nothing but the tests calls (pyproject.toml's [tool.vulture], whose
+	# whitelist scripts/vulture_whitelist.py names what only a framework calls)
+	$(VENV)/bin/vulture
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format rlkit tests benchmarks scripts notebooks
