@@ -3,15 +3,21 @@ import pytest
 
 from rlkit.errors import UsageError
 from rlkit.maze.core import (
+    OPPOSITE,
     Action,
+    E,
     Maze,
+    N,
+    S,
+    W,
     difficulty,
     distances_from,
-    is_perfect,
+    neighbours,
     open_border,
     optimal_action,
     shortest_path,
 )
+from rlkit.maze.families import MazeSet
 from rlkit.maze.generation import ALGORITHMS, generate
 from rlkit.maze.sets import (
     MazeSpec,
@@ -21,6 +27,25 @@ from rlkit.maze.sets import (
     train_maze,
     train_mazes,
 )
+
+
+def is_perfect(maze: Maze) -> bool:
+    """Exactly height*width-1 passages, all cells reachable, walls consistent between neighbours."""
+    w = maze.walls
+    h, wd = w.shape
+    for r in range(h):
+        for c in range(wd):
+            for bit, nb in neighbours((r, c), h, wd):
+                if bool(w[r, c] & bit) != bool(w[nb] & OPPOSITE[bit]):
+                    return False
+    border_ok = all(w[0, c] & N and w[h - 1, c] & S for c in range(wd)) and all(
+        w[r, 0] & W and w[r, wd - 1] & E for r in range(h)
+    )
+    passages = sum(not w[r, c] & E for r in range(h) for c in range(wd - 1)) + sum(
+        not w[r, c] & S for r in range(h - 1) for c in range(wd)
+    )
+    reachable = (distances_from(w, (0, 0)) >= 0).all()
+    return bool(border_ok and passages == h * wd - 1 and reachable)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -140,7 +165,7 @@ def test_test_set_pinned_and_train_stream_disjoint_and_deterministic():
 def test_test_set_hash_mismatch_is_loud(monkeypatch):
     from rlkit.maze import sets as mazesets
 
-    bad = mazesets.TestSetDef(MazeSpec(), 64, "0" * 64, "tampered")
+    bad = MazeSet(MazeSpec(), 64, "0" * 64, "tampered")
     monkeypatch.setitem(mazesets.TEST_SETS, "tampered", bad)
     with pytest.raises(RuntimeError, match="pinned"):
         pinned_set("tampered")

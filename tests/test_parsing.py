@@ -5,7 +5,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlkit.maze.core import Action
-from rlkit.maze.parsing import MAX_CHARS, format_action, parse_action, parse_actions
+from rlkit.maze.parsing import MAX_CHARS, format_action, parse_actions
+
+
+def parse_action(text: object, mode: str = "relaxed") -> Action | None:
+    """The single move in `text`, or None."""
+    moves, _ = parse_actions(text, mode, 1)
+    return moves[0] if moves else None
 
 
 @pytest.mark.parametrize(

@@ -375,22 +375,3 @@ def difficulty(maze: Maze) -> Difficulty:
         open_degree(maze, (r, c)) == 1 for r in range(maze.height) for c in range(maze.width)
     )
     return Difficulty(len(path) - 1, turns, junctions, dead)
-
-
-def is_perfect(maze: Maze) -> bool:
-    """Exactly height*width-1 passages, all cells reachable, walls consistent between neighbours."""
-    w = maze.walls
-    h, wd = w.shape
-    for r in range(h):
-        for c in range(wd):
-            for bit, nb in neighbours((r, c), h, wd):
-                if bool(w[r, c] & bit) != bool(w[nb] & OPPOSITE[bit]):
-                    return False
-    border_ok = all(w[0, c] & N and w[h - 1, c] & S for c in range(wd)) and all(
-        w[r, 0] & W and w[r, wd - 1] & E for r in range(h)
-    )
-    passages = sum(not w[r, c] & E for r in range(h) for c in range(wd - 1)) + sum(
-        not w[r, c] & S for r in range(h - 1) for c in range(wd)
-    )
-    reachable = (distances_from(w, (0, 0)) >= 0).all()
-    return bool(border_ok and passages == h * wd - 1 and reachable)

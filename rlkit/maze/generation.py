@@ -135,8 +135,6 @@ maze widget and `MazeSpec` read it. A new algorithm is one entry (see docs/exten
 
 ALGORITHMS = tuple(n for n, g in GENERATORS.items() if g.game == "cells")
 """The cell game's generators (what a widget or `rlkit maze --algorithm` offers)."""
-SQUARE_ALGORITHMS = tuple(n for n, g in GENERATORS.items() if g.game == "squares")
-"""The squares game's: VisGym's maze_2d, agent and target in opposite corners it draws."""
 
 
 def generator(algorithm: str) -> Generator:

@@ -86,12 +86,6 @@ def parse_actions(
     return [_WORDS[bare[-1].lower()]], None
 
 
-def parse_action(text: object, mode: str = "relaxed") -> Action | None:
-    """The single move in `text`, or None."""
-    moves, _ = parse_actions(text, mode, 1)
-    return moves[0] if moves else None
-
-
 def format_action(*actions: Move) -> str:
     """The canonical answer text for `actions`: what a perfect model would write."""
     return "<action>" + ", ".join(a.word for a in actions) + "</action>"

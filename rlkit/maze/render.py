@@ -252,18 +252,3 @@ def ego_origin(state: State, style: RenderStyle) -> Cell:
 def upscale(img: Image.Image, factor: int) -> Image.Image:
     """Nearest-neighbour enlargement for display (keeps walls crisp)."""
     return img.resize((img.width * factor, img.height * factor), Image.NEAREST)
-
-
-def gallery(
-    images: list[Image.Image], cols: int = 8, pad: int = 4, background: RGB = (235, 235, 235)
-) -> Image.Image:
-    """Tile same-sized images into one picture (test-set overviews, demo output)."""
-    if not images:
-        raise UsageError("gallery needs at least one image")
-    w, h = images[0].size
-    rows = -(-len(images) // cols)
-    out = Image.new("RGB", (cols * (w + pad) + pad, rows * (h + pad) + pad), background)
-    for i, img in enumerate(images):
-        r, c = divmod(i, cols)
-        out.paste(img, (pad + c * (w + pad), pad + r * (h + pad)))
-    return out

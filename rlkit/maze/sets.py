@@ -19,9 +19,6 @@ from rlkit.maze.families import SETS, MazeSet, MazeSpec, maze_set
 TRAIN_SEED_BASE = 1_000_000
 """Training seeds start here, far from the test seeds (0..63)."""
 
-TestSetDef = MazeSet
-"""A pinned set's definition (the registry's entry type, `rlkit.maze.families.MazeSet`)."""
-
 TEST_SETS: dict[str, MazeSet] = SETS
 """The pinned test sets: the registry itself (`rlkit.maze.families.SETS`), not a copy."""
 

@@ -26,8 +26,6 @@ from rlkit.errors import UsageError
 from rlkit.maze.core import Cell, Maze
 
 ALGORITHM = "visgym"
-SIZES = {"easy": 9, "hard": 11}
-"""VisGym's registered maze_2d sizes, in squares per side including the outer wall ring."""
 
 _DIRECTIONS = ((0, 1), (1, 0), (0, -1), (-1, 0))
 """The walk's direction numbers 0..3, in VisGym's order (a different order, a different maze)."""
