@@ -6,8 +6,8 @@
 
 Each panel takes every metric whose name matches, so renamed or extra series appear without
 code changes; the warm start's span is shaded and labelled. Figures are `plots.PlotFigure`s.
-A step's records are merged first (`merge_steps`): an eval is logged as its own record next to
-the step's training record, and a step logged again after a resume replaces the old values.
+A step's records are merged first (`rlkit.run.stability.merge_steps`, what the stability
+warnings read).
 """
 
 from __future__ import annotations
@@ -36,10 +36,12 @@ from rlkit.run.stability import (
     CONVERGED_SOLVE,
     ENTROPY_COLLAPSE_FRACTION,
     LOGPROB_GAP_LIMIT,
+    PHASE_KEYS,
     SIGNALS,
     SOLVE,
     finite_number,
     grpo_entropies,
+    merge_steps,
     resolve,
     stability_notes,
     stability_warnings,
@@ -63,7 +65,6 @@ PANELS: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("entropy", lambda k: "entropy" in _base(k)),
     ("turns", lambda k: _base(k).startswith("turns")),
 )
-PHASE_KEYS = ("phase", "train/phase")
 
 
 def _series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
@@ -74,17 +75,6 @@ def _series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], 
             xs.append(r["step"])
             ys.append(y)
     return xs, ys
-
-
-def merge_steps(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One record per step, ascending: a step's records merged in file order, so a later value
-    of a key wins (records without an int step are dropped: they cannot be placed)."""
-    merged: dict[int, dict[str, Any]] = {}
-    for r in records:
-        step = r.get("step")
-        if isinstance(step, int) and not isinstance(step, bool):
-            merged.setdefault(step, {}).update(r)
-    return [merged[s] for s in sorted(merged)]
 
 
 def phase_spans(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, int]]:

@@ -114,19 +114,6 @@ def ray_connected() -> bool:
     return True
 
 
-class Logger(Protocol):
-    """What a trainer calls; RunLogger (and the local trainer's MetricsLogger) and NullLogger
-    provide it."""
-
-    def log(self, step: int, metrics: Mapping[str, MetricValue]) -> dict[str, Any]: ...
-
-    def log_checkpoint(self, step: int) -> None: ...
-
-    def timer(self, name: str) -> contextlib.AbstractContextManager[None]: ...
-
-    def close(self) -> None: ...
-
-
 class ScalarWriter(Protocol):
     """What a scalar sink needs (TensorBoard's SummaryWriter has it)."""
 

@@ -93,7 +93,8 @@ A gap of 0.1 puts the typical token's rollout-to-trainer probability ratio about
 importance ratio act on the sampler/trainer mismatch (bf16 kernels, stale weights) rather
 than on the policy's change, and off-policy corrections (TIS) carry most of the update."""
 
-GRPO_PHASE_KEYS = ("train/phase", "phase")
+PHASE_KEYS = ("train/phase", "phase")
+"""Where a record names its phase (the local trainer: `train/phase`; SkyRL logs none)."""
 
 
 def finite_number(value: object) -> float | None:
@@ -142,22 +143,30 @@ def _first(record: Mapping[str, Any], names: Sequence[str]) -> float | None:
 
 def _is_grpo(record: Mapping[str, Any]) -> bool:
     """A GRPO step: its phase says so, or it logs no phase (SkyRL runs are all GRPO)."""
-    phase = next((record[k] for k in GRPO_PHASE_KEYS if isinstance(record.get(k), str)), None)
+    phase = next((record[k] for k in PHASE_KEYS if isinstance(record.get(k), str)), None)
     return phase is None or "grpo" in phase.lower()
 
 
-def _by_step(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    steps: dict[int, dict[str, Any]] = {}
+def merge_steps(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One record per step, ascending: a step's records merged in file order, so a later value
+    of a key wins (an eval is logged as its own record next to the step's training record; a
+    step logged again after a resume replaces the old values). Records without an int step
+    are dropped: they cannot be placed."""
+    merged: dict[int, dict[str, Any]] = {}
     for r in records:
         step = r.get("step")
         if isinstance(step, int) and not isinstance(step, bool):
-            steps.setdefault(step, {}).update(r)
-    return [steps[s] | {"step": s} for s in sorted(steps)]
+            merged.setdefault(step, {}).update(r)
+    return [merged[s] for s in sorted(merged)]
+
+
+def _grpo_steps(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in merge_steps(records) if _is_grpo(r)]
 
 
 def grpo_entropies(records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
     """(step, entropy) of the GRPO steps, ascending (a warm start's steps are not GRPO's)."""
-    grpo = [r for r in _by_step(records) if _is_grpo(r)]
+    grpo = _grpo_steps(records)
     return [(r["step"], v) for r in grpo if (v := _first(r, ENTROPY)) is not None]
 
 
@@ -206,7 +215,7 @@ def entropy_fall(records: Sequence[Mapping[str, Any]]) -> EntropyFall | None:
     (step0, first), (step, last) = entropies[0], entropies[-1]
     if not (first > 0 and last < ENTROPY_COLLAPSE_FRACTION * first):
         return None
-    grpo = [r for r in _by_step(records) if _is_grpo(r) and r["step"] <= step]
+    grpo = [r for r in _grpo_steps(records) if r["step"] <= step]
     solves = [v for r in grpo if (v := _first(r, SOLVE)) is not None][-RECENT_STEPS:]
     solve = sum(solves) / len(solves) if solves else None
     kind = "convergence" if solve is not None and solve >= CONVERGED_SOLVE else "collapse"
@@ -226,7 +235,7 @@ def no_gradient(records: Sequence[Mapping[str, Any]]) -> str | None:
     19% -> 2%), and `entropy_fall`, holding one entropy, said nothing. Groups that all
     succeed at 90% or more are convergence; below it, a policy sure of failing moves and a
     task beyond the policy look alike here."""
-    grpo = [with_derived(r) for r in _by_step(records) if _is_grpo(r)]
+    grpo = [with_derived(r) for r in _grpo_steps(records)]
     counted = [r for r in grpo if finite_number(r.get(ZERO_VARIANCE_SHARE)) is not None]
     recent = counted[-RECENT_STEPS:]
     if len(recent) < RECENT_STEPS or any(r[ZERO_VARIANCE_SHARE] < 1.0 for r in recent):
@@ -261,7 +270,7 @@ def stability_warnings(records: Sequence[Mapping[str, Any]]) -> list[str]:
         warnings.append(fall.line())
     if (stalled := no_gradient(records)) is not None:
         warnings.append(stalled)
-    grpo = [r for r in _by_step(records) if _is_grpo(r)]
+    grpo = _grpo_steps(records)
     gaps = [(r["step"], v) for r in grpo if (v := _first(r, LOGPROB_GAP)) is not None]
     if gaps and gaps[-1][1] > LOGPROB_GAP_LIMIT:
         step, gap = gaps[-1]
