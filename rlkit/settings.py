@@ -1,16 +1,66 @@
-"""Typed `--set KEY=VALUE` values: one coercion for every config that takes text from a command
-line or a notebook parameter (the local trainer's sections, the recipe's switches, SkyRL
-presets), so `true`, `none` and numbers mean the same everywhere and a wrong type is one line.
+"""Settings given as text, for every config (the local trainer's sections, the recipe's switches,
+SkyRL presets): one `KEY=VALUE` parser (`--set`, notebook parameters, the SkyRL entry's
+overrides), one coercion, so `true`, `none` and numbers mean the same everywhere and a wrong
+type is one line, one table of renamed keys, and the capture settings both backends share.
 
+    parse_sets(["grpo.lr=1e-4", "steps=4"])              # {"grpo.lr": "1e-4", "steps": "4"}
     coerce_text("0.28", "recipe.eps_clip_high", float)   # 0.28
     coerce_text("none", "schedule.keep", int)            # None
 """
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from rlkit.errors import UsageError
+
+RENAMED: dict[str, str] = {
+    "grpo.eps_clip_low": "recipe.eps_clip_low",
+    "grpo.eps_clip_high": "recipe.eps_clip_high",
+    "grpo.norm_by_std": "recipe.grpo_norm_by_std",
+    "grpo.reduction": "recipe.loss_reduction",
+    "grpo.max_seq_len": "recipe.max_seq_len",
+    "grpo.kl_coef": "recipe.kl_loss_coef",
+    "grpo.kl_estimator": "recipe.kl_estimator_type",
+    "grpo.filter_zero_variance": "recipe.zero_variance_filter",
+    "grpo.fail_advantage": "recipe.fail_advantage",
+    "grpo.min_informative": "recipe.dynamic_sampling_type",
+    "grpo.max_rounds": "recipe.max_sample_batches",
+    "kl_coef": "recipe.kl_loss_coef",
+}
+"""Keys the recipe vocabulary (`rlkit.recipe`, SkyRL's names) replaced, in the local config
+(`grpo.*`) and SkyRL presets (`kl_coef`): setting one is a one-line error naming the new one
+(`check_renamed`), and a local run.json written before is read through it."""
+
+
+def check_renamed(key: str) -> None:
+    """A one-line UsageError when the recipe vocabulary renamed `key` (`RENAMED`)."""
+    if key in RENAMED:
+        new = RENAMED[key]
+        raise UsageError(
+            f"setting {key!r} is now {new!r} (rlkit.recipe.Recipe, SkyRL's names, which both "
+            f"backends share): by plain name it is now the recipe switch "
+            f"{new.removeprefix('recipe.')!r}"
+        )
+
+
+def parse_sets(items: Iterable[str], what: str = "--set") -> dict[str, str]:
+    """`KEY=VALUE` items (`--set`, a notebook's settings, SkyRL's overrides) -> {key: text}, the
+    last of a repeated key winning; an item without `=` (or a Hydra `+key`) is a one-line
+    UsageError. The values stay text: each config coerces its own (`coerce_text`)."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or key.startswith("+"):
+            raise UsageError(
+                f"{what} {item!r}: write section.field=value or key=value (e.g. grpo.lr=1e-4; "
+                "no '+')"
+            )
+        out[key.strip()] = value.strip()
+    return out
 
 
 def coerce_text(value: Any, key: str, kind: type | None, *, nullable: bool = True) -> Any:
@@ -38,6 +88,11 @@ def coerce_text(value: Any, key: str, kind: type | None, *, nullable: bool = Tru
     return value
 
 
+def coerce_like(value: Any, current: Any, key: str) -> Any:
+    """Text coerced to the type of the field's current value (any number when it is None)."""
+    return coerce_text(value, key, None if current is None else type(current))
+
+
 def annotation_kind(annotation: Any) -> tuple[type | None, bool]:
     """(kind, nullable) of a dataclass field's annotation as text (`from __future__ import
     annotations`): `"float | None"` -> (float, True); a str or other type -> (str, ...)."""
@@ -46,3 +101,65 @@ def annotation_kind(annotation: Any) -> tuple[type | None, bool]:
         if text.startswith(kind.__name__):
             return kind, "None" in text
     return str, "None" in text
+
+
+def coerce_fields(obj: Any, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """`changes` to the fields of the flat config dataclass `obj`, each string coerced to its
+    field's type (`--set key=value`); an unknown field is a one-line UsageError. When `obj`
+    embeds a `recipe`, its switches are accepted too (by name, or as `recipe.NAME`), coerced
+    to the switch's type and returned by their plain name."""
+    from rlkit.recipe import Recipe, coerce_switches  # the recipe module imports this one
+
+    names = {f.name for f in fields(obj)}
+    recipe = getattr(obj, "recipe", None)
+    switches = {f.name for f in fields(Recipe)} if isinstance(recipe, Recipe) else set()
+    out: dict[str, Any] = {}
+    for key, value in changes.items():
+        name = key.removeprefix("recipe.") if switches else key
+        if name in switches:
+            out |= coerce_switches(recipe, {name: value})
+        elif key in names and key != "recipe":
+            out[key] = coerce_like(value, getattr(obj, key), key)
+        else:
+            valid = sorted((names - {"recipe"}) | switches)
+            near = difflib.get_close_matches(name, valid, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise UsageError(f"unknown setting {key!r}{hint}: valid are {', '.join(valid)}")
+    return out
+
+
+@dataclass(frozen=True)
+class CaptureConfig:
+    """Training rollouts kept under RUN/rollouts/ (`rlkit rollouts`, the monitor), on either
+    backend: every episode of a few groups of each GRPO step, with its advantage and every
+    turn's move probabilities. The local config's `schedule.capture_*` and a SkyRL preset's
+    `capture_*` default to these and are checked here."""
+
+    groups: int = 2
+    """Groups (a maze's episodes) captured per step, picked from (seed, step); 0 turns capture
+    off. A few groups show what the policy does; on SkyRL each costs one extra 1-token engine
+    request per turn."""
+    keep: int | None = 50
+    """Captured steps kept on disk (the newest; None: all), so the files stay bounded as
+    checkpoints do."""
+
+    def __post_init__(self) -> None:
+        if self.groups < 0:
+            raise UsageError(f"capture_groups ({self.groups}) must be >= 0 (0: capture off)")
+        if self.keep is not None and self.keep < 1:
+            raise UsageError(
+                f"capture_keep ({self.keep}) must be >= 1 steps, or none to keep every "
+                "captured step"
+            )
+
+    def check_estimator(self, estimator: str) -> None:
+        """A capture carries the advantages rlkit computes: a one-line UsageError when the
+        run's `advantage_estimator` is another and capture is on."""
+        from rlkit.recipe import LOCAL_ADVANTAGE_ESTIMATORS
+
+        if self.groups and estimator not in LOCAL_ADVANTAGE_ESTIMATORS:
+            raise UsageError(
+                f"captured rollouts need advantage_estimator "
+                f"{' or '.join(LOCAL_ADVANTAGE_ESTIMATORS)} (the advantages rlkit computes), "
+                f"not {estimator}; set capture_groups=0"
+            )

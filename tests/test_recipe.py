@@ -11,7 +11,8 @@ import pytest
 
 from rlkit.errors import UsageError
 from rlkit.recipe import Recipe, local_set_args
-from rlkit.train.config import LOCAL_TINY_RECIPE, GRPOConfig, apply_recipe, coerce_fields
+from rlkit.settings import coerce_fields
+from rlkit.train.config import LOCAL_TINY_RECIPE, GRPOConfig, apply_recipe
 from rlkit.train.presets import preset
 from rlkit.train.run_config import (
     check_resume,

@@ -11,7 +11,8 @@ from rlkit.episodes.evaluate import EvalResult
 from rlkit.episodes.rollout import load_trajectories
 from rlkit.errors import UsageError
 from rlkit.run.rundir import MARKER
-from rlkit.train.config import RENAMED, TrainConfig
+from rlkit.settings import RENAMED
+from rlkit.train.config import TrainConfig
 from rlkit.train.presets import preset
 from rlkit.train.run_config import config_changes
 from rlkit.train.trainer import Trainer, train

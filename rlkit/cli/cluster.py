@@ -117,6 +117,7 @@ def _submit(args: argparse.Namespace) -> int:
     from rlkit.cluster.skyrl.overrides import build_overrides
     from rlkit.cluster.skyrl.presets import PRESETS
     from rlkit.cluster.skyrl.storage import storage_estimate
+    from rlkit.settings import parse_sets
 
     if args.preset not in PRESETS:
         raise UsageError(f"unknown SkyRL preset {args.preset!r}; choose from {', '.join(PRESETS)}")
@@ -137,11 +138,7 @@ def _submit(args: argparse.Namespace) -> int:
         }.items()
         if v is not None
     }
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"--set {item!r}: write field=value, e.g. steps=4")
-        changes[key.strip()] = value.strip()
+    changes |= parse_sets(args.set)
     plan = plan_training(
         args.preset, ".", address=args.address, run_name=args.run_name, skyrl_changes=changes
     )

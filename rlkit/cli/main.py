@@ -97,9 +97,9 @@ def _cmd_model(args: argparse.Namespace) -> int:
         return 0
     from rlkit.train.warm_model import RECORD, warm_tiny_model
 
-    stop_at = 0.40 if args.stop_at is None else args.stop_at
-    path = warm_tiny_model(args.out, seed=args.seed, stop_at=stop_at)
+    path = warm_tiny_model(args.out, seed=args.seed, stop_at=args.stop_at)
     rec = json.loads((path / RECORD).read_text())
+    stop_at = rec["recipe"]["bc"]["stop_at"]
     how = "reached" if rec["stopped"] == "rate" else "NOT reached (max steps)"
     print(
         f"wrote free-form warm-started tiny Qwen3-VL to {path}: validation solve rate "
@@ -109,20 +109,11 @@ def _cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_sets(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--set {item!r}: write section.field=value, e.g. grpo.lr=1e-4")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def _cmd_train(args: argparse.Namespace) -> int:
+    from rlkit.settings import parse_sets
     from rlkit.train.presets import preset
 
-    cfg = preset(args.preset).with_overrides(_parse_sets(args.set))
+    cfg = preset(args.preset).with_overrides(parse_sets(args.set))
     if args.address:
         from rlkit.cluster.launch import submit_training
 
@@ -232,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--stop-at",
         type=float,
         default=None,
-        help="with --warm-start: the validation solve rate to stop at (default 0.4)",
+        help="with --warm-start: the validation solve rate to stop at (default: the local "
+        "warm start's, warm_start.stop_at)",
     )
     mo.set_defaults(func=_cmd_model)
 

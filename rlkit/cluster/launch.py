@@ -27,7 +27,7 @@ from rlkit.cluster.skyrl.cost import estimate_cost
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides, entrypoint_command
 from rlkit.cluster.skyrl.preset_checks import check_budget
 from rlkit.errors import RlkitError, UsageError
-from rlkit.train.config import coerce_fields
+from rlkit.settings import coerce_fields, parse_sets
 from rlkit.train.presets import PRESETS as TRAIN_PRESETS
 from rlkit.train.presets import preset as load_preset
 
@@ -52,10 +52,8 @@ def training_entrypoint(
         "--resume",
         resume,
     ]
-    for item in overrides:
-        if "=" not in item:
-            raise UsageError(f"--set {item!r}: write section.field=value, e.g. grpo.lr=1e-4")
-        parts += ["--set", item]
+    for key, value in parse_sets(overrides).items():
+        parts += ["--set", f"{key}={value}"]
     return shlex.join(parts)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from rlkit.cluster import launch
 from rlkit.cluster.client import Cluster
 from rlkit.cluster.jobs import JobHandle
+from rlkit.settings import parse_sets
 from rlkit.train.presets import preset as train_preset
 
 
@@ -70,7 +71,7 @@ def plan_run(
     if preset in launch.TRAIN_PRESETS:
         args = _local_args(recipe)
         if args:  # the local trainer's config takes them now, or refuses in one line
-            train_preset(preset).with_overrides(dict(a.split("=", 1) for a in args))
+            train_preset(preset).with_overrides(parse_sets(args))
         plan = launch.plan_training(
             preset, out_dir, address=address, run_name=run_name, overrides=args
         )

@@ -5,7 +5,6 @@ The named presets are `rlkit.train.presets`.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any
@@ -15,23 +14,8 @@ from rlkit.errors import UsageError
 from rlkit.maze.sets import MazeSpec, pinned_spec
 from rlkit.model.config import TinyConfig
 from rlkit.recipe import Recipe, coerce_switches
-from rlkit.settings import coerce_text
+from rlkit.settings import CaptureConfig, check_renamed, coerce_like
 
-RENAMED: dict[str, str] = {
-    "grpo.eps_clip_low": "recipe.eps_clip_low",
-    "grpo.eps_clip_high": "recipe.eps_clip_high",
-    "grpo.norm_by_std": "recipe.grpo_norm_by_std",
-    "grpo.reduction": "recipe.loss_reduction",
-    "grpo.max_seq_len": "recipe.max_seq_len",
-    "grpo.kl_coef": "recipe.kl_loss_coef",
-    "grpo.kl_estimator": "recipe.kl_estimator_type",
-    "grpo.filter_zero_variance": "recipe.zero_variance_filter",
-    "grpo.fail_advantage": "recipe.fail_advantage",
-    "grpo.min_informative": "recipe.dynamic_sampling_type",
-    "grpo.max_rounds": "recipe.max_sample_batches",
-}
-"""Keys the recipe vocabulary (`rlkit.recipe`, SkyRL's names) replaced: `--set` with an old key
-is a one-line error naming the new one, and a run.json written before is read through it."""
 RESUME_MAY_CHANGE: tuple[str, ...] = (
     "schedule.steps",
     "schedule.eval_every",
@@ -116,8 +100,9 @@ class GRPOConfig:
     epochs: int = 2
     """Passes over each rollout batch (importance ratios keep later passes honest)."""
     minibatch: int = 512
-    """Turns per optimizer step: whole episodes (with every turn that shares a prompt with
-    them), as many as fit in this many turns (a larger such group alone)."""
+    """Turns per optimizer step: whole episodes in a random order, as many as fit in this many
+    turns (a longer episode alone), as SkyRL shuffles its episode rows; turns of one
+    minibatch that share a prompt share one forward."""
     lr: float = 3e-4
     lr_late: float | None = 1e-4
     """Rate from step `lr_late_from` on (None: constant). 3e-4 climbs fast but swings late;
@@ -164,27 +149,16 @@ class ScheduleConfig:
     seed: int = 0
     threads: int | None = None
     """torch threads (None: every core this process may use, whatever OMP_NUM_THREADS says)."""
-    capture_groups: int = 2
-    """Groups of each GRPO step's rollout batch kept under RUN/rollouts (every episode of each,
-    with its advantage and per-turn move probabilities: `rlkit rollouts`, the monitor), picked
-    from (seed, step); 0: none. Cost per step, measured on 2 busy cores: local-tiny (2 x 8
-    episodes, 6-9 turns) 14-26 KB and 6-17 ms of a ~6 s step; smoke (2 x 4 episodes, ~11
-    turns) 16-17 KB and 8-13 ms of a 0.15-0.3 s step (~170 bytes a turn; the time is mostly
-    the atomic write's fsyncs)."""
-    capture_keep: int | None = 50
-    """Captured steps kept (the newest; None: all), so the files stay bounded as checkpoints
-    do: at the default, under ~1.3 MB for local-tiny."""
+    capture_groups: int = CaptureConfig.groups
+    """`rlkit.settings.CaptureConfig.groups`. Cost per step, measured on 2 busy cores:
+    local-tiny (2 x 8 episodes, 6-9 turns) 14-26 KB and 6-17 ms of a ~6 s step; smoke (2 x 4
+    episodes, ~11 turns) 16-17 KB and 8-13 ms of a 0.15-0.3 s step (~170 bytes a turn; the time
+    is mostly the atomic write's fsyncs)."""
+    capture_keep: int | None = CaptureConfig.keep
+    """`rlkit.settings.CaptureConfig.keep`: at the default, under ~1.3 MB for local-tiny."""
 
     def __post_init__(self) -> None:
-        if self.capture_groups < 0:
-            raise UsageError(
-                f"schedule.capture_groups ({self.capture_groups}) must be >= 0 (0: capture off)"
-            )
-        if self.capture_keep is not None and self.capture_keep < 1:
-            raise UsageError(
-                f"schedule.capture_keep ({self.capture_keep}) must be >= 1 steps, or none "
-                "to keep every captured step"
-            )
+        CaptureConfig(self.capture_groups, self.capture_keep)  # checked as on SkyRL
 
 
 LOCAL_TINY_RECIPE = Recipe(
@@ -258,15 +232,12 @@ class TrainConfig:
 
         The cross-field checks run once, on the result: `--set` order never matters (e.g.
         `recipe.loss_reduction=seq_mean_token_sum_norm` before the `recipe.max_seq_len` it
-        needs). A key the recipe renamed (`RENAMED`) is a one-line error naming the new one.
+        needs). A key the recipe renamed (`rlkit.settings.RENAMED`) is a one-line error naming
+        the new one.
         """
         parts: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         for key, value in overrides.items():
-            if key in RENAMED:
-                raise UsageError(
-                    f"config key {key!r} is now {RENAMED[key]!r} (the recipe vocabulary both "
-                    "backends share, SkyRL's names): see rlkit.recipe.Recipe"
-                )
+            check_renamed(key)
             head, *rest = key.split(".")
             if head not in parts:
                 raise UsageError(f"unknown config key {key!r}: valid here are {sorted(parts)}")
@@ -279,7 +250,7 @@ class TrainConfig:
             elif rest:
                 parts[head] = _set_path(parts[head], rest, value, key)
             else:
-                parts[head] = _coerce(value, parts[head], key)
+                parts[head] = coerce_like(value, parts[head], key)
         if isinstance(parts["recipe"], _Pending):
             parts["recipe"] = parts["recipe"].build()
         return replace(self, **parts)
@@ -313,29 +284,6 @@ class _Pending:
         return replace(self.base, **self.changes)
 
 
-def coerce_fields(obj: Any, changes: Mapping[str, Any]) -> dict[str, Any]:
-    """`changes` to the fields of the flat config dataclass `obj`, each string coerced to its
-    field's type (`--set key=value`); an unknown field is a one-line UsageError. When `obj`
-    embeds a `recipe`, its switches are accepted too (by name, or as `recipe.NAME`), coerced
-    to the switch's type and returned by their plain name."""
-    names = {f.name for f in fields(obj)}
-    recipe = getattr(obj, "recipe", None)
-    switches = {f.name for f in fields(Recipe)} if isinstance(recipe, Recipe) else set()
-    out: dict[str, Any] = {}
-    for key, value in changes.items():
-        name = key.removeprefix("recipe.") if switches else key
-        if name in switches:
-            out |= coerce_switches(recipe, {name: value})
-        elif key in names and key != "recipe":
-            out[key] = _coerce(value, getattr(obj, key), key)
-        else:
-            valid = sorted((names - {"recipe"}) | switches)
-            near = difflib.get_close_matches(name, valid, n=1)
-            hint = f" (did you mean {near[0]}?)" if near else ""
-            raise UsageError(f"unknown setting {key!r}{hint}: valid are {', '.join(valid)}")
-    return out
-
-
 def _set_path(obj: Any, path: list[str], value: Any, full: str) -> Any:
     names = {f.name: f for f in fields(obj)}
     if path[0] not in names:
@@ -347,9 +295,4 @@ def _set_path(obj: Any, path: list[str], value: Any, full: str) -> Any:
         return replace(obj, **{path[0]: _set_path(current, path[1:], value, full)})
     if is_dataclass(current):
         raise UsageError(f"config key {full!r} is a section: set one of its fields")
-    return replace(obj, **{path[0]: _coerce(value, current, full)})
-
-
-def _coerce(value: Any, current: Any, key: str) -> Any:
-    """Text coerced to the type of the field's current value (any number when it is None)."""
-    return coerce_text(value, key, None if current is None else type(current))
+    return replace(obj, **{path[0]: coerce_like(value, current, full)})

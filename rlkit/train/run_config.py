@@ -9,7 +9,8 @@ from dataclasses import fields, is_dataclass
 from typing import Any
 
 from rlkit.errors import UsageError
-from rlkit.train.config import RENAMED, RESUME_MAY_CHANGE, GRPOConfig, TrainConfig
+from rlkit.settings import RENAMED
+from rlkit.train.config import RESUME_MAY_CHANGE, GRPOConfig, TrainConfig
 from rlkit.train.presets import PRESETS, preset
 
 
@@ -24,8 +25,8 @@ def upgrade_config_dict(config: Mapping[str, Any]) -> dict[str, Any]:
         return out
     recipe: dict[str, Any] = {}
     for old, new in RENAMED.items():
-        name = old.split(".", 1)[1]
-        if name in grpo:
+        section, _, name = old.rpartition(".")
+        if section == "grpo" and name in grpo:
             recipe[new.split(".", 1)[1]] = grpo.pop(name)
     if "dynamic_sampling_type" in recipe:
         wanted = recipe["dynamic_sampling_type"]

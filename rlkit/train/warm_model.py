@@ -61,7 +61,7 @@ class FreeWarmStart:
 
     bc: WarmStartConfig = field(
         default_factory=lambda: WarmStartConfig(
-            max_steps=300, stop_at=0.40, fine_from=0.30, fine_lr=5e-4, val_samples=1
+            max_steps=300, fine_from=0.30, fine_lr=5e-4, val_samples=1
         )
     )
     """Batch, rates, stop rule and fine phase as the local warm start (`WarmStartConfig`'s
@@ -114,7 +114,7 @@ def warm_tiny_model(
     out_dir: str | Path,
     *,
     seed: int = 0,
-    stop_at: float = 0.40,
+    stop_at: float | None = None,
     recipe: FreeWarmStart | None = None,
     tiny: TinyConfig | None = None,
     threads: int | None = None,
@@ -124,12 +124,14 @@ def warm_tiny_model(
     solve rate reaches `stop_at` (or `recipe.bc.max_steps` run out), save it to `out_dir`, and
     return that path.
 
-    `stop_at` replaces `recipe.bc.stop_at`. Deterministic for a seed on a given thread count
+    `stop_at` replaces `recipe.bc.stop_at` (None: keep it, the local warm start's target).
+    Deterministic for a seed on a given thread count
     (`threads`, default every core this process may use). `out_dir` must be absent, empty or a
     model dir (replaced); the model is built aside and renamed in, never left half written.
     `progress`: a bar on stderr (default: when stderr is a terminal), else plain lines.
     """
     recipe = recipe or FreeWarmStart()
+    stop_at = recipe.bc.stop_at if stop_at is None else stop_at
     if not 0.0 < stop_at <= 1.0:
         raise UsageError(f"stop_at ({stop_at}) must be in (0, 1]: a validation solve rate")
     recipe = replace(recipe, bc=replace(recipe.bc, stop_at=stop_at))

@@ -36,7 +36,7 @@ from test_generator import preset_config, replay, session_of
 
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.bridge import rlkit_names
-from rlkit.cluster.skyrl.capture import Capturer, CaptureSettings
+from rlkit.cluster.skyrl.capture import Capturer
 from rlkit.cluster.skyrl.generator import RlkitVLMGenerator, build_capturer
 from rlkit.cluster.skyrl.move_probe import top_logprobs
 from rlkit.cluster.skyrl.presets import get_preset
@@ -48,6 +48,7 @@ from rlkit.model.action_tag import move_choices, probe_point
 from rlkit.run.captures import capture_steps, pick_groups, read_step, step_path
 from rlkit.run.reader import open_run
 from rlkit.run.rundir import RunDir
+from rlkit.settings import CaptureConfig
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +165,7 @@ def serving(engine: ProbedEngine):
 
 def captured_call(cfg, ds, encoder, engine, phase: str, step: int, mazes=range(4), samples=4):
     """RlkitVLMGenerator, its capture as `build_generator` makes it, on one generate() call."""
-    capturer = build_capturer(cfg, encoder.tokenizer, engine, "rlkit-tiny", CaptureSettings(2, 3))
+    capturer = build_capturer(cfg, encoder.tokenizer, engine, "rlkit-tiny", CaptureConfig(2, 3))
     generator = RlkitVLMGenerator(
         generator_cfg=cfg.generator,
         skyrl_gym_cfg=cfg.environment.skyrl_gym,
@@ -307,8 +308,8 @@ def test_capture_refuses_an_estimator_rlkit_does_not_compute(tmp_path):
     cfg = preset_config()
     cfg.trainer.algorithm.advantage_estimator = "rloo"
     with pytest.raises(UsageError, match="capture_groups=0"):
-        Capturer.from_config(cfg, CaptureSettings(), None)
-    assert Capturer.from_config(cfg, CaptureSettings(groups=0), None).begin({}) is None
+        Capturer.from_config(cfg, CaptureConfig(), None)
+    assert Capturer.from_config(cfg, CaptureConfig(groups=0), None).begin({}) is None
     with pytest.raises(UsageError, match="capture_groups=0"):
         get_preset("skyrl-tiny-cpu", advantage_estimator="rloo")
     assert get_preset("skyrl-tiny-cpu", advantage_estimator="rloo", capture_groups=0)

@@ -47,7 +47,6 @@ from skyrl.train.generators.base import TRAINING_PHASE_TRAIN
 from rlkit.cluster.skyrl.move_probe import EngineProbe
 from rlkit.env.maze_env import maze_from_extras
 from rlkit.episodes.policies import MoveProbs
-from rlkit.errors import UsageError
 from rlkit.recipe import Recipe
 from rlkit.run.captures import (
     CapturedEpisode,
@@ -57,29 +56,14 @@ from rlkit.run.captures import (
     write_step,
 )
 from rlkit.run.skyrl_dumps import EvalEpisode, to_trajectory
-from rlkit.train.advantages import ESTIMATORS, estimate
+from rlkit.settings import CaptureConfig
+from rlkit.train.advantages import estimate
 
 _log = logging.getLogger(__name__)
 
 METRIC = "generate/capture_{}"
 """The step's capture costs, with its rollout metrics (no avg/min/max in a name: SkyRL sums
 such keys over concatenated outputs)."""
-
-
-@dataclass(frozen=True)
-class CaptureSettings:
-    """How many groups a training step keeps, and for how many steps."""
-
-    groups: int = 2
-    """Groups (a maze's episodes) captured per step; 0 turns capture off."""
-    keep: int | None = 50
-    """Steps whose captures stay on disk (the newest); None keeps every step."""
-
-    def __post_init__(self) -> None:
-        if self.groups < 0:
-            raise UsageError(f"capture groups ({self.groups}) must be >= 0 (0 turns capture off)")
-        if self.keep is not None and self.keep < 1:
-            raise UsageError(f"capture keep ({self.keep}) must be >= 1 steps, or None for all")
 
 
 @dataclass
@@ -94,7 +78,7 @@ class _Episode:
 class Capturer:
     """A run's capture: what to keep, where, and the run's numbers it needs (from SkyRL's cfg)."""
 
-    settings: CaptureSettings
+    settings: CaptureConfig
     run_dir: str
     seed: int
     recipe: Recipe
@@ -109,19 +93,14 @@ class Capturer:
     def from_config(
         cls,
         cfg: Any,
-        settings: CaptureSettings,
+        settings: CaptureConfig,
         probe: EngineProbe | None,
         end_markers: tuple[str, ...] = (),
     ) -> Capturer:
         """The capture of the run SkyRL's `cfg` describes; a UsageError when its advantage
         estimator is one rlkit does not compute."""
         algo = cfg.trainer.algorithm
-        if settings.groups and algo.advantage_estimator not in ESTIMATORS:
-            raise UsageError(
-                f"captured rollouts need advantage_estimator {' or '.join(ESTIMATORS)}, the "
-                f"estimators rlkit computes (this run: {algo.advantage_estimator}); set "
-                "capture_groups=0"
-            )
+        settings.check_estimator(algo.advantage_estimator)
         recipe = Recipe(
             advantage_estimator=algo.advantage_estimator, grpo_norm_by_std=algo.grpo_norm_by_std
         )

@@ -20,6 +20,7 @@ from pathlib import Path
 from rlkit.cluster.hang import ACTIONS, DONE_LINE, HangRules, start_hang_detection
 from rlkit.cluster.skyrl.presets import SkyRLPreset
 from rlkit.errors import RlkitError, UsageError
+from rlkit.settings import CaptureConfig, coerce_text, parse_sets
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -55,13 +56,13 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         metavar="DIR",
         help="build rlkit's warm-started tiny model here if missing (preset model rlkit:tiny-warm)",
     )
+    preset = SkyRLPreset  # its defaults: what a command written by hand gets
     parser.add_argument(
         "--init-stop-at",
         type=float,
-        default=0.40,
+        default=preset.warm_start_to,
         help="validation solve rate the tiny model's warm start stops at",
     )
-    preset = SkyRLPreset  # its defaults: what a command written by hand gets
     parser.add_argument(
         "--capture-groups",
         type=int,
@@ -70,7 +71,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     parser.add_argument(
         "--capture-keep",
-        type=int,
+        type=lambda text: coerce_text(text, "--capture-keep", int),
         default=preset.capture_keep,
         help="steps whose captured rollouts stay (the newest)",
     )
@@ -84,14 +85,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--hang-start-minutes", type=int, default=hang.start_minutes)
     parser.add_argument("--hang-action", choices=ACTIONS, default=hang.action)
     args = parser.parse_args(ours)
-    if args.capture_groups < 0 or args.capture_keep < 1:
-        raise UsageError(
-            f"--capture-groups ({args.capture_groups}) must be >= 0 and --capture-keep "
-            f"({args.capture_keep}) >= 1"
-        )
-    bad = [o for o in overrides if "=" not in o or o.startswith("+")]
-    if bad:
-        raise UsageError(f"SkyRL overrides must be key=value (no '+'): {' '.join(bad[:3])}")
+    args.capture = CaptureConfig(args.capture_groups, args.capture_keep)
+    parse_sets(overrides, "SkyRL override")
     return args, overrides
 
 
@@ -114,7 +109,7 @@ def ensure_datasets(
     return paths
 
 
-def ensure_init_model(model_dir: str, stop_at: float = 0.40) -> Path:
+def ensure_init_model(model_dir: str, stop_at: float) -> Path:
     """Build the run's warm-started tiny model once; a resumed run loads its checkpoint, but
     SkyRL reads the model dir for its config and tokenizer on every start."""
     out = Path(model_dir)
@@ -138,10 +133,11 @@ def record_run(cfg, args: argparse.Namespace, overrides: list[str]) -> dict:
     from rlkit.run.skyrl_layout import latest_step
 
     run = RunDir(cfg.trainer.ckpt_path)
-    ours = {k: v for k, v in vars(args).items() if not k.startswith("hang")}
+    ours = {k: v for k, v in vars(args).items() if not k.startswith(("hang", "capture"))}
+    ours |= {"capture_groups": args.capture.groups, "capture_keep": args.capture.keep}
     config = {
         "entry": ours,
-        "overrides": dict(o.split("=", 1) for o in overrides),
+        "overrides": parse_sets(overrides, "SkyRL override"),
         "skyrl": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
     }
     seed = int(cfg.trainer.seed)
@@ -157,21 +153,20 @@ def record_run(cfg, args: argparse.Namespace, overrides: list[str]) -> dict:
     return config
 
 
-def _run_skyrl(cfg, hang: HangRules, capture: tuple[int, int]) -> None:
+def _run_skyrl(cfg, hang: HangRules, capture: CaptureConfig) -> None:
     """Body of the Ray task: register the env in this process, then SkyRL's experiment.
 
     The step lines come from this process (the bridged tracker), so HyperPod's hang rules are
-    registered here, with this task's Ray job and worker ids. `capture`: (groups, keep) of the
-    captured training rollouts.
+    registered here, with this task's Ray job and worker ids. `capture`: the captured training
+    rollouts.
     """
-    from rlkit.cluster.skyrl.capture import CaptureSettings
     from rlkit.cluster.skyrl.experiment import RlkitExp
     from rlkit.env.maze_env import register_env
 
     register_env()
     print(f"rlkit: {start_hang_detection(hang)}", flush=True)
     # SkyRL's experiment, its metrics bridged into the run dir
-    RlkitExp(cfg, CaptureSettings(*capture)).run()
+    RlkitExp(cfg, capture).run()
     print(DONE_LINE, flush=True)
 
 
@@ -231,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     # worker has, so Ray cannot place it on the head pod
     task = ray.remote(num_cpus=1, memory=args.driver_memory_gb * 2**30 or None)(_run_skyrl)
     hang = HangRules(args.hang_minutes, args.hang_start_minutes, args.hang_action)
-    ray.get(task.remote(cfg, hang, (args.capture_groups, args.capture_keep)))
+    ray.get(task.remote(cfg, hang, args.capture))
     return 0
 
 

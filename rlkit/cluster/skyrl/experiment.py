@@ -24,11 +24,11 @@ from skyrl.train.trainer import RayPPOTrainer
 from skyrl.train.utils.tracking import Tracking
 
 from rlkit.cluster.skyrl.bridge import MetricsBridge
-from rlkit.cluster.skyrl.capture import CaptureSettings
 from rlkit.cluster.skyrl.generator import build_generator
 from rlkit.cluster.skyrl.trainer import RlkitTrainer
 from rlkit.errors import UsageError
 from rlkit.model.load import processor_template
+from rlkit.settings import CaptureConfig
 
 
 class BridgedTracking(Tracking):
@@ -67,10 +67,10 @@ def bridged_tracker(cfg) -> BridgedTracking:
 
 
 class RlkitExp(BasePPOExp):
-    capture: CaptureSettings = CaptureSettings()
+    capture: CaptureConfig = CaptureConfig()
     """Captured training rollouts (the entry passes the preset's; this default is theirs)."""
 
-    def __init__(self, cfg, capture: CaptureSettings | None = None) -> None:
+    def __init__(self, cfg, capture: CaptureConfig | None = None) -> None:
         if capture is not None:
             self.capture = capture
         super().__init__(cfg)

@@ -51,8 +51,9 @@ from skyrl.train.generators.skyrl_gym_generator import TrajectoryOutput
 from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
 from skyrl.utils.tok import get_processor
 
-from rlkit.cluster.skyrl.capture import Capturer, CaptureSettings, StepCapture
+from rlkit.cluster.skyrl.capture import Capturer, StepCapture
 from rlkit.cluster.skyrl.move_probe import EngineProbe
+from rlkit.settings import CaptureConfig
 
 IMAGE_PAD = "<|image_pad|>"
 """Qwen-VL's image placeholder: the forward puts one merged patch's feature at each."""
@@ -316,7 +317,7 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
 
 
 def build_generator(
-    cfg, tokenizer, inference_engine_client, capture: CaptureSettings | None = None
+    cfg, tokenizer, inference_engine_client, capture: CaptureConfig | None = None
 ) -> RlkitVLMGenerator:
     """What SkyRL's `BasePPOExp.get_generator` builds for a VLM run, as `RlkitVLMGenerator`;
     the merge size is the policy checkpoint's image processor's. `capture` (default: the
@@ -335,11 +336,11 @@ def build_generator(
 
 
 def build_capturer(
-    cfg, tokenizer, client, model: str | None, capture: CaptureSettings | None = None
+    cfg, tokenizer, client, model: str | None, capture: CaptureConfig | None = None
 ) -> Capturer | None:
     """The run's `Capturer` (None when `capture.groups` is 0). Move probabilities need an
     HTTP engine: SkyRL's `RemoteInferenceClient` (its `get_endpoint_url()`, the router)."""
-    settings = capture if capture is not None else CaptureSettings()
+    settings = capture if capture is not None else CaptureConfig()
     if not settings.groups:
         return None
     url = client.get_endpoint_url() if hasattr(client, "get_endpoint_url") else None

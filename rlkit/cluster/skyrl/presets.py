@@ -31,10 +31,10 @@ from rlkit.cluster.skyrl.instances import (
 from rlkit.cluster.skyrl.preset_checks import check_preset
 from rlkit.env.maze_env import env_for_set
 from rlkit.errors import UsageError
-from rlkit.recipe import LOCAL_ADVANTAGE_ESTIMATORS, Recipe, coerce_switches
+from rlkit.recipe import Recipe, coerce_switches
+from rlkit.settings import CaptureConfig, check_renamed
+from rlkit.train.config import WarmStartConfig
 
-CAPTURE_ESTIMATORS = LOCAL_ADVANTAGE_ESTIMATORS
-"""Estimators whose advantages a captured rollout can carry (rlkit.train.advantages')."""
 CLUSTER_RECIPE = Recipe(kl_loss_coef=0.005)
 """The cluster presets' algorithm switches: SkyRL's defaults (GRPO, token_mean, the symmetric
 clip 0.2, k3 KL as a loss term) with SkyRL's visgym recipe's KL coefficient 0.005, which keeps
@@ -173,7 +173,7 @@ class SkyRLPreset:
     """cuda (the cluster) or cpu: SkyRL's own trainer on a CPU host, through rlkit's device
     seam (`rlkit.cluster.skyrl.cpu_seam`), on a local head offering logical GPUs: the cluster's
     code path rehearsed on a laptop. Only sizes and `device_overrides` differ."""
-    warm_start_to: float = 0.40
+    warm_start_to: float = WarmStartConfig.stop_at
     """For `rlkit:tiny-warm`: the free sampled validation solve rate its warm start stops at
     (the local recipe's, like the 8B's 43.75% start: partial skill, so GRPO's groups differ)."""
     kv_cache_gb: float | None = None
@@ -182,29 +182,21 @@ class SkyRLPreset:
     dataloader_workers: int | None = None
     """SkyRL's dataloader worker processes (None: SkyRL's 8). On a 2-core host their start-up
     took ~55 of an eval's ~60 s, while generating took 4-9 s."""
-    capture_groups: int = 2
-    """Groups (a maze's episodes) of each training step kept under RUN/rollouts/, with every
-    turn's move probabilities (`rlkit.cluster.skyrl.capture`); 0 = off. A few groups show what
-    the policy does; each costs one extra 1-token engine request per turn."""
-    capture_keep: int = 50
-    """Steps whose captured rollouts stay on disk (the newest), as checkpoints are pruned."""
+    capture_groups: int = CaptureConfig.groups
+    """`rlkit.settings.CaptureConfig.groups`, captured by `rlkit.cluster.skyrl.capture`."""
+    capture_keep: int | None = CaptureConfig.keep
+    """`rlkit.settings.CaptureConfig.keep`."""
 
     def hang_rules(self) -> HangRules:
         return HangRules(self.hang_minutes, self.hang_start_minutes, self.hang_action)
 
     def __post_init__(self) -> None:
         check_preset(self)  # one-line UsageErrors: sizes, the instance's layout, SkyRL's traps
-        if self.capture_groups < 0 or self.capture_keep < 1:
-            raise UsageError(
-                f"capture_groups ({self.capture_groups}) must be >= 0 (0 = off) and "
-                f"capture_keep ({self.capture_keep}) >= 1 steps"
-            )
-        if self.capture_groups and self.recipe.advantage_estimator not in CAPTURE_ESTIMATORS:
-            raise UsageError(
-                f"captured rollouts need advantage_estimator {' or '.join(CAPTURE_ESTIMATORS)} "
-                f"(the advantages rlkit computes), not {self.recipe.advantage_estimator}; set "
-                "capture_groups=0"
-            )
+        self.capture.check_estimator(self.recipe.advantage_estimator)
+
+    @property
+    def capture(self) -> CaptureConfig:
+        return CaptureConfig(self.capture_groups, self.capture_keep)
 
     @property
     def node_gpus(self) -> int:
@@ -319,10 +311,6 @@ PRESETS: dict[str, SkyRLPreset] = {
 }
 
 
-RENAMED = {"kl_coef": "kl_loss_coef"}
-"""Preset settings the recipe vocabulary renamed (SkyRL's names)."""
-
-
 def get_preset(
     name: str, *, recipe: Recipe | Mapping[str, object] | None = None, **changes: object
 ) -> SkyRLPreset:
@@ -333,9 +321,8 @@ def get_preset(
     if name not in PRESETS:
         raise UsageError(f"unknown SkyRL preset {name!r}; choose from {', '.join(PRESETS)}")
     base = PRESETS[name]
-    for old, new in RENAMED.items():
-        if old in changes:
-            raise UsageError(f"SkyRL preset setting {old!r} is now the recipe switch {new!r}")
+    for key in changes:
+        check_renamed(key)
     preset_fields = {f.name for f in fields(SkyRLPreset)}
     known = preset_fields | {f.name for f in fields(Recipe)}
     unknown = sorted(set(changes) - known)
