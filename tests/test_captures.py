@@ -19,7 +19,7 @@ from rlkit.run import captures as cap
 from rlkit.run import open_run
 from rlkit.run.reader import SkyRLRunReader, SummaryRun
 from rlkit.run.rundir import RunDir
-from rlkit.train.advantages import estimate
+from rlkit.train.grpo import estimate
 from rlkit.train.presets import preset
 from rlkit.train.run_config import check_resume, config_from_dict, resume_config
 from rlkit.train.step import capture, score

@@ -10,7 +10,7 @@ from rlkit.episodes.rollout import Trajectory
 from rlkit.errors import UsageError
 from rlkit.notebook import groups
 from rlkit.run.captures import CapturedEpisode
-from rlkit.train.advantages import group_advantages
+from rlkit.train.grpo import group_advantages
 
 
 def captured(rewards, advantages, group=3, step=12):

@@ -2,20 +2,24 @@
 
 import math
 import statistics
+from dataclasses import replace
 
 import pytest
 import torch
 
 from rlkit.errors import UsageError
-from rlkit.train import advantages, grpo, reductions
+from rlkit.recipe import Recipe
+from rlkit.train import grpo
 
-REDS = reductions.REDUCTIONS
+REDS = grpo.REDUCTIONS
+PLAIN = Recipe(kl_loss_coef=0.0)
+"""The plain loss: token_mean, regular, symmetric clip 0.2, no KL term, no entropy bonus."""
 
 
 def test_group_advantages_mean_centred_without_std():
     rewards = torch.tensor([6.0, 3.0, 4.5, 1.0, 0.0, 1.0, 0.0])
     groups = torch.tensor([7, 7, 7, 2, 2, 2, 2])
-    adv = advantages.group_advantages(rewards, groups, norm_by_std=False)
+    adv = grpo.group_advantages(rewards, groups, norm_by_std=False)
     # Expected: group 7 mean 4.5, group 2 mean 0.5
     expected = [6.0 - 4.5, 3.0 - 4.5, 4.5 - 4.5, 1.0 - 0.5, 0.0 - 0.5, 1.0 - 0.5, 0.0 - 0.5]
     torch.testing.assert_close(adv, torch.tensor(expected))
@@ -24,7 +28,7 @@ def test_group_advantages_mean_centred_without_std():
 def test_group_advantages_divide_by_unbiased_std():
     rewards = torch.tensor([6.0, 3.0, 4.5, 1.0, 1.0, 1.0, 0.0])
     groups = torch.tensor([0, 0, 0, 1, 1, 1, 1])
-    adv = advantages.group_advantages(rewards, groups, norm_by_std=True, eps=0.0)
+    adv = grpo.group_advantages(rewards, groups, norm_by_std=True, eps=0.0)
     # Expected: group 0 std = sqrt((1.5^2 + 1.5^2 + 0) / 2) = 1.5;
     # group 1 mean 0.75, std = sqrt((3 * 0.25^2 + 0.75^2) / 3) = 0.5
     expected = [1.5 / 1.5, -1.5 / 1.5, 0.0, 0.25 / 0.5, 0.25 / 0.5, 0.25 / 0.5, -0.75 / 0.5]
@@ -32,9 +36,7 @@ def test_group_advantages_divide_by_unbiased_std():
 
 
 def test_group_advantages_zero_variance_group_is_zero_not_nan():
-    adv = advantages.group_advantages(
-        torch.tensor([1.0, 1.0, 0.0, 0.0]), torch.tensor([0, 0, 1, 1])
-    )
+    adv = grpo.group_advantages(torch.tensor([1.0, 1.0, 0.0, 0.0]), torch.tensor([0, 0, 1, 1]))
     torch.testing.assert_close(adv, torch.zeros(4))
 
 
@@ -43,7 +45,7 @@ def test_group_advantages_matches_plain_loop():
     groups = torch.randint(0, 9, (200,), generator=gen)
     groups = torch.cat([groups, torch.arange(9), torch.arange(9)])  # every group has >= 2
     rewards = torch.rand(groups.numel(), generator=gen, dtype=torch.float64)
-    fast = advantages.group_advantages(rewards, groups, norm_by_std=True)
+    fast = grpo.group_advantages(rewards, groups, norm_by_std=True)
     slow = []
     for i in range(groups.numel()):
         members = [float(rewards[j]) for j in range(groups.numel()) if groups[j] == groups[i]]
@@ -54,25 +56,25 @@ def test_group_advantages_matches_plain_loop():
 
 def test_group_of_one_is_refused_with_clear_message():
     with pytest.raises(UsageError, match=r"group_size \(1\) must be >= 2"):
-        advantages.group_advantages(torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]))
+        grpo.group_advantages(torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]))
     with pytest.raises(UsageError, match="NaN"):
-        advantages.group_advantages(torch.tensor([1.0, math.nan]), torch.tensor([0, 0]))
+        grpo.group_advantages(torch.tensor([1.0, math.nan]), torch.tensor([0, 0]))
 
 
 def test_nonzero_variance_mask_drops_uniform_groups():
     rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0])
     groups = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2])
-    keep = advantages.nonzero_variance_mask(rewards, groups)
+    keep = grpo.nonzero_variance_mask(rewards, groups)
     assert keep.tolist() == [False] * 3 + [True] * 3 + [False] * 3
     # A spread within tol counts as equal (float rewards from a judge).
-    near = advantages.nonzero_variance_mask(torch.tensor([0.5, 0.5 + 1e-9]), torch.tensor([0, 0]))
+    near = grpo.nonzero_variance_mask(torch.tensor([0.5, 0.5 + 1e-9]), torch.tensor([0, 0]))
     assert near.tolist() == [False, False]
 
 
 def test_unsolved_group_mask_marks_groups_where_nobody_scored():
     rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0])
     groups = torch.tensor([0, 0, 1, 1, 2, 2, 2])
-    assert advantages.unsolved_group_mask(rewards, groups).tolist() == [False] * 4 + [True] * 3
+    assert grpo.unsolved_group_mask(rewards, groups).tolist() == [False] * 4 + [True] * 3
 
 
 def test_clipped_surrogate_clip_higher_by_hand():
@@ -112,7 +114,7 @@ MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
     ],
 )
 def test_reductions_by_hand_ignore_masked_nan(reduction, expected):
-    got = reductions.reduce_loss(LOSS, MASK, reduction, max_seq_len=8)
+    got = grpo.reduce_loss(LOSS, MASK, reduction, max_seq_len=8)
     assert float(got) == pytest.approx(expected)
 
 
@@ -121,29 +123,27 @@ def test_reductions_with_sequence_ids_count_episodes_not_rows():
     loss = torch.tensor([[2.0, 0.0], [4.0, 6.0], [3.0, 0.0]])
     mask = torch.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, 0.0]])
     ids = torch.tensor([7, 7, 2])
-    got = {
-        r: float(reductions.reduce_loss(loss, mask, r, max_seq_len=4, seq_ids=ids)) for r in REDS
-    }
+    got = {r: float(grpo.reduce_loss(loss, mask, r, max_seq_len=4, seq_ids=ids)) for r in REDS}
     # Expected: token_mean (2 + 4 + 6 + 3) / 4; sequence_mean ((2 + 4 + 6) / 3 + 3 / 1) / 2;
     # seq_mean_token_sum_norm ((2 + 4 + 6) / 4 + 3 / 4) / 2. Rows alone would give
     # (2 + 5 + 3) / 3 for sequence_mean: a turn of a long episode would weigh as an episode.
     assert got == pytest.approx(
         {"token_mean": 15 / 4, "sequence_mean": 3.5, "seq_mean_token_sum_norm": 1.875}
     )
-    per_row = reductions.reduce_loss(loss, mask, "sequence_mean", seq_ids=torch.arange(3))
+    per_row = grpo.reduce_loss(loss, mask, "sequence_mean", seq_ids=torch.arange(3))
     assert float(per_row) == pytest.approx(10 / 3)
-    assert per_row == reductions.reduce_loss(loss, mask, "sequence_mean")
+    assert per_row == grpo.reduce_loss(loss, mask, "sequence_mean")
     with pytest.raises(UsageError, match="one sequence id per row"):
-        reductions.reduce_loss(loss, mask, "sequence_mean", seq_ids=torch.tensor([0, 1]))
+        grpo.reduce_loss(loss, mask, "sequence_mean", seq_ids=torch.tensor([0, 1]))
 
 
 def test_reduction_weights_split_over_micro_batches_equal_the_whole():
     gen = torch.Generator().manual_seed(1)
     loss = torch.randn(6, 5, generator=gen)
     mask = (torch.rand(6, 5, generator=gen) > 0.4).float()
-    for reduction in reductions.REDUCTIONS:
-        whole = reductions.reduce_loss(loss, mask, reduction, max_seq_len=5)
-        w = reductions.reduction_weights(mask, reduction, max_seq_len=5)
+    for reduction in grpo.REDUCTIONS:
+        whole = grpo.reduce_loss(loss, mask, reduction, max_seq_len=5)
+        w = grpo.reduction_weights(mask, reduction, max_seq_len=5)
         parts = sum((loss[i : i + 2] * w[i : i + 2]).sum() for i in range(0, 6, 2))
         torch.testing.assert_close(parts, whole)
 
@@ -161,16 +161,14 @@ def test_reductions_match_plain_loops():
         "seq_mean_token_sum_norm": sum(sum(r) for r in rows) / (5 * 10),
     }
     for reduction, want in slow.items():
-        assert float(
-            reductions.reduce_loss(loss, mask, reduction, max_seq_len=10)
-        ) == pytest.approx(want)
+        assert float(grpo.reduce_loss(loss, mask, reduction, max_seq_len=10)) == pytest.approx(want)
 
 
 def test_reduction_errors_say_what_to_fix():
     with pytest.raises(UsageError, match="max_seq_len"):
-        reductions.reduce_loss(LOSS, MASK, "seq_mean_token_sum_norm")
+        grpo.reduce_loss(LOSS, MASK, "seq_mean_token_sum_norm")
     with pytest.raises(UsageError, match="token_mean"):
-        reductions.reduce_loss(LOSS, MASK, "mean")  # type: ignore[arg-type]
+        grpo.reduce_loss(LOSS, MASK, "mean")  # type: ignore[arg-type]
 
 
 def test_kl_estimators_by_hand():
@@ -194,7 +192,8 @@ def test_policy_loss_adds_kl_and_reports_metrics():
     new = torch.log(torch.tensor([[1.5, 1.0, 1.0], [1.0, 1.0, 1.0]]))
     ref = new + torch.tensor([[math.log(2.0), 0.0, 0.0], [0.0, 0.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
-    out = grpo.policy_loss(new, old, torch.tensor([1.0, -1.0]), mask, ref_logprobs=ref, kl_coef=0.1)
+    adv = torch.tensor([1.0, -1.0])
+    out = grpo.policy_loss(new, old, adv, mask, Recipe(kl_loss_coef=0.1), ref_logprobs=ref)
     # Expected policy, token_mean: (-1.2 - 1.0 + 1.0) / 3; KL, sequence mean of k3:
     # ((1 - ln2 + 0) / 2 + 0 / 1) / 2
     pg = (-1.2 - 1.0 + 1.0) / 3
@@ -209,7 +208,7 @@ def test_policy_loss_adds_kl_and_reports_metrics():
 def test_policy_loss_refuses_kl_without_reference():
     z = torch.zeros(1, 2)
     with pytest.raises(UsageError, match="ref_logprobs"):
-        grpo.policy_loss(z, z, torch.ones(1), torch.ones(1, 2), kl_coef=0.1)
+        grpo.policy_loss(z, z, torch.ones(1), torch.ones(1, 2), Recipe(kl_loss_coef=0.1))
 
 
 def test_kl_term_is_a_token_mean_per_episode_averaged_over_episodes():
@@ -219,13 +218,12 @@ def test_kl_term_is_a_token_mean_per_episode_averaged_over_episodes():
     mask = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 1.0]])
     ids = torch.tensor([0, 0, 1])
     z = torch.zeros(3)
-    out = grpo.policy_loss(
-        kl, kl, z, mask, seq_ids=ids, ref_logprobs=torch.zeros(3, 2), kl_estimator="k1"
-    )
+    k1 = replace(PLAIN, kl_estimator_type="k1")
+    out = grpo.policy_loss(kl, kl, z, mask, k1, seq_ids=ids, ref_logprobs=torch.zeros(3, 2))
     # Expected per episode: ((1 + 3) / 2 + (2 + 4) / 2) / 2 = 2.5; per row it was
     # (1 + 3 + 3) / 3 = 2.33, the two-turn episode counted twice.
     assert out.metrics["loss/kl"] == pytest.approx(2.5)
-    assert float(reductions.episode_mean(kl, mask)) == pytest.approx(7 / 3)
+    assert float(grpo.episode_mean(kl, mask)) == pytest.approx(7 / 3)
 
 
 def test_dual_clip_and_gspo_by_hand():
@@ -233,16 +231,14 @@ def test_dual_clip_and_gspo_by_hand():
     logp = torch.tensor([[2.0, 0.0]])  # token ratios e^2 and 1
     mask = torch.ones(1, 2)
     adv = torch.tensor([-1.0])
-    regular = grpo.policy_loss(logp, old, adv, mask, reduction="sequence_mean")
-    dual = grpo.policy_loss(
-        logp, old, adv, mask, reduction="sequence_mean", policy_loss_type="dual_clip"
-    )
+    seq = replace(PLAIN, loss_reduction="sequence_mean")
+    regular = grpo.policy_loss(logp, old, adv, mask, seq)
+    dual = grpo.policy_loss(logp, old, adv, mask, replace(seq, policy_loss_type="dual_clip"))
     # Expected regular: (e^2 + 1) / 2; dual-clip caps the first token at -A * 3 = 3: (3 + 1) / 2
     assert float(regular.loss) == pytest.approx((math.exp(2.0) + 1) / 2)
     assert float(dual.loss) == pytest.approx(2.0)
-    gspo = grpo.policy_loss(
-        logp, old, adv, mask, reduction="sequence_mean", policy_loss_type="gspo"
-    )
+    gspo_recipe = replace(seq, policy_loss_type="gspo")
+    gspo = grpo.policy_loss(logp, old, adv, mask, gspo_recipe)
     # Expected GSPO: both tokens take the sequence ratio exp((2 + 0) / 2) = e: loss e for each
     assert float(gspo.loss) == pytest.approx(math.e)
     # with the two tokens as two turn rows of one episode, the same sequence ratio
@@ -251,44 +247,22 @@ def test_dual_clip_and_gspo_by_hand():
         old.T,
         torch.tensor([-1.0, -1.0]),
         torch.ones(2, 1),
-        reduction="sequence_mean",
-        policy_loss_type="gspo",
+        gspo_recipe,
         seq_ids=torch.tensor([4, 4]),
     )
     assert float(rows.loss) == pytest.approx(math.e)
-    with pytest.raises(UsageError, match="unknown policy loss 'ppo'"):
-        grpo.policy_loss(logp, old, adv, mask, policy_loss_type="ppo")
+    with pytest.raises(UsageError, match="recipe.policy_loss_type 'ppo'"):
+        replace(PLAIN, policy_loss_type="ppo")
+    with pytest.raises(UsageError, match="unknown policy loss 'cispo'"):  # SkyRL's only
+        grpo.policy_loss(logp, old, adv, mask, replace(PLAIN, policy_loss_type="cispo"))
 
 
 def test_entropy_bonus_subtracts_the_token_mean_entropy():
     z = torch.zeros(1, 3)
     entropy = torch.tensor([[1.0, 2.0, 9.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0]])
-    out = grpo.policy_loss(z, z, torch.zeros(1), mask, entropy=entropy, entropy_coef=0.1)
+    bonus = replace(PLAIN, entropy_loss_coef=0.1)
+    out = grpo.policy_loss(z, z, torch.zeros(1), mask, bonus, entropy=entropy)
     assert float(out.loss) == pytest.approx(-0.1 * 1.5)  # Expected: 0 - 0.1 * (1 + 2) / 2
     with pytest.raises(UsageError, match="entropy"):
-        grpo.policy_loss(z, z, torch.zeros(1), mask, entropy_coef=0.1)
-
-
-def test_multiturn_loss_mask_marks_only_model_tokens():
-    mask = grpo.multiturn_loss_mask(
-        [
-            [(3, False), (2, True), (2, False), (1, True)],  # prompt, reply, observation, reply
-            [(2, False), (1, True)],
-        ]
-    )
-    assert mask.tolist() == [[0, 0, 0, 1, 1, 0, 0, 1], [0, 0, 1, 0, 0, 0, 0, 0]]
-    with pytest.raises(UsageError, match="seq_len"):
-        grpo.multiturn_loss_mask([[(5, True)]], seq_len=3)
-
-
-def test_token_logprobs_and_entropy():
-    logits = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [math.log(3.0), 0.0, -1e4, -1e4]]])
-    targets = torch.tensor([[2, 0]])
-    # Expected: uniform over 4 -> log(1/4); [3,1,0,0]/4 -> log(3/4)
-    torch.testing.assert_close(
-        grpo.token_logprobs(logits, targets), torch.tensor([[math.log(0.25), math.log(0.75)]])
-    )
-    ent = grpo.entropy_from_logits(logits)
-    expected = [math.log(4.0), -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))]
-    torch.testing.assert_close(ent, torch.tensor([expected]))
+        grpo.policy_loss(z, z, torch.zeros(1), mask, bonus)

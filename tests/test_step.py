@@ -1,4 +1,4 @@
-"""The GRPO step's free functions (rlkit.train.step, rlkit.train.update), without a Trainer.
+"""The GRPO step's free functions (rlkit.train.step), without a Trainer.
 
 Bookkeeping against hand-computed values; turn samples and the update on the real tiny model.
 """
@@ -18,7 +18,7 @@ from rlkit.model.policy import AnswerSpec, ModelPolicy
 from rlkit.train import step as st
 from rlkit.train.config import LOCAL_TINY_RECIPE, GRPOConfig, ScheduleConfig
 from rlkit.train.presets import preset
-from rlkit.train.update import (
+from rlkit.train.step import (
     Learner,
     grouped_minibatches,
     minibatch_loss,
@@ -26,6 +26,7 @@ from rlkit.train.update import (
     update,
     with_reference,
 )
+from rlkit.train.trainer import due
 
 
 def _traj(maze_index: int, reward: float, turns: int = 1) -> Trajectory:
@@ -145,7 +146,7 @@ def _schedule(ws_end: int | None, sched: ScheduleConfig) -> tuple[list[int], lis
             s.grpo_steps += 1
         elif s.step == ws_end:
             s.phase, s.warm_start_end = "grpo", s.step
-        todo = st.due(s, sched)
+        todo = due(s, sched)
         evals += [s.step] * todo.eval
         ckpts += [s.step] * todo.checkpoint
     return evals, ckpts

@@ -1,7 +1,7 @@
 """One captured GRPO group, rewards to advantages, worked by hand (notebook 03).
 
 GRPO's whole credit assignment is one line per group: `A_i = (r_i - mean(r)) / (std(r) + 1e-6)`
-(`rlkit.train.advantages`, SkyRL's `compute_grpo_outcome_advantage`; Bessel's std). A reader
+(`rlkit.train.grpo`, SkyRL's `compute_grpo_outcome_advantage`; Bessel's std). A reader
 believes it once they see a real group's numbers go through it and land on the advantages the
 loss actually used, which the trainer captured (`rlkit.run.captures`). So this recomputes them
 from the captured rewards, in numpy (a Studio kernel has no torch), and names the rule that

@@ -1,9 +1,12 @@
-"""GRPO math as small, pure tensor functions: clipped loss, KL, masks (the reductions: `reductions`).
+"""GRPO math as small, pure tensor functions: advantages, loss reductions, KL, policy losses.
 
-The local trainer calls these; the cluster backend (SkyRL) has its own copy of the same math, and
-these functions follow SkyRL's definitions (`skyrl/backends/skyrl_train/utils/ppo_utils.py`) so
-that, with the same settings, a local run and a cluster run optimise the same objective.
-`tests/skyrl/test_objective.py` checks them against SkyRL's own code.
+The local trainer's counterpart of SkyRL's `skyrl/backends/skyrl_train/utils/ppo_utils.py`:
+with the same `Recipe` a local run and a cluster run optimise the same objective, and
+`tests/skyrl/test_objective.py` checks these functions against SkyRL's own code. Each family
+is a registry under SkyRL's names that the recipe's switch looks up: `ESTIMATORS`
+(`advantage_estimator`), `REDUCTIONS` (`loss_reduction`), `KL_ESTIMATORS`
+(`kl_estimator_type`) and `POLICY_LOSSES` (`policy_loss_type`, each `fn(logprobs,
+old_logprobs, advantages, mask, recipe, seq_ids)` as SkyRL's take its config).
 
 Textbook GRPO (Shao et al. 2024, DeepSeekMath), for G episodes o_1..o_G of one prompt (one maze)
 with outcome rewards r_1..r_G and the importance ratio rho_it = pi(o_it) / pi_old(o_it)::
@@ -14,104 +17,288 @@ with outcome rewards r_1..r_G and the importance ratio rho_it = pi(o_it) / pi_ol
 
 How ours differs, each switchable:
 
-- **Advantages are group-relative, the std division optional**: `rlkit.train.advantages`
-  (with the zero-variance and all-failed group masks, and how they differ from SkyRL's).
+- **Std division is optional** (`grpo_norm_by_std`). Dr. GRPO (Liu et al. 2025) shows that
+  dividing by the group std up-weights groups that are nearly all-solved or all-failed; without
+  it the advantage is only mean-centred. With it, std is the unbiased (Bessel) std plus
+  `eps=1e-6`, as SkyRL computes it.
+- **Zero-variance groups** (every episode of a maze got the same reward) have all-zero
+  advantages; `nonzero_variance_mask` lets the trainer drop them from the loss and from the
+  token count, as SkyRL's `zero_variance_filter` does for response-level rewards (its VLM
+  generator's are per token, so a SkyRL preset refuses the switch). The local trainer can
+  instead give the groups that no episode solved (`unsolved_group_mask`) a fixed negative
+  advantage (`Recipe.fail_advantage`, negative-sample reinforcement); SkyRL has no such option.
 - **Clip-higher** (DAPO, Yu et al. 2025): separate `eps_clip_low` / `eps_clip_high`, so rare good
   moves can gain probability faster than the symmetric clip allows.
 - **Loss reduction is a choice** (`token_mean`, the DAPO/SkyRL default; `sequence_mean`, the
   textbook 1/G sum 1/|o_i|; `seq_mean_token_sum_norm`, Dr. GRPO's constant normaliser). All are
-  written as per-token weights (`rlkit.train.reductions`) so that summing weighted token losses over
+  written as per-token weights (`reduction_weights`) so that summing weighted token losses over
   micro-batches gives the mini-batch reduction exactly, as SkyRL does by rescaling advantages.
 - **KL to a reference policy is a separate, optional term** (`kl_loss_coef`), estimator `k3`, `k1`,
   `k2` or `abs` (Schulman, "Approximating KL divergence"), reduced as a per-sequence token mean
-  averaged over sequences, like SkyRL's `use_kl_loss`; a sequence is an episode (`seq_ids`), so
-  a long episode weighs as much as a short one on both backends.
-- **The policy loss is a registry** (`POLICY_LOSSES`, SkyRL's names): `regular` (the clipped
-  surrogate above), `dual_clip` and `gspo` (one ratio per episode); likewise the reductions
-  (`reductions.REDUCTIONS`) and KL estimators (`KL_ESTIMATORS`). `rlkit.recipe` names the switches.
-- **Entropy bonus** (`entropy_coef`): minus the token-mean entropy of the mini-batch, as SkyRL's
-  `use_entropy_loss` per micro-batch (equal when a mini-batch is one micro-batch).
+  averaged over sequences, like SkyRL's `use_kl_loss` (`episode_mean`); a sequence is an
+  episode (`seq_ids`), so a long episode weighs as much as a short one on both backends.
+- **The policy loss**: `regular` (the clipped surrogate above), `dual_clip` and `gspo` (one ratio
+  per episode).
+- **Entropy bonus** (`entropy_loss_coef`): minus the token-mean entropy of the mini-batch, as
+  SkyRL's `use_entropy_loss` per micro-batch (equal when a mini-batch is one micro-batch).
 - **Multi-turn**: one outcome reward per episode; its advantage is broadcast to every token the
-  model produced in the episode. Observation tokens (env feedback, images) are masked out
-  (`multiturn_loss_mask`). A sequence is an episode: SkyRL trains one row per episode, the
-  local trainer one row per turn and passes each row's episode as `seq_ids`, so all three
-  reductions give the same number for either layout (`sequence_mean` is then 1/G sum_i 1/|o_i|
-  over episodes, even with one answer token per turn). `token_mean` counts tokens and needs no
-  ids; without ids, `sequence_mean` and `seq_mean_token_sum_norm` count rows.
+  model produced in the episode; observation tokens (env feedback, images) carry no loss. SkyRL
+  trains one row per episode, the local trainer one row per turn and passes each row's episode
+  as `seq_ids`, so all three reductions give the same number for either layout
+  (`sequence_mean` is then 1/G sum_i 1/|o_i| over episodes, even with one answer token per
+  turn). `token_mean` counts tokens and needs no ids; without ids, `sequence_mean` and
+  `seq_mean_token_sum_norm` count rows.
 
 Where this differs from SkyRL (each shown by a test):
 
+- **A group of one episode is rejected.** SkyRL gives it mean 0 and std 1, so its raw reward
+  becomes its advantage (0.75 -> 0.75 / (1 + 1e-6)).
+- **Group statistics are float64**, so a zero-variance group gets exactly 0. SkyRL's float32 mean
+  of eight rewards of 0.1 is one ulp off, which dividing by std + eps = 1e-6 turns into
+  advantages of -0.0074. The maze's 0/1 rewards are exact in both.
 - **GSPO's sequence ratio spans the episode's turn rows** (`seq_ids`): SkyRL's row is the whole
   episode, so the two agree; without ids each row is a sequence.
 - **No `token_mean_legacy` and no `prompt_mean` reduction.** `token_mean_legacy` (SkyRL's
-  visgym recipe's; the cluster preset runs `token_mean` instead, this trainer's default) takes the token mean of each micro-batch (`micro_train_batch_size_per_gpu`
-  consecutive sequences of the mini-batch) and averages those means with equal weight. It is
-  `token_mean` only when every micro-batch holds as many loss tokens (or there is one), and
-  `sequence_mean` when each holds one sequence. Two micro-batches with 5 and 4 loss tokens whose
-  losses sum to 8 and 4 give (8/5 + 4/4) / 2 = 1.3, where `token_mean` gives 12/9.
+  visgym recipe's; the cluster preset runs `token_mean` instead, this trainer's default) takes
+  the token mean of each micro-batch (`micro_train_batch_size_per_gpu` consecutive sequences of
+  the mini-batch) and averages those means with equal weight. It is `token_mean` only when
+  every micro-batch holds as many loss tokens (or there is one), and `sequence_mean` when each
+  holds one sequence. Two micro-batches with 5 and 4 loss tokens whose losses sum to 8 and 4
+  give (8/5 + 4/4) / 2 = 1.3, where `token_mean` gives 12/9.
 - **Masked tokens never reach the sum, even NaN.** SkyRL's `reduce_loss` multiplies by the mask,
   so a NaN at a padded position makes its whole loss NaN.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from rlkit.errors import UsageError
 from rlkit.recipe import Recipe
-from rlkit.train.reductions import episode_mean, masked_mean, reduce_loss
+
+# advantages ---------------------------------------------------------------------------------
 
 
-def _as_token_tensor(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Broadcast episode advantages (B,) to tokens (B, T); pass (B, T) through."""
-    if advantages.ndim == 1 and like.ndim == 2 and advantages.shape[0] == like.shape[0]:
-        return advantages.unsqueeze(-1).expand_as(like)
-    if advantages.shape != like.shape:
+def _check_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Validate episode-level inputs; return (inverse index into groups, number of groups)."""
+    if rewards.ndim != 1 or group_ids.ndim != 1:
         raise UsageError(
-            f"advantages {tuple(advantages.shape)} must be (B,) or match logprobs "
-            f"{tuple(like.shape)}"
+            f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must be 1-D "
+            "(one entry per episode)"
         )
-    return advantages
-
-
-def _check_clip(eps_clip_low: float, eps_clip_high: float) -> None:
-    if eps_clip_low < 0 or eps_clip_high < 0 or eps_clip_low >= 1:
+    if rewards.shape != group_ids.shape:
         raise UsageError(
-            f"eps_clip_low ({eps_clip_low}) must be in [0, 1) and eps_clip_high ({eps_clip_high})"
-            " >= 0: they bound the ratio to [1-low, 1+high]"
+            f"rewards ({rewards.numel()}) and group_ids ({group_ids.numel()}) must have one "
+            "entry per episode each"
         )
+    if rewards.numel() == 0:
+        raise UsageError("rewards is empty: pass at least one group of episodes")
+    if not torch.isfinite(rewards).all():
+        raise UsageError("rewards contain NaN or inf: check the env's reward before GRPO")
+    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    if int(counts.min()) < 2:
+        raise UsageError(
+            f"group_size ({int(counts.min())}) must be >= 2: GRPO compares episodes within a group"
+        )
+    return inverse, int(counts.numel())
 
 
-def clipped_surrogate(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
+def group_advantages(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
     *,
-    eps_clip_low: float = 0.2,
-    eps_clip_high: float = 0.2,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token PPO clipped surrogate loss (to minimise), with clip-higher.
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Group-relative advantage of each episode.
 
-    logprobs, old_logprobs: (B, T) log pi(token) under the current / rollout-time policy.
-    advantages: (B,) per episode or (B, T) per token. Returns `(loss, clipped)`, both (B, T):
-    `loss = -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A)` and `clipped` marks tokens where
-    the clipped branch was taken (its gradient is zero there).
+    rewards: (B,) float, one outcome reward per episode. group_ids: (B,) int, episodes of the same
+    maze share an id (any integers, any order). Returns (B,) float:
+    `r_i - mean_g` or, with `norm_by_std`, `(r_i - mean_g) / (std_g + eps)` with the unbiased std.
     """
-    _check_clip(eps_clip_low, eps_clip_high)
-    if logprobs.shape != old_logprobs.shape:
+    inverse, n_groups = _check_groups(rewards, group_ids)
+    r = rewards.detach().to(torch.float64)
+    counts = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inverse, torch.ones_like(r))
+    sums = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inverse, r)
+    means = sums / counts
+    centred = r - means[inverse]
+    if norm_by_std:
+        sq = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inverse, centred**2)
+        std = torch.sqrt(sq / (counts - 1))
+        centred = centred / (std[inverse] + eps)
+    return centred.to(rewards.dtype if rewards.is_floating_point() else torch.float32)
+
+
+def _grpo(rewards: torch.Tensor, group_ids: torch.Tensor, recipe: Recipe) -> torch.Tensor:
+    return group_advantages(rewards, group_ids, norm_by_std=recipe.grpo_norm_by_std)
+
+
+ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor, Recipe], torch.Tensor]] = {
+    "grpo": _grpo,
+}
+"""Advantage estimators under SkyRL's names: `fn(rewards (B,), group_ids (B,), recipe) -> (B,)`."""
+
+
+def estimate(rewards: torch.Tensor, group_ids: torch.Tensor, recipe: Recipe) -> torch.Tensor:
+    """Each episode's advantage by the recipe's `advantage_estimator` (B,) -> (B,)."""
+    if recipe.advantage_estimator not in ESTIMATORS:
         raise UsageError(
-            f"logprobs {tuple(logprobs.shape)} and old_logprobs {tuple(old_logprobs.shape)} "
-            "must have the same shape"
+            f"recipe.advantage_estimator {recipe.advantage_estimator!r}: the local trainer has "
+            f"{', '.join(ESTIMATORS)}"
         )
-    adv = _as_token_tensor(advantages, logprobs).to(logprobs.dtype)
-    # Clamping the log-ratio keeps exp finite for tokens whose probability collapsed.
-    ratio = torch.exp(torch.clamp(logprobs - old_logprobs, -20.0, 20.0))
-    surr = ratio * adv
-    surr_clipped = ratio.clamp(1.0 - eps_clip_low, 1.0 + eps_clip_high) * adv
-    return -torch.min(surr, surr_clipped), surr_clipped < surr
+    return ESTIMATORS[recipe.advantage_estimator](rewards, group_ids, recipe)
+
+
+def nonzero_variance_mask(
+    rewards: torch.Tensor, group_ids: torch.Tensor, *, tol: float = 1e-6
+) -> torch.Tensor:
+    """Which episodes belong to a group whose rewards differ (spread max - min > tol).
+
+    rewards, group_ids: (B,). Returns (B,) bool. A group where every episode got the same reward
+    has zero advantage everywhere: it adds no gradient, only tokens to the `token_mean` count.
+    """
+    if tol < 0:
+        raise UsageError(f"tol ({tol}) must be >= 0: it is the reward spread treated as equal")
+    hi, lo, inverse = _group_range(rewards, group_ids)
+    return ((hi - lo) > tol)[inverse]
+
+
+def unsolved_group_mask(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """Which episodes belong to a group where no episode scored (every reward <= 0): with the
+    0/1 solve reward, the mazes whose whole group failed. rewards, group_ids: (B,) -> (B,) bool."""
+    hi, _, inverse = _group_range(rewards, group_ids)
+    return (hi <= 0)[inverse]
+
+
+def _group_range(
+    rewards: torch.Tensor, group_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per group (max, min) of the rewards, and each episode's group position."""
+    inverse, n_groups = _check_groups(rewards, group_ids)
+    r = rewards.detach().to(torch.float64)
+    hi = torch.full((n_groups,), -torch.inf, dtype=torch.float64).scatter_reduce(
+        0, inverse, r, reduce="amax"
+    )
+    lo = torch.full((n_groups,), torch.inf, dtype=torch.float64).scatter_reduce(
+        0, inverse, r, reduce="amin"
+    )
+    return hi, lo, inverse
+
+
+# loss reductions ----------------------------------------------------------------------------
+
+
+def _sequence_tokens(m: torch.Tensor, seq_ids: torch.Tensor | None) -> tuple[torch.Tensor, int]:
+    """(loss tokens of each row's sequence (B, 1), number of sequences) for mask m (B, T)."""
+    if seq_ids is None:
+        return m.sum(dim=-1, keepdim=True), m.shape[0]
+    if seq_ids.shape != (m.shape[0],):
+        raise UsageError(
+            f"seq_ids {tuple(seq_ids.shape)} must be ({m.shape[0]},): one sequence id per row"
+        )
+    _, inverse = torch.unique(seq_ids, return_inverse=True)
+    n = int(inverse.max()) + 1 if inverse.numel() else 0
+    tokens = torch.zeros(n, dtype=m.dtype, device=m.device).index_add_(0, inverse, m.sum(-1))
+    return tokens[inverse].unsqueeze(-1), n
+
+
+def _token_mean(m: torch.Tensor, seq_ids: torch.Tensor | None, max_seq_len: int | None):
+    return m / m.sum().clamp(min=1.0)
+
+
+def _sequence_mean(m: torch.Tensor, seq_ids: torch.Tensor | None, max_seq_len: int | None):
+    tokens, n_seqs = _sequence_tokens(m, seq_ids)
+    return m / (n_seqs * tokens.clamp(min=1.0))
+
+
+def _seq_mean_token_sum_norm(
+    m: torch.Tensor, seq_ids: torch.Tensor | None, max_seq_len: int | None
+) -> torch.Tensor:
+    if max_seq_len is None or max_seq_len < 1:
+        raise UsageError(
+            f"max_seq_len ({max_seq_len}) must be a positive int for "
+            "seq_mean_token_sum_norm: it is the constant token budget per sequence"
+        )
+    return m / (_sequence_tokens(m, seq_ids)[1] * max_seq_len)
+
+
+REDUCTIONS: dict[str, Callable[..., torch.Tensor]] = {
+    "token_mean": _token_mean,
+    "sequence_mean": _sequence_mean,
+    "seq_mean_token_sum_norm": _seq_mean_token_sum_norm,
+}
+"""Loss reductions as per-token weight functions `fn(mask, seq_ids, max_seq_len) -> (B, T)`."""
+
+
+def reduction_weights(
+    mask: torch.Tensor,
+    reduction: str,
+    *,
+    max_seq_len: int | None = None,
+    seq_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-token weights w (B, T) such that `(token_loss * w).sum()` is the chosen reduction.
+
+    mask: (B, T), 1 where a token carries loss. seq_ids: (B,) int, rows with the same id are
+    parts of one sequence (the turns of one episode); None makes each row its own sequence.
+    With m = mask, S the number of sequences and n_i the loss tokens of row i's sequence:
+    - token_mean:              w = m / max(1, sum(m))            (seq_ids change nothing)
+    - sequence_mean:           w_i = m_i / (S * max(1, n_i))
+    - seq_mean_token_sum_norm: w = m / (S * max_seq_len)   (max_seq_len required)
+    Compute the weights on the whole optimiser mini-batch, then slice them for micro-batches.
+    """
+    m = mask.to(torch.float32) if not mask.is_floating_point() else mask
+    if m.ndim != 2:
+        raise UsageError(f"mask {tuple(m.shape)} must be (B, T)")
+    if reduction not in REDUCTIONS:
+        raise UsageError(
+            f"unknown loss reduction {reduction!r}: choose one of {', '.join(REDUCTIONS)}"
+        )
+    return REDUCTIONS[reduction](m, seq_ids, max_seq_len)
+
+
+def reduce_loss(
+    token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    reduction: str,
+    *,
+    max_seq_len: int | None = None,
+    seq_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Reduce a (B, T) per-token loss to a scalar; masked tokens never contribute (even NaN).
+    seq_ids (B,): which rows form one sequence (see `reduction_weights`)."""
+    if token_loss.shape != mask.shape:
+        raise UsageError(
+            f"token_loss {tuple(token_loss.shape)} and mask {tuple(mask.shape)} must match"
+        )
+    w = reduction_weights(mask, reduction, max_seq_len=max_seq_len, seq_ids=seq_ids)
+    w = w.to(token_loss.dtype)
+    return torch.where(mask.bool(), token_loss * w, torch.zeros_like(token_loss)).sum()
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of `values` where `mask` is set (0 when nothing is set); same shapes, any rank."""
+    m = mask.to(values.dtype)
+    total = torch.where(mask.bool(), values * m, torch.zeros_like(values))
+    if dim is None:
+        return total.sum() / m.sum().clamp(min=1.0)
+    return total.sum(dim=dim) / m.sum(dim=dim).clamp(min=1.0)
+
+
+def episode_mean(
+    values: torch.Tensor, mask: torch.Tensor, seq_ids: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The token mean of `values` (B, T) within each sequence (rows sharing a `seq_ids` entry:
+    the turns of one episode; None: each row), averaged over sequences: SkyRL's reduction of
+    its KL term (`masked_mean(kl, mask, dim=-1).mean()` over episode rows)."""
+    w = reduction_weights(mask, "sequence_mean", seq_ids=seq_ids).to(values.dtype)
+    return torch.where(mask.bool(), values * w, torch.zeros_like(values)).sum()
+
+
+# KL -----------------------------------------------------------------------------------------
 
 
 def _k3(delta: torch.Tensor) -> torch.Tensor:
@@ -148,21 +335,73 @@ def kl_estimate(
     return KL_ESTIMATORS[estimator](ref_logprobs - logprobs)
 
 
-def _regular(logprobs, old_logprobs, adv, mask, seq_ids, params) -> tuple:
+# policy losses ------------------------------------------------------------------------------
+
+
+def _as_token_tensor(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Broadcast episode advantages (B,) to tokens (B, T); pass (B, T) through."""
+    if advantages.ndim == 1 and like.ndim == 2 and advantages.shape[0] == like.shape[0]:
+        return advantages.unsqueeze(-1).expand_as(like)
+    if advantages.shape != like.shape:
+        raise UsageError(
+            f"advantages {tuple(advantages.shape)} must be (B,) or match logprobs "
+            f"{tuple(like.shape)}"
+        )
+    return advantages
+
+
+def clipped_surrogate(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    eps_clip_low: float = 0.2,
+    eps_clip_high: float = 0.2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token PPO clipped surrogate loss (to minimise), with clip-higher.
+
+    logprobs, old_logprobs: (B, T) log pi(token) under the current / rollout-time policy.
+    advantages: (B,) per episode or (B, T) per token. Returns `(loss, clipped)`, both (B, T):
+    `loss = -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A)` and `clipped` marks tokens where
+    the clipped branch was taken (its gradient is zero there).
+    """
+    if eps_clip_low < 0 or eps_clip_high < 0 or eps_clip_low >= 1:
+        raise UsageError(
+            f"eps_clip_low ({eps_clip_low}) must be in [0, 1) and eps_clip_high ({eps_clip_high})"
+            " >= 0: they bound the ratio to [1-low, 1+high]"
+        )
+    if logprobs.shape != old_logprobs.shape:
+        raise UsageError(
+            f"logprobs {tuple(logprobs.shape)} and old_logprobs {tuple(old_logprobs.shape)} "
+            "must have the same shape"
+        )
+    adv = _as_token_tensor(advantages, logprobs).to(logprobs.dtype)
+    # Clamping the log-ratio keeps exp finite for tokens whose probability collapsed.
+    ratio = torch.exp(torch.clamp(logprobs - old_logprobs, -20.0, 20.0))
+    surr = ratio * adv
+    surr_clipped = ratio.clamp(1.0 - eps_clip_low, 1.0 + eps_clip_high) * adv
+    return -torch.min(surr, surr_clipped), surr_clipped < surr
+
+
+def _regular(logprobs, old_logprobs, adv, mask, recipe: Recipe, seq_ids=None) -> tuple:
     """PPO's clipped surrogate per token (SkyRL `regular`)."""
     return clipped_surrogate(
-        logprobs, old_logprobs, adv, eps_clip_low=params[0], eps_clip_high=params[1]
+        logprobs,
+        old_logprobs,
+        adv,
+        eps_clip_low=recipe.eps_clip_low,
+        eps_clip_high=recipe.eps_clip_high,
     )
 
 
-def _dual_clip(logprobs, old_logprobs, adv, mask, seq_ids, params) -> tuple:
+def _dual_clip(logprobs, old_logprobs, adv, mask, recipe: Recipe, seq_ids=None) -> tuple:
     """Dual-clip PPO (Ye et al. 2020): a negative-advantage token's loss is at most -A * c."""
-    loss, clipped = _regular(logprobs, old_logprobs, adv, mask, seq_ids, params)
-    capped = torch.min(-adv * params[2], loss)
+    loss, clipped = _regular(logprobs, old_logprobs, adv, mask, recipe)
+    capped = torch.min(-adv * recipe.clip_ratio_c, loss)
     return torch.where(adv < 0, capped, loss), clipped
 
 
-def _gspo(logprobs, old_logprobs, adv, mask, seq_ids, params) -> tuple:
+def _gspo(logprobs, old_logprobs, adv, mask, recipe: Recipe, seq_ids=None) -> tuple:
     """GSPO-token (Zheng et al. 2025, eqs. 14-15): every token of a sequence takes the
     sequence's ratio, the geometric mean of its token ratios, with the token's own gradient."""
     m = mask.to(logprobs.dtype)
@@ -178,7 +417,8 @@ def _gspo(logprobs, old_logprobs, adv, mask, seq_ids, params) -> tuple:
     log_w = torch.clamp(logprobs - logprobs.detach() + seq_log_ratio.detach(), max=10.0)
     ratio = torch.exp(log_w)
     surr = ratio * adv
-    surr_clipped = ratio.clamp(1.0 - params[0], 1.0 + params[1]) * adv
+    lo, hi = 1.0 - recipe.eps_clip_low, 1.0 + recipe.eps_clip_high
+    surr_clipped = ratio.clamp(lo, hi) * adv
     return -torch.min(surr, surr_clipped), surr_clipped < surr
 
 
@@ -188,7 +428,7 @@ POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
     "gspo": _gspo,
 }
 """Per-token policy losses under SkyRL's names: `fn(logprobs, old_logprobs, advantages (B, T),
-mask, seq_ids, (eps_clip_low, eps_clip_high, clip_ratio_c)) -> (loss, clipped)`, each (B, T)."""
+mask, recipe, seq_ids=None) -> (loss, clipped)`, each (B, T)."""
 
 
 @dataclass(frozen=True)
@@ -204,22 +444,14 @@ def policy_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
+    recipe: Recipe,
     *,
-    eps_clip_low: float = 0.2,
-    eps_clip_high: float = 0.2,
-    reduction: str = "token_mean",
-    max_seq_len: int | None = None,
     seq_ids: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "k3",
-    policy_loss_type: str = "regular",
-    clip_ratio_c: float = 3.0,
     entropy: torch.Tensor | None = None,
-    entropy_coef: float = 0.0,
 ) -> PolicyLoss:
-    """GRPO loss for one mini-batch: the reduced policy loss + kl_coef * KL to the reference
-    - entropy_coef * entropy (the names of `recipe_loss`'s `Recipe`, in the local spelling).
+    """GRPO loss for one mini-batch under `recipe`: the `policy_loss_type` loss reduced by
+    `loss_reduction`, + `kl_in_loss` * KL to the reference - `entropy_loss_coef` * entropy.
 
     logprobs, old_logprobs, mask, ref_logprobs, entropy: (B, T); advantages: (B,) or (B, T);
     seq_ids: (B,) which rows form one sequence (an episode) in the reduction, the KL term and
@@ -227,25 +459,28 @@ def policy_loss(
     is given), loss/clip_fraction, loss/ratio_mean, loss/approx_kl_old (k3 of the rollout
     policy against the current one).
     """
-    if kl_coef < 0 or entropy_coef < 0:
-        raise UsageError(f"kl_coef ({kl_coef}) and entropy_coef ({entropy_coef}) must be >= 0")
+    kl_coef, entropy_coef = recipe.kl_in_loss, recipe.entropy_loss_coef
     if kl_coef > 0 and ref_logprobs is None:
-        raise UsageError(f"kl_coef ({kl_coef}) > 0 needs ref_logprobs from the reference policy")
+        raise UsageError(
+            f"recipe.kl_loss_coef ({kl_coef}) > 0 needs ref_logprobs from the reference policy"
+        )
     if entropy_coef > 0 and entropy is None:
-        raise UsageError(f"entropy_coef ({entropy_coef}) > 0 needs the policy's entropy")
+        raise UsageError(
+            f"recipe.entropy_loss_coef ({entropy_coef}) > 0 needs the policy's entropy"
+        )
     if mask.shape != logprobs.shape:
         raise UsageError(f"mask {tuple(mask.shape)} must match logprobs {tuple(logprobs.shape)}")
-    if policy_loss_type not in POLICY_LOSSES:
+    if recipe.policy_loss_type not in POLICY_LOSSES:
         raise UsageError(
-            f"unknown policy loss {policy_loss_type!r}: choose one of {', '.join(POLICY_LOSSES)}"
+            f"unknown policy loss {recipe.policy_loss_type!r}: the local trainer has "
+            f"{', '.join(POLICY_LOSSES)}"
         )
     adv = _as_token_tensor(advantages, logprobs).to(logprobs.dtype)
-    params = (eps_clip_low, eps_clip_high, clip_ratio_c)
-    _check_clip(eps_clip_low, eps_clip_high)
-    token_loss, clipped = POLICY_LOSSES[policy_loss_type](
-        logprobs, old_logprobs, adv, mask, seq_ids, params
+    token_loss, clipped = POLICY_LOSSES[recipe.policy_loss_type](
+        logprobs, old_logprobs, adv, mask, recipe, seq_ids
     )
-    pg = reduce_loss(token_loss, mask, reduction, max_seq_len=max_seq_len, seq_ids=seq_ids)
+    reduction, max_len = recipe.loss_reduction, recipe.max_seq_len
+    pg = reduce_loss(token_loss, mask, reduction, max_seq_len=max_len, seq_ids=seq_ids)
     total = pg
     with torch.no_grad():
         ratio = torch.exp(torch.clamp(logprobs - old_logprobs, -20.0, 20.0))
@@ -256,7 +491,8 @@ def policy_loss(
             "loss/approx_kl_old": float(masked_mean(kl_estimate(logprobs, old_logprobs), mask)),
         }
     if ref_logprobs is not None:
-        kl = episode_mean(kl_estimate(logprobs, ref_logprobs, kl_estimator), mask, seq_ids)
+        kl_tokens = kl_estimate(logprobs, ref_logprobs, recipe.kl_estimator_type)
+        kl = episode_mean(kl_tokens, mask, seq_ids)
         metrics["loss/kl"] = float(kl.detach())
         if kl_coef > 0:
             total = total + kl_coef * kl
@@ -264,88 +500,3 @@ def policy_loss(
         total = total - entropy_coef * masked_mean(entropy, mask)
     metrics["loss/total"] = float(total.detach())
     return PolicyLoss(loss=total, metrics=metrics)
-
-
-def recipe_loss(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    recipe: Recipe,
-    *,
-    seq_ids: torch.Tensor | None = None,
-    ref_logprobs: torch.Tensor | None = None,
-    entropy: torch.Tensor | None = None,
-) -> PolicyLoss:
-    """`policy_loss` with every switch taken from `recipe` (the local trainer's call)."""
-    return policy_loss(
-        logprobs,
-        old_logprobs,
-        advantages,
-        mask,
-        eps_clip_low=recipe.eps_clip_low,
-        eps_clip_high=recipe.eps_clip_high,
-        reduction=recipe.loss_reduction,
-        max_seq_len=recipe.max_seq_len,
-        seq_ids=seq_ids,
-        ref_logprobs=ref_logprobs,
-        kl_coef=recipe.kl_in_loss,
-        kl_estimator=recipe.kl_estimator_type,
-        policy_loss_type=recipe.policy_loss_type,
-        clip_ratio_c=recipe.clip_ratio_c,
-        entropy=entropy,
-        entropy_coef=recipe.entropy_loss_coef,
-    )
-
-
-def multiturn_loss_mask(
-    episodes: Sequence[Sequence[tuple[int, bool]]], *, seq_len: int | None = None
-) -> torch.Tensor:
-    """Loss mask for multi-turn token sequences, right-padded: (B, T) float.
-
-    episodes[i] lists the segments of sequence i in order as `(n_tokens, is_model)`: the prompt
-    and every observation are `is_model=False`, each of the model's replies `True`. Only the
-    model's own tokens get 1. The mask is aligned with the tokens themselves; for logprobs
-    computed from logits[:, :-1] predicting tokens[:, 1:], use `mask[:, 1:]`.
-    """
-    lengths = []
-    for i, segments in enumerate(episodes):
-        for n, _ in segments:
-            if n < 0:
-                raise UsageError(f"episode {i} has a segment of {n} tokens: lengths must be >= 0")
-        lengths.append(sum(n for n, _ in segments))
-    width = max(lengths, default=0) if seq_len is None else seq_len
-    if lengths and max(lengths) > width:
-        raise UsageError(
-            f"an episode has {max(lengths)} tokens but seq_len is {width}: raise seq_len or "
-            "truncate the episode"
-        )
-    mask = torch.zeros((len(lengths), width), dtype=torch.float32)
-    for i, segments in enumerate(episodes):
-        pos = 0
-        for n, is_model in segments:
-            if is_model:
-                mask[i, pos : pos + n] = 1.0
-            pos += n
-    return mask
-
-
-def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Log-probability of each target token: logits (B, T, V), targets (B, T) int -> (B, T).
-
-    logits[:, t] must already be the distribution that predicts targets[:, t] (shift first).
-    Computed in float32 so that bf16 logits give the same numbers as the rollout's.
-    """
-    if logits.shape[:-1] != targets.shape:
-        raise UsageError(
-            f"logits {tuple(logits.shape)} must be targets {tuple(targets.shape)} plus a vocab axis"
-        )
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of the softmax distribution over the last axis: (..., V) -> (...), in nats."""
-    logits = logits.float()
-    logp = torch.log_softmax(logits, dim=-1)
-    return -(logp.exp() * logp).sum(dim=-1)

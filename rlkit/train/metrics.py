@@ -49,7 +49,3 @@ class MetricsLogger(RunLogger):
     ):
         writer = tensorboard_writer(run.path / "tensorboard", resume_step) if tensorboard else None
         super().__init__(run, scalars=writer, ray_gauges=ray_gauges)
-
-    @property
-    def tensorboard_on(self) -> bool:
-        return self.scalars_on

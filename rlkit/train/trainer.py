@@ -1,7 +1,7 @@
 """The local GRPO trainer: rlkit's compact counterpart of a SkyRL run, CPU- or one-GPU-sized.
 
     rlkit train --preset local-tiny --run-dir runs/tiny            # resumes by default
-    rlkit train --preset smoke --run-dir /tmp/r --address auto     # the same, as a Ray job
+    rlkit train --preset smoke --run-dir /tmp/r --address local    # the same, as a Ray job
 
 Loop: [warm start: behaviour cloning until a validation solve rate is reached] -> per step:
 sample mazes -> group rollouts (one batched model call per turn) -> group-relative advantages
@@ -10,10 +10,10 @@ updates over several epochs with importance ratios -> metrics -> eval on the pin
 every N steps -> checkpoint every M steps. Every random draw is seeded from
 (seed, step), so a run killed and resumed from its last checkpoint equals an uninterrupted one.
 
-The trainer only coordinates: what a step computes is in `step` (seeds, advantages, turn
-samples, metrics, what is due), `update` (loss, minibatches, optimizer) and `warmstart`, each
-tested without a Trainer; every phase is timed (`timing/rollout`, `capture`, `encode`,
-`update`, `validate`, `eval`, `checkpoint`).
+The trainer only coordinates: a GRPO step is `rlkit.train.step.grpo_step` (rollout -> score
+-> samples -> update, top to bottom in one module, the math in `rlkit.train.grpo`), a warm-start
+step `rlkit.train.warmstart`'s functions, each tested without a Trainer; every phase is timed
+(`timing/rollout`, `capture`, `encode`, `update`, `validate`, `eval`, `checkpoint`).
 """
 
 from __future__ import annotations
@@ -24,42 +24,33 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from rlkit.episodes.evaluate import EVAL_SEED, EvalResult, evaluate
-from rlkit.episodes.rollout import Trajectory, run_episodes
 from rlkit.errors import UsageError
-from rlkit.maze.sets import train_maze, train_mazes
+from rlkit.maze.sets import train_maze
 from rlkit.model.build import build_tiny
 from rlkit.model.load import LoadedModel, fast_vision, load, no_progress_bars
 from rlkit.model.policy import AnswerSpec, ModelPolicy
 from rlkit.run import captures
 from rlkit.run.rundir import Checkpoint, RunDir
 from rlkit.train import faults
-from rlkit.train.config import TrainConfig
+from rlkit.train.config import ScheduleConfig, TrainConfig
 from rlkit.train.metrics import MetricsLogger
 from rlkit.train.run_config import check_resume, resume_config
-from rlkit.train.step import (
-    TrainState,
-    capture,
-    due,
-    enough_groups,
-    kept_groups,
-    lr_at,
-    rollout_metrics,
-    rollout_seed,
-    score,
-    turn_budgets,
-    turn_samples,
+from rlkit.train.step import Learner, TrainState, grpo_step
+from rlkit.train.warmstart import (
+    bc_batch,
+    bc_schedule,
+    bc_update,
+    solve_rate,
+    validation_episodes,
 )
-from rlkit.train.update import Learner, update
-from rlkit.train.warmstart import bc_batch, bc_update, validation_mazes
 
 
 def torch_threads(threads: int | None) -> int:
@@ -69,9 +60,32 @@ def torch_threads(threads: int | None) -> int:
     return threads or len(os.sched_getaffinity(0))
 
 
+@dataclass(frozen=True)
+class Due:
+    """What follows a step: an eval of the pinned test set, a checkpoint."""
+
+    eval: bool
+    checkpoint: bool
+
+
+def due(s: TrainState, sched: ScheduleConfig) -> Due:
+    """What is due after the step `s` has just finished.
+
+    The warm-start boundary and the last GRPO step get both; otherwise evals come every
+    `eval_every` GRPO steps and checkpoints every `ckpt_every` global steps.
+    """
+    boundary = s.warm_start_end == s.step
+    last = s.grpo_steps >= sched.steps and s.phase == "grpo"
+    grpo_tick = s.phase == "grpo" and not boundary and s.grpo_steps > 0
+    return Due(
+        eval=boundary or last or (grpo_tick and s.grpo_steps % sched.eval_every == 0),
+        checkpoint=boundary or last or s.step % sched.ckpt_every == 0,
+    )
+
+
 class Trainer:
-    """Coordinates the phases; a step's logic lives in step.py and update.py, the math in
-    advantages.py and grpo.py, the episodes in rollout.py."""
+    """Coordinates the phases: a GRPO step is `rlkit.train.step.grpo_step`, a warm-start step
+    `rlkit.train.warmstart`'s, the episodes `rlkit.episodes.rollout`'s."""
 
     def __init__(
         self,
@@ -210,7 +224,8 @@ class Trainer:
         if phase == "warm_start":
             metrics = self._bc_step()
         else:
-            metrics = self._grpo_step()
+            timer, policy = self.log.timer, self._policy()
+            metrics = grpo_step(self.cfg, s, self.learner, policy, self.run.path, timer)
             s.grpo_steps += 1
         s.elapsed_s += time.perf_counter() - t0
         self.log.log(s.step, {**metrics, "train/phase": phase, "timing/elapsed_s": s.elapsed_s})
@@ -224,20 +239,26 @@ class Trainer:
     # phases ------------------------------------------------------------------------------
     def _bc_step(self) -> dict:
         """One behaviour-cloning step; switches to GRPO when the warm start is done."""
-        w, s = self.cfg.warm_start, self.state
+        w, s, task = self.cfg.warm_start, self.state, self.cfg.task
+        lr, check = bc_schedule(w, s.step, s.val_solve_rate)
         with self.log.timer("update"):
-            task, seed = self.cfg.task, self.cfg.schedule.seed
             prompts, actions = bc_batch(
-                self.learner.loaded, task.spec, task.env, s.step - 1, w.batch, w.random_steps, seed
+                self.learner.loaded,
+                task.spec,
+                task.env,
+                s.step - 1,
+                w.batch,
+                w.random_steps,
+                self.cfg.schedule.seed,
             )
-            last = s.val_solve_rate
-            fine = w.fine_from is not None and last is not None and last >= w.fine_from
-            lr = w.fine_lr if fine else w.lr
             metrics = bc_update(self.learner, prompts, actions, lr=lr, step=s.step)
         done = s.step >= w.max_steps
-        if s.step % (1 if fine else w.check_every) == 0 or done:
+        if check:
             with self.log.timer("validate"):
-                s.val_solve_rate = self._validation_solve_rate()
+                trajs = validation_episodes(
+                    self._policy(), task.spec, task.env, samples=w.val_samples, history=task.history
+                )
+                s.val_solve_rate = solve_rate(trajs)
             metrics["train/val_solve_rate"] = s.val_solve_rate
             done = done or s.val_solve_rate >= w.stop_at
         metrics["train/lr"] = lr
@@ -248,75 +269,11 @@ class Trainer:
                 self.learner.ref = self._reference()
         return metrics
 
-    def _validation_solve_rate(self) -> float:
-        mazes = validation_mazes(self.cfg.task.spec)
-        trajs = run_episodes(
-            self._policy(),
-            mazes,
-            self.cfg.task.env,
-            samples=self.cfg.warm_start.val_samples,
-            seed=EVAL_SEED,
-            history=self.cfg.task.history,
-        )
-        return float(np.mean([t.solved for t in trajs]))
-
     def _policy(self, greedy: bool = False) -> ModelPolicy:
         m = self.cfg.model
         return ModelPolicy(
             self.learner.loaded, temperature=m.temperature, greedy=greedy, constrained=m.constrained
         )
-
-    def _grpo_step(self) -> dict:
-        g, s, task, recipe = self.cfg.grpo, self.state, self.cfg.task, self.cfg.recipe
-        stops = self.learner.loaded.stop_ids
-        trajs: list[Trajectory] = []
-        rounds = 0
-        with self.log.timer("rollout"):
-            while True:  # one round, or with dynamic sampling until enough groups teach
-                trajs += self._rollout_round(rounds, offset=len(trajs) // g.group_size)
-                rounds += 1
-                scores = score(trajs, recipe, stop_ids=stops)
-                if enough_groups(scores, recipe, g.mazes_per_step, rounds):
-                    break
-            scores = score(trajs, recipe, stop_ids=stops, batch_groups=g.mazes_per_step)
-            faults.point("rollout", s.step)
-        with self.log.timer("capture"):  # a few groups kept for viewing (RUN/rollouts)
-            name = captures.training_label(s.step)
-            captured = capture(self.run.path, s.step, trajs, scores, self.cfg.schedule, name)
-        with self.log.timer("encode"):
-            encode = self.learner.loaded.encoder.encode
-            samples = turn_samples(trajs, scores, encode, task.env, history=task.history)
-        lr = lr_at(g, s.grpo_steps, self.cfg.schedule.steps)
-        with self.log.timer("update"):
-            seed = self.cfg.schedule.seed
-            metrics = update(self.learner, samples, g, recipe, lr=lr, seed=seed, step=s.step)
-        return {
-            **rollout_metrics(trajs, scores, rounds * g.mazes_per_step),
-            "rollout/rounds": rounds,
-            "train/samples": len(samples),
-            "train/groups": kept_groups(scores),
-            "train/lr": lr,
-            "train/cursor": s.cursor,
-            **captured,
-            **metrics,
-        }
-
-    def _rollout_round(self, round_: int, offset: int) -> list[Trajectory]:
-        """The next `mazes_per_step` training mazes' groups of episodes; their maze indices
-        start at `offset`, so that the groups of a step's rounds stay apart."""
-        g, s, task = self.cfg.grpo, self.state, self.cfg.task
-        mazes = train_mazes(task.spec, s.cursor, g.mazes_per_step)
-        s.cursor += g.mazes_per_step
-        trajs = run_episodes(
-            self._policy(),
-            mazes,
-            task.env,
-            samples=g.group_size,
-            seed=rollout_seed(self.cfg.schedule.seed, s.step, round_),
-            history=task.history,
-            max_turns=turn_budgets(mazes, task.env, g.turn_slack, g.tight_fraction),
-        )
-        return [replace(t, maze_index=t.maze_index + offset) for t in trajs]
 
     # eval and checkpoints -----------------------------------------------------------------
     def _evaluate(self, step: int) -> EvalResult:

@@ -1,7 +1,7 @@
-"""rlkit.train.grpo and rlkit.train.advantages against SkyRL's own GRPO math (`skyrl.backends.skyrl_train.utils.ppo_utils`).
+"""rlkit.train.grpo against SkyRL's own GRPO math (`skyrl.backends.skyrl_train.utils.ppo_utils`).
 
 Where rlkit mirrors SkyRL the tests assert equality to float32 tolerance; where it deliberately
-differs (listed in the module docstrings of `rlkit/train/grpo.py` and `advantages.py`) a test
+differs (listed in the module docstring of `rlkit/train/grpo.py`) a test
 asserts the difference on an input chosen to show it. SkyRL applies a loss reduction by
 rescaling the advantages of a mini-batch (`apply_loss_reduction_to_advantages_minibatch`) and
 then summing the per-token loss (`reduce_loss`) over micro-batches; rlkit writes the same
@@ -23,7 +23,8 @@ from skyrl.backends.skyrl_train.utils.torch_utils import masked_mean as sky_mask
 from skyrl.train.config import AlgorithmConfig
 
 from rlkit.errors import UsageError
-from rlkit.train import advantages, grpo, reductions
+from rlkit.recipe import Recipe
+from rlkit.train import grpo
 
 pytestmark = pytest.mark.skyrl
 
@@ -64,6 +65,19 @@ def _mask(lengths, width):
     return (torch.arange(width) < lengths.unsqueeze(-1)).float()
 
 
+def _episode_mask(episodes):
+    """SkyRL's layout: one right-padded row per episode, 1 on the model's own tokens only;
+    episodes[i] lists its segments in order as `(n_tokens, is_model)`."""
+    lengths = [sum(n for n, _ in segments) for segments in episodes]
+    mask = torch.zeros(len(episodes), max(lengths))
+    for i, segments in enumerate(episodes):
+        pos = 0
+        for n, is_model in segments:
+            mask[i, pos : pos + n] = float(is_model)
+            pos += n
+    return mask
+
+
 def _batch(seed, *, n_groups=4, group_size=5, width=9):
     """Rewards, shuffled group ids, a right-padded mask (one row empty) and logprobs whose
     ratios reach both clip bounds."""
@@ -92,7 +106,7 @@ def test_group_advantages_match_skyrl_grpo(norm_by_std, binary):
     if binary:  # the maze env's 0/1 rewards: ties and some zero-variance groups
         rewards = (rewards > 0.3).float()
     mask = _mask(torch.randint(0, 6, (groups.numel(),), generator=gen), 6)
-    ours = advantages.group_advantages(rewards, groups, norm_by_std=norm_by_std)
+    ours = grpo.group_advantages(rewards, groups, norm_by_std=norm_by_std)
     # rlkit keeps one advantage per episode and broadcasts it over the row; the mask is applied
     # by the loss. SkyRL broadcasts and multiplies by the mask up front.
     torch.testing.assert_close(
@@ -108,7 +122,7 @@ def test_group_advantages_hand_computed_ties_and_zero_variance():
     s1 = 1 / math.sqrt(3) + 1e-6
     expected = [0.75 / 0.500001] + [-0.25 / 0.500001] * 3 + [0.5 / s1] * 2 + [-0.5 / s1] * 2
     expected = torch.tensor(expected + [0.0] * 4)
-    ours = advantages.group_advantages(rewards, groups)
+    ours = grpo.group_advantages(rewards, groups)
     torch.testing.assert_close(ours, expected, **TOL)
     ones = torch.ones(12, 1)
     torch.testing.assert_close(_sky_advantages(rewards, groups, ones)[:, 0], expected, **TOL)
@@ -123,7 +137,7 @@ def test_group_of_one_episode_rejected_where_skyrl_uses_mean_0_std_1():
     s = math.sqrt(0.5) + 1e-6
     torch.testing.assert_close(sky_adv, torch.tensor([0.75 / 1.000001, 0.5 / s, -0.5 / s]))
     with pytest.raises(UsageError, match="group_size"):
-        advantages.group_advantages(rewards, groups)
+        grpo.group_advantages(rewards, groups)
 
 
 def test_zero_variance_group_exactly_zero_where_skyrl_float32_mean_is_an_ulp_off():
@@ -132,7 +146,7 @@ def test_zero_variance_group_exactly_zero_where_skyrl_float32_mean_is_an_ulp_off
     # std + eps = 1e-6 turns that into advantages of about -0.0074. The maze's 0/1 rewards are
     # exact in both (see the hand-computed test above).
     rewards, groups = torch.full((8,), 0.1), torch.zeros(8, dtype=torch.long)
-    assert advantages.group_advantages(rewards, groups).abs().max() == 0.0
+    assert grpo.group_advantages(rewards, groups).abs().max() == 0.0
     sky_adv = _sky_advantages(rewards, groups, torch.ones(8, 1))[:, 0]
     assert 1e-3 < sky_adv.abs().max() < 0.1
 
@@ -149,7 +163,7 @@ def test_nonzero_variance_mask_matches_skyrl_zero_variance_filter():
     # equality) group 2 is kept too and group 0 still dropped.
     for tol, want in ((1e-6, [1, 3]), (0.0, [1, 2, 3])):
         kept = zero_variance_filter(rewards.tolist(), uids, tol=tol)
-        ours = advantages.nonzero_variance_mask(rewards, groups, tol=tol)
+        ours = grpo.nonzero_variance_mask(rewards, groups, tol=tol)
         assert torch.nonzero(ours).flatten().tolist() == kept
         assert sorted({i // 4 for i in kept}) == want
 
@@ -174,12 +188,12 @@ def test_clipped_surrogate_hand_computed_clip_higher_matches_skyrl_per_token():
         torch.testing.assert_close(sky_loss, loss[0, t], **TOL)
 
 
-@pytest.mark.parametrize("reduction", reductions.REDUCTIONS)
+@pytest.mark.parametrize("reduction", grpo.REDUCTIONS)
 def test_policy_loss_matches_skyrl_regular_loss_and_kl_term(reduction):
     rewards, groups, mask, logp, old, ref = _batch(1)
     b, width = mask.shape
     cfg = AlgorithmConfig(eps_clip_low=0.2, eps_clip_high=0.28, kl_loss_coef=0.005)
-    ours_adv = advantages.group_advantages(rewards, groups)
+    ours_adv = grpo.group_advantages(rewards, groups)
     a, live = ours_adv.unsqueeze(-1).expand_as(logp), mask.bool()
     i, t = torch.nonzero(live & (a > 0))[0].tolist()
     old[i, t] = logp[i, t] - math.log(1.25)  # clipped at 1.2, not at 1.28
@@ -209,19 +223,15 @@ def test_policy_loss_matches_skyrl_regular_loss_and_kl_term(reduction):
     sky_total.backward()
 
     our_lp = logp.clone().requires_grad_()
-    out = grpo.policy_loss(
-        our_lp,
-        old,
-        ours_adv,
-        mask,
+    recipe = Recipe(
         eps_clip_low=cfg.eps_clip_low,
         eps_clip_high=cfg.eps_clip_high,
-        reduction=reduction,
+        loss_reduction=reduction,
         max_seq_len=width,
-        ref_logprobs=ref,
-        kl_coef=cfg.kl_loss_coef,
-        kl_estimator=cfg.kl_estimator_type,
+        kl_loss_coef=cfg.kl_loss_coef,
+        kl_estimator_type=cfg.kl_estimator_type,
     )
+    out = grpo.policy_loss(our_lp, old, ours_adv, mask, recipe, ref_logprobs=ref)
     out.loss.backward()
     torch.testing.assert_close(out.loss.detach(), sky_total.detach(), **TOL)
     torch.testing.assert_close(our_lp.grad, sky_lp.grad, **TOL)
@@ -237,7 +247,8 @@ def test_dual_clip_is_a_loss_type_of_its_own_on_both_backends():
     assert AlgorithmConfig().policy_loss_type == "regular"
     logp, old, adv, mask = torch.tensor([[2.0]]), torch.zeros(1, 1), torch.tensor([[-1.0]]), None
     ours, _ = grpo.clipped_surrogate(logp, old, adv)
-    ours_dual, _ = grpo.POLICY_LOSSES["dual_clip"](logp, old, adv, mask, None, (0.2, 0.2, 3.0))
+    clips = Recipe(eps_clip_low=0.2, eps_clip_high=0.2, clip_ratio_c=3.0)
+    ours_dual, _ = grpo.POLICY_LOSSES["dual_clip"](logp, old, adv, mask, clips)
     regular, _ = sky.ppo_policy_loss(logp, old, adv, AlgorithmConfig(), mask)
     dual, _ = sky.ppo_policy_loss(
         logp, old, adv, AlgorithmConfig(policy_loss_type="dual_clip"), mask
@@ -252,7 +263,7 @@ def test_dual_clip_is_a_loss_type_of_its_own_on_both_backends():
 # reductions ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("reduction", reductions.REDUCTIONS)
+@pytest.mark.parametrize("reduction", grpo.REDUCTIONS)
 def test_reduction_weights_equal_skyrl_advantage_rescaling(reduction):
     gen = torch.Generator().manual_seed(5)
     lengths = torch.tensor([3, 8, 0, 5, 1, 7])  # one empty row: both still count it in B
@@ -261,14 +272,14 @@ def test_reduction_weights_equal_skyrl_advantage_rescaling(reduction):
     scale = sky.apply_loss_reduction_to_advantages_minibatch(
         torch.ones(6, width), mask, reduction, micro_batch_size=micro, max_seq_len=width
     )
-    weights = reductions.reduction_weights(mask, reduction, max_seq_len=width)
+    weights = grpo.reduction_weights(mask, reduction, max_seq_len=width)
     torch.testing.assert_close(weights, scale * mask, **TOL)
     # SkyRL's workers sum the pre-scaled loss of each micro-batch (gradient accumulation).
     sky_sum = sum(
         sky.reduce_loss(token_loss[i : i + micro] * scale[i : i + micro], mask[i : i + micro])
         for i in range(0, 6, micro)
     )
-    ours = reductions.reduce_loss(token_loss, mask, reduction, max_seq_len=width)
+    ours = grpo.reduce_loss(token_loss, mask, reduction, max_seq_len=width)
     torch.testing.assert_close(ours, sky_sum, **TOL)
 
 
@@ -282,10 +293,7 @@ def test_token_mean_legacy_hand_computed_equals_no_rlkit_reduction():
         torch.ones(4, 4), mask, "token_mean_legacy", micro_batch_size=2, max_seq_len=4
     )
     legacy = sky.reduce_loss(token_loss * scale, mask)
-    ours = {
-        r: float(reductions.reduce_loss(token_loss, mask, r, max_seq_len=4))
-        for r in reductions.REDUCTIONS
-    }
+    ours = {r: float(grpo.reduce_loss(token_loss, mask, r, max_seq_len=4)) for r in grpo.REDUCTIONS}
     # Expected: legacy (8/5 + 4/4) / 2 = 1.3; token_mean 12/9; sequence_mean (4 + 1 + 2 + 0) / 4;
     # seq_mean_token_sum_norm 12 / (4 * 4).
     assert float(legacy) == pytest.approx(1.3)
@@ -294,7 +302,7 @@ def test_token_mean_legacy_hand_computed_equals_no_rlkit_reduction():
         {"token_mean": 12 / 9, "sequence_mean": 1.75, "seq_mean_token_sum_norm": 0.75}
     )
     per_micro = [
-        reductions.reduce_loss(token_loss[i : i + 2], mask[i : i + 2], "token_mean") for i in (0, 2)
+        grpo.reduce_loss(token_loss[i : i + 2], mask[i : i + 2], "token_mean") for i in (0, 2)
     ]
     torch.testing.assert_close(legacy, sum(per_micro) / 2, **TOL)
 
@@ -315,7 +323,7 @@ def test_token_mean_legacy_equals_rlkit_only_in_special_cases(micro, lengths, sa
         torch.ones(6, 8), mask, "token_mean_legacy", micro_batch_size=micro, max_seq_len=8
     )
     legacy = sky.reduce_loss(token_loss * scale, mask)
-    torch.testing.assert_close(legacy, reductions.reduce_loss(token_loss, mask, same_as), **TOL)
+    torch.testing.assert_close(legacy, grpo.reduce_loss(token_loss, mask, same_as), **TOL)
 
 
 def test_masked_nan_never_reaches_the_loss_where_skyrl_reduce_loss_multiplies_it_in():
@@ -323,7 +331,7 @@ def test_masked_nan_never_reaches_the_loss_where_skyrl_reduce_loss_multiplies_it
     # and NaN * 0 is NaN, so one bad padded position poisons its whole loss.
     token_loss = torch.tensor([[1.0, 2.0, float("nan")]])
     mask = torch.tensor([[1.0, 1.0, 0.0]])
-    assert float(reductions.reduce_loss(token_loss, mask, "token_mean")) == pytest.approx(1.5)
+    assert float(grpo.reduce_loss(token_loss, mask, "token_mean")) == pytest.approx(1.5)
     assert torch.isnan(sky.reduce_loss(token_loss * 0.5, mask))
 
 
@@ -333,7 +341,7 @@ def test_turn_rows_with_episode_ids_equal_skyrl_episode_rows_for_every_reduction
     # so it does not care; sequence_mean counts rows, so turn rows and episode rows differ
     # unless the turn rows say which episode they belong to (seq_ids), as the trainer passes.
     episodes = [[(3, False), (2, True), (4, False), (3, True)], [(2, False), (4, True)]]
-    ep_mask = grpo.multiturn_loss_mask(episodes)
+    ep_mask = _episode_mask(episodes)
     token_loss = torch.randn(ep_mask.shape, generator=torch.Generator().manual_seed(11))
     turns = []
     for i, segments in enumerate(episodes):
@@ -345,16 +353,14 @@ def test_turn_rows_with_episode_ids_equal_skyrl_episode_rows_for_every_reduction
     turn_loss = torch.nn.utils.rnn.pad_sequence(turns, batch_first=True)
     turn_mask = _mask(torch.tensor([len(t) for t in turns]), turn_loss.shape[1])
     episode_of_turn = torch.tensor([0, 0, 1])
-    for reduction in reductions.REDUCTIONS:
+    for reduction in grpo.REDUCTIONS:
         scale = sky.apply_loss_reduction_to_advantages_minibatch(
             torch.ones_like(ep_mask), ep_mask, reduction, micro_batch_size=2, max_seq_len=12
         )
         sky_episode_rows = sky.reduce_loss(token_loss * scale, ep_mask)
         kw = {"max_seq_len": 12}
-        rows = reductions.reduce_loss(turn_loss, turn_mask, reduction, **kw)
-        turns = reductions.reduce_loss(
-            turn_loss, turn_mask, reduction, seq_ids=episode_of_turn, **kw
-        )
+        rows = grpo.reduce_loss(turn_loss, turn_mask, reduction, **kw)
+        turns = grpo.reduce_loss(turn_loss, turn_mask, reduction, seq_ids=episode_of_turn, **kw)
         torch.testing.assert_close(turns, sky_episode_rows, **TOL)
         assert torch.allclose(rows, sky_episode_rows, **TOL) == (reduction == "token_mean")
 
@@ -364,7 +370,7 @@ def test_turn_rows_with_episode_ids_equal_skyrl_episode_rows_for_every_reduction
 
 def test_kl_estimator_names_and_default_match_skyrl():
     assert set(grpo.KL_ESTIMATORS) == {"k1", "k2", "k3", "abs"}
-    assert AlgorithmConfig().kl_estimator_type == grpo.policy_loss.__kwdefaults__["kl_estimator"]
+    assert AlgorithmConfig().kl_estimator_type == Recipe().kl_estimator_type
     x = torch.zeros(1, 2)
     for alias in ("low_var_kl", "mse"):  # verl's names: neither side accepts them
         with pytest.raises(ValueError, match="Invalid KL estimator"):
@@ -395,8 +401,7 @@ def test_kl_term_matches_skyrl_with_nan_at_masked_positions(estimator):
     sky_kl = sky.compute_approx_kl(logp, ref, mask, kl_estimator_type=estimator)
     ours = grpo.kl_estimate(logp, ref, estimator)
     torch.testing.assert_close(torch.where(mask.bool(), ours, 0.0), sky_kl, **TOL)
-    out = grpo.policy_loss(
-        logp, logp, torch.zeros(mask.shape[0]), mask, ref_logprobs=ref, kl_estimator=estimator
-    )
+    recipe = Recipe(kl_loss_coef=0.0, kl_estimator_type=estimator)
+    out = grpo.policy_loss(logp, logp, torch.zeros(mask.shape[0]), mask, recipe, ref_logprobs=ref)
     sky_term = sky_masked_mean(sky_kl, mask, dim=-1).mean()  # worker.py's use_kl_loss reduction
     assert out.metrics["loss/kl"] == pytest.approx(float(sky_term), abs=1e-6)

@@ -2,7 +2,7 @@
 
 The SkyRL side is SkyRL's own config (`SkyRLTrainConfig.from_cli_overrides` of the preset's
 overrides, then `validate_cfg`) and SkyRL's own math (`ppo_utils`, the KL and entropy terms as
-its worker reduces them); the local side is `rlkit.train.grpo` / `advantages` / `step` under the
+its worker reduces them); the local side is `rlkit.train.grpo` / `step` under the
 same `Recipe`. Losses are compared on multi-turn episodes laid out both ways: SkyRL's one row
 per episode (observation tokens masked) and the local trainer's one row per turn with the
 episode as `seq_ids`. A switch a backend cannot honour is refused in one line.
@@ -25,7 +25,7 @@ from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.episodes.rollout import Trajectory, Turn
 from rlkit.errors import UsageError
 from rlkit.recipe import Recipe
-from rlkit.train import advantages, grpo, reductions
+from rlkit.train import grpo
 from rlkit.train import step as st
 from rlkit.train.presets import preset as train_preset
 
@@ -87,7 +87,7 @@ def sky_policy_loss(cfg, lp, old, adv, mask, *, micro: int | None = None):
 
 
 def local_loss(recipe, t_lp, t_old, t_adv, t_mask, ids, **kw):
-    return grpo.recipe_loss(t_lp, t_old, t_adv, t_mask, recipe, seq_ids=ids, **kw)
+    return grpo.policy_loss(t_lp, t_old, t_adv, t_mask, recipe, seq_ids=ids, **kw)
 
 
 # the vocabulary ----------------------------------------------------------------------------
@@ -97,9 +97,9 @@ def test_the_value_names_are_skyrl_registries_and_the_local_registries_are_the_l
     assert set(rc.POLICY_LOSSES) == set(sky.PolicyLossRegistry.list_available())
     assert set(rc.ADVANTAGE_ESTIMATORS) == set(sky.AdvantageEstimatorRegistry.list_available())
     assert set(grpo.POLICY_LOSSES) == set(rc.LOCAL_POLICY_LOSSES)
-    assert set(reductions.REDUCTIONS) == set(rc.LOCAL_REDUCTIONS)
+    assert set(grpo.REDUCTIONS) == set(rc.LOCAL_REDUCTIONS)
     assert set(grpo.KL_ESTIMATORS) == set(rc.KL_ESTIMATORS)
-    assert set(advantages.ESTIMATORS) == set(rc.LOCAL_ADVANTAGE_ESTIMATORS)
+    assert set(grpo.ESTIMATORS) == set(rc.LOCAL_ADVANTAGE_ESTIMATORS)
 
 
 def test_recipe_defaults_are_skyrl_defaults():
@@ -181,7 +181,7 @@ def test_grpo_norm_by_std_dr_grpo(norm):
     want, _ = sky.compute_grpo_outcome_advantage(
         token_rewards, torch.ones(8, 3), np.array(groups.tolist()), grpo_norm_by_std=norm
     )
-    torch.testing.assert_close(advantages.estimate(rewards, groups, r), want[:, 0], **TOL)
+    torch.testing.assert_close(grpo.estimate(rewards, groups, r), want[:, 0], **TOL)
 
 
 @pytest.mark.parametrize("reduction", rc.LOCAL_REDUCTIONS)
@@ -232,9 +232,7 @@ def test_kl_term_is_per_episode_on_both_backends(estimator):
     assert out.metrics["loss/kl"] == pytest.approx(float(want), abs=1e-6)
     torch.testing.assert_close(out.loss, a.kl_loss_coef * want, **TOL)
     # the old per-row (per-turn) reduction weighed long episodes more: it differs here
-    per_turn = reductions.masked_mean(
-        grpo.kl_estimate(t_lp, t_ref, estimator), t_mask, dim=-1
-    ).mean()
+    per_turn = grpo.masked_mean(grpo.kl_estimate(t_lp, t_ref, estimator), t_mask, dim=-1).mean()
     assert float(per_turn) != pytest.approx(float(want), rel=1e-3)
 
 

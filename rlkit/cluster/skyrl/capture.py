@@ -12,7 +12,7 @@ a killed attempt left past it (`drop_after`), as the bridge cuts metrics.jsonl. 
 An episode is rlkit's `Trajectory`: its answers replayed through `MazeEnv` by
 `rlkit.run.skyrl_dumps.to_trajectory` (as SkyRL's eval dumps are), SkyRL's reward, and per turn
 the policy's probability of each move (below: `move_probe`). Its advantage comes from
-`rlkit.train.advantages.estimate` over the captured groups' rewards, with the run's own
+`rlkit.train.grpo.estimate` over the captured groups' rewards, with the run's own
 `trainer.algorithm.advantage_estimator` and `grpo_norm_by_std`: for `grpo`, SkyRL's
 `compute_grpo_outcome_advantage` is exactly that per group (the episode's summed token rewards,
 minus the group mean, over the unbiased group std + 1e-6 when normalised), so the capture holds
@@ -57,7 +57,7 @@ from rlkit.run.captures import (
 )
 from rlkit.run.skyrl_dumps import EvalEpisode, to_trajectory
 from rlkit.settings import CaptureConfig
-from rlkit.train.advantages import estimate
+from rlkit.train.grpo import estimate
 
 _log = logging.getLogger(__name__)
 
