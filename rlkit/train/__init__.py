@@ -1,3 +1,3 @@
-"""The local GRPO backend: config and presets (torch-free `config`), the GRPO math, a step's
-functions (`step`, `update`), the trainer that coordinates them, the warm start, run directories
-and checkpoints, metrics, fault injection."""
+"""The local GRPO backend: config and presets (torch-free `config`), the GRPO math (`grpo`), one
+GRPO step top to bottom (`step`), the trainer that coordinates it, the warm start, metrics,
+fault injection and the learning checks (`rescore`)."""
