@@ -48,7 +48,6 @@ TEMPLATE_MODEL = "Qwen3-VL-Instruct"
 # Measured on the wheels above (2026-12-03): a different file is a different tokenizer.
 TIKTOKEN_BYTES = 2_561_218
 TIKTOKEN_SHA256 = "b2b1b8dfb5cc5f024bafc373121c6aba3f66f9a5a0269e243470a1de16a33186"
-TIKTOKEN_RANKS = 151_643
 TEMPLATE_CHARS = 5_292
 TEMPLATE_SHA256 = "3636d0f0bd6bef02654cdffdc447b79cb2cef8ab02cc75267345946291a489e4"
 """sha256 of the chat template's text (UTF-8)."""
@@ -86,9 +85,6 @@ class QwenTextFiles:
 
     def chat_template(self) -> str:
         return json.loads(self.template.read_text())["chat_template"]
-
-    def stop_token_ids(self) -> list[int]:
-        return list(json.loads(self.template.read_text())["stop_token_ids"])
 
 
 def read_ranks(data: bytes) -> dict[bytes, int]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -147,15 +146,11 @@ def build_qwen_fixture(out_dir: str | Path, *, seed: int = 0) -> Path:
     return out
 
 
-def qwen_fixture(*, seed: int = 0, cache: bool = True) -> Path:
-    """The fixture dir: with `cache`, built once per machine, per builder version and per
-    transformers version (config files follow its format), then reused; else a fresh build in
-    a new temporary dir."""
-    if not cache:
-        return build_qwen_fixture(tempfile.mkdtemp(prefix="rlkit-qwen-fixture-"), seed=seed)
-    key = f"{FIXTURE_VERSION}-tf{transformers.__version__}-seed{seed}"
-    final = cache_root() / "qwen-fixture" / key
-    return build_once(final, lambda d: build_qwen_fixture(d, seed=seed), marker=MARKER)
+def qwen_fixture() -> Path:
+    """The fixture dir (seed 0), built once per machine, per builder version and per
+    transformers version (config files follow its format), then reused."""
+    key = f"{FIXTURE_VERSION}-tf{transformers.__version__}-seed0"
+    return build_once(cache_root() / "qwen-fixture" / key, build_qwen_fixture, marker=MARKER)
 
 
 def _write_json(path: Path, obj: dict) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import transformers
 from tokenizers import AddedToken, processors
-from transformers import AutoTokenizer, PreTrainedTokenizerBase, Qwen2Tokenizer
+from transformers import Qwen2Tokenizer
 
 from rlkit.model.qwen_files import QwenTextFiles, build_once, qwen_text_files, text_dir
 
@@ -202,8 +202,3 @@ def qwen_tokenizer_dir(*, download: bool = True) -> Path:
     files = qwen_text_files(download=download)
     key = f"{TOKENIZER_VERSION}-tf{transformers.__version__}"  # its writer's file format
     return build_once(text_dir() / key, lambda d: write_tokenizer_files(d, files), marker=MARKER)
-
-
-def qwen_tokenizer(*, download: bool = True) -> PreTrainedTokenizerBase:
-    """Qwen3-VL's tokenizer loaded from the cached files, as a checkpoint's would load."""
-    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir(download=download))
