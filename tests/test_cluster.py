@@ -385,10 +385,8 @@ def test_cli_submit_dry_run_prints_the_whole_command(capsys, monkeypatch):
     argv = ["submit", "--preset", "qwen3vl-8b-6gpu", "--address", "http://127.0.0.1:8265"]
     assert run_cli(*argv, "--dry-run", "--run-name", "a", "--env", "WANDB_API_KEY") == 0
     out = capsys.readouterr().out
-    assert (
-        "python -m rlkit.cluster.skyrl.entry --preset qwen3vl-8b-6gpu --data-dir /fsx/rlkit/runs/a/data"
-        in out
-    )
+    assert "python -m rlkit.cluster.skyrl.entry --preset qwen3vl-8b-6gpu --config '{" in out
+    assert "/fsx/rlkit/runs/a/data/train.parquet" in out  # the run's rows, where the entry writes
     assert "generator.inference_engine.num_engines=6" in out
     assert "WANDB_API_KEY=***" in out and "wandb-secret-123" not in out
     with pytest.raises(UsageError, match="NOT_SET_ANYWHERE: not set"):

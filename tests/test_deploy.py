@@ -128,7 +128,7 @@ def test_rayjob_retries_on_new_clusters_from_the_same_template(tmp_path, capsys)
     args, overrides = parse_args(argv[3:])
     assert overrides == build_overrides(get_preset("qwen3vl-8b"), "maze-a")
     assert "trainer.resume_mode=latest" in overrides  # every retry resumes from /fsx
-    assert args.data_dir == "/fsx/rlkit/runs/maze-a/data"  # and reuses the same rows
+    assert args.paths.data_dir == "/fsx/rlkit/runs/maze-a/data"  # and reuses the same rows
     with pytest.raises(UsageError, match="backoff limit"):
         rayjob(get_preset("qwen3vl-8b"), "x", backoff_limit=0)
 

@@ -4,6 +4,7 @@ talking to an agent (a local HTTP server standing in for HyperPod's) from inside
 
 import json
 import re
+import shlex
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -83,9 +84,10 @@ def test_the_presets_job_command_passes_the_rules_to_the_entrypoint():
     from rlkit.cluster.skyrl.entry import parse_args
 
     cmd = entrypoint_command(get_preset("qwen3vl-8b-6gpu", hang_minutes=20), "maze-a")
-    argv = cmd.split()[3:]
+    argv = shlex.split(cmd)[3:]
     args, _ = parse_args(argv)
-    assert (args.hang_minutes, args.hang_start_minutes, args.hang_action) == (20, 60, "notify")
+    sky = args.sky
+    assert (sky.hang_minutes, sky.hang_start_minutes, sky.hang_action) == (20, 60, "notify")
 
 
 def test_the_manifest_gives_every_pod_the_agents_host():

@@ -44,7 +44,7 @@ def python(code: str, **env: str) -> str:
 def test_a_gpu_preset_never_asks_for_the_seam(name):
     preset = get_preset(name)
     args, overrides = parse_args(shlex.split(entrypoint_command(preset, "r"))[3:])
-    assert args.device == "cuda"
+    assert args.sky.device == "cuda"
     keys = {o.split("=", 1)[0] for o in overrides}
     assert keys == {o.split("=", 1)[0] for o in build_overrides(preset, "r")}
     seam = {o.split("=", 1)[0] for o in cpu_seam.overrides("/fsx/r", "a")}

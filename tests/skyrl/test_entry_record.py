@@ -12,7 +12,7 @@ from rlkit.run import open_run
 
 def test_the_entry_records_skyrls_config_and_a_resume_records_its_changes(tmp_path):
     run_dir = tmp_path / "run"
-    argv = ["--device", "cpu", "--preset", "skyrl-tiny-cpu", "--", f"trainer.ckpt_path={run_dir}"]
+    argv = ["--preset", "skyrl-tiny-cpu", "--", f"trainer.ckpt_path={run_dir}"]
     args, overrides = parse_args(argv + ["trainer.algorithm.eps_clip_high=0.28"])
     record_run(SkyRLTrainConfig.from_cli_overrides(overrides), args, overrides)
     run = open_run(run_dir)

@@ -114,9 +114,9 @@ def test_the_cpu_preset_dry_runs_visgym_and_skyrl_validates_it(capsys, tmp_path)
     assert "canonical 6" in out and "budget:        every turn fits" in out  # `stop`: 6 tokens
     (line,) = [ln for ln in out.splitlines() if ln.startswith("entrypoint:")]
     argv = shlex.split(line.removeprefix("entrypoint:"))
-    assert argv[argv.index("--eval-set") + 1] == "visgym-easy"
-    assert argv[argv.index("--cell-px") + 1] == "8"  # the entry writes the rows at 8 px
-    _, overrides = parse_args(argv[3:])
+    job, overrides = parse_args(argv[3:])
+    assert job.sky.eval_set == "visgym-easy"
+    assert job.sky.cell_px == 8  # the entry writes the rows at 8 px
     cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
     validate_cfg(cfg)  # SkyRL's own checks
     assert cfg.generator.max_turns == 18 and cfg.generator.max_input_length == 3000

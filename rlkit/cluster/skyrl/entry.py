@@ -1,93 +1,65 @@
 """The Ray-job entrypoint of a SkyRL run: write the datasets, register the maze env, run SkyRL.
 
 GPU cluster only (SkyRL with its FSDP/vLLM extras, Python >= 3.12). `rlkit submit` builds the
-command; by hand it is:
+command (`rlkit.cluster.skyrl.overrides.entrypoint_command`): the preset as one JSON object,
+then SkyRL's own `key=value` overrides after `--`. By hand, a preset's name alone stands for
+its settings:
 
-    python -m rlkit.cluster.skyrl.entry --data-dir /fsx/rlkit/runs/RUN/data --train-rows 256 \\
-        -- trainer.policy.model.path=Qwen/Qwen3-VL-8B-Instruct ...
+    python -m rlkit.cluster.skyrl.entry --preset qwen3vl-8b \
+        -- trainer.ckpt_path=/fsx/rlkit/runs/RUN trainer.policy.model.path=... ...
 
-Everything after `--` is SkyRL's own `key=value` overrides. skyrl-gym's registry lives in each
-process, so the env is registered inside the Ray task that builds SkyRL's generator (SkyRL's
-documented custom-env pattern), not only in this driver.
+The run dir is SkyRL's `trainer.ckpt_path`; the entry writes the rows into RUN/data and, for
+`rlkit:tiny-warm`, the model into RUN/init_model. skyrl-gym's registry lives in each process,
+so the env is registered inside the Ray task that builds SkyRL's generator (SkyRL's documented
+custom-env pattern), not only in this driver.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from rlkit.cluster.hang import ACTIONS, DONE_LINE, HangRules, start_hang_detection
-from rlkit.cluster.skyrl.presets import SkyRLPreset
+from rlkit.cluster.hang import DONE_LINE, HangRules, start_hang_detection
+from rlkit.cluster.skyrl.overrides import RunPaths
+from rlkit.cluster.skyrl.presets import TINY_WARM, SkyRLPreset, get_preset
 from rlkit.errors import RlkitError, UsageError
-from rlkit.settings import CaptureConfig, coerce_text, parse_sets
+from rlkit.settings import CaptureConfig, parse_sets
 
 
-def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    """rlkit's own flags, then SkyRL's overrides after `--`."""
+@dataclass(frozen=True)
+class Job:
+    """What the entry was asked to run: the preset (its name, for run.json, and its settings)
+    and the run's paths (None without a `trainer.ckpt_path`)."""
+
+    preset: str | None
+    sky: SkyRLPreset
+    paths: RunPaths | None
+
+
+def parse_args(argv: list[str]) -> tuple[Job, list[str]]:
+    """rlkit's own flags (the preset), then SkyRL's overrides after `--`."""
     if "--" in argv:
         cut = argv.index("--")
         ours, overrides = argv[:cut], argv[cut + 1 :]
     else:
         ours, overrides = [], argv
     parser = argparse.ArgumentParser(prog="python -m rlkit.cluster.skyrl.entry")
-    parser.add_argument("--data-dir", help="write train/eval parquet here if missing")
     parser.add_argument("--preset", help="the rlkit preset the command came from (run.json)")
-    parser.add_argument("--train-rows", type=int, default=256)
-    parser.add_argument("--eval-set", default="test")
     parser.add_argument(
-        "--cell-px", type=int, default=None, help="pixels a square of the rows' pictures"
+        "--config",
+        metavar="JSON",
+        help="the preset's settings (SkyRLPreset.to_json); without it, the named preset's",
     )
-    parser.add_argument("--eval-rows", type=int, default=64, help="first N mazes of the set")
-    parser.add_argument(
-        "--device",
-        choices=("cuda", "cpu"),
-        default="cuda",
-        help="cpu: SkyRL's trainer on a CPU host through rlkit's device seam (CPU presets)",
-    )
-    parser.add_argument(
-        "--driver-memory-gb",
-        type=int,
-        default=0,
-        help="Ray memory SkyRL's trainer task reserves (keeps it off a small head pod)",
-    )
-    parser.add_argument(
-        "--init-model",
-        metavar="DIR",
-        help="build rlkit's warm-started tiny model here if missing (preset model rlkit:tiny-warm)",
-    )
-    preset = SkyRLPreset  # its defaults: what a command written by hand gets
-    parser.add_argument(
-        "--init-stop-at",
-        type=float,
-        default=preset.warm_start_to,
-        help="validation solve rate the tiny model's warm start stops at",
-    )
-    parser.add_argument(
-        "--capture-groups",
-        type=int,
-        default=preset.capture_groups,
-        help="groups of each training step captured under RUN/rollouts/ (0 = off)",
-    )
-    parser.add_argument(
-        "--capture-keep",
-        type=lambda text: coerce_text(text, "--capture-keep", int),
-        default=preset.capture_keep,
-        help="steps whose captured rollouts stay (the newest)",
-    )
-    hang = HangRules()
-    parser.add_argument(
-        "--hang-minutes",
-        type=int,
-        default=hang.stall_minutes,
-        help="HyperPod hang detection: minutes without a step line (0 = off)",
-    )
-    parser.add_argument("--hang-start-minutes", type=int, default=hang.start_minutes)
-    parser.add_argument("--hang-action", choices=ACTIONS, default=hang.action)
     args = parser.parse_args(ours)
-    args.capture = CaptureConfig(args.capture_groups, args.capture_keep)
-    parse_sets(overrides, "SkyRL override")
-    return args, overrides
+    if args.config is not None:
+        sky = SkyRLPreset.from_json(args.config)
+    else:
+        sky = get_preset(args.preset) if args.preset else SkyRLPreset()
+    run_dir = parse_sets(overrides, "SkyRL override").get("trainer.ckpt_path")
+    return Job(args.preset, sky, RunPaths.at(run_dir) if run_dir else None), overrides
 
 
 def ensure_datasets(
@@ -122,26 +94,23 @@ def ensure_init_model(model_dir: str, stop_at: float) -> Path:
     return warm_tiny_model(out, stop_at=stop_at)
 
 
-def record_run(cfg, args: argparse.Namespace, overrides: list[str]) -> dict:
-    """Write RUN/run.json (backend "skyrl") before SkyRL starts: the run's own config (rlkit's
-    entry settings, SkyRL's overrides and its whole resolved config), which the notebooks read
+def record_run(cfg, job: Job, overrides: list[str]) -> dict:
+    """Write RUN/run.json (backend "skyrl") before SkyRL starts: the run's own config (the
+    entry's preset, SkyRL's overrides and its whole resolved config), which the notebooks read
     back instead of the preset. A resume that changed the config records the change."""
-    import dataclasses
     import json
 
     from rlkit.run.rundir import RunDir
     from rlkit.run.skyrl_layout import latest_step
 
     run = RunDir(cfg.trainer.ckpt_path)
-    ours = {k: v for k, v in vars(args).items() if not k.startswith(("hang", "capture"))}
-    ours |= {"capture_groups": args.capture.groups, "capture_keep": args.capture.keep}
     config = {
-        "entry": ours,
+        "entry": {"preset": job.preset, **dataclasses.asdict(job.sky)},
         "overrides": parse_sets(overrides, "SkyRL override"),
         "skyrl": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
     }
     seed = int(cfg.trainer.seed)
-    info = run.init(preset=args.preset, seed=seed, backend="skyrl", config=config)
+    info = run.init(preset=job.preset, seed=seed, backend="skyrl", config=config)
     old = info.get("config") or {}
     if old != json.loads(json.dumps(config, default=str)):
         changed = {
@@ -193,7 +162,7 @@ def init_ray(cfg, device: str, initialize_ray) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, overrides = parse_args(list(sys.argv[1:] if argv is None else argv))
+    job, overrides = parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         import ray
         from skyrl.train.config import SkyRLTrainConfig
@@ -208,25 +177,25 @@ def main(argv: list[str] | None = None) -> int:
 
     # vLLM and CUDA do not survive fork; SkyRL's own entrypoints force spawn too.
     mp.set_start_method("spawn", force=True)
-    if args.data_dir:
-        ensure_datasets(args.data_dir, args.train_rows, args.eval_set, args.eval_rows, args.cell_px)
-    if args.init_model:
-        ensure_init_model(args.init_model, args.init_stop_at)
-    if args.device == "cpu":
+    sky, paths = job.sky, job.paths
+    if paths is None:
+        raise UsageError("give SkyRL's trainer.ckpt_path=RUN_DIR: the run dir holds the rows")
+    ensure_datasets(paths.data_dir, sky.train_rows, sky.eval_set, sky.eval_mazes, sky.cell_px)
+    if sky.model_path == TINY_WARM:
+        ensure_init_model(paths.init_model_dir, sky.warm_start_to)
+    if sky.device == "cpu":
         from rlkit.cluster.skyrl import cpu_seam
 
         cpu_seam.install()  # this driver builds vLLM's arguments, as SkyRL's workers do
-        run_dir = SkyRLTrainConfig.from_cli_overrides(overrides).trainer.ckpt_path
-        overrides = [*overrides, *cpu_seam.overrides(run_dir)]
+        overrides = [*overrides, *cpu_seam.overrides(paths.run_dir)]
     cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
     validate_cfg(cfg)
-    record_run(cfg, args, overrides)
-    init_ray(cfg, args.device, initialize_ray)
+    record_run(cfg, job, overrides)
+    init_ray(cfg, sky.device, initialize_ray)
     # SkyRL's trainer task holds every rollout's pixel values: reserve memory only a GPU
     # worker has, so Ray cannot place it on the head pod
-    task = ray.remote(num_cpus=1, memory=args.driver_memory_gb * 2**30 or None)(_run_skyrl)
-    hang = HangRules(args.hang_minutes, args.hang_start_minutes, args.hang_action)
-    ray.get(task.remote(cfg, hang, args.capture))
+    task = ray.remote(num_cpus=1, memory=sky.driver_memory_gb * 2**30 or None)(_run_skyrl)
+    ray.get(task.remote(cfg, sky.hang_rules(), sky.capture))
     return 0
 
 

@@ -83,7 +83,8 @@ class RlkitExp(BasePPOExp):
         if len(ds) < self.cfg.trainer.train_batch_size:  # SkyRL's own check, in one line
             raise UsageError(
                 f"{len(ds)} training rows, fewer than one batch "
-                f"({self.cfg.trainer.train_batch_size}): write more rows (--train-rows)"
+                f"({self.cfg.trainer.train_batch_size}): the entry writes steps x prompts per "
+                "step rows, so raise the preset's steps"
             )
         return ds
 

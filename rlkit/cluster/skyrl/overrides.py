@@ -33,7 +33,12 @@ class RunPaths:
         root = PurePosixPath(preset.runs_root)
         if not root.is_absolute():  # the client's directory: the job's working dir is a copy
             root = PurePosixPath(Path(root).resolve())
-        root = root / run_name
+        return cls.at(str(root / run_name))
+
+    @classmethod
+    def at(cls, run_dir: str) -> RunPaths:
+        """The paths of the run whose dir (SkyRL's `trainer.ckpt_path`) is `run_dir`."""
+        root = PurePosixPath(run_dir)
         return cls(str(root), str(root / "data"), str(root / "exports"), str(root / "logs"))
 
     @property
@@ -117,38 +122,11 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
 
 
 def entrypoint_command(preset: SkyRLPreset, run_name: str, preset_name: str | None = None) -> str:
-    """The shell command the Ray job runs: datasets on shared storage, then SkyRL. The entry
-    records `preset_name` (the preset the run came from) in the run's run.json."""
-    paths = RunPaths.for_run(preset, run_name)
+    """The shell command the Ray job runs: the preset as one JSON object (`--config`), then
+    SkyRL's overrides. The entry writes the datasets into the run dir and records `preset_name`
+    (the preset the run came from) in the run's run.json."""
     ours = ["--preset", preset_name] if preset_name else []
-    ours += [
-        "--data-dir",
-        paths.data_dir,
-        "--train-rows",
-        str(preset.train_rows),
-        "--eval-set",
-        preset.eval_set,
-        "--eval-rows",
-        str(preset.eval_mazes),
-        "--driver-memory-gb",
-        str(preset.driver_memory_gb),
-        "--hang-minutes",
-        str(preset.hang_minutes),
-        "--hang-start-minutes",
-        str(preset.hang_start_minutes),
-        "--hang-action",
-        preset.hang_action,
-        "--device",
-        preset.device,
-        "--capture-groups",
-        str(preset.capture_groups),
-        "--capture-keep",
-        str(preset.capture_keep),
-    ]
-    if preset.cell_px is not None:
-        ours += ["--cell-px", str(preset.cell_px)]
-    if preset.model_path == TINY_WARM:
-        ours += ["--init-model", paths.init_model_dir, "--init-stop-at", str(preset.warm_start_to)]
+    ours += ["--config", preset.to_json()]
     return shlex.join(
         ["python", "-m", ENTRY_MODULE, *ours, "--", *build_overrides(preset, run_name)]
     )

@@ -17,8 +17,9 @@ parquet rows, `exports/` the HF exports and `exports/dumped_evals/`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 from rlkit.cluster.hang import HangRules
 from rlkit.cluster.skyrl.instances import (
@@ -197,6 +198,28 @@ class SkyRLPreset:
     @property
     def capture(self) -> CaptureConfig:
         return CaptureConfig(self.capture_groups, self.capture_keep)
+
+    def to_json(self) -> str:
+        """The preset as one JSON object: what its SkyRL job receives (the entry's `--config`)."""
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> SkyRLPreset:
+        """The preset `to_json` wrote, checked again; a setting this rlkit does not know (a
+        client newer than the job's image) is a one-line UsageError."""
+        data = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known) + sorted(
+            set(data.get("recipe", {})) - {f.name for f in fields(Recipe)}
+        )
+        if unknown:
+            raise UsageError(
+                f"the job's preset has settings this rlkit does not know ({', '.join(unknown)}): "
+                "rebuild the runtime image from the client's checkout"
+            )
+        if "recipe" in data:
+            data["recipe"] = Recipe(**data["recipe"])
+        return cls(**data)
 
     @property
     def node_gpus(self) -> int:
