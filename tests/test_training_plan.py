@@ -37,3 +37,17 @@ def test_a_switch_a_backend_cannot_honour_is_refused_at_plan_time(tmp_path):
         training.launch_run(
             training.plan_run("smoke", tmp_path, recipe={"eps_clip_high": 0.3}), None
         )
+
+
+def test_submit_plans_a_local_preset_on_the_path_a_skyrl_one_takes(capsys, tmp_path):
+    from rlkit.cli.main import main
+
+    argv = ["submit", "--preset", "smoke", "--runs-root", str(tmp_path), "--run-name", "s"]
+    assert main([*argv, "--set", "grpo.lr=1e-4", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "preset:   smoke (local backend)" in out and "--set grpo.lr=1e-4" in out
+    assert f"run dir:  {(tmp_path / 's').resolve()}" in out
+    assert main([*argv, "--set", "grpo.group_size=1", "--dry-run"]) == 2  # the local config's
+    assert "group_size (1) must be >= 2" in capsys.readouterr().err
+    assert main([*argv, "--nodes", "2", "--dry-run"]) == 2
+    assert "--nodes applies to SkyRL presets" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """`rlkit jobs` and `rlkit submit`: Ray jobs from a terminal, same calls as the notebooks.
 
     rlkit submit --preset qwen3vl-8b --address http://127.0.0.1:8265 --dry-run
+    rlkit submit --preset local-tiny --set grpo.lr=1e-4 --run-name tiny-a
     rlkit submit --preset qwen3vl-8b --address sagemaker_ray://rlkit/ray --run-name a
     rlkit jobs list --address http://127.0.0.1:8265
     rlkit jobs logs rlkit-a-1 --follow
@@ -118,9 +119,11 @@ def _submit(args: argparse.Namespace) -> int:
     from rlkit.cluster.skyrl.presets import PRESETS
     from rlkit.cluster.skyrl.storage import storage_estimate
     from rlkit.settings import parse_sets
+    from rlkit.train.presets import PRESETS as LOCAL_PRESETS
 
-    if args.preset not in PRESETS:
-        raise UsageError(f"unknown SkyRL preset {args.preset!r}; choose from {', '.join(PRESETS)}")
+    if args.preset not in PRESETS and args.preset not in LOCAL_PRESETS:
+        known = ", ".join([*LOCAL_PRESETS, *PRESETS])
+        raise UsageError(f"unknown preset {args.preset!r}; choose from {known}")
 
     changes = {
         k: v
@@ -138,10 +141,23 @@ def _submit(args: argparse.Namespace) -> int:
         }.items()
         if v is not None
     }
-    changes |= parse_sets(args.set)
-    plan = plan_training(
-        args.preset, ".", address=args.address, run_name=args.run_name, skyrl_changes=changes
-    )
+    if args.preset in LOCAL_PRESETS:  # the local trainer as a job: its own --set keys
+        skyrl_only = [k for k in changes if k != "runs_root"]
+        skyrl_only += [k for k in ("raycluster", "rayjob", "image") if getattr(args, k)]
+        if skyrl_only:
+            raise UsageError(
+                f"{args.preset} is a local preset: --{skyrl_only[0].replace('_', '-')} applies "
+                "to SkyRL presets (change a local one with --set section.field=value)"
+            )
+        out_dir = args.runs_root or "runs"
+        plan = plan_training(
+            args.preset, out_dir, address=args.address, run_name=args.run_name, overrides=args.set
+        )
+    else:
+        changes |= parse_sets(args.set)
+        plan = plan_training(
+            args.preset, ".", address=args.address, run_name=args.run_name, skyrl_changes=changes
+        )
     env_vars = _forwarded_env(args.env)
     if args.image and not (args.raycluster or args.rayjob):
         raise UsageError("--image fills a manifest's image: use it with --raycluster or --rayjob")
@@ -173,6 +189,9 @@ def _submit(args: argparse.Namespace) -> int:
             print(f"secret first:  {secret_command(plan.run_name, list(env_vars))}")
         print(f"start it:      kubectl apply -n ray -f {out}")
         return 0
+    if args.dry_run and plan.sky is None:
+        print(plan)
+        return 0
     if args.dry_run:
         metadata = {"rlkit_run_name": plan.run_name, "preset": args.preset, "run_dir": plan.run_dir}
         runtime_env = {"working_dir": "<this rlkit checkout>", "env_vars": env_vars}
@@ -201,7 +220,7 @@ def _submit(args: argparse.Namespace) -> int:
             "give --address of a GPU cluster, or --dry-run to see what would run"
         )
     cluster = cli_connect(args, start_local=True)
-    job = launch_plan(plan, cluster, env_vars=_forwarded_env(args.env))
+    job = launch_plan(plan, cluster, env_vars=env_vars)
     print(cluster.last_submission)
     print(f"submitted {job.submission_id}; follow: rlkit jobs logs {job.submission_id} --follow")
     return 0
@@ -313,10 +332,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             p.add_argument("--follow", action="store_true", help="stream until the job ends")
         p.set_defaults(func=func)
 
+    from rlkit.train.presets import PRESETS as LOCAL_PRESETS
+
     p = subparsers.add_parser(
-        "submit", parents=[address], help="launch a SkyRL GRPO run as a Ray job"
+        "submit", parents=[address], help="launch a GRPO run (a local or SkyRL preset) as a Ray job"
     )
-    p.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    p.add_argument("--preset", required=True, choices=[*LOCAL_PRESETS, *sorted(PRESETS)])
     p.add_argument("--run-name", help="run dir and job name (default: the preset name)")
     p.add_argument("--nodes", type=int, help="GPU nodes (batch sizes scale with it)")
     p.add_argument("--instance-type", help="HyperPod GPU instance, e.g. ml.g7e.24xlarge")
@@ -325,7 +346,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", help="HF id or /fsx path of the starting model")
     p.add_argument("--logger", help="console, wandb, tensorboard or mlflow")
-    p.add_argument("--runs-root", help="shared storage for run dirs (default /fsx/rlkit/runs)")
+    p.add_argument(
+        "--runs-root",
+        help="where run dirs go (SkyRL: shared storage, default /fsx/rlkit/runs; local: runs)",
+    )
     p.add_argument("--attention-backend", help="vLLM attention backend, e.g. TRITON_ATTN")
     p.add_argument(
         "--fsx-budget-gb", type=float, help="refuse a run whose /fsx estimate exceeds this"
@@ -346,7 +370,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="FIELD=VALUE",
-        help="change a preset field (rlkit/cluster/skyrl/presets.py SkyRLPreset), e.g. steps=4",
+        help="change a preset field, e.g. steps=4 (SkyRLPreset) or grpo.lr=1e-4 (TrainConfig)",
     )
     p.add_argument("--dry-run", action="store_true", help="print what would run; submit nothing")
     p.add_argument("--rayjob", metavar="FILE", help="write a KubeRay RayJob instead of submitting")

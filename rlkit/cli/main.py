@@ -242,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--address",
         default=None,
-        help="submit as a Ray job: 'local' (start/reuse a local head), http://HOST:8265, sagemaker_ray://...",
+        help="submit as a Ray job, as rlkit submit does: 'local' (start/reuse a local head), "
+        "http://HOST:8265, sagemaker_ray://...",
     )
     t.add_argument("--detach", action="store_true", help="with --address: submit and return")
     t.set_defaults(func=_cmd_train)

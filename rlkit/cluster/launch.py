@@ -1,11 +1,15 @@
-"""Launch local-backend training as a Ray job: the same run a terminal starts, on any head.
+"""Training as a Ray job, one path for every preset: `plan_training` resolves a preset (local
+or SkyRL) into a `TrainingPlan` (what runs, where; printed by the plan itself), `launch_plan`
+submits it. `rlkit submit`, `rlkit train --address` (`submit_training`) and notebook 03 all
+go through the two.
 
-    handle = submit_training("local-tiny", "runs/tiny")          # local head, started if needed
-    handle = submit_training("smoke", "/fsx/runs/s1", address="http://127.0.0.1:8265")
+    plan = plan_training("local-tiny", "runs", address="local")
+    print(plan)
+    job = launch_plan(plan, connect("local", start_local=True))
 
-The job runs `python -m rlkit.cli.main train ...` in the shipped working directory; the run
-directory must be reachable from the head's workers (local disk for a local head, FSx on
-HyperPod). Submitting the same run again resumes it from its latest checkpoint.
+A local preset's job runs `python -m rlkit.cli.main train ...` in the shipped working
+directory; the run directory must be reachable from the head's workers (local disk for a local
+head, FSx on HyperPod). Submitting the same run again resumes it from its latest checkpoint.
 """
 
 from __future__ import annotations
@@ -65,28 +69,21 @@ def submit_training(
     resume: str = "latest",
     overrides: Sequence[str] = (),
     follow: bool = False,
-    num_cpus: float | None = None,
-) -> JobHandle:
-    """Submit a training run as a Ray job named after the run directory; optionally follow its
-    log to stdout until it ends."""
+) -> JobHandle | None:
+    """Submit a local-backend run as a Ray job named after its run directory (`rlkit train
+    --address`): the plan `rlkit submit` and notebook 03 launch, for a run dir given whole;
+    optionally follow its log to stdout until it ends."""
+    run_path = Path(run_dir).resolve()  # the job's working directory is a shipped copy
+    plan = plan_training(
+        preset, run_path.parent, run_name=run_path.name, overrides=overrides, resume=resume
+    )
+    if plan.run_dir != str(run_path):
+        raise UsageError(
+            f"run dir {run_path.name!r}: a run as a Ray job takes its name (letters, digits, "
+            "'-', '_', '.')"
+        )
     cluster = address if isinstance(address, Cluster) else connect(address)
-    run_path = Path(run_dir)
-    # The job's working directory is a shipped copy: a relative path would land inside it.
-    entry = training_entrypoint(
-        preset,
-        run_path if run_path.is_absolute() else run_path.resolve(),
-        resume=resume,
-        overrides=overrides,
-    )
-    handle = cluster.submit(
-        run_path.name,
-        entry,
-        num_cpus=num_cpus,
-        metadata={"preset": preset, "run_dir": str(run_path), "backend": "local"},
-    )
-    if follow:
-        asyncio.run(_print_tail(handle))
-    return handle
+    return launch_plan(plan, cluster, follow=follow)  # a local preset is never a dry run
 
 
 def submit_eval(
@@ -176,6 +173,10 @@ class TrainingPlan:
     """A SkyRL preset's token budget (checked: a turn budget that cannot fit is refused)."""
 
     @property
+    def backend(self) -> str:
+        return "local" if self.sky is None else "skyrl"
+
+    @property
     def dry_run(self) -> bool:
         """A SkyRL preset that needs real GPUs, aimed at the local head (whose GPUs are logical),
         is only printed. A CPU SkyRL preset runs there."""
@@ -183,13 +184,12 @@ class TrainingPlan:
         return needs_gpus and resolve_address(self.address).local
 
     def __str__(self) -> str:
-        backend = "skyrl" if self.sky else "local"
         if self.dry_run:
             need = self.sky.num_gpus
             where = f"no cluster: dry run (the preset needs {need} GPUs, the local head has none)"
         else:
             where = str(resolve_address(self.address))
-        lines = [f"preset:   {self.preset} ({backend} backend)", f"run dir:  {self.run_dir}"]
+        lines = [f"preset:   {self.preset} ({self.backend} backend)", f"run dir:  {self.run_dir}"]
         lines += [f"address:  {where}", f"command:  {self.command}"]
         if self.sky is not None:
             lines.append(f"storage:  {storage.storage_estimate(self.sky).summary()}")
@@ -210,15 +210,18 @@ def plan_training(
     run_name: str | None = None,
     skyrl_changes: Mapping[str, object] | None = None,
     overrides: Sequence[str] = (),
+    resume: str = "latest",
 ) -> TrainingPlan:
     """Resolve a preset name into a plan: local presets train in OUT/RUN_NAME (with `overrides`,
-    `--set KEY=VALUE` arguments of `rlkit train`), SkyRL presets in their shared runs_root
-    (changed by `skyrl_changes`, e.g. {"nodes": 2} or {"steps": "4"}; a relative runs_root is
-    taken from the current directory)."""
+    `--set KEY=VALUE` arguments of `rlkit train`, checked by the local config now; `resume` as
+    `rlkit train --resume`), SkyRL presets in their shared runs_root (changed by
+    `skyrl_changes`, e.g. {"nodes": 2} or {"steps": "4"}; a relative runs_root is taken from
+    the current directory)."""
     name = run_slug(run_name or preset)
     if preset in TRAIN_PRESETS:
+        load_preset(preset).with_overrides(parse_sets(overrides))  # refused here, in one line
         run_dir = (Path(out_dir) / name).resolve()
-        command = training_entrypoint(preset, run_dir, overrides=overrides)
+        command = training_entrypoint(preset, run_dir, resume=resume, overrides=overrides)
         return TrainingPlan(preset, name, str(run_dir), command, address, None, tuple(overrides))
     if preset not in skyrl.PRESETS:
         known = ", ".join([*TRAIN_PRESETS, *skyrl.PRESETS])
@@ -233,31 +236,39 @@ def plan_training(
 
 
 def launch_plan(
-    plan: TrainingPlan, cluster: Cluster | None, *, env_vars: Mapping[str, str] | None = None
+    plan: TrainingPlan,
+    cluster: Cluster | None,
+    *,
+    env_vars: Mapping[str, str] | None = None,
+    follow: bool = False,
 ) -> JobHandle | None:
-    """Submit the plan as a Ray job; None for a dry run (nothing submitted). `env_vars` are
-    forwarded to a SkyRL job (tokens for loggers, say), masked in everything rlkit prints."""
+    """Submit the plan as a Ray job, local and SkyRL presets alike; None for a dry run (nothing
+    submitted). `env_vars` are forwarded to the job (tokens for loggers, say), masked in
+    everything rlkit prints; `follow` prints the job's log until it ends. Submitting the same
+    run again resumes it from its latest checkpoint."""
     if plan.dry_run:
         return None
     if cluster is None:
         raise UsageError("launch needs a cluster: cluster = connect(address) first")
-    if plan.sky is None:
-        return submit_training(plan.preset, plan.run_dir, address=cluster, overrides=plan.overrides)
-    gpus = sum(cluster.summary().gpus.values())
-    if gpus < plan.sky.num_gpus:
-        raise RlkitError(
-            f"{cluster.address} has {gpus:g} GPUs, the preset needs {plan.sky.num_gpus} ({plan.preset}): "
-            "scale up the worker group or lower nodes in the preset file"
-        )
-    meta = {"preset": plan.preset, "run_dir": plan.run_dir, "backend": "skyrl"}
-    return cluster.submit(
+    sky = plan.sky
+    if sky is not None:
+        gpus = sum(cluster.summary().gpus.values())
+        if gpus < sky.num_gpus:
+            raise RlkitError(
+                f"{cluster.address} has {gpus:g} GPUs, the preset needs {sky.num_gpus} "
+                f"({plan.preset}): scale up the worker group or lower nodes in the preset file"
+            )
+    handle = cluster.submit(
         plan.run_name,
         plan.command,
         runtime_env_vars=dict(env_vars or {}),
-        metadata=meta,
-        # on a CPU host the driver only waits: its CPU goes to SkyRL's placement group
-        num_cpus=0 if plan.sky.device == "cpu" else 1,
+        metadata={"preset": plan.preset, "run_dir": plan.run_dir, "backend": plan.backend},
+        # on a CPU host a SkyRL driver only waits: its CPU goes to SkyRL's placement group
+        num_cpus=None if sky is None else 0 if sky.device == "cpu" else 1,
     )
+    if follow:
+        asyncio.run(_print_tail(handle))
+    return handle
 
 
 def finish(job: JobHandle, monitor: Refreshable | None, timeout_s: float) -> str:

@@ -20,8 +20,6 @@ from typing import Any
 from rlkit.cluster import launch
 from rlkit.cluster.client import Cluster
 from rlkit.cluster.jobs import JobHandle
-from rlkit.settings import parse_sets
-from rlkit.train.presets import preset as train_preset
 
 
 @dataclass(frozen=True)
@@ -68,12 +66,9 @@ def plan_run(
     """The plan for `preset` with `recipe` switches changed (and, for a SkyRL preset, `skyrl`
     preset fields): nothing is submitted."""
     recipe = dict(recipe or {})
-    if preset in launch.TRAIN_PRESETS:
-        args = _local_args(recipe)
-        if args:  # the local trainer's config takes them now, or refuses in one line
-            train_preset(preset).with_overrides(parse_sets(args))
+    if preset in launch.TRAIN_PRESETS:  # the local config takes the switches, or refuses
         plan = launch.plan_training(
-            preset, out_dir, address=address, run_name=run_name, overrides=args
+            preset, out_dir, address=address, run_name=run_name, overrides=_local_args(recipe)
         )
         return RunPlan(plan, recipe)
     changes = {
