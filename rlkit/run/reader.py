@@ -1,5 +1,7 @@
 """One run, whichever backend wrote it: `open_run(path)` gives the same `Run` for a local run
 and a SkyRL run, so the notebooks, the monitor, `rlkit plot` and `rlkit eval` read both alike.
+It is the one opener: a missing run is RunNotFound in one line (`run_or_none`: None), and
+`open_run(path, cluster)` reads a run this kernel cannot see through the cluster.
 
     run = open_run("runs/demo/local-tiny")       # or a SkyRL run dir, or its export dir
     run.backend, run.config()                    # "local" | "skyrl"; the run's recorded config
@@ -17,14 +19,14 @@ before SkyRL's step 0, so its boundary is None; a local run's is the last warm-s
 Training rollouts captured per step are RUN/rollouts/global_step_N.jsonl on both backends
 (`rlkit.run.captures`; SkyRL's ckpt_path is the run dir): an export dir found without its run
 dir has none.
-`Run.summary()` is the run as JSON (no trajectories): what `rlkit.run.remote` returns when the
-reader goes through the cluster, read back by `SummaryRun`.
+A SkyRL run's metrics carry the local trainer's names (the bridge renames them; `RENAMED`
+reads an older bridge's). `Run.summary()` is the run as JSON (no trajectories): what
+`rlkit.run.remote` returns when the reader goes through the cluster, read back by `SummaryRun`.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,10 +37,9 @@ from rlkit.errors import RlkitError, UsageError
 from rlkit.run import captures
 from rlkit.run.captures import CapturedEpisode
 from rlkit.run.rundir import Checkpoint, RunDir
-from rlkit.run.skyrl_dumps import eval_greedy, read_eval_dump, read_eval_dumps
+from rlkit.run.skyrl_dumps import dump_steps, eval_greedy, read_eval_dump, read_eval_dumps
 from rlkit.run.skyrl_layout import SkyRLRun, find_skyrl_run, list_checkpoints
 
-_DUMP_DIR = re.compile(r"global_step_(\d+)_evals")
 RENAMED = {
     "rollout/turns": "rollout/turns_mean",
     "loss/loss_metrics_clip_ratio": "loss/clip_fraction",
@@ -253,9 +254,7 @@ class SkyRLRunReader(Run):
         return read_eval_dumps(self.where.export_dir, policy=self.name, greedy=greedy)
 
     def eval_steps(self) -> list[int]:
-        dumps = self.where.export_dir / "dumped_evals"
-        names = (p.name for p in dumps.glob("global_step_*_evals") if p.is_dir())
-        return sorted(int(m.group(1)) for n in names if (m := _DUMP_DIR.fullmatch(n)))
+        return dump_steps(self.where.export_dir)
 
     def trajectories(self, step: int) -> list[Trajectory]:
         return read_eval_dump(self.where.export_dir, step).trajectories(self.name)

@@ -307,17 +307,23 @@ def read_eval_dumps(
     """`{step: EvalResult}` for every `<export_path>/dumped_evals/global_step_N_evals/`;
     skipped lines give a BadRecordsWarning naming them. `greedy`: how the run sampled its
     evals (`eval_greedy`; None: not recorded, read as sampled)."""
-    root = Path(export_path) / "dumped_evals"
-    if not root.is_dir():
+    if not (Path(export_path) / "dumped_evals").is_dir():
         raise UsageError(f"no dumped_evals under {export_path}: set trainer.dump_eval_results=true")
     results = {}
-    for d in root.iterdir():
-        m = _EVAL_DIR.fullmatch(d.name)
-        if m and d.is_dir():
-            dump = read_step_dir(d)
-            dump.warn_bad_lines()
-            results[int(m.group(1))] = dump.result(policy, greedy)
-    return dict(sorted(results.items()))
+    for step in dump_steps(export_path):
+        dump = read_eval_dump(export_path, step)
+        dump.warn_bad_lines()
+        results[step] = dump.result(policy, greedy)
+    return results
+
+
+def dump_steps(export_path: str | Path) -> list[int]:
+    """The steps with a `<export_path>/dumped_evals/global_step_N_evals/`, ascending, without
+    reading them (cheap to poll)."""
+    dirs = (Path(export_path) / "dumped_evals").glob("global_step_*_evals")
+    return sorted(
+        int(m.group(1)) for d in dirs if d.is_dir() and (m := _EVAL_DIR.fullmatch(d.name))
+    )
 
 
 def run_eval(path: str | Path, step: int | None = None, protocol: str = "rlkit") -> EvalResult:
