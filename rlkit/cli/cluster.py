@@ -114,16 +114,11 @@ def _submit(args: argparse.Namespace) -> int:
     from rlkit.cluster.address import resolve_address
     from rlkit.cluster.launch import launch_plan, plan_training
     from rlkit.cluster.masking import describe_submission
+    from rlkit.cluster.presets import preset_backend
     from rlkit.cluster.skyrl.cost import estimate_cost
     from rlkit.cluster.skyrl.overrides import build_overrides
-    from rlkit.cluster.skyrl.presets import PRESETS
     from rlkit.cluster.skyrl.storage import storage_estimate
     from rlkit.settings import parse_sets
-    from rlkit.train.presets import PRESETS as LOCAL_PRESETS
-
-    if args.preset not in PRESETS and args.preset not in LOCAL_PRESETS:
-        known = ", ".join([*LOCAL_PRESETS, *PRESETS])
-        raise UsageError(f"unknown preset {args.preset!r}; choose from {known}")
 
     changes = {
         k: v
@@ -141,7 +136,7 @@ def _submit(args: argparse.Namespace) -> int:
         }.items()
         if v is not None
     }
-    if args.preset in LOCAL_PRESETS:  # the local trainer as a job: its own --set keys
+    if preset_backend(args.preset) == "local":  # the local trainer as a job: its own --set keys
         skyrl_only = [k for k in changes if k != "runs_root"]
         skyrl_only += [k for k in ("raycluster", "rayjob", "image") if getattr(args, k)]
         if skyrl_only:
@@ -332,12 +327,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             p.add_argument("--follow", action="store_true", help="stream until the job ends")
         p.set_defaults(func=func)
 
-    from rlkit.train.presets import PRESETS as LOCAL_PRESETS
+    from rlkit.cluster.presets import PRESETS as ALL_PRESETS
 
     p = subparsers.add_parser(
         "submit", parents=[address], help="launch a GRPO run (a local or SkyRL preset) as a Ray job"
     )
-    p.add_argument("--preset", required=True, choices=[*LOCAL_PRESETS, *sorted(PRESETS)])
+    p.add_argument("--preset", required=True, choices=list(ALL_PRESETS))
     p.add_argument("--run-name", help="run dir and job name (default: the preset name)")
     p.add_argument("--nodes", type=int, help="GPU nodes (batch sizes scale with it)")
     p.add_argument("--instance-type", help="HyperPod GPU instance, e.g. ml.g7e.24xlarge")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 from rlkit.cluster.address import resolve_address
 from rlkit.cluster.client import Cluster, connect
 from rlkit.cluster.jobs import JobHandle, run_slug
+from rlkit.cluster.presets import preset_backend
 from rlkit.cluster.skyrl import presets as skyrl
 from rlkit.cluster.skyrl import storage
 from rlkit.cluster.skyrl.cost import estimate_cost
@@ -32,7 +33,6 @@ from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides, entrypoint_
 from rlkit.cluster.skyrl.preset_checks import check_budget
 from rlkit.errors import RlkitError, UsageError
 from rlkit.settings import coerce_fields, parse_sets
-from rlkit.train.presets import PRESETS as TRAIN_PRESETS
 from rlkit.train.presets import preset as load_preset
 
 if TYPE_CHECKING:
@@ -218,14 +218,11 @@ def plan_training(
     `skyrl_changes`, e.g. {"nodes": 2} or {"steps": "4"}; a relative runs_root is taken from
     the current directory)."""
     name = run_slug(run_name or preset)
-    if preset in TRAIN_PRESETS:
+    if preset_backend(preset) == "local":
         load_preset(preset).with_overrides(parse_sets(overrides))  # refused here, in one line
         run_dir = (Path(out_dir) / name).resolve()
         command = training_entrypoint(preset, run_dir, resume=resume, overrides=overrides)
         return TrainingPlan(preset, name, str(run_dir), command, address, None, tuple(overrides))
-    if preset not in skyrl.PRESETS:
-        known = ", ".join([*TRAIN_PRESETS, *skyrl.PRESETS])
-        raise UsageError(f"unknown preset {preset!r}: use one of {known}")
     base = skyrl.get_preset(preset)
     sky = skyrl.get_preset(preset, **coerce_fields(base, skyrl_changes or {}))
     storage.check_storage(sky)  # a run that would fill /fsx is refused before it starts

@@ -20,6 +20,7 @@ from typing import Any
 from rlkit.cluster import launch
 from rlkit.cluster.client import Cluster
 from rlkit.cluster.jobs import JobHandle
+from rlkit.cluster.presets import preset_backend
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def plan_run(
     """The plan for `preset` with `recipe` switches changed (and, for a SkyRL preset, `skyrl`
     preset fields): nothing is submitted."""
     recipe = dict(recipe or {})
-    if preset in launch.TRAIN_PRESETS:  # the local config takes the switches, or refuses
+    if preset_backend(preset) == "local":  # the local config takes the switches, or refuses
         plan = launch.plan_training(
             preset, out_dir, address=address, run_name=run_name, overrides=_local_args(recipe)
         )
