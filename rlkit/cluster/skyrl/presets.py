@@ -3,8 +3,8 @@ SkyRL config overrides and the command a Ray job runs.
 
 rlkit does not re-implement SkyRL's trainer. A preset is turned into SkyRL's own
 `key=value` overrides (parsed by `SkyRLTrainConfig.from_cli_overrides` inside the job), and
-the job runs `python -m rlkit.cluster.skyrl.entry <overrides...>`, which registers the maze env and
-starts SkyRL's experiment. `rlkit.run` (`open_run`) reads what SkyRL writes (checkpoints, eval
+the job runs `python -m rlkit.cluster.skyrl.entry --config PRESET_JSON -- <overrides...>`, which
+writes the rows, registers the maze env and starts SkyRL's experiment. `rlkit.run` (`open_run`) reads what SkyRL writes (checkpoints, eval
 dumps) into rlkit's types, so plots and replays work the same for cluster runs.
 
     rlkit submit --preset qwen3vl-8b-6gpu --address http://127.0.0.1:8265 --dry-run
