@@ -9,7 +9,8 @@ replaying), so the notebooks stay a few lines per cell and every step is tested 
     evals = workbench.checkpoint_evals(run)
     fig = plots.solve_rate_curve(evals, baseline=..., warm_start_end=run.warm_start_end())
 
-Baselines beside a run are `rlkit.notebook.baselines`; the report on top of these steps (table, paired test, summary.json) is `rlkit.notebook.report`.
+Baselines beside a run are `rlkit.notebook.baselines`; the report on top of these steps (table,
+paired test, summary.json) is `rlkit.notebook.report`.
 """
 
 from __future__ import annotations

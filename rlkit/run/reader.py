@@ -373,6 +373,6 @@ class SummaryRun(Run):
         raise UsageError(
             f"step {step}'s captured rollouts of {self.name} were not brought by the reader "
             f"(it brought {brought}): read the run again with more captured steps "
-            f"(rlkit.run.remote.read_run(cluster, path, captured=N)), or open it in a kernel that mounts "
-            f"{self.path.parent} (e.g. Studio with FSx attached)"
+            f"(rlkit.run.remote.read_run(cluster, path, captured=N)), or open it in a kernel "
+            f"that mounts {self.path.parent} (e.g. Studio with FSx attached)"
         )

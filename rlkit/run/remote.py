@@ -31,13 +31,17 @@ def summary_line(path: str, captured: int = 1) -> str:
     return TAG + json.dumps(open_run(path).summary(captured), allow_nan=False)
 
 
+def _tail(logs: str) -> str:
+    """A job's last three log lines on one line: what it said instead of a summary."""
+    return " | ".join(logs.strip().splitlines()[-3:]) or "no output"
+
+
 def summary_from_logs(logs: str, path: str) -> SummaryRun:
     """The run from a reading job's logs (the last tagged line); RlkitError naming what the job
     said instead when there is none."""
     lines = [ln for ln in logs.splitlines() if ln.startswith(TAG)]
     if not lines:
-        tail = " | ".join(logs.strip().splitlines()[-3:]) or "no output"
-        raise RlkitError(f"the cluster could not read {path}: {tail}")
+        raise RlkitError(f"the cluster could not read {path}: {_tail(logs)}")
     try:
         return SummaryRun(json.loads(lines[-1][len(TAG) :]))
     except ValueError as e:
@@ -62,9 +66,8 @@ def read_run(
     status = handle.wait(timeout_s)
     logs = handle.logs()
     if str(getattr(status, "value", status)).upper() != "SUCCEEDED":
-        tail = " | ".join(logs.strip().splitlines()[-3:]) or "no output"
         raise RlkitError(
-            f"reading {path} on the cluster: job {handle.submission_id} {status}: {tail}"
+            f"reading {path} on the cluster: job {handle.submission_id} {status}: {_tail(logs)}"
         )
     return summary_from_logs(logs, str(path))
 

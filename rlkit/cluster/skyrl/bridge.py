@@ -2,20 +2,20 @@
 backends.
 
 SkyRL logs one dict per step through its `Tracking` (keys like `reward/avg_raw_reward`,
-`environment/solve_rate`, `eval/all/avg_score`, `policy/policy_loss`, `timing/step`; the stability
-signals of `rlkit.run.stability` among them).
-`BridgedTracking` is that class with one addition: every logged dict also goes, renamed
-(`rlkit_names`), to rlkit's `RunLogger` for the run dir, the one the local trainer logs
-through (RUN/metrics.jsonl, read by the notebook's job monitor and `rlkit plot`; the Ray gauges
-the Grafana dashboard queries, under the local trainer's names) and to MLflow when
-`MLFLOW_TRACKING_URI` is set and SkyRL's own logger is not already MLflow. An eval step also gets its interval (and `eval/bad_records`, the dump lines
-that were not JSON) from SkyRL's dump for that step; a dump that cannot be read costs only that
-interval. Every step reports SkyRL's latest complete checkpoint (its marker file). On a resumed
-run the bridge first cuts metrics.jsonl back to that checkpoint, as a local resume does, so no
-step is logged twice.
+`environment/solve_rate`, `eval/all/avg_score`, `policy/policy_loss`, `timing/step`; the
+stability signals of `rlkit.run.stability` among them). `experiment.BridgedTracking` is that
+class with one addition: every logged dict also goes through `MetricsBridge`, renamed (`rlkit_names`: the one place SkyRL's names
+become the local trainer's), to rlkit's `RunLogger` for the run dir, the one the local trainer
+logs through (RUN/metrics.jsonl, read by the notebook's job monitor and `rlkit plot`; the Ray
+gauges the Grafana dashboard queries) and to MLflow when `MLFLOW_TRACKING_URI` is set and
+SkyRL's own logger is not already MLflow. An eval step also gets its interval (and
+`eval/bad_records`, the dump lines that were not JSON) from SkyRL's dump for that step; a dump
+that cannot be read costs only that interval. Every step reports SkyRL's latest complete
+checkpoint (its marker file). On a resumed run the bridge first cuts metrics.jsonl back to
+that checkpoint, as a local resume does, so no step is logged twice.
 
-`rlkit.cluster.skyrl.entry` runs SkyRL's experiment with `RlkitExp`, whose `get_tracker` (SkyRL's
-extension point) returns a `BridgedTracking`.
+`rlkit.cluster.skyrl.entry` runs SkyRL's experiment with `experiment.RlkitExp`, whose
+`get_tracker` (SkyRL's extension point) returns a `BridgedTracking`.
 """
 
 from __future__ import annotations
