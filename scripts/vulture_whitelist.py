@@ -65,3 +65,9 @@ qwen_fixture
 # rlkit.stats' flat Wilson interval: the too-narrow baseline docs/statistics.md measures the
 # clustered interval against (tests/test_stats.py)
 wilson
+
+# Public API a researcher calls from a notebook, documented where named; only tests call it here
+_.with_changes  # rlkit.recipe.Recipe: switches by name, strings coerced (the module's docstring)
+apply_recipe  # rlkit.train.config: the local twin of get_preset(recipe=...) (docs/recipes.md)
+rescore  # rlkit.train.rescore: the learning check on any run's captures (docs/tests.md)
+_.learned

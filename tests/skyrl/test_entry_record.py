@@ -4,6 +4,7 @@ with other overrides records what changed."""
 
 import json
 
+import pytest
 from skyrl.train.config import SkyRLTrainConfig
 
 from rlkit.cluster.skyrl.entry import parse_args, record_run
@@ -29,3 +30,17 @@ def test_the_entry_records_skyrls_config_and_a_resume_records_its_changes(tmp_pa
     (change,) = json.loads((run_dir / "run.json").read_text())["config_changes"]
     assert change["changed"] == {"trainer.algorithm.eps_clip_high": ["0.28", "0.3"]}
     assert run.config()["skyrl"]["trainer"]["algorithm"]["eps_clip_high"] == 0.3
+
+
+def test_a_damaged_dataset_a_run_would_reuse_is_refused_in_one_line(tmp_path):
+    """A resumed run reuses RUN/data; a file there that is no dataset stops the entry with the
+    reader's one-line error (what was wrong, what to do) before SkyRL loads it."""
+    from rlkit.cluster.skyrl.entry import ensure_datasets
+    from rlkit.errors import UsageError
+
+    train, evals = ensure_datasets(str(tmp_path), 4, "test", 4)
+    assert ensure_datasets(str(tmp_path), 4, "test", 4) == (train, evals)  # reused as written
+    evals.write_bytes(b"not parquet")
+    with pytest.raises(UsageError, match="is not a readable parquet file") as err:
+        ensure_datasets(str(tmp_path), 4, "test", 4)
+    assert "\n" not in str(err.value) and "rlkit data" in str(err.value)

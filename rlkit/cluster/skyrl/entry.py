@@ -65,14 +65,16 @@ def parse_args(argv: list[str]) -> tuple[Job, list[str]]:
 def ensure_datasets(
     data_dir: str, train_rows: int, eval_set: str, eval_rows: int = 64, cell_px: int | None = None
 ) -> tuple[Path, Path]:
-    """Write the datasets once per run dir; a resumed run must see the same rows. `cell_px`:
-    the preset's view of the set (None: the set's own)."""
+    """Write the datasets once per run dir; a resumed run must see the same rows, read back
+    first so a damaged file is refused in one line here, not deep inside SkyRL's loader.
+    `cell_px`: the preset's view of the set (None: the set's own)."""
     from rlkit.cluster.skyrl.preset_checks import set_view
-    from rlkit.env.data import write_datasets
+    from rlkit.env.data import read_rows, write_datasets
 
     out = Path(data_dir)
     train, evals = out / "train.parquet", out / "eval.parquet"
     if train.is_file() and evals.is_file():
+        read_rows(train), read_rows(evals)
         print(f"rlkit: reusing datasets in {out}", flush=True)
         return train, evals
     cfg = set_view(eval_set, cell_px)
