@@ -71,3 +71,6 @@ _.with_changes  # rlkit.recipe.Recipe: switches by name, strings coerced (the mo
 apply_recipe  # rlkit.train.config: the local twin of get_preset(recipe=...) (docs/recipes.md)
 rescore  # rlkit.train.rescore: the learning check on any run's captures (docs/tests.md)
 _.learned
+read_eval_episodes  # rlkit.run.skyrl_dumps: every episode of one SkyRL eval dump dir
+_.maze_hash  # rlkit.run.skyrl_dumps.EvalEpisode: a dumped episode's record, read in notebooks
+_.stop_reason

@@ -12,9 +12,10 @@ from pathlib import Path, PurePosixPath
 import papermill
 import pytest
 import yaml
+from test_notebooks import STORED_NOTEBOOKS
 
 from rlkit.notebook import training
-from rlkit.notebook.demo import NOTEBOOK_DIR, STORED_NOTEBOOKS
+from rlkit.notebook.demo import NOTEBOOK_DIR
 
 PRESET_DIR = NOTEBOOK_DIR / "presets"
 FILES = sorted(PRESET_DIR.glob("*/*.yaml"))

@@ -67,7 +67,7 @@ def test_the_eta_follows_the_pace_of_the_last_ten_grpo_steps(tmp_path):
             }
         )
     p = read_progress(run.path)
-    assert p.grpo_step == 20 and p.grpo_s == 100.0
+    assert p.grpo_step == 20
     assert p.pace_s == 2.0 and p.eta_s == 20 * 2.0  # the average since the start would say 100
     early = read_progress(run.path, run.read_metrics()[:4])  # warm start + 3 GRPO steps
     assert early.pace_s == 8.0 and early.eta_s == 37 * 8.0

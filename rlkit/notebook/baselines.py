@@ -96,7 +96,7 @@ def baseline_evals(
             root / file, make, samples=samples, task=cfg.task, seed=seed, label=name
         )
         index.pop(file, None)
-        index[file] = key  # the newest last: `cached_baselines` prefers it
+        index[file] = key  # the newest last: `run_baselines` prefers it
         atomic_write_text(root / INDEX, json.dumps(index, indent=1) + "\n")
     return results
 
@@ -127,12 +127,6 @@ def _cached(out_dir: str | Path, want: Callable[[dict[str, Any]], bool]) -> dict
             found[key["policy"]] = root / file
     names = (*SCRIPTED_BASELINES, BASE)
     return {n: found[n] for n in (*names, *sorted(set(found) - set(names))) if n in found}
-
-
-def cached_baselines(out_dir: str | Path) -> dict[str, EvalResult]:
-    """The newest of each baseline `baseline_evals` cached under OUT/baselines/ (notebook 02),
-    {} if nothing yet."""
-    return {n: EvalResult.load(p) for n, p in _cached(out_dir, lambda key: True).items()}
 
 
 def run_baselines(

@@ -31,10 +31,6 @@ NOTEBOOKS = (
     "05_replay_and_failures",
 )
 TRAINING_NOTEBOOK = "03_train_grpo"
-COMPARE_NOTEBOOK = "06_compare_runs"
-"""Runs side by side: it needs two runs, and the demo trains one (tests/test_compare.py
-executes it on two)."""
-STORED_NOTEBOOKS = (*NOTEBOOKS, COMPARE_NOTEBOOK)
 KERNEL = "rlkit"
 
 

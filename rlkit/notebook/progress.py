@@ -33,8 +33,6 @@ class RunProgress:
     eval_rate: float | None = None
     eval_ci: tuple[float, float] | None = None
     elapsed_s: float = 0.0
-    grpo_s: float = 0.0
-    """Training seconds spent in GRPO so far."""
     pace_s: float | None = None
     """Seconds per GRPO step over the last `PACE_WINDOW` steps (the basis of the ETA)."""
 
@@ -119,7 +117,6 @@ def read_progress(
         eval_rate=last_eval["eval/solve_rate"] if last_eval else None,
         eval_ci=ci,
         elapsed_s=elapsed,
-        grpo_s=max(0.0, elapsed - ws_elapsed) if grpo else 0.0,
         pace_s=pace,
     )
 

@@ -154,11 +154,6 @@ class RunLogger:
             gauges[name] = gauge.set_default_tags({"run": run_name})
         return gauges
 
-    @property
-    def scalars_on(self) -> bool:
-        """Whether a scalar writer (TensorBoard for the local trainer) receives the values."""
-        return self._writer is not None
-
     def timer(self, name: str) -> contextlib.AbstractContextManager[None]:
         """Time a phase; its seconds join the next `log` call as `timing/<name>`."""
         return timer(name, self._pending)
@@ -206,8 +201,6 @@ class RunLogger:
 
 class NullLogger:
     """The logger for tracking off: same methods, writes nothing, times nothing."""
-
-    scalars_on = False
 
     def __init__(self) -> None:
         self.gauges: dict[str, Any] = {}
