@@ -37,8 +37,9 @@ test that pays for a long shared artifact (the SkyRL CPU run) sets its own `time
 
 
 JOBS_API_TIMEOUT_S = 30.0
-"""Per-request timeout of the suite's local heads' Jobs API (rlkit's default: 10 s). Measured: a
-submission with its working-dir upload timed out at 10 s while the machine was oversubscribed."""
+"""Per-request timeout of the suite's local heads' Jobs API (rlkit's default, set again for the
+suite's own heads). Measured: a submission with its working-dir upload timed out at 10 s while
+the machine was oversubscribed."""
 WORKER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 """Set in each worker, inherited by what it starts (trainer jobs, kernels, vLLM, Ray's
 workers). An OpenMP thread that finds no work spins for a while before it sleeps; with more

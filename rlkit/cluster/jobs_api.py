@@ -18,7 +18,9 @@ from ray.job_submission import JobSubmissionClient
 from rlkit.cluster.address import reach_advice, without_address_env
 from rlkit.errors import RlkitError
 
-DEFAULT_REQUEST_TIMEOUT_S = 10.0
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+"""Seconds one Jobs API request may take. A submission uploads the working dir, which a busy
+head (a SkyRL run on the same cores) took over 10 s to accept."""
 
 
 class TimedJobClient(JobSubmissionClient):
