@@ -249,6 +249,10 @@ def _start_or_reuse(port: int, num_cpus: int | None, timeout_s: float) -> LocalH
         RAY_DASHBOARD_STARTUP_TIMEOUT_S=str(int(timeout_s)),
         # the raylet's own 30 s registration deadline fails on busy cores before ours does
         RAY_raylet_start_wait_time_s=str(int(timeout_s)),
+        # and its wait for the dashboard agent's port file: on cores a SkyRL run holds, the
+        # agent took longer and the raylet aborted ("Timed out waiting for file ...
+        # metrics_agent_port"), leaving a head that never came up
+        RAY_agent_register_timeout_ms=str(int(timeout_s * 1000)),
         # Job entrypoints say `python`: make that this interpreter, which has rlkit's deps.
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
     )
