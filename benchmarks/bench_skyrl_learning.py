@@ -1,7 +1,7 @@
 """Does the cluster's recipe learn? SkyRL's whole trainer on CPU, then rlkit's local trainer on
 the same episode budget, each from the same warm-started model.
 
-    python benchmarks/bench_skyrl_learning.py                      # ~30 min on 2 cores
+    python benchmarks/bench_skyrl_learning.py                      # ~45 min on 2 cores
     python benchmarks/bench_skyrl_learning.py --skyrl-run RUN      # report a finished run
     python benchmarks/bench_skyrl_learning.py --steps 8 --eval-every 4 --no-local   # a rehearsal
 
@@ -194,7 +194,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skyrl-run", type=Path, help="a finished run of this benchmark")
     ap.add_argument("--root", type=Path, default=Path("runs/bench-skyrl-learning"))
-    ap.add_argument("--steps", type=int, default=40, help="GRPO steps (~31 s each here)")
+    ap.add_argument("--steps", type=int, default=80, help="GRPO steps (~31 s each here)")
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--no-local", action="store_true", help="SkyRL only")
     ap.add_argument("--local-run", type=Path, help="a finished local run of this benchmark")
