@@ -10,6 +10,11 @@ calls (the tests are not scanned: code only tests use counts as dead).
 _.get_metrics
 _.aggregate_metrics
 
+# SkyRL's generator calls `agent_loop` with its full signature (rlkit.cluster.skyrl.generator
+# overrides it; `max_tokens` is in that signature, and SkyRL's own VLM loop leaves it unread too)
+_.agent_loop
+max_tokens
+
 # SkyRL's `BasePPOExp` builds its parts through these hooks (rlkit.cluster.skyrl.experiment)
 _.get_tracker
 _.get_train_dataset

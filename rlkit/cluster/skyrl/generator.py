@@ -13,9 +13,7 @@ ending the run.
 `RlkitVLMGenerator` fixes the root: an observation is the render's tail after the assistant's
 end of turn, found by counting end-of-turn tokens back from the end (`observation_start`), so a
 non-canonical answer keeps its sample whole: the answer's sampled ids (with their logprobs), then
-the observation exactly as rendered. It runs SkyRL's own `agent_loop`, notes each turn at the
-generator's hooks (`_render_conversation`, the engine client's `generate`, the env's step through
-`_run_in_executor_if_available`) and then re-cuts each observation (`recut`). A last guard (`guard_placeholders`) covers what the root fix
+the observation exactly as rendered. A last guard (`guard_placeholders`) covers what the root fix
 cannot: a model that samples `<|image_pad|>` itself (SkyRL's client keeps it in the answer's
 text, and vLLM then renders the later images with one pad each). Such a sample's image-pad runs
 disagree with its image grids (what Qwen3-VL's forward checks, count and per-image runs); it
@@ -28,9 +26,9 @@ Measured against a real vLLM CPU server, the tiny model sampling its whole vocab
 2, 12 turns, 8 tokens an answer): SkyRL's generator left 2-3 of 16 samples whose forward fails as
 on the run; this one none, its guard taking the 3-4 samples that had sampled `<|image_pad|>`.
 
-At the same hooks it times each turn's phases (`PHASES`) and captures a few groups of every
-training step (`capturer`, rlkit.cluster.skyrl.capture): their turns recorded as the loop plays
-them, each with the engine's move probabilities, written to RUN/rollouts/ when the batch is done.
+It also captures a few groups of every training step (`capturer`, rlkit.cluster.skyrl.capture):
+their turns recorded as the loop plays them, each with the engine's move probabilities, written
+to RUN/rollouts/ when the batch is done.
 
 `RlkitExp.get_generator` (rlkit.cluster.skyrl.experiment) builds it; tests in
 tests/skyrl/test_generator.py drive it with SkyRL's own config, dataset and generate().
@@ -38,13 +36,17 @@ tests/skyrl/test_generator.py drive it with SkyRL's own config, dataset and gene
 
 from __future__ import annotations
 
+import copy
 import time
-from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict
 from typing import Any
+from uuid import uuid4
 
+import skyrl_gym
+from skyrl.backends.skyrl_train.inference_servers.base import InferenceEngineInput
 from skyrl.backends.skyrl_train.inference_servers.utils import resolve_policy_model_name
-from skyrl.train.generators.base import GeneratorOutput
+from skyrl.train.generators import skyrl_vlm_generator
+from skyrl.train.generators.base import TRAINING_PHASE_TRAIN, GeneratorOutput
 from skyrl.train.generators.skyrl_gym_generator import TrajectoryOutput
 from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
 from skyrl.utils.tok import get_processor
@@ -131,81 +133,6 @@ def guard_placeholders(out: GeneratorOutput, image_id: int, filler_id: int, merg
     return changed
 
 
-@dataclass
-class _Episode:
-    """One trajectory's turns as SkyRL's `agent_loop` plays them, noted at its hooks."""
-
-    renders: list[list[int]] = field(default_factory=list)
-    """Each render's ids: the prompt's (SkyRL's setup), then each turn's input."""
-    features: dict | None = None
-    """The latest render's multimodal features."""
-    sent: dict = field(default_factory=dict)
-    sampled: dict = field(default_factory=dict)
-    """The latest engine call's input and output."""
-    answers: list[list[int]] = field(default_factory=list)
-    """Each turn's sampled ids, with the eos SkyRL appends after a stop string."""
-    observations: list[int] = field(default_factory=list)
-    """Each turn's count of observation messages (0 when it ended the episode)."""
-
-
-_EPISODE: ContextVar[_Episode | None] = ContextVar("rlkit_skyrl_episode", default=None)
-"""The trajectory the running `agent_loop` plays (SkyRL gathers one task per trajectory)."""
-
-
-def recut(out: TrajectoryOutput, episode: _Episode, eos_id: int) -> TrajectoryOutput:
-    """SkyRL's trajectory with each observation taken from its render after the answer's end of
-    turn (`observation_start`; SkyRL's offset where that finds none). SkyRL cut turn k's
-    observation from the next render at `len(turn k's input) + len(turn k's sampled ids)`
-    (`skyrl_vlm_generator.py:148, 207`); its answers keep their ids, masks, logprobs, rewards."""
-    pieces: list[tuple[int, list[int] | None]] = []  # (SkyRL's length, new observation or None)
-    for k, answer in enumerate(episode.answers):
-        pieces.append((len(answer), None))
-        if k + 2 < len(episode.renders):  # the next render flushed this turn's observation
-            render, offset = episode.renders[k + 2], len(episode.renders[k + 1]) + len(answer)
-            ended = bool(answer) and answer[-1] == eos_id
-            start = observation_start(render, episode.observations[k], eos_id, ended)
-            pieces.append((len(render[offset:]), render[offset if start is None else start :]))
-    if sum(n for n, _ in pieces) != len(out.response_ids):
-        raise RuntimeError("SkyRL's agent_loop no longer cuts its turns as rlkit's recut reads")
-
-    def spliced(values: list, fill: float | None) -> list:
-        """`values` with each observation's span replaced (by its ids, or `fill` per id)."""
-        new, at = [], 0
-        for n, observation in pieces:
-            if observation is None:
-                new += values[at : at + n]
-            else:
-                new += observation if fill is None else [fill] * len(observation)
-            at += n
-        return new
-
-    lps = out.rollout_logprobs
-    return replace(
-        out,
-        response_ids=spliced(out.response_ids, None),
-        loss_mask=spliced(out.loss_mask, 0),
-        reward=spliced(out.reward, 0.0),
-        rollout_logprobs=None if lps is None else spliced(lps, 0.0),
-    )
-
-
-class _TappedClient:
-    """An engine client whose `generate` calls are reported to `tap(input, output, started)`;
-    everything else is the client's."""
-
-    def __init__(self, client: Any, tap) -> None:
-        self._client, self._tap = client, tap
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-    async def generate(self, engine_input: dict, **kwargs: Any) -> dict:
-        since = time.monotonic()
-        output = await self._client.generate(engine_input, **kwargs)
-        self._tap(engine_input, output, since)
-        return output
-
-
 class RlkitVLMGenerator(SkyRLVLMGymGenerator):
     """`SkyRLVLMGymGenerator` whose samples' image placeholders always match their images.
 
@@ -217,8 +144,6 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
         self, *args: Any, merge_size: int, capturer: Capturer | None = None, **kwargs: Any
     ) -> None:
         super().__init__(*args, **kwargs)
-        # SkyRL's loop reads the engine only through this client: its answers are noted here
-        self.inference_engine_client = _TappedClient(self.inference_engine_client, self._sampled)
         self.merge_size = merge_size
         self.capturer = capturer
         self._capture: StepCapture | None = None
@@ -230,8 +155,10 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
         self._seconds = dict.fromkeys(PHASES, 0.0)
         self._turns = 0
 
-    def _timed(self, phase: str, since: float) -> None:
-        self._seconds[phase] += time.monotonic() - since
+    def _timed(self, phase: str, since: float) -> float:
+        now = time.monotonic()
+        self._seconds[phase] += now - since
+        return now
 
     async def generate(self, input_batch, disable_tqdm: bool = False) -> GeneratorOutput:
         capture = self.capturer.begin(input_batch) if self.capturer is not None else None
@@ -250,51 +177,143 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
             out["rollout_metrics"].update(await capture.finish(input_batch, out))
         return out
 
-    async def agent_loop(self, *args: Any, **kwargs: Any) -> TrajectoryOutput:
-        """SkyRL's own loop, its turns noted at the hooks below, then each observation re-cut
-        where its render puts it (`recut`)."""
-        episode = _Episode()
-        token = _EPISODE.set(episode)
+    async def agent_loop(
+        self,
+        prompt,
+        env_class: str,
+        env_extras: dict[str, Any],
+        max_tokens: int,
+        max_input_length: int,
+        sampling_params: dict[str, Any] | None = None,
+        trajectory_id=None,
+        cache_salt: str | None = None,
+        training_phase=TRAINING_PHASE_TRAIN,
+    ) -> TrajectoryOutput:
+        """SkyRL 0.4.0's loop (`skyrl_vlm_generator.py:73-237`), restated because the slice to
+        fix sits mid-loop with no hook; the one change is where each observation starts
+        (`observation_start`, falling back to SkyRL's offset). tests/skyrl/test_generator.py
+        pins SkyRL's source it follows and checks both agree on canonical answers."""
+        start_time = time.monotonic()
+        session_id = (
+            f"{trajectory_id.instance_id}_{trajectory_id.repetition_id}"
+            if trajectory_id is not None
+            else uuid4().hex
+        )
+        eos = self.tokenizer.eos_token_id
         try:
-            out = await super().agent_loop(*args, **kwargs)
-        finally:
-            _EPISODE.reset(token)
-        return recut(out, episode, self.tokenizer.eos_token_id)
+            env_extras["max_turns"] = self.max_turns
+            env_config = getattr(self.skyrl_gym_cfg, env_class, dict())
+            env = skyrl_gym.make(env_class, env_config=env_config, extras=env_extras)
+            conversation = copy.deepcopy(prompt)
+            conversation, _ = await self._run_in_executor_if_available(env.init, conversation)
+            initial_render = await self._render_conversation(conversation)
+            prompt_ids = initial_render["prompt_ids"]
+            latest_features = initial_render["features"]
 
-    async def _render_conversation(self, conversation):
-        since = time.monotonic()
-        rendered = await super()._render_conversation(conversation)
-        episode = _EPISODE.get()
-        if episode is not None:
-            if episode.renders:  # a turn's input (the first render is SkyRL's setup: untimed)
-                self._timed("render", since)
-            episode.renders.append(rendered["prompt_ids"])
-            episode.features = rendered["features"]
-        return rendered
-
-    def _sampled(self, engine_input: dict, engine_output: dict, since: float) -> None:
-        episode = _EPISODE.get()
-        if episode is not None:
-            self._timed("engine", since)
-            self._turns += 1
-            episode.sent, episode.sampled = engine_input, engine_output
-
-    async def _run_in_executor_if_available(self, func, *args: Any, **kwargs: Any):
-        episode = _EPISODE.get()
-        if episode is None or getattr(func, "__name__", None) != "step":  # env.init, env.close
-            return await super()._run_in_executor_if_available(func, *args, **kwargs)
-        answer = episode.sampled["response_ids"][0]  # SkyRL has appended its eos to it by now
-        episode.answers.append(answer)
-        if self._capture is not None:  # a captured episode's turn (others: ignored)
-            session, salt = episode.sent["session_ids"][0], episode.sent.get("cache_salt")
-            self._capture.turn(
-                session, args[0], episode.renders[-1], answer, episode.features, salt
+            params = (
+                sampling_params
+                if sampling_params is not None
+                else asdict(self.generator_cfg.sampling_params)
             )
-        since = time.monotonic()
-        step = await super()._run_in_executor_if_available(func, *args, **kwargs)
-        self._timed("env", since)
-        episode.observations.append(0 if step["done"] else len(step["observations"]))
-        return step
+            logprobs: list[float] | None = [] if params.get("logprobs") is not None else None
+            stop_strs = params.get("stop", None)
+            response_ids: list[int] = []
+            loss_mask: list[int] = []
+            step_rewards: list[tuple[float, int]] = []
+            stop_reason, done = "stop", False
+            pending: tuple[int, int, bool] | None = None  # SkyRL's offset, obs messages, eos
+
+            while not done:
+                t = time.monotonic()
+                rendered = await self._render_conversation(conversation)
+                t = self._timed("render", t)
+                input_ids = rendered["prompt_ids"]
+                latest_features = rendered["features"]
+                if pending is not None:
+                    offset, n_obs, answer_ended = pending
+                    start = observation_start(input_ids, n_obs, eos, answer_ended)
+                    obs_tokens = input_ids[offset if start is None else start :]
+                    response_ids.extend(obs_tokens)
+                    loss_mask.extend([0] * len(obs_tokens))
+                    if logprobs is not None:
+                        logprobs.extend([0.0] * len(obs_tokens))
+                    pending = None
+                if len(input_ids) > max_input_length:
+                    stop_reason = "length"
+                    break
+
+                engine_input = InferenceEngineInput(
+                    prompt_token_ids=[input_ids],
+                    session_ids=[session_id],
+                    sampling_params=params,
+                    mm_features=[latest_features] if latest_features is not None else None,
+                    cache_salt=cache_salt,
+                )
+                engine_output = await self.inference_engine_client.generate(
+                    engine_input, model=self.policy_model_name
+                )
+                t = self._timed("engine", t)
+                self._turns += 1
+                gen_text = engine_output["responses"][0]
+                gen_ids = engine_output["response_ids"][0]
+                stop_reason = engine_output["stop_reasons"][0]
+                gen_logprobs = (
+                    engine_output["response_logprobs"][0]
+                    if engine_output.get("response_logprobs")
+                    else None
+                )
+                added_eos = (
+                    stop_strs is not None
+                    and self.generator_cfg.append_eos_token_after_stop_str_in_multi_turn
+                    and gen_text.endswith(tuple(stop_strs))
+                    and gen_ids[-1] != eos
+                )
+                if added_eos:
+                    gen_ids.append(eos)
+                    if gen_logprobs is not None:
+                        gen_logprobs.append(0.0)
+
+                if self._capture is not None:  # a captured episode's turn (others: ignored)
+                    self._capture.turn(
+                        session_id, gen_text, input_ids, gen_ids, latest_features, cache_salt
+                    )
+                t = time.monotonic()
+                step = await self._run_in_executor_if_available(env.step, gen_text)
+                self._timed("env", t)
+                done = step["done"]
+                conversation.append({"role": "assistant", "content": gen_text})
+                response_ids.extend(gen_ids)
+                loss_mask.extend([1] * (len(gen_ids) - added_eos) + [0] * added_eos)
+                if logprobs is not None:
+                    logprobs.extend(gen_logprobs if gen_logprobs else [0.0] * len(gen_ids))
+                if gen_ids:
+                    step_rewards.append((step["reward"], len(response_ids) - 1))
+                if not done:
+                    conversation.extend(step["observations"])
+                    ended = bool(gen_ids) and gen_ids[-1] == eos
+                    pending = (len(input_ids) + len(gen_ids), len(step["observations"]), ended)
+
+            reward = [0.0] * len(response_ids)
+            for r, idx in step_rewards:
+                reward[idx] = float(r)
+            # looked up where SkyRL's loop looks it up, so both decode alike
+            mm = skyrl_vlm_generator.decode_mm_kwargs((latest_features or {}).get("kwargs_data"))
+            env_metrics = env.get_metrics()
+            await self._run_in_executor_if_available(env.close)
+            return TrajectoryOutput(
+                response_ids=response_ids,
+                reward=reward,
+                stop_reason=stop_reason,
+                loss_mask=loss_mask,
+                prompt_ids=prompt_ids,
+                rollout_logprobs=logprobs,
+                env_metrics=env_metrics,
+                pixel_values=mm["pixel_values"],
+                image_grid_thw=mm["image_grid_thw"],
+                e2e_time=time.monotonic() - start_time,
+            )
+        finally:
+            await self.inference_engine_client.finish_session(session_id)
 
 
 def build_generator(
