@@ -74,7 +74,8 @@ def ensure_datasets(
     out = Path(data_dir)
     train, evals = out / "train.parquet", out / "eval.parquet"
     if train.is_file() and evals.is_file():
-        read_rows(train), read_rows(evals)
+        for rows in (train, evals):
+            read_rows(rows)  # a damaged file: one line, here
         print(f"rlkit: reusing datasets in {out}", flush=True)
         return train, evals
     cfg = set_view(eval_set, cell_px)
