@@ -73,6 +73,8 @@ LOCAL_REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
 class Recipe:
     """The algorithm switches of a GRPO run; names and values are SkyRL's."""
 
+    KEY_NOUN = "recipe switch"  # what `rlkit.settings.resolve_key` calls an unknown one
+
     advantage_estimator: str = "grpo"
     """How episode rewards become advantages: `grpo` is group-relative (Shao et al. 2024,
     DeepSeekMath, arXiv 2402.03300). SkyRL key `trainer.algorithm.advantage_estimator`."""

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any
 
 from rlkit.errors import UsageError
+
+_BASE = "<base>"
+"""`apply_settings`'s key for a whole section given as an instance."""
 
 RENAMED: dict[str, str] = {
     "grpo.eps_clip_low": "recipe.eps_clip_low",
@@ -96,7 +99,7 @@ def coerce_like(value: Any, current: Any, key: str) -> Any:
 def annotation_kind(annotation: Any) -> tuple[type | None, bool]:
     """(kind, nullable) of a dataclass field's annotation as text (`from __future__ import
     annotations`): `"float | None"` -> (float, True); a str or other type -> (str, ...)."""
-    text = str(annotation)
+    text = annotation.__name__ if isinstance(annotation, type) else str(annotation)
     for kind in (bool, int, float):
         if text.startswith(kind.__name__):
             return kind, "None" in text
@@ -126,6 +129,124 @@ def coerce_fields(obj: Any, changes: Mapping[str, Any]) -> dict[str, Any]:
             hint = f" (did you mean {near[0]}?)" if near else ""
             raise UsageError(f"unknown setting {key!r}{hint}: valid are {', '.join(valid)}")
     return out
+
+
+def apply_settings[C](config: C, changes: Mapping[str, Any]) -> C:
+    """`config` (a frozen dataclass of sections, any depth) with `changes` applied: the one
+    override path of every config (the local `TrainConfig`, a `SkyRLPreset`, a `Recipe`).
+
+    Keys (`resolve_key`): a dotted path of any depth (`grpo.lr`, `task.env.max_turns`,
+    `recipe.eps_clip_high`), or a bare name unique in the tree (`steps`, `eps_clip_high`; a
+    section's name joined to its field's with `_` too: `capture_groups` is `capture.groups`).
+    Text values are coerced to the field's annotated type (`coerce_text`); a section takes only a
+    whole instance of its own class. Every change to one section is applied in one `replace`,
+    so a section's checks (`__post_init__`) see its switches together and run once, as do the
+    cross-field checks of `config` itself: `--set` order never matters (a `Recipe`'s
+    `seq_mean_token_sum_norm` and the `max_seq_len` it needs). Unchanged: `config` itself.
+    """
+    tree = _Node()
+    for key, value in changes.items():
+        path = resolve_key(config, key).split(".")
+        *sections, name = path
+        node, parent = tree, config
+        for part in sections:
+            node = node.setdefault(part, _Node())
+            parent = getattr(parent, part)
+        current = getattr(parent, name)
+        if is_dataclass(current):
+            if not isinstance(value, type(current)):
+                raise UsageError(
+                    f"config key {key!r} is a section: set one of its fields "
+                    f"({_example(current, '.'.join(path))})"
+                )
+            node.setdefault(name, _Node())[_BASE] = value
+        else:
+            node[name] = _coerce_field(parent, name, value, key)
+    return _rebuild(config, tree) if tree else config
+
+
+def resolve_key(config: Any, key: str) -> str:
+    """The dotted path `key` names in `config` (`apply_settings`'s rules): a path from the root
+    first, else a bare name matching one field's name (or its section's and its own joined with
+    `_`). A key the recipe renamed, an unknown key (with a did-you-mean) and an ambiguous bare
+    name are one-line UsageErrors."""
+    check_renamed(key)
+    noun = getattr(type(config), "KEY_NOUN", "config key")
+    head = key.split(".", 1)[0]
+    if "." in key or head in {f.name for f in fields(config)}:
+        return _walk(config, key, noun)
+    found = [p for p in _paths(config) if p[-1] == key or "_".join(p[-2:]) == key]
+    if len(found) == 1:
+        return ".".join(found[0])
+    if found:
+        listed = ", ".join(".".join(p) for p in found)
+        raise UsageError(f"{noun} {key!r} is ambiguous: write one of {listed}")
+    names: dict[str, str] = {}
+    for path in _paths(config):
+        names |= {path[-1]: ".".join(path), "_".join(path[-2:]): ".".join(path)}
+    near = difflib.get_close_matches(key, list(names), n=1)
+    hint = f" (did you mean {names[near[0]]}?)" if near else ""
+    top = [f.name + (".*" if is_dataclass(getattr(config, f.name)) else "") for f in fields(config)]
+    raise UsageError(
+        f"unknown {noun} {key!r}{hint}: valid are {', '.join(top)}, or a field's own name "
+        "where it is unique"
+    )
+
+
+class _Node(dict):
+    """One section's changes in `apply_settings`: field -> value or a `_Node` below, and at
+    `_BASE` a whole instance replacing the section before its own changes."""
+
+
+def _walk(config: Any, key: str, noun: str) -> str:
+    obj: Any = config
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        if not is_dataclass(obj):
+            raise UsageError(f"config key {key!r} goes below a plain value")
+        names = [f.name for f in fields(obj)]
+        if part not in names:
+            if depth:
+                noun = getattr(type(obj), "KEY_NOUN", noun)
+            near = difflib.get_close_matches(part, names, n=1)
+            where = ".".join(parts[:depth] + near)
+            hint = f" (did you mean {where}?)" if near else ""
+            raise UsageError(f"unknown {noun} {key!r}{hint}: valid here are {', '.join(names)}")
+        obj = getattr(obj, part)
+    return key
+
+
+def _paths(obj: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every field's path below `obj`, sections and their fields alike, depth first."""
+    out: list[tuple[str, ...]] = []
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        out.append((*prefix, f.name))
+        if is_dataclass(value):
+            out += _paths(value, (*prefix, f.name))
+    return out
+
+
+def _example(section: Any, prefix: str) -> str:
+    names = [f.name for f in fields(section)]
+    return f"{prefix}.{names[0]}, ..." if names else prefix
+
+
+def _coerce_field(section: Any, name: str, value: Any, key: str) -> Any:
+    annotation = next(f.type for f in fields(section) if f.name == name)
+    kind, nullable = annotation_kind(annotation)
+    return coerce_text(value, key, kind, nullable=nullable)
+
+
+def _rebuild(obj: Any, node: _Node) -> Any:
+    changes = {
+        name: _rebuild(change.get(_BASE, getattr(obj, name)), change)
+        if isinstance(change, _Node)
+        else change
+        for name, change in node.items()
+        if name != _BASE
+    }
+    return replace(obj, **changes)
 
 
 @dataclass(frozen=True)

@@ -6,15 +6,15 @@ The named presets are `rlkit.train.presets`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rlkit.env.maze_env import EnvConfig
 from rlkit.errors import UsageError
 from rlkit.maze.sets import MazeSpec, pinned_spec
 from rlkit.model.config import TinyConfig
-from rlkit.recipe import Recipe, coerce_switches
-from rlkit.settings import CaptureConfig, check_renamed, coerce_like
+from rlkit.recipe import Recipe
+from rlkit.settings import CaptureConfig, apply_settings
 
 RESUME_MAY_CHANGE: tuple[str, ...] = (
     "schedule.steps",
@@ -228,71 +228,18 @@ class TrainConfig:
         return asdict(self)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> TrainConfig:
-        """`{"grpo.lr": 1e-4, "recipe.eps_clip_high": 0.28}` -> a new config (CLI `--set`).
-
-        The cross-field checks run once, on the result: `--set` order never matters (e.g.
-        `recipe.loss_reduction=seq_mean_token_sum_norm` before the `recipe.max_seq_len` it
-        needs). A key the recipe renamed (`rlkit.settings.RENAMED`) is a one-line error naming
-        the new one.
-        """
-        parts: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
-        for key, value in overrides.items():
-            check_renamed(key)
-            head, *rest = key.split(".")
-            if head not in parts:
-                raise UsageError(f"unknown config key {key!r}: valid here are {sorted(parts)}")
-            if rest and not is_dataclass(parts[head]):
-                raise UsageError(f"config key {key!r} goes below a plain value")
-            if not rest and is_dataclass(parts[head]):
-                raise UsageError(f"config key {key!r} is a section: set one of its fields")
-            if head == "recipe":  # checked together below, once every switch is in
-                parts[head] = _Pending.add(parts[head], key, value)
-            elif rest:
-                parts[head] = _set_path(parts[head], rest, value, key)
-            else:
-                parts[head] = coerce_like(value, parts[head], key)
-        if isinstance(parts["recipe"], _Pending):
-            parts["recipe"] = parts["recipe"].build()
-        return replace(self, **parts)
+        """`{"grpo.lr": 1e-4, "recipe.eps_clip_high": 0.28}` -> a new config (CLI `--set`),
+        through `rlkit.settings.apply_settings`: dotted keys or unique bare names (`steps`),
+        every check run once on the result, so `--set` order never matters; a key the recipe
+        renamed (`rlkit.settings.RENAMED`) is a one-line error naming the new one."""
+        return apply_settings(self, overrides)
 
 
 def apply_recipe(cfg: TrainConfig, changes: Mapping[str, Any] | Recipe) -> TrainConfig:
     """`cfg` with recipe `changes` (switch -> value, strings coerced; or a whole Recipe), checked
     for the local trainer: `apply_recipe(preset("local-tiny"), {"eps_clip_high": 0.28})`."""
     if isinstance(changes, Recipe):
-        return replace(cfg, recipe=changes)
-    return cfg.with_overrides(
-        {f"recipe.{k.removeprefix('recipe.')}": v for k, v in changes.items()}
+        return apply_settings(cfg, {"recipe": changes})
+    return apply_settings(
+        cfg, {f"recipe.{k.removeprefix('recipe.')}": v for k, v in changes.items()}
     )
-
-
-@dataclass
-class _Pending:
-    """Recipe changes gathered from several `--set`s, validated together (their order never
-    matters: `seq_mean_token_sum_norm` and the `max_seq_len` it needs)."""
-
-    base: Recipe
-    changes: dict[str, Any]
-
-    @staticmethod
-    def add(current: Recipe | _Pending, key: str, value: Any) -> _Pending:
-        pending = current if isinstance(current, _Pending) else _Pending(current, {})
-        pending.changes.update(coerce_switches(pending.base, {key: value}))
-        return pending
-
-    def build(self) -> Recipe:
-        return replace(self.base, **self.changes)
-
-
-def _set_path(obj: Any, path: list[str], value: Any, full: str) -> Any:
-    names = {f.name: f for f in fields(obj)}
-    if path[0] not in names:
-        raise UsageError(f"unknown config key {full!r}: valid here are {sorted(names)}")
-    current = getattr(obj, path[0])
-    if len(path) > 1:
-        if not is_dataclass(current):
-            raise UsageError(f"config key {full!r} goes below a plain value")
-        return replace(obj, **{path[0]: _set_path(current, path[1:], value, full)})
-    if is_dataclass(current):
-        raise UsageError(f"config key {full!r} is a section: set one of its fields")
-    return replace(obj, **{path[0]: coerce_like(value, current, full)})

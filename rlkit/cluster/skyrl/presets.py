@@ -32,8 +32,8 @@ from rlkit.cluster.skyrl.instances import (
 from rlkit.cluster.skyrl.preset_checks import check_preset
 from rlkit.env.maze_env import env_for_set
 from rlkit.errors import UsageError
-from rlkit.recipe import Recipe, coerce_switches
-from rlkit.settings import CaptureConfig, check_renamed
+from rlkit.recipe import Recipe
+from rlkit.settings import CaptureConfig, apply_settings, resolve_key
 from rlkit.train.config import WarmStartConfig
 
 CLUSTER_RECIPE = Recipe(kl_loss_coef=0.005)
@@ -56,6 +56,8 @@ class SkyRLPreset:
 
     Departures from that recipe are stated on the field they touch.
     """
+
+    KEY_NOUN = "SkyRL preset setting"  # what `rlkit.settings.resolve_key` calls an unknown one
 
     model_path: str = "Qwen/Qwen3-VL-8B-Instruct"
     """HF id or a path on /fsx (pre-download to /fsx to spare every node the download); or
@@ -337,33 +339,21 @@ PRESETS: dict[str, SkyRLPreset] = {
 def get_preset(
     name: str, *, recipe: Recipe | Mapping[str, object] | None = None, **changes: object
 ) -> SkyRLPreset:
-    """Preset `name` with `changes` (preset fields, or recipe switches by name) and `recipe`
-    (a whole Recipe, or switch -> value changes to the preset's own); a switch SkyRL cannot
-    honour, and every preset check, is a one-line UsageError. Another `eval_set` brings its own
-    turn budget unless `max_turns` is given too (a set's budget is part of its difficulty)."""
+    """Preset `name` with `changes` (settings by name or dotted path, recipe switches among
+    them: `rlkit.settings.apply_settings`) and `recipe` (a whole Recipe, or switch -> value
+    changes to the preset's own); a switch SkyRL cannot honour, and every preset check, is a
+    one-line UsageError. Another `eval_set` brings its own turn budget unless `max_turns` is
+    given too (a set's budget is part of its difficulty)."""
     if name not in PRESETS:
         raise UsageError(f"unknown SkyRL preset {name!r}; choose from {', '.join(PRESETS)}")
     base = PRESETS[name]
-    for key in changes:
-        check_renamed(key)
-    preset_fields = {f.name for f in fields(SkyRLPreset)}
-    known = preset_fields | {f.name for f in fields(Recipe)}
-    unknown = sorted(set(changes) - known)
-    if unknown:
-        raise UsageError(
-            f"unknown SkyRL preset setting {unknown[0]!r}: valid are preset fields "
-            f"({', '.join(sorted(preset_fields))}) and recipe switches (rlkit.recipe.Recipe)"
-        )
-    switches = {k: v for k, v in changes.items() if k not in preset_fields}
-    changes = {k: v for k, v in changes.items() if k in preset_fields}
-    if changes.get("eval_set", base.eval_set) != base.eval_set and "max_turns" not in changes:
-        changes["max_turns"] = env_for_set(str(changes["eval_set"])).max_turns  # the set's budget
-    new_recipe = recipe if isinstance(recipe, Recipe) else changes.pop("recipe", base.recipe)
-    if not isinstance(new_recipe, Recipe):
-        raise UsageError(f"recipe must be a rlkit.recipe.Recipe or a mapping, got {new_recipe!r}")
-    updates = {**(recipe if isinstance(recipe, Mapping) else {}), **switches}
-    if updates:
-        new_recipe = replace(new_recipe, **coerce_switches(new_recipe, updates))
-    if new_recipe != base.recipe:
-        changes["recipe"] = new_recipe
-    return replace(base, **changes) if changes else base
+    if isinstance(recipe, Mapping):
+        changes = {f"recipe.{k.removeprefix('recipe.')}": v for k, v in recipe.items()} | changes
+    elif recipe is not None:
+        changes = {"recipe": recipe, **changes}
+    keyed = {resolve_key(base, key): value for key, value in changes.items()}
+    set_key, turns_key = resolve_key(base, "eval_set"), resolve_key(base, "max_turns")
+    eval_set = keyed.get(set_key, base.eval_set)
+    if eval_set != base.eval_set and turns_key not in keyed:
+        keyed[turns_key] = env_for_set(str(eval_set)).max_turns  # the set's own budget
+    return apply_settings(base, keyed)
