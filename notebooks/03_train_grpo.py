@@ -96,7 +96,7 @@ print(plan)
 
 # %%
 cluster = None if plan.dry_run or not submit else connect(address, local_port=local_port)
-job = training.launch_run(plan, cluster) if cluster else None
+job = launch.launch_plan(plan, cluster) if cluster else None
 job
 
 # %% [markdown]

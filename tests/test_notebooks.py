@@ -149,4 +149,4 @@ def test_notebook_03_takes_one_recipe_for_either_backend(tmp_path):
         outputs = [o for c in cells for o in c.get("outputs", [])]
         assert not [o for o in outputs if o["output_type"] == "error"], preset
         text = "".join("".join(o.get("text", "")) for o in outputs)
-        assert wanted in text and "recipe:   eps_clip_high=0.28" in text, preset
+        assert wanted in text and "recipe:        eps_clip_high=0.28" in text, preset

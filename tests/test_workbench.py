@@ -276,7 +276,7 @@ def test_plans_for_local_and_cluster_presets(tmp_path):
     assert (
         "no cluster: dry run" in text
         and "rlkit.cluster.skyrl.entry" in text
-        and "GPUs:     12" in text
+        and "SkyRL asks for 12 GPUs" in text
     )
     assert launch.launch_plan(sky, None) is None
     with pytest.raises(UsageError, match="needs a cluster"):

@@ -89,34 +89,10 @@ def _forwarded_env(names: list[str]) -> dict[str, str]:
     return {n: os.environ[n] for n in names}
 
 
-def _hang_summary(sky) -> str:
-    rules = sky.hang_rules()
-    if not rules.enabled:
-        return "off (--hang-minutes 0)"
-    return (
-        f"on HyperPod, {rules.action} after {rules.stall_minutes} min without a step line "
-        f"({rules.start_minutes} min to the first); off elsewhere"
-    )
-
-
-def _pod_summary(sky) -> str:
-    pod = sky.pod
-    if pod is None:
-        return f"{sky.nodes} host(s) with {sky.node_gpus} logical GPUs (no instance type)"
-    efa = f", {pod.efa} EFA" if pod.efa else ", no EFA (one node)"
-    return (
-        f"{sky.nodes} x {sky.instance_type}, each pod {pod.gpus} GPUs, {pod.cpus} vCPU, "
-        f"{pod.memory_gib} GiB{efa}"
-    )
-
-
 def _submit(args: argparse.Namespace) -> int:
-    from rlkit.cluster.address import resolve_address
-    from rlkit.cluster.launch import launch_plan, plan_training
-    from rlkit.cluster.masking import describe_submission
+    from rlkit.cluster.launch import launch_plan, plan_line, plan_training, pod_summary
+    from rlkit.cluster.masking import mask_env
     from rlkit.cluster.presets import preset_backend
-    from rlkit.cluster.skyrl.cost import estimate_cost
-    from rlkit.cluster.skyrl.overrides import build_overrides
     from rlkit.cluster.skyrl.storage import storage_estimate
     from rlkit.settings import parse_sets
 
@@ -160,8 +136,8 @@ def _submit(args: argparse.Namespace) -> int:
         from rlkit.cluster.raycluster import raycluster, write_manifest
 
         out = write_manifest(args.raycluster, raycluster(plan.sky, image=args.image))
-        print(f"wrote {out}: {_pod_summary(plan.sky)}")
-        print(f"start it:      kubectl apply -n ray -f {out}")
+        print(f"wrote {out}: {pod_summary(plan.sky)}")
+        print(plan_line("start it", f"kubectl apply -n ray -f {out}"))
         return 0
     if args.rayjob:
         from rlkit.cluster.rayjob import rayjob, secret_command, write_rayjob
@@ -176,48 +152,30 @@ def _submit(args: argparse.Namespace) -> int:
         )
         out = write_rayjob(args.rayjob, manifest)
         print(f"wrote {out}: a RayJob retried up to {args.backoff_limit} times on new clusters")
-        print(f"storage:       {storage_estimate(plan.sky).summary()}")
-        print(
-            "rlkit:         the image's own (a RayJob ships no checkout): rebuild it after changes"
-        )
+        print(plan_line("storage", storage_estimate(plan.sky).summary()))
+        ships = "the image's own (a RayJob ships no checkout): rebuild it after changes"
+        print(plan_line("rlkit", ships))
         if env_vars:
-            print(f"secret first:  {secret_command(plan.run_name, list(env_vars))}")
-        print(f"start it:      kubectl apply -n ray -f {out}")
+            print(plan_line("secret first", secret_command(plan.run_name, list(env_vars))))
+        print(plan_line("start it", f"kubectl apply -n ray -f {out}"))
         return 0
-    if args.dry_run and plan.sky is None:
-        print(plan)
-        return 0
-    if args.dry_run:
-        metadata = {"rlkit_run_name": plan.run_name, "preset": args.preset, "run_dir": plan.run_dir}
-        runtime_env = {"working_dir": "<this rlkit checkout>", "env_vars": env_vars}
-        print(
-            describe_submission(
-                f"rlkit-{plan.run_name}-<next>", plan.command, runtime_env, metadata
-            )
-        )
-        print(f"address:       {resolve_address(plan.address)}")
-        print(
-            f"resources:     driver 1 CPU; SkyRL's trainer task {plan.sky.driver_memory_gb} GiB "
-            f"on a GPU worker; SkyRL asks for {plan.sky.num_gpus} GPUs"
-        )
-        print(f"workers:       {_pod_summary(plan.sky)}")
-        print(f"storage:       {storage_estimate(plan.sky).summary()}")
-        print("\n".join(estimate_cost(plan.sky, plan.budget.budget).lines()))
-        print(f"hang rule:     {_hang_summary(plan.sky)}")
-        print("\n".join(plan.budget.lines()))
-        print("skyrl overrides:")
-        for item in build_overrides(plan.sky, plan.run_name):
-            print(f"  {item}")
-        return 0
-    if plan.dry_run:
+    if plan.dry_run and not args.dry_run:
         raise UsageError(
             f"{args.preset} needs {plan.sky.num_gpus} GPUs and the local Ray head has none: "
             "give --address of a GPU cluster, or --dry-run to see what would run"
         )
+    print(plan)
+    if args.dry_run:
+        if env_vars:  # what the job would get besides the plan: the values never printed
+            masked = " ".join(f"{k}={v}" for k, v in mask_env(env_vars).items())
+            print(plan_line("env vars", masked))
+        print(plan_line("job", f"rlkit-{plan.run_name}-<next>: nothing submitted (--dry-run)"))
+        return 0
     cluster = cli_connect(args, start_local=True)
     job = launch_plan(plan, cluster, env_vars=env_vars)
-    print(cluster.last_submission)
-    print(f"submitted {job.submission_id}; follow: rlkit jobs logs {job.submission_id} --follow")
+    print(cluster.last_submission)  # what Ray received: id, working dir, env masked, metadata
+    follow = f"rlkit jobs logs {job.submission_id} --follow"
+    print(plan_line("job", f"{job.submission_id} submitted; follow: {follow}"))
     return 0
 
 

@@ -1,7 +1,8 @@
 """Training as a Ray job, one path for every preset: `plan_training` resolves a preset (local
 or SkyRL) into a `TrainingPlan` (what runs, where; printed by the plan itself), `launch_plan`
 submits it. `rlkit submit`, `rlkit train --address` (`submit_training`) and notebook 03 all
-go through the two.
+go through the two, and `rlkit submit` and notebook 03 print the same `str(plan)` (a line the
+CLI adds, e.g. a manifest's path, is laid out by the same `plan_line`).
 
     plan = plan_training("local-tiny", "runs", address="local")
     print(plan)
@@ -18,7 +19,7 @@ import asyncio
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -155,9 +156,42 @@ class Refreshable(Protocol):
     def refresh(self) -> object: ...
 
 
+LABEL_WIDTH = 15
+"""Every line of a plan, and every line `rlkit submit` adds to one, is `label:` padded to this
+width and then the value (the token budget's and the cost's own lines are laid out the same)."""
+
+
+def plan_line(label: str, value: object) -> str:
+    """One line of a printed plan: `plan_line("run dir", path)` -> `run dir:       /...`."""
+    return f"{label + ':':<{LABEL_WIDTH}}{value}"
+
+
+def pod_summary(sky: skyrl.SkyRLPreset) -> str:
+    """The preset's worker pods: how many, and each one's GPUs, CPUs, memory and network."""
+    pod = sky.pod
+    if pod is None:
+        return f"{sky.nodes} host(s) with {sky.node_gpus} logical GPUs (no instance type)"
+    efa = f", {pod.efa} EFA" if pod.efa else ", no EFA (one node)"
+    return (
+        f"{sky.nodes} x {sky.instance_type}, each pod {pod.gpus} GPUs, {pod.cpus} vCPU, "
+        f"{pod.memory_gib} GiB{efa}"
+    )
+
+
+def _hang_summary(sky: skyrl.SkyRLPreset) -> str:
+    rules = sky.hang_rules()
+    if not rules.enabled:
+        return "off (--hang-minutes 0)"
+    return (
+        f"on HyperPod, {rules.action} after {rules.stall_minutes} min without a step line "
+        f"({rules.start_minutes} min to the first); off elsewhere"
+    )
+
+
 @dataclass(frozen=True)
 class TrainingPlan:
-    """What notebook 03 submits: a local-backend preset or a SkyRL preset, where, and how."""
+    """What `rlkit submit` and notebook 03 submit: a local-backend preset or a SkyRL preset,
+    where, and how. `str(plan)` is the one printed form of a plan, wherever it is shown."""
 
     preset: str
     run_name: str
@@ -171,6 +205,9 @@ class TrainingPlan:
     """A local preset's `--set KEY=VALUE` arguments (its command carries them)."""
     budget: BudgetReport | None = None
     """A SkyRL preset's token budget (checked: a turn budget that cannot fit is refused)."""
+    recipe: Mapping[str, object] = field(default_factory=dict)
+    """The recipe switches (`rlkit.recipe`) this plan changes from its preset's own, whichever
+    way they came (a notebook's `recipe`, `--set recipe.NAME=VALUE`); the command carries them."""
 
     @property
     def backend(self) -> str:
@@ -183,23 +220,58 @@ class TrainingPlan:
         needs_gpus = self.sky is not None and self.sky.device != "cpu"
         return needs_gpus and resolve_address(self.address).local
 
-    def __str__(self) -> str:
+    @property
+    def driver_cpus(self) -> int | None:
+        """CPUs the job's driver reserves (None: Ray's default). On a CPU host a SkyRL driver
+        only waits: its CPU goes to SkyRL's placement group."""
+        if self.sky is None:
+            return None
+        return 0 if self.sky.device == "cpu" else 1
+
+    def lines(self) -> list[str]:
+        """The plan, one `label: value` line each (`plan_line`); SkyRL presets add their
+        resources, workers, storage, cost, hang rule, token budget and overrides."""
         if self.dry_run:
             need = self.sky.num_gpus
             where = f"no cluster: dry run (the preset needs {need} GPUs, the local head has none)"
         else:
             where = str(resolve_address(self.address))
-        lines = [f"preset:   {self.preset} ({self.backend} backend)", f"run dir:  {self.run_dir}"]
-        lines += [f"address:  {where}", f"command:  {self.command}"]
+        recipe = ", ".join(f"{k}={v}" for k, v in self.recipe.items()) or "the preset's own"
+        lines = [
+            plan_line("preset", f"{self.preset} ({self.backend} backend)"),
+            plan_line("run dir", self.run_dir),
+            plan_line("address", where),
+            plan_line("command", self.command),
+            plan_line("recipe", recipe),
+        ]
+        if not self.dry_run:
+            lines.append(plan_line("rlkit", "this checkout, shipped as the job's working dir"))
         if self.sky is not None:
-            lines.append(f"storage:  {storage.storage_estimate(self.sky).summary()}")
-            if self.budget is not None and self.sky.device != "cpu":
-                lines += estimate_cost(self.sky, self.budget.budget).lines()
-            if self.budget is not None:
-                lines += ["token budget:", *(f"  {ln}" for ln in self.budget.lines())]
-            lines.append(f"GPUs:     {self.sky.num_gpus}; SkyRL overrides:")
-            lines += [f"  {o}" for o in build_overrides(self.sky, self.run_name)]
-        return "\n".join(lines)
+            lines += self._skyrl_lines(self.sky)
+        return lines
+
+    def _skyrl_lines(self, sky: skyrl.SkyRLPreset) -> list[str]:
+        if sky.device == "cpu":
+            task = "SkyRL's trainer task on this host"
+            gpus = f"SkyRL asks for {sky.num_gpus} GPUs (the local head's logical ones)"
+        else:
+            task = f"SkyRL's trainer task {sky.driver_memory_gb} GiB on a GPU worker"
+            gpus = f"SkyRL asks for {sky.num_gpus} GPUs"
+        lines = [
+            plan_line("resources", f"driver {self.driver_cpus} CPU; {task}; {gpus}"),
+            plan_line("workers", pod_summary(sky)),
+            plan_line("storage", storage.storage_estimate(sky).summary()),
+        ]
+        if self.budget is not None and sky.device != "cpu":
+            lines += estimate_cost(sky, self.budget.budget).lines()
+        lines.append(plan_line("hang rule", _hang_summary(sky)))
+        if self.budget is not None:
+            lines += self.budget.lines()
+        lines.append("SkyRL overrides:")
+        return lines + [f"  {o}" for o in build_overrides(sky, self.run_name)]
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
 
 
 def plan_training(
@@ -216,20 +288,27 @@ def plan_training(
     `--set KEY=VALUE` arguments of `rlkit train`, checked by the local config now; `resume` as
     `rlkit train --resume`), SkyRL presets in their shared runs_root (changed by
     `skyrl_changes`, e.g. {"nodes": 2} or {"steps": "4"}; a relative runs_root is taken from
-    the current directory)."""
+    the current directory). Either way the plan names the recipe switches it changes."""
     name = run_slug(run_name or preset)
     if preset_backend(preset) == "local":
-        load_preset(preset).with_overrides(parse_sets(overrides))  # refused here, in one line
+        base = load_preset(preset)
+        cfg = base.with_overrides(parse_sets(overrides))  # refused here, in one line
         run_dir = (Path(out_dir) / name).resolve()
         command = training_entrypoint(preset, run_dir, resume=resume, overrides=overrides)
-        return TrainingPlan(preset, name, str(run_dir), command, address, None, tuple(overrides))
+        recipe = cfg.recipe.changes(base.recipe)
+        return TrainingPlan(
+            preset, name, str(run_dir), command, address, overrides=tuple(overrides), recipe=recipe
+        )
     base = skyrl.get_preset(preset)
     sky = skyrl.get_preset(preset, **coerce_fields(base, skyrl_changes or {}))
     storage.check_storage(sky)  # a run that would fill /fsx is refused before it starts
     budget = check_budget(sky)  # so is a turn budget that cannot fit its token limits
     paths = RunPaths.for_run(sky, name)
     command = entrypoint_command(sky, name, preset)
-    return TrainingPlan(preset, name, paths.run_dir, command, address, sky, budget=budget)
+    recipe = sky.recipe.changes(base.recipe)
+    return TrainingPlan(
+        preset, name, paths.run_dir, command, address, sky, budget=budget, recipe=recipe
+    )
 
 
 def launch_plan(
@@ -260,8 +339,7 @@ def launch_plan(
         plan.command,
         runtime_env_vars=dict(env_vars or {}),
         metadata={"preset": plan.preset, "run_dir": plan.run_dir, "backend": plan.backend},
-        # on a CPU host a SkyRL driver only waits: its CPU goes to SkyRL's placement group
-        num_cpus=None if sky is None else 0 if sky.device == "cpu" else 1,
+        num_cpus=plan.driver_cpus,
     )
     if follow:
         asyncio.run(_print_tail(handle))

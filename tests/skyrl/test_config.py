@@ -32,8 +32,8 @@ from rlkit.train.presets import preset as train_preset
 def dry_run_overrides(capsys, preset: str, nodes: int) -> list[str]:
     assert rlkit_main(["submit", "--preset", preset, "--nodes", str(nodes), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    (line,) = [ln for ln in out.splitlines() if ln.startswith("entrypoint:")]
-    argv = shlex.split(line.removeprefix("entrypoint:"))
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("command:")]
+    argv = shlex.split(line.removeprefix("command:"))
     assert argv[:3] == ["python", "-m", "rlkit.cluster.skyrl.entry"]
     _, overrides = parse_args(argv[3:])
     return overrides
@@ -95,8 +95,8 @@ def dry_run_validates(capsys, argv: list[str]):
     """`rlkit submit ARGV --dry-run`'s SkyRL overrides, parsed and validated by SkyRL."""
     assert rlkit_main(["submit", *argv, "--dry-run"]) == 0
     out = capsys.readouterr().out
-    (line,) = [ln for ln in out.splitlines() if ln.startswith("entrypoint:")]
-    _, overrides = parse_args(shlex.split(line.removeprefix("entrypoint:"))[3:])
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("command:")]
+    _, overrides = parse_args(shlex.split(line.removeprefix("command:"))[3:])
     cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
     validate_cfg(cfg)
     return cfg, out

@@ -112,8 +112,8 @@ def test_the_cpu_preset_dry_runs_visgym_and_skyrl_validates_it(capsys, tmp_path)
     # VisGym's mazes drawn at 8 px for the tiny model (cell_px): 72 px, upscaled to 64 px
     assert "image:         visgym-easy 72x72 -> 64x64 by the processor, 16 tokens" in out
     assert "canonical 6" in out and "budget:        every turn fits" in out  # `stop`: 6 tokens
-    (line,) = [ln for ln in out.splitlines() if ln.startswith("entrypoint:")]
-    argv = shlex.split(line.removeprefix("entrypoint:"))
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("command:")]
+    argv = shlex.split(line.removeprefix("command:"))
     job, overrides = parse_args(argv[3:])
     assert job.sky.eval_set == "visgym-easy"
     assert job.sky.cell_px == 8  # the entry writes the rows at 8 px
