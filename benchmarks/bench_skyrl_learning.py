@@ -88,11 +88,11 @@ def local_run(skyrl: Path, out: Path, steps: int, eval_every: int) -> Path:
             "grpo.group_size": GROUP,
             "grpo.epochs": 1,
             "grpo.minibatch": MAZES * GROUP * 64,  # one optimizer step a batch, as SkyRL's
-            "grpo.lr": SKY.lr,
+            "grpo.lr": SKY.batch.lr,
             "grpo.lr_late": None,
             # SkyRL's cosine (lr -> 0 over the run) is the local half cosine from step 0
             "grpo.lr_late_from": 0,
-            "grpo.lr_end": 0.0 if SKY.lr_schedule == "cosine" else None,
+            "grpo.lr_end": 0.0 if SKY.batch.lr_schedule == "cosine" else None,
             "recipe.kl_loss_coef": SKY.recipe.kl_loss_coef,
             "recipe.loss_reduction": SKY.recipe.loss_reduction,
             "recipe.zero_variance_filter": False,

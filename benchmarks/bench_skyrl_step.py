@@ -64,8 +64,8 @@ def main() -> None:
             {
                 "model.init": str(run / "init_model"),
                 "warm_start.enabled": False,
-                "grpo.mazes_per_step": sky.prompts_per_node * sky.nodes,
-                "grpo.group_size": sky.group_size,
+                "grpo.mazes_per_step": sky.batch.prompts_per_node * sky.layout.nodes,
+                "grpo.group_size": sky.batch.group_size,
                 "schedule.steps": len(skyrl) + 1,
                 "schedule.eval_every": 10_000,
                 "schedule.ckpt_every": 10_000,

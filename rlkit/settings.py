@@ -91,11 +91,6 @@ def coerce_text(value: Any, key: str, kind: type | None, *, nullable: bool = Tru
     return value
 
 
-def coerce_like(value: Any, current: Any, key: str) -> Any:
-    """Text coerced to the type of the field's current value (any number when it is None)."""
-    return coerce_text(value, key, None if current is None else type(current))
-
-
 def annotation_kind(annotation: Any) -> tuple[type | None, bool]:
     """(kind, nullable) of a dataclass field's annotation as text (`from __future__ import
     annotations`): `"float | None"` -> (float, True); a str or other type -> (str, ...)."""
@@ -104,31 +99,6 @@ def annotation_kind(annotation: Any) -> tuple[type | None, bool]:
         if text.startswith(kind.__name__):
             return kind, "None" in text
     return str, "None" in text
-
-
-def coerce_fields(obj: Any, changes: Mapping[str, Any]) -> dict[str, Any]:
-    """`changes` to the fields of the flat config dataclass `obj`, each string coerced to its
-    field's type (`--set key=value`); an unknown field is a one-line UsageError. When `obj`
-    embeds a `recipe`, its switches are accepted too (by name, or as `recipe.NAME`), coerced
-    to the switch's type and returned by their plain name."""
-    from rlkit.recipe import Recipe, coerce_switches  # the recipe module imports this one
-
-    names = {f.name for f in fields(obj)}
-    recipe = getattr(obj, "recipe", None)
-    switches = {f.name for f in fields(Recipe)} if isinstance(recipe, Recipe) else set()
-    out: dict[str, Any] = {}
-    for key, value in changes.items():
-        name = key.removeprefix("recipe.") if switches else key
-        if name in switches:
-            out |= coerce_switches(recipe, {name: value})
-        elif key in names and key != "recipe":
-            out[key] = coerce_like(value, getattr(obj, key), key)
-        else:
-            valid = sorted((names - {"recipe"}) | switches)
-            near = difflib.get_close_matches(name, valid, n=1)
-            hint = f" (did you mean {near[0]}?)" if near else ""
-            raise UsageError(f"unknown setting {key!r}{hint}: valid are {', '.join(valid)}")
-    return out
 
 
 def apply_settings[C](config: C, changes: Mapping[str, Any]) -> C:
@@ -163,6 +133,35 @@ def apply_settings[C](config: C, changes: Mapping[str, Any]) -> C:
         else:
             node[name] = _coerce_field(parent, name, value, key)
     return _rebuild(config, tree) if tree else config
+
+
+def build_config[C](cls: type[C], data: Mapping[str, Any], prefix: str = "") -> C:
+    """The config `cls` from its `asdict` form (run.json's `config`, a SkyRL job's `--config`):
+    every section rebuilt and checked, a missing field at its default (a record older than the
+    field), a list where a tuple stood a tuple; an unknown key or a bad value is a one-line
+    UsageError naming its dotted path."""
+    if not isinstance(data, Mapping):
+        raise UsageError(f"config key {prefix.rstrip('.')!r} must be a section, got {data!r}")
+    known = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise UsageError(f"unknown config key {prefix + unknown[0]!r} (valid: {', '.join(known)})")
+    defaults = cls()
+    kwargs = {}
+    for name, value in data.items():
+        current = getattr(defaults, name)
+        if is_dataclass(current):
+            kwargs[name] = build_config(type(current), value, f"{prefix}{name}.")
+        elif isinstance(current, tuple) and isinstance(value, list):
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = value
+    try:
+        return cls(**kwargs)
+    except UsageError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"invalid {prefix.rstrip('.') or 'config'}: {e}") from None
 
 
 def resolve_key(config: Any, key: str) -> str:

@@ -79,7 +79,7 @@ def test_a_budget_that_cannot_fit_is_refused_in_one_line(
 
 
 def test_preflight_reads_the_budget_from_the_checkpoint(qwen):
-    fields = {k: getattr(get_preset("qwen3vl-8b-6gpu"), k) for k in BUDGET_FIELDS}
+    fields = {k: getattr(get_preset("qwen3vl-8b-6gpu").task, k) for k in BUDGET_FIELDS}
     checks = {c.name: c for c in _budget(str(qwen), fields)}
     assert checks["chat template"].detail == "chat_template.json"
     assert checks["stop ids"].detail == "151645, 151643"

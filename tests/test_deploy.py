@@ -94,7 +94,7 @@ def test_manifest_runs_the_image_and_places_the_trainer_on_a_worker():
     def gib(q: str) -> float:
         return float(q.removesuffix("Gi"))
 
-    need = get_preset("qwen3vl-8b").driver_memory_gb
+    need = get_preset("qwen3vl-8b").layout.driver_memory_gb
     assert (
         gib(head["resources"]["limits"]["memory"])
         < need

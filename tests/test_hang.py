@@ -68,7 +68,7 @@ def test_off_hyperpod_and_when_off_nothing_is_sent():
     "field, preset_field, value",
     [
         ("action", "hang_action", "kill"),
-        ("stall_minutes", "hang_minutes", -1),
+        ("minutes", "hang_minutes", -1),
         ("start_minutes", "hang_start_minutes", 0),
     ],
 )
@@ -87,7 +87,7 @@ def test_the_presets_job_command_passes_the_rules_to_the_entrypoint():
     argv = shlex.split(cmd)[3:]
     args, _ = parse_args(argv)
     sky = args.sky
-    assert (sky.hang_minutes, sky.hang_start_minutes, sky.hang_action) == (20, 60, "notify")
+    assert (sky.hang.minutes, sky.hang.start_minutes, sky.hang.action) == (20, 60, "notify")
 
 
 def test_the_manifest_gives_every_pod_the_agents_host():

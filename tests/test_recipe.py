@@ -11,7 +11,7 @@ import pytest
 
 from rlkit.errors import UsageError
 from rlkit.recipe import Recipe, local_set_args
-from rlkit.settings import coerce_fields
+from rlkit.settings import apply_settings, resolve_key
 from rlkit.train.config import LOCAL_TINY_RECIPE, GRPOConfig, apply_recipe
 from rlkit.train.presets import preset
 from rlkit.train.run_config import (
@@ -187,12 +187,14 @@ def test_skyrl_preset_settings_take_recipe_switches_by_name():
     from rlkit.cluster.skyrl.presets import get_preset
 
     base = get_preset("qwen3vl-8b")  # `rlkit submit --set` and a notebook's `skyrl` changes
-    got = coerce_fields(base, {"recipe.eps_clip_high": "0.28", "nodes": "2"})
-    assert got == {"eps_clip_high": 0.28, "nodes": 2}
+    got = {"recipe.eps_clip_high": "0.28", "nodes": "2"}
+    assert {resolve_key(base, k) for k in got} == {"recipe.eps_clip_high", "layout.nodes"}
     p = get_preset("qwen3vl-8b", **got)
-    assert (p.recipe.eps_clip_high, p.nodes, p.recipe.kl_loss_coef) == (0.28, 2, 0.005)
+    assert (p.recipe.eps_clip_high, p.layout.nodes) == (0.28, 2)  # coerced to the field's type
+    assert (type(p.recipe.eps_clip_high), type(p.layout.nodes)) == (float, int)
+    assert p.recipe.kl_loss_coef == 0.005
     assert get_preset("qwen3vl-8b", recipe={"eps_clip_high": 0.28}).recipe == p.recipe
-    with pytest.raises(UsageError, match=r"did you mean kl_loss_coef\?"):
-        coerce_fields(base, {"kl_coef": "0.1"})
+    with pytest.raises(UsageError, match=r"did you mean recipe.kl_loss_coef\?"):
+        apply_settings(base, {"kl_los_coef": "0.1"})
     with pytest.raises(UsageError, match="is now the recipe switch 'kl_loss_coef'"):
         get_preset("qwen3vl-8b", kl_coef=0.1)

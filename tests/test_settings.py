@@ -91,6 +91,6 @@ def test_a_wrong_type_is_one_line_naming_the_key_as_given():
 
 
 def test_get_preset_keeps_the_eval_sets_turn_budget_rule():
-    assert get_preset("qwen3vl-8b", eval_set="test").max_turns == 12  # test's own budget
-    assert get_preset("qwen3vl-8b", eval_set="test", max_turns="20").max_turns == 20
+    assert get_preset("qwen3vl-8b", eval_set="test").task.max_turns == 12  # test's own budget
+    assert get_preset("qwen3vl-8b", eval_set="test", max_turns="20").task.max_turns == 20
     assert get_preset("qwen3vl-8b", recipe={"eps_clip_high": 0.28}).recipe.eps_clip_high == 0.28

@@ -63,7 +63,7 @@ def test_entrypoint_command_round_trips_through_the_shell():
     assert argv[:3] == ["python", "-m", "rlkit.cluster.skyrl.entry"]
     args, overrides = parse_args(argv[3:])
     assert args.paths.data_dir == "/fsx/rlkit/runs/run-a/data" and args.sky.train_rows == 5040
-    assert args.sky.train_rows == preset.steps * preset.prompts_per_step  # one epoch: the run
+    assert args.sky.train_rows == preset.batch.steps * preset.prompts_per_step  # one epoch: the run
     assert overrides == build_overrides(preset, "run-a")
     assert args.preset is None  # no name given: the entry records none
     named = shlex.split(entrypoint_command(preset, "run-a", "qwen3vl-8b-6gpu"))

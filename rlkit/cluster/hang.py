@@ -2,7 +2,7 @@
 
 A SkyRL run prints one `rlkit: step N ...` line per logged step (the metrics bridge) and
 `rlkit: training complete` at the end (the entrypoint). `HangRules` turns that contract into
-`toolkit-for-ray-on-sagemaker-ai` log rules: no step line for `stall_minutes` (or none within
+`toolkit-for-ray-on-sagemaker-ai` log rules: no step line for `minutes` (or none within
 `start_minutes` of the start, which covers model download and vLLM start-up) declares the job
 hung; a CUDA out-of-memory or NCCL watchdog line declares it at once; the completion line
 retires the progress rule so a normal shutdown is not a hang. HyperPod then notifies or cancels
@@ -40,25 +40,30 @@ def step_line(step: int, metrics: Mapping[str, float]) -> str:
 
 @dataclass(frozen=True)
 class HangRules:
-    stall_minutes: int = 30
-    """No step line for this long declares a hang; 0 turns hang detection off."""
+    """A SkyRL preset's `hang` section: `hang_minutes`, `hang_start_minutes`, `hang_action`."""
+
+    minutes: int = 30
+    """No step line for this long declares a hang; 0 turns hang detection off. Longer than the
+    slowest step plus its eval."""
     start_minutes: int = 60
-    """Time allowed from the job's start to its first step line (model load, vLLM start)."""
+    """Time allowed from the job's start to its first step line: model download, vLLM
+    start-up, the step-0 eval."""
     action: str = "notify"
-    """What HyperPod does on a hang: `notify` (an event) or `cancel` (the job fails)."""
+    """What HyperPod does on a hang: `notify` (an event) or `cancel` (the job fails and is
+    resubmitted)."""
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
             raise UsageError(f"hang action {self.action!r} is not one of {', '.join(ACTIONS)}")
-        if self.stall_minutes < 0 or self.start_minutes < 1:
+        if self.minutes < 0 or self.start_minutes < 1:
             raise UsageError(
-                f"stall minutes ({self.stall_minutes}) must be >= 0 (0 = off) and start minutes "
+                f"stall minutes ({self.minutes}) must be >= 0 (0 = off) and start minutes "
                 f"({self.start_minutes}) >= 1"
             )
 
     @property
     def enabled(self) -> bool:
-        return self.stall_minutes > 0
+        return self.minutes > 0
 
     def rules(self) -> list[dict]:
         """The toolkit's rule dicts (RE2 patterns, as its `LogMonitorConfig.rules` takes)."""
@@ -68,7 +73,7 @@ class HangRules:
                 "type": "log_pattern",
                 "enabled": True,
                 "log_pattern": STEP_PATTERN,
-                "timeout_minutes": self.stall_minutes,
+                "timeout_minutes": self.minutes,
                 "start_timeout_minutes": self.start_minutes,
                 "stop_pattern": re.escape(DONE_LINE),
             },
@@ -109,7 +114,7 @@ def start_hang_detection(rules: HangRules, env: Mapping[str, str] = os.environ) 
     detail = result.get("message") or result.get("reason") or ""
     if status == "configured":
         return (
-            f"hang detection: on ({rules.action} after {rules.stall_minutes} min without "
+            f"hang detection: on ({rules.action} after {rules.minutes} min without "
             f"'{STEP_PREFIX} N', {rules.start_minutes} min to the first step)"
         )
     return f"hang detection: {status}{': ' + detail if detail else ''}"

@@ -33,7 +33,7 @@ from rlkit.cluster.skyrl.cost import estimate_cost
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides, entrypoint_command
 from rlkit.cluster.skyrl.preset_checks import check_budget
 from rlkit.errors import RlkitError, UsageError
-from rlkit.settings import coerce_fields, parse_sets
+from rlkit.settings import parse_sets
 from rlkit.train.presets import preset as load_preset
 
 if TYPE_CHECKING:
@@ -170,20 +170,20 @@ def pod_summary(sky: skyrl.SkyRLPreset) -> str:
     """The preset's worker pods: how many, and each one's GPUs, CPUs, memory and network."""
     pod = sky.pod
     if pod is None:
-        return f"{sky.nodes} host(s) with {sky.node_gpus} logical GPUs (no instance type)"
+        return f"{sky.layout.nodes} host(s) with {sky.node_gpus} logical GPUs (no instance type)"
     efa = f", {pod.efa} EFA" if pod.efa else ", no EFA (one node)"
     return (
-        f"{sky.nodes} x {sky.instance_type}, each pod {pod.gpus} GPUs, {pod.cpus} vCPU, "
+        f"{sky.layout.nodes} x {sky.layout.instance_type}, each pod {pod.gpus} GPUs, {pod.cpus} vCPU, "
         f"{pod.memory_gib} GiB{efa}"
     )
 
 
 def _hang_summary(sky: skyrl.SkyRLPreset) -> str:
-    rules = sky.hang_rules()
+    rules = sky.hang
     if not rules.enabled:
         return "off (--hang-minutes 0)"
     return (
-        f"on HyperPod, {rules.action} after {rules.stall_minutes} min without a step line "
+        f"on HyperPod, {rules.action} after {rules.minutes} min without a step line "
         f"({rules.start_minutes} min to the first); off elsewhere"
     )
 
@@ -217,7 +217,7 @@ class TrainingPlan:
     def dry_run(self) -> bool:
         """A SkyRL preset that needs real GPUs, aimed at the local head (whose GPUs are logical),
         is only printed. A CPU SkyRL preset runs there."""
-        needs_gpus = self.sky is not None and self.sky.device != "cpu"
+        needs_gpus = self.sky is not None and self.sky.layout.device != "cpu"
         return needs_gpus and resolve_address(self.address).local
 
     @property
@@ -226,7 +226,7 @@ class TrainingPlan:
         only waits: its CPU goes to SkyRL's placement group."""
         if self.sky is None:
             return None
-        return 0 if self.sky.device == "cpu" else 1
+        return 0 if self.sky.layout.device == "cpu" else 1
 
     def lines(self) -> list[str]:
         """The plan, one `label: value` line each (`plan_line`); SkyRL presets add their
@@ -251,18 +251,18 @@ class TrainingPlan:
         return lines
 
     def _skyrl_lines(self, sky: skyrl.SkyRLPreset) -> list[str]:
-        if sky.device == "cpu":
+        if sky.layout.device == "cpu":
             task = "SkyRL's trainer task on this host"
             gpus = f"SkyRL asks for {sky.num_gpus} GPUs (the local head's logical ones)"
         else:
-            task = f"SkyRL's trainer task {sky.driver_memory_gb} GiB on a GPU worker"
+            task = f"SkyRL's trainer task {sky.layout.driver_memory_gb} GiB on a GPU worker"
             gpus = f"SkyRL asks for {sky.num_gpus} GPUs"
         lines = [
             plan_line("resources", f"driver {self.driver_cpus} CPU; {task}; {gpus}"),
             plan_line("workers", pod_summary(sky)),
             plan_line("storage", storage.storage_estimate(sky).summary()),
         ]
-        if self.budget is not None and sky.device != "cpu":
+        if self.budget is not None and sky.layout.device != "cpu":
             lines += estimate_cost(sky, self.budget.budget).lines()
         lines.append(plan_line("hang rule", _hang_summary(sky)))
         if self.budget is not None:
@@ -300,7 +300,7 @@ def plan_training(
             preset, name, str(run_dir), command, address, overrides=tuple(overrides), recipe=recipe
         )
     base = skyrl.get_preset(preset)
-    sky = skyrl.get_preset(preset, **coerce_fields(base, skyrl_changes or {}))
+    sky = skyrl.get_preset(preset, **(skyrl_changes or {}))
     storage.check_storage(sky)  # a run that would fill /fsx is refused before it starts
     budget = check_budget(sky)  # so is a turn budget that cannot fit its token limits
     paths = RunPaths.for_run(sky, name)

@@ -210,7 +210,7 @@ def _storage(runs_root: str, need_gb: float) -> Check:
 
 BUDGET_FIELDS = ("eval_set", "max_turns", "max_input_length", "max_model_len")
 BUDGET_FIELDS += ("max_generate_length",)
-"""The preset fields the job's token budget needs (passed as `--budget JSON`)."""
+"""The preset's `task` fields the job's token budget needs (passed as `--budget JSON`)."""
 
 
 def _budget(model: str, fields: dict) -> list[Check]:
@@ -218,8 +218,10 @@ def _budget(model: str, fields: dict) -> list[Check]:
     cache); where they are not, from the assumed values, as the dry run computed it."""
     from rlkit.cluster.skyrl.preset_checks import model_files, preset_budget
     from rlkit.cluster.skyrl.presets import TINY_WARM, SkyRLPreset
+    from rlkit.settings import apply_settings
 
-    preset = SkyRLPreset(model_path=model, instance_type=None, gpus_per_node=1, **fields)
+    host = {"model_path": model, "instance_type": None, "gpus_per_node": 1}
+    preset = apply_settings(SkyRLPreset(), host | fields)
     where = None if model == TINY_WARM else model_files(model)
     report = preset_budget(preset, where)
     if where is None and model != TINY_WARM:
@@ -309,10 +311,15 @@ def preflight(
     from rlkit.cluster.skyrl.storage import storage_estimate
 
     sky = get_preset(preset, **changes)
-    argv = ["python", "-m", "rlkit.cluster.preflight", "--model", sky.model_path]
-    argv += ["--runs-root", sky.runs_root, "--need-gb", f"{storage_estimate(sky).total_gb:.0f}"]
+    argv = ["python", "-m", "rlkit.cluster.preflight", "--model", sky.model.model_path]
+    argv += [
+        "--runs-root",
+        sky.storage.runs_root,
+        "--need-gb",
+        f"{storage_estimate(sky).total_gb:.0f}",
+    ]
     argv += ["--gpus", str(sky.num_gpus), "--gpus-per-node", str(sky.node_gpus)]
-    argv += ["--budget", json.dumps({k: getattr(sky, k) for k in BUDGET_FIELDS})]
+    argv += ["--budget", json.dumps({k: getattr(sky.task, k) for k in BUDGET_FIELDS})]
     argv += ["--gpu"] if gpu else []
     job = cluster.submit("preflight", shlex.join(argv), num_cpus=1)
     status = job.wait(timeout_s, poll_s=2.0).value

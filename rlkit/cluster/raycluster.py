@@ -64,7 +64,7 @@ def raycluster(
     pod = preset.pod
     if pod is None:
         raise UsageError(
-            f"a preset without instance_type ({preset.device} host) has no RayCluster: "
+            f"a preset without instance_type ({preset.layout.device} host) has no RayCluster: "
             "set instance_type, e.g. ml.g7e.48xlarge"
         )
     cluster = copy.deepcopy(load_template(template))
@@ -74,11 +74,11 @@ def raycluster(
             f"the RayCluster template has {len(groups)} worker groups, rlkit sizes one"
         )
     group = groups[0]
-    group["replicas"] = group["minReplicas"] = preset.nodes
-    group["maxReplicas"] = max(group.get("maxReplicas", preset.nodes), preset.nodes)
+    group["replicas"] = group["minReplicas"] = preset.layout.nodes
+    group["maxReplicas"] = max(group.get("maxReplicas", preset.layout.nodes), preset.layout.nodes)
     group["rayStartParams"]["num-gpus"] = str(pod.gpus)
     spec = group["template"]["spec"]
-    spec["nodeSelector"][INSTANCE_LABEL] = preset.instance_type
+    spec["nodeSelector"][INSTANCE_LABEL] = preset.layout.instance_type
     (worker,) = spec["containers"]
     amounts = {
         "cpu": str(pod.cpus),

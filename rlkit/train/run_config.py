@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import fields, is_dataclass
 from typing import Any
 
 from rlkit.errors import UsageError
-from rlkit.settings import RENAMED
+from rlkit.settings import RENAMED, build_config
 from rlkit.train.config import RESUME_MAY_CHANGE, GRPOConfig, TrainConfig
 from rlkit.train.presets import PRESETS, preset
 
@@ -50,34 +49,9 @@ def config_from_dict(config: Mapping[str, Any], where: str = "run.json") -> Trai
     back: every section rebuilt, missing fields at their defaults (a run.json older than the
     field), an unknown or invalid key a one-line UsageError naming `where`."""
     try:
-        return _build(TrainConfig, upgrade_config_dict(config), "")
+        return build_config(TrainConfig, upgrade_config_dict(config))
     except UsageError as e:
         raise UsageError(f"{where}: {e}") from None
-
-
-def _build(cls: Any, data: Mapping[str, Any], prefix: str) -> Any:
-    if not isinstance(data, Mapping):
-        raise UsageError(f"config key {prefix.rstrip('.')!r} must be a section, got {data!r}")
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise UsageError(f"unknown config key {prefix + unknown[0]!r} (valid: {', '.join(known)})")
-    defaults = cls()
-    kwargs = {}
-    for name, value in data.items():
-        current = getattr(defaults, name)
-        if is_dataclass(current):
-            kwargs[name] = _build(type(current), value, f"{prefix}{name}.")
-        elif isinstance(current, tuple) and isinstance(value, list):
-            kwargs[name] = tuple(value)
-        else:
-            kwargs[name] = value
-    try:
-        return cls(**kwargs)
-    except UsageError:
-        raise
-    except (TypeError, ValueError) as e:
-        raise UsageError(f"invalid {prefix.rstrip('.') or 'config'}: {e}") from None
 
 
 def resume_config(

@@ -117,7 +117,7 @@ def skyrl_eval(tmp_path_factory, encoder):
     )
     paths = RunPaths.for_run(preset, "contract")
     # what the job's entrypoint does first
-    ensure_datasets(paths.data_dir, 4, preset.eval_set, preset.eval_mazes)
+    ensure_datasets(paths.data_dir, 4, preset.task.eval_set, preset.eval.eval_mazes)
     cfg = SkyRLTrainConfig.from_cli_overrides(build_overrides(preset, "contract"))
     tok = encoder.tokenizer
     ds = PromptDataset(cfg.data.val_data, tok, cfg.trainer.max_prompt_length, num_workers=1)

@@ -25,6 +25,7 @@ from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides
 from rlkit.cluster.skyrl.preset_checks import generate_length
 from rlkit.cluster.skyrl.presets import PRESETS, get_preset
 from rlkit.cluster.skyrl.storage import storage_estimate
+from rlkit.settings import apply_settings
 
 
 def config(preset, name: str = "r") -> SkyRLTrainConfig:
@@ -35,7 +36,7 @@ def config(preset, name: str = "r") -> SkyRLTrainConfig:
 def test_evals_sample_like_rlkit_eval(name):
     preset = get_preset(name)
     params = config(preset).generator.eval_sampling_params
-    assert params.temperature == preset.eval_temperature == 1.0
+    assert params.temperature == preset.eval.eval_temperature == 1.0
     assert params.max_generate_length == generate_length(preset)  # None: derived
 
 
@@ -47,15 +48,15 @@ def test_engine_settings_are_vllm_engine_arguments(tiny_dir):
     )
     assert default.attention_backend is None  # unset: vLLM picks its own
     preset = get_preset("qwen3vl-8b-6gpu", attention_backend="TRITON_ATTN")
-    cfg = config(dataclasses.replace(preset, model_path=str(tiny_dir)))
+    cfg = config(apply_settings(preset, {"model_path": str(tiny_dir)}))
     kwargs = dict(cfg.generator.inference_engine.engine_init_kwargs)
     assert set(kwargs) <= {f.name for f in dataclasses.fields(AsyncEngineArgs)}
     engine = AsyncEngineArgs.from_cli_args(build_vllm_cli_args(cfg))
     # the env adds one image per turn: vLLM answers HTTP 400 past this limit
-    assert engine.limit_mm_per_prompt == {"image": preset.max_turns + 1}
+    assert engine.limit_mm_per_prompt == {"image": preset.task.max_turns + 1}
     assert engine.mm_device_do_normalize is False  # normalised pixels reach the trainer
     assert str(engine.attention_backend) == "TRITON_ATTN"  # not an env var vLLM ignores
-    assert engine.max_model_len == preset.max_model_len
+    assert engine.max_model_len == preset.task.max_model_len
 
 
 def test_one_epoch_is_the_whole_run(tmp_path, tokenizer):
@@ -63,21 +64,24 @@ def test_one_epoch_is_the_whole_run(tmp_path, tokenizer):
     preset = get_preset("qwen3vl-2b-smoke", runs_root=str(tmp_path))
     cfg = config(preset)
     paths = RunPaths.for_run(preset, "r")
-    ensure_datasets(paths.data_dir, preset.train_rows, preset.eval_set, preset.eval_mazes)
+    ensure_datasets(paths.data_dir, preset.train_rows, preset.task.eval_set, preset.eval.eval_mazes)
     train = PromptDataset(cfg.data.train_data, tokenizer, 4096, num_workers=1)
     evals = PromptDataset(cfg.data.val_data, tokenizer, 4096, num_workers=1)
-    assert len(build_dataloader(cfg, train, is_train=True)) == preset.steps == 3
-    assert len(evals) == preset.eval_mazes == 8
+    assert len(build_dataloader(cfg, train, is_train=True)) == preset.batch.steps == 3
+    assert len(evals) == preset.eval.eval_mazes == 8
     for name in PRESETS:  # the big one without writing its 5040 rows
         p = get_preset(name)
-        assert p.train_rows // config(p).trainer.train_batch_size == p.steps
+        assert p.train_rows // config(p).trainer.train_batch_size == p.batch.steps
         assert config(p).trainer.epochs == 1
 
 
 def test_storage_estimate_and_budget(capsys):
     est = storage_estimate(get_preset("qwen3vl-8b-6gpu"))
     assert est.exports == 14 and est.checkpoints_kept == 3  # steps 10..140, keep 3
-    assert 17 < est.export_gb < 18 and est.total_gb < get_preset("qwen3vl-8b-6gpu").fsx_budget_gb
+    assert (
+        17 < est.export_gb < 18
+        and est.total_gb < get_preset("qwen3vl-8b-6gpu").storage.fsx_budget_gb
+    )
     argv = ["submit", "--preset", "qwen3vl-8b-6gpu", "--dry-run"]
     assert rlkit_main(argv) == 0
     assert f"storage:       {est.summary()}" in capsys.readouterr().out

@@ -49,7 +49,10 @@ def test_dry_run_command_passes_skyrl_validation(capsys, preset, nodes):
     cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
     validate_cfg(cfg)  # raises with SkyRL's own message on any inconsistency
     sky = get_preset(preset, nodes=nodes)
-    assert cfg.generator.inference_engine.num_engines == sky.num_gpus // sky.tensor_parallel_size
+    assert (
+        cfg.generator.inference_engine.num_engines
+        == sky.num_gpus // sky.layout.tensor_parallel_size
+    )
     assert cfg.trainer.placement.policy_num_nodes == nodes
     assert cfg.environment.env_class == "rlkit-maze"
     assert cfg.generator.vision_language_generator and not cfg.generator.batched

@@ -8,7 +8,6 @@ import os
 import shlex
 import subprocess
 import sys
-from dataclasses import replace
 
 import pytest
 import torch
@@ -21,8 +20,9 @@ from rlkit.cluster.skyrl.entry import parse_args
 from rlkit.cluster.skyrl.overrides import build_overrides, entrypoint_command
 from rlkit.cluster.skyrl.presets import PRESETS, get_preset
 from rlkit.cluster.skyrl.worker_setup import DEVICE_ENV, THREAD_ENV, cpu_threads, runtime_env
+from rlkit.settings import apply_settings
 
-GPU_PRESETS = [name for name, p in PRESETS.items() if p.device != "cpu"]
+GPU_PRESETS = [name for name, p in PRESETS.items() if p.layout.device != "cpu"]
 SKYRL_MODULES = "\n".join(f"import {m}" for m in cpu_seam.TORCH_USERS)
 
 
@@ -44,11 +44,13 @@ def python(code: str, **env: str) -> str:
 def test_a_gpu_preset_never_asks_for_the_seam(name):
     preset = get_preset(name)
     args, overrides = parse_args(shlex.split(entrypoint_command(preset, "r"))[3:])
-    assert args.sky.device == "cuda"
+    assert args.sky.layout.device == "cuda"
     keys = {o.split("=", 1)[0] for o in overrides}
     assert keys == {o.split("=", 1)[0] for o in build_overrides(preset, "r")}
     seam = {o.split("=", 1)[0] for o in cpu_seam.overrides("/fsx/r", "a")}
-    on_cpu = set(device_overrides(replace(preset, device="cpu"))) - set(device_overrides(preset))
+    on_cpu = set(device_overrides(apply_settings(preset, {"device": "cpu"}))) - set(
+        device_overrides(preset)
+    )
     assert on_cpu and not (seam | {o.split("=", 1)[0] for o in on_cpu}) & keys
 
 

@@ -21,7 +21,7 @@ def test_the_entry_records_skyrls_config_and_a_resume_records_its_changes(tmp_pa
     config = run.config()
     assert config["overrides"]["trainer.algorithm.eps_clip_high"] == "0.28"
     assert config["skyrl"]["trainer"]["algorithm"]["eps_clip_high"] == 0.28
-    assert config["entry"]["device"] == "cpu" and "config_changes" not in run.info()
+    assert config["entry"]["layout"]["device"] == "cpu" and "config_changes" not in run.info()
     # a resume with the same command records nothing; with another clip, the change
     record_run(SkyRLTrainConfig.from_cli_overrides(overrides), args, overrides)
     assert "config_changes" not in run.info()

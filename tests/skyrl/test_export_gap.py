@@ -57,7 +57,7 @@ def run(tmp_path_factory, tokenizer) -> tuple[SkyRLTrainConfig, PromptDataset]:
         "qwen3vl-2b-smoke", runs_root=str(tmp_path_factory.mktemp("runs")), steps=6, ckpt_interval=2
     )
     paths = RunPaths.for_run(preset, "gap")
-    ensure_datasets(paths.data_dir, preset.train_rows, preset.eval_set, preset.eval_mazes)
+    ensure_datasets(paths.data_dir, preset.train_rows, preset.task.eval_set, preset.eval.eval_mazes)
     cfg = SkyRLTrainConfig.from_cli_overrides(build_overrides(preset, "gap"))
     # what would need a running Ray: its metrics scraper and GPU monitor (read at __init__)
     cfg.generator.inference_engine.enable_ray_prometheus_stats = False

@@ -45,8 +45,8 @@ def test_the_preset_refuses_wherever_it_is_built():
         plan_training("qwen3vl-2b-smoke", ".", skyrl_changes={"epochs": "3"})
     # what stays allowed: Instruct models, T = top-p = 1, and eval sampling at any temperature
     ok = get_preset("qwen3vl-8b", model_path="/fsx/models/Qwen3-VL-8B-Instruct")
-    assert (ok.temperature, ok.top_p, ok.epochs) == (1.0, 1.0, 1)
-    assert get_preset("qwen3vl-8b", eval_temperature=0.6).eval_temperature == 0.6
+    assert (ok.batch.temperature, ok.batch.top_p, ok.batch.epochs) == (1.0, 1.0, 1)
+    assert get_preset("qwen3vl-8b", eval_temperature=0.6).eval.eval_temperature == 0.6
 
 
 @pytest.mark.parametrize("tis", ["token", "sequence"])

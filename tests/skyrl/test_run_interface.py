@@ -29,7 +29,7 @@ def test_open_run_reads_a_skyrl_run_as_it_reads_a_local_one(skyrl_run_dir):
     assert Path(resolved["trainer"]["ckpt_path"]).name == skyrl_run_dir.name
     assert config["overrides"]["trainer.ckpt_path"] == resolved["trainer"]["ckpt_path"]
     assert resolved["trainer"]["algorithm"]["advantage_estimator"] == "grpo"
-    assert config["entry"]["device"] == "cpu" and run.preset == "skyrl-tiny-cpu"
+    assert config["entry"]["layout"]["device"] == "cpu" and run.preset == "skyrl-tiny-cpu"
     assert config["datasets"]["env_config"]  # the env the run trained and evaluated on
     # evals, episodes and checkpoints: SkyRL's dumps and exports, as rlkit types
     evals = run.evals()

@@ -58,16 +58,16 @@ def preset_config() -> SkyRLTrainConfig:
 @pytest.mark.parametrize("name", [n for n in PRESETS if n != "skyrl-tiny-cpu"])
 def test_cluster_presets_play_the_seeds_task(name):
     p = get_preset(name)
-    assert (p.eval_set, p.max_turns, p.images_per_episode) == ("visgym-easy", 18, 19)
+    assert (p.task.eval_set, p.task.max_turns, p.images_per_episode) == ("visgym-easy", 18, 19)
     cfg = SkyRLTrainConfig.from_cli_overrides(build_overrides(p, "r"))
     assert cfg.generator.max_turns == 18
     kwargs = cfg.generator.inference_engine.engine_init_kwargs
     assert dict(kwargs["limit_mm_per_prompt"]) == {"image": 19}
     # rlkit's own mazes are one setting away, with their own 24-turn budget
     large = get_preset(name, eval_set="test-large")
-    assert (large.max_turns, large.images_per_episode) == (24, 25)
-    assert get_preset(name, eval_set="test-large", max_turns=20).max_turns == 20
-    assert get_preset("skyrl-tiny-cpu").eval_set == "test"  # the tiny model's own view
+    assert (large.task.max_turns, large.images_per_episode) == (24, 25)
+    assert get_preset(name, eval_set="test-large", max_turns=20).task.max_turns == 20
+    assert get_preset("skyrl-tiny-cpu").task.eval_set == "test"  # the tiny model's own view
 
 
 @pytest.mark.parametrize("name", list(PLAYERS))
@@ -115,8 +115,8 @@ def test_the_cpu_preset_dry_runs_visgym_and_skyrl_validates_it(capsys, tmp_path)
     (line,) = [ln for ln in out.splitlines() if ln.startswith("command:")]
     argv = shlex.split(line.removeprefix("command:"))
     job, overrides = parse_args(argv[3:])
-    assert job.sky.eval_set == "visgym-easy"
-    assert job.sky.cell_px == 8  # the entry writes the rows at 8 px
+    assert job.sky.task.eval_set == "visgym-easy"
+    assert job.sky.task.cell_px == 8  # the entry writes the rows at 8 px
     cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
     validate_cfg(cfg)  # SkyRL's own checks
     assert cfg.generator.max_turns == 18 and cfg.generator.max_input_length == 3000

@@ -93,19 +93,19 @@ def measured_tokens_per_s(params_b: float, path: Path = BENCH_RESULT) -> tuple[f
 
 def _episode_tokens(p: SkyRLPreset, budget) -> tuple[int, int]:
     """Trained tokens of one episode: half the turn budget at short answers, up to the cut."""
-    low = budget.history(max(1, p.max_turns // 2), budget.canonical)
-    high = min(budget.worst_case, p.max_input_length + budget.answer)
+    low = budget.history(max(1, p.task.max_turns // 2), budget.canonical)
+    high = min(budget.worst_case, p.task.max_input_length + budget.answer)
     return low, max(low, high)
 
 
 def estimate_cost(p: SkyRLPreset, budget, bench: Path = BENCH_RESULT) -> Cost:
     """The run's cost range for preset `p` and its token budget (`TurnBudget`)."""
     gpus = p.num_gpus
-    paid = p.nodes * (p.instance.gpus if p.instance else p.node_gpus)
-    episodes = p.prompts_per_step * p.group_size
+    paid = p.layout.nodes * (p.instance.gpus if p.instance else p.node_gpus)
+    episodes = p.prompts_per_step * p.batch.group_size
     tokens = [episodes * t for t in _episode_tokens(p, budget)]
-    params = p.model_params_b * 1e9
-    measured = measured_tokens_per_s(p.model_params_b, bench)
+    params = p.model.model_params_b * 1e9
+    measured = measured_tokens_per_s(p.model.model_params_b, bench)
     if measured is not None:
         per_gpu = measured[0] * BENCH_FLOPS_PER_PARAM_TOKEN / FLOPS_PER_PARAM_TOKEN
         train = (tokens[0] / (per_gpu * gpus), tokens[1] / (per_gpu * gpus))
@@ -120,7 +120,7 @@ def estimate_cost(p: SkyRLPreset, budget, bench: Path = BENCH_RESULT) -> Cost:
             f"GPU (measure it: python {BENCH_RESULT.parent.parent.name}/bench_gpu_step.py on one "
             "GPU writes the result file this reads)"
         ]
-    turns = (max(1, p.max_turns // 2), p.max_turns)
+    turns = (max(1, p.task.max_turns // 2), p.task.max_turns)
 
     def rollout(n_episodes: int, i: int) -> float:
         generated = n_episodes * turns[i] * ANSWER_TOKENS[i]
@@ -128,26 +128,28 @@ def estimate_cost(p: SkyRLPreset, budget, bench: Path = BENCH_RESULT) -> Cost:
         return max(turns[i] * TURN_LATENCY_S[i], decode)
 
     step = tuple(train[i] + rollout(episodes, i) for i in (0, 1))
-    evals = p.steps // p.eval_interval + 1  # every interval, and once before training
-    eval_s = tuple(rollout(p.eval_mazes * p.eval_samples, i) for i in (0, 1))
+    evals = p.batch.steps // p.eval.eval_interval + 1  # every interval, and once before training
+    eval_s = tuple(rollout(p.eval.eval_mazes * p.eval.eval_samples, i) for i in (0, 1))
     start = [sum(v[i] for v in START_MINUTES.values()) for i in (0, 1)]
-    staged = p.model_path.startswith("/")
+    staged = p.model.model_path.startswith("/")
     if not staged:
-        size_mb = p.model_params_b * 2e3  # bf16 weights
+        size_mb = p.model.model_params_b * 2e3  # bf16 weights
         start = [
             start[0] + size_mb / HUB_DOWNLOAD_MB_S[1] / 60,
             start[1] + size_mb / HUB_DOWNLOAD_MB_S[0] / 60,
         ]
     first = tuple(start[i] + (eval_s[i] + step[i]) / 60 for i in (0, 1))
-    hours = tuple((start[i] * 60 + p.steps * step[i] + evals * eval_s[i]) / 3600 for i in (0, 1))
+    hours = tuple(
+        (start[i] * 60 + p.batch.steps * step[i] + evals * eval_s[i]) / 3600 for i in (0, 1)
+    )
     basis += [
         f"rollouts: {episodes} episodes a step of {turns[0]}-{turns[1]} turns, "
         f"{ANSWER_TOKENS[0]}-{ANSWER_TOKENS[1]} answer tokens, vLLM at an assumed "
         f"{DECODE_TOKENS_PER_S[0]:.0f}-{DECODE_TOKENS_PER_S[1]:.0f} tok/s per GPU",
-        f"{p.steps} steps, {evals} evals of {p.eval_mazes * p.eval_samples} episodes, start-up "
+        f"{p.batch.steps} steps, {evals} evals of {p.eval.eval_mazes * p.eval.eval_samples} episodes, start-up "
         f"assumed ({'model staged' if staged else 'model from the hub: stage it to save the download'})",
     ]
-    model_gb = p.model_params_b * 2
+    model_gb = p.model.model_params_b * 2
     return Cost(
         gpus_used=gpus,
         gpus_paid=paid,

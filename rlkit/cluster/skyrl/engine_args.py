@@ -17,12 +17,12 @@ def device_overrides(p: SkyRLPreset) -> list[str]:
     fewer dataloader workers. The seam itself (`cpu_seam.overrides`) is added by the entry
     at every start, with this attempt's own weight-sync directories."""
     out = []
-    if p.dataloader_workers is not None:
-        out.append(f"data.dataloader.num_workers={p.dataloader_workers}")
-    if p.kv_cache_gb is not None:
+    if p.layout.dataloader_workers is not None:
+        out.append(f"data.dataloader.num_workers={p.layout.dataloader_workers}")
+    if p.layout.kv_cache_gb is not None:
         key = "generator.inference_engine.engine_init_kwargs.kv_cache_memory_bytes"
-        out.append(f"{key}={int(p.kv_cache_gb * 2**30)}")
-    if p.device != "cpu":
+        out.append(f"{key}={int(p.layout.kv_cache_gb * 2**30)}")
+    if p.layout.device != "cpu":
         return out
     return [
         *out,
@@ -44,7 +44,7 @@ def engine_kwargs(p: SkyRLPreset) -> list[str]:
     """vLLM engine arguments, set through SkyRL's `engine_init_kwargs` (vLLM's own names)."""
     key = "generator.inference_engine.engine_init_kwargs"
     out = [
-        f"{key}.max_model_len={p.max_model_len}",
+        f"{key}.max_model_len={p.task.max_model_len}",
         # vLLM refuses a prompt with more images than this (HTTP 400); one image per turn
         f"{key}.limit_mm_per_prompt.image={p.images_per_episode}",
         # vLLM >= 0.32 normalises Qwen3-VL pixels on the GPU by default and then hands SkyRL raw
@@ -52,6 +52,6 @@ def engine_kwargs(p: SkyRLPreset) -> list[str]:
         # tests/skyrl/test_vllm_engine.py); normalised on the CPU, both see the same pixels
         f"{key}.mm_device_do_normalize=false",
     ]
-    if p.attention_backend:
-        out.append(f"{key}.attention_backend={p.attention_backend}")
+    if p.layout.attention_backend:
+        out.append(f"{key}.attention_backend={p.layout.attention_backend}")
     return out

@@ -183,10 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     sky, paths = job.sky, job.paths
     if paths is None:
         raise UsageError("give SkyRL's trainer.ckpt_path=RUN_DIR: the run dir holds the rows")
-    ensure_datasets(paths.data_dir, sky.train_rows, sky.eval_set, sky.eval_mazes, sky.cell_px)
-    if sky.model_path == TINY_WARM:
-        ensure_init_model(paths.init_model_dir, sky.warm_start_to)
-    if sky.device == "cpu":
+    ensure_datasets(
+        paths.data_dir, sky.train_rows, sky.task.eval_set, sky.eval.eval_mazes, sky.task.cell_px
+    )
+    if sky.model.model_path == TINY_WARM:
+        ensure_init_model(paths.init_model_dir, sky.model.warm_start_to)
+    if sky.layout.device == "cpu":
         from rlkit.cluster.skyrl import cpu_seam
 
         cpu_seam.install()  # this driver builds vLLM's arguments, as SkyRL's workers do
@@ -194,11 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
     validate_cfg(cfg)
     record_run(cfg, job, overrides)
-    init_ray(cfg, sky.device, initialize_ray)
+    init_ray(cfg, sky.layout.device, initialize_ray)
     # SkyRL's trainer task holds every rollout's pixel values: reserve memory only a GPU
     # worker has, so Ray cannot place it on the head pod
-    task = ray.remote(num_cpus=1, memory=sky.driver_memory_gb * 2**30 or None)(_run_skyrl)
-    ray.get(task.remote(cfg, sky.hang_rules(), sky.capture))
+    task = ray.remote(num_cpus=1, memory=sky.layout.driver_memory_gb * 2**30 or None)(_run_skyrl)
+    ray.get(task.remote(cfg, sky.hang, sky.capture))
     return 0
 
 

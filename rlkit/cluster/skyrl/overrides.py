@@ -30,7 +30,7 @@ class RunPaths:
 
     @classmethod
     def for_run(cls, preset: SkyRLPreset, run_name: str) -> RunPaths:
-        root = PurePosixPath(preset.runs_root)
+        root = PurePosixPath(preset.storage.runs_root)
         if not root.is_absolute():  # the client's directory: the job's working dir is a copy
             root = PurePosixPath(Path(root).resolve())
         return cls.at(str(root / run_name))
@@ -49,14 +49,14 @@ class RunPaths:
 
 def model_location(preset: SkyRLPreset, paths: RunPaths) -> str:
     """The model path SkyRL loads: the preset's, or the run's own tiny model."""
-    return paths.init_model_dir if preset.model_path == TINY_WARM else preset.model_path
+    return paths.init_model_dir if preset.model.model_path == TINY_WARM else preset.model.model_path
 
 
 def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
     """SkyRL `key=value` overrides for one run of `preset` (SkyRL's config key names)."""
     p, paths = preset, RunPaths.for_run(preset, run_name)
     train_batch = p.prompts_per_step
-    engines = p.num_gpus // p.tensor_parallel_size
+    engines = p.num_gpus // p.layout.tensor_parallel_size
     answer = generate_length(p)  # derived from the model's tokenizer where the preset says None
     return [
         # data: rows from rlkit.env.data (env_class rlkit-maze, maze spec in extra_info)
@@ -65,56 +65,56 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         f"environment.env_class={ENV_ID}",
         # algorithm: every switch of the recipe (rlkit.recipe), no critic
         *p.recipe.skyrl_overrides(),
-        f"trainer.policy.optimizer_config.lr={p.lr}",
-        f"trainer.policy.optimizer_config.scheduler={p.lr_schedule}",
+        f"trainer.policy.optimizer_config.lr={p.batch.lr}",
+        f"trainer.policy.optimizer_config.scheduler={p.batch.lr_schedule}",
         # placement: vLLM engines colocated with the FSDP2 policy on every GPU
         f"trainer.policy.model.path={model_location(p, paths)}",
         "trainer.strategy=fsdp",
         "trainer.placement.colocate_all=true",
-        f"trainer.placement.policy_num_nodes={p.nodes}",
+        f"trainer.placement.policy_num_nodes={p.layout.nodes}",
         f"trainer.placement.policy_num_gpus_per_node={p.node_gpus}",
-        f"trainer.placement.ref_num_nodes={p.nodes}",
+        f"trainer.placement.ref_num_nodes={p.layout.nodes}",
         f"trainer.placement.ref_num_gpus_per_node={p.node_gpus}",
         "trainer.ref.fsdp_config.cpu_offload=false",
         f"generator.inference_engine.num_engines={engines}",
-        f"generator.inference_engine.tensor_parallel_size={p.tensor_parallel_size}",
-        f"generator.inference_engine.gpu_memory_utilization={p.gpu_memory_utilization}",
+        f"generator.inference_engine.tensor_parallel_size={p.layout.tensor_parallel_size}",
+        f"generator.inference_engine.gpu_memory_utilization={p.layout.gpu_memory_utilization}",
         *engine_kwargs(p),
         # batches
-        f"trainer.epochs={p.epochs}",  # one epoch of steps x prompts rows: no per-epoch saves
+        f"trainer.epochs={p.batch.epochs}",  # one epoch of steps x prompts rows: no per-epoch saves
         f"trainer.train_batch_size={train_batch}",
-        f"trainer.policy_mini_batch_size={train_batch // p.mini_batches}",
-        f"trainer.micro_forward_batch_size_per_gpu={p.micro_batch_per_gpu}",
-        f"trainer.micro_train_batch_size_per_gpu={p.micro_batch_per_gpu}",
+        f"trainer.policy_mini_batch_size={train_batch // p.batch.mini_batches}",
+        f"trainer.micro_forward_batch_size_per_gpu={p.batch.micro_batch_per_gpu}",
+        f"trainer.micro_train_batch_size_per_gpu={p.batch.micro_batch_per_gpu}",
         "trainer.update_epochs_per_batch=1",
-        f"trainer.max_prompt_length={p.max_prompt_length}",
+        f"trainer.max_prompt_length={p.task.max_prompt_length}",
         # multi-turn VLM generation (SkyRL requires all four together)
         "generator.vision_language_generator=true",
         "generator.batched=false",
         "generator.use_conversation_multi_turn=true",
         "trainer.remove_microbatch_padding=false",
-        f"generator.max_turns={p.max_turns}",
-        f"generator.max_input_length={p.max_input_length}",
-        f"generator.n_samples_per_prompt={p.group_size}",
+        f"generator.max_turns={p.task.max_turns}",
+        f"generator.max_input_length={p.task.max_input_length}",
+        f"generator.n_samples_per_prompt={p.batch.group_size}",
         f"generator.sampling_params.max_generate_length={answer}",
-        f"generator.sampling_params.temperature={p.temperature}",
-        f"generator.sampling_params.top_p={p.top_p}",
-        f"generator.eval_n_samples_per_prompt={p.eval_samples}",
+        f"generator.sampling_params.temperature={p.batch.temperature}",
+        f"generator.sampling_params.top_p={p.batch.top_p}",
+        f"generator.eval_n_samples_per_prompt={p.eval.eval_samples}",
         # sampled evals, as `rlkit eval` samples (SkyRL's default eval sampling is greedy)
-        f"generator.eval_sampling_params.temperature={p.eval_temperature}",
+        f"generator.eval_sampling_params.temperature={p.eval.eval_temperature}",
         f"generator.eval_sampling_params.max_generate_length={answer}",
         # evals, checkpoints, resume: resubmitting the run continues from its latest checkpoint
-        f"trainer.eval_interval={p.eval_interval}",
+        f"trainer.eval_interval={p.eval.eval_interval}",
         "trainer.eval_before_train=true",
         "trainer.dump_eval_results=true",
-        f"trainer.ckpt_interval={p.ckpt_interval}",
-        f"trainer.hf_save_interval={p.ckpt_interval}",
-        f"trainer.max_ckpts_to_keep={p.max_ckpts_to_keep}",
+        f"trainer.ckpt_interval={p.storage.ckpt_interval}",
+        f"trainer.hf_save_interval={p.storage.ckpt_interval}",
+        f"trainer.max_ckpts_to_keep={p.storage.max_ckpts_to_keep}",
         "trainer.resume_mode=latest",
         f"trainer.ckpt_path={paths.run_dir}",
         f"trainer.export_path={paths.export_dir}",
         f"trainer.log_path={paths.log_dir}",
-        f"trainer.logger={p.logger}",
+        f"trainer.logger={p.storage.logger}",
         "trainer.project_name=rlkit",
         f"trainer.run_name={run_name}",
         *device_overrides(p),

@@ -45,21 +45,21 @@ alone (others need arguments SkyRL does not pass)."""
 
 def refuse_known_traps(p: SkyRLPreset) -> None:
     """One-line UsageErrors for the SkyRL traps in this module's docstring."""
-    if p.epochs != 1:
+    if p.batch.epochs != 1:
         raise UsageError(
-            f"epochs ({p.epochs}) must be 1: SkyRL's resume (global_step // len(dataloader)) "
+            f"epochs ({p.batch.epochs}) must be 1: SkyRL's resume (global_step // len(dataloader)) "
             "can silently skip an epoch at its boundary; raise steps instead (rows are fresh)"
         )
-    if p.model_path.rstrip("/").lower().endswith("-thinking"):
+    if p.model.model_path.rstrip("/").lower().endswith("-thinking"):
         raise UsageError(
-            f"{p.model_path} is a thinking model: SkyRL's VLM generator assumes re-rendering "
+            f"{p.model.model_path} is a thinking model: SkyRL's VLM generator assumes re-rendering "
             "returns the sampled ids, which thinking templates break; use the -Instruct model"
         )
     p.recipe.check_skyrl()
     for name in ("temperature", "top_p"):
-        if getattr(p, name) != 1.0 and p.recipe.tis_ratio_type is None:
+        if getattr(p.batch, name) != 1.0 and p.recipe.tis_ratio_type is None:
             raise UsageError(
-                f"{name} ({getattr(p, name)}) must be 1.0 unless TIS is on: SkyRL trains on "
+                f"{name} ({getattr(p.batch, name)}) must be 1.0 unless TIS is on: SkyRL trains on "
                 "vLLM's raw logprobs, which are biased otherwise; set tis_ratio_type=token"
             )
 
@@ -77,48 +77,58 @@ def set_view(eval_set: str, cell_px: int | None = None) -> EnvConfig:
 
 def check_preset(p: SkyRLPreset) -> None:
     """Every check of a preset, each a one-line UsageError that says what to change."""
-    set_view(p.eval_set, p.cell_px)  # an unknown set or a bad view fails here, not on the cluster
-    if not 1 <= p.eval_mazes <= 64:
-        raise UsageError(f"eval_mazes ({p.eval_mazes}) must be 1..64 (a pinned set)")
-    for name in ("nodes", "group_size", "mini_batches", "steps"):
-        if getattr(p, name) < 1:
-            raise UsageError(f"{name} ({getattr(p, name)}) must be >= 1")
-    if p.gpus_per_node is not None and p.gpus_per_node < 1:
-        raise UsageError(f"gpus_per_node ({p.gpus_per_node}) must be >= 1 (or none: all)")
-    if p.group_size < 2:
-        raise UsageError(f"group_size ({p.group_size}) must be >= 2: GRPO compares a group")
-    p.hang_rules()  # a bad hang setting fails here, not on the cluster
-    if p.device not in DEVICES:
-        raise UsageError(f"device {p.device!r} must be one of {', '.join(DEVICES)}")
-    if p.lr_schedule not in LR_SCHEDULES:
-        raise UsageError(f"lr_schedule {p.lr_schedule!r} must be one of {', '.join(LR_SCHEDULES)}")
+    set_view(
+        p.task.eval_set, p.task.cell_px
+    )  # an unknown set or a bad view fails here, not on the cluster
+    if not 1 <= p.eval.eval_mazes <= 64:
+        raise UsageError(f"eval_mazes ({p.eval.eval_mazes}) must be 1..64 (a pinned set)")
+    for name, value in (
+        ("nodes", p.layout.nodes),
+        ("group_size", p.batch.group_size),
+        ("mini_batches", p.batch.mini_batches),
+        ("steps", p.batch.steps),
+    ):
+        if value < 1:
+            raise UsageError(f"{name} ({value}) must be >= 1")
+    if p.layout.gpus_per_node is not None and p.layout.gpus_per_node < 1:
+        raise UsageError(f"gpus_per_node ({p.layout.gpus_per_node}) must be >= 1 (or none: all)")
+    if p.batch.group_size < 2:
+        raise UsageError(f"group_size ({p.batch.group_size}) must be >= 2: GRPO compares a group")
+    if p.layout.device not in DEVICES:
+        raise UsageError(f"device {p.layout.device!r} must be one of {', '.join(DEVICES)}")
+    if p.batch.lr_schedule not in LR_SCHEDULES:
+        raise UsageError(
+            f"lr_schedule {p.batch.lr_schedule!r} must be one of {', '.join(LR_SCHEDULES)}"
+        )
     refuse_known_traps(p)
-    if p.instance_type is None:
-        if p.gpus_per_node is None:
+    if p.layout.instance_type is None:
+        if p.layout.gpus_per_node is None:
             raise UsageError("a preset without instance_type must set gpus_per_node")
     else:
-        inst = instance_type(p.instance_type)
-        check_layout(inst, p.node_gpus, p.nodes, p.model_params_b, p.driver_memory_gb)
+        inst = instance_type(p.layout.instance_type)
+        check_layout(
+            inst, p.node_gpus, p.layout.nodes, p.model.model_params_b, p.layout.driver_memory_gb
+        )
     _check_batches(p)
 
 
 def _check_batches(p: SkyRLPreset) -> None:
     gpus = p.node_gpus
-    if gpus % p.tensor_parallel_size:
+    if gpus % p.layout.tensor_parallel_size:
         raise UsageError(
             f"gpus_per_node ({gpus}) must be a multiple of tensor_parallel_size "
-            f"({p.tensor_parallel_size}): colocate_all needs policy GPUs == engines x TP"
+            f"({p.layout.tensor_parallel_size}): colocate_all needs policy GPUs == engines x TP"
         )
-    if p.prompts_per_node % p.mini_batches:
+    if p.batch.prompts_per_node % p.batch.mini_batches:
         raise UsageError(
-            f"prompts_per_node ({p.prompts_per_node}) must divide into "
-            f"mini_batches ({p.mini_batches})"
+            f"prompts_per_node ({p.batch.prompts_per_node}) must divide into "
+            f"mini_batches ({p.batch.mini_batches})"
         )
-    per_gpu = p.prompts_per_node // p.mini_batches * p.group_size
-    if per_gpu % gpus or (per_gpu // gpus) % p.micro_batch_per_gpu:
+    per_gpu = p.batch.prompts_per_node // p.batch.mini_batches * p.batch.group_size
+    if per_gpu % gpus or (per_gpu // gpus) % p.batch.micro_batch_per_gpu:
         raise UsageError(
             f"a mini batch of {per_gpu} episodes per node must split into {gpus} GPUs x "
-            f"micro batches of {p.micro_batch_per_gpu}; change prompts_per_node or "
+            f"micro batches of {p.batch.micro_batch_per_gpu}; change prompts_per_node or "
             "micro_batch_per_gpu"
         )
 
@@ -146,28 +156,28 @@ def preset_budget(p: SkyRLPreset, model_dir: str | Path | None | bool = True) ->
     nowhere), else from the assumed values of rlkit's tiny model or Qwen3-VL."""
     from rlkit.cluster.skyrl.presets import TINY_WARM  # presets imports this module
 
-    tiny = p.model_path == TINY_WARM
+    tiny = p.model.model_path == TINY_WARM
     if model_dir is True:
-        model_dir = None if tiny else model_files(p.model_path)
+        model_dir = None if tiny else model_files(p.model.model_path)
     return budget_report(
-        p.model_path,
+        p.model.model_path,
         model_dir or None,
-        p.eval_set,
+        p.task.eval_set,
         assumed=TINY_ASSUMED if tiny else QWEN_ASSUMED,
         where="rlkit's tiny model, built and warm-started by the job" if tiny else None,
-        max_turns=p.max_turns,
-        max_input_length=p.max_input_length,
-        max_model_len=p.max_model_len,
-        max_generate_length=p.max_generate_length,
-        cfg=set_view(p.eval_set, p.cell_px),
+        max_turns=p.task.max_turns,
+        max_input_length=p.task.max_input_length,
+        max_model_len=p.task.max_model_len,
+        max_generate_length=p.task.max_generate_length,
+        cfg=set_view(p.task.eval_set, p.task.cell_px),
     )
 
 
 def generate_length(p: SkyRLPreset) -> int:
     """Tokens per answer: the preset's `max_generate_length`, or where it is None the canonical
     answer's length in the model's tokenizer plus room (`rlkit.model.budgets.ANSWER_ROOM`)."""
-    if p.max_generate_length is not None:
-        return p.max_generate_length
+    if p.task.max_generate_length is not None:
+        return p.task.max_generate_length
     return preset_budget(p).budget.answer
 
 

@@ -36,11 +36,13 @@ EXPORT_BYTES_PER_PARAM = 2
 
 
 def storage_estimate(p: SkyRLPreset) -> StorageEstimate:
-    saves = len({*range(p.ckpt_interval, p.steps + 1, p.ckpt_interval), p.steps})  # + run end
+    saves = len(
+        {*range(p.storage.ckpt_interval, p.batch.steps + 1, p.storage.ckpt_interval), p.batch.steps}
+    )  # + run end
     return StorageEstimate(
-        checkpoint_gb=p.model_params_b * CHECKPOINT_BYTES_PER_PARAM,
-        export_gb=p.model_params_b * EXPORT_BYTES_PER_PARAM,
-        checkpoints_kept=min(saves, p.max_ckpts_to_keep),
+        checkpoint_gb=p.model.model_params_b * CHECKPOINT_BYTES_PER_PARAM,
+        export_gb=p.model.model_params_b * EXPORT_BYTES_PER_PARAM,
+        checkpoints_kept=min(saves, p.storage.max_ckpts_to_keep),
         exports=saves,
     )
 
@@ -48,9 +50,9 @@ def storage_estimate(p: SkyRLPreset) -> StorageEstimate:
 def check_storage(p: SkyRLPreset) -> StorageEstimate:
     """The estimate, or a one-line UsageError when it exceeds the preset's /fsx budget."""
     est = storage_estimate(p)
-    if est.total_gb > p.fsx_budget_gb:
+    if est.total_gb > p.storage.fsx_budget_gb:
         raise UsageError(
-            f"this run would leave {est.summary()}, over its {p.fsx_budget_gb:.0f} GB budget: "
+            f"this run would leave {est.summary()}, over its {p.storage.fsx_budget_gb:.0f} GB budget: "
             "raise --fsx-budget-gb or export less often (a larger ckpt_interval)"
         )
     return est
