@@ -9,7 +9,7 @@ import torch
 
 from rlkit.errors import UsageError
 from rlkit.recipe import Recipe
-from rlkit.train import grpo
+from rlkit.train import grpo, policy_losses
 
 REDS = grpo.REDUCTIONS
 PLAIN = Recipe(kl_loss_coef=0.0)
@@ -81,7 +81,9 @@ def test_clipped_surrogate_clip_higher_by_hand():
     old = torch.zeros(1, 4)
     new = torch.log(torch.tensor([[1.5, 0.5, 1.1, 0.5]]))
     adv = torch.tensor([[1.0, 1.0, 1.0, -1.0]])
-    loss, clipped = grpo.clipped_surrogate(new, old, adv, eps_clip_low=0.2, eps_clip_high=0.28)
+    loss, clipped = policy_losses.clipped_surrogate(
+        new, old, adv, eps_clip_low=0.2, eps_clip_high=0.28
+    )
     # Expected: -min(1.5, 1.28), -min(0.5, 0.8), -min(1.1, 1.1), -min(-0.5, -0.8)
     torch.testing.assert_close(loss, torch.tensor([[-1.28, -0.5, -1.1, 0.8]]))
     assert clipped.tolist() == [[True, False, False, True]]
@@ -90,7 +92,7 @@ def test_clipped_surrogate_clip_higher_by_hand():
 def test_clipped_surrogate_broadcasts_episode_advantages_and_blocks_clipped_gradients():
     new = torch.log(torch.tensor([[1.5, 1.1], [0.9, 0.5]])).requires_grad_()
     adv = torch.tensor([2.0, -1.0])
-    loss, clipped = grpo.clipped_surrogate(new, torch.zeros(2, 2), adv)
+    loss, clipped = policy_losses.clipped_surrogate(new, torch.zeros(2, 2), adv)
     # Expected: [-2*min(1.5,1.2), -2*1.1], [-(-1)*0.9, -min(-0.5,-0.8)]
     torch.testing.assert_close(loss.detach(), torch.tensor([[-2.4, -2.2], [0.9, 0.8]]))
     loss.sum().backward()
@@ -193,7 +195,7 @@ def test_policy_loss_adds_kl_and_reports_metrics():
     ref = new + torch.tensor([[math.log(2.0), 0.0, 0.0], [0.0, 0.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     adv = torch.tensor([1.0, -1.0])
-    out = grpo.policy_loss(new, old, adv, mask, Recipe(kl_loss_coef=0.1), ref_logprobs=ref)
+    out = policy_losses.policy_loss(new, old, adv, mask, Recipe(kl_loss_coef=0.1), ref_logprobs=ref)
     # Expected policy, token_mean: (-1.2 - 1.0 + 1.0) / 3; KL, sequence mean of k3:
     # ((1 - ln2 + 0) / 2 + 0 / 1) / 2
     pg = (-1.2 - 1.0 + 1.0) / 3
@@ -208,7 +210,7 @@ def test_policy_loss_adds_kl_and_reports_metrics():
 def test_policy_loss_refuses_kl_without_reference():
     z = torch.zeros(1, 2)
     with pytest.raises(UsageError, match="ref_logprobs"):
-        grpo.policy_loss(z, z, torch.ones(1), torch.ones(1, 2), Recipe(kl_loss_coef=0.1))
+        policy_losses.policy_loss(z, z, torch.ones(1), torch.ones(1, 2), Recipe(kl_loss_coef=0.1))
 
 
 def test_kl_term_is_a_token_mean_per_episode_averaged_over_episodes():
@@ -219,7 +221,9 @@ def test_kl_term_is_a_token_mean_per_episode_averaged_over_episodes():
     ids = torch.tensor([0, 0, 1])
     z = torch.zeros(3)
     k1 = replace(PLAIN, kl_estimator_type="k1")
-    out = grpo.policy_loss(kl, kl, z, mask, k1, seq_ids=ids, ref_logprobs=torch.zeros(3, 2))
+    out = policy_losses.policy_loss(
+        kl, kl, z, mask, k1, seq_ids=ids, ref_logprobs=torch.zeros(3, 2)
+    )
     # Expected per episode: ((1 + 3) / 2 + (2 + 4) / 2) / 2 = 2.5; per row it was
     # (1 + 3 + 3) / 3 = 2.33, the two-turn episode counted twice.
     assert out.metrics["loss/kl"] == pytest.approx(2.5)
@@ -232,17 +236,19 @@ def test_dual_clip_and_gspo_by_hand():
     mask = torch.ones(1, 2)
     adv = torch.tensor([-1.0])
     seq = replace(PLAIN, loss_reduction="sequence_mean")
-    regular = grpo.policy_loss(logp, old, adv, mask, seq)
-    dual = grpo.policy_loss(logp, old, adv, mask, replace(seq, policy_loss_type="dual_clip"))
+    regular = policy_losses.policy_loss(logp, old, adv, mask, seq)
+    dual = policy_losses.policy_loss(
+        logp, old, adv, mask, replace(seq, policy_loss_type="dual_clip")
+    )
     # Expected regular: (e^2 + 1) / 2; dual-clip caps the first token at -A * 3 = 3: (3 + 1) / 2
     assert float(regular.loss) == pytest.approx((math.exp(2.0) + 1) / 2)
     assert float(dual.loss) == pytest.approx(2.0)
     gspo_recipe = replace(seq, policy_loss_type="gspo")
-    gspo = grpo.policy_loss(logp, old, adv, mask, gspo_recipe)
+    gspo = policy_losses.policy_loss(logp, old, adv, mask, gspo_recipe)
     # Expected GSPO: both tokens take the sequence ratio exp((2 + 0) / 2) = e: loss e for each
     assert float(gspo.loss) == pytest.approx(math.e)
     # with the two tokens as two turn rows of one episode, the same sequence ratio
-    rows = grpo.policy_loss(
+    rows = policy_losses.policy_loss(
         logp.T,
         old.T,
         torch.tensor([-1.0, -1.0]),
@@ -254,7 +260,7 @@ def test_dual_clip_and_gspo_by_hand():
     with pytest.raises(UsageError, match="recipe.policy_loss_type 'ppo'"):
         replace(PLAIN, policy_loss_type="ppo")
     with pytest.raises(UsageError, match="unknown policy loss 'cispo'"):  # SkyRL's only
-        grpo.policy_loss(logp, old, adv, mask, replace(PLAIN, policy_loss_type="cispo"))
+        policy_losses.policy_loss(logp, old, adv, mask, replace(PLAIN, policy_loss_type="cispo"))
 
 
 def test_entropy_bonus_subtracts_the_token_mean_entropy():
@@ -262,7 +268,7 @@ def test_entropy_bonus_subtracts_the_token_mean_entropy():
     entropy = torch.tensor([[1.0, 2.0, 9.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0]])
     bonus = replace(PLAIN, entropy_loss_coef=0.1)
-    out = grpo.policy_loss(z, z, torch.zeros(1), mask, bonus, entropy=entropy)
+    out = policy_losses.policy_loss(z, z, torch.zeros(1), mask, bonus, entropy=entropy)
     assert float(out.loss) == pytest.approx(-0.1 * 1.5)  # Expected: 0 - 0.1 * (1 + 2) / 2
     with pytest.raises(UsageError, match="entropy"):
-        grpo.policy_loss(z, z, torch.zeros(1), mask, bonus)
+        policy_losses.policy_loss(z, z, torch.zeros(1), mask, bonus)

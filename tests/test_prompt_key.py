@@ -11,7 +11,7 @@ from rlkit.maze.sets import pinned_spec
 from rlkit.model.build import build_tiny
 from rlkit.model.chat import ChatEncoder
 from rlkit.model.prompt_keys import distinct, image_digest, prompt_key
-from rlkit.train.step import TurnSample
+from rlkit.train.learner import TurnSample
 from rlkit.train.warmstart import bc_states
 
 

@@ -17,15 +17,10 @@ from rlkit.model.load import load
 from rlkit.model.policy import AnswerSpec, ModelPolicy
 from rlkit.train import step as st
 from rlkit.train.config import LOCAL_TINY_RECIPE, GRPOConfig, ScheduleConfig
+from rlkit.train.learner import Learner, TurnSample, minibatch_loss, with_reference
 from rlkit.train.presets import preset
-from rlkit.train.step import (
-    Learner,
-    grouped_minibatches,
-    minibatch_loss,
-    minibatch_order,
-    update,
-    with_reference,
-)
+from rlkit.train.state import TrainState, rollout_seed, seed_for, shuffle_seed
+from rlkit.train.step import grouped_minibatches, minibatch_order, update
 from rlkit.train.trainer import due
 
 
@@ -68,19 +63,19 @@ def rollout(learner, smoke):
 def test_each_random_stream_of_a_step_has_its_own_seed():
     # numpy's SeedSequence pads its key with zeros: (seed, step) and (seed, step, 0) were one
     # seed, so a step's rollout drew from the same stream as its epoch-0 minibatch shuffle.
-    assert st.rollout_seed(0, 5) != st.shuffle_seed(0, 5, 0)
-    assert st.seed_for(1, 2) != st.seed_for(1, 2, 0)
+    assert rollout_seed(0, 5) != shuffle_seed(0, 5, 0)
+    assert seed_for(1, 2) != seed_for(1, 2, 0)
     keys = [(s, t) for s in range(3) for t in range(40)]
-    rollout = {st.rollout_seed(s, t) for s, t in keys}
-    shuffle = {st.shuffle_seed(s, t, e) for s, t in keys for e in range(3)}
+    rollout = {rollout_seed(s, t) for s, t in keys}
+    shuffle = {shuffle_seed(s, t, e) for s, t in keys for e in range(3)}
     assert len(rollout) == len(keys) and len(shuffle) == 3 * len(keys)
     assert not rollout & shuffle
-    assert st.rollout_seed(0, 5) == st.rollout_seed(0, 5)  # a pure function: resumes redraw it
-    rounds = {st.rollout_seed(s, t, r) for s, t in keys for r in range(1, 4)}  # dynamic sampling
+    assert rollout_seed(0, 5) == rollout_seed(0, 5)  # a pure function: resumes redraw it
+    rounds = {rollout_seed(s, t, r) for s, t in keys for r in range(1, 4)}  # dynamic sampling
     assert len(rounds) == 3 * len(keys) and not rounds & (rollout | shuffle)
-    assert st.rollout_seed(0, 5, 0) == st.rollout_seed(0, 5)  # round 0 is the one-round stream
+    assert rollout_seed(0, 5, 0) == rollout_seed(0, 5)  # round 0 is the one-round stream
     with pytest.raises(UsageError, match="non-negative"):
-        st.seed_for(-1, 2)  # abs() made seed -1 replay seed 1
+        seed_for(-1, 2)  # abs() made seed -1 replay seed 1
 
 
 def test_score_hand_computed():
@@ -138,7 +133,7 @@ def test_lr_end_falls_along_a_cosine_to_the_last_step():
 def _schedule(ws_end: int | None, sched: ScheduleConfig) -> tuple[list[int], list[int]]:
     """Steps at which `due` asks for an eval and a checkpoint, the state advanced as the
     trainer does: warm start up to `ws_end`, then `sched.steps` GRPO steps."""
-    s = st.TrainState(phase="grpo" if ws_end is None else "warm_start")
+    s = TrainState(phase="grpo" if ws_end is None else "warm_start")
     evals, ckpts = [], []
     while s.grpo_steps < sched.steps:
         s.step += 1
@@ -299,7 +294,7 @@ def test_minibatches_hold_whole_episodes_in_a_seeded_random_order():
 
     episodes = [0, 0, 0, 1, 2, 2, 3, 3, 3, 3, 3, 4, 5, 5]  # the episode of each sample
     samples = [
-        st.TurnSample(Encoded([9, i], [], 4), [0], [0.0], 0.0, e) for i, e in enumerate(episodes)
+        TurnSample(Encoded([9, i], [], 4), [0], [0.0], 0.0, e) for i, e in enumerate(episodes)
     ]
     orders = [
         minibatch_order(samples, GRPOConfig(minibatch=4), torch.Generator().manual_seed(seed))

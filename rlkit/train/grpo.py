@@ -1,12 +1,12 @@
-"""GRPO math as small, pure tensor functions: advantages, loss reductions, KL, policy losses.
+"""GRPO math as small, pure tensor functions: advantages, loss reductions, KL.
 
 The local trainer's counterpart of SkyRL's `skyrl/backends/skyrl_train/utils/ppo_utils.py`:
 with the same `Recipe` a local run and a cluster run optimise the same objective, and
 `tests/skyrl/test_objective.py` checks these functions against SkyRL's own code. Each family
 is a registry under SkyRL's names that the recipe's switch looks up: `ESTIMATORS`
-(`advantage_estimator`), `REDUCTIONS` (`loss_reduction`), `KL_ESTIMATORS`
-(`kl_estimator_type`) and `POLICY_LOSSES` (`policy_loss_type`, each `fn(logprobs,
-old_logprobs, advantages, mask, recipe, seq_ids)` as SkyRL's take its config).
+(`advantage_estimator`), `REDUCTIONS` (`loss_reduction`) and `KL_ESTIMATORS`
+(`kl_estimator_type`). The policy losses that combine them (`POLICY_LOSSES`,
+`policy_loss_type`) are `rlkit.train.policy_losses`.
 
 Textbook GRPO (Shao et al. 2024, DeepSeekMath), for G episodes o_1..o_G of one prompt (one maze)
 with outcome rewards r_1..r_G and the importance ratio rho_it = pi(o_it) / pi_old(o_it)::
@@ -15,7 +15,7 @@ with outcome rewards r_1..r_G and the importance ratio rho_it = pi(o_it) / pi_ol
     J    = 1/G sum_i 1/|o_i| sum_t [ min(rho_it A_i, clip(rho_it, 1-eps, 1+eps) A_i)
                                      - beta KL_k3(pi || pi_ref)_it ]
 
-How ours differs, each switchable:
+How ours differs, each switchable (the policy loss's own switches: `rlkit.train.policy_losses`):
 
 - **Std division is optional** (`grpo_norm_by_std`). Dr. GRPO (Liu et al. 2025) shows that
   dividing by the group std up-weights groups that are nearly all-solved or all-failed; without
@@ -27,8 +27,6 @@ How ours differs, each switchable:
   generator's are per token, so a SkyRL preset refuses the switch). The local trainer can
   instead give the groups that no episode solved (`unsolved_group_mask`) a fixed negative
   advantage (`Recipe.fail_advantage`, negative-sample reinforcement); SkyRL has no such option.
-- **Clip-higher** (DAPO, Yu et al. 2025): separate `eps_clip_low` / `eps_clip_high`, so rare good
-  moves can gain probability faster than the symmetric clip allows.
 - **Loss reduction is a choice** (`token_mean`, the DAPO/SkyRL default; `sequence_mean`, the
   textbook 1/G sum 1/|o_i|; `seq_mean_token_sum_norm`, Dr. GRPO's constant normaliser). All are
   written as per-token weights (`reduction_weights`) so that summing weighted token losses over
@@ -37,10 +35,6 @@ How ours differs, each switchable:
   `k2` or `abs` (Schulman, "Approximating KL divergence"), reduced as a per-sequence token mean
   averaged over sequences, like SkyRL's `use_kl_loss` (`episode_mean`); a sequence is an
   episode (`seq_ids`), so a long episode weighs as much as a short one on both backends.
-- **The policy loss**: `regular` (the clipped surrogate above), `dual_clip` and `gspo` (one ratio
-  per episode).
-- **Entropy bonus** (`entropy_loss_coef`): minus the token-mean entropy of the mini-batch, as
-  SkyRL's `use_entropy_loss` per micro-batch (equal when a mini-batch is one micro-batch).
 - **Multi-turn**: one outcome reward per episode; its advantage is broadcast to every token the
   model produced in the episode; observation tokens (env feedback, images) carry no loss. SkyRL
   trains one row per episode, the local trainer one row per turn and passes each row's episode
@@ -56,8 +50,6 @@ Where this differs from SkyRL (each shown by a test):
 - **Group statistics are float64**, so a zero-variance group gets exactly 0. SkyRL's float32 mean
   of eight rewards of 0.1 is one ulp off, which dividing by std + eps = 1e-6 turns into
   advantages of -0.0074. The maze's 0/1 rewards are exact in both.
-- **GSPO's sequence ratio spans the episode's turn rows** (`seq_ids`): SkyRL's row is the whole
-  episode, so the two agree; without ids each row is a sequence.
 - **No `token_mean_legacy` and no `prompt_mean` reduction.** `token_mean_legacy` (SkyRL's
   visgym recipe's; the cluster preset runs `token_mean` instead, this trainer's default) takes
   the token mean of each micro-batch (`micro_train_batch_size_per_gpu` consecutive sequences of
@@ -72,7 +64,6 @@ Where this differs from SkyRL (each shown by a test):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
@@ -333,170 +324,3 @@ def kl_estimate(
             f"unknown KL estimator {estimator!r}: choose one of {', '.join(KL_ESTIMATORS)}"
         )
     return KL_ESTIMATORS[estimator](ref_logprobs - logprobs)
-
-
-# policy losses ------------------------------------------------------------------------------
-
-
-def _as_token_tensor(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Broadcast episode advantages (B,) to tokens (B, T); pass (B, T) through."""
-    if advantages.ndim == 1 and like.ndim == 2 and advantages.shape[0] == like.shape[0]:
-        return advantages.unsqueeze(-1).expand_as(like)
-    if advantages.shape != like.shape:
-        raise UsageError(
-            f"advantages {tuple(advantages.shape)} must be (B,) or match logprobs "
-            f"{tuple(like.shape)}"
-        )
-    return advantages
-
-
-def clipped_surrogate(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    *,
-    eps_clip_low: float = 0.2,
-    eps_clip_high: float = 0.2,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token PPO clipped surrogate loss (to minimise), with clip-higher.
-
-    logprobs, old_logprobs: (B, T) log pi(token) under the current / rollout-time policy.
-    advantages: (B,) per episode or (B, T) per token. Returns `(loss, clipped)`, both (B, T):
-    `loss = -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A)` and `clipped` marks tokens where
-    the clipped branch was taken (its gradient is zero there).
-    """
-    if eps_clip_low < 0 or eps_clip_high < 0 or eps_clip_low >= 1:
-        raise UsageError(
-            f"eps_clip_low ({eps_clip_low}) must be in [0, 1) and eps_clip_high ({eps_clip_high})"
-            " >= 0: they bound the ratio to [1-low, 1+high]"
-        )
-    if logprobs.shape != old_logprobs.shape:
-        raise UsageError(
-            f"logprobs {tuple(logprobs.shape)} and old_logprobs {tuple(old_logprobs.shape)} "
-            "must have the same shape"
-        )
-    adv = _as_token_tensor(advantages, logprobs).to(logprobs.dtype)
-    # Clamping the log-ratio keeps exp finite for tokens whose probability collapsed.
-    ratio = torch.exp(torch.clamp(logprobs - old_logprobs, -20.0, 20.0))
-    surr = ratio * adv
-    surr_clipped = ratio.clamp(1.0 - eps_clip_low, 1.0 + eps_clip_high) * adv
-    return -torch.min(surr, surr_clipped), surr_clipped < surr
-
-
-def _regular(logprobs, old_logprobs, adv, mask, recipe: Recipe, seq_ids=None) -> tuple:
-    """PPO's clipped surrogate per token (SkyRL `regular`)."""
-    return clipped_surrogate(
-        logprobs,
-        old_logprobs,
-        adv,
-        eps_clip_low=recipe.eps_clip_low,
-        eps_clip_high=recipe.eps_clip_high,
-    )
-
-
-def _dual_clip(logprobs, old_logprobs, adv, mask, recipe: Recipe, seq_ids=None) -> tuple:
-    """Dual-clip PPO (Ye et al. 2020): a negative-advantage token's loss is at most -A * c."""
-    loss, clipped = _regular(logprobs, old_logprobs, adv, mask, recipe)
-    capped = torch.min(-adv * recipe.clip_ratio_c, loss)
-    return torch.where(adv < 0, capped, loss), clipped
-
-
-def _gspo(logprobs, old_logprobs, adv, mask, recipe: Recipe, seq_ids=None) -> tuple:
-    """GSPO-token (Zheng et al. 2025, eqs. 14-15): every token of a sequence takes the
-    sequence's ratio, the geometric mean of its token ratios, with the token's own gradient."""
-    m = mask.to(logprobs.dtype)
-    log_ratio = torch.where(mask.bool(), logprobs - old_logprobs, torch.zeros_like(logprobs))
-    if seq_ids is None:
-        seq_ids = torch.arange(logprobs.shape[0], device=logprobs.device)
-    _, inverse = torch.unique(seq_ids, return_inverse=True)
-    n = int(inverse.max()) + 1 if inverse.numel() else 0
-    zeros = torch.zeros(n, dtype=logprobs.dtype, device=logprobs.device)
-    sums = zeros.index_add(0, inverse, (log_ratio * m).sum(-1))
-    counts = zeros.index_add(0, inverse, m.sum(-1))
-    seq_log_ratio = (sums / counts.clamp(min=1.0))[inverse].unsqueeze(-1)
-    log_w = torch.clamp(logprobs - logprobs.detach() + seq_log_ratio.detach(), max=10.0)
-    ratio = torch.exp(log_w)
-    surr = ratio * adv
-    lo, hi = 1.0 - recipe.eps_clip_low, 1.0 + recipe.eps_clip_high
-    surr_clipped = ratio.clamp(lo, hi) * adv
-    return -torch.min(surr, surr_clipped), surr_clipped < surr
-
-
-POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
-    "regular": _regular,
-    "dual_clip": _dual_clip,
-    "gspo": _gspo,
-}
-"""Per-token policy losses under SkyRL's names: `fn(logprobs, old_logprobs, advantages (B, T),
-mask, recipe, seq_ids=None) -> (loss, clipped)`, each (B, T)."""
-
-
-@dataclass(frozen=True)
-class PolicyLoss:
-    """The scalar to backpropagate and detached metrics named for the `loss/` log prefix."""
-
-    loss: torch.Tensor
-    metrics: dict[str, float]
-
-
-def policy_loss(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    recipe: Recipe,
-    *,
-    seq_ids: torch.Tensor | None = None,
-    ref_logprobs: torch.Tensor | None = None,
-    entropy: torch.Tensor | None = None,
-) -> PolicyLoss:
-    """GRPO loss for one mini-batch under `recipe`: the `policy_loss_type` loss reduced by
-    `loss_reduction`, + `kl_in_loss` * KL to the reference - `entropy_loss_coef` * entropy.
-
-    logprobs, old_logprobs, mask, ref_logprobs, entropy: (B, T); advantages: (B,) or (B, T);
-    seq_ids: (B,) which rows form one sequence (an episode) in the reduction, the KL term and
-    GSPO's ratio (None: each row). Metrics: loss/total, loss/policy, loss/kl (when a reference
-    is given), loss/clip_fraction, loss/ratio_mean, loss/approx_kl_old (k3 of the rollout
-    policy against the current one).
-    """
-    kl_coef, entropy_coef = recipe.kl_in_loss, recipe.entropy_loss_coef
-    if kl_coef > 0 and ref_logprobs is None:
-        raise UsageError(
-            f"recipe.kl_loss_coef ({kl_coef}) > 0 needs ref_logprobs from the reference policy"
-        )
-    if entropy_coef > 0 and entropy is None:
-        raise UsageError(
-            f"recipe.entropy_loss_coef ({entropy_coef}) > 0 needs the policy's entropy"
-        )
-    if mask.shape != logprobs.shape:
-        raise UsageError(f"mask {tuple(mask.shape)} must match logprobs {tuple(logprobs.shape)}")
-    if recipe.policy_loss_type not in POLICY_LOSSES:
-        raise UsageError(
-            f"unknown policy loss {recipe.policy_loss_type!r}: the local trainer has "
-            f"{', '.join(POLICY_LOSSES)}"
-        )
-    adv = _as_token_tensor(advantages, logprobs).to(logprobs.dtype)
-    token_loss, clipped = POLICY_LOSSES[recipe.policy_loss_type](
-        logprobs, old_logprobs, adv, mask, recipe, seq_ids
-    )
-    reduction, max_len = recipe.loss_reduction, recipe.max_seq_len
-    pg = reduce_loss(token_loss, mask, reduction, max_seq_len=max_len, seq_ids=seq_ids)
-    total = pg
-    with torch.no_grad():
-        ratio = torch.exp(torch.clamp(logprobs - old_logprobs, -20.0, 20.0))
-        metrics = {
-            "loss/policy": float(pg),
-            "loss/clip_fraction": float(masked_mean(clipped.to(logprobs.dtype), mask)),
-            "loss/ratio_mean": float(masked_mean(ratio, mask)),
-            "loss/approx_kl_old": float(masked_mean(kl_estimate(logprobs, old_logprobs), mask)),
-        }
-    if ref_logprobs is not None:
-        kl_tokens = kl_estimate(logprobs, ref_logprobs, recipe.kl_estimator_type)
-        kl = episode_mean(kl_tokens, mask, seq_ids)
-        metrics["loss/kl"] = float(kl.detach())
-        if kl_coef > 0:
-            total = total + kl_coef * kl
-    if entropy_coef > 0:
-        total = total - entropy_coef * masked_mean(entropy, mask)
-    metrics["loss/total"] = float(total.detach())
-    return PolicyLoss(loss=total, metrics=metrics)

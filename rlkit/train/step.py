@@ -7,16 +7,16 @@
    from `turn_budgets`; with dynamic sampling, rounds repeat until `enough_groups` teach;
 2. **score**: `score` turns rewards into advantages (the recipe's estimator, `rlkit.train.grpo`)
    and picks the episodes the loss keeps; `capture` writes a few groups under RUN/rollouts;
-3. **samples**: `turn_samples` makes one training row per model turn, the prompt re-encoded
-   and checked against the one that was sampled;
+3. **samples**: `turn_samples` makes one training row (`rlkit.train.learner.TurnSample`) per
+   model turn, the prompt re-encoded and checked against the one that was sampled;
 4. **update**: `update` runs `epochs` passes over the rows in a seeded random order of whole
-   episodes, one optimizer step per minibatch; `minibatch_loss` recomputes each reply's
-   logprobs under the current weights, masks what the policy did not choose (constrained mode:
-   only the move word's token) and hands them to `rlkit.train.grpo.policy_loss` with each
-   row's episode as its sequence.
+   episodes, one optimizer step per minibatch; the learner's `minibatch_loss`
+   (`rlkit.train.learner`) recomputes each reply's logprobs under the current weights, masks
+   what the policy did not choose (constrained mode: only the move word's token) and hands
+   them to `rlkit.train.policy_losses.policy_loss` with each row's episode as its sequence.
 
-Every random draw comes from (seed, step[, round or epoch]) (`seed_for`), so a run resumed from
-a checkpoint draws exactly what an uninterrupted one would.
+Every random draw comes from (seed, step[, round or epoch]) (`rlkit.train.state.seed_for`), so
+a run resumed from a checkpoint (its `TrainState`) draws exactly what an uninterrupted one would.
 
 Minibatches hold whole episodes, as SkyRL's episode rows are: the per-episode terms (the
 `sequence_mean` and `seq_mean_token_sum_norm` reductions, the KL term, GSPO's ratio) would
@@ -42,69 +42,12 @@ from rlkit.errors import UsageError
 from rlkit.maze.core import Maze, exit_distances
 from rlkit.maze.sets import train_mazes
 from rlkit.model.chat import Encoded
-from rlkit.model.load import LoadedModel
-from rlkit.model.policy import AnswerSpec, turn_logprobs
 from rlkit.recipe import Recipe
 from rlkit.run import captures
 from rlkit.train import faults, grpo
 from rlkit.train.config import GRPOConfig, ScheduleConfig, TrainConfig
-
-ROLLOUT, SHUFFLE = 1, 2
-"""Stream tags: the key part after the run's seed, so that no two streams share a key."""
-
-
-def seed_for(*parts: int) -> int:
-    """A 64-bit seed from a key of non-negative ints; every distinct key is distinct entropy.
-
-    The key's length is part of it: SeedSequence pads its entropy with zeros, so (s, t) and
-    (s, t, 0) would be one seed.
-    """
-    if any(int(p) < 0 for p in parts):
-        raise UsageError(f"seed key {parts} must be non-negative ints (SeedSequence entropy)")
-    key = [*map(int, parts), len(parts)]
-    return int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0])
-
-
-def rollout_seed(seed: int, step: int, round_: int = 0) -> int:
-    """Seed of the episodes sampled at global step `step` (in its rollout round `round_`, when
-    dynamic sampling draws more than one)."""
-    return seed_for(seed, ROLLOUT, step) if round_ == 0 else seed_for(seed, ROLLOUT, step, round_)
-
-
-def shuffle_seed(seed: int, step: int, epoch: int) -> int:
-    """Seed of the minibatch order of epoch `epoch` of the update at global step `step`."""
-    return seed_for(seed, SHUFFLE, step, epoch)
-
-
-@dataclass
-class TrainState:
-    """Everything besides weights and optimizer that a resume needs (saved in trainer_state.pt)."""
-
-    step: int = 0
-    phase: str = "warm_start"
-    grpo_steps: int = 0
-    warm_start_end: int | None = None
-    cursor: int = 0
-    """Index of the next training maze in the stream: no maze replayed or skipped on resume."""
-    val_solve_rate: float | None = None
-    """The warm start's latest validation solve rate (None: none yet); it picks the BC phase."""
-    elapsed_s: float = 0.0
-    """Training wall time up to this state, summed over resumed segments (benchmarks)."""
-
-
-@dataclass
-class Learner:
-    """The policy being trained and what its loss needs."""
-
-    loaded: LoadedModel
-    opt: torch.optim.Optimizer
-    answer: AnswerSpec | None = None
-    """Set in constrained mode: the policy chose only the move word's token."""
-    ref: LoadedModel | None = None
-    """The frozen reference policy of the KL term (None when the recipe has no KL in the loss)."""
-    temperature: float = 1.0
-    """The rollout's sampling temperature: logprobs must use the same one (on-policy ratios)."""
-
+from rlkit.train.learner import Learner, TurnSample, minibatch_loss, with_reference
+from rlkit.train.state import TrainState, rollout_seed, shuffle_seed
 
 # the step -----------------------------------------------------------------------------------
 
@@ -304,22 +247,6 @@ def capture(
 # 3. samples ---------------------------------------------------------------------------------
 
 
-@dataclass
-class TurnSample:
-    """One training row: a turn's prompt, the model's reply and the episode's advantage."""
-
-    prompt: Encoded
-    response_ids: list[int]
-    old_logprobs: list[float]
-    """Per response token, log pi_old as recorded while sampling."""
-    advantage: float
-    episode: int
-    """Index of its episode in the rollout batch: the sequence of the per-episode reductions."""
-    ref_logprobs: list[float] | None = None
-    """Per response token, log pi_ref (the KL term's frozen reference), once computed for the
-    update (`with_reference`); None: not computed."""
-
-
 def turn_samples(
     trajs: Sequence[Trajectory],
     scores: Scores,
@@ -425,82 +352,6 @@ def grouped_minibatches(
             out[-1].extend(groups[j])
         else:
             out.append(list(groups[j]))
-    return out
-
-
-@dataclass(frozen=True)
-class MinibatchLoss:
-    out: grpo.PolicyLoss
-    entropy: torch.Tensor
-    """(B, R) per-token entropy of the policy."""
-    mask: torch.Tensor
-    """(B, R) 1 on the tokens that carry loss."""
-
-
-def minibatch_loss(learner: Learner, mb: Sequence[TurnSample], recipe: Recipe) -> MinibatchLoss:
-    """The GRPO loss of `mb` under the learner's current weights (differentiable)."""
-    answer = learner.answer
-    logp, entropy, mask = _logprobs(learner.loaded, learner, mb)
-    old = _rows(logp, [x.old_logprobs for x in mb])
-    mask = mask.float()
-    if answer is not None:  # constrained: only the move word was chosen by the policy
-        mask = torch.zeros_like(mask)
-        mask[:, answer.choice_pos] = 1.0
-    ref = None
-    if learner.ref is not None and all(x.ref_logprobs is not None for x in mb):
-        ref = _rows(logp, [x.ref_logprobs for x in mb])
-    elif learner.ref is not None:
-        with torch.no_grad():
-            ref, _, _ = _logprobs(learner.ref, learner, mb)
-    out = grpo.policy_loss(
-        logp,
-        old,
-        torch.tensor([x.advantage for x in mb]),
-        mask,
-        recipe,
-        seq_ids=torch.tensor([x.episode for x in mb]),
-        ref_logprobs=ref,
-        entropy=entropy,
-    )
-    return MinibatchLoss(out, entropy, mask)
-
-
-def with_reference(learner: Learner, samples: Sequence[TurnSample], size: int) -> list[TurnSample]:
-    """`samples` with `ref_logprobs` filled from the frozen reference, in no-grad passes of
-    `size` rows; unchanged when there is no reference. The reference never changes during an
-    update, so computing it once instead of in every epoch's minibatches saves one forward per
-    sample and extra epoch."""
-    if learner.ref is None:
-        return list(samples)
-    out: list[TurnSample] = []
-    for lo in range(0, len(samples), size):
-        chunk = samples[lo : lo + size]
-        with torch.no_grad():
-            ref, _, _ = _logprobs(learner.ref, learner, chunk)
-        for x, row in zip(chunk, ref.tolist(), strict=True):
-            out.append(replace(x, ref_logprobs=row[: len(x.response_ids)]))
-    return out
-
-
-def _logprobs(
-    model: LoadedModel, learner: Learner, rows: Sequence[TurnSample]
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(logprobs, entropy, response mask), each (B, R), of the rows' replies under `model`
-    (the policy or its reference), as the rollout defined them."""
-    return turn_logprobs(
-        model,
-        [x.prompt for x in rows],
-        [x.response_ids for x in rows],
-        temperature=learner.temperature,
-        answer=learner.answer,
-    )
-
-
-def _rows(like: torch.Tensor, values: Sequence[Sequence[float]]) -> torch.Tensor:
-    """Per-row token values as a zero-padded tensor shaped like `like` (B, R)."""
-    out = torch.zeros_like(like, requires_grad=False)
-    for i, v in enumerate(values):
-        out[i, : len(v)] = torch.tensor(v, dtype=out.dtype)
     return out
 
 

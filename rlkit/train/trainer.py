@@ -41,9 +41,11 @@ from rlkit.run import captures
 from rlkit.run.rundir import Checkpoint, RunDir
 from rlkit.train import faults
 from rlkit.train.config import ScheduleConfig, TrainConfig
+from rlkit.train.learner import Learner
 from rlkit.train.metrics import MetricsLogger
 from rlkit.train.run_config import check_resume, resume_config
-from rlkit.train.step import Learner, TrainState, grpo_step
+from rlkit.train.state import TrainState
+from rlkit.train.step import grpo_step
 from rlkit.train.warmstart import (
     bc_batch,
     bc_schedule,

@@ -36,7 +36,7 @@ from rlkit.model.config import TinyConfig
 from rlkit.model.load import load, no_progress_bars
 from rlkit.model.policy import AnswerSpec, ModelPolicy
 from rlkit.train.config import WarmStartConfig
-from rlkit.train.step import Learner
+from rlkit.train.learner import Learner
 from rlkit.train.warmstart import (
     bc_schedule,
     bc_states,

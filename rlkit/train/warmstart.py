@@ -34,7 +34,7 @@ from rlkit.model.load import LoadedModel
 from rlkit.model.policy import AnswerSpec, turn_logprobs
 from rlkit.train import faults
 from rlkit.train.config import WarmStartConfig
-from rlkit.train.step import Learner
+from rlkit.train.learner import Learner
 
 BC_STREAM = 20_000_000
 """Training-stream index where BC mazes start (apart from GRPO's cursor and validation)."""

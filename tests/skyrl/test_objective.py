@@ -24,7 +24,7 @@ from skyrl.train.config import AlgorithmConfig
 
 from rlkit.errors import UsageError
 from rlkit.recipe import Recipe
-from rlkit.train import grpo
+from rlkit.train import grpo, policy_losses
 
 pytestmark = pytest.mark.skyrl
 
@@ -175,7 +175,9 @@ def test_clipped_surrogate_hand_computed_clip_higher_matches_skyrl_per_token():
     ratio = torch.tensor([[1.25, 1.5, 0.7, 0.7]])
     adv = torch.tensor([[1.0, 1.0, -1.0, 1.0]])
     logp, old = ratio.log(), torch.zeros(1, 4)
-    loss, clipped = grpo.clipped_surrogate(logp, old, adv, eps_clip_low=0.2, eps_clip_high=0.28)
+    loss, clipped = policy_losses.clipped_surrogate(
+        logp, old, adv, eps_clip_low=0.2, eps_clip_high=0.28
+    )
     # Expected: -min(r A, clip(r, 0.8, 1.28) A) = [-1.25, -1.28, 0.8, -0.7]; the symmetric clip
     # (high 0.2) would cap the first token at -1.2.
     torch.testing.assert_close(loss, torch.tensor([[-1.25, -1.28, 0.8, -0.7]]), **TOL)
@@ -231,7 +233,7 @@ def test_policy_loss_matches_skyrl_regular_loss_and_kl_term(reduction):
         kl_loss_coef=cfg.kl_loss_coef,
         kl_estimator_type=cfg.kl_estimator_type,
     )
-    out = grpo.policy_loss(our_lp, old, ours_adv, mask, recipe, ref_logprobs=ref)
+    out = policy_losses.policy_loss(our_lp, old, ours_adv, mask, recipe, ref_logprobs=ref)
     out.loss.backward()
     torch.testing.assert_close(out.loss.detach(), sky_total.detach(), **TOL)
     torch.testing.assert_close(our_lp.grad, sky_lp.grad, **TOL)
@@ -246,9 +248,9 @@ def test_dual_clip_is_a_loss_type_of_its_own_on_both_backends():
     # (3) however far its ratio has grown, in rlkit's registry as in SkyRL.
     assert AlgorithmConfig().policy_loss_type == "regular"
     logp, old, adv, mask = torch.tensor([[2.0]]), torch.zeros(1, 1), torch.tensor([[-1.0]]), None
-    ours, _ = grpo.clipped_surrogate(logp, old, adv)
+    ours, _ = policy_losses.clipped_surrogate(logp, old, adv)
     clips = Recipe(eps_clip_low=0.2, eps_clip_high=0.2, clip_ratio_c=3.0)
-    ours_dual, _ = grpo.POLICY_LOSSES["dual_clip"](logp, old, adv, mask, clips)
+    ours_dual, _ = policy_losses.POLICY_LOSSES["dual_clip"](logp, old, adv, mask, clips)
     regular, _ = sky.ppo_policy_loss(logp, old, adv, AlgorithmConfig(), mask)
     dual, _ = sky.ppo_policy_loss(
         logp, old, adv, AlgorithmConfig(policy_loss_type="dual_clip"), mask
@@ -402,6 +404,8 @@ def test_kl_term_matches_skyrl_with_nan_at_masked_positions(estimator):
     ours = grpo.kl_estimate(logp, ref, estimator)
     torch.testing.assert_close(torch.where(mask.bool(), ours, 0.0), sky_kl, **TOL)
     recipe = Recipe(kl_loss_coef=0.0, kl_estimator_type=estimator)
-    out = grpo.policy_loss(logp, logp, torch.zeros(mask.shape[0]), mask, recipe, ref_logprobs=ref)
+    out = policy_losses.policy_loss(
+        logp, logp, torch.zeros(mask.shape[0]), mask, recipe, ref_logprobs=ref
+    )
     sky_term = sky_masked_mean(sky_kl, mask, dim=-1).mean()  # worker.py's use_kl_loss reduction
     assert out.metrics["loss/kl"] == pytest.approx(float(sky_term), abs=1e-6)

@@ -25,7 +25,7 @@ from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.episodes.rollout import Trajectory, Turn
 from rlkit.errors import UsageError
 from rlkit.recipe import Recipe
-from rlkit.train import grpo
+from rlkit.train import grpo, policy_losses
 from rlkit.train import step as st
 from rlkit.train.presets import preset as train_preset
 
@@ -87,7 +87,7 @@ def sky_policy_loss(cfg, lp, old, adv, mask, *, micro: int | None = None):
 
 
 def local_loss(recipe, t_lp, t_old, t_adv, t_mask, ids, **kw):
-    return grpo.policy_loss(t_lp, t_old, t_adv, t_mask, recipe, seq_ids=ids, **kw)
+    return policy_losses.policy_loss(t_lp, t_old, t_adv, t_mask, recipe, seq_ids=ids, **kw)
 
 
 # the vocabulary ----------------------------------------------------------------------------
@@ -96,7 +96,7 @@ def local_loss(recipe, t_lp, t_old, t_adv, t_mask, ids, **kw):
 def test_the_value_names_are_skyrl_registries_and_the_local_registries_are_the_local_lists():
     assert set(rc.POLICY_LOSSES) == set(sky.PolicyLossRegistry.list_available())
     assert set(rc.ADVANTAGE_ESTIMATORS) == set(sky.AdvantageEstimatorRegistry.list_available())
-    assert set(grpo.POLICY_LOSSES) == set(rc.LOCAL_POLICY_LOSSES)
+    assert set(policy_losses.POLICY_LOSSES) == set(rc.LOCAL_POLICY_LOSSES)
     assert set(grpo.REDUCTIONS) == set(rc.LOCAL_REDUCTIONS)
     assert set(grpo.KL_ESTIMATORS) == set(rc.KL_ESTIMATORS)
     assert set(grpo.ESTIMATORS) == set(rc.LOCAL_ADVANTAGE_ESTIMATORS)

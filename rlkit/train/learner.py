@@ -1,0 +1,129 @@
+"""The policy being trained and what it computes on training rows.
+
+`Learner` is what both local phases train (the warm start's behaviour cloning and the GRPO
+step): the model, its optimizer and, for GRPO, the frozen reference of the KL term. A
+`TurnSample` is one training row of a GRPO update (a model turn and its episode's advantage);
+`minibatch_loss` recomputes a minibatch's logprobs under the learner's current weights, masks
+what the policy did not choose (constrained mode: only the move word's token) and hands them to
+`rlkit.train.policy_losses.policy_loss` with each row's episode as its sequence;
+`with_reference` fills the reference's logprobs once per update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import torch
+
+from rlkit.model.chat import Encoded
+from rlkit.model.load import LoadedModel
+from rlkit.model.policy import AnswerSpec, turn_logprobs
+from rlkit.recipe import Recipe
+from rlkit.train.policy_losses import PolicyLoss, policy_loss
+
+
+@dataclass
+class Learner:
+    """The policy being trained and what its loss needs."""
+
+    loaded: LoadedModel
+    opt: torch.optim.Optimizer
+    answer: AnswerSpec | None = None
+    """Set in constrained mode: the policy chose only the move word's token."""
+    ref: LoadedModel | None = None
+    """The frozen reference policy of the KL term (None when the recipe has no KL in the loss)."""
+    temperature: float = 1.0
+    """The rollout's sampling temperature: logprobs must use the same one (on-policy ratios)."""
+
+
+@dataclass
+class TurnSample:
+    """One training row: a turn's prompt, the model's reply and the episode's advantage."""
+
+    prompt: Encoded
+    response_ids: list[int]
+    old_logprobs: list[float]
+    """Per response token, log pi_old as recorded while sampling."""
+    advantage: float
+    episode: int
+    """Index of its episode in the rollout batch: the sequence of the per-episode reductions."""
+    ref_logprobs: list[float] | None = None
+    """Per response token, log pi_ref (the KL term's frozen reference), once computed for the
+    update (`with_reference`); None: not computed."""
+
+
+@dataclass(frozen=True)
+class MinibatchLoss:
+    out: PolicyLoss
+    entropy: torch.Tensor
+    """(B, R) per-token entropy of the policy."""
+    mask: torch.Tensor
+    """(B, R) 1 on the tokens that carry loss."""
+
+
+def minibatch_loss(learner: Learner, mb: Sequence[TurnSample], recipe: Recipe) -> MinibatchLoss:
+    """The GRPO loss of `mb` under the learner's current weights (differentiable)."""
+    answer = learner.answer
+    logp, entropy, mask = _logprobs(learner.loaded, learner, mb)
+    old = _rows(logp, [x.old_logprobs for x in mb])
+    mask = mask.float()
+    if answer is not None:  # constrained: only the move word was chosen by the policy
+        mask = torch.zeros_like(mask)
+        mask[:, answer.choice_pos] = 1.0
+    ref = None
+    if learner.ref is not None and all(x.ref_logprobs is not None for x in mb):
+        ref = _rows(logp, [x.ref_logprobs for x in mb])
+    elif learner.ref is not None:
+        with torch.no_grad():
+            ref, _, _ = _logprobs(learner.ref, learner, mb)
+    out = policy_loss(
+        logp,
+        old,
+        torch.tensor([x.advantage for x in mb]),
+        mask,
+        recipe,
+        seq_ids=torch.tensor([x.episode for x in mb]),
+        ref_logprobs=ref,
+        entropy=entropy,
+    )
+    return MinibatchLoss(out, entropy, mask)
+
+
+def with_reference(learner: Learner, samples: Sequence[TurnSample], size: int) -> list[TurnSample]:
+    """`samples` with `ref_logprobs` filled from the frozen reference, in no-grad passes of
+    `size` rows; unchanged when there is no reference. The reference never changes during an
+    update, so computing it once instead of in every epoch's minibatches saves one forward per
+    sample and extra epoch."""
+    if learner.ref is None:
+        return list(samples)
+    out: list[TurnSample] = []
+    for lo in range(0, len(samples), size):
+        chunk = samples[lo : lo + size]
+        with torch.no_grad():
+            ref, _, _ = _logprobs(learner.ref, learner, chunk)
+        for x, row in zip(chunk, ref.tolist(), strict=True):
+            out.append(replace(x, ref_logprobs=row[: len(x.response_ids)]))
+    return out
+
+
+def _logprobs(
+    model: LoadedModel, learner: Learner, rows: Sequence[TurnSample]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(logprobs, entropy, response mask), each (B, R), of the rows' replies under `model`
+    (the policy or its reference), as the rollout defined them."""
+    return turn_logprobs(
+        model,
+        [x.prompt for x in rows],
+        [x.response_ids for x in rows],
+        temperature=learner.temperature,
+        answer=learner.answer,
+    )
+
+
+def _rows(like: torch.Tensor, values: Sequence[Sequence[float]]) -> torch.Tensor:
+    """Per-row token values as a zero-padded tensor shaped like `like` (B, R)."""
+    out = torch.zeros_like(like, requires_grad=False)
+    for i, v in enumerate(values):
+        out[i, : len(v)] = torch.tensor(v, dtype=out.dtype)
+    return out

@@ -1,0 +1,56 @@
+"""What a local run carries from step to step, so that a resumed run equals an uninterrupted one:
+`TrainState` (saved in each checkpoint's trainer_state.pt beside the weights and optimizer) and
+the seed of every random draw, a pure function of the run's seed and where the run is
+(`seed_for`): the episodes of a step (`rollout_seed`) and the minibatch order of each epoch of
+its update (`shuffle_seed`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlkit.errors import UsageError
+
+ROLLOUT, SHUFFLE = 1, 2
+"""Stream tags: the key part after the run's seed, so that no two streams share a key."""
+
+
+def seed_for(*parts: int) -> int:
+    """A 64-bit seed from a key of non-negative ints; every distinct key is distinct entropy.
+
+    The key's length is part of it: SeedSequence pads its entropy with zeros, so (s, t) and
+    (s, t, 0) would be one seed.
+    """
+    if any(int(p) < 0 for p in parts):
+        raise UsageError(f"seed key {parts} must be non-negative ints (SeedSequence entropy)")
+    key = [*map(int, parts), len(parts)]
+    return int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0])
+
+
+def rollout_seed(seed: int, step: int, round_: int = 0) -> int:
+    """Seed of the episodes sampled at global step `step` (in its rollout round `round_`, when
+    dynamic sampling draws more than one)."""
+    return seed_for(seed, ROLLOUT, step) if round_ == 0 else seed_for(seed, ROLLOUT, step, round_)
+
+
+def shuffle_seed(seed: int, step: int, epoch: int) -> int:
+    """Seed of the minibatch order of epoch `epoch` of the update at global step `step`."""
+    return seed_for(seed, SHUFFLE, step, epoch)
+
+
+@dataclass
+class TrainState:
+    """Everything besides weights and optimizer that a resume needs (saved in trainer_state.pt)."""
+
+    step: int = 0
+    phase: str = "warm_start"
+    grpo_steps: int = 0
+    warm_start_end: int | None = None
+    cursor: int = 0
+    """Index of the next training maze in the stream: no maze replayed or skipped on resume."""
+    val_solve_rate: float | None = None
+    """The warm start's latest validation solve rate (None: none yet); it picks the BC phase."""
+    elapsed_s: float = 0.0
+    """Training wall time up to this state, summed over resumed segments (benchmarks)."""
