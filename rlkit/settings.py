@@ -1,10 +1,12 @@
 """Settings given as text, for every config (the local trainer's sections, the recipe's switches,
 SkyRL presets): one `KEY=VALUE` parser (`--set`, notebook parameters, the SkyRL entry's
-overrides), one coercion, so `true`, `none` and numbers mean the same everywhere and a wrong
-type is one line, one table of renamed keys, and the capture settings both backends share.
+overrides), one override path (`apply_settings`: dotted paths or unique bare names, checked
+once on the result), one builder from a recorded dict (`build_config`), one coercion, so
+`true`, `none` and numbers mean the same everywhere and a wrong type is one line, one table of
+renamed keys, and the capture settings both backends share.
 
     parse_sets(["grpo.lr=1e-4", "steps=4"])              # {"grpo.lr": "1e-4", "steps": "4"}
-    coerce_text("0.28", "recipe.eps_clip_high", float)   # 0.28
+    apply_settings(cfg, {"grpo.lr": "1e-4", "steps": "4"})  # a new cfg: schedule.steps == 4
     coerce_text("none", "schedule.keep", int)            # None
 """
 
