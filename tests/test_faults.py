@@ -29,8 +29,9 @@ from trainer_process import TrainerProcess
 from rlkit.cli import main as cli
 from rlkit.cluster.launch import submit_training, training_entrypoint
 from rlkit.errors import RlkitError
+from rlkit.run.checkpoints import MARKER, CheckpointWarning
 from rlkit.run.manifest import checkpoint_problem
-from rlkit.run.rundir import MARKER, CheckpointWarning, RunDir
+from rlkit.run.rundir import RunDir
 from rlkit.train import faults
 from rlkit.train.presets import preset
 from rlkit.train.trainer import Trainer, train

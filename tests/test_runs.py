@@ -13,7 +13,9 @@ import pytest
 
 from rlkit.errors import RlkitError, UsageError
 from rlkit.run import rundir as runs
-from rlkit.run.rundir import MARKER, CheckpointWarning, RunDir
+from rlkit.run.checkpoints import MARKER, Checkpoint, CheckpointWarning
+from rlkit.run.manifest import MANIFEST, checkpoint_problem
+from rlkit.run.rundir import RunDir
 
 
 def payload(step: int):
@@ -52,14 +54,14 @@ def test_save_layout_is_complete_and_marker_written_last(tmp_path):
         "policy",
         "policy/config.json",
         "policy/model.safetensors",
-        runs.MANIFEST,
+        MANIFEST,
         "trainer_state.pt",
     ]
-    manifest = json.loads((ckpt.path / runs.MANIFEST).read_text())
+    manifest = json.loads((ckpt.path / MANIFEST).read_text())
     assert manifest["step"] == 2
     assert manifest["files"]["policy/model.safetensors"]["size"] == 1000
     assert hidden_dirs(run) == []
-    assert run.latest_complete_checkpoint() == runs.Checkpoint(2, run.checkpoint_dir(2))
+    assert run.latest_complete_checkpoint() == Checkpoint(2, run.checkpoint_dir(2))
 
 
 def test_corrupted_checkpoint_is_skipped_with_warning_naming_it(tmp_path):
@@ -160,7 +162,7 @@ def test_disk_full_in_writer_keeps_previous_checkpoint(tmp_path):
         run.save_checkpoint(2, full_disk)
     assert hidden_dirs(run) == [] and run.checkpoint_steps() == [1]
     assert run.marker_path.read_text() == "1\n"
-    assert runs.checkpoint_problem(run.checkpoint_dir(1)) is None
+    assert checkpoint_problem(run.checkpoint_dir(1)) is None
 
 
 def test_disk_full_in_manifest_keeps_previous_checkpoint(tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ import torch
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.episodes.rollout import load_trajectories
 from rlkit.errors import UsageError
-from rlkit.run.rundir import MARKER
+from rlkit.run.checkpoints import MARKER
 from rlkit.settings import RENAMED
 from rlkit.train.config import TrainConfig
 from rlkit.train.presets import preset

@@ -3,7 +3,7 @@
 the one opener every reader uses (`reader.open_run`, through the cluster with `remote` when
 the files are elsewhere)."""
 
+from rlkit.run.checkpoints import Checkpoint
 from rlkit.run.reader import Run, RunNotFound, is_run, open_run, run_or_none
-from rlkit.run.rundir import Checkpoint
 
 __all__ = ["Checkpoint", "Run", "RunNotFound", "is_run", "open_run", "run_or_none"]

@@ -36,7 +36,8 @@ from rlkit.episodes.rollout import Trajectory
 from rlkit.errors import RlkitError, UsageError
 from rlkit.run import captures
 from rlkit.run.captures import CapturedEpisode
-from rlkit.run.rundir import Checkpoint, RunDir
+from rlkit.run.checkpoints import Checkpoint
+from rlkit.run.rundir import RunDir
 from rlkit.run.skyrl_dumps import dump_steps, eval_greedy, read_eval_dump, read_eval_dumps
 from rlkit.run.skyrl_layout import SkyRLRun, find_skyrl_run, list_checkpoints
 

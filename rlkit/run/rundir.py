@@ -11,7 +11,8 @@ A checkpoint is written into a hidden sibling directory, its manifest (sizes and
 file) written and fsynced, the directory renamed into place, and only then the marker replaced
 (tmp file + fsync + rename). A kill at any point leaves either the old or the new checkpoint
 complete. `latest_complete_checkpoint` trusts nothing: it checks the marker and the manifest and
-falls back, with a warning naming the directory, to the newest checkpoint that verifies.
+falls back, with a warning naming the directory, to the newest checkpoint that verifies. Reading
+the checkpoints (the listing, that check, keep-k pruning) is `rlkit.run.checkpoints`.
 
 Trainer usage::
 
@@ -29,71 +30,29 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from rlkit.errors import RlkitError, UsageError
 from rlkit.fsio import FULL_DISK, RunLock, atomic_write_text, fsync
-from rlkit.run.manifest import MANIFEST, checkpoint_problem, write_manifest
-
-MARKER = "latest_ckpt_global_step.txt"
-"""Written last, atomically: the completion marker. SkyRL's name, so both layouts share it."""
-STEP_DIR = re.compile(r"^global_step_(\d+)$")
-"""A checkpoint (or export) directory, local or SkyRL's."""
-
-
-def step_dirs(root: str | Path) -> dict[int, Path]:
-    """`{N: root/global_step_N}` for every such directory under `root` ({} if none)."""
-    root = Path(root)
-    if not root.is_dir():
-        return {}
-    found = ((STEP_DIR.match(p.name), p) for p in root.iterdir() if p.is_dir())
-    return {int(m.group(1)): p for m, p in found if m}
-
-
-class CheckpointWarning(UserWarning):
-    """A checkpoint directory was skipped as incomplete or corrupted."""
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """One step that left a checkpoint, an HF export, or both, whichever backend wrote it: what
-    `RunDir` commits and resumes from, and what `RunDir.checkpoints`, SkyRL's
-    `skyrl_layout.list_checkpoints` and every `Run.checkpoints()` list."""
-
-    step: int
-    path: Path | None
-    """The trainer's checkpoint dir (RUN/global_step_N); None once keep-k pruned it (SkyRL
-    keeps its exports)."""
-    complete: bool = True
-    """Committed (the marker has reached it) and, for a local run, its manifest verifies: a
-    state to resume from (what `save_checkpoint` and `latest_complete_checkpoint` return)."""
-    hf_export: Path | None = None
-    """An HF model dir for `rlkit eval`: RUN/global_step_N/policy locally, SkyRL's export.
-    Listings fill it; `save_checkpoint` and `latest_complete_checkpoint` leave it None (what
-    resumes is `path`)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Checkpoint:
-        path, export = d.get("path"), d.get("hf_export")
-        return cls(
-            int(d["step"]),
-            Path(path) if path else None,
-            bool(d["complete"]),
-            Path(export) if export else None,
-        )
+from rlkit.run.checkpoints import (
+    MARKER,
+    STEP_DIR,
+    Checkpoint,
+    checkpoint_dir,
+    latest_complete,
+    list_checkpoints,
+    marker_step,
+    prune,
+    step_dirs,
+)
+from rlkit.run.manifest import write_manifest
 
 
 def _json_safe(value: Any) -> Any:
@@ -151,7 +110,7 @@ class RunDir:
         self._tail_checked = False
 
     def checkpoint_dir(self, step: int) -> Path:
-        return self.path / f"global_step_{step}"
+        return checkpoint_dir(self.path, step)
 
     def lock(self) -> RunLock:
         """A lock to hold (`with run.lock():`) while training writes here."""
@@ -219,30 +178,14 @@ class RunDir:
         return sorted(step_dirs(self.path))
 
     def checkpoints(self) -> list[Checkpoint]:
-        """Every global_step_N dir, oldest first: complete when committed (step <= marker) and
-        its manifest's sizes check out (no hashing: cheap enough for every listing)."""
-        marker = self.marker_step()
-        out = []
-        for step in self.checkpoint_steps():
-            d = self.checkpoint_dir(step)
-            complete = (
-                marker is not None
-                and step <= marker
-                and checkpoint_problem(d, hashes=False) is None
-            )
-            policy = d / "policy"
-            out.append(Checkpoint(step, d, complete, policy if policy.is_dir() else None))
-        return out
+        """Every global_step_N dir, oldest first, complete or not (`list_checkpoints`)."""
+        return list_checkpoints(self.path)
 
-    def marker_step(self) -> int | None:
-        """The step the completion marker names, or None when there is none (or it is unreadable)."""
-        try:
-            return int(self.marker_path.read_text(encoding="utf-8").strip())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            warnings.warn(f"{self.marker_path} is unreadable; ignoring it", CheckpointWarning, 2)
-            return None
+    def latest_complete_checkpoint(
+        self, *, hashes: bool = True, require_manifest: bool = True
+    ) -> Checkpoint | None:
+        """The newest checkpoint that is committed and verifies, or None (`latest_complete`)."""
+        return latest_complete(self.path, hashes=hashes, require_manifest=require_manifest)
 
     def save_checkpoint(self, step: int, write_fn: Callable[[Path], object]) -> Checkpoint:
         """Save one checkpoint: write_fn(tmp_dir) writes the payload, then rlkit commits it.
@@ -269,7 +212,7 @@ class RunDir:
         except BaseException as e:
             shutil.rmtree(tmp, ignore_errors=True)
             if isinstance(e, OSError) and e.errno in FULL_DISK:
-                prev = self.marker_step()
+                prev = marker_step(self.path)
                 kept = f"global_step_{prev} is intact" if prev is not None else "no earlier one"
                 raise RlkitError(
                     f"disk full while saving checkpoint {final.name} in {self.path} ({kept}): "
@@ -277,7 +220,7 @@ class RunDir:
                 ) from e
             raise
         atomic_write_text(self.marker_path, f"{step}\n")
-        self._apply_keep()
+        prune(self.path, self.keep)
         return Checkpoint(step=step, path=final)
 
     def _remove_stale_tmp_dirs(self) -> None:
@@ -285,42 +228,6 @@ class RunDir:
         for p in self.path.glob(".global_step_*"):
             if p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
-
-    def _apply_keep(self) -> None:
-        if self.keep is None:
-            return
-        complete = [c.step for c in self.checkpoints() if c.complete]
-        if len(complete) <= self.keep:
-            return
-        oldest_kept, marker = complete[-self.keep], self.marker_step()
-        for s in self.checkpoint_steps():
-            if s < oldest_kept and s != marker:
-                shutil.rmtree(self.checkpoint_dir(s), ignore_errors=True)
-
-    def latest_complete_checkpoint(
-        self, *, hashes: bool = True, require_manifest: bool = True
-    ) -> Checkpoint | None:
-        """The newest checkpoint that is committed (step <= marker) and verifies, or None.
-
-        Each skipped directory gets one CheckpointWarning naming it. `hashes=False` checks only
-        file sizes (fast for multi-GB models); `require_manifest=False` accepts directories
-        without an rlkit manifest (SkyRL's own checkpoints), trusting the marker alone.
-        """
-        marker = self.marker_step()
-        for step in reversed(self.checkpoint_steps()):
-            d = self.checkpoint_dir(step)
-            if self.marker_path.exists() and marker is not None and step > marker:
-                problem = f"newer than the marker (step {marker}): its save did not finish"
-            elif not self.marker_path.exists():
-                problem = f"no {MARKER}: its save did not finish"
-            else:
-                problem = checkpoint_problem(d, hashes=hashes)
-                if problem and not require_manifest and not (d / MANIFEST).exists():
-                    problem = None
-            if problem is None:
-                return Checkpoint(step=step, path=d)
-            warnings.warn(f"skipping checkpoint {d}: {problem}", CheckpointWarning, stacklevel=2)
-        return None
 
     def resume(self, *, hashes: bool = True) -> Checkpoint | None:
         """The checkpoint to resume from; drops metrics logged after it so no step counts twice."""

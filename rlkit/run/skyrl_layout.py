@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlkit.errors import UsageError
-from rlkit.run.rundir import MARKER, Checkpoint, step_dirs
+from rlkit.run.checkpoints import MARKER, Checkpoint, step_dirs
 
 LATEST_MARKER = MARKER
 """SkyRL writes it after a checkpoint is complete (rlkit's local runs use the same name)."""

@@ -38,7 +38,8 @@ from rlkit.model.build import build_tiny
 from rlkit.model.load import LoadedModel, fast_vision, load, no_progress_bars
 from rlkit.model.policy import AnswerSpec, ModelPolicy
 from rlkit.run import captures
-from rlkit.run.rundir import Checkpoint, RunDir
+from rlkit.run.checkpoints import Checkpoint
+from rlkit.run.rundir import RunDir
 from rlkit.train import faults
 from rlkit.train.config import ScheduleConfig, TrainConfig
 from rlkit.train.learner import Learner

@@ -1,0 +1,147 @@
+"""A run directory's checkpoints, read: which exist, which are complete, which to keep.
+
+    RUN/global_step_N/                one checkpoint (local: + rlkit_manifest.json)
+    RUN/latest_ckpt_global_step.txt   the completion marker, written last (SkyRL's name)
+
+A checkpoint is complete when the marker has reached its step and, for a local run, its
+manifest verifies. `list_checkpoints` lists every step dir of a run (complete or not),
+`latest_complete` finds the newest one to resume from (warning about each it skips), and
+`prune` keeps the newest `keep` complete ones. Writing a checkpoint is `RunDir.save_checkpoint`
+(`rlkit.run.rundir`); SkyRL's own layout is read by `rlkit.run.skyrl_layout` with the same
+`Checkpoint` record.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import warnings
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rlkit.run.manifest import MANIFEST, checkpoint_problem
+
+MARKER = "latest_ckpt_global_step.txt"
+"""Written last, atomically: the completion marker. SkyRL's name, so both layouts share it."""
+STEP_DIR = re.compile(r"^global_step_(\d+)$")
+"""A checkpoint (or export) directory, local or SkyRL's."""
+
+
+def step_dirs(root: str | Path) -> dict[int, Path]:
+    """`{N: root/global_step_N}` for every such directory under `root` ({} if none)."""
+    root = Path(root)
+    if not root.is_dir():
+        return {}
+    found = ((STEP_DIR.match(p.name), p) for p in root.iterdir() if p.is_dir())
+    return {int(m.group(1)): p for m, p in found if m}
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint directory was skipped as incomplete or corrupted."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One step that left a checkpoint, an HF export, or both, whichever backend wrote it: what
+    `RunDir` commits and resumes from, and what `list_checkpoints`, SkyRL's
+    `skyrl_layout.list_checkpoints` and every `Run.checkpoints()` list."""
+
+    step: int
+    path: Path | None
+    """The trainer's checkpoint dir (RUN/global_step_N); None once keep-k pruned it (SkyRL
+    keeps its exports)."""
+    complete: bool = True
+    """Committed (the marker has reached it) and, for a local run, its manifest verifies: a
+    state to resume from (what `save_checkpoint` and `latest_complete` return)."""
+    hf_export: Path | None = None
+    """An HF model dir for `rlkit eval`: RUN/global_step_N/policy locally, SkyRL's export.
+    Listings fill it; `save_checkpoint` and `latest_complete` leave it None (what resumes is
+    `path`)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Checkpoint:
+        path, export = d.get("path"), d.get("hf_export")
+        return cls(
+            int(d["step"]),
+            Path(path) if path else None,
+            bool(d["complete"]),
+            Path(export) if export else None,
+        )
+
+
+def checkpoint_dir(run_dir: Path, step: int) -> Path:
+    """Where step `step`'s checkpoint lives in `run_dir`."""
+    return run_dir / f"global_step_{step}"
+
+
+def marker_step(run_dir: Path) -> int | None:
+    """The step the completion marker names, or None when there is none (or it is unreadable)."""
+    marker = run_dir / MARKER
+    try:
+        return int(marker.read_text(encoding="utf-8").strip())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        warnings.warn(f"{marker} is unreadable; ignoring it", CheckpointWarning, 2)
+        return None
+
+
+def list_checkpoints(run_dir: Path) -> list[Checkpoint]:
+    """Every global_step_N dir of a local run, oldest first: complete when committed (step <=
+    marker) and its manifest's sizes check out (no hashing: cheap enough for every listing)."""
+    marker = marker_step(run_dir)
+    out = []
+    for step in sorted(step_dirs(run_dir)):
+        d = checkpoint_dir(run_dir, step)
+        complete = (
+            marker is not None and step <= marker and checkpoint_problem(d, hashes=False) is None
+        )
+        policy = d / "policy"
+        out.append(Checkpoint(step, d, complete, policy if policy.is_dir() else None))
+    return out
+
+
+def latest_complete(
+    run_dir: Path, *, hashes: bool = True, require_manifest: bool = True
+) -> Checkpoint | None:
+    """The newest checkpoint that is committed (step <= marker) and verifies, or None.
+
+    Each skipped directory gets one CheckpointWarning naming it. `hashes=False` checks only
+    file sizes (fast for multi-GB models); `require_manifest=False` accepts directories
+    without an rlkit manifest (SkyRL's own checkpoints), trusting the marker alone.
+    """
+    marker_path = run_dir / MARKER
+    marker = marker_step(run_dir)
+    for step in sorted(step_dirs(run_dir), reverse=True):
+        d = checkpoint_dir(run_dir, step)
+        if marker_path.exists() and marker is not None and step > marker:
+            problem = f"newer than the marker (step {marker}): its save did not finish"
+        elif not marker_path.exists():
+            problem = f"no {MARKER}: its save did not finish"
+        else:
+            problem = checkpoint_problem(d, hashes=hashes)
+            if problem and not require_manifest and not (d / MANIFEST).exists():
+                problem = None
+        if problem is None:
+            return Checkpoint(step=step, path=d)
+        warnings.warn(f"skipping checkpoint {d}: {problem}", CheckpointWarning, stacklevel=2)
+    return None
+
+
+def prune(run_dir: Path, keep: int | None) -> None:
+    """Keep-k: remove every checkpoint dir older than the newest `keep` complete ones (None
+    keeps all), never the one the marker names."""
+    if keep is None:
+        return
+    complete = [c.step for c in list_checkpoints(run_dir) if c.complete]
+    if len(complete) <= keep:
+        return
+    oldest_kept, marker = complete[-keep], marker_step(run_dir)
+    for s in sorted(step_dirs(run_dir)):
+        if s < oldest_kept and s != marker:
+            shutil.rmtree(checkpoint_dir(run_dir, s), ignore_errors=True)
