@@ -144,7 +144,7 @@ def build_config[C](cls: type[C], data: Mapping[str, Any], prefix: str = "") -> 
     UsageError naming its dotted path."""
     if not isinstance(data, Mapping):
         raise UsageError(f"config key {prefix.rstrip('.')!r} must be a section, got {data!r}")
-    known = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    known = [f.name for f in fields(cls)]
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise UsageError(f"unknown config key {prefix + unknown[0]!r} (valid: {', '.join(known)})")

@@ -94,3 +94,19 @@ def test_get_preset_keeps_the_eval_sets_turn_budget_rule():
     assert get_preset("qwen3vl-8b", eval_set="test").task.max_turns == 12  # test's own budget
     assert get_preset("qwen3vl-8b", eval_set="test", max_turns="20").task.max_turns == 20
     assert get_preset("qwen3vl-8b", recipe={"eps_clip_high": 0.28}).recipe.eps_clip_high == 0.28
+
+
+def test_a_skyrl_preset_travels_as_its_nested_json_and_an_unknown_setting_is_one_line():
+    from rlkit.cluster.skyrl.presets import PRESETS, SkyRLPreset
+
+    for sky in PRESETS.values():
+        assert SkyRLPreset.from_json(sky.to_json()) == sky
+    changed = get_preset("skyrl-tiny-cpu", prompts_per_node=16, hang_minutes=5, capture_keep=None)
+    back = SkyRLPreset.from_json(changed.to_json())
+    assert (back.batch.prompts_per_node, back.hang.minutes, back.capture.keep) == (16, 5, None)
+    newer = changed.to_json().replace('"batch":{', '"batch":{"lr_warmup":3,')
+    with pytest.raises(UsageError) as e:
+        SkyRLPreset.from_json(newer)
+    assert "\n" not in str(e.value)
+    assert str(e.value).startswith("the job's preset: unknown config key 'batch.lr_warmup'")
+    assert "rebuild the runtime image" in str(e.value)
