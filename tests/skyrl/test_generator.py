@@ -42,10 +42,10 @@ from rlkit.cluster.skyrl.generator import (
     PHASES,
     RlkitVLMGenerator,
     image_runs,
-    observation_start,
 )
 from rlkit.cluster.skyrl.overrides import build_overrides
 from rlkit.cluster.skyrl.presets import get_preset
+from rlkit.cluster.skyrl.render import observation_start
 from rlkit.env.maze_env import ENV_ID, MazeEnv
 
 PLAYERS = {
@@ -285,6 +285,11 @@ def test_noncanonical_answers_keep_their_images(dataset, encoder, tiny_model, ke
         sampled, observed = split(ours, i)
         assert sampled == sum(engine.sessions[session_of(batch, i)].ids, [])
         assert observed == split(canon, i)[1], "observations exactly as rendered"
+        sequence = ours["prompt_token_ids"][i] + ours["response_ids"][i]
+        for request in engine.requests[session_of(batch, i)]:  # no answer re-tokenized
+            (ids,) = request["prompt_token_ids"]
+            assert sequence[: len(ids)] == ids, "each turn's prompt is the trainer's sequence"
+        assert torch.equal(ours["pixel_values"][i], canon["pixel_values"][i])
         assert sum(ours["rewards"][i]) == sum(canon["rewards"][i]) == 1.0
     assert torch.isfinite(forward(tiny_model, ours, 0)).all()
     # each turn's time is split by phase: every played turn timed, each phase's sum positive

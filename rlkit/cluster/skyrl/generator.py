@@ -1,4 +1,4 @@
-"""SkyRL's VLM generator with each observation's tokens taken where the render puts them.
+"""SkyRL's VLM generator with each turn's prompt built from the last one, its answer as sampled.
 
 SkyRL 0.4.0's `SkyRLVLMGymGenerator.agent_loop` re-renders the whole conversation every turn
 and takes the turn's observation tokens as `render[len(previous render) + len(sampled ids):]`
@@ -10,12 +10,16 @@ gains) `<|image_pad|>` tokens while the pixel values are the render's, and the r
 raised "Image features and image tokens do not match, tokens: 159, features: 216" on a CPU run,
 ending the run.
 
-`RlkitVLMGenerator` fixes the root: an observation is the render's tail after the assistant's
-end of turn, found by counting end-of-turn tokens back from the end (`observation_start`), so a
-non-canonical answer keeps its sample whole: the answer's sampled ids (with their logprobs), then
-the observation exactly as rendered. A last guard (`guard_placeholders`) covers what the root fix
-cannot: a model that samples `<|image_pad|>` itself (SkyRL's client keeps it in the answer's
-text, and vLLM then renders the later images with one pad each). Such a sample's image-pad runs
+`RlkitVLMGenerator` fixes the root: it never re-renders an answer. Each turn's prompt is the
+last one plus the answer's sampled ids (with their logprobs) and the observation, the chat
+template's tail after the assistant's end of turn (found by counting end-of-turn tokens back
+from the end, `observation_start`) with only the new pictures rendered by vLLM
+(rlkit.cluster.skyrl.render), so a non-canonical answer keeps its sample whole and the engine
+sees exactly the ids the trainer will. Rendering so also takes the square out of the image
+work: SkyRL's loop has the server process every earlier picture again each turn.
+
+A last guard (`guard_placeholders`) covers what the root fix cannot: a model that samples
+`<|image_pad|>` itself, a pad no image fills. Such a sample's image-pad runs
 disagree with its image grids (what Qwen3-VL's forward checks, count and per-image runs); it
 keeps only its prompt's images, its response's pads become padding, its loss mask is zeroed (no
 gradient; its reward still counts in its group's baseline, as the episode really ended so), and
@@ -53,6 +57,7 @@ from skyrl.utils.tok import get_processor
 
 from rlkit.cluster.skyrl.capture import Capturer, StepCapture
 from rlkit.cluster.skyrl.move_probe import EngineProbe
+from rlkit.cluster.skyrl.render import TurnRenderer
 from rlkit.settings import CaptureConfig
 
 IMAGE_PAD = "<|image_pad|>"
@@ -61,32 +66,11 @@ DESYNC_METRIC = "generate/placeholder_desyncs"
 """Samples of a generate() call whose placeholders had to be cut back to the prompt's images.
 No avg/mean/min/max in the name: SkyRL sums such a key over concatenated outputs."""
 PHASES = ("render", "engine", "env")
-"""Where an episode's turns spend their time: the server's render of the conversation (the
-chat template, the image processor, the features' round trip), the engine's generate call
-(the router, the API server, the engine's queue and steps), the env's step in SkyRL's
-executor. Summed over a generate() call's turns as `generate/seconds_<phase>`, with
+"""Where an episode's turns spend their time: the render of the observation (the chat
+template here, the server's render of its new picture, its tensors decoded), the engine's
+generate call (the router, the API server, the engine's queue and steps), the env's step in
+SkyRL's executor. Summed over a generate() call's turns as `generate/seconds_<phase>`, with
 `generate/timed_turns`; their ratio is a turn's mean latency in each."""
-
-
-def observation_start(
-    ids: list[int], n_messages: int, eos_id: int, answer_ended: bool
-) -> int | None:
-    """Where the last turn's observation starts in `ids`, the render of a conversation that ends
-    with the assistant's answer, then `n_messages` observation messages and the generation prompt.
-
-    Each rendered message closes with one end-of-turn token and the generation prompt has none,
-    so the template's end of the answer's turn is the (n_messages + 1)-th from the end. As in
-    SkyRL, sampled ids that end with an end-of-turn token (`answer_ended`) stand for the render's
-    next one: the template's, where the answer's text left it out, or the answer's own right
-    before it, where the text kept it (SkyRL's client decodes with special tokens, so the render
-    shows `<|im_end|><|im_end|>`). The observation starts after that token. None if `ids` has
-    too few end-of-turn tokens.
-    """
-    ends = [i for i, t in enumerate(ids) if t == eos_id]
-    if len(ends) <= n_messages:
-        return None
-    end = ends[-(n_messages + 1)]
-    return end + 1 if answer_ended and ids[end - 1] != eos_id else end
 
 
 def image_runs(ids: list[int], image_id: int) -> list[int]:
@@ -152,8 +136,16 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
             raise ValueError(f"the tokenizer has no {IMAGE_PAD} token: not a Qwen-VL tokenizer")
         pad = self.tokenizer.pad_token_id
         self.filler_id = pad if pad is not None else self.tokenizer.eos_token_id
+        self.renderer = TurnRenderer(
+            self.inference_engine_client, self.tokenizer, self.image_id, self._decode
+        )
         self._seconds = dict.fromkeys(PHASES, 0.0)
         self._turns = 0
+
+    @staticmethod
+    def _decode(kwargs_data):
+        # looked up where SkyRL's loop looks it up, so both decode alike
+        return skyrl_vlm_generator.decode_mm_kwargs(kwargs_data)
 
     def _timed(self, phase: str, since: float) -> float:
         now = time.monotonic()
@@ -189,10 +181,11 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
         cache_salt: str | None = None,
         training_phase=TRAINING_PHASE_TRAIN,
     ) -> TrajectoryOutput:
-        """SkyRL 0.4.0's loop (`skyrl_vlm_generator.py:73-237`), restated because the slice to
-        fix sits mid-loop with no hook; the one change is where each observation starts
-        (`observation_start`, falling back to SkyRL's offset). tests/skyrl/test_generator.py
-        pins SkyRL's source it follows and checks both agree on canonical answers."""
+        """SkyRL 0.4.0's loop (`skyrl_vlm_generator.py:73-237`), restated because its render
+        sits mid-loop with no hook; the one change is how each turn's prompt is built
+        (`TurnRenderer`: the last prompt, the sampled ids, the observation). On canonical
+        answers both give the same samples (tests/skyrl/test_generator.py, which also pins
+        SkyRL's source this follows)."""
         start_time = time.monotonic()
         session_id = (
             f"{trajectory_id.instance_id}_{trajectory_id.repetition_id}"
@@ -206,9 +199,10 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
             env = skyrl_gym.make(env_class, env_config=env_config, extras=env_extras)
             conversation = copy.deepcopy(prompt)
             conversation, _ = await self._run_in_executor_if_available(env.init, conversation)
-            initial_render = await self._render_conversation(conversation)
-            prompt_ids = initial_render["prompt_ids"]
-            latest_features = initial_render["features"]
+            t = time.monotonic()
+            episode = await self.renderer.start(conversation, session_id)
+            self._timed("render", t)
+            prompt_ids = episode.ids
 
             params = (
                 sampling_params
@@ -221,38 +215,25 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
             loss_mask: list[int] = []
             step_rewards: list[tuple[float, int]] = []
             stop_reason, done = "stop", False
-            pending: tuple[int, int, bool] | None = None  # SkyRL's offset, obs messages, eos
 
             while not done:
-                t = time.monotonic()
-                rendered = await self._render_conversation(conversation)
-                t = self._timed("render", t)
-                input_ids = rendered["prompt_ids"]
-                latest_features = rendered["features"]
-                if pending is not None:
-                    offset, n_obs, answer_ended = pending
-                    start = observation_start(input_ids, n_obs, eos, answer_ended)
-                    obs_tokens = input_ids[offset if start is None else start :]
-                    response_ids.extend(obs_tokens)
-                    loss_mask.extend([0] * len(obs_tokens))
-                    if logprobs is not None:
-                        logprobs.extend([0.0] * len(obs_tokens))
-                    pending = None
+                input_ids, features = episode.ids, episode.features()
                 if len(input_ids) > max_input_length:
                     stop_reason = "length"
                     break
 
+                t = time.monotonic()
                 engine_input = InferenceEngineInput(
                     prompt_token_ids=[input_ids],
                     session_ids=[session_id],
                     sampling_params=params,
-                    mm_features=[latest_features] if latest_features is not None else None,
+                    mm_features=[features] if features is not None else None,
                     cache_salt=cache_salt,
                 )
                 engine_output = await self.inference_engine_client.generate(
                     engine_input, model=self.policy_model_name
                 )
-                t = self._timed("engine", t)
+                self._timed("engine", t)
                 self._turns += 1
                 gen_text = engine_output["responses"][0]
                 gen_ids = engine_output["response_ids"][0]
@@ -275,7 +256,7 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
 
                 if self._capture is not None:  # a captured episode's turn (others: ignored)
                     self._capture.turn(
-                        session_id, gen_text, input_ids, gen_ids, latest_features, cache_salt
+                        session_id, gen_text, input_ids, gen_ids, features, cache_salt
                     )
                 t = time.monotonic()
                 step = await self._run_in_executor_if_available(env.step, gen_text)
@@ -290,14 +271,20 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
                     step_rewards.append((step["reward"], len(response_ids) - 1))
                 if not done:
                     conversation.extend(step["observations"])
-                    ended = bool(gen_ids) and gen_ids[-1] == eos
-                    pending = (len(input_ids) + len(gen_ids), len(step["observations"]), ended)
+                    t = time.monotonic()
+                    obs_tokens = await self.renderer.extend(
+                        episode, gen_ids, conversation, len(step["observations"]), session_id
+                    )
+                    self._timed("render", t)
+                    response_ids.extend(obs_tokens)
+                    loss_mask.extend([0] * len(obs_tokens))
+                    if logprobs is not None:
+                        logprobs.extend([0.0] * len(obs_tokens))
 
             reward = [0.0] * len(response_ids)
             for r, idx in step_rewards:
                 reward[idx] = float(r)
-            # looked up where SkyRL's loop looks it up, so both decode alike
-            mm = skyrl_vlm_generator.decode_mm_kwargs((latest_features or {}).get("kwargs_data"))
+            pixel_values, image_grid_thw = episode.pixels()
             env_metrics = env.get_metrics()
             await self._run_in_executor_if_available(env.close)
             return TrajectoryOutput(
@@ -308,8 +295,8 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
                 prompt_ids=prompt_ids,
                 rollout_logprobs=logprobs,
                 env_metrics=env_metrics,
-                pixel_values=mm["pixel_values"],
-                image_grid_thw=mm["image_grid_thw"],
+                pixel_values=pixel_values,
+                image_grid_thw=image_grid_thw,
                 e2e_time=time.monotonic() - start_time,
             )
         finally:

@@ -1,0 +1,255 @@
+"""An episode's prompt built turn by turn, each picture sent to vLLM's render endpoint once.
+
+SkyRL 0.4.0's VLM loop posts the whole conversation to vLLM's render endpoint every turn
+(`skyrl_vlm_generator.py:62-66`): the API server decodes and processes every earlier picture
+again and returns all their tensors, which the generator parses and sends back with the generate
+request. An episode's image work grows with the square of its turns, in the API server processes
+that also serve generation (on the 2-core CPU run the image processor took 28% of their busy
+time, and parsing renders 19% of the generator's).
+
+Here an episode keeps its prompt (`EpisodePrompt`: token ids and vLLM's multimodal features)
+and each turn appends the answer's sampled ids, then the new messages: their tokens are the
+tail of the conversation's chat template (the checkpoint's own tokenizer), cut after the
+answer's end of turn as `observation_start` finds it, and only their pictures go to the render
+endpoint, as one user message of image parts (as SkyRL's own Tinker sampling path renders
+images, `RemoteInferenceClient._render_for_sample`); each picture's run of `<|image_pad|>` in
+that render replaces the one `<|image_pad|>` the template wrote for it, and its tensors are
+decoded once, as they arrive. A picture the episode has already shown (the env repeats it
+after an unreadable answer) is not rendered again.
+
+vLLM hashes an image by its encoded bytes and processes each image on its own, so the result
+is what the whole conversation's render gives: the same ids, hashes, placeholder ranges,
+metadata and decoded pixel values and grids (a serialised item also records the slices of
+the batch it was processed in, which decoding does not read). The answer's ids stay exactly
+as sampled: the next prompt is the previous one plus them, never a re-tokenization of their
+text. tests/skyrl/test_render.py checks all this against vLLM's own render on a CPU server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+IMAGE_PART = "image_url"
+"""The content part an env observation carries its picture in (a PNG data URI)."""
+
+
+def observation_start(
+    ids: list[int], n_messages: int, eos_id: int, answer_ended: bool
+) -> int | None:
+    """Where the last turn's observation starts in `ids`, the render of a conversation that ends
+    with the assistant's answer, then `n_messages` observation messages and the generation prompt.
+
+    Each rendered message closes with one end-of-turn token and the generation prompt has none,
+    so the template's end of the answer's turn is the (n_messages + 1)-th from the end. As in
+    SkyRL, sampled ids that end with an end-of-turn token (`answer_ended`) stand for the render's
+    next one: the template's, where the answer's text left it out, or the answer's own right
+    before it, where the text kept it (SkyRL's client decodes with special tokens, so the render
+    shows `<|im_end|><|im_end|>`). The observation starts after that token. None if `ids` has
+    too few end-of-turn tokens.
+    """
+    ends = [i for i, t in enumerate(ids) if t == eos_id]
+    if len(ends) <= n_messages:
+        return None
+    end = ends[-(n_messages + 1)]
+    return end + 1 if answer_ended and ids[end - 1] != eos_id else end
+
+
+def image_urls(messages: list[dict]) -> list[str]:
+    """The image URLs of `messages`' content parts, in order."""
+    return [
+        part[IMAGE_PART]["url"]
+        for m in messages
+        if isinstance(m.get("content"), list)
+        for part in m["content"]
+        if part.get("type") == IMAGE_PART
+    ]
+
+
+@dataclass(frozen=True)
+class RenderedImage:
+    """One image as vLLM's render endpoint returns it, and decoded."""
+
+    tokens: list[int]
+    """Its placeholder tokens (Qwen-VL: a run of `<|image_pad|>`, one a merged patch)."""
+    mm_hash: str | None
+    kwargs: str | None
+    """Its serialised processor outputs (base64 msgpack), sent with every generate request."""
+    metadata: str | None
+    pixel_values: torch.Tensor
+    """Its patches, as SkyRL's `decode_mm_kwargs` reads them from `kwargs`."""
+    grid_thw: torch.Tensor
+
+
+def runs(ids: list[int], token: int) -> list[tuple[int, int]]:
+    """(start, end) of each run of `token` in `ids`."""
+    out, start = [], None
+    for i, t in enumerate([*ids, None]):
+        if t == token and start is None:
+            start = i
+        elif t != token and start is not None:
+            out.append((start, i))
+            start = None
+    return out
+
+
+def splice(
+    ids: list[int], image_id: int, images: list[RenderedImage]
+) -> tuple[list[int], list[int]]:
+    """`ids` with each `image_id` token (one an image, as the chat template writes it) replaced
+    by the next image's placeholder tokens; returns (ids, where each image's tokens start)."""
+    if ids.count(image_id) != len(images):
+        raise ValueError(
+            f"the template wrote {ids.count(image_id)} image placeholders for {len(images)} "
+            "images: a message's text holds the image token itself"
+        )
+    out: list[int] = []
+    offsets: list[int] = []
+    pending = iter(images)
+    for t in ids:
+        if t == image_id:
+            offsets.append(len(out))
+            out.extend(next(pending).tokens)
+        else:
+            out.append(t)
+    return out, offsets
+
+
+@dataclass
+class EpisodePrompt:
+    """The prompt an episode's next turn is generated from."""
+
+    ids: list[int]
+    images: list[RenderedImage] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    """Where each image's placeholder tokens start in `ids`."""
+    by_url: dict[str, RenderedImage] = field(default_factory=dict)
+    """The images already rendered for this episode, by URL."""
+
+    def features(self) -> dict[str, Any] | None:
+        """vLLM's multimodal features of `ids` as its render endpoint returns them (and SkyRL's
+        client sends them with a generate request); a new dict on every call."""
+        if not self.images:
+            return None
+        metadata = [im.metadata for im in self.images]
+        return {
+            "mm_hashes": {"image": [im.mm_hash for im in self.images]},
+            "mm_placeholders": {
+                "image": [
+                    {"offset": o, "length": len(im.tokens)}
+                    for o, im in zip(self.offsets, self.images, strict=True)
+                ]
+            },
+            "kwargs_data": {"image": [im.kwargs for im in self.images]},
+            "mm_metadata": {"image": metadata} if any(m is not None for m in metadata) else None,
+        }
+
+    def pixels(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(pixel_values, image_grid_thw) of all its images, as SkyRL's `decode_mm_kwargs`
+        gives them for the whole render: patches concatenated, grids (N, 3)."""
+        if not self.images:
+            return None, None
+        grids = [im.grid_thw.reshape(1, -1) for im in self.images]
+        return torch.cat([im.pixel_values for im in self.images]), torch.cat(grids)
+
+
+class TurnRenderer:
+    """Builds episodes' prompts with the generator's tokenizer and its client's render endpoint
+    (SkyRL's `RemoteInferenceClient.render_chat_completion`).
+
+    `decode`: SkyRL's `decode_mm_kwargs` (from vLLM's serialised kwargs to tensors), called
+    through this function so that it is looked up where SkyRL's loop looks it up."""
+
+    def __init__(
+        self,
+        client: Any,
+        tokenizer: Any,
+        image_id: int,
+        decode: Callable[[Any], dict[str, torch.Tensor | None]],
+    ) -> None:
+        self.client = client
+        self.tokenizer = tokenizer
+        self.image_id = image_id
+        self.eos_id = tokenizer.eos_token_id
+        self.decode = decode
+
+    def template_ids(self, conversation: list[dict]) -> list[int]:
+        """The chat template's ids of `conversation` and the generation prompt, one
+        `<|image_pad|>` an image (vLLM's render tokenizes the same text)."""
+        text = self.tokenizer.apply_chat_template(
+            conversation, tokenize=False, add_generation_prompt=True
+        )
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    async def _images(
+        self, prompt: EpisodePrompt, urls: list[str], session_id: str
+    ) -> list[RenderedImage]:
+        """The images at `urls`, rendered by the server in one request unless `prompt` has
+        them already."""
+        new = list(dict.fromkeys(u for u in urls if u not in prompt.by_url))
+        if new:
+            parts = [{"type": IMAGE_PART, IMAGE_PART: {"url": u}} for u in new]
+            message = {"role": "user", "content": parts}
+            rendered = await self.client.render_chat_completion(
+                {
+                    "json": {
+                        "model": self.client.model_name,
+                        "messages": [message],
+                        "session_id": session_id,
+                    }
+                }
+            )
+            ids = rendered["token_ids"]
+            found = runs(ids, self.image_id)
+            if len(found) != len(new):
+                raise RuntimeError(f"the render of {len(new)} images holds {len(found)}")
+            # read as SkyRL reads a render's features (skyrl/backends/renderer.py)
+            features = rendered.get("features") or {}
+            hashes = features.get("mm_hashes", {}).get("image") or [None] * len(new)
+            kwargs_data = features.get("kwargs_data")
+            kwargs = (kwargs_data or {}).get("image") or [None] * len(new)
+            metadata = (features.get("mm_metadata") or {}).get("image") or [None] * len(new)
+            mm = self.decode(kwargs_data)
+            grids = mm["image_grid_thw"].reshape(-1, 3)
+            patches = torch.split(mm["pixel_values"], grids.prod(-1).tolist())
+            for i, (url, (a, b)) in enumerate(zip(new, found, strict=True)):
+                image = RenderedImage(
+                    ids[a:b], hashes[i], kwargs[i], metadata[i], patches[i], grids[i]
+                )
+                prompt.by_url[url] = image
+        return [prompt.by_url[u] for u in urls]
+
+    async def start(self, conversation: list[dict], session_id: str) -> EpisodePrompt:
+        """The first prompt: the whole conversation."""
+        prompt = EpisodePrompt(ids=[])
+        images = await self._images(prompt, image_urls(conversation), session_id)
+        prompt.ids, prompt.offsets = splice(self.template_ids(conversation), self.image_id, images)
+        prompt.images = images
+        return prompt
+
+    async def extend(
+        self,
+        prompt: EpisodePrompt,
+        answer_ids: list[int],
+        conversation: list[dict],
+        n_messages: int,
+        session_id: str,
+    ) -> list[int]:
+        """Append the answer's sampled ids and the conversation's last `n_messages` (the
+        observation after the answer) to `prompt`; returns the observation's ids."""
+        ids = self.template_ids(conversation)
+        answer_ended = bool(answer_ids) and answer_ids[-1] == self.eos_id
+        start = observation_start(ids, n_messages, self.eos_id, answer_ended)
+        if start is None:
+            raise ValueError("the chat template closes no message with the end-of-turn token")
+        new = conversation[len(conversation) - n_messages :]
+        images = await self._images(prompt, image_urls(new), session_id)
+        tail, offsets = splice(ids[start:], self.image_id, images)
+        base = len(prompt.ids) + len(answer_ids)
+        prompt.ids = [*prompt.ids, *answer_ids, *tail]
+        prompt.images = [*prompt.images, *images]
+        prompt.offsets = [*prompt.offsets, *(base + o for o in offsets)]
+        return tail
