@@ -27,6 +27,7 @@ SHARED_FIXTURES = {
     "skyrl_run_dir": "skyrl-cpu-run",  # a copy of that run's dir
     "skyrl_qwen_step": "skyrl-cpu-run",  # a second SkyRL run: never beside the first
     "skyrl_eval": "skyrl-eval",
+    "tiny_server": "skyrl-vllm-server",  # one vLLM server for the real-engine files
 }
 """Session fixtures read by several files -> the group every file naming them belongs to."""
 FIRST_GROUP = "skyrl-cpu-run"

@@ -126,7 +126,7 @@ def test_lr_end_falls_along_a_cosine_to_the_last_step():
     assert rates[100] == pytest.approx(5.5e-5) and rates[150] == pytest.approx(1e-5)
     assert all(a >= b for a, b in zip(rates[50:], rates[51:], strict=False))
     assert st.lr_at(replace(g, lr_late=None), 50, 151) == pytest.approx(3e-4)
-    with pytest.raises(UsageError, match=r"grpo\.lr_end \(-1\) must be >= 0"):
+    with pytest.raises(UsageError, match=r"grpo\.lr_end \(-1(\.0)?\) must be >= 0"):
         preset("smoke").with_overrides({"grpo.lr_end": "-1"})
 
 

@@ -19,6 +19,7 @@ from skyrl.train.evaluate import evaluate
 from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
 from skyrl.train.utils.trainer_utils import build_dataloader
 from transformers import AutoProcessor
+from vllm_server import start_server
 
 from rlkit.cluster.skyrl.entry import ensure_datasets
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides
@@ -40,6 +41,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """rlkit's tiny Qwen3-VL as an HF model directory (what a SkyRL export looks like)."""
     return build_tiny(tmp_path_factory.mktemp("skyrl") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One vLLM CPU server on `tiny_dir` for the files that talk to a real engine
+    (test_vllm_engine.py, test_render.py: one group, `SHARED_FIXTURES`): it starts once (~26 s)."""
+    srv = start_server(tiny_dir, tmp_path_factory.mktemp("vllm") / "server.log", timeout_s=400)
+    print(f"\nvLLM server ready in {srv.startup_s:.1f} s")
+    try:
+        yield srv
+    finally:
+        srv.stop()
 
 
 @pytest.fixture(scope="session")

@@ -31,9 +31,9 @@ from rlkit.env.maze_env import ENV_ID, env_for_set, make_env, maze_from_extras, 
 from rlkit.maze.core import Action, optimal_action
 
 try:  # tests/skyrl is a plain directory: a package named `skyrl` would shadow SkyRL itself
-    from vllm_server import make_client, run, start_server
+    from vllm_server import make_client, run
 except ImportError:  # pragma: no cover
-    from .vllm_server import make_client, run, start_server
+    from .vllm_server import make_client, run
 
 pytestmark = [pytest.mark.skyrl, pytest.mark.slow]  # a vLLM server
 
@@ -52,12 +52,8 @@ def wanderer(env, turn: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_dir, tmp_path_factory):
-    srv = start_server(tiny_dir, tmp_path_factory.mktemp("vllm") / "server.log", timeout_s=400)
-    try:
-        yield srv
-    finally:
-        srv.stop()
+def server(tiny_server):
+    return tiny_server  # the session's server on tiny_dir (tests/skyrl/conftest.py)
 
 
 @pytest.fixture(scope="module")

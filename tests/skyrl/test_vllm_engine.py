@@ -1,13 +1,13 @@
 """SkyRL's own inference client and VLM generator driving a real vLLM server, checked against rlkit.
 
-One vLLM OpenAI-compatible server per module (CPU, float32, the tiny Qwen3-VL from
-`rlkit.model.build.build_tiny`). SkyRL 0.4.0's `RemoteInferenceClient` feeds `SkyRLVLMGymGenerator`,
-which plays rlkit-maze episodes from rlkit's pinned `test` rows read by SkyRL's `PromptDataset`.
-Every answer is replayed through rlkit's env and encoder: rewards, prompt ids, image placeholders
-and pixel values must agree, and vLLM's rollout logprobs must agree with rlkit's training
-forward. Nothing of vLLM or SkyRL is mocked. About a minute (the server starts in ~30 s):
+One vLLM OpenAI-compatible server (CPU, float32, the tiny Qwen3-VL from
+`rlkit.model.build.build_tiny`; the session's `tiny_server`, shared with test_render.py).
+SkyRL 0.4.0's `RemoteInferenceClient` feeds `SkyRLVLMGymGenerator`, which plays rlkit-maze
+episodes from rlkit's pinned `test` rows read by SkyRL's `PromptDataset`. Every answer is
+replayed through rlkit's env and encoder: rewards, prompt ids, image placeholders and pixel
+values must agree, and vLLM's rollout logprobs must agree with rlkit's training forward. Nothing of vLLM or SkyRL is mocked. About a minute (the server starts in ~30 s):
 
-    /tmp/v312/bin/python -m pytest -q -p no:cacheprovider tests/skyrl/test_vllm_engine.py -s
+    .venv/bin/python -m pytest -q -p no:cacheprovider tests/skyrl/test_vllm_engine.py -s
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import aiohttp
 import numpy as np
@@ -41,14 +40,13 @@ from rlkit.env.data import write_datasets
 from rlkit.env.maze_env import ENV_ID, env_for_set, make_env, maze_from_extras, register_env
 from rlkit.maze.core import Action
 from rlkit.model.batching import VISION_TOKENS, build_batch, response_logprobs
-from rlkit.model.build import build_tiny
 from rlkit.model.chat import Encoded
 from rlkit.model.load import LoadedModel, load
 
 try:  # tests/skyrl is a plain directory: a package named `skyrl` would shadow SkyRL itself
-    from vllm_server import SERVER_ARGS, make_client, run, start_server
+    from vllm_server import SERVER_ARGS, make_client, run
 except ImportError:  # pragma: no cover
-    from .vllm_server import SERVER_ARGS, make_client, run, start_server
+    from .vllm_server import SERVER_ARGS, make_client, run
 
 pytestmark = [pytest.mark.skyrl, pytest.mark.slow]  # a vLLM server
 
@@ -82,24 +80,13 @@ class Replay:
 
 
 @pytest.fixture(scope="module")
-def served_dir(tmp_path_factory) -> Path:
-    """A private tiny Qwen3-VL: the server reads it for the whole module."""
-    return build_tiny(tmp_path_factory.mktemp("tiny") / "model")
+def server(tiny_server):
+    return tiny_server  # the session's server on tiny_dir (tests/skyrl/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def server(served_dir, tmp_path_factory):
-    srv = start_server(served_dir, tmp_path_factory.mktemp("vllm") / "server.log", timeout_s=400)
-    print(f"\nvLLM server ready in {srv.startup_s:.1f} s")
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
-@pytest.fixture(scope="module")
-def loaded(served_dir) -> LoadedModel:
-    return load(served_dir)
+def loaded(tiny_dir) -> LoadedModel:
+    return load(tiny_dir)
 
 
 @pytest.fixture(scope="module")
