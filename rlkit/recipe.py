@@ -6,7 +6,7 @@ it comes from. Both backends read the same object:
 
 - the local trainer embeds it (`TrainConfig.recipe`, `--set recipe.eps_clip_high=0.28`) and its
   loss and advantage code look the values up in registries of pure functions under SkyRL's
-  names (`rlkit.train.grpo.POLICY_LOSSES`, `REDUCTIONS`, `ESTIMATORS`);
+  names (`rlkit.train.policy_losses.POLICY_LOSSES`, `rlkit.train.grpo.REDUCTIONS`, `ESTIMATORS`);
 - a SkyRL preset embeds it too (`SkyRLPreset.recipe`), and `skyrl_overrides()` turns it into
   SkyRL's `key=value` overrides, which tests run through SkyRL's own `validate_cfg`.
 
@@ -64,7 +64,7 @@ DYNAMIC_SAMPLING = ("filter", "replace", None)
 LOCAL_ADVANTAGE_ESTIMATORS = ("grpo",)
 """What `rlkit.train.grpo.ESTIMATORS` implements (a test ties the two)."""
 LOCAL_POLICY_LOSSES = ("regular", "dual_clip", "gspo")
-"""What `rlkit.train.grpo.POLICY_LOSSES` implements (a test ties the two)."""
+"""What `rlkit.train.policy_losses.POLICY_LOSSES` implements (a test ties the two)."""
 LOCAL_REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
 """What `rlkit.train.grpo.REDUCTIONS` implements (a test ties the two)."""
 

@@ -2,7 +2,7 @@
 scalar writer a backend adds (the local trainer's TensorBoard, `rlkit.train.metrics`).
 
 Metric names are grouped by prefix: `rollout/` (episodes just sampled: reward_mean, solve_rate,
-turns), `loss/` (grpo.policy_loss metrics), `eval/` (held-out test set), `timing/` (seconds per
+turns), `loss/` (policy_losses.policy_loss metrics), `eval/` (held-out test set), `timing/` (seconds per
 phase, from `timer`) and `train/` (lr, episodes seen, phase). One `log(step, metrics)` call per
 step writes one line to RUN/metrics.jsonl (via RunDir: flushed and fsynced), the numeric values
 to the scalar writer, and a few gauges to Ray. The local trainer and SkyRL's bridge
