@@ -46,7 +46,8 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_server(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     """One vLLM CPU server on `tiny_dir` for the files that talk to a real engine
-    (test_vllm_engine.py, test_render.py: one group, `SHARED_FIXTURES`): it starts once (~26 s)."""
+    (test_vllm_engine.py, test_skyrl_render.py: one group, `SHARED_FIXTURES`): it starts once
+    (~26 s)."""
     srv = start_server(tiny_dir, tmp_path_factory.mktemp("vllm") / "server.log", timeout_s=400)
     print(f"\nvLLM server ready in {srv.startup_s:.1f} s")
     try:

@@ -1,7 +1,8 @@
 """SkyRL's own inference client and VLM generator driving a real vLLM server, checked against rlkit.
 
 One vLLM OpenAI-compatible server (CPU, float32, the tiny Qwen3-VL from
-`rlkit.model.build.build_tiny`; the session's `tiny_server`, shared with test_render.py).
+`rlkit.model.build.build_tiny`; the session's `tiny_server`, shared with
+test_skyrl_render.py).
 SkyRL 0.4.0's `RemoteInferenceClient` feeds `SkyRLVLMGymGenerator`, which plays rlkit-maze
 episodes from rlkit's pinned `test` rows read by SkyRL's `PromptDataset`. Every answer is
 replayed through rlkit's env and encoder: rewards, prompt ids, image placeholders and pixel

@@ -22,7 +22,7 @@ is what the whole conversation's render gives: the same ids, hashes, placeholder
 metadata and decoded pixel values and grids (a serialised item also records the slices of
 the batch it was processed in, which decoding does not read). The answer's ids stay exactly
 as sampled: the next prompt is the previous one plus them, never a re-tokenization of their
-text. tests/skyrl/test_render.py checks all this against vLLM's own render on a CPU server.
+text. tests/skyrl/test_skyrl_render.py checks all this against vLLM's own render on a CPU server.
 """
 
 from __future__ import annotations
