@@ -57,7 +57,7 @@ from skyrl.utils.tok import get_processor
 
 from rlkit.cluster.skyrl.capture import Capturer, StepCapture
 from rlkit.cluster.skyrl.move_probe import EngineProbe
-from rlkit.cluster.skyrl.render import TurnRenderer
+from rlkit.cluster.skyrl.render import TurnRenderer, runs
 from rlkit.settings import CaptureConfig
 
 IMAGE_PAD = "<|image_pad|>"
@@ -76,14 +76,7 @@ SkyRL's executor. Summed over a generate() call's turns as `generate/seconds_<ph
 def image_runs(ids: list[int], image_id: int) -> list[int]:
     """Lengths of the runs of `image_id` in `ids`, in order: one per image for the forward
     (SkyRL marks image tokens by id; each run takes the next image grid)."""
-    runs, n = [], 0
-    for t in ids:
-        if t == image_id:
-            n += 1
-        elif n:
-            runs.append(n)
-            n = 0
-    return [*runs, n] if n else runs
+    return [end - start for start, end in runs(ids, image_id)]
 
 
 def image_tokens(grid_thw, merge_size: int) -> list[int]:
