@@ -24,6 +24,7 @@ TRAPS = [
     (["--set", "top_p=0.95"], "set tis_ratio_type=token"),
     (["--set", "tis_ratio_type=tokens"], "must be token, sequence or none"),
     (["--set", "lr_schedule=cosine_with_min_lr"], "lr_schedule 'cosine_with_min_lr' must be"),
+    (["--set", "mm_cache_gb=-1"], "mm_cache_gb (-1.0) must be >= 0 (0: no cache)"),
 ]
 MODES = [["--dry-run"], ["--address", "http://127.0.0.1:9"], ["--rayjob", "never.yaml"]]
 

@@ -11,8 +11,13 @@ prompts alike, and rlkit's generator plays the same greedy episodes as SkyRL's o
 
 from __future__ import annotations
 
+import base64
+import io
+
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 from skyrl.backends.renderer import decode_mm_kwargs
 from skyrl.backends.skyrl_train.inference_servers.base import InferenceEngineInput
 from skyrl.backends.skyrl_train.inference_servers.engine_utils import (
@@ -24,7 +29,7 @@ from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
 from skyrl.train.generators.utils import prepare_generator_input
 from skyrl.train.utils.trainer_utils import validate_generator_output
 
-from rlkit.cluster.skyrl.generator import DESYNC_METRIC, RlkitVLMGenerator
+from rlkit.cluster.skyrl.generator import DESYNC_METRIC, RESEND_METRIC, RlkitVLMGenerator
 from rlkit.cluster.skyrl.render import TurnRenderer, image_urls
 from rlkit.env.data import read_rows, write_datasets
 from rlkit.env.maze_env import ENV_ID, env_for_set, make_env, maze_from_extras, register_env
@@ -169,11 +174,27 @@ def test_the_engine_answers_either_prompt_alike(server, tokenizer, rows):
     assert len(answer) == len(logprobs) > 0
 
 
-def test_rlkits_generator_plays_skyrls_greedy_episodes(server, tokenizer, eval_path):
-    """SkyRL's own loop and rlkit's on the same greedy engine, 2 mazes x 2 of 6 turns: the same
-    samples, pixel values and rewards."""
-    dataset = PromptDataset([str(eval_path)], tokenizer, max_prompt_length=512, num_workers=1)
-    prompts = dataset.collate_fn([dataset[i] for i in range(2)])
+class SentTensors:
+    """SkyRL's client, counting the pictures its generate requests carry with their tensors
+    and by hash alone."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+        self.tensors = self.by_hash = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self.client, name)
+
+    async def generate(self, engine_input, **kw):
+        for features in engine_input.get("mm_features") or []:
+            items = ((features or {}).get("kwargs_data") or {}).get("image", [])
+            self.tensors += sum(item is not None for item in items)
+            self.by_hash += sum(item is None for item in items)
+        return await self.client.generate(engine_input, **kw)
+
+
+def greedy_config(tokenizer) -> tuple[GeneratorConfig, SamplingParams]:
+    """SkyRL's generator config for greedy 2-token answers (a move word, then the end)."""
     words = [tokenizer.convert_tokens_to_ids(a.word) for a in Action]
     sampling = SamplingParams(
         max_generate_length=2,
@@ -191,19 +212,92 @@ def test_rlkits_generator_plays_skyrls_greedy_episodes(server, tokenizer, eval_p
         step_wise_trajectories=False,
         vision_language_generator=True,
     )
-    outputs = {}
-    for cls in (SkyRLVLMGymGenerator, RlkitVLMGenerator):
+    return cfg, sampling
+
+
+def distinct_pictures(pixels: torch.Tensor, grids: torch.Tensor) -> int:
+    """How many different pictures a sample's patches hold (vLLM hashes a picture by its bytes:
+    the same picture, the same patches)."""
+    patches = torch.split(pixels, grids.prod(-1).tolist())
+    return len({p.numpy().tobytes() for p in patches})
+
+
+def test_rlkits_generator_plays_skyrls_greedy_episodes(server, tokenizer, eval_path):
+    """SkyRL's own loop and rlkit's on the same greedy engine, 2 mazes x 2 of 6 turns: the same
+    samples, pixel values and rewards, whether each turn carries every picture's tensors (as
+    SkyRL's loop sends them) or only those its engine has not received yet."""
+    dataset = PromptDataset([str(eval_path)], tokenizer, max_prompt_length=512, num_workers=1)
+    prompts = dataset.collate_fn([dataset[i] for i in range(2)])
+    cfg, sampling = greedy_config(tokenizer)
+    outputs, counted = {}, {}
+    for name, cls, extra in (
+        ("skyrl", SkyRLVLMGymGenerator, {}),
+        ("rlkit", RlkitVLMGenerator, {"merge_size": 2}),
+        ("by_hash", RlkitVLMGenerator, {"merge_size": 2, "engine_keeps_images": True}),
+    ):
         client = make_client(server, tokenizer=tokenizer)
-        extra = {"merge_size": 2} if cls is RlkitVLMGenerator else {}
-        generator = cls(cfg, SkyRLGymConfig(max_env_workers=0), client, tokenizer, **extra)
+        counted[name] = SentTensors(client)
+        generator = cls(cfg, SkyRLGymConfig(max_env_workers=0), counted[name], tokenizer, **extra)
         batch, _ = prepare_generator_input(
             prompts, 2, get_sampling_params_for_backend("vllm", sampling), ENV_ID, "train", 0
         )
-        outputs[cls] = run(client, generator.generate(batch, disable_tqdm=True))
-        validate_generator_output(len(batch["prompts"]), outputs[cls])
-    skyrl, ours = outputs[SkyRLVLMGymGenerator], outputs[RlkitVLMGenerator]
-    for key in ("prompt_token_ids", "response_ids", "loss_masks", "rewards", "stop_reasons"):
-        assert ours[key] == skyrl[key], key
-    for key in ("pixel_values", "image_grid_thw"):
-        assert all(torch.equal(a, b) for a, b in zip(ours[key], skyrl[key], strict=True)), key
-    assert ours["rollout_metrics"][DESYNC_METRIC] == 0
+        outputs[name] = run(client, generator.generate(batch, disable_tqdm=True))
+        validate_generator_output(len(batch["prompts"]), outputs[name])
+    skyrl = outputs["skyrl"]
+    for ours in (outputs["rlkit"], outputs["by_hash"]):
+        for key in ("prompt_token_ids", "response_ids", "loss_masks", "rewards", "stop_reasons"):
+            assert ours[key] == skyrl[key], key
+        for key in ("pixel_values", "image_grid_thw"):
+            assert all(torch.equal(a, b) for a, b in zip(ours[key], skyrl[key], strict=True)), key
+        assert ours["rollout_metrics"][DESYNC_METRIC] == 0
+    # each picture's tensors went to the engine once an episode; every later turn by hash
+    by_hash = outputs["by_hash"]
+    pictures = sum(
+        distinct_pictures(p, g)
+        for p, g in zip(by_hash["pixel_values"], by_hash["image_grid_thw"], strict=True)
+    )
+    assert counted["by_hash"].tensors == pictures
+    assert counted["by_hash"].tensors + counted["by_hash"].by_hash == counted["rlkit"].tensors
+    assert counted["by_hash"].by_hash > 0 and counted["rlkit"].by_hash == 0
+    assert by_hash["rollout_metrics"][RESEND_METRIC] == 0
+
+
+def test_a_turn_its_engine_cannot_serve_by_hash_is_sent_again_whole(server, tokenizer):
+    """A picture the engine does not hold (dropped from its cache, or never received) sent by
+    hash: vLLM answers HTTP 500, and the turn goes again with every picture's tensors, once;
+    the answer is the one the whole prompt gets."""
+    client = make_client(server, tokenizer=tokenizer)
+    cfg, sampling = greedy_config(tokenizer)
+    generator = RlkitVLMGenerator(
+        cfg,
+        SkyRLGymConfig(max_env_workers=0),
+        client,
+        tokenizer,
+        merge_size=2,
+        engine_keeps_images=True,
+    )
+    noise = Image.fromarray(np.random.default_rng(7).integers(0, 256, (48, 48, 3), np.uint8))
+    buf = io.BytesIO()
+    noise.save(buf, format="PNG")  # a picture no other test sends
+    url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    part = {"type": "image_url", "image_url": {"url": url}}
+    conversation = [{"role": "user", "content": [part, {"type": "text", "text": "Move."}]}]
+    params = get_sampling_params_for_backend("vllm", sampling)
+
+    async def play():
+        episode = await generator.renderer.start(conversation, "s-miss")
+        episode.sent = {episode.images[0].mm_hash}  # as if its engine had received it
+        missed = await generator.engine_turn(episode, "s-miss", params, None)
+        resends_after_miss = generator._resends
+        again = await generator.engine_turn(episode, "s-miss", params, None)  # now it is held
+        whole = await generator.renderer.start(conversation, "s-whole")
+        return (
+            missed,
+            again,
+            await generator.engine_turn(whole, "s-whole", params, None),
+            resends_after_miss,
+        )
+
+    missed, again, whole, resends = run(client, play())
+    assert missed["response_ids"] == whole["response_ids"] == again["response_ids"]
+    assert resends == 1 and generator._resends == 1

@@ -304,10 +304,15 @@ def test_server_flags_are_the_presets_engine_settings():
     from rlkit.cluster.skyrl.engine_args import engine_kwargs
     from rlkit.cluster.skyrl.presets import PRESETS
 
-    flags = {f[0] for f in SERVER_ARGS}
+    flags = dict((f[0], f[1:]) for f in SERVER_ARGS)
     for preset in PRESETS.values():
         assert any(k.endswith(".mm_device_do_normalize=false") for k in engine_kwargs(preset))
     assert "--no-mm-device-do-normalize" in flags
+    cpu = [k for k in engine_kwargs(PRESETS["skyrl-tiny-cpu"]) if ".mm_processor_cache_gb=" in k]
+    assert [float(k.split("=")[1]) for k in cpu] == [
+        float(v) for v in flags["--mm-processor-cache-gb"]
+    ]
+    assert cpu and float(cpu[0].split("=")[1]) > 0
 
 
 def test_skyrl_client_requests_vllm_032_does_not_serve(server, client, loaded):

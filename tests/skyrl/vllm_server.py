@@ -27,6 +27,7 @@ from skyrl.backends.skyrl_train.inference_servers.remote_inference_client import
 )
 
 from rlkit.cluster.localhead import free_port
+from rlkit.cluster.skyrl.presets import get_preset
 
 SERVER_ARGS = (
     # float32 on CPU: logprob parity with rlkit's float32 trainer forward is then ~1e-6
@@ -42,8 +43,9 @@ SERVER_ARGS = (
     ("--enable-scale-out",),
     # as SkyRL's actor: sampling defaults are vLLM's, not the checkpoint's generation_config
     ("--generation-config", "vllm"),
-    # as SkyRL's actor: no processor cache, so every render carries every image's tensors
-    ("--mm-processor-cache-gb", "0"),
+    # as the CPU preset sets it (SkyRL's actor: 0): the engine keeps the pictures it has
+    # received, so rlkit's generator sends each one's tensors once an episode
+    ("--mm-processor-cache-gb", f"{get_preset('skyrl-tiny-cpu').layout.mm_cache_gb:g}"),
     # as the cluster presets set it (engine_init_kwargs.mm_device_do_normalize=false): vLLM
     # normalises pixels on the CPU and hands SkyRL normalised patches, not raw uint8
     ("--no-mm-device-do-normalize",),

@@ -40,6 +40,10 @@ def device_overrides(p: SkyRLPreset) -> list[str]:
     ]
 
 
+MM_CACHE_KWARG = "mm_processor_cache_gb"
+"""vLLM's multimodal cache per engine in GiB; SkyRL sets 0, `engine_init_kwargs` overrides it."""
+
+
 def engine_kwargs(p: SkyRLPreset) -> list[str]:
     """vLLM engine arguments, set through SkyRL's `engine_init_kwargs` (vLLM's own names)."""
     key = "generator.inference_engine.engine_init_kwargs"
@@ -52,6 +56,10 @@ def engine_kwargs(p: SkyRLPreset) -> list[str]:
         # tests/skyrl/test_vllm_engine.py); normalised on the CPU, both see the same pixels
         f"{key}.mm_device_do_normalize=false",
     ]
+    if p.layout.mm_cache_gb > 0:
+        # each engine keeps the pictures it has processed; rlkit's generator then sends a
+        # picture's tensors once an episode (rlkit.cluster.skyrl.render), not every turn
+        out.append(f"{key}.{MM_CACHE_KWARG}={p.layout.mm_cache_gb}")
     if p.layout.attention_backend:
         out.append(f"{key}.attention_backend={p.layout.attention_backend}")
     return out

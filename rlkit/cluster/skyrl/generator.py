@@ -43,9 +43,11 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import asdict
+from http import HTTPStatus
 from typing import Any
 from uuid import uuid4
 
+import aiohttp
 import skyrl_gym
 from skyrl.backends.skyrl_train.inference_servers.base import InferenceEngineInput
 from skyrl.backends.skyrl_train.inference_servers.utils import resolve_policy_model_name
@@ -56,8 +58,9 @@ from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
 from skyrl.utils.tok import get_processor
 
 from rlkit.cluster.skyrl.capture import Capturer, StepCapture
+from rlkit.cluster.skyrl.engine_args import MM_CACHE_KWARG
 from rlkit.cluster.skyrl.move_probe import EngineProbe
-from rlkit.cluster.skyrl.render import TurnRenderer, runs
+from rlkit.cluster.skyrl.render import EpisodePrompt, TurnRenderer, runs
 from rlkit.settings import CaptureConfig
 
 IMAGE_PAD = "<|image_pad|>"
@@ -65,6 +68,9 @@ IMAGE_PAD = "<|image_pad|>"
 DESYNC_METRIC = "generate/placeholder_desyncs"
 """Samples of a generate() call whose placeholders had to be cut back to the prompt's images.
 No avg/mean/min/max in the name: SkyRL sums such a key over concatenated outputs."""
+RESEND_METRIC = "generate/image_resends"
+"""Turns sent again with every picture's tensors: the engine no longer held one the episode
+had sent (`RlkitVLMGenerator.engine_turn`); summed like the desyncs."""
 PHASES = ("render", "engine", "env")
 """Where an episode's turns spend their time: the render of the observation (the chat
 template here, the server's render of its new picture, its tensors decoded), the engine's
@@ -115,13 +121,21 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
 
     `merge_size`: the image processor's (Qwen3-VL: 2), to count tokens per image grid.
     `capturer`: the run's captured rollouts (None: none captured).
+    `engine_keeps_images`: the engines keep a multimodal cache (vLLM's
+    `mm_processor_cache_gb` > 0), so a turn sends by hash the pictures its engine has received.
     """
 
     def __init__(
-        self, *args: Any, merge_size: int, capturer: Capturer | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        merge_size: int,
+        capturer: Capturer | None = None,
+        engine_keeps_images: bool = False,
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.merge_size = merge_size
+        self.engine_keeps_images = engine_keeps_images
         self.capturer = capturer
         self._capture: StepCapture | None = None
         self.image_id = self.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
@@ -133,7 +147,7 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
             self.inference_engine_client, self.tokenizer, self.image_id, self._decode
         )
         self._seconds = dict.fromkeys(PHASES, 0.0)
-        self._turns = 0
+        self._turns = self._resends = 0
 
     @staticmethod
     def _decode(kwargs_data):
@@ -148,7 +162,7 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
     async def generate(self, input_batch, disable_tqdm: bool = False) -> GeneratorOutput:
         capture = self.capturer.begin(input_batch) if self.capturer is not None else None
         self._capture = capture  # agent loops of this call record their turns into it
-        self._seconds, self._turns = dict.fromkeys(PHASES, 0.0), 0
+        self._seconds, self._turns, self._resends = dict.fromkeys(PHASES, 0.0), 0, 0
         try:
             out = await super().generate(input_batch, disable_tqdm=disable_tqdm)
         finally:
@@ -156,11 +170,48 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
         changed = guard_placeholders(out, self.image_id, self.filler_id, self.merge_size)
         out["rollout_metrics"][DESYNC_METRIC] = changed
         out["rollout_metrics"]["generate/timed_turns"] = self._turns
+        out["rollout_metrics"][RESEND_METRIC] = self._resends
         for phase, seconds in self._seconds.items():
             out["rollout_metrics"][f"generate/seconds_{phase}"] = round(seconds, 3)
         if capture is not None:
             out["rollout_metrics"].update(await capture.finish(input_batch, out))
         return out
+
+    async def engine_turn(
+        self, episode: EpisodePrompt, session_id: str, params: dict, cache_salt: str | None
+    ) -> dict[str, Any]:
+        """The engine's answer to `episode`'s prompt (SkyRL's client: generate, detokenize).
+
+        With `engine_keeps_images`, the pictures the episode's engine already holds go by hash
+        alone. An engine that has dropped one (its cache full, or a request routed elsewhere)
+        answers HTTP 500 and flags the hash; the turn is then sent again with every picture's
+        tensors, once, and counted (`generate/image_resends`)."""
+        skip = self.engine_keeps_images and bool(episode.sent)
+        try:
+            out = await self._generate(
+                episode.ids, episode.features(skip), session_id, params, cache_salt
+            )
+        except aiohttp.ClientResponseError as error:
+            if not skip or error.status != HTTPStatus.INTERNAL_SERVER_ERROR:
+                raise
+            self._resends += 1
+            out = await self._generate(
+                episode.ids, episode.features(), session_id, params, cache_salt
+            )
+        episode.mark_sent()
+        return out
+
+    async def _generate(self, ids, features, session_id, params, cache_salt) -> dict[str, Any]:
+        engine_input = InferenceEngineInput(
+            prompt_token_ids=[ids],
+            session_ids=[session_id],
+            sampling_params=params,
+            mm_features=[features] if features is not None else None,
+            cache_salt=cache_salt,
+        )
+        return await self.inference_engine_client.generate(
+            engine_input, model=self.policy_model_name
+        )
 
     async def agent_loop(
         self,
@@ -210,22 +261,13 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
             stop_reason, done = "stop", False
 
             while not done:
-                input_ids, features = episode.ids, episode.features()
+                input_ids = episode.ids
                 if len(input_ids) > max_input_length:
                     stop_reason = "length"
                     break
 
                 t = time.monotonic()
-                engine_input = InferenceEngineInput(
-                    prompt_token_ids=[input_ids],
-                    session_ids=[session_id],
-                    sampling_params=params,
-                    mm_features=[features] if features is not None else None,
-                    cache_salt=cache_salt,
-                )
-                engine_output = await self.inference_engine_client.generate(
-                    engine_input, model=self.policy_model_name
-                )
+                engine_output = await self.engine_turn(episode, session_id, params, cache_salt)
                 self._timed("engine", t)
                 self._turns += 1
                 gen_text = engine_output["responses"][0]
@@ -249,7 +291,7 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
 
                 if self._capture is not None:  # a captured episode's turn (others: ignored)
                     self._capture.turn(
-                        session_id, gen_text, input_ids, gen_ids, features, cache_salt
+                        session_id, gen_text, input_ids, gen_ids, episode.features(), cache_salt
                     )
                 t = time.monotonic()
                 step = await self._run_in_executor_if_available(env.step, gen_text)
@@ -304,6 +346,7 @@ def build_generator(
     presets' 2 groups, 50 steps) sets the captured training rollouts."""
     processor = get_processor(cfg.trainer.policy.model.path)
     model = resolve_policy_model_name(cfg)
+    engine_kwargs = cfg.generator.inference_engine.engine_init_kwargs or {}
     return RlkitVLMGenerator(
         generator_cfg=cfg.generator,
         skyrl_gym_cfg=cfg.environment.skyrl_gym,
@@ -312,6 +355,7 @@ def build_generator(
         policy_model_name=model,
         merge_size=processor.image_processor.merge_size,
         capturer=build_capturer(cfg, tokenizer, inference_engine_client, model, capture),
+        engine_keeps_images=float(engine_kwargs.get(MM_CACHE_KWARG, 0) or 0) > 0,
     )
 
 

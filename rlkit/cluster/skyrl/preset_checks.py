@@ -94,6 +94,8 @@ def check_preset(p: SkyRLPreset) -> None:
         raise UsageError(f"gpus_per_node ({p.layout.gpus_per_node}) must be >= 1 (or none: all)")
     if p.batch.group_size < 2:
         raise UsageError(f"group_size ({p.batch.group_size}) must be >= 2: GRPO compares a group")
+    if p.layout.mm_cache_gb < 0:
+        raise UsageError(f"mm_cache_gb ({p.layout.mm_cache_gb}) must be >= 0 (0: no cache)")
     if p.layout.device not in DEVICES:
         raise UsageError(f"device {p.layout.device!r} must be one of {', '.join(DEVICES)}")
     if p.batch.lr_schedule not in LR_SCHEDULES:

@@ -50,6 +50,12 @@ class SkyLayout:
     kv_cache_gb: float | None = None
     """vLLM's KV cache per engine in GiB; None sizes it by `gpu_memory_utilization` (GPUs).
     On a CPU the cache is host memory, and the utilization share would take most of it."""
+    mm_cache_gb: float = 2.0
+    """vLLM's multimodal cache per engine in GiB (engine host memory): an engine keeps the
+    pictures it has received, so rlkit's generator sends each picture's tensors once an
+    episode instead of every turn (SkyRL sets 0). 0 turns it off. An 8B step's ~36 episodes
+    an engine x 19 VisGym pictures (~1.2 MB of pixels each) take ~0.8 GB; past the size an
+    engine drops old pictures and a turn that needed one is sent again whole."""
     attention_backend: str | None = None
     """vLLM attention backend, e.g. TRITON_ATTN for RTX PRO 6000 (sm_120). Passed as the
     engine's `attention_backend` (vLLM 0.30 no longer reads VLLM_ATTENTION_BACKEND)."""

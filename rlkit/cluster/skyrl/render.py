@@ -23,6 +23,12 @@ metadata and decoded pixel values and grids (a serialised item also records the 
 the batch it was processed in, which decoding does not read). The answer's ids stay exactly
 as sampled: the next prompt is the previous one plus them, never a re-tokenization of their
 text. tests/skyrl/test_skyrl_render.py checks all this against vLLM's own render on a CPU server.
+
+Where the engines keep a multimodal cache (the presets' `mm_cache_gb`), a generate request
+also carries each picture's tensors once an episode: `EpisodePrompt.features(skip_sent=True)`
+sends the pictures its engine has already received by hash alone, and vLLM's generate route
+reads them from the engine's cache (SkyRL's client would otherwise send every picture of the
+conversation with every turn).
 """
 
 from __future__ import annotations
@@ -128,13 +134,19 @@ class EpisodePrompt:
     """Where each image's placeholder tokens start in `ids`."""
     by_url: dict[str, RenderedImage] = field(default_factory=dict)
     """The images already rendered for this episode, by URL."""
+    sent: set[str] = field(default_factory=set)
+    """Hashes of the images the episode's engine has received with their tensors (it keeps
+    them in its multimodal cache; SkyRL's router sends an episode's requests to one engine)."""
 
-    def features(self) -> dict[str, Any] | None:
+    def features(self, skip_sent: bool = False) -> dict[str, Any] | None:
         """vLLM's multimodal features of `ids` as its render endpoint returns them (and SkyRL's
-        client sends them with a generate request); a new dict on every call."""
+        client sends them with a generate request); a new dict on every call. `skip_sent`:
+        images in `sent` go without their tensors and metadata (vLLM's generate route reads
+        such an item from the engine's multimodal cache)."""
         if not self.images:
             return None
-        metadata = [im.metadata for im in self.images]
+        keep = [not (skip_sent and im.mm_hash in self.sent) for im in self.images]
+        metadata = [im.metadata if k else None for im, k in zip(self.images, keep, strict=True)]
         return {
             "mm_hashes": {"image": [im.mm_hash for im in self.images]},
             "mm_placeholders": {
@@ -143,9 +155,15 @@ class EpisodePrompt:
                     for o, im in zip(self.offsets, self.images, strict=True)
                 ]
             },
-            "kwargs_data": {"image": [im.kwargs for im in self.images]},
+            "kwargs_data": {
+                "image": [im.kwargs if k else None for im, k in zip(self.images, keep, strict=True)]
+            },
             "mm_metadata": {"image": metadata} if any(m is not None for m in metadata) else None,
         }
+
+    def mark_sent(self) -> None:
+        """Record that the engine has received every image of `ids` (a generate returned)."""
+        self.sent.update(im.mm_hash for im in self.images if im.mm_hash is not None)
 
     def pixels(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(pixel_values, image_grid_thw) of all its images, as SkyRL's `decode_mm_kwargs`
