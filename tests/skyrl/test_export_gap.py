@@ -17,11 +17,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from skyrl.train import trainer as skyrl_trainer
 from skyrl.train.config import SkyRLTrainConfig
 from skyrl.train.dataset import PromptDataset
 from skyrl.train.trainer import RayPPOTrainer
 from skyrl.train.utils.trainer_utils import cleanup_old_checkpoints
 
+from rlkit.cluster.skyrl import trainer as trainer_module
 from rlkit.cluster.skyrl.entry import ensure_datasets
 from rlkit.cluster.skyrl.experiment import RlkitExp
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides
@@ -32,12 +34,17 @@ from rlkit.run.skyrl_layout import list_checkpoints
 
 
 class Workers:
-    """Where SkyRL's FSDP workers would load and save: the tiny model's files."""
+    """Where SkyRL's FSDP workers would load and save: the tiny model's files; `nodes`: the Ray
+    node of each worker."""
 
-    def __init__(self, model_dir: Path) -> None:
+    def __init__(self, model_dir: Path, nodes: tuple[str, ...] = ()) -> None:
         self.model_dir = model_dir
+        self.nodes = nodes
         self.loaded: list[str] = []
         self.exported: list[str] = []
+
+    def get_node_ids(self) -> list[str]:
+        return list(self.nodes)
 
     def save_checkpoint(self, role: str, path: str, tokenizer) -> None:
         shutil.copytree(self.model_dir, path)
@@ -85,8 +92,9 @@ def _root_logging(monkeypatch):
     monkeypatch.setattr(logging.root, "level", logging.root.level)
 
 
-def attempt(cfg, ds, tokenizer, tiny_dir, trainer_cls=None) -> RayPPOTrainer:
-    """One submission of the job: the trainer `RlkitExp` builds (or `trainer_cls`)."""
+def attempt(cfg, ds, tokenizer, tiny_dir, trainer_cls=None, nodes=()) -> RayPPOTrainer:
+    """One submission of the job: the trainer `RlkitExp` builds (or `trainer_cls`). `nodes`:
+    its workers' Ray nodes, its own pruning kept (else pruning runs on this node only)."""
     args = dict(tracker=None, tokenizer=tokenizer, train_dataset=ds, eval_dataset=None)
     args |= dict(inference_engine_client=None, generator=None, colocate_pg=None)
     if trainer_cls is None:
@@ -94,10 +102,11 @@ def attempt(cfg, ds, tokenizer, tiny_dir, trainer_cls=None) -> RayPPOTrainer:
         trainer = RlkitExp.__new__(RlkitExp).get_trainer(cfg=cfg, **args)
     else:
         trainer = trainer_cls(cfg=cfg, **args)
-    trainer.dispatch = Workers(tiny_dir)
-    trainer._cleanup_old_checkpoints = lambda: cleanup_old_checkpoints(
-        cfg.trainer.ckpt_path, cfg.trainer.max_ckpts_to_keep
-    )
+    trainer.dispatch = Workers(tiny_dir, nodes)
+    if not nodes:
+        trainer._cleanup_old_checkpoints = lambda: cleanup_old_checkpoints(
+            cfg.trainer.ckpt_path, cfg.trainer.max_ckpts_to_keep
+        )
     return trainer
 
 
@@ -157,3 +166,23 @@ def test_export_due_as_skyrls_train_loop():
     assert [s for s in range(14) if export_due(s, 4, 6, 12)] == [4, 6, 8, 12]
     assert [s for s in range(9) if export_due(s, 0, 6, 8)] == []  # exports off
     assert [s for s in range(9) if export_due(s, 5, 100, 7)] == [5, 7]  # max_training_steps 7
+
+
+@pytest.mark.parametrize(
+    ("nodes", "fanned_out"), [(("here", "here"), False), (("here", "there"), True)]
+)
+def test_old_checkpoints_are_pruned_once_when_every_worker_is_on_the_trainers_node(
+    cfg, run, tokenizer, tiny_dir, monkeypatch, nodes, fanned_out
+):
+    """Keep-k pruning at each save: on one node, the trainer's own call alone (SkyRL's per-node
+    Ray task would repeat it); across nodes, SkyRL's fan-out as well."""
+    tasks = []
+    monkeypatch.setattr(trainer_module, "driver_node", lambda: "here")
+    monkeypatch.setattr(skyrl_trainer, "run_on_each_node", lambda ids, *a: tasks.append(set(ids)))
+    cfg.trainer.max_ckpts_to_keep = 1
+    trainer = attempt(cfg, run[1], tokenizer, tiny_dir, nodes=nodes)
+    for step in (2, 4):
+        trainer.global_step = step
+        trainer.save_checkpoints()
+    assert [c.step for c in list_checkpoints(cfg.trainer.ckpt_path, cfg.trainer.export_path)] == [4]
+    assert tasks == ([set(nodes)] * 2 if fanned_out else [])

@@ -8,6 +8,12 @@ training a step. rlkit's readers (`list_checkpoints`, `rlkit eval --policy`) the
 step's model, though its weights are in the checkpoint. `RlkitTrainer.load_checkpoints` writes
 the export right after loading, when SkyRL would have exported at that step (`export_due`).
 
+It also prunes old checkpoints once, not once a node, when the workers all run on the
+trainer's own node (a one-node cluster run, a CPU run on a local head): SkyRL runs its keep-k
+cleanup on the driver and, through a Ray task, on every worker node again
+(`RayPPOTrainer._cleanup_old_checkpoints`), and on one node that task repeats the driver's
+work in a fresh Ray worker that first imports SkyRL (7-9 s a save on a 2-core host).
+
 `RlkitExp.get_trainer` (rlkit.cluster.skyrl.experiment) builds it; tests/skyrl/test_export_gap.py
 runs SkyRL's own save and load code on it with stand-in workers.
 """
@@ -17,9 +23,11 @@ from __future__ import annotations
 import logging
 import os
 
+import ray
 from skyrl.backends.skyrl_train.utils.io import io
 from skyrl.train.trainer import RayPPOTrainer
 from skyrl.train.utils import Timer
+from skyrl.train.utils.trainer_utils import cleanup_old_checkpoints
 
 _log = logging.getLogger(__name__)
 
@@ -31,6 +39,11 @@ def export_due(step: int, hf_save_interval: int, steps_per_epoch: int, last_step
     if hf_save_interval <= 0 or step <= 0:
         return False
     return step % hf_save_interval == 0 or step % steps_per_epoch == 0 or step == last_step
+
+
+def driver_node() -> str:
+    """The Ray node id of this process (SkyRL's trainer task)."""
+    return ray.get_runtime_context().get_node_id()
 
 
 class RlkitTrainer(RayPPOTrainer):
@@ -56,3 +69,13 @@ class RlkitTrainer(RayPPOTrainer):
         roles = ("policy", "critic") if self.has_critic else ("policy",)
         step_dir = os.path.join(t.export_path, f"global_step_{step}")
         return not all(io.exists(os.path.join(step_dir, role)) for role in roles)
+
+    def _cleanup_old_checkpoints(self) -> None:
+        """SkyRL's keep-k pruning: on this node alone when every worker runs here, else SkyRL's
+        own (this node, then a Ray task on each worker node)."""
+        if not self._node_ids:
+            self._node_ids = self.dispatch.get_node_ids()
+        if set(self._node_ids) == {driver_node()}:
+            cleanup_old_checkpoints(self.cfg.trainer.ckpt_path, self.cfg.trainer.max_ckpts_to_keep)
+        else:
+            super()._cleanup_old_checkpoints()
