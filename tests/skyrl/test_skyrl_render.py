@@ -138,8 +138,9 @@ def test_each_turns_prompt_is_vllms_render_of_the_conversation(server, tokenizer
 
 
 def test_the_engine_answers_either_prompt_alike(server, tokenizer, rows):
-    """Greedy tokens and logprobs from our features equal those from vLLM's whole render, and
-    an answer that sampled `<|image_pad|>` (a pad no image fills) is still served."""
+    """Greedy tokens and logprobs from our features equal those from vLLM's whole render, also
+    with every picture sent by hash (read from the engine's multimodal cache), and an answer
+    that sampled `<|image_pad|>` (a pad no image fills) is still served."""
     client = make_client(server, tokenizer=tokenizer)
     image_id = tokenizer.convert_tokens_to_ids("<|image_pad|>")
     renderer = TurnRenderer(client, tokenizer, image_id, decode_mm_kwargs)
@@ -168,6 +169,10 @@ def test_the_engine_answers_either_prompt_alike(server, tokenizer, rows):
                 assert whole["token_ids"] == prompt.ids
                 theirs = await generate(whole["token_ids"], whole["features"])
                 assert await generate(prompt.ids, prompt.features()) == theirs
+                prompt.mark_sent()  # the engine holds every picture now: all by hash
+                by_hash = prompt.features(skip_sent=True)
+                assert all(k is None for k in by_hash["kwargs_data"]["image"])
+                assert await generate(prompt.ids, by_hash) == theirs
         return await generate(prompt.ids, prompt.features())
 
     answer, logprobs = run(client, play())
