@@ -308,11 +308,10 @@ def test_server_flags_are_the_presets_engine_settings():
     for preset in PRESETS.values():
         assert any(k.endswith(".mm_device_do_normalize=false") for k in engine_kwargs(preset))
     assert "--no-mm-device-do-normalize" in flags
-    cpu = [k for k in engine_kwargs(PRESETS["skyrl-tiny-cpu"]) if ".mm_processor_cache_gb=" in k]
-    assert [float(k.split("=")[1]) for k in cpu] == [
-        float(v) for v in flags["--mm-processor-cache-gb"]
-    ]
-    assert cpu and float(cpu[0].split("=")[1]) > 0
+    cpu = PRESETS["skyrl-tiny-cpu"]
+    cache = f"generator.inference_engine.engine_init_kwargs.mm_processor_cache_gb={cpu.layout.mm_cache_gb}"
+    assert cache in engine_kwargs(cpu)
+    assert float(flags["--mm-processor-cache-gb"][0]) == cpu.layout.mm_cache_gb > 0
 
 
 def test_skyrl_client_requests_vllm_032_does_not_serve(server, client, loaded):
