@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import runpy
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,3 +105,26 @@ def test_suite_times_lists_the_slowest_and_compares_runs(tmp_path, capsys):
     assert out[-2].split() == ["25.5", "13.0", "0.51x", "tests/test_a.py"]
     with pytest.raises(SystemExit, match="cannot read .* as a JUnit XML report"):
         script["main"]([str(tmp_path / "missing.xml")])
+
+
+def test_suite_cpu_counts_a_child_that_burns_cpu_under_its_kind(tmp_path, capsys):
+    script = runpy.run_path(str(ROOT / "scripts" / "suite_cpu.py"))
+    assert script["kind_of"]("raylet | /x/raylet --raylet_socket_name=s") == "Ray head daemons"
+    assert script["kind_of"]("python | ray::FSDPPolicyWorker.init_model") == (
+        "Ray actors and tasks"
+    )
+    assert script["kind_of"]("VLLM::EngineCor | VLLM::EngineCore") == "vLLM engine cores"
+    cli = "python | python -m rlkit.cli.main train --run-dir /tmp/pytest-of-root/pytest-8/r"
+    assert script["kind_of"](cli) == "rlkit CLI subprocesses"
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 2.5: pass"
+    out_json = tmp_path / "cpu.json"
+    argv = ["--json", str(out_json), "--top", "3", "--", sys.executable, "-c", burn]
+    assert script["main"](argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    other = next(ln for ln in lines if ln.endswith("  other Python"))
+    assert 2.0 <= float(other.split()[0]) <= 3.5  # the child's 2.5 s of CPU, sampled each second
+    assert lines[-1].startswith("wall ") and "core-s sampled" in lines[-1]
+    labels = [label for _, _, label in json.loads(out_json.read_text()).values()]
+    assert any("process_time" in label for label in labels)
+    with pytest.raises(SystemExit):
+        script["main"]([])
