@@ -26,9 +26,9 @@ KINDS = (  # (kind, substrings of "comm | cmdline"), first match wins; paths und
     # /tmp/pytest-of-USER name no kind, so a test's subprocess is counted as what it runs
     (
         "pytest and its workers (tests in-process)",
-        ("exec(eval(sys.stdin", "-m pytest", "bin/pytest"),
+        ("pytest-xdist", "exec(eval(sys.stdin", "-m pytest", "bin/pytest"),
     ),
-    ("vLLM engine cores", ("EngineCore",)),
+    ("vLLM engine processes", ("VLLM::", "EngineCore")),
     ("SkyRL job drivers", ("rlkit.cluster.skyrl.entry",)),
     (
         "Ray head daemons",
@@ -43,6 +43,7 @@ KINDS = (  # (kind, substrings of "comm | cmdline"), first match wins; paths und
             "runtime_env/agent",
             "ray-dashboard-",
             "ray start",
+            "ray::DashboardAgent",
         ),
     ),
     ("Ray actors and tasks", ("ray::", "default_worker.py", "setup_worker.py")),
@@ -104,7 +105,8 @@ class Sampler:
             key, cpu = read
             entry = self.procs.setdefault(key, [cpu if first else 0.0, cpu, label])
             entry[1] = cpu  # a process born during the run counts all its CPU
-            if "IDLE" not in label:  # spawned processes retitle themselves once they run
+            # spawned processes retitle themselves once they run; an exiting one reads empty
+            if "IDLE" not in label and not label.endswith("| "):
                 entry[2] = label
 
     def run(self) -> None:
