@@ -198,6 +198,9 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--no-local", action="store_true", help="SkyRL only")
     ap.add_argument("--local-run", type=Path, help="a finished local run of this benchmark")
+    ap.add_argument(
+        "--name", default="skyrl_learning", help="results file stem (a repeat keeps the others)"
+    )
     args = ap.parse_args()
     run = args.skyrl_run or skyrl_run(args.root, args.steps, args.eval_every)
     evals = curve(run)
@@ -221,10 +224,10 @@ def main() -> None:
         + ("met" if sky["met"] else "NOT met")
     )
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "skyrl_learning.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
     fig = solve_rate_curve(evals, run_id="SkyRL on CPU (skyrl-tiny-cpu)")
-    (RESULTS / "skyrl_learning.png").write_bytes(figure_png(fig))
-    print(f"wrote {RESULTS / 'skyrl_learning.json'} and .png")
+    (RESULTS / f"{args.name}.png").write_bytes(figure_png(fig))
+    print(f"wrote {RESULTS / args.name}.json and .png")
 
 
 if __name__ == "__main__":
