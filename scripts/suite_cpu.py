@@ -122,7 +122,7 @@ def report(procs: dict[str, list], wall_s: float, busy_s: float, top: int) -> li
     for seconds, label in used.values():
         by_kind[kind_of(label)] += seconds
         counts[kind_of(label)] += seconds > 0
-    total = sum(by_kind.values())
+    total = sum(by_kind.values()) or 1e-9
     lines = [f"{'core-s':>8} {'share':>6} {'procs':>6}  kind"]
     for kind, seconds in by_kind.most_common():
         lines.append(f"{seconds:8.1f} {seconds / total:6.1%} {counts[kind]:6d}  {kind}")
