@@ -194,7 +194,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skyrl-run", type=Path, help="a finished run of this benchmark")
     ap.add_argument("--root", type=Path, default=Path("runs/bench-skyrl-learning"))
-    ap.add_argument("--steps", type=int, default=80, help="GRPO steps (~31 s each here)")
+    ap.add_argument("--steps", type=int, default=80, help="GRPO steps (~20 s each here)")
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--no-local", action="store_true", help="SkyRL only")
     ap.add_argument("--local-run", type=Path, help="a finished local run of this benchmark")
