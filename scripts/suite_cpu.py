@@ -99,8 +99,9 @@ class Sampler:
 
     def sample(self, first: bool = False) -> None:
         for pid in filter(str.isdigit, os.listdir("/proc")):
-            read, label = _read(pid), _label(pid)
-            if read is None or label is None:
+            read = _read(pid)
+            label = _label(pid) if read else None
+            if label is None:
                 continue
             key, cpu = read
             entry = self.procs.setdefault(key, [cpu if first else 0.0, cpu, label])
@@ -120,8 +121,9 @@ def report(procs: dict[str, list], wall_s: float, busy_s: float, top: int) -> li
     by_kind: Counter = Counter()
     counts: Counter = Counter()
     for seconds, label in used.values():
-        by_kind[kind_of(label)] += seconds
-        counts[kind_of(label)] += seconds > 0
+        kind = kind_of(label)
+        by_kind[kind] += seconds
+        counts[kind] += seconds > 0
     total = sum(by_kind.values()) or 1e-9
     lines = [f"{'core-s':>8} {'share':>6} {'procs':>6}  kind"]
     for kind, seconds in by_kind.most_common():
