@@ -18,7 +18,12 @@ from rlkit.model.batching import build_batch, response_logprobs
 from rlkit.model.build import build_tiny
 from rlkit.model.load import load
 from rlkit.run.captures import CapturedEpisode
-from rlkit.train.rescore import EpisodeShift, Rescore, episode_logprobs, rescore
+from rlkit.train.rescore import (
+    EpisodeShift,
+    Rescore,
+    episodes_logprobs,
+    rescore,
+)
 
 
 def shifts(rows: list[tuple[int, float, bool, float, float]]) -> Rescore:
@@ -61,7 +66,7 @@ def played(tmp_path_factory):
 
 def test_one_forward_scores_every_answer_and_observation_token(played):
     loaded, env, eps = played
-    answers, observed = episode_logprobs(loaded, eps[0], env)
+    answers, observed = episodes_logprobs(loaded, eps[:1], env)[0]
     tok = loaded.tokenizer
     n_answer = sum(
         len(tok.encode(t.text, add_special_tokens=False)) for t in eps[0].trajectory.turns
@@ -79,6 +84,17 @@ def test_one_forward_scores_every_answer_and_observation_token(played):
     assert observed.numel() > 0 and bool(torch.isfinite(observed).all())
     same = rescore(eps, before=loaded, after=loaded, env=env)
     assert all(e.shift == 0.0 and e.observation_shift == 0.0 for e in same.episodes)
+
+
+def test_episodes_scored_in_one_padded_forward_score_as_each_alone(played):
+    loaded, env, eps = played
+    together = episodes_logprobs(loaded, eps, env)
+    alone = [episodes_logprobs(loaded, [e], env)[0] for e in eps]
+    assert len({len(e.trajectory.turns) for e in eps}) == 2  # rows of two lengths: one padded
+    for (answers, observed), (answers1, observed1) in zip(together, alone, strict=True):
+        assert answers.shape == answers1.shape and observed.shape == observed1.shape
+        assert torch.allclose(answers, answers1, atol=1e-5)
+        assert torch.allclose(observed, observed1, atol=1e-5)
 
 
 def test_episodes_that_trained_nothing_are_refused(played):

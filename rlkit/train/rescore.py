@@ -119,38 +119,63 @@ class Rescore:
         )
 
 
-def episode_logprobs(
-    loaded: LoadedModel, episode: CapturedEpisode, env: EnvConfig
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probabilities under `loaded` of `episode`'s answer tokens and of its observation
+LOGIT_BUDGET = 1 << 25
+"""Logits (rows x scored tokens x vocabulary, ~512 scored tokens a row assumed) one forward may
+hold: the tiny model's ~520-word vocabulary scores 16 episodes a forward, Qwen's 151,936 one."""
+ROWS_PER_FORWARD = 16
+"""Most episodes a forward scores. One forward per episode, the tiny model took 16 s for the
+local learning check's 456 episodes under each checkpoint."""
+
+
+def episodes_logprobs(
+    loaded: LoadedModel, episodes: Sequence[CapturedEpisode], env: EnvConfig
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Log-probabilities under `loaded` of each episode's answer tokens and of its observation
     tokens (what follows the first answer and is not an answer: the later turns' text and
-    chat scaffolding; image placeholders left out), each in order. The whole conversation
+    chat scaffolding; image placeholders left out), each in order. Each whole conversation
     (SkyRL's multi-turn episode: each turn's prompt holds every earlier picture and answer) is
-    rebuilt through the env and scored in one forward, as SkyRL's trainer scores an episode;
-    each answer is its text as the tokenizer writes it."""
-    traj = episode.trajectory
+    rebuilt through the env and scored in one forward, as SkyRL's trainer scores an episode,
+    the episodes left-padded into one batch; each answer is its text as the tokenizer writes
+    it."""
     tok = loaded.tokenizer
-    last = loaded.encoder.encode(turn_prompts(traj, env, history=None)[-1])
-    final = tok.encode(traj.turns[-1].text, add_special_tokens=False)
-    batch = build_batch(loaded, [last], [final])
-    ids = batch.input_ids[0].tolist()
-    header = tok.encode(GENERATION_HEADER, add_special_tokens=False)
-    starts = [i + len(header) for i in range(len(ids)) if ids[i : i + len(header)] == header]
+    prompts = [
+        loaded.encoder.encode(turn_prompts(e.trajectory, env, history=None)[-1]) for e in episodes
+    ]
+    finals = [tok.encode(e.trajectory.turns[-1].text, add_special_tokens=False) for e in episodes]
+    batch = build_batch(loaded, prompts, finals)
+    width = batch.input_ids.shape[1]
+    spans = [
+        _scored_positions(loaded, batch.input_ids[b].tolist(), width - int(n))
+        for b, n in enumerate(batch.attention_mask.sum(1))
+    ]
+    longest = max(len(a) + len(o) for a, o in spans)
+    if longest == 0:
+        return [(torch.zeros(0), torch.zeros(0)) for _ in episodes]
+    # each scored token is read at the column before it; short rows repeat their last column
+    cols = [[i - 1 for i in a + o] or [width - 2] for a, o in spans]
+    at = torch.tensor([c + c[-1:] * (longest - len(c)) for c in cols], device=loaded.device)
+    with torch.no_grad():
+        logp = torch.log_softmax(logits_at(loaded, batch, at), -1)
+    picked = logp.gather(-1, batch.input_ids.gather(1, at + 1).unsqueeze(-1)).squeeze(-1)
+    return [
+        (picked[b, : len(a)], picked[b, len(a) : len(a) + len(o)]) for b, (a, o) in enumerate(spans)
+    ]
+
+
+def _scored_positions(loaded: LoadedModel, ids: list[int], first: int) -> tuple[list, list]:
+    """Positions in a left-padded row (its tokens from `first` on) of the answer tokens and
+    the observation tokens `episodes_logprobs` scores."""
+    header = loaded.tokenizer.encode(GENERATION_HEADER, add_special_tokens=False)
+    starts = [i + len(header) for i in range(first, len(ids)) if ids[i : i + len(header)] == header]
     answers = []  # each answer runs from its header to its end of turn (the last: to the end)
     for i in starts:
         while i < len(ids) and ids[i] != loaded.eos_id:
             answers.append(i)
             i += 1
     if not answers:
-        return torch.zeros(0), torch.zeros(0)
+        return [], []
     taken, pad = set(answers), loaded.model.config.image_token_id
-    observed = [i for i in range(starts[0], len(ids)) if i not in taken and ids[i] != pad]
-    cols = [i - 1 for i in answers + observed]
-    at = torch.tensor([cols], device=loaded.device)
-    with torch.no_grad():
-        logp = torch.log_softmax(logits_at(loaded, batch, at)[0], -1)
-    picked = logp.gather(-1, batch.input_ids[0, at[0] + 1].unsqueeze(-1)).squeeze(-1)
-    return picked[: len(answers)], picked[len(answers) :]
+    return answers, [i for i in range(starts[0], len(ids)) if i not in taken and ids[i] != pad]
 
 
 def rescore(
@@ -177,9 +202,12 @@ def rescore(
             "(schedule.capture_groups / --set capture_groups=N) or train on mazes the policy "
             "sometimes solves"
         )
+    rows = max(1, min(ROWS_PER_FORWARD, LOGIT_BUDGET // (512 * a.model.lm_head.out_features)))
+    chunks = [scored[i : i + rows] for i in range(0, len(scored), rows)]
+    befores = [x for c in chunks for x in episodes_logprobs(a, c, env)]
+    afters = [x for c in chunks for x in episodes_logprobs(b, c, env)]
     out = []
-    for e in scored:
-        (old, old_obs), (new, new_obs) = episode_logprobs(a, e, env), episode_logprobs(b, e, env)
+    for e, (old, old_obs), (new, new_obs) in zip(scored, befores, afters, strict=True):
         shift = float((new - old).mean()) if old.numel() else 0.0
         obs = float((new_obs - old_obs).mean()) if old_obs.numel() else 0.0
         group = (e.step, e.group)
