@@ -123,8 +123,9 @@ LOGIT_BUDGET = 1 << 25
 """Logits (rows x scored tokens x vocabulary, ~512 scored tokens a row assumed) one forward may
 hold: the tiny model's ~520-word vocabulary scores 16 episodes a forward, Qwen's 151,936 one."""
 ROWS_PER_FORWARD = 16
-"""Most episodes a forward scores. One forward per episode, the tiny model took 16 s for the
-local learning check's 456 episodes under each checkpoint."""
+"""Most episodes a forward scores. The local learning check's 456 episodes under its two
+checkpoints took 13-15 s one a forward, 7-9 s sixteen a forward; 64 a forward was slower again
+(more padding)."""
 
 
 def episodes_logprobs(
