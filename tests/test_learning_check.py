@@ -1,6 +1,7 @@
 """The local trainer learns, checked where a wrong gradient would show: a short run after its
-warm start beats the warm start on the same mazes, paired maze by maze, and its captured
-episodes, re-scored under both checkpoints, moved the way their advantages asked.
+warm start beats the warm start on the same mazes, paired maze by maze, and in its captured
+episodes, re-scored under both checkpoints, solved answers gained on their groups' failed ones
+while the observations, outside the loss mask, moved less.
 
 `benchmarks/bench_learning.py` measures the whole curve; this is its cheap guard in `make test`
 (one thread, fixed seed). Deterministic on one machine, but another CPU's float kernels take

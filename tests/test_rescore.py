@@ -18,12 +18,7 @@ from rlkit.model.batching import build_batch, response_logprobs
 from rlkit.model.build import build_tiny
 from rlkit.model.load import load
 from rlkit.run.captures import CapturedEpisode
-from rlkit.train.rescore import (
-    EpisodeShift,
-    Rescore,
-    episodes_logprobs,
-    rescore,
-)
+from rlkit.train.rescore import EpisodeShift, Rescore, episodes_logprobs, rescore
 
 
 def shifts(rows: list[tuple[int, float, bool, float, float]]) -> Rescore:

@@ -145,8 +145,9 @@ def episodes_logprobs(
     finals = [tok.encode(e.trajectory.turns[-1].text, add_special_tokens=False) for e in episodes]
     batch = build_batch(loaded, prompts, finals)
     width = batch.input_ids.shape[1]
+    header = tok.encode(GENERATION_HEADER, add_special_tokens=False)
     spans = [
-        _scored_positions(loaded, batch.input_ids[b].tolist(), width - int(n))
+        _scored_positions(loaded, header, batch.input_ids[b].tolist(), width - int(n))
         for b, n in enumerate(batch.attention_mask.sum(1))
     ]
     longest = max(len(a) + len(o) for a, o in spans)
@@ -163,10 +164,12 @@ def episodes_logprobs(
     ]
 
 
-def _scored_positions(loaded: LoadedModel, ids: list[int], first: int) -> tuple[list, list]:
-    """Positions in a left-padded row (its tokens from `first` on) of the answer tokens and
-    the observation tokens `episodes_logprobs` scores."""
-    header = loaded.tokenizer.encode(GENERATION_HEADER, add_special_tokens=False)
+def _scored_positions(
+    loaded: LoadedModel, header: list[int], ids: list[int], first: int
+) -> tuple[list, list]:
+    """Positions in a left-padded row (its tokens from `first` on) of the answer tokens (each
+    after a `header`, the generation header's ids) and the observation tokens
+    `episodes_logprobs` scores."""
     starts = [i + len(header) for i in range(first, len(ids)) if ids[i : i + len(header)] == header]
     answers = []  # each answer runs from its header to its end of turn (the last: to the end)
     for i in starts:
