@@ -126,7 +126,14 @@ class EvalResult:
         path = Path(path)
         if not path.is_file():
             raise UsageError(f"no eval result at {path}: run `rlkit eval ... --out {path}` first")
-        return cls.from_dict(json.loads(path.read_text()))
+        try:
+            data = json.loads(path.read_text())
+        except ValueError as e:
+            raise UsageError(
+                f"{path} is not valid JSON ({e}): the file is damaged; write it again "
+                f"(`rlkit eval ... --out {path}`) or remove it"
+            ) from None
+        return cls.from_dict(data)
 
     def load_trajectories(self, json_path: str | Path) -> list[Trajectory]:
         if not self.trajectories:

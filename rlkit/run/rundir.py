@@ -300,10 +300,17 @@ class RunDir:
         return self.evals_dir / f"global_step_{step}.json"
 
     def read_eval(self, step: int) -> dict[str, Any]:
+        """Step `step`'s eval result; missing or damaged (a truncated file) is one RlkitError."""
+        path = self.eval_path(step)
         try:
-            return json.loads(self.eval_path(step).read_text(encoding="utf-8"))
+            return json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise RlkitError(f"no eval for step {step} in {self.evals_dir}") from None
+        except ValueError as e:
+            raise RlkitError(
+                f"{path} is not valid JSON ({e}): the file is damaged; remove it and the run "
+                "reads on without that step's eval"
+            ) from None
 
     def eval_steps(self) -> list[int]:
         if not self.evals_dir.is_dir():
