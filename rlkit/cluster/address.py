@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -72,7 +73,13 @@ def resolve_address(address: str | None) -> Address:
         if from_env.lower() in LOCAL_ALIASES:  # Ray's own `auto`, or rlkit's `local`
             return Address(None, (f"using {env[0]}={env[1]}: the local Ray head",))
         note = f"using {env[0]}={env[1]} from the environment (unset it for a local head)"
-        return Address(_check_url(from_env), (note,))
+        try:
+            url = _check_url(from_env)
+        except RlkitError as e:  # say where the value came from, and how to drop it
+            raise type(e)(
+                f"{env[0]} from the environment: {e}; or unset {env[0]} (or give --address)"
+            ) from None
+        return Address(url, (note,))
     notes = ()
     if env is not None and env[1].strip().rstrip("/") != given:
         notes = (f"ignoring {env[0]}={env[1]} from the environment: {given} was given",)
@@ -168,6 +175,19 @@ _SAGEMAKER_CAUSES = (
         "role that has an EKS access entry (deploy/README.md step 4)",
     ),
 )
+
+
+_TOOLKIT_KUBECONFIG_COMMAND = re.compile(
+    r"\s*(?:For EKS clusters, )?(?:[Tt]ry running|[Rr]un): aws eks update-kubeconfig "
+    r"--cluster-name \S+\s*$"
+)
+
+
+def toolkit_reason(error: str) -> str:
+    """The toolkit's failure message without the command it appends, `aws eks update-kubeconfig
+    --cluster-name <cluster>`: the AWS CLI's flag is `--name`, and `reach_advice` names the
+    right command once."""
+    return _TOOLKIT_KUBECONFIG_COMMAND.sub("", error).rstrip() or error
 
 
 def reach_advice(address: str, error: str = "") -> str:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from ray.job_submission import JobSubmissionClient
 
-from rlkit.cluster.address import reach_advice, without_address_env
+from rlkit.cluster.address import reach_advice, toolkit_reason, without_address_env
 from rlkit.errors import RlkitError
 
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
@@ -98,7 +98,8 @@ def open_client(url: str, timeout_s: float) -> TimedJobClient:
     except TimeoutError as e:
         raise RlkitError(f"{url}: {e}; {reach_advice(url)}") from e
     except Exception as e:  # noqa: BLE001 - connection, DNS, auth and version errors alike
+        reason = _first_line(e)
         raise RlkitError(
-            f"cannot reach Ray Jobs API at {url} ({_first_line(e)}); "
-            f"{reach_advice(url, _first_line(e))}"
+            f"cannot reach Ray Jobs API at {url} ({toolkit_reason(reason)}); "
+            f"{reach_advice(url, reason)}"
         ) from e
