@@ -39,9 +39,15 @@ def _cmd_maze(args: argparse.Namespace) -> int:
     style = RenderStyle(view="full", cell_px=args.cell_px)
     if args.set:  # the set's maze number --seed, drawn as the set's env draws it
         from rlkit.env.maze_env import env_for_set
-        from rlkit.maze.sets import pinned_spec
+        from rlkit.maze.families import maze_set
 
-        maze, style = pinned_spec(args.set).maze(args.seed), env_for_set(args.set).style
+        members = maze_set(args.set)
+        if not 0 <= args.seed < members.n:
+            raise UsageError(
+                f"--seed {args.seed}: set {args.set} holds mazes 0..{members.n - 1}; give one of "
+                "those, or drop --set to generate any maze"
+            )
+        maze, style = members.spec.maze(args.seed), env_for_set(args.set).style
     else:
         maze = generate(
             args.size,
@@ -183,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("maze", help="generate one maze and show it")
     m.add_argument("--size", type=int, default=5, help="rows (and columns unless --width)")
     m.add_argument("--width", type=int, default=None)
-    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--seed", type=int, default=0, help="the generator's seed; with --set, the maze")
     m.add_argument("--algorithm", default="wilson", choices=ALGORITHMS)
     m.add_argument("--placement", default="corners", choices=["corners", "random"])
     m.add_argument("--min-path", type=int, default=1)
@@ -229,7 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     mo.set_defaults(func=_cmd_model)
 
     t = sub.add_parser("train", help="GRPO training on the local backend (or as a Ray job)")
-    t.add_argument("--preset", required=True, help="smoke | local-tiny")
+    from rlkit.train.presets import PRESETS as LOCAL_PRESETS
+
+    t.add_argument("--preset", required=True, help=" | ".join(LOCAL_PRESETS))
     t.add_argument("--run-dir", required=True)
     t.add_argument("--resume", default="latest", choices=["latest", "none"])
     t.add_argument(
