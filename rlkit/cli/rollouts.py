@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from rlkit.errors import UsageError
+from rlkit.errors import RlkitError, UsageError
 
 MOVE_LETTER = {"up": "U", "down": "D", "left": "L", "right": "R"}
 ALL_STEPS = 10**6
@@ -98,8 +99,18 @@ def cmd_rollouts(args: argparse.Namespace) -> int:
     run = _open(args, captured=1 if latest_only else ALL_STEPS)
     steps = _captured_steps(run)
     if listing:
-        rows = [summarize(run.captures(s), s) for s in steps]
+        rows, skipped = [], []
+        for s in steps:
+            try:
+                rows.append(summarize(run.captures(s), s))
+            except UsageError:
+                raise
+            except RlkitError as e:  # a damaged step file: list the others, say which and why
+                skipped.append({"step": s, "error": str(e)})
+                print(f"warning: step {s} skipped: {e}", file=sys.stderr)
         listed = {"run": run.name, "backend": run.backend, "steps": [r.to_dict() for r in rows]}
+        if skipped:
+            listed["skipped"] = skipped
         print(json.dumps(listed) if args.json else _steps_table(run.name, rows))
         return 0
     step = _pick_step(args.step, steps)
