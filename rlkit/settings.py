@@ -211,10 +211,21 @@ def _walk(config: Any, key: str, noun: str) -> str:
                 noun = getattr(type(obj), "KEY_NOUN", noun)
             near = difflib.get_close_matches(part, names, n=1)
             where = ".".join(parts[:depth] + near)
-            hint = f" (did you mean {where}?)" if near else ""
+            hint = f" (did you mean {where}?)" if near else _moved_hint(config, parts, depth)
             raise UsageError(f"unknown {noun} {key!r}{hint}: valid here are {', '.join(names)}")
         obj = getattr(obj, part)
     return key
+
+
+def _moved_hint(config: Any, parts: list[str], depth: int) -> str:
+    """` (did you mean batch.lr?)` for `grpo.lr` on a config whose `lr` lives in another
+    section (another trainer's key): the fields whose path ends with what follows the unknown
+    part; "" when none does."""
+    tail = tuple(parts[depth + 1 :])
+    if not tail:
+        return ""
+    found = [".".join(p) for p in _paths(config) if len(p) > len(tail) and p[-len(tail) :] == tail]
+    return f" (did you mean {' or '.join(found)}?)" if found else ""
 
 
 def _paths(obj: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
