@@ -31,7 +31,7 @@ SEED_TASK = (
     "maze_2d/easy (9x9 squares; rlkit's `visgym-easy` is VisGym's reset(seed=i) for i in "
     "0..63), 18 turns, reward only for `stop` on the target, greedy decoding (SkyRL's default "
     "eval), one sample a maze, so its 95% interval is the exact binomial [31.4%, 56.7%]. "
-    "`rlkit eval --set visgym-easy --protocol seed` reports any policy that way; rlkit's own "
+    "`rlkit eval --policy POLICY --set visgym-easy --protocol seed` reports any policy that way; rlkit's own "
     "protocol (k sampled episodes a maze, interval clustered by maze) is a different number."
 )
 """What the seed's starting point was measured on, in one paragraph (notebook 02 prints it)."""
