@@ -38,7 +38,7 @@
 address = None  # None: local Ray head; else http://HEAD:8265 or sagemaker_ray://RAYCLUSTER/NS
 local_port = 8265  # dashboard (Jobs API) port of the local head
 probe_python = False  # True: run a tiny job to read the cluster's Python version
-preflight_preset = None  # e.g. "qwen3vl-8b-6gpu": a short job checks what that run needs
+preflight_preset = None  # e.g. "qwen3vl-8b": a short job checks what that run needs
 
 # %% [markdown]
 # The cell above is tagged `parameters`: every setting of this notebook, with its default.
@@ -76,5 +76,5 @@ print(format_jobs(cluster.jobs(), cluster.address))
 
 # %% [markdown]
 # **Next:** 01 shows the mazes the model plays. On HyperPod: create the Ray cluster and reach
-# its head (`deploy/README.md`, steps 1-2), set `address` here, and run the preflight with
-# `preflight_preset="qwen3vl-8b-6gpu"` before the first submission.
+# its head (`deploy/README.md` step 6, after steps 1-4), set `address` here, and run the
+# preflight with `preflight_preset="qwen3vl-8b"` before the first submission.

@@ -19,7 +19,7 @@
 #
 # Training runs as a Ray job, so it survives this kernel. Local presets (`smoke`, `local-tiny`)
 # train the tiny Qwen3-VL with rlkit's GRPO loop on the local head; the cluster preset
-# `qwen3vl-8b-6gpu` runs SkyRL on HyperPod (values in
+# `qwen3vl-8b` runs SkyRL on HyperPod (values in
 # `presets/hyperpod-qwen3vl-8b/03_train_grpo.yaml`) and,
 # without an address, is only printed (a dry run); `skyrl-tiny-cpu` runs SkyRL's own trainer on
 # the local head.
@@ -30,9 +30,10 @@
 # minus the group's mean, divided by the group's spread. There is no critic; the group is the
 # baseline. The update makes every move of above-average episodes more likely and of
 # below-average ones less likely, with PPO's clipped ratio over a couple of passes. A group
-# where all episodes scored alike teaches nothing and is skipped. The cell after the monitor
-# works one real group of this run through that formula. Terms (advantage, KL, clip fraction,
-# behaviour cloning, token_mean, ...): the [glossary](../docs/glossary.md).
+# where all episodes scored alike has every advantage 0 and teaches nothing in plain GRPO
+# (`local-tiny` still trains a group that all failed, at -1: see below). The cell after the
+# monitor works one real group of this run through that formula. Terms (advantage, KL, clip
+# fraction, behaviour cloning, token_mean, ...): the [glossary](../docs/glossary.md).
 #
 # Why a warm start: GRPO needs groups that sometimes succeed. A randomly initialised model
 # solves a fifth of the mazes by luck but not consistently, and learns little from that.
@@ -58,7 +59,7 @@
 
 # %% tags=["parameters"]
 out_dir = "runs/demo"  # local runs train in OUT/<run name>
-preset = "local-tiny"  # smoke | local-tiny | qwen3vl-8b-6gpu
+preset = "local-tiny"  # smoke | local-tiny | local-tiny-visgym | skyrl-tiny-cpu | qwen3vl-8b
 address = None  # None: local Ray head; the cluster's Jobs API address for SkyRL runs
 local_port = 8265
 run_name = None  # None: the preset's name
@@ -146,9 +147,9 @@ print(groups.worked_text(plan.run_dir, cluster=cluster) if job else "no run: not
 # **Next:** 04 scores every checkpoint on the test set.
 #
 # **The same on HyperPod** (`deploy/README.md`): with the cluster reachable (notebook 00), set
-# `preset="qwen3vl-8b-6gpu"`, `address` to the head's Jobs API and
+# `preset="qwen3vl-8b"`, `address` to the head's Jobs API and
 # `skyrl={"runs_root": "/fsx/rlkit/runs"}`. The plan cell prints SkyRL's full command first;
-# the job then trains Qwen3-VL-8B with vLLM rollouts beside the FSDP policy on 6 GPUs, writes
+# the job then trains Qwen3-VL-8B with vLLM rollouts beside the FSDP policy on 8 GPUs, writes
 # checkpoints and `metrics.jsonl` under `/fsx/rlkit/runs/<run name>`, and the monitor above
 # follows it. After a node failure, the monitor's resubmit switch (or `rlkit jobs watch RUN
 # --resubmit 3`) starts it again from its last checkpoint.

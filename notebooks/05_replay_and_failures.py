@@ -78,7 +78,8 @@ fig
 
 # %% [markdown]
 # *Figure: the final checkpoint's failed episodes by kind (compare 02's base model). Good:
-# few failures in all (the demo: a handful of 512 episodes), and no `format_error`. Loops that
+# few failures in all (the demo: a handful of the final eval's 256 episodes, 64 mazes x 4
+# samples), and no `format_error`. Loops that
 # remain are usually one maze the policy misreads, replayed below.*
 
 # %%
@@ -87,5 +88,6 @@ for kind, traj in shown.failures().items():
 
 # %% [markdown]
 # **Next:** the same run on a real cluster. `deploy/README.md` builds the image, creates the
-# Ray cluster on HyperPod and submits `qwen3vl-8b-6gpu`; notebooks 03-05 then follow, score and
+# Ray cluster on HyperPod and submits `qwen3vl-8b` (all 8 GPUs of one ml.g7e.48xlarge node);
+# notebooks 03-05 then follow, score and
 # replay it with `address`, `skyrl` and `run_dir` (the run dir on /fsx) set.
