@@ -6,6 +6,7 @@ and the commands rlkit's own help and notebooks print."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 import pytest
@@ -180,3 +181,23 @@ def test_the_seed_protocol_command_notebook_02_prints_runs(capsys):
     assert argv[:3] == ["eval", "--policy", "oracle"]
     code, out, _ = cli(capsys, *argv)
     assert code == 0 and "64/64" in out
+
+
+def _budget_line(capsys, *sets: str) -> str:
+    argv = ["submit", "--preset", "qwen3vl-8b", "--dry-run"]
+    code, out, _ = cli(capsys, *argv, *(w for s in sets for w in ("--set", s)))
+    assert code == 0
+    return next(line for line in out.splitlines() if line.startswith("budget:"))
+
+
+def test_the_dry_runs_budget_warning_names_settings_that_fix_it(no_address_env, capsys):
+    """Each setting the warning names lets every turn play at full length, and is the tightest
+    that does: one token less (or more) warns again."""
+    warned = _budget_line(capsys)
+    m = re.search(r"max_input_length >= (\d+), or max_generate_length <= (\d+)$", warned)
+    assert "warn:" in warned and m, warned
+    need, longest = map(int, m.groups())
+    assert _budget_line(capsys, f"max_input_length={need}").endswith("every turn fits")
+    assert "warn:" in _budget_line(capsys, f"max_input_length={need - 1}")
+    assert _budget_line(capsys, f"max_generate_length={longest}").endswith("every turn fits")
+    assert "warn:" in _budget_line(capsys, f"max_generate_length={longest + 1}")

@@ -296,16 +296,34 @@ class TurnBudget:
             )
         return None
 
+    def longest_answer_that_fits(self) -> int:
+        """The largest max_generate_length whose full-length answers play every turn (at least
+        the canonical answer's length, which `refusal` requires to fit)."""
+        if self.max_turns < 2:
+            return self.answer  # one turn: no answer is ever part of a prompt
+        fixed = self.system + self.max_turns * (self.observation + self.header)
+        room = (self.max_input_length - fixed) // (self.max_turns - 1) - self.tail
+        return max(self.canonical, min(self.answer, room))
+
     def warning(self) -> str | None:
-        """The turn at which full-length answers end an episode early, if any."""
+        """The turn at which full-length answers end an episode early, if any, and the two
+        settings that would let them play every turn."""
         cut = self.cut_before()
         if cut is None:
             return None
+        need = self.prompt(self.max_turns)
+        model_len = (
+            f" and max_model_len >= {need + self.answer}"
+            if need + self.answer > self.max_model_len
+            else ""
+        )
         return (
             f"answers of max_generate_length {self.answer} tokens pass max_input_length "
             f"{self.max_input_length} at turn {self.passes_at()}: SkyRL ends such an episode "
             f"before turn {cut} of {self.max_turns} (stop_reason length); canonical "
-            f"{self.canonical}-token answers fit all {self.max_turns} turns"
+            f"{self.canonical}-token answers fit all {self.max_turns} turns. For every turn at "
+            f"full length: max_input_length >= {need}{model_len}, or max_generate_length <= "
+            f"{self.longest_answer_that_fits()}"
         )
 
 
