@@ -117,9 +117,20 @@ def wait_for(predicate, what: str, proc: TrainerProcess, log: Path) -> None:
         time.sleep(0.05)
 
 
-def kill_plan(rng: random.Random) -> list[str]:
-    """Hook kills in the order a run reaches them: each lies after the checkpoint it resumes from."""
-    grpo_step = rng.randint(5, 8)
+def trained_grpo_steps(reference: Path) -> list[int]:
+    """The GRPO steps that trained a group in the reference run (this machine's trajectory,
+    which every resumed run repeats bit for bit): only there is an `optimizer@N` fault reached,
+    as a step whose groups are all zero-variance has no samples and skips the update."""
+    rows = RunDir(reference).read_metrics()
+    steps = [r["step"] for r in rows if r.get("train/samples", 0) > 0]
+    assert steps, "no GRPO step of the reference run trained a group: no optimizer step to kill"
+    return steps
+
+
+def kill_plan(rng: random.Random, trained: list[int]) -> list[str]:
+    """Hook kills in the order a run reaches them: each lies after the checkpoint it resumes from.
+    `trained`: the GRPO steps that reach the optimizer (`trained_grpo_steps`)."""
+    grpo_step = rng.choice(trained)
     ckpt_step = 8 if grpo_step > 6 else rng.choice([6, 8])
     return [
         f"optimizer@{rng.randint(3, 4)}:kill",  # warm start, inside the BC update
@@ -141,7 +152,7 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted(
     proc.send_signal(signal.SIGKILL)
     assert proc.wait(PROCESS_TIMEOUT_S) == -signal.SIGKILL
     kills, resumed_from = 1, [expected_resume(run)]
-    for fault in kill_plan(rng):
+    for fault in kill_plan(rng, trained_grpo_steps(reference)):
         proc, log = spawn(run, fault)
         assert proc.wait(PROCESS_TIMEOUT_S) == -signal.SIGKILL, log.read_text()[-2000:]
         kills += 1
@@ -362,7 +373,9 @@ def test_a_run_killed_twice_is_resubmitted_by_the_watcher_and_ends_as_uninterrup
     from rlkit.cluster.watch import watch
 
     run = tmp_path / "healed-run"
-    kills = "optimizer@3:once-kill,optimizer@7:once-kill"  # SIGKILL, each once, mid-training
+    grpo_step = trained_grpo_steps(reference)[-1]  # 7 or 8 unless both trained no group
+    # SIGKILL, each once, mid-training: in the warm start, then in a GRPO update
+    kills = f"optimizer@3:once-kill,optimizer@{grpo_step}:once-kill"
     env = {faults.ENV_VAR: kills, faults.STATE_VAR: str(tmp_path / "fired")}
     ray_cluster.submit(run.name, training_entrypoint("smoke", run), runtime_env_vars=env)
     said: list[str] = []
@@ -380,7 +393,7 @@ def test_a_run_killed_twice_is_resubmitted_by_the_watcher_and_ends_as_uninterrup
         assert final.submission_id == f"rlkit-{run.name}-3"
         assert sorted(p.name for p in (tmp_path / "fired").iterdir()) == [
             "optimizer@3",
-            "optimizer@7",
+            f"optimizer@{grpo_step}",
         ]
         assert "resuming" in final.logs()
         assert_equals_reference(run, reference)
