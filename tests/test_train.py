@@ -23,6 +23,15 @@ def _cfg(**sched) -> TrainConfig:
     return replace(cfg, schedule=replace(cfg.schedule, **sched))
 
 
+FIRST_STEP_MAZES = {"grpo.mazes_per_step": "32"}
+"""For a test that needs the first GRPO step to hold a group of mixed rewards (an update to
+run) or a zero-variance one (all failed): smoke's 4 mazes x 4 episodes at a ~10-20% rollout
+solve rate miss either now and then (a smoke GRPO step with no mixed group: 2 of 16 measured);
+on 32 mazes the first step held 10-17 mixed groups and 15-22 zero-variance ones, all but at
+most one all failed (seeds 0-3), so a CPU whose kernels sample other episodes still gets both
+(~0.4 and ~0.6 a maze)."""
+
+
 def _params(run_dir, step):
     from safetensors.torch import load_file
 
@@ -123,7 +132,7 @@ def test_dynamic_sampling_filter_draws_rounds_until_a_full_batch_of_groups_teach
 
 
 def test_fail_advantage_trains_on_the_groups_that_all_failed(tmp_path):
-    base = _cfg(steps=1)  # smoke is plain GRPO
+    base = _cfg(steps=1).with_overrides(FIRST_STEP_MAZES)  # smoke is plain GRPO
     assert base.recipe.fail_advantage is None
     train(base, tmp_path / "plain", progress=False)
     train(base.with_overrides({"recipe.fail_advantage": -1.0}), tmp_path / "fail", progress=False)
@@ -193,7 +202,7 @@ def test_resume_none_refuses_existing_checkpoints(tmp_path):
 
 def test_kl_to_the_warm_start_policy_is_logged_and_the_reference_is_kept(tmp_path):
     cfg = _cfg(steps=1, eval_before_train=False)
-    cfg = cfg.with_overrides({"recipe.kl_loss_coef": "0.05"})
+    cfg = cfg.with_overrides({"recipe.kl_loss_coef": "0.05", **FIRST_STEP_MAZES})
     train(cfg, tmp_path, progress=False)
     grpo_rows = [r for r in _metrics(tmp_path) if "rollout/reward_mean" in r]
     assert grpo_rows and all("loss/kl" in r and r["loss/kl"] >= 0 for r in grpo_rows)
@@ -215,7 +224,7 @@ def test_without_the_zero_variance_filter_every_turn_trains_and_groups_are_still
     tmp_path,
 ):
     cfg = _cfg(steps=1, eval_before_train=False).with_overrides(
-        {"recipe.zero_variance_filter": "false"}
+        {"recipe.zero_variance_filter": "false", **FIRST_STEP_MAZES}
     )
     train(cfg, tmp_path, progress=False)
     (row,) = [r for r in _metrics(tmp_path) if "rollout/reward_mean" in r]
@@ -227,7 +236,11 @@ def test_seq_mean_token_sum_norm_needs_max_seq_len_and_then_trains(tmp_path):
     with pytest.raises(UsageError, match=r"recipe\.max_seq_len"):
         preset("smoke").with_overrides({"recipe.loss_reduction": "seq_mean_token_sum_norm"})
     cfg = _cfg(steps=1, eval_before_train=False).with_overrides(
-        {"recipe.loss_reduction": "seq_mean_token_sum_norm", "recipe.max_seq_len": "12"}
+        {
+            "recipe.loss_reduction": "seq_mean_token_sum_norm",
+            "recipe.max_seq_len": "12",
+            **FIRST_STEP_MAZES,
+        }
     )
     train(cfg, tmp_path, progress=False)  # crashed at the first GRPO update before
     (row,) = [r for r in _metrics(tmp_path) if "rollout/reward_mean" in r]
