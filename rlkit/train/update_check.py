@@ -1,0 +1,301 @@
+"""Does the GRPO update point the right way? The real `score` and `update` on scripted episodes.
+
+Episodes played by eps-oracles are pure Python: the same moves, rewards and groups on every
+CPU. `ScriptedAnswers` writes their moves as a model's constrained answers (the tokens and
+log-probabilities the model gives those moves), so they pass through the trainer's own
+`score`, `turn_samples` and `update` as a rollout would. A few updates on that fixed batch
+then move a seeded tiny model by far more than any CPU's float rounding can:
+
+- solved answers gain on their groups' failed ones (`Rescore.solved_gain`, nats a token);
+- the observations, which the loss mask leaves out, move much less than that;
+- the greedy policy solves more of the batch's mazes than it did;
+- with the advantages set to zero, the KL term alone pulls the policy back to where it began.
+
+    check = check_update(preset("local-tiny").recipe, seed=3)
+    assert not check.failures(), check.summary()
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rlkit.env.maze_env import EnvConfig
+from rlkit.episodes.policies import EpsOraclePolicy, Policy, Response
+from rlkit.episodes.rollout import Trajectory, replay_states, run_episodes
+from rlkit.maze import rules
+from rlkit.maze.parsing import format_action
+from rlkit.maze.sets import pinned_spec, train_mazes
+from rlkit.model.batching import AnswerSpec, choice_logits, turn_logprobs
+from rlkit.model.build import build_tiny
+from rlkit.model.config import TinyConfig
+from rlkit.model.load import LoadedModel, load
+from rlkit.model.policy import ModelPolicy
+from rlkit.recipe import Recipe
+from rlkit.run.captures import CapturedEpisode
+from rlkit.train.config import GRPOConfig
+from rlkit.train.grpo import group_advantages
+from rlkit.train.learner import Learner, TurnSample
+from rlkit.train.rescore import Rescore, rescore
+from rlkit.train.step import score, turn_budgets, turn_samples, update
+
+EPSILONS = (0.2, 0.3, 0.4)
+"""Exploration rates of the scripted players, one a maze. On the shortest path's turn budget
+(the recipe's tight budget) a solved episode is a shortest path and a failed one strayed:
+nearly every group mixes both, few fail whole."""
+
+
+class ScriptedAnswers:
+    """A scripted policy's moves written as `loaded`'s constrained answers: each response
+    holds the answer's token ids and the log-probability the model gives that move (at
+    `temperature`), as `ModelPolicy` records a move it sampled."""
+
+    def __init__(self, loaded: LoadedModel, scripted: Policy, temperature: float = 1.0) -> None:
+        self.loaded, self.scripted, self.temperature = loaded, scripted, temperature
+        self.name = scripted.name
+        self._specs: dict[str, AnswerSpec] = {}
+
+    def act(self, states, messages, rngs) -> list[Response]:
+        picks = self.scripted.act(states, messages, rngs)
+        encoded = [self.loaded.encoder.encode(m) for m in messages]
+        out = []
+        for state, enc, pick in zip(states, encoded, picks, strict=True):
+            spec = self._spec(state.maze.game)
+            k = [format_action(m) for m in spec.moves].index(pick.text)
+            with torch.no_grad():
+                logits = choice_logits(self.loaded, [enc], spec)[0] / self.temperature
+            ids = spec.response(k)
+            lps = [0.0] * len(ids)
+            lps[spec.choice_pos] = float(torch.log_softmax(logits.float(), -1)[k])
+            out.append(Response(pick.text, list(enc.prompt_ids), ids, lps))
+        return out
+
+    def _spec(self, game: str) -> AnswerSpec:
+        if game not in self._specs:
+            self._specs[game] = AnswerSpec.from_loaded(self.loaded, game)
+        return self._specs[game]
+
+
+@dataclass(frozen=True)
+class UpdateCheck:
+    """What `check_update` measured."""
+
+    shift: Rescore | None
+    """The batch's episodes of groups with both outcomes re-scored before and after the
+    updates, each weighted by its outcome against its group's mean reward (None: no group
+    has both)."""
+    trained: Rescore | None
+    """The episodes the loss trained on, each weighted by the advantage the loss gave it (as
+    `RUN/rollouts` captures them); None when every such advantage was 0."""
+    greedy_before: float
+    greedy_after: float
+    """Share of the batch's turns whose greedy move is the oracle's (BFS-shortest), before
+    and after the updates."""
+    solved_before: float
+    solved_after: float
+    """Share of the batch's mazes one greedy episode solves, before and after."""
+    kl_before: float
+    kl_after: float
+    """Mean KL of the move distribution to the starting policy's over the batch's turns,
+    before and after the KL-only updates (advantages set to zero); 0 before them when the
+    GRPO updates left the policy where it began (nothing for the KL term to pull back)."""
+
+    MIN_GAIN = 0.05
+    """Solved minus failed (nats a token) below which the update did not move answers."""
+    MIN_AGREEMENT = 0.0
+    """Least rise in the greedy moves' agreement with the oracle (it must rise)."""
+    MAX_OBSERVATIONS = 0.25
+    """Most the observations may move with the loss's advantages, as a share of what the
+    answers moved with them."""
+    MAX_KL_RATIO = 0.75
+    """Most the KL-only updates may leave of the KL they started from."""
+
+    @property
+    def solved_gain(self) -> float:
+        """Solved answers' gain on their groups' failed ones (nats a token; 0: no such group)."""
+        return self.shift.solved_gain if self.shift else 0.0
+
+    def failures(self) -> list[str]:
+        """Each way the update went wrong, in words (empty when it went right)."""
+        out = []
+        if self.solved_gain < self.MIN_GAIN:
+            out.append(f"solved answers gained {self.solved_gain:+.4f} nats/token on failed ones")
+        t = self.trained
+        if t is not None and abs(t.observation_weighted) >= self.MAX_OBSERVATIONS * abs(t.weighted):
+            out.append(
+                f"observations moved {t.observation_weighted:+.4f} nats/token with the "
+                f"advantages, answers {t.weighted:+.4f}"
+            )
+        if not self.greedy_after > self.greedy_before + self.MIN_AGREEMENT:
+            out.append(
+                f"greedy moves agreed with the oracle's {self.greedy_before:.1%} -> "
+                f"{self.greedy_after:.1%}"
+            )
+        if self.kl_before > 0 and not self.kl_after < self.MAX_KL_RATIO * self.kl_before:
+            out.append(f"the KL term took the KL {self.kl_before:.4f} -> {self.kl_after:.4f}")
+        return out
+
+    def summary(self) -> str:
+        t = self.trained
+        seen = (
+            "no advantage"
+            if t is None
+            else f"{t.weighted:+.4f}, observations {t.observation_weighted:+.4f}"
+        )
+        return (
+            f"{self.shift.summary() if self.shift else 'no group with both outcomes'}; with the loss's advantages: answers {seen}; "
+            f"greedy moves the oracle's {self.greedy_before:.1%} -> "
+            f"{self.greedy_after:.1%}, greedy solves {self.solved_before:.1%} -> "
+            f"{self.solved_after:.1%}; KL-only updates {self.kl_before:.4f} -> {self.kl_after:.4f}"
+        )
+
+
+def check_update(
+    recipe: Recipe,
+    *,
+    seed: int = 0,
+    mazes: int = 32,
+    group_size: int = 8,
+    steps: int = 20,
+    lr: float = 1e-3,
+    kl_coef: float = 1.0,
+    tiny: TinyConfig | None = None,
+    env: EnvConfig | None = None,
+    workdir: str | Path | None = None,
+) -> UpdateCheck:
+    """Build the tiny model of `seed`, let eps-oracles (`EPSILONS`, one a maze) play `mazes`
+    training mazes of the `test` family `group_size` times each, score the batch by `recipe`
+    and run `steps` GRPO updates on it at `lr` (each step's old log-probabilities those of the
+    policy it starts from, as if the same episodes had been sampled again); then `steps`
+    updates with every advantage 0 and the KL to the starting policy at `kl_coef`.
+    `workdir`: where the model is built (a temporary directory by default)."""
+    env = env or EnvConfig()
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        loaded = load(build_tiny(Path(tmp) / "model", seed=seed, config=tiny))
+    start = copy.copy(loaded)
+    start.model = copy.deepcopy(loaded.model).eval()
+    spec = AnswerSpec.from_loaded(loaded)
+    g = GRPOConfig()
+    opt = torch.optim.AdamW(loaded.model.parameters(), lr=lr, weight_decay=g.weight_decay)
+    learner = Learner(loaded, opt, answer=spec)
+    learner.ref = start if recipe.kl_in_loss > 0 else None  # as the trainer sets it
+    batch = train_mazes(pinned_spec("test"), 0, mazes)
+    trajs = _scripted_groups(loaded, batch, env, group_size, seed)
+    scores = score(trajs, recipe, stop_ids=loaded.stop_ids)
+    samples = turn_samples(trajs, scores, loaded.encoder.encode, env)
+    g = replace(g, epochs=1, minibatch=len(samples) or 1)
+    best = [
+        spec.index(rules.best_move(state))
+        for t, k in zip(trajs, scores.keep.tolist(), strict=True)
+        if k
+        for state in replay_states(t)[: len(t.turns)]
+    ]
+    before = (_agreement(learner, samples, best), _solved(loaded, batch, env))
+    for step in range(steps):
+        update(learner, _on_policy(learner, samples), g, recipe, lr=lr, seed=seed, step=step)
+    after = (_agreement(learner, samples, best), _solved(loaded, batch, env))
+    # re-scored against the outcome (reward minus the group's mean) for the solved answers'
+    # gain, whatever `score` said: the check must also catch a scoring that zeroes or flips
+    # the advantages; and against the advantages the loss used for the observations
+    outcome = group_advantages(scores.rewards, scores.groups, norm_by_std=False)
+    used = torch.where(scores.keep, scores.advantages, torch.zeros_like(scores.advantages))
+    shift, trained = (_rescored(trajs, w, start, loaded, env) for w in (outcome, used))
+    learner.ref = start
+    kl_only = replace(recipe, kl_loss_coef=kl_coef, kl_placement="loss")
+    still = [replace(x, advantage=0.0) for x in samples]
+    kl_before = _kl(learner, still)
+    for step in range(steps):
+        update(learner, _on_policy(learner, still), g, kl_only, lr=lr, seed=seed, step=steps + step)
+    kl_after = _kl(learner, still)
+    return UpdateCheck(
+        shift, trained, before[0], after[0], before[1], after[1], kl_before, kl_after
+    )
+
+
+def _rescored(
+    trajs: Sequence[Trajectory],
+    weights: torch.Tensor,
+    before: LoadedModel,
+    after: LoadedModel,
+    env: EnvConfig,
+) -> Rescore | None:
+    """The episodes of nonzero weight re-scored under both models, each with its weight as
+    its advantage; None when every weight is 0."""
+    episodes = [
+        CapturedEpisode(0, t.maze_index, w, t)
+        for t, w in zip(trajs, weights.tolist(), strict=True)
+        if w != 0.0
+    ]
+    return rescore(episodes, before=before, after=after, env=env) if episodes else None
+
+
+def _scripted_groups(
+    loaded: LoadedModel, mazes: Sequence, env: EnvConfig, group_size: int, seed: int
+) -> list[Trajectory]:
+    """`group_size` episodes of each maze, maze i played by the eps-oracle `EPSILONS[i % n]`;
+    the groups numbered by maze."""
+    out: list[Trajectory] = []
+    for j, eps in enumerate(EPSILONS):
+        picked = list(range(j, len(mazes), len(EPSILONS)))
+        player = ScriptedAnswers(loaded, EpsOraclePolicy(eps))
+        mine = [mazes[i] for i in picked]
+        budgets = turn_budgets(mine, env, slack=0)
+        trajs = run_episodes(
+            player, mine, env, samples=group_size, seed=seed * 31 + j, max_turns=budgets
+        )
+        out += [replace(t, maze_index=picked[t.maze_index]) for t in trajs]
+    return sorted(out, key=lambda t: (t.maze_index, t.sample))
+
+
+def _on_policy(learner: Learner, samples: Sequence[TurnSample]) -> list[TurnSample]:
+    """`samples` with their old log-probabilities those of the learner's current policy."""
+    logp = _answer_logprobs(learner.loaded, learner, samples)
+    return [
+        replace(x, old_logprobs=row[: len(x.response_ids)])
+        for x, row in zip(samples, logp.tolist(), strict=True)
+    ]
+
+
+def _answer_logprobs(
+    model: LoadedModel, learner: Learner, samples: Sequence[TurnSample]
+) -> torch.Tensor:
+    with torch.no_grad():
+        logp, _, _ = turn_logprobs(
+            model,
+            [x.prompt for x in samples],
+            [x.response_ids for x in samples],
+            temperature=learner.temperature,
+            answer=learner.answer,
+        )
+    return logp
+
+
+def _kl(learner: Learner, samples: Sequence[TurnSample]) -> float:
+    """Mean over the samples' turns of KL(policy || reference) between their move
+    distributions (exact: a sum over the answer's choices)."""
+    prompts = [x.prompt for x in samples]
+    with torch.no_grad():
+        now, ref = (
+            torch.log_softmax(choice_logits(m, prompts, learner.answer).float(), -1)
+            for m in (learner.loaded, learner.ref)
+        )
+    return float((now.exp() * (now - ref)).sum(-1).mean())
+
+
+def _agreement(learner: Learner, samples: Sequence[TurnSample], best: Sequence[int]) -> float:
+    """Share of the samples' turns whose most likely move is `best`'s (choice indices)."""
+    with torch.no_grad():
+        logits = choice_logits(learner.loaded, [x.prompt for x in samples], learner.answer)
+    return float((logits.argmax(-1).cpu() == torch.tensor(best)).float().mean())
+
+
+def _solved(loaded: LoadedModel, mazes: Sequence, env: EnvConfig) -> float:
+    """Share of `mazes` one greedy episode of `loaded` solves."""
+    trajs = run_episodes(ModelPolicy(loaded, greedy=True), mazes, env)
+    return float(np.mean([t.solved for t in trajs]))
