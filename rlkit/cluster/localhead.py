@@ -38,6 +38,43 @@ device seam. Local-backend jobs ask for none. SkyRL reserves one CPU with each G
 placement group, so the head also counts one more logical CPU per logical GPU: without them
 the placement group held every CPU and SkyRL's checkpoint clean-up task (0.25 CPU, outside
 the group) waited forever (measured on a 2-core host)."""
+DASHBOARD_MODULES = ("JobHead", "NodeHead", "StateHead", "EventHead")
+"""The dashboard modules a local head loads, each a process of its own: the Jobs API (with
+`/api/version`), the node module (it records which node is the head, where the Jobs API finds
+the agent that runs jobs: without it every submission fails, "No available agent"), the state
+API (`/api/v0/nodes`, which says the head's node is up) and the events endpoint the dashboard
+agent posts Ray's events to (without it each post would fail: ten retries, then an error
+logged). Ray's default adds five that only its web UI reads (reporter, metrics, Serve, Train
+and Data pages): about 0.7 core-s each to start and a share of the head's idle CPU. Ray's
+Prometheus page (`metrics_port`) is the dashboard agent's, untouched."""
+IDLE_ENV = {
+    # The log monitor (workers' output to their driver, so into a job's log) lists the log
+    # dir on every pass, ten a second, below 1000 files; with this, every 0.5 s (Ray's own
+    # interval above that count): a new worker's first lines may reach the log 0.5 s later.
+    "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0",
+    # The dashboard's gauges of its own processes' CPU and memory: every minute, not 5 s.
+    "METRICS_RECORD_INTERVAL_S": "60",
+}
+"""Ray settings that slow what a local head does while idle; none touches what rlkit reads.
+The dashboard agent's node metrics keep Ray's 5 s (SkyRL's GPU monitor reads them), as do the
+raylet's and the GCS's own periods."""
+_RAY_START = f"""# ray start, loading only the dashboard modules a local head needs
+import sys
+import ray._private.services as services
+from ray.scripts.scripts import main
+start_ray_process = services.start_ray_process
+def start_dashboard_modules(command, process_type, *args, **kwargs):
+    if process_type == "dashboard":
+        command = [*command, "--modules-to-load={",".join(DASHBOARD_MODULES)}"]
+    return start_ray_process(command, process_type, *args, **kwargs)
+services.start_ray_process = start_dashboard_modules
+sys.argv[0] = "ray"
+sys.exit(main())
+"""
+"""`ray start` with Ray's dashboard started on `DASHBOARD_MODULES` only: the CLI has no option
+for it, the dashboard process itself has one (`--modules-to-load`). A Ray whose `ray start`
+stops going through `services.start_ray_process` loads every module again, and
+tests/test_localhead_idle.py says so."""
 LOCAL_HEAD_START_TIMEOUT_S = 240.0
 """A cold head on two busy cores takes ~40 s; Ray's own 30 s module deadline is too short."""
 
@@ -223,9 +260,8 @@ def _start_or_reuse(port: int, num_cpus: int | None, timeout_s: float) -> LocalH
             f"127.0.0.1:{port} is taken by something that is not a Ray dashboard; "
             "pass connect(local_port=...) a free port"
         )
-    ray_cli = Path(sys.executable).parent / "ray"
     cmd = [
-        str(ray_cli) if ray_cli.exists() else "ray",
+        *(sys.executable, "-c", _RAY_START),
         *("start", "--head", "--disable-usage-stats"),
         *("--include-dashboard", "true", "--dashboard-host", "127.0.0.1"),
         *("--dashboard-port", str(port), "--port", str(free_port())),
@@ -245,6 +281,7 @@ def _start_or_reuse(port: int, num_cpus: int | None, timeout_s: float) -> LocalH
     cmd += ["--num-cpus", str((num_cpus or os.cpu_count() or 1) + LOGICAL_GPUS)]
     env = dict(os.environ)
     env.update(
+        IDLE_ENV,
         RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=str(timeout_s),
         RAY_DASHBOARD_STARTUP_TIMEOUT_S=str(int(timeout_s)),
         # the raylet's own 30 s registration deadline fails on busy cores before ours does
