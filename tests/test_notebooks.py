@@ -6,6 +6,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import jupytext
+import nbformat
 import pytest
 
 from rlkit.notebook import compare
@@ -16,6 +17,7 @@ from rlkit.notebook.demo import (
     execute,
     run_demo,
 )
+from rlkit.notebook.player import WIDGET_STATE, shown_widget_state
 
 STORED_NOTEBOOKS = (*NOTEBOOKS, "06_compare_runs")
 """Every notebook notebooks/ holds: the demo's sequence, and runs side by side, which needs two
@@ -92,8 +94,16 @@ def test_quick_demo_executes_every_notebook(ray_cluster, tmp_path, monkeypatch):
     assert "visgym-easy" in mazes and (out / "plots" / "visgym_beside_rlkit.png").is_file()
     seed = (out / "notebooks" / "02_baseline_rollouts.ipynb").read_text()
     assert "The seed's 43.75% is 28 of 64" in seed and "64/64 = 100.00%" in seed
+    # each saves the widget state of what it shows only: 05's replays are all kernel-free
+    # players (no state), 03 keeps its job monitor with one training-rollouts replay
+    for name in NOTEBOOKS:
+        executed = nbformat.read(out / "notebooks" / f"{name}.ipynb", as_version=4)
+        assert shown_widget_state(executed)[1] == 0, f"{name} saved widgets it does not show"
     replay = json.loads((out / "notebooks" / "05_replay_and_failures.ipynb").read_text())
-    assert replay["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    assert "widgets" not in replay["metadata"]
+    monitor = json.loads((out / "notebooks" / "03_train_grpo.ipynb").read_text())
+    models = monitor["metadata"]["widgets"][WIDGET_STATE]["state"].values()
+    assert [m["model_name"] for m in models].count("PlayModel") == 1
     # The cluster preset without an address is a dry run: the SkyRL command, nothing submitted.
     params = {"out_dir": str(out), "preset": "qwen3vl-8b-6gpu", "local_port": port}
     dry = execute("03_train_grpo", tmp_path / "dry", params, kernel=ensure_kernel())

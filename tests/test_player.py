@@ -15,7 +15,14 @@ from rlkit.maze.generation import generate
 from rlkit.notebook import widgets as w
 from rlkit.notebook.demo import NOTEBOOK_DIR, ready_to_open
 from rlkit.notebook.paths import HOME_ENV, home_path
-from rlkit.notebook.player import WIDGET_VIEW, PaneFrames, kernel_free_outputs, player_html
+from rlkit.notebook.player import (
+    WIDGET_STATE,
+    WIDGET_VIEW,
+    PaneFrames,
+    kernel_free_outputs,
+    player_html,
+    shown_widget_state,
+)
 
 MAZE = generate(4, 4, seed=11)
 
@@ -92,6 +99,91 @@ def test_executed_notebooks_keep_players_and_are_trusted(tmp_path, monkeypatch):
     assert WIDGET_VIEW in second.data
     assert NotebookNotary().check_signature(opened)
     assert kernel_free_outputs(opened) == 0  # idempotent
+
+
+def saved_state(made: list) -> dict:
+    """The widget state an executing kernel leaves in a notebook (nbclient's layout): every
+    widget in `made` and all it holds, binary values moved to base64 buffers."""
+    import ipywidgets
+    from ipywidgets.widgets.widget import _remove_buffers
+
+    models, todo = {}, list(made)
+    while todo:
+        widget = todo.pop()
+        if widget.model_id in models:
+            continue
+        state, paths, buffers = _remove_buffers(widget.get_state())
+        models[widget.model_id] = {
+            "model_name": widget._model_name,
+            "model_module": widget._model_module,
+            "model_module_version": widget._model_module_version,
+            "state": state,
+            "buffers": [
+                {"data": base64.b64encode(b).decode(), "encoding": "base64", "path": p}
+                for p, b in zip(paths, buffers, strict=True)
+            ],
+        }
+        todo += [
+            v
+            for name in widget.keys
+            for v in (lambda x: x if isinstance(x, tuple | list) else [x])(getattr(widget, name))
+            if isinstance(v, ipywidgets.Widget)
+        ]
+    return {WIDGET_STATE: {"state": models, "version_major": 2, "version_minor": 0}}
+
+
+def test_executed_notebooks_save_the_widget_state_of_what_they_show_only(tmp_path, monkeypatch):
+    """A kernel saves every widget it made: the replays a job monitor replaced, and replays
+    whose output is now their HTML player, are dropped; a shown widget keeps all it holds,
+    the jslink between its Play and slider included."""
+    import ipywidgets
+    from ipywidgets.widgets.widget_link import Link
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
+    traj = run_episodes(scripted_policy("oracle"), [MAZE])[0]
+    replaced = [w.ReplayWidget(traj, label=f"step {s}") for s in range(3)]  # never shown now
+    as_player = w.ReplayWidget(traj)  # shown, as its kernel-free player
+    newest = w.ReplayWidget(traj, label="newest")
+    box = ipywidgets.VBox([newest])  # a monitor's panel
+    browser = w.MazeBrowser()
+    links = [
+        x
+        for x in ipywidgets.Widget.widgets.values()
+        if isinstance(x, Link) and x.source[0] is newest.play
+    ]
+    made = [*replaced, as_player, box, browser, *links]
+    nb = nbformat.v4.new_notebook(metadata={"widgets": saved_state(made)})
+    nb.cells.append(
+        nbformat.v4.new_code_cell(
+            outputs=[
+                nbformat.v4.new_output("display_data", data=x._repr_mimebundle_())
+                for x in (as_player, box, browser)
+            ]
+        )
+    )
+    path = tmp_path / "executed.ipynb"
+    nbformat.write(nb, path)
+    before = path.stat().st_size
+    ready_to_open(path)
+    kept = set(json.loads(path.read_text())["metadata"]["widgets"][WIDGET_STATE]["state"])
+    shown = saved_state([box, browser, *links])[WIDGET_STATE]["state"]
+    assert links and kept == set(shown)  # the newest replay's Play-slider link is kept
+    gone = saved_state([*replaced, as_player])[WIDGET_STATE]["state"]
+    assert not kept & set(gone)
+    assert path.stat().st_size < before / 2  # four replays' frames left the file
+    opened = nbformat.read(path, as_version=4)
+    assert shown_widget_state(opened) == (len(kept), 0)  # idempotent
+
+
+def test_a_notebook_whose_widgets_all_became_players_saves_no_widget_state():
+    traj = run_episodes(scripted_policy("oracle"), [MAZE])[0]
+    replay = w.ReplayWidget(traj)
+    nb = nbformat.v4.new_notebook(metadata={"widgets": saved_state([replay])})
+    out = nbformat.v4.new_output("display_data", data=replay._repr_mimebundle_())
+    nb.cells.append(nbformat.v4.new_code_cell(outputs=[out]))
+    kernel_free_outputs(nb)
+    assert shown_widget_state(nb) == (0, len(saved_state([replay])[WIDGET_STATE]["state"]))
+    assert "widgets" not in nb.metadata
 
 
 def test_relative_notebook_paths_resolve_against_the_project_root(monkeypatch, tmp_path):

@@ -85,8 +85,9 @@ def execute(name: str, out_dir: Path, params: dict[str, Any], *, kernel: str = K
     The kernel starts in notebooks/ (JupyterLab's working directory for a notebook; relative
     path parameters resolve through `rlkit.notebook.paths`). The result is ready to open: every
     replay keeps its kernel-free HTML player instead of a widget view that would need a kernel
-    (`player.kernel_free_outputs`), and the notebook is signed as trusted in this user's Jupyter
-    trust database, so JupyterLab runs the players' scripts and draws the stored widgets.
+    (`player.kernel_free_outputs`), the saved widget state holds only the widgets an output
+    shows (`player.shown_widget_state`), and the notebook is signed as trusted in this user's
+    Jupyter trust database, so JupyterLab runs the players' scripts and draws the stored widgets.
     """
     import papermill
     from traitlets.config import Config
@@ -116,14 +117,16 @@ def execute(name: str, out_dir: Path, params: dict[str, Any], *, kernel: str = K
 
 
 def ready_to_open(path: Path) -> None:
-    """Kernel-free players for the replays, then trust (`jupyter trust`, the same signature)."""
+    """Kernel-free players for the replays, widget state only for what is shown, then trust
+    (`jupyter trust`, the same signature)."""
     import nbformat
     from nbformat.sign import NotebookNotary
 
-    from rlkit.notebook.player import kernel_free_outputs
+    from rlkit.notebook.player import kernel_free_outputs, shown_widget_state
 
     nb = nbformat.read(path, as_version=4)
     kernel_free_outputs(nb)
+    shown_widget_state(nb)
     NotebookNotary().sign(nb)
     nbformat.write(nb, path)
 

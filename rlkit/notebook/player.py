@@ -175,3 +175,63 @@ def kernel_free_outputs(notebook: dict) -> int:
                 del data[WIDGET_VIEW]
                 changed += 1
     return changed
+
+
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+MODEL_REF = "IPY_MODEL_"
+"""How a widget's state names another widget (ipywidgets' `widget_serialization`)."""
+LINK_MODELS = frozenset({"LinkModel", "DirectionalLinkModel"})
+"""Models nothing refers to that still belong to what is shown: a `jslink` between two shown
+widgets (a Play driving its slider) lives only in the link's own state."""
+
+
+def _refs(value: object) -> set[str]:
+    if isinstance(value, str):
+        return {value[len(MODEL_REF) :]} if value.startswith(MODEL_REF) else set()
+    if isinstance(value, dict):
+        return set().union(*map(_refs, value.values())) if value else set()
+    if isinstance(value, list | tuple):
+        return set().union(*map(_refs, value)) if value else set()
+    return set()
+
+
+def shown_widget_state(notebook: dict) -> tuple[int, int]:
+    """Keep in the notebook's saved widget state only the models an output shows: those its
+    widget views name, everything they refer to (children, layouts, styles, images), and the
+    links between them; returns (kept, dropped).
+
+    The executing kernel saves every widget it ever made (nbclient keeps a model once opened),
+    so a job monitor that replaced its training-rollouts replay on every captured step left
+    each old replay's frames in the file (the demo's notebook 03: 2,794 models, 3.5 MB, for
+    one shown). A view that `kernel_free_outputs` turned into its HTML player names no model.
+    """
+    meta = notebook.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE)
+    if not meta or not meta.get("state"):
+        return 0, 0
+    state: dict[str, dict] = meta["state"]
+    shown = {
+        out["data"][WIDGET_VIEW]["model_id"]
+        for cell in notebook.get("cells", [])
+        for out in cell.get("outputs", [])
+        if WIDGET_VIEW in out.get("data", {})
+    }
+    keep: set[str] = set()
+    todo = [m for m in shown if m in state]
+    while todo:
+        model = todo.pop()
+        if model not in keep:
+            keep.add(model)
+            todo += [m for m in _refs(state[model].get("state", {})) if m in state]
+    keep |= {
+        model
+        for model, entry in state.items()
+        if entry.get("model_name") in LINK_MODELS
+        and (ends := _refs(entry.get("state", {})))
+        and ends <= keep
+    }
+    dropped = len(state) - len(keep)
+    if keep:
+        meta["state"] = {model: entry for model, entry in state.items() if model in keep}
+    else:  # every view became its HTML player (notebook 05): no widget state to save
+        del notebook["metadata"]["widgets"]
+    return len(keep), dropped
