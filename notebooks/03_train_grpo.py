@@ -133,12 +133,14 @@ if job is not None and wait_s > 0:
 
 # %% [markdown]
 # **One group, rewards to advantages.** The trainer keeps a few groups of every GRPO step with
-# the advantage each episode's tokens got (`rlkit rollouts RUN`). Here is one group of the
-# newest captured step worked by hand: each episode's reward, the group's mean and std, the
-# formula's result, and the advantage the loss really used. In a mixed group the solved
-# episodes get a positive advantage and the failed ones a negative one, and the two sides
-# balance (they sum to 0). A group that all solved gets 0: nothing in it beat anything else.
-# (A job still running may not have captured a step yet: the cell says so.)
+# the advantage each episode's tokens got (`rlkit rollouts RUN`). Here is one mixed group
+# (some episodes solved, some not) worked by hand, from the newest captured step that has one
+# (late in a good run every group solves alike): each episode's reward, the group's mean and
+# std, the formula's result, and the advantage the loss really used. The solved episodes get
+# a positive advantage and the failed ones a negative one, and the two sides balance (they
+# sum to 0). Only when no captured step has a mixed group does the cell show a group whose
+# episodes all scored alike (all solved: 0 each, nothing in it beat anything else). (A job
+# still running may not have captured a step yet: the cell says so.)
 
 # %%
 print(groups.worked_text(plan.run_dir, cluster=cluster) if job else "no run: nothing trained here")

@@ -63,3 +63,41 @@ def test_the_group_that_differs_is_picked_and_bad_picks_are_one_line():
         groups.from_episodes(eps, group=2)
     with pytest.raises(UsageError, match="captured no episodes"):
         groups.from_episodes([])
+
+
+class Captured:
+    """A run's captured steps as `worked_group` reads them (`Run.capture_steps`, `captures`):
+    {step: its episodes, or the error reading it raises}."""
+
+    name = "run"
+
+    def __init__(self, steps):
+        self.steps = steps
+
+    def capture_steps(self):
+        return sorted(self.steps)
+
+    def captures(self, step):
+        if isinstance(self.steps[step], Exception):
+            raise self.steps[step]
+        return self.steps[step]
+
+
+def test_the_worked_group_is_the_newest_mixed_one_when_late_steps_all_solve():
+    solved = captured([1.0] * 4, [0.0] * 4, group=1, step=30)
+    run = Captured(
+        {
+            10: captured(REWARDS, HAND, group=2, step=10),
+            20: captured([1.0] * 4, [0.0] * 4, group=0, step=20)
+            + captured(REWARDS, HAND, group=4, step=20),
+            30: solved,
+            40: UsageError("step 40 was not brought"),
+        }
+    )
+    view = groups.worked_group(run)
+    assert (view.step, view.group, view.rule) == (20, 4, groups.RULES["grpo"])
+    assert groups.worked_group(run, step=30).rule == groups.RULES["dropped"]  # asked for
+    late = Captured({30: solved, 40: UsageError("not brought")})
+    assert groups.worked_group(late).step == 30  # none mixed: the newest readable
+    with pytest.raises(UsageError, match="not brought"):
+        groups.worked_group(Captured({40: UsageError("not brought")}))

@@ -8,7 +8,7 @@ from the captured rewards, in numpy (a Studio kernel has no torch), and names th
 matches: plain GRPO, mean-centred only (Dr. GRPO), a group dropped because its episodes all
 scored alike (zero-variance filter), or the local fail advantage for a group that all failed.
 
-    view = groups.worked_group(run)          # the newest captured step, a group that differs
+    view = groups.worked_group(run)    # the newest captured step with a group that differs
     print(view.table())
     print(groups.worked_text(plan.run_dir, cluster=cluster))   # notebook 03: never raises
 """
@@ -112,15 +112,36 @@ def _groups(episodes: Sequence[CapturedEpisode]) -> dict[int, list[CapturedEpiso
 
 
 def worked_group(run: Run, step: int | None = None, group: int | None = None) -> WorkedGroup:
-    """A captured group of `step` (None: the newest captured step) worked by hand. Without
-    `group`, the first whose rewards differ (the case the formula is about), else the first."""
+    """A captured group worked by hand. Without `step`, the newest captured step that has a
+    group whose rewards differ (the case the formula is about; late in a good run every group
+    solves alike, every advantage 0), else the newest; without `group`, that step's first such
+    group, else its first. A step the reader cannot give (damaged, or not brought from a
+    remote run) is passed over; when none can be read, the newest step's error is raised."""
     steps = run.capture_steps()
     if not steps:
         raise UsageError(
             f"{run.name} captured no training rollouts (schedule.capture_groups is 0, or no "
             "GRPO step has finished yet)"
         )
-    return from_episodes(run.captures(steps[-1] if step is None else step), group)
+    if step is not None or group is not None:
+        return from_episodes(run.captures(steps[-1] if step is None else step), group)
+    newest = None
+    for s in reversed(steps):
+        try:
+            episodes = run.captures(s)
+        except RlkitError:
+            continue
+        if mixed_groups(episodes):
+            return from_episodes(episodes)
+        newest = episodes if newest is None else newest
+    return from_episodes(newest if newest is not None else run.captures(steps[-1]))
+
+
+def mixed_groups(episodes: Sequence[CapturedEpisode]) -> list[int]:
+    """The groups, ascending, whose episodes did not all get one reward."""
+    return sorted(
+        g for g, eps in _groups(episodes).items() if len({e.trajectory.reward for e in eps}) > 1
+    )
 
 
 def from_episodes(episodes: Sequence[CapturedEpisode], group: int | None = None) -> WorkedGroup:
@@ -129,8 +150,7 @@ def from_episodes(episodes: Sequence[CapturedEpisode], group: int | None = None)
     if not by_group:
         raise UsageError("the step captured no episodes: pick another step")
     if group is None:
-        differ = [g for g, eps in by_group.items() if len({e.trajectory.reward for e in eps}) > 1]
-        group = (differ or sorted(by_group))[0]
+        group = (mixed_groups(episodes) or sorted(by_group))[0]
     if group not in by_group:
         raise UsageError(f"the step captured groups {sorted(by_group)}, not {group}")
     eps = by_group[group]
