@@ -88,11 +88,11 @@ fig
 # %% [markdown]
 # *Figure: the trainer's own numbers per step. Good: the BC loss falls in the warm start; in
 # GRPO the rollout reward rises (it is lower than the test set's solve rate while half the
-# training mazes are played on a tight turn budget); KL to the warm-started policy grows in
-# GRPO and stays bounded (the demo's `loss/kl`, the k3 estimate `recipe.kl_loss_coef` 0.05
-# weighs, runs between about 0.1 and 0.8; one climbing without bound means the penalty is too
-# weak); entropy falls as the policy sharpens; turns per episode fall towards the shortest
-# paths' lengths.*
+# training mazes are played on a tight turn budget); KL to the warm-started policy (`loss/kl`,
+# the k3 estimate `recipe.kl_loss_coef` weighs) grows in GRPO and stays bounded, at a level
+# set by the model and its step size (this run's own range is printed under the stability
+# figure below; one climbing without bound means the penalty is too weak); entropy falls as
+# the policy sharpens; turns per episode fall towards the shortest paths' lengths.*
 
 # %% [markdown]
 # Is training stable? Entropy (with the rollout solve rate beside it and the line below which
@@ -113,13 +113,20 @@ fig
 
 # %% [markdown]
 # *Figure: the stability signals per step. A healthy local run: entropy falls steadily while
-# the rollout solve rate climbs above 90% (convergence); clip fraction is high in GRPO's
-# first steps (the tiny model's large steps, lr 3e-4 over 2 passes, clip 10-25% of tokens
-# there, a median of 13% over the demo's first 50; a smaller learning rate clips less),
-# and one that keeps climbing while the solve rate stalls is the warning sign; the
-# zero-variance share rises late, as more groups solve every episode; grad norm stays
-# within one order of magnitude. A SkyRL run also shows the logprob gap, which should stay
-# well under its 0.1 line.*
+# the rollout solve rate climbs above 90% (convergence); clip fraction follows the step size
+# (the tiny model's large steps, lr 3e-4 over 2 passes, clip a large share of tokens in
+# GRPO's first steps and it still learns; a smaller learning rate clips less), and one that
+# keeps climbing while the solve rate stalls is the warning sign; the zero-variance share
+# rises late, as more groups solve every episode; grad norm stays within one order of
+# magnitude. A SkyRL run also shows the logprob gap, which should stay well under its 0.1
+# line.*
+#
+# The levels of KL, clip fraction and entropy depend on the model and its step size, so no
+# number here is quoted from another run: the cell below prints this run's own, over its GRPO
+# steps (the first step's value, the medians of its first and last 50 steps, the range).
+
+# %%
+print("\n".join(curves.signal_lines(run)))
 
 # %% [markdown]
 # Did GRPO help? Paired by maze: for every maze, the fraction of its samples solved at the last

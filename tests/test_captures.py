@@ -199,6 +199,36 @@ def test_every_grpo_step_captures_its_groups_with_move_probabilities(smoke):
                 assert turn.move_probs[Action[turn.actions[0].upper()]] > 0
 
 
+def test_notebook_04s_signal_lines_and_03s_worked_group_read_the_run(smoke):
+    """What notebook 04 prints under its stability figure is this run's own clip fraction and
+    entropy over its GRPO steps (smoke has no KL term: said so); notebook 03 works a mixed
+    group whenever a captured step has one."""
+    from statistics import median
+
+    from rlkit.notebook import curves, groups
+
+    run_dir, cfg = smoke
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    grpo_rows = [r for r in rows if "rollout/reward_mean" in r]
+    run = open_run(run_dir)
+    kl, clip, entropy = curves.signal_spans(run)
+    assert cfg.recipe.kl_loss_coef == 0 and not kl.values
+    for span, key in ((clip, "loss/clip_fraction"), (entropy, "loss/entropy")):
+        assert span.steps == tuple(r["step"] for r in grpo_rows)
+        assert span.values == tuple(r[key] for r in grpo_rows)
+    lines = curves.signal_lines(run)
+    assert "not logged" in lines[0]
+    v = entropy.values
+    assert f"over {len(v)} GRPO steps ({grpo_rows[0]['step']}-{grpo_rows[-1]['step']})" in lines[2]
+    assert f"{v[0]:.3g} at the first, median {median(v):.3g} over the first {len(v)}" in lines[2]
+    mixed = [s for s in run.capture_steps() if groups.mixed_groups(run.captures(s))]
+    view = groups.worked_group(run)
+    if mixed:
+        assert view.step == mixed[-1] and len(set(view.rewards)) > 1
+    else:  # a CPU whose smoke run solved or failed every captured group alike
+        assert view.step == run.capture_steps()[-1]
+
+
 def test_a_resumed_run_captures_what_an_uninterrupted_one_did(smoke, tmp_path):
     straight, cfg = smoke
     split = tmp_path / "split"

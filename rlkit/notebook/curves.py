@@ -2,6 +2,7 @@
 
     fig = curves.training_curves("runs/demo/local-tiny", run_id="demo")   # reward, loss, KL, ...
     fig = curves.stability_curves(run)       # entropy, clip fraction, zero-variance share, ...
+    print("\n".join(curves.signal_lines(run)))   # this run's KL, clip fraction, entropy
     fig = curves.live_curves(metrics, evals)                              # the monitor's chart
 
 Each panel takes every metric whose name matches, so renamed or extra series appear without
@@ -13,8 +14,10 @@ warnings read).
 from __future__ import annotations
 
 import re
+import statistics
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,7 @@ from rlkit.run.stability import (
     SOLVE,
     finite_number,
     grpo_entropies,
+    grpo_series,
     merge_steps,
     resolve,
     stability_notes,
@@ -265,3 +269,72 @@ def live_curves(
     ax.grid(alpha=0.3)
     fig.subplots_adjust(left=0.09, right=0.62, bottom=0.17, top=0.88)
     return fig
+
+
+EARLY_STEPS = 50
+"""GRPO steps `signal_lines` summarises at each end of a run: its first (where a large
+learning rate moves the policy most) and its last."""
+
+READ_SIGNALS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("KL to the reference", ("loss/kl",)),
+    ("clip fraction", SIGNALS["clip fraction"]),
+    ("entropy", SIGNALS["entropy"]),
+)
+"""The signals whose healthy level depends on the model and its step size, so the notebook's
+captions read them from the run instead of quoting numbers (`loss/kl` on both backends: the
+local trainer's k3 estimate, SkyRL's `policy/policy_kl` through the bridge)."""
+
+
+@dataclass(frozen=True)
+class SignalSpan:
+    """One signal over a run's GRPO steps, as `signal_lines` prints it."""
+
+    name: str
+    key: str
+    steps: tuple[int, ...]
+    values: tuple[float, ...]
+
+    @property
+    def early(self) -> tuple[float, ...]:
+        return self.values[:EARLY_STEPS]
+
+    @property
+    def late(self) -> tuple[float, ...]:
+        return self.values[-EARLY_STEPS:]
+
+    def line(self) -> str:
+        if not self.values:
+            return f"{self.name} (`{self.key}`): not logged by this run's GRPO steps"
+        v = self.values
+        text = (
+            f"{self.name} (`{self.key}`) over {len(v)} GRPO steps ({self.steps[0]}-"
+            f"{self.steps[-1]}): {v[0]:.3g} at the first, median {statistics.median(self.early):.3g}"
+            f" over the first {len(self.early)} and {statistics.median(self.late):.3g} over the "
+            f"last {len(self.late)}, range {min(v):.3g}-{max(v):.3g}"
+        )
+        if self.name == "entropy" and v[0] > 0:
+            text += (
+                f"; the last is {v[-1] / v[0]:.0%} of the first (below "
+                f"{ENTROPY_COLLAPSE_FRACTION:.0%}, the fall is judged: convergence or collapse)"
+            )
+        return text
+
+
+def signal_spans(metrics: Sequence[Mapping[str, Any]] | str | Path | Run) -> list[SignalSpan]:
+    """KL, clip fraction and entropy over the run's GRPO steps (`READ_SIGNALS`)."""
+    records = _records(metrics)
+    spans = []
+    for name, keys in READ_SIGNALS:
+        series = grpo_series(records, keys)
+        spans.append(
+            SignalSpan(name, keys[0], tuple(s for s, _ in series), tuple(v for _, v in series))
+        )
+    return spans
+
+
+def signal_lines(metrics: Sequence[Mapping[str, Any]] | str | Path | Run) -> list[str]:
+    """One line per `READ_SIGNALS` signal with this run's own numbers over its GRPO steps: the
+    first step's value, the medians of the first and last `EARLY_STEPS`, the range (entropy:
+    the last as a share of the first, beside the line below which its fall is judged). What
+    notebook 04 prints under its stability figure, so its captions need quote no number."""
+    return [span.line() for span in signal_spans(metrics)]

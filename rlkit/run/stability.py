@@ -164,10 +164,18 @@ def _grpo_steps(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in merge_steps(records) if _is_grpo(r)]
 
 
+def grpo_series(
+    records: Sequence[Mapping[str, Any]], names: Sequence[str]
+) -> list[tuple[int, float]]:
+    """(step, value) of the GRPO steps that log one of `names` (the first that a step has),
+    ascending: a warm start's steps are not GRPO's."""
+    grpo = _grpo_steps(records)
+    return [(r["step"], v) for r in grpo if (v := _first(r, names)) is not None]
+
+
 def grpo_entropies(records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
     """(step, entropy) of the GRPO steps, ascending (a warm start's steps are not GRPO's)."""
-    grpo = _grpo_steps(records)
-    return [(r["step"], v) for r in grpo if (v := _first(r, ENTROPY)) is not None]
+    return grpo_series(records, ENTROPY)
 
 
 @dataclass(frozen=True)
