@@ -100,6 +100,39 @@ def test_a_constant_placed_in_a_file_is_defined_there():
     assert found >= 2 and not wrong, wrong
 
 
+def numeric_constants() -> dict[str, set[float]]:
+    """rlkit's module-level names bound to a number literal, each with its values."""
+    values: dict[str, set[float]] = {}
+    for path in (ROOT / "rlkit").rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            literal = node.value.value if isinstance(node.value, ast.Constant) else None
+            if type(literal) in (int, float):
+                for t in targets:
+                    if isinstance(t, ast.Name):
+                        values.setdefault(t.id, set()).add(float(literal))
+    return values
+
+
+def test_a_number_quoted_beside_its_constant_is_the_constants_value():
+    """`below 20% of ... (`ENTROPY_COLLAPSE_FRACTION`)`: the number a page puts just before a
+    constant in parentheses is that constant's value (a percentage as its fraction)."""
+    beside = re.compile(r"(\d+(?:\.\d+)?(?:e-?\d+)?)(%?)[^()`\d]{0,50}\(`([A-Z][A-Z0-9_]{3,})`")
+    values = numeric_constants()
+    checked, wrong = 0, []
+    for page in PAGES:
+        for m in beside.finditer(words(page.read_text())):
+            said = float(m.group(1)) / (100 if m.group(2) else 1)
+            if m.group(3) not in values:
+                continue  # a constant that is no number literal (a recipe, a path)
+            checked += 1
+            if not any(abs(said - v) <= 1e-9 * max(1.0, abs(v)) for v in values[m.group(3)]):
+                wrong.append(f"{page.relative_to(ROOT)}: {m.group(0)}: {values[m.group(3)]}")
+    assert checked >= 4 and not wrong, wrong
+
+
 # the runbook's numbers ------------------------------------------------------------------
 
 
