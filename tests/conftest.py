@@ -15,7 +15,11 @@ import os
 import pytest
 import suite_layout as layout
 
-from rlkit.cluster.localhead import free_port
+from rlkit.cluster.localhead import LEAN_ENV, free_port
+
+os.environ.setdefault(
+    LEAN_ENV, "1"
+)  # the suite's heads load only the dashboard modules rlkit reads
 
 
 def pytest_configure(config: pytest.Config) -> None:

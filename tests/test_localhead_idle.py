@@ -1,5 +1,5 @@
-"""The local head runs only the Ray processes rlkit reads, and what rlkit reads still answers on
-it (`rlkit.cluster.localhead`: `DASHBOARD_MODULES`, `IDLE_ENV`): the dashboard's modules are
+"""A lean local head (the suite's: `LEAN_ENV`) runs only the Ray processes rlkit reads, and what
+rlkit reads still answers on it (`rlkit.cluster.localhead`: `DASHBOARD_MODULES`, `IDLE_ENV`): the dashboard's modules are
 those named, the metrics port serves Ray's Prometheus page with the node gauges SkyRL's GPU
 monitor reads, and a Ray task's output reaches its job's log (the log monitor's work). The Jobs
 API and the state API's nodes are `test_cluster.py`'s; the bridge's gauges scraped from the

@@ -38,8 +38,11 @@ device seam. Local-backend jobs ask for none. SkyRL reserves one CPU with each G
 placement group, so the head also counts one more logical CPU per logical GPU: without them
 the placement group held every CPU and SkyRL's checkpoint clean-up task (0.25 CPU, outside
 the group) waited forever (measured on a 2-core host)."""
+LEAN_ENV = "RLKIT_LEAN_RAY_DASHBOARD"
+"""Set to 1 (the test suite does), a local head's dashboard loads `DASHBOARD_MODULES` only;
+unset, Ray's whole dashboard, whose web pages (nodes, actors, metrics) a user may open."""
 DASHBOARD_MODULES = ("JobHead", "NodeHead", "StateHead", "EventHead")
-"""The dashboard modules a local head loads, each a process of its own: the Jobs API (with
+"""The dashboard modules a lean local head (`LEAN_ENV`) loads, each a process of its own: the Jobs API (with
 `/api/version`), the node module (it records which node is the head, where the Jobs API finds
 the agent that runs jobs: without it every submission fails, "No available agent"), the state
 API (`/api/v0/nodes`, which says the head's node is up) and the events endpoint the dashboard
@@ -260,8 +263,14 @@ def _start_or_reuse(port: int, num_cpus: int | None, timeout_s: float) -> LocalH
             f"127.0.0.1:{port} is taken by something that is not a Ray dashboard; "
             "pass connect(local_port=...) a free port"
         )
+    ray_cli = Path(sys.executable).parent / "ray"
+    lean = os.environ.get(LEAN_ENV) == "1"
     cmd = [
-        *(sys.executable, "-c", _RAY_START),
+        *(
+            (sys.executable, "-c", _RAY_START)
+            if lean
+            else (str(ray_cli) if ray_cli.exists() else "ray",)
+        ),
         *("start", "--head", "--disable-usage-stats"),
         *("--include-dashboard", "true", "--dashboard-host", "127.0.0.1"),
         *("--dashboard-port", str(port), "--port", str(free_port())),
