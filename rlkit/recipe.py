@@ -33,6 +33,8 @@ from rlkit.settings import annotation_kind, coerce_text
 
 ADVANTAGE_ESTIMATORS = ("grpo", "gae", "rloo", "reinforce++", "maxrl")
 """SkyRL's `AdvantageEstimatorRegistry` (a test compares it with SkyRL's)."""
+RLKIT_ADVANTAGE_ESTIMATORS = ("gigpo",)
+"""rlkit's own estimators beside SkyRL's (`gigpo`: step-level credit, `rlkit.train.grpo`)."""
 POLICY_LOSSES = (
     "regular",
     "dual_clip",
@@ -61,7 +63,7 @@ KL_PLACEMENTS = ("loss", "reward")
 TIS_TYPES = ("token", "sequence", None)
 DYNAMIC_SAMPLING = ("filter", "replace", None)
 
-LOCAL_ADVANTAGE_ESTIMATORS = ("grpo",)
+LOCAL_ADVANTAGE_ESTIMATORS = ("grpo", "gigpo")
 """What `rlkit.train.grpo.ESTIMATORS` implements (a test ties the two)."""
 LOCAL_POLICY_LOSSES = ("regular", "dual_clip", "gspo")
 """What `rlkit.train.policy_losses.POLICY_LOSSES` implements (a test ties the two)."""
@@ -77,7 +79,17 @@ class Recipe:
 
     advantage_estimator: str = "grpo"
     """How episode rewards become advantages: `grpo` is group-relative (Shao et al. 2024,
-    DeepSeekMath, arXiv 2402.03300). SkyRL key `trainer.algorithm.advantage_estimator`."""
+    DeepSeekMath, arXiv 2402.03300); `gigpo` (rlkit's, Feng et al. 2025, arXiv 2505.10978)
+    adds step-level credit: each turn also gets `gigpo_step_weight` times its discounted return
+    compared within the group's turns that stand on the same square (the local trainer only).
+    SkyRL key `trainer.algorithm.advantage_estimator`."""
+    gigpo_step_weight: float = 1.0
+    """GiGPO's omega: a turn's advantage is its episode's GRPO advantage plus this times its
+    step advantage (the paper's 1.0). Used by `gigpo` only."""
+    gigpo_gamma: float = 0.95
+    """GiGPO's discount: a turn t moves from the end of a T-turn episode has return
+    gamma**(T-1-t) * reward, so a shorter way from the same square scores higher (the paper's
+    0.95). Used by `gigpo` only."""
     grpo_norm_by_std: bool = True
     """Divide each group's centred rewards by their std (textbook GRPO); False is Dr. GRPO
     (Liu et al. 2025, arXiv 2503.20783), which shows the division up-weights groups that are
@@ -151,7 +163,7 @@ class Recipe:
 
     def __post_init__(self) -> None:
         for name, allowed in (
-            ("advantage_estimator", ADVANTAGE_ESTIMATORS),
+            ("advantage_estimator", ADVANTAGE_ESTIMATORS + RLKIT_ADVANTAGE_ESTIMATORS),
             ("policy_loss_type", POLICY_LOSSES),
             ("loss_reduction", LOSS_REDUCTIONS),
             ("kl_estimator_type", KL_ESTIMATORS),
@@ -192,6 +204,11 @@ class Recipe:
         for name in ("token_tis_ratio_clip_high", "sequence_tis_ratio_clip_high"):
             if not getattr(self, name) > 0:
                 raise UsageError(f"recipe.{name} ({getattr(self, name)}) must be > 0")
+        if not self.gigpo_step_weight >= 0 or not 0 < self.gigpo_gamma <= 1:
+            raise UsageError(
+                f"recipe.gigpo_step_weight ({self.gigpo_step_weight}) must be >= 0 and "
+                f"gigpo_gamma ({self.gigpo_gamma}) in (0, 1]"
+            )
 
     # values -------------------------------------------------------------------------------
     @property
@@ -337,6 +354,13 @@ def _skyrl_refusals(r: Recipe) -> list[str]:
         out.append(
             f"recipe.fail_advantage={r.fail_advantage}: SkyRL has no advantage for groups "
             "that all failed (they get 0); set it to none for a SkyRL preset"
+        )
+    if r.advantage_estimator in RLKIT_ADVANTAGE_ESTIMATORS:
+        out.append(
+            f"recipe.advantage_estimator={r.advantage_estimator}: SkyRL's estimators see "
+            "per-token rewards, the response mask and prompt ids, not where a turn ends or "
+            "which square it stood on, so anchor-state groups cannot be formed there (the "
+            "local trainer runs it)"
         )
     return out
 

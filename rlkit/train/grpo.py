@@ -35,6 +35,10 @@ How ours differs, each switchable (the policy loss's own switches: `rlkit.train.
   `k2` or `abs` (Schulman, "Approximating KL divergence"), reduced as a per-sequence token mean
   averaged over sequences, like SkyRL's `use_kl_loss` (`episode_mean`); a sequence is an
   episode (`seq_ids`), so a long episode weighs as much as a short one on both backends.
+- **Step-level credit** (`advantage_estimator=gigpo`, the local trainer only): a turn's
+  advantage is its episode's GRPO advantage plus `gigpo_step_weight` times its discounted
+  return centred (std-divided with `grpo_norm_by_std`) within its anchor group, the turns of
+  the maze's group that stand on the same square (`step_credit`; docs/recipes.md).
 - **Multi-turn**: one outcome reward per episode; its advantage is broadcast to every token the
   model produced in the episode; observation tokens (env feedback, images) carry no loss. SkyRL
   trains one row per episode, the local trainer one row per turn and passes each row's episode
@@ -129,6 +133,7 @@ def _grpo(rewards: torch.Tensor, group_ids: torch.Tensor, recipe: Recipe) -> tor
 
 ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor, Recipe], torch.Tensor]] = {
     "grpo": _grpo,
+    "gigpo": _grpo,  # its episode level; `step_credit` adds the step level per turn
 }
 """Advantage estimators under SkyRL's names: `fn(rewards (B,), group_ids (B,), recipe) -> (B,)`."""
 
@@ -141,6 +146,68 @@ def estimate(rewards: torch.Tensor, group_ids: torch.Tensor, recipe: Recipe) -> 
             f"{', '.join(ESTIMATORS)}"
         )
     return ESTIMATORS[recipe.advantage_estimator](rewards, group_ids, recipe)
+
+
+def discounted_returns(rewards: torch.Tensor, lengths: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Each turn's discounted return when an episode's one reward comes at its end.
+
+    rewards: (B,) float. lengths: (B,) int, turns per episode. Returns (N,), N = lengths.sum(),
+    in episode then turn order: turn t (from 0) of a T-turn episode gets gamma**(T-1-t) * r.
+    """
+    episode = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+    first = torch.cumsum(lengths, 0) - lengths
+    to_go = (lengths[episode] - 1 - (torch.arange(episode.numel()) - first[episode])).double()
+    return rewards.double()[episode] * gamma**to_go
+
+
+def anchor_advantages(
+    returns: torch.Tensor, anchors: torch.Tensor, *, norm_by_std: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
+    """GiGPO's step advantage: each turn's return centred within its anchor group.
+
+    returns: (N,) float. anchors: (N,) or (N, K) int; turns with equal rows form a group.
+    Returns (N,) float64: `R_t - mean` or, with `norm_by_std`, `(R_t - mean) / (std + eps)`
+    (unbiased std, as `group_advantages`); a turn alone in its group gets 0.
+    """
+    keys = anchors.reshape(anchors.shape[0], -1)
+    _, inverse, counts = torch.unique(keys, dim=0, return_inverse=True, return_counts=True)
+    r = returns.double()
+    sums = torch.zeros(counts.numel(), dtype=torch.float64).index_add_(0, inverse, r)
+    centred = r - (sums / counts)[inverse]
+    if norm_by_std:
+        sq = torch.zeros(counts.numel(), dtype=torch.float64).index_add_(0, inverse, centred**2)
+        std = torch.sqrt(sq / (counts - 1).clamp(min=1))
+        centred = centred / (std[inverse] + eps)
+    return torch.where(counts[inverse] > 1, centred, torch.zeros_like(centred))
+
+
+def step_credit(
+    episode_adv: torch.Tensor,
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    lengths: torch.Tensor,
+    states: torch.Tensor,
+    recipe: Recipe,
+) -> torch.Tensor:
+    """GiGPO's per-turn advantage A_t = A_episode + omega * A_step (Feng et al. 2025, arXiv
+    2505.10978): a turn's anchor group is the turns of its episode's group (same maze) that
+    stand on the same state.
+
+    episode_adv, rewards, group_ids, lengths: (B,) (lengths: turns per episode). states:
+    (N,) or (N, K) int, each turn's state key (the agent's square) in episode then turn order.
+    Returns (N,) float32. omega, gamma and the std division: the recipe's `gigpo_step_weight`,
+    `gigpo_gamma`, `grpo_norm_by_std`.
+    """
+    episode = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+    if states.shape[0] != episode.numel():
+        raise UsageError(
+            f"states ({states.shape[0]}) must have one row per turn ({episode.numel()})"
+        )
+    keys = states.reshape(episode.numel(), -1).long()
+    anchors = torch.cat([group_ids.long()[episode].unsqueeze(-1), keys], dim=-1)
+    returns = discounted_returns(rewards, lengths, recipe.gigpo_gamma)
+    step = anchor_advantages(returns, anchors, norm_by_std=recipe.grpo_norm_by_std)
+    return (episode_adv.double()[episode] + recipe.gigpo_step_weight * step).float()
 
 
 def nonzero_variance_mask(

@@ -167,6 +167,9 @@ class Scores:
     keep: torch.Tensor
     """bool: the episode's turns enter the loss (`informative`, or every episode when the
     zero-variance filter is off)."""
+    turn_advantages: torch.Tensor | None = None
+    """(N,) one advantage per turn, episode then turn order (`gigpo`: `grpo.step_credit`);
+    None: each turn takes its episode's."""
 
 
 def score(
@@ -201,7 +204,12 @@ def score(
     if dynamic and batch_groups is not None:
         first = sorted(set(groups[keep].tolist()))[:batch_groups]
         keep = keep & torch.isin(groups, torch.tensor(first, dtype=groups.dtype))
-    return Scores(rewards, groups, adv, informative, keep)
+    per_turn = None
+    if recipe.advantage_estimator == "gigpo":  # the state key: the square a turn stood on
+        lengths = torch.tensor([len(t.turns) for t in trajs])
+        states = torch.tensor([u.pos_before for t in trajs for u in t.turns]).reshape(-1, 2)
+        per_turn = grpo.step_credit(adv, rewards, groups, lengths, states, recipe)
+    return Scores(rewards, groups, adv, informative, keep, per_turn)
 
 
 def overlong(trajs: Sequence[Trajectory], stop_ids: Sequence[int] | None) -> torch.Tensor:
@@ -263,17 +271,22 @@ def turn_samples(
     input, as the rollout did; a prompt that encodes differently from the sampled one raises.
     """
     out = []
+    per_turn = None if scores.turn_advantages is None else scores.turn_advantages.tolist()
     kept = zip(trajs, scores.advantages.tolist(), scores.keep.tolist(), strict=True)
+    first = 0  # the episode's first turn in `per_turn`
     for episode, (traj, a, k) in enumerate(kept):
+        n, first = len(traj.turns), first + len(traj.turns)
         if not k:
             continue
-        for turn, msgs in zip(traj.turns, turn_prompts(traj, env, history=history), strict=True):
+        advs = [a] * n if per_turn is None else per_turn[first - n : first]
+        prompts = turn_prompts(traj, env, history=history)
+        for turn, msgs, adv in zip(traj.turns, prompts, advs, strict=True):
             enc = encode(msgs)
             if list(enc.prompt_ids) != list(turn.prompt_ids):
                 raise RuntimeError(
                     "re-encoded prompt differs from the sampled one: rollout and trainer disagree"
                 )
-            out.append(TurnSample(enc, turn.response_ids, turn.logprobs, a, episode))
+            out.append(TurnSample(enc, turn.response_ids, turn.logprobs, adv, episode))
     return out
 
 
