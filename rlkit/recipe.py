@@ -161,6 +161,15 @@ class Recipe:
     episode of a group that no episode solved gets this (negative) advantage instead of 0 and
     enters the loss. SkyRL has no such switch."""
 
+    curriculum_steps: int | None = None
+    """rlkit's difficulty curriculum: over the first this many GRPO steps each training maze is
+    played from a start moved onto its shortest path, nearer the target, the share of the path
+    kept growing linearly from `curriculum_start` to the whole maze; from then on (and None:
+    off) the training mazes are the task's own. Evals always play the pinned set."""
+    curriculum_start: float = 0.25
+    """Share of each training maze's shortest path kept at the first GRPO step (rounded up,
+    at least one move). Used with `curriculum_steps` only."""
+
     def __post_init__(self) -> None:
         for name, allowed in (
             ("advantage_estimator", ADVANTAGE_ESTIMATORS + RLKIT_ADVANTAGE_ESTIMATORS),
@@ -208,6 +217,15 @@ class Recipe:
             raise UsageError(
                 f"recipe.gigpo_step_weight ({self.gigpo_step_weight}) must be >= 0 and "
                 f"gigpo_gamma ({self.gigpo_gamma}) in (0, 1]"
+            )
+        if self.curriculum_steps is not None and self.curriculum_steps < 1:
+            raise UsageError(
+                f"recipe.curriculum_steps ({self.curriculum_steps}) must be >= 1 or none (off)"
+            )
+        if not 0 < self.curriculum_start <= 1:
+            raise UsageError(
+                f"recipe.curriculum_start ({self.curriculum_start}) must be in (0, 1]: the "
+                "share of each maze's shortest path played at the first step"
             )
 
     # values -------------------------------------------------------------------------------
@@ -361,6 +379,12 @@ def _skyrl_refusals(r: Recipe) -> list[str]:
             "per-token rewards, the response mask and prompt ids, not where a turn ends or "
             "which square it stood on, so anchor-state groups cannot be formed there (the "
             "local trainer runs it)"
+        )
+    if r.curriculum_steps is not None and r.dynamic_sampling_type is not None:
+        out.append(
+            "recipe.curriculum_steps with dynamic_sampling_type: SkyRL's curriculum is the "
+            "training rows' order, and the extra batches dynamic sampling draws would run it "
+            "ahead of the steps; set one of them to none"
         )
     return out
 

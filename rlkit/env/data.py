@@ -6,11 +6,16 @@ A row is what SkyRL's generator hands to `skyrl_gym.make`: `prompt` (chat messag
 Every other column reaches the env as extras.
 
     rlkit data --out /fsx/rlkit/data --train 256
+
+With a difficulty curriculum (`Recipe.curriculum_steps`) the training rows are written in the
+order they are trained, each maze played from its row's share of the shortest path
+(`shares`, `rlkit.maze.sets.nearer_start`), and read in that order (rlkit.cluster.skyrl.trainer).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,7 +24,14 @@ import pyarrow.parquet as pq
 from rlkit.env.maze_env import COMPACT_TASK, ENV_ID, EnvConfig, env_for_set, system_prompt
 from rlkit.errors import UsageError
 from rlkit.maze.core import Maze, difficulty
-from rlkit.maze.sets import MazeSpec, pinned_set, pinned_set_hash, pinned_spec, train_mazes
+from rlkit.maze.sets import (
+    MazeSpec,
+    nearer_start,
+    pinned_set,
+    pinned_set_hash,
+    pinned_spec,
+    train_mazes,
+)
 
 REQUIRED = ("prompt", "env_class", "data_source", "reward_spec", "extra_info")
 
@@ -59,16 +71,23 @@ def build_rows(
     cfg: EnvConfig,
     train_start: int = 0,
     n_eval: int | None = None,
+    shares: Sequence[float] | None = None,
 ) -> tuple[list[dict], list[dict]]:
-    """Training rows from the disjoint stream; eval rows: the pinned set (its first `n_eval`)."""
+    """Training rows from the disjoint stream, row i's maze played from `shares[i]` of its
+    shortest path (None: the whole maze); eval rows: the pinned set (its first `n_eval`)."""
     if n_train < 1:
         raise UsageError(f"--train ({n_train}) must be >= 1 rows")
+    if shares is not None and len(shares) != n_train:
+        raise UsageError(f"{len(shares)} curriculum shares for {n_train} training rows")
     mazes = pinned_set(eval_set)
     if n_eval is not None and not 1 <= n_eval <= len(mazes):
         raise UsageError(f"n_eval ({n_eval}) must be 1..{len(mazes)} ({eval_set} has that many)")
+    stream = train_mazes(spec, train_start, n_train)
+    if shares is not None:
+        stream = [nearer_start(m, s) for m, s in zip(stream, shares, strict=True)]
     train = [
         maze_row(m, split="train", index=train_start + i, source=f"{ENV_ID}/train", cfg=cfg)
-        for i, m in enumerate(train_mazes(spec, train_start, n_train))
+        for i, m in enumerate(stream)
     ]
     evals = [
         maze_row(m, split="eval", index=i, source=f"{ENV_ID}/{eval_set}", cfg=cfg)
@@ -93,12 +112,16 @@ def write_datasets(
     spec: MazeSpec | None = None,
     cfg: EnvConfig | None = None,
     n_eval: int | None = None,
+    shares: Sequence[float] | None = None,
 ) -> tuple[Path, Path]:
-    """Write `train.parquet` and `eval.parquet` (+ a small manifest) into `out_dir`."""
+    """Write `train.parquet` and `eval.parquet` (+ a small manifest) into `out_dir`; `shares`:
+    the training rows' curriculum (`build_rows`)."""
     out = Path(out_dir)
     spec = spec or pinned_spec(eval_set)
     cfg = cfg or env_for_set(eval_set)
-    train, evals = build_rows(n_train=n_train, spec=spec, eval_set=eval_set, cfg=cfg, n_eval=n_eval)
+    train, evals = build_rows(
+        n_train=n_train, spec=spec, eval_set=eval_set, cfg=cfg, n_eval=n_eval, shares=shares
+    )
     paths = write_rows(out / "train.parquet", train), write_rows(out / "eval.parquet", evals)
     manifest = {
         "train_rows": len(train),
@@ -107,6 +130,7 @@ def write_datasets(
         "test_set_hash": pinned_set_hash(eval_set),
         "train_spec": spec.to_dict(),
         "env_config": cfg.to_dict(),
+        "curriculum": shares is not None,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return paths

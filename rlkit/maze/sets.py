@@ -5,15 +5,22 @@ order) is pinned in `rlkit.maze.families` (the registry of sets), and `pinned_se
 generator would silently change every published number. Training maze `i` is a pure function
 of (spec, i) drawn from a separate seed stream and skipping any maze that is in the test set, so
 a data cursor (an index) is all a checkpoint needs to resume the stream exactly.
+
+A difficulty curriculum plays the stream's mazes from a start moved nearer the exit
+(`nearer_start`), the share of each shortest path kept growing with the step
+(`curriculum_share`): `train_mazes(spec, cursor, n, share)` stays a pure function of its
+arguments, so a resumed run draws the same mazes at the same stage.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+from dataclasses import replace
 from functools import lru_cache
 
 from rlkit.errors import UsageError
-from rlkit.maze.core import Maze
+from rlkit.maze.core import Maze, shortest_path
 from rlkit.maze.families import SETS, MazeSet, MazeSpec, maze_set
 
 TRAIN_SEED_BASE = 1_000_000
@@ -93,5 +100,34 @@ def train_maze(spec: MazeSpec, index: int) -> Maze:
     return maze
 
 
-def train_mazes(spec: MazeSpec, start: int, n: int) -> list[Maze]:
-    return [train_maze(spec, i) for i in range(start, start + n)]
+def train_mazes(spec: MazeSpec, start: int, n: int, share: float = 1.0) -> list[Maze]:
+    """Training mazes `start` .. `start + n - 1`, each played from `nearer_start(maze, share)`."""
+    return [nearer_start(train_maze(spec, i), share) for i in range(start, start + n)]
+
+
+def curriculum_share(step: int, steps: int | None, start: float) -> float:
+    """Share of each training maze's shortest path played at GRPO step `step` (from 0): `start`
+    growing linearly to 1 at step `steps`, 1 from then on and always when `steps` is None."""
+    if steps is None or step >= steps:
+        return 1.0
+    return start + (1.0 - start) * step / steps
+
+
+def nearer_start(maze: Maze, share: float) -> Maze:
+    """`maze` with its start moved along its shortest path to the square (cell) ceil(share * L)
+    moves from the exit (at least one) for a path of L moves; `maze` itself at share 1 or when
+    the moved maze would be a test set's."""
+    path = shortest_path(maze)
+    keep = max(1, math.ceil(share * (len(path) - 1) - 1e-9))
+    if keep >= len(path) - 1:
+        return maze
+    moved = replace(maze, start=path[-1 - keep], meta={})
+    return maze if moved.content_hash in _excluded_hashes(maze) else moved
+
+
+def _excluded_hashes(maze: Maze) -> frozenset[str]:
+    """The test sets' maze hashes of every spec whose mazes share `maze`'s shape."""
+    shape = (maze.height, maze.width)
+    return frozenset().union(
+        *(_excluded(d.spec) for d in TEST_SETS.values() if (d.spec.height, d.spec.width) == shape)
+    )

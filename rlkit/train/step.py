@@ -40,7 +40,7 @@ from rlkit.episodes.policies import Policy
 from rlkit.episodes.rollout import Trajectory, run_episodes, turn_prompts
 from rlkit.errors import UsageError
 from rlkit.maze.core import Maze, exit_distances
-from rlkit.maze.sets import train_mazes
+from rlkit.maze.sets import curriculum_share, train_mazes
 from rlkit.model.chat import Encoded
 from rlkit.recipe import Recipe
 from rlkit.run import captures
@@ -93,6 +93,7 @@ def grpo_step(
         "train/groups": kept_groups(scores),
         "train/lr": lr,
         "train/cursor": state.cursor,
+        "train/curriculum": curriculum(cfg, state),
         **captured,
         **metrics,
     }
@@ -107,7 +108,7 @@ def rollout_round(
     """The next `mazes_per_step` training mazes' groups of episodes; their maze indices
     start at `offset`, so that the groups of a step's rounds stay apart."""
     g, task = cfg.grpo, cfg.task
-    mazes = train_mazes(task.spec, state.cursor, g.mazes_per_step)
+    mazes = train_mazes(task.spec, state.cursor, g.mazes_per_step, curriculum(cfg, state))
     state.cursor += g.mazes_per_step
     trajs = run_episodes(
         policy,
@@ -119,6 +120,14 @@ def rollout_round(
         max_turns=turn_budgets(mazes, task.env, g.turn_slack, g.tight_fraction),
     )
     return [replace(t, maze_index=t.maze_index + offset) for t in trajs]
+
+
+def curriculum(cfg: TrainConfig, state: TrainState) -> float:
+    """Share of each training maze's shortest path played at this GRPO step (1: the task's own
+    mazes), by the recipe's `curriculum_steps` and `curriculum_start`: a pure function of the
+    step, so a resumed run plays the same stage."""
+    r = cfg.recipe
+    return curriculum_share(state.grpo_steps, r.curriculum_steps, r.curriculum_start)
 
 
 def turn_budgets(

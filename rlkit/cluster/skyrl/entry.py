@@ -63,11 +63,17 @@ def parse_args(argv: list[str]) -> tuple[Job, list[str]]:
 
 
 def ensure_datasets(
-    data_dir: str, train_rows: int, eval_set: str, eval_rows: int = 64, cell_px: int | None = None
+    data_dir: str,
+    train_rows: int,
+    eval_set: str,
+    eval_rows: int = 64,
+    cell_px: int | None = None,
+    shares: list[float] | None = None,
 ) -> tuple[Path, Path]:
     """Write the datasets once per run dir; a resumed run must see the same rows, read back
     first so a damaged file is refused in one line here, not deep inside SkyRL's loader.
-    `cell_px`: the preset's view of the set (None: the set's own)."""
+    `cell_px`: the preset's view of the set (None: the set's own); `shares`: each training
+    row's curriculum share (`curriculum_shares`; None: the whole mazes)."""
     from rlkit.cluster.skyrl.preset_checks import set_view
     from rlkit.env.data import read_rows, write_datasets
 
@@ -79,9 +85,25 @@ def ensure_datasets(
         print(f"rlkit: reusing datasets in {out}", flush=True)
         return train, evals
     cfg = set_view(eval_set, cell_px)
-    paths = write_datasets(out, train_rows, eval_set=eval_set, n_eval=eval_rows, cfg=cfg)
+    paths = write_datasets(
+        out, train_rows, eval_set=eval_set, n_eval=eval_rows, cfg=cfg, shares=shares
+    )
     print(f"rlkit: wrote {paths[0]} and {paths[1]}", flush=True)
     return paths
+
+
+def curriculum_shares(sky: SkyRLPreset) -> list[float] | None:
+    """Each training row's share of its maze's shortest path under the recipe's curriculum
+    (row i is trained at step i // prompts per step: the rows are read in order); None: off."""
+    from rlkit.maze.sets import curriculum_share
+
+    r, n = sky.recipe, sky.prompts_per_step
+    if r.curriculum_steps is None:
+        return None
+    return [
+        curriculum_share(i // n, r.curriculum_steps, r.curriculum_start)
+        for i in range(sky.train_rows)
+    ]
 
 
 def ensure_init_model(model_dir: str, stop_at: float) -> Path:
@@ -125,12 +147,12 @@ def record_run(cfg, job: Job, overrides: list[str]) -> dict:
     return config
 
 
-def _run_skyrl(cfg, hang: HangRules, capture: CaptureConfig) -> None:
+def _run_skyrl(cfg, hang: HangRules, capture: CaptureConfig, rows_in_order: bool = False) -> None:
     """Body of the Ray task: register the env in this process, then SkyRL's experiment.
 
     The step lines come from this process (the bridged tracker), so HyperPod's hang rules are
     registered here, with this task's Ray job and worker ids. `capture`: the captured training
-    rollouts.
+    rollouts; `rows_in_order`: train the rows in their order (a curriculum), not shuffled.
     """
     from rlkit.cluster.skyrl.experiment import RlkitExp
     from rlkit.env.maze_env import register_env
@@ -138,7 +160,7 @@ def _run_skyrl(cfg, hang: HangRules, capture: CaptureConfig) -> None:
     register_env()
     print(f"rlkit: {start_hang_detection(hang)}", flush=True)
     # SkyRL's experiment, its metrics bridged into the run dir
-    RlkitExp(cfg, capture).run()
+    RlkitExp(cfg, capture, rows_in_order=rows_in_order).run()
     print(DONE_LINE, flush=True)
 
 
@@ -183,8 +205,14 @@ def main(argv: list[str] | None = None) -> int:
     sky, paths = job.sky, job.paths
     if paths is None:
         raise UsageError("give SkyRL's trainer.ckpt_path=RUN_DIR: the run dir holds the rows")
+    shares = curriculum_shares(sky)
     ensure_datasets(
-        paths.data_dir, sky.train_rows, sky.task.eval_set, sky.eval.eval_mazes, sky.task.cell_px
+        paths.data_dir,
+        sky.train_rows,
+        sky.task.eval_set,
+        sky.eval.eval_mazes,
+        sky.task.cell_px,
+        shares,
     )
     if sky.model.model_path == TINY_WARM:
         ensure_init_model(paths.init_model_dir, sky.model.warm_start_to)
@@ -200,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     # SkyRL's trainer task holds every rollout's pixel values: reserve memory only a GPU
     # worker has, so Ray cannot place it on the head pod
     task = ray.remote(num_cpus=1, memory=sky.layout.driver_memory_gb * 2**30 or None)(_run_skyrl)
-    ray.get(task.remote(cfg, sky.hang, sky.capture))
+    ray.get(task.remote(cfg, sky.hang, sky.capture, shares is not None))
     return 0
 
 

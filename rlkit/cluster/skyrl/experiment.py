@@ -6,7 +6,8 @@ dict to `MetricsBridge` (RUN/metrics.jsonl, Ray gauges, MLflow) for the run dir,
 SkyRL's `trainer.ckpt_path`. Its `get_generator` gives VLM runs `RlkitVLMGenerator` (image
 placeholders that always match the images, and a few groups of every training step captured
 under RUN/rollouts/ as `capture` says: rlkit.cluster.skyrl.generator), and its `get_trainer`
-gives `RlkitTrainer` (a resumed step gets the HF export a kill left out: .trainer).
+gives `RlkitTrainer` (a resumed step gets the HF export a kill left out, and a curriculum's rows
+are read in order: .trainer).
 
 SkyRL loads a bare tokenizer, whose template is tokenizer_config.json's; Qwen's VL checkpoints
 keep theirs in chat_template.json beside the processor, so SkyRL's dataset filter would fail
@@ -70,9 +71,15 @@ class RlkitExp(BasePPOExp):
     capture: CaptureConfig = CaptureConfig()
     """Captured training rollouts (the entry passes the preset's; this default is theirs)."""
 
-    def __init__(self, cfg, capture: CaptureConfig | None = None) -> None:
+    rows_in_order: bool = False
+    """Train the rows in their file's order (a curriculum), not in SkyRL's shuffled one."""
+
+    def __init__(
+        self, cfg, capture: CaptureConfig | None = None, *, rows_in_order: bool = False
+    ) -> None:
         if capture is not None:
             self.capture = capture
+        self.rows_in_order = rows_in_order
         super().__init__(cfg)
 
     def get_tracker(self) -> Tracking:
@@ -133,4 +140,5 @@ class RlkitExp(BasePPOExp):
             inference_engine_client=inference_engine_client,
             generator=generator,
             colocate_pg=colocate_pg,
+            rows_in_order=self.rows_in_order,
         )

@@ -14,6 +14,9 @@ cleanup on the driver and, through a Ray task, on every worker node again
 (`RayPPOTrainer._cleanup_old_checkpoints`), and on one node that task repeats the driver's
 work in a fresh Ray worker that first imports SkyRL (7-9 s a save on a 2-core host).
 
+With `rows_in_order` (a difficulty curriculum, `Recipe.curriculum_steps`) it reads the training
+rows in their file's order, not SkyRL's shuffled one (`in_order`).
+
 `RlkitExp.get_trainer` (rlkit.cluster.skyrl.experiment) builds it; tests/skyrl/test_export_gap.py
 runs SkyRL's own save and load code on it with stand-in workers.
 """
@@ -28,6 +31,7 @@ from skyrl.backends.skyrl_train.utils.io import io
 from skyrl.train.trainer import RayPPOTrainer
 from skyrl.train.utils import Timer
 from skyrl.train.utils.trainer_utils import cleanup_old_checkpoints
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 _log = logging.getLogger(__name__)
 
@@ -41,12 +45,38 @@ def export_due(step: int, hf_save_interval: int, steps_per_epoch: int, last_step
     return step % hf_save_interval == 0 or step % steps_per_epoch == 0 or step == last_step
 
 
+def in_order(loader: StatefulDataLoader) -> StatefulDataLoader:
+    """`loader` rebuilt to read its dataset in order (SkyRL's training loader shuffles): the
+    rows of a curriculum are written in the order they are trained. Its saved state (SkyRL's
+    data.pt) resumes it at the row it reached."""
+    return StatefulDataLoader(
+        loader.dataset,
+        batch_size=loader.batch_size,
+        shuffle=False,
+        collate_fn=loader.collate_fn,
+        num_workers=loader.num_workers,
+        persistent_workers=loader.persistent_workers,
+        drop_last=loader.drop_last,
+        multiprocessing_context=loader.multiprocessing_context,
+    )
+
+
 def driver_node() -> str:
     """The Ray node id of this process (SkyRL's trainer task)."""
     return ray.get_runtime_context().get_node_id()
 
 
 class RlkitTrainer(RayPPOTrainer):
+    def __init__(self, *args, rows_in_order: bool = False, **kwargs) -> None:
+        self.rows_in_order = rows_in_order  # read by the dataloader hook SkyRL's init calls
+        super().__init__(*args, **kwargs)
+
+    def _build_train_dataloader_and_compute_training_steps(self) -> None:
+        """SkyRL's training dataloader, reading the rows in order when `rows_in_order`."""
+        super()._build_train_dataloader_and_compute_training_steps()
+        if self.rows_in_order and self.train_dataloader is not None:
+            self.train_dataloader = in_order(self.train_dataloader)
+
     def load_checkpoints(self) -> tuple[int, str | None]:
         """SkyRL's load, then the loaded step's HF export if it is due and missing.
 
