@@ -272,7 +272,8 @@ def turn_samples(
     *,
     history: int | None = 1,
 ) -> list[TurnSample]:
-    """One row per model turn of every kept episode (`scores.keep`), in episode then turn order.
+    """One row per model turn of every kept episode (`scores.keep`), in episode then turn order,
+    with its episode's advantage (or its own: `scores.turn_advantages`).
 
     A kept episode's turns stay even when its advantage is 0: with the zero-variance filter off
     they count in the reduction's denominators, as that setting means (SkyRL keeps them too).
