@@ -97,6 +97,22 @@ MUTATIONS: dict[str, Callable[[], object]] = {
 }
 
 
+def _jittered(scale: float, seed: int) -> Callable:
+    """`load` whose model's weights are each multiplied by 1 + scale * N(0, 1): the rounding
+    differences another CPU's float kernels make, stood in for."""
+    real = update_check.load
+
+    def load(*args, **kwargs):
+        loaded = real(*args, **kwargs)
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in loaded.model.parameters():
+                p.mul_(1 + scale * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+        return loaded
+
+    return load
+
+
 def measure(seed: int) -> dict:
     t0 = time.perf_counter()
     check = update_check.check_update(preset("local-tiny").recipe, seed=seed)
@@ -109,7 +125,7 @@ def measure(seed: int) -> dict:
         "greedy_rise": check.greedy_after - check.greedy_before,
         "solved_before": check.solved_before,
         "solved_after": check.solved_after,
-        "kl_ratio": check.kl_after / check.kl_before,
+        "kl_ratio": check.kl_after / check.kl_before if check.kl_before else None,
         "failures": check.failures(),
         "seconds": round(time.perf_counter() - t0, 1),
     }
@@ -126,7 +142,7 @@ def margins(rows: list[dict]) -> dict[str, dict]:
     }
     out = {}
     for key, (limit, sign) in limits.items():
-        values = [r[key] for r in rows]
+        values = [r[key] for r in rows if r[key] is not None]
         worst = min(values) if sign > 0 else max(values)
         sd = statistics.stdev(values) if len(values) > 1 else float("nan")
         out[key] = {
@@ -141,10 +157,11 @@ def margins(rows: list[dict]) -> dict[str, dict]:
 
 def _row(label: str, r: dict) -> str:
     verdict = "PASS" if not r["failures"] else "FAIL: " + "; ".join(r["failures"])
+    kl = "n/a" if r["kl_ratio"] is None else f"x{r['kl_ratio']:.3f}"
     return (
         f"{label:>10}  gain {r['solved_gain']:+.3f}  obs {r['observations']:+.4f}  "
         f"greedy {r['greedy_rise']:+.1%}  solves {r['solved_before']:.0%}->{r['solved_after']:.0%}"
-        f"  KL x{r['kl_ratio']:.3f}  {r['seconds']:.0f}s  {verdict}"
+        f"  KL {kl}  {r['seconds']:.0f}s  {verdict}"
     )
 
 
@@ -154,11 +171,21 @@ def main() -> None:
     ap.add_argument("--mutations", nargs="*", default=list(MUTATIONS), choices=list(MUTATIONS))
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=RESULTS, help=f"default {RESULTS}")
+    ap.add_argument(
+        "--jitter",
+        type=float,
+        default=0.0,
+        help="multiply every initial weight by 1 + JITTER * N(0, 1) (e.g. 1e-6: float noise)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     seeds = []
     for seed in args.seeds:
-        seeds.append(measure(seed))
+        if args.jitter:
+            with _patched(update_check, "load", _jittered(args.jitter, seed)):
+                seeds.append(measure(seed))
+        else:
+            seeds.append(measure(seed))
         print(_row(f"seed {seed}", seeds[-1]), flush=True)
     mutants = {}
     for name in args.mutations:

@@ -56,7 +56,9 @@ def test_solve_rate_curve_draws_rates_bands_baseline_and_boundary(evals):
     base = evals[0]
     fig = plots.solve_rate_curve(evals, baseline=base, warm_start_end=10, run_id="r7")
     ax = fig.axes[0]
-    curve = next(line for line in ax.lines if line.get_label() == "solve rate")
+    curve = next(
+        line for line in ax.lines if line.get_label().startswith("solve rate, rlkit's protocol")
+    )
     assert list(curve.get_xdata()) == [0, 10, 20]
     assert list(curve.get_ydata()) == [evals[s].solve_rate for s in (0, 10, 20)]
     band = ax.collections[0].get_paths()[0].vertices

@@ -75,6 +75,13 @@ class EvalResult:
         return f"{solved}/{self.n_mazes} = {solved / self.n_mazes:.2%} [{lo:.1%}, {hi:.1%}]"
 
     @property
+    def protocol_label(self) -> str:
+        """The protocol in words, as every plot and line that shows the rate names it."""
+        if self.protocol == "seed":
+            return "seed's protocol (greedy, one sample a maze)"
+        return f"rlkit's protocol ({self.mode}, {self.samples} a maze)"
+
+    @property
     def episodes(self) -> list[list[bool]]:
         return [m["solved"] for m in self.per_maze]
 

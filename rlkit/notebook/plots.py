@@ -153,8 +153,8 @@ def solve_rate_curve(
         color="C0",
         label=f"95% CI ({ci_methods([r for _, r in pairs])})",
     )
-    ax.plot(steps, rates, "o-", color="C0", label="solve rate")
     last_step, last = pairs[-1]
+    ax.plot(steps, rates, "o-", color="C0", label=f"solve rate, {last.protocol_label}")
     ax.annotate(
         f"{last.solve_rate:.1%}",
         (last_step, last.solve_rate),

@@ -32,6 +32,8 @@ class RunProgress:
     eval_step: int | None = None
     eval_rate: float | None = None
     eval_ci: tuple[float, float] | None = None
+    eval_labels: tuple[str, ...] = ()
+    """The latest eval by protocol (`eval_labels`), for a run that logged its protocol."""
     elapsed_s: float = 0.0
     pace_s: float | None = None
     """Seconds per GRPO step over the last `PACE_WINDOW` steps (the basis of the ETA)."""
@@ -48,6 +50,8 @@ class RunProgress:
     def eval_text(self) -> str:
         if self.eval_rate is None:
             return "no eval yet"
+        if self.eval_labels:
+            return f"eval step {self.eval_step}: {'; '.join(self.eval_labels)}"
         ci = f" [{self.eval_ci[0]:.1%}, {self.eval_ci[1]:.1%}]" if self.eval_ci else ""
         return f"eval step {self.eval_step}: {self.eval_rate:.1%}{ci}"
 
@@ -63,6 +67,24 @@ class RunProgress:
         eta = self.eta_s
         tail = f" | ETA {_duration(eta)}" if eta is not None else ""
         return f"{where} | {self.eval_text()}{tail}"
+
+
+def eval_labels(record: dict[str, Any]) -> tuple[str, ...]:
+    """An eval record's rates, each labelled with its protocol: "28/64 = 43.75% [31.4%, 56.7%]
+    (seed's protocol)" (exact interval), "60.2% [51.0%, 69.0%] (sampled, 4 a maze)"; () for a
+    record that did not log its protocol (`eval/seed_protocol`: SkyRL's bridge logs it)."""
+    out = []
+    for prefix in ("eval/", "eval/sampled_"):
+        rate, seed = record.get(prefix + "solve_rate"), record.get(prefix + "seed_protocol")
+        if rate is None or seed is None:
+            continue
+        ci = f"[{record[prefix + 'ci_low']:.1%}, {record[prefix + 'ci_high']:.1%}]"
+        if seed and "eval/solved" in record:
+            solved, n = int(record["eval/solved"]), int(record["eval/mazes"])
+            out.append(f"{solved}/{n} = {solved / n:.2%} {ci} (seed's protocol)")
+        else:
+            out.append(f"{rate:.1%} {ci} (sampled, {record[prefix + 'samples']:.0f} a maze)")
+    return tuple(out)
 
 
 def _duration(seconds: float) -> str:
@@ -116,6 +138,7 @@ def read_progress(
         eval_step=last_eval["step"] if last_eval else None,
         eval_rate=last_eval["eval/solve_rate"] if last_eval else None,
         eval_ci=ci,
+        eval_labels=eval_labels(last_eval) if last_eval else (),
         elapsed_s=elapsed,
         pace_s=pace,
     )

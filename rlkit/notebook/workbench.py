@@ -207,11 +207,12 @@ def checkpoint_evals(source: str | Path | Run, *, progress: bool = False) -> dic
 
     A local run: the trainer's own evals, plus every complete checkpoint that has none yet,
     scored now with the run's own eval settings (its recorded config: seed, samples, sampling,
-    env) and cached in RUN/evals/. A SkyRL run: its eval dumps, read as they are.
+    env) and cached in RUN/evals/. A SkyRL run: its eval dumps, read as they are (with both
+    protocols, the sampled ones; `final_greedy_eval` gives the seed's).
     """
     run = open_run(source)
     if not isinstance(run, LocalRun):
-        return run.evals()
+        return run.sampled_evals() or run.evals()
     if not run.dir.run_json.exists():
         raise UsageError(
             f"{run.path} is neither a run dir (run.json) nor a SkyRL run dir or export dir"
@@ -240,10 +241,12 @@ def final_greedy_eval(source: str | Path | Run) -> EvalResult | None:
     """A local run's last checkpoint played greedily (argmax, one episode per test maze): the
     deterministic policy's solve rate beside the sampled evals, the seed's protocol (every
     maze, greedy, one sample: its exact interval and "N/64" headline). Cached in
-    RUN/evals/greedy/global_step_N.json. None for a SkyRL run (its evals are SkyRL's)."""
+    RUN/evals/greedy/global_step_N.json. A SkyRL run with both protocols: its last seed's eval;
+    None for another SkyRL run (its evals are SkyRL's, `checkpoint_evals`)."""
     run = open_run(source)
     if not isinstance(run, LocalRun):
-        return None
+        seed = run.evals() if run.sampled_evals() else {}
+        return seed[max(seed)] if seed else None
     ckpt = run.latest_checkpoint() if run.dir.run_json.exists() else None
     if ckpt is None or ckpt.path is None:
         raise UsageError(f"{source} holds no complete checkpoint yet: train first (notebook 03)")

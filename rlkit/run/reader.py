@@ -93,6 +93,11 @@ class Run(ABC):
     def evals(self) -> dict[int, EvalResult]:
         """`{step: EvalResult}` of every evaluated step, ascending; {} before the first."""
 
+    def sampled_evals(self) -> dict[int, EvalResult]:
+        """The sampled evals of a run that ran both protocols (SkyRL's `eval_protocol=both`:
+        `evals` holds the seed's), by step; {} for a run with one."""
+        return {}
+
     def eval_steps(self) -> list[int]:
         """The evaluated steps, ascending, without reading the evals (cheap to poll)."""
         return sorted(self.evals())
@@ -253,6 +258,12 @@ class SkyRLRunReader(Run):
             return {}  # nothing evaluated yet
         greedy = eval_greedy(self.config())  # SkyRL's default greedy eval: the seed's protocol
         return read_eval_dumps(self.where.export_dir, policy=self.name, greedy=greedy)
+
+    def sampled_evals(self) -> dict[int, EvalResult]:
+        where = self.where.sampled_dir
+        if where is None:
+            return {}
+        return read_eval_dumps(where, policy=self.name, greedy=False)
 
     def eval_steps(self) -> list[int]:
         return dump_steps(self.where.export_dir)

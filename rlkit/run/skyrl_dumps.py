@@ -344,7 +344,6 @@ def run_eval(path: str | Path, step: int | None = None, protocol: str = "rlkit")
     if protocol == "seed" and result.protocol != "seed":
         raise UsageError(
             f"step {step}'s eval is not the seed's protocol ({result.mode}, {result.n_mazes} "
-            f"mazes x {result.samples}): run with --set eval_samples=1 --set eval_temperature=0 "
-            "--set eval_mazes=64"
+            f"mazes x {result.samples}): run with --set eval_protocol=seed (or both)"
         )
     return result

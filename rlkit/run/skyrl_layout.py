@@ -21,6 +21,9 @@ from rlkit.run.checkpoints import MARKER, Checkpoint, step_dirs
 
 LATEST_MARKER = MARKER
 """SkyRL writes it after a checkpoint is complete (rlkit's local runs use the same name)."""
+SAMPLED_EVALS = "sampled"
+"""A run with both eval protocols (`eval_protocol=both`) dumps its sampled eval under
+`<export_path>/sampled/dumped_evals/`, its seed's eval where SkyRL dumps it."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,12 @@ class SkyRLRun:
     def name(self) -> str:
         """The run's name (its run dir's), as evals and plots label it."""
         return (self.run_dir or self.export_dir).name
+
+    @property
+    def sampled_dir(self) -> Path | None:
+        """The export dir of the sampled eval's dumps of a run with both protocols, else None."""
+        where = self.export_dir / SAMPLED_EVALS
+        return where if (where / "dumped_evals").is_dir() else None
 
 
 def find_skyrl_run(path: str | Path) -> SkyRLRun | None:

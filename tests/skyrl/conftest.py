@@ -129,6 +129,7 @@ def skyrl_eval(tmp_path_factory, encoder):
         runs_root=str(tmp_path_factory.mktemp("runs")),
         eval_set="test",
         eval_samples=2,
+        eval_protocol="sampled",  # a part of the set, sampled
         eval_mazes=EVAL_MAZES,
         dataloader_workers=0,  # SkyRL's 8 spawned workers would each import torch here
     )

@@ -33,10 +33,13 @@ def config(preset, name: str = "r") -> SkyRLTrainConfig:
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
-def test_evals_sample_like_rlkit_eval(name):
+def test_evals_follow_the_preset_protocol(name):
+    """The seed's protocol is greedy; a sampled eval samples like `rlkit eval` (T = 1)."""
     preset = get_preset(name)
     params = config(preset).generator.eval_sampling_params
-    assert params.temperature == preset.eval.eval_temperature == 1.0
+    sampled = preset.eval.eval_protocol == "sampled"
+    assert params.temperature == (preset.eval.eval_temperature if sampled else 0.0)
+    assert preset.eval.eval_temperature == 1.0
     assert params.max_generate_length == generate_length(preset)  # None: derived
 
 

@@ -32,7 +32,7 @@ from rlkit.errors import RlkitError
 from rlkit.run.metrics import RunLogger
 from rlkit.run.rundir import RunDir
 from rlkit.run.skyrl_dumps import read_eval_dump
-from rlkit.run.skyrl_layout import latest_step
+from rlkit.run.skyrl_layout import SAMPLED_EVALS, latest_step
 
 _log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ ALIASES = {
     "environment/revisits_mean": "rollout/revisits",
     "environment/parse_errors_mean": "rollout/parse_errors",
     "eval/all/avg_score": "eval/solve_rate",
+    "eval/sampled/all/avg_score": "eval/sampled_solve_rate",  # `eval_protocol=both`
     "policy/policy_loss": "loss/policy",
     "policy/final_loss": "loss/total",
     "policy/policy_kl": "loss/kl",
@@ -87,15 +88,18 @@ def rlkit_names(data: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def eval_interval(export_path: str | Path, step: int) -> dict[str, float]:
-    """The eval's interval, pass@k and skipped dump lines from SkyRL's dump for `step` alone
-    ({} when not dumped, or when the dump cannot be read: that costs this number, never the run).
-    """
+def eval_interval(
+    export_path: str | Path, step: int, greedy: bool | None = None, prefix: str = "eval/"
+) -> dict[str, float]:
+    """The eval's interval, pass@k, protocol and skipped dump lines from SkyRL's dump for `step`
+    alone ({} when not dumped, or when the dump cannot be read: that costs this number, never
+    the run). `greedy`: the eval's sampling; the seed's protocol also logs its count solved
+    and its exact interval (`eval/seed_protocol` 1). Names under `prefix`."""
     if not (Path(export_path) / "dumped_evals" / f"global_step_{step}_evals").is_dir():
         return {}
     try:
         dump = read_eval_dump(export_path, step)
-        result = dump.result()
+        result = dump.result(greedy=greedy)
     except Exception as e:  # a half-written or odd dump must not stop training, only this number
         _log.warning("no interval for the eval at step %d: %s: %s", step, type(e).__name__, e)
         return {}
@@ -106,11 +110,15 @@ def eval_interval(export_path: str | Path, step: int) -> dict[str, float]:
             len(dump.bad_lines),
             ", ".join(dump.bad_lines),
         )
-    low, high = result.ci95
-    out = {"eval/ci_low": low, "eval/ci_high": high, "eval/mazes": float(result.n_mazes)}
-    out |= {f"eval/{k.replace('@', '_at_')}": float(v) for k, v in result.pass_at_k.items()}
-    out["eval/bad_records"] = float(len(dump.bad_lines))
-    return out
+    seed = result.protocol == "seed" and result.exact_ci95 is not None
+    low, high = result.exact_ci95 if seed else result.ci95
+    out = {"ci_low": low, "ci_high": high, "mazes": float(result.n_mazes)}
+    out |= {"samples": float(result.samples), "seed_protocol": float(seed)}
+    if seed:
+        out["solved"] = float(sum(result.flat))
+    out |= {k.replace("@", "_at_"): float(v) for k, v in result.pass_at_k.items()}
+    out["bad_records"] = float(len(dump.bad_lines))
+    return {prefix + k: v for k, v in out.items()}
 
 
 def drop_metrics_after_checkpoint(run: RunDir, *, reevaluates: bool = False) -> None:
@@ -158,8 +166,11 @@ class MetricsBridge:
         run_name: str = "",
         reevaluates: bool = False,
         groups_per_step: int | None = None,
+        greedy: bool | None = None,
     ) -> None:
         self.run = RunDir(run_dir)
+        self.greedy = greedy
+        """Whether SkyRL's own eval is greedy (the seed's protocol when one sample a maze)."""
         self.groups_per_step = groups_per_step
         """Prompts (GRPO groups) per step, SkyRL's `train_batch_size`: the denominator of the
         zero-variance share (`rlkit.run.stability`), logged as `rollout/groups` beside the count."""
@@ -188,7 +199,10 @@ class MetricsBridge:
         if "rollout/zero_variance_groups" in metrics and self.groups_per_step:
             metrics["rollout/groups"] = float(self.groups_per_step)
         if "eval/solve_rate" in metrics:
-            metrics |= eval_interval(self.export_path, step)
+            metrics |= eval_interval(self.export_path, step, self.greedy)
+        if "eval/sampled_solve_rate" in metrics:
+            sampled = self.export_path / SAMPLED_EVALS
+            metrics |= eval_interval(sampled, step, greedy=False, prefix="eval/sampled_")
         record = self.logger.log(step, metrics)
         print(step_line(step, metrics), flush=True)  # what HyperPod's hang rule watches
         try:

@@ -129,7 +129,7 @@ def estimate_cost(p: SkyRLPreset, budget, bench: Path = BENCH_RESULT) -> Cost:
 
     step = tuple(train[i] + rollout(episodes, i) for i in (0, 1))
     evals = p.batch.steps // p.eval.eval_interval + 1  # every interval, and once before training
-    eval_s = tuple(rollout(p.eval.eval_mazes * p.eval.eval_samples, i) for i in (0, 1))
+    eval_s = tuple(rollout(p.eval_episodes, i) for i in (0, 1))
     start = [sum(v[i] for v in START_MINUTES.values()) for i in (0, 1)]
     staged = p.model.model_path.startswith("/")
     if not staged:
@@ -146,7 +146,8 @@ def estimate_cost(p: SkyRLPreset, budget, bench: Path = BENCH_RESULT) -> Cost:
         f"rollouts: {episodes} episodes a step of {turns[0]}-{turns[1]} turns, "
         f"{ANSWER_TOKENS[0]}-{ANSWER_TOKENS[1]} answer tokens, vLLM at an assumed "
         f"{DECODE_TOKENS_PER_S[0]:.0f}-{DECODE_TOKENS_PER_S[1]:.0f} tok/s per GPU",
-        f"{p.batch.steps} steps, {evals} evals of {p.eval.eval_mazes * p.eval.eval_samples} episodes, start-up "
+        f"{p.batch.steps} steps, {evals} evals of {p.eval_episodes} episodes "
+        f"(eval_protocol={p.eval.eval_protocol}), start-up "
         f"assumed ({'model staged' if staged else 'model from the hub: stage it to save the download'})",
     ]
     model_gb = p.model.model_params_b * 2

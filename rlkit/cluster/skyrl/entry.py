@@ -147,12 +147,19 @@ def record_run(cfg, job: Job, overrides: list[str]) -> dict:
     return config
 
 
-def _run_skyrl(cfg, hang: HangRules, capture: CaptureConfig, rows_in_order: bool = False) -> None:
+def _run_skyrl(
+    cfg,
+    hang: HangRules,
+    capture: CaptureConfig,
+    rows_in_order: bool = False,
+    sampled_eval: tuple[int, float] | None = None,
+) -> None:
     """Body of the Ray task: register the env in this process, then SkyRL's experiment.
 
     The step lines come from this process (the bridged tracker), so HyperPod's hang rules are
     registered here, with this task's Ray job and worker ids. `capture`: the captured training
-    rollouts; `rows_in_order`: train the rows in their order (a curriculum), not shuffled.
+    rollouts; `rows_in_order`: train the rows in their order (a curriculum), not shuffled;
+    `sampled_eval`: (samples, temperature) of a sampled eval after SkyRL's (`eval_protocol=both`).
     """
     from rlkit.cluster.skyrl.experiment import RlkitExp
     from rlkit.env.maze_env import register_env
@@ -160,7 +167,7 @@ def _run_skyrl(cfg, hang: HangRules, capture: CaptureConfig, rows_in_order: bool
     register_env()
     print(f"rlkit: {start_hang_detection(hang)}", flush=True)
     # SkyRL's experiment, its metrics bridged into the run dir
-    RlkitExp(cfg, capture, rows_in_order=rows_in_order).run()
+    RlkitExp(cfg, capture, rows_in_order=rows_in_order, sampled_eval=sampled_eval).run()
     print(DONE_LINE, flush=True)
 
 
@@ -228,7 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     # SkyRL's trainer task holds every rollout's pixel values: reserve memory only a GPU
     # worker has, so Ray cannot place it on the head pod
     task = ray.remote(num_cpus=1, memory=sky.layout.driver_memory_gb * 2**30 or None)(_run_skyrl)
-    ray.get(task.remote(cfg, sky.hang, sky.capture, shares is not None))
+    sampled = (sky.eval.eval_samples, sky.eval.eval_temperature)
+    both = sampled if sky.eval.eval_protocol == "both" else None
+    ray.get(task.remote(cfg, sky.hang, sky.capture, shares is not None, both))
     return 0
 
 

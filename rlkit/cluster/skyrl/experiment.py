@@ -56,6 +56,7 @@ def bridged_tracker(cfg) -> BridgedTracking:
         run_name=t.run_name,
         reevaluates=t.eval_before_train,  # SkyRL evaluates a resumed step again
         groups_per_step=t.train_batch_size,  # prompts a step: the zero-variance share's base
+        greedy=cfg.generator.eval_sampling_params.temperature == 0,
     )
     return BridgedTracking(
         project_name=t.project_name,
@@ -74,12 +75,21 @@ class RlkitExp(BasePPOExp):
     rows_in_order: bool = False
     """Train the rows in their file's order (a curriculum), not in SkyRL's shuffled one."""
 
+    sampled_eval: tuple[int, float] | None = None
+    """(samples a maze, temperature) of a sampled eval after SkyRL's own (`eval_protocol=both`)."""
+
     def __init__(
-        self, cfg, capture: CaptureConfig | None = None, *, rows_in_order: bool = False
+        self,
+        cfg,
+        capture: CaptureConfig | None = None,
+        *,
+        rows_in_order: bool = False,
+        sampled_eval: tuple[int, float] | None = None,
     ) -> None:
         if capture is not None:
             self.capture = capture
         self.rows_in_order = rows_in_order
+        self.sampled_eval = sampled_eval
         super().__init__(cfg)
 
     def get_tracker(self) -> Tracking:
@@ -141,4 +151,5 @@ class RlkitExp(BasePPOExp):
             generator=generator,
             colocate_pg=colocate_pg,
             rows_in_order=self.rows_in_order,
+            sampled_eval=self.sampled_eval,
         )

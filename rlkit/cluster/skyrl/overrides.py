@@ -99,10 +99,7 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         f"generator.sampling_params.max_generate_length={answer}",
         f"generator.sampling_params.temperature={p.batch.temperature}",
         f"generator.sampling_params.top_p={p.batch.top_p}",
-        f"generator.eval_n_samples_per_prompt={p.eval.eval_samples}",
-        # sampled evals, as `rlkit eval` samples (SkyRL's default eval sampling is greedy)
-        f"generator.eval_sampling_params.temperature={p.eval.eval_temperature}",
-        f"generator.eval_sampling_params.max_generate_length={answer}",
+        *eval_overrides(p, answer),
         # evals, checkpoints, resume: resubmitting the run continues from its latest checkpoint
         f"trainer.eval_interval={p.eval.eval_interval}",
         "trainer.eval_before_train=true",
@@ -118,6 +115,20 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         "trainer.project_name=rlkit",
         f"trainer.run_name={run_name}",
         *device_overrides(p),
+    ]
+
+
+def eval_overrides(p: SkyRLPreset, answer: int) -> list[str]:
+    """SkyRL's own eval: the seed's protocol (temperature 0, one sample a maze) unless the
+    preset's is `sampled`; with `both` rlkit's trainer adds the sampled eval after it."""
+    if p.eval.eval_protocol == "sampled":
+        samples, temperature = p.eval.eval_samples, p.eval.eval_temperature
+    else:
+        samples, temperature = 1, 0.0
+    return [
+        f"generator.eval_n_samples_per_prompt={samples}",
+        f"generator.eval_sampling_params.temperature={temperature}",
+        f"generator.eval_sampling_params.max_generate_length={answer}",
     ]
 
 

@@ -41,6 +41,8 @@ DEVICES = ("cuda", "cpu")
 LR_SCHEDULES = ("constant_with_warmup", "constant", "cosine", "linear")
 """The `transformers` schedulers SkyRL's FSDP strategy builds from a rate, warmup and step count
 alone (others need arguments SkyRL does not pass)."""
+EVAL_PROTOCOLS = ("seed", "sampled", "both")
+"""`SkyEval.eval_protocol`: the seed's greedy one-sample eval, the sampled k-sample one, or both."""
 
 
 def refuse_known_traps(p: SkyRLPreset) -> None:
@@ -75,13 +77,46 @@ def set_view(eval_set: str, cell_px: int | None = None) -> EnvConfig:
     return replace(cfg, style=replace(cfg.style, cell_px=cell_px))
 
 
+def check_eval(p: SkyRLPreset) -> None:
+    """The eval settings: a known protocol, the seed's on the whole set, a sampled one that samples."""
+    e = p.eval
+    if e.eval_protocol not in EVAL_PROTOCOLS:
+        raise UsageError(
+            f"eval_protocol {e.eval_protocol!r} must be one of {', '.join(EVAL_PROTOCOLS)}"
+        )
+    if not 1 <= e.eval_mazes <= 64:
+        raise UsageError(f"eval_mazes ({e.eval_mazes}) must be 1..64 (a pinned set)")
+    if e.eval_protocol != "sampled" and e.eval_mazes != 64:
+        raise UsageError(
+            f"eval_protocol={e.eval_protocol} plays every maze of the set: eval_mazes "
+            f"({e.eval_mazes}) must be 64, or set eval_protocol=sampled"
+        )
+    if e.eval_protocol != "seed" and (e.eval_samples < 1 or e.eval_temperature <= 0):
+        raise UsageError(
+            f"the sampled eval needs eval_samples >= 1 ({e.eval_samples}) and eval_temperature "
+            f"> 0 ({e.eval_temperature}): a greedy eval is eval_protocol=seed"
+        )
+
+
+def eval_plan(p: SkyRLPreset) -> str:
+    """The run's evals in words, each with its protocol, as the dry run prints them."""
+    e = p.eval
+    when = f"before training and every {e.eval_interval} steps on {p.task.eval_set}"
+    seed = f"the seed's protocol ({e.eval_mazes} mazes, greedy, one sample a maze, exact CI)"
+    sampled = (
+        f"sampled ({e.eval_mazes} mazes x {e.eval_samples} at temperature "
+        f"{e.eval_temperature}, CI clustered by maze)"
+    )
+    what = {"seed": seed, "sampled": sampled, "both": f"{seed}, then {sampled}"}
+    return f"{what[e.eval_protocol]}; {when}"
+
+
 def check_preset(p: SkyRLPreset) -> None:
     """Every check of a preset, each a one-line UsageError that says what to change."""
     set_view(
         p.task.eval_set, p.task.cell_px
     )  # an unknown set or a bad view fails here, not on the cluster
-    if not 1 <= p.eval.eval_mazes <= 64:
-        raise UsageError(f"eval_mazes ({p.eval.eval_mazes}) must be 1..64 (a pinned set)")
+    check_eval(p)
     for name, value in (
         ("nodes", p.layout.nodes),
         ("group_size", p.batch.group_size),

@@ -138,18 +138,23 @@ class SkyTask:
 class SkyEval:
     """The evals SkyRL runs on the eval split and dumps for rlkit's readers."""
 
+    eval_protocol: str = "seed"
+    """Which evals a run records (`EVAL_PROTOCOLS`). `seed`: the seed's protocol, SkyRL's own
+    eval at temperature 0, one sample a maze over the whole pinned set, before training and
+    every `eval_interval` steps: "N/64 = x% [exact CI]", comparable with the seed's 28/64.
+    `sampled`: `eval_samples` a maze at `eval_temperature`, an interval clustered by maze.
+    `both`: the seed's eval, then the sampled one on the same weights, dumped apart
+    (`exports/sampled/dumped_evals/`)."""
     eval_mazes: int = 64
-    """Mazes of the eval set in the eval split (the first N; 64 = the whole pinned set)."""
+    """Mazes of the eval set in the eval split (the first N; 64 = the whole pinned set, which
+    the seed's protocol needs)."""
     eval_interval: int = 10
     """Steps between evals on the eval split (dumped for rlkit's readers)."""
     eval_samples: int = 4
-    """Samples per eval maze. Departure from 1: 64 single samples give a +-12 point CI. The
-    seed's protocol (one greedy sample a maze, the 43.75% = 28/64) is
-    `--set eval_samples=1 --set eval_temperature=0`; `rlkit eval` on such a run's dumps marks it
-    `protocol: seed` and prints its exact interval."""
+    """Samples per maze of the sampled eval (`eval_protocol` sampled or both): 64 single
+    samples give a +-12 point CI, 4 narrow it (clustered by maze)."""
     eval_temperature: float = 1.0
-    """Eval sampling temperature. SkyRL's default eval sampling is greedy (temperature 0), so k
-    samples per maze would be k copies of one episode counted as k; `rlkit eval` samples at 1."""
+    """Temperature of the sampled eval, as `rlkit eval` samples; the seed's eval is greedy."""
 
 
 @dataclass(frozen=True)

@@ -131,6 +131,14 @@ class SkyRLPreset:
         return self.batch.steps * self.prompts_per_step
 
     @property
+    def eval_episodes(self) -> int:
+        """Episodes of one eval: a greedy one a maze for the seed's protocol, `eval_samples`
+        a maze for the sampled one, both for `both`."""
+        e = self.eval
+        seed = e.eval_mazes if e.eval_protocol != "sampled" else 0
+        return seed + (e.eval_mazes * e.eval_samples if e.eval_protocol != "seed" else 0)
+
+    @property
     def images_per_episode(self) -> int:
         """The env shows one image per turn plus the first: vLLM's per-prompt image limit."""
         return self.task.max_turns + 1
@@ -142,7 +150,9 @@ def _preset(**changes: object) -> SkyRLPreset:
 
 
 PRESETS: dict[str, SkyRLPreset] = {
-    "qwen3vl-8b": SkyRLPreset(),  # every GPU of the node: the default (billed whole)
+    # every GPU of the node: the default (billed whole); the seed's eval protocol (greedy, one
+    # sample a maze, before training); `--set eval_protocol=both` adds the sampled one
+    "qwen3vl-8b": SkyRLPreset(),
     "qwen3vl-8b-6gpu": _preset(gpus_per_node=6),  # the seed's layout: 6 of a 48xlarge's 8
     # The whole cluster path in minutes before the 8B run: one node, a 2B model, 3 steps,
     # an eval of 8 mazes before training and at the end, one checkpoint and export.
@@ -153,6 +163,7 @@ PRESETS: dict[str, SkyRLPreset] = {
         prompts_per_node=12,
         mini_batches=1,
         steps=3,
+        eval_protocol="sampled",  # a few mazes, sampled: the path, not the number
         eval_mazes=8,
         eval_samples=2,
         eval_interval=3,
@@ -192,6 +203,7 @@ PRESETS: dict[str, SkyRLPreset] = {
         # answers 0.9 -> 4.3 an episode by step 5, eval 34.4% -> 29.3% at step 10)
         recipe=replace(CLUSTER_RECIPE, loss_reduction="sequence_mean"),
         steps=6,
+        eval_protocol="sampled",
         eval_mazes=16,
         eval_samples=2,
         eval_interval=3,

@@ -17,21 +17,30 @@ work in a fresh Ray worker that first imports SkyRL (7-9 s a save on a 2-core ho
 With `rows_in_order` (a difficulty curriculum, `Recipe.curriculum_steps`) it reads the training
 rows in their file's order, not SkyRL's shuffled one (`in_order`).
 
+With `sampled_eval` (`eval_protocol=both`) every eval is SkyRL's own (the seed's protocol:
+greedy, one sample a maze), then SkyRL's `evaluate` again on the same weights with the sampled
+settings (`sampled_eval_cfg`), dumped under `<export_path>/sampled/` and logged as
+`eval/sampled/...`.
+
 `RlkitExp.get_trainer` (rlkit.cluster.skyrl.experiment) builds it; tests/skyrl/test_export_gap.py
 runs SkyRL's own save and load code on it with stand-in workers.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 
 import ray
 from skyrl.backends.skyrl_train.utils.io import io
+from skyrl.train.evaluate import evaluate
 from skyrl.train.trainer import RayPPOTrainer
 from skyrl.train.utils import Timer
 from skyrl.train.utils.trainer_utils import cleanup_old_checkpoints
 from torchdata.stateful_dataloader import StatefulDataLoader
+
+from rlkit.run.skyrl_layout import SAMPLED_EVALS
 
 _log = logging.getLogger(__name__)
 
@@ -61,15 +70,49 @@ def in_order(loader: StatefulDataLoader) -> StatefulDataLoader:
     )
 
 
+def sampled_eval_cfg(cfg, samples: int, temperature: float):
+    """A copy of SkyRL's `cfg` whose eval is the sampled one: `samples` a maze at
+    `temperature`, dumped under `<export_path>/sampled/dumped_evals/`."""
+    out = copy.deepcopy(cfg)
+    out.generator.eval_n_samples_per_prompt = samples
+    out.generator.eval_sampling_params.temperature = temperature
+    out.trainer.export_path = os.path.join(cfg.trainer.export_path, SAMPLED_EVALS)
+    return out
+
+
 def driver_node() -> str:
     """The Ray node id of this process (SkyRL's trainer task)."""
     return ray.get_runtime_context().get_node_id()
 
 
 class RlkitTrainer(RayPPOTrainer):
-    def __init__(self, *args, rows_in_order: bool = False, **kwargs) -> None:
+    def __init__(
+        self,
+        *args,
+        rows_in_order: bool = False,
+        sampled_eval: tuple[int, float] | None = None,
+        **kwargs,
+    ) -> None:
         self.rows_in_order = rows_in_order  # read by the dataloader hook SkyRL's init calls
+        self.sampled_eval = sampled_eval  # (samples a maze, temperature) after SkyRL's own eval
         super().__init__(*args, **kwargs)
+
+    async def eval(self, vllm_metrics_scraper=None) -> dict[str, float]:
+        """SkyRL's eval; with `sampled_eval` the sampled one after it, as `eval/sampled/...`."""
+        metrics = await super().eval(vllm_metrics_scraper)
+        if self.sampled_eval is None:
+            return metrics
+        sampled = await evaluate(
+            eval_dataloader=self.eval_dataloader,
+            generator=self.generator,
+            cfg=sampled_eval_cfg(self.cfg, *self.sampled_eval),
+            global_step=self.global_step,
+            tokenizer=self.tokenizer,
+            vllm_metrics_scraper=vllm_metrics_scraper,
+        )
+        return metrics | {
+            k.replace("eval/", "eval/sampled/", 1): v for k, v in sampled.items() if "/" in k
+        }
 
     def _build_train_dataloader_and_compute_training_steps(self) -> None:
         """SkyRL's training dataloader, reading the rows in order when `rows_in_order`."""
