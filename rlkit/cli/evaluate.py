@@ -12,8 +12,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlkit.errors import UsageError
+
+if TYPE_CHECKING:
+    from rlkit.env.maze_env import EnvConfig
 
 
 def load_policy(
@@ -81,6 +85,23 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         result = run_eval(args.dumps, args.step, args.protocol)
         print(json.dumps(result.to_dict()) if args.json else result.summary())
         return 0
+    sft = args.answer_format != "visgym" or args.prompt_file
+    if args.address and sft:
+        raise UsageError(
+            "--answer-format and --prompt-file run here, not as a cluster job: drop --address"
+        )
+    from rlkit.env.maze_env import env_for_set
+    from rlkit.env.visgym_text import answer_view
+    from rlkit.episodes.policies import is_scripted
+
+    cfg = answer_view(env_for_set(args.set), args.answer_format, prompt_file=args.prompt_file)
+    if args.show_prompt:
+        return _show_prompt(args.policy, args.set, cfg)
+    if args.answer_format == "visgym-sft" and (not args.free or is_scripted(args.policy or "")):
+        raise UsageError(
+            "--answer-format visgym-sft needs a model dir and --free: scripted and constrained "
+            "answers are action tags"
+        )
     if not args.policy:
         raise UsageError("rlkit eval needs --policy (or --dumps RUN for a SkyRL run's own evals)")
 
@@ -130,6 +151,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         mode=mode,
         n_mazes=args.mazes,
         protocol=args.protocol,
+        cfg=cfg,
     )
     if args.out:
         result.save(args.out, trajs)
@@ -139,6 +161,28 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         print(result.summary())
         if any(result.failures.values()):
             print("failures: " + ", ".join(f"{k}={v}" for k, v in result.failures.items()))
+    return 0
+
+
+def _show_prompt(policy: str | None, set_name: str, cfg: EnvConfig) -> int:
+    """Print the first turn of the set's first maze as the model sees it: through the model
+    dir's chat template when `policy` is one, else message by message."""
+    from rlkit.env.maze_env import make_env
+    from rlkit.maze.sets import pinned_set
+
+    msgs, _ = make_env(pinned_set(set_name)[0], cfg).init()
+    if policy and Path(policy).is_dir():
+        from rlkit.model.load import template_text
+
+        text, n_images = template_text(policy, msgs)
+        print(text)
+        print(f"({n_images} image(s) where the image pad stands; {cfg.parser} answers)")
+        return 0
+    for m in msgs:
+        parts = [m["content"]] if isinstance(m["content"], str) else m["content"]
+        print(f"[{m['role']}]")
+        for part in parts:
+            print(part if isinstance(part, str) else part.get("text", "[image]"))
     return 0
 
 
@@ -182,6 +226,20 @@ def add_eval_parser(sub: argparse._SubParsersAction, sets: str) -> None:
         choices=["rlkit", "seed"],
         help="rlkit: k sampled episodes a maze, maze-clustered interval; seed: the seed's "
         "protocol (every maze, greedy, one sample: '28/64 = 43.75%%', exact interval)",
+    )
+    e.add_argument(
+        "--answer-format",
+        default="visgym",
+        choices=["visgym", "visgym-sft"],
+        help="squares sets: SkyRL's <action>up</action> or VisGym's ('move', 0) (SFT checkpoints)",
+    )
+    e.add_argument(
+        "--prompt-file", default=None, help="squares sets: a text file replacing rlkit's rules"
+    )
+    e.add_argument(
+        "--show-prompt",
+        action="store_true",
+        help="print the first turn as the model sees it (its chat template with a model dir)",
     )
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--full", action="store_true", help="with --json: include per-maze rows")

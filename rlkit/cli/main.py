@@ -120,6 +120,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from rlkit.train.presets import preset
 
     cfg = preset(args.preset).with_overrides(parse_sets(args.set))
+    if cfg.task.prompt_sha256:  # run.json records the text and this hash
+        print(f"rules: {cfg.task.prompt_file} (sha256 {cfg.task.prompt_sha256[:12]})")
     if args.address:
         from rlkit.cluster.launch import submit_training
 

@@ -34,7 +34,7 @@ from rlkit.maze.render import RenderStyle, state_data_uri, to_ascii
 
 ENV_ID = "rlkit-maze"
 OBSERVATIONS = ("image", "text", "both")
-PROMPT_STYLES = ("compact", "full", "visgym")
+PROMPT_STYLES = ("compact", "full", "visgym", "visgym-sft")
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,13 @@ class EnvConfig:
     words accepted; models early in training rarely produce the exact format."""
     prompt_style: str = "compact"
     """`compact` (~25 tokens, for the tiny local model), `full` (rules spelled out, for 8B) or
-    `visgym` (VisGym's squares game and SkyRL's answer format, `rlkit.env.visgym_text`)."""
+    `visgym` (VisGym's squares game and SkyRL's answer format, `rlkit.env.visgym_text`) or
+    `visgym-sft` (the same rules asking for VisGym's tuples, with the `visgym-sft` parser)."""
+    format_weight: float = 0.0
+    """Share of the final reward paid for format (`visgym_text.format_share`; VisGym's SFT
+    recipe: 0.2); 0: the reward is the game's verdict alone."""
+    rules: str | None = None
+    """Squares game: this text replaces rlkit's rules (the system prompt; `task.prompt_file`)."""
     style: RenderStyle = field(default_factory=RenderStyle)
     """How observations are drawn (ego view, 8 px cells by default)."""
 
@@ -72,6 +78,7 @@ class EnvConfig:
             raise UsageError(
                 f"unknown prompt_style {self.prompt_style!r}: use {', '.join(PROMPT_STYLES)}"
             )
+        visgym_text.check_answer(self)
 
     @classmethod
     def from_mapping(cls, cfg: Mapping[str, Any] | None) -> EnvConfig:
@@ -151,10 +158,12 @@ rules are ~300 tokens of its toy tokenizer, which made every forward ~4x longer.
 def system_prompt(cfg: EnvConfig, maze: Maze | None = None) -> str:
     """The rules ("" for the compact style, whose task line rides in the user message); the
     `visgym` style names the maze's size when given it."""
+    if cfg.rules is not None:
+        return cfg.rules
     if cfg.prompt_style == "compact":
         return ""
-    if cfg.prompt_style == "visgym":
-        return visgym_text.rules_text(cfg.max_turns, maze)
+    if cfg.prompt_style.startswith("visgym"):
+        return visgym_text.rules_text(cfg.max_turns, maze, cfg.prompt_style)
     many = (
         f" You may give up to {cfg.moves_per_turn} moves in one tag, separated by commas."
         if cfg.moves_per_turn > 1
@@ -179,7 +188,7 @@ def system_prompt(cfg: EnvConfig, maze: Maze | None = None) -> str:
 def observation_message(state: rules.State, cfg: EnvConfig, note: str = "") -> dict:
     """The user message showing `state`: text, image part, or both."""
     left = cfg.max_turns - state.turns
-    ask = "Your action?" if cfg.prompt_style == "visgym" else "Your move?"
+    ask = "Your action?" if cfg.prompt_style.startswith("visgym") else "Your move?"
     text = (note + " " if note else "") + (
         (COMPACT_SQUARES_TASK if state.maze.game == "squares" else COMPACT_TASK)
         if cfg.prompt_style == "compact"
@@ -260,12 +269,14 @@ class MazeEnv(BaseTextEnv):
         self.cfg = cfg
         self.max_turns = cfg.max_turns
         self.maze = maze_from_extras(extras)
-        if cfg.parser == "visgym" and self.maze.game == "cells":
+        squares_only = cfg.parser.startswith("visgym") or cfg.rules is not None or cfg.format_weight
+        if squares_only and self.maze.game == "cells":
             raise UsageError(
-                "parser 'visgym' reads `stop`, which rlkit's cell mazes do not have: use the "
-                "relaxed or strict parser for them"
+                f"parser {cfg.parser!r} (reads `stop`), a prompt file and format_weight are for "
+                "the squares game: rlkit's cell mazes take the relaxed or strict parser"
             )
         self.state = rules.initial(self.maze)
+        self._formatted = 0.0
 
     @property
     def turns(self) -> int:  # BaseTextEnv keeps a counter; ours lives in the state
@@ -279,22 +290,28 @@ class MazeEnv(BaseTextEnv):
     def init(self, prompt: list[dict] | None = None) -> tuple[list[dict], dict]:
         """Reset to the start. The row's prompt is replaced by the rules + first observation."""
         self.state = rules.initial(self.maze)
+        self._formatted = 0.0
         return prompt_messages(self.state, self.cfg), self.metadata()
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         moves, error = parse_actions(action, self.cfg.parser, self.cfg.moves_per_turn)
         before, self.state = self.state, rules.transition(self.state, moves)
-        done = self.done
+        done, w = self.done, self.cfg.format_weight
+        self._formatted += visgym_text.format_share([action]) if w else 0.0
         meta = {**self.metadata(), "actions": [a.word for a in moves], "parse_error": error}
         note = ""
         if self.maze.game == "squares":
-            note = meta["feedback"] = visgym_text.feedback(before, self.state, moves, error)
+            note = meta["feedback"] = visgym_text.feedback(
+                before, self.state, moves, error, self.cfg.parser
+            )
         elif error:
             note = f"Invalid answer ({error}). Reply like <action>up</action>."
         obs = [] if done else [observation_message(self.state, self.cfg, note)]
         return BaseTextEnvStepOutput(
             observations=obs,
-            reward=rules.reward(self.state) if done else 0.0,
+            reward=(1 - w) * rules.reward(self.state) + w * self._formatted / self.state.turns
+            if done
+            else 0.0,
             done=done,
             metadata=meta,
             postprocessed_action=None,

@@ -6,14 +6,31 @@ Feedback follows VisGym's events: a move made, a move into a wall (no move; VisG
 into a wall"), an unreadable answer (the turn is spent, the same picture follows; SkyRL's
 parse-failure message lists the valid actions), and `stop`, which ends the episode and is judged
 there: reward 1 on the target, 0 anywhere else.
+
+The `visgym-sft` answer format is VisGym's own (`('move', 0)`, `('stop', 'stop')`, its direction
+numbering), what its SFT checkpoints write; `format_share` is the format score VisGym's SFT
+recipe pays beside the task (SkyRL's visgym example: 0.8 task + 0.2 format, the share of turns
+whose answer fills observation, justification and action tags).
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from rlkit.errors import UsageError
 from rlkit.maze import rules
 from rlkit.maze.core import Maze, Move, Stop
+
+if TYPE_CHECKING:
+    from rlkit.env.maze_env import EnvConfig
+
+ANSWER_FORMATS = ("visgym", "visgym-sft")
+"""The squares game's answer formats: SkyRL's `<action>up</action>`, VisGym's `('move', 0)`."""
 
 ACTIONS_LINE = "left, right, up, down or stop"
 
@@ -23,9 +40,32 @@ FORMAT_LINE = (
 )
 """SkyRL's instruct recipe's format instruction, in rlkit's words."""
 
+FORMAT_TAGS = ("observation", "justification", "action")
+"""The tags a well-formed answer fills under VisGym's SFT recipe's format score."""
 
-def rules_text(max_turns: int, maze: Maze | None = None) -> str:
-    """The system prompt: the picture's meaning, the actions, how to win, the turn budget."""
+
+TUPLE_LINE = (
+    "Answer with exactly one action written as a Python tuple: ('move', D) moves one square, "
+    "D an integer direction, 0=right, 1=up, 2=left, 3=down; ('stop', 'stop') stops. You may "
+    "think it through in text before the tuple."
+)
+"""The `visgym-sft` format instruction: VisGym's tuples and direction numbers, in rlkit's words."""
+
+_TAGS = tuple(re.compile(rf"<{t}>(.*?)</{t}>", re.DOTALL) for t in FORMAT_TAGS)
+
+
+def format_share(answers: Sequence[str]) -> float:
+    """Share of `answers` that fill every tag of `FORMAT_TAGS` with non-blank text (0 if none)."""
+    good = sum(
+        isinstance(a, str) and all((m := t.search(a)) and m.group(1).strip() for t in _TAGS)
+        for a in answers
+    )
+    return good / len(answers) if answers else 0.0
+
+
+def rules_text(max_turns: int, maze: Maze | None = None, answer_format: str = "visgym") -> str:
+    """The system prompt: the picture's meaning, the actions, how to win, the turn budget;
+    `answer_format` `visgym-sft` asks for VisGym's tuples instead of SkyRL's tags."""
     size = f"{maze.height}x{maze.width} " if maze is not None else ""
     return (
         f"You are in a {size}grid maze seen from above, one square at a time. Gray squares are "
@@ -33,24 +73,83 @@ def rules_text(max_turns: int, maze: Maze | None = None) -> str:
         "target. Each turn choose one action: move one square left, right, up or down, or stop. "
         "A move into a wall leaves you where you were. Stop ends the game at once, and you win "
         "only if you stop while standing on the red square; reaching it without stopping is not "
-        f"enough. You have {max_turns} turns. " + FORMAT_LINE
+        f"enough. You have {max_turns} turns. "
+        + (TUPLE_LINE if answer_format == "visgym-sft" else FORMAT_LINE)
     )
 
 
-def parse_failure(error: str) -> str:
-    return (
-        f"Your answer could not be read ({error}), so the turn is lost and nothing moved. "
-        f"Finish with <action>ACTION</action>, ACTION one of {ACTIONS_LINE}."
+MAX_PROMPT_CHARS = 20000
+"""Longest prompt file (characters): VisGym's own prompt is ~1,000."""
+
+
+def read_prompt_file(path: str) -> tuple[str, str]:
+    """The text of a prompt file (`task.prompt_file`) and its sha256, or a one-line refusal."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"prompt_file {path!r} cannot be read as UTF-8 text: {e}") from None
+    if not text.strip() or len(text) > MAX_PROMPT_CHARS:
+        raise UsageError(
+            f"prompt_file {path!r} holds {len(text.strip())} characters: give 1..{MAX_PROMPT_CHARS}"
+        )
+    return text, hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def check_answer(cfg: EnvConfig) -> None:
+    """Refuse, in one line, an answer format its prompt does not ask for, a format weight
+    outside [0, 1], or empty rules."""
+    sft = (cfg.parser == "visgym-sft", cfg.prompt_style == "visgym-sft")
+    if cfg.rules is None and sft[0] != sft[1]:
+        raise UsageError(
+            "parser and prompt_style must both be visgym-sft (VisGym's tuple answers): the "
+            "prompt must ask for the format the parser reads"
+        )
+    if not 0.0 <= cfg.format_weight <= 1.0:
+        raise UsageError(f"format_weight ({cfg.format_weight}) must be in [0, 1]")
+    if cfg.rules is not None and not (isinstance(cfg.rules, str) and cfg.rules.strip()):
+        raise UsageError("rules (the prompt file's text) must be non-empty text")
+
+
+def answer_view(
+    cfg: EnvConfig,
+    answer_format: str = "visgym",
+    format_weight: float = 0.0,
+    prompt_file: str | None = None,
+) -> EnvConfig:
+    """`cfg` (a set's env) with an answer format, format weight and prompt file's rules; the
+    cell game takes none of them."""
+    if answer_format not in ANSWER_FORMATS:
+        raise UsageError(f"answer_format {answer_format!r}: use {' or '.join(ANSWER_FORMATS)}")
+    if cfg.parser not in ANSWER_FORMATS:  # rlkit's cell mazes keep their own format and rules
+        if answer_format != "visgym" or prompt_file or format_weight:
+            raise UsageError("answer_format, format_weight and prompt_file are for squares sets")
+        return cfg
+    if answer_format == "visgym-sft":
+        cfg = replace(cfg, parser=answer_format, prompt_style=answer_format)
+    rules = None if prompt_file is None else read_prompt_file(prompt_file)[0]
+    return replace(cfg, format_weight=format_weight, rules=rules)
+
+
+def parse_failure(error: str, answer_format: str = "visgym") -> str:
+    ask = (
+        "Answer with ('move', D), D one of 0=right, 1=up, 2=left, 3=down, or ('stop', 'stop')."
+        if answer_format == "visgym-sft"
+        else f"Finish with <action>ACTION</action>, ACTION one of {ACTIONS_LINE}."
     )
+    return f"Your answer could not be read ({error}), so the turn is lost and nothing moved. {ask}"
 
 
 def feedback(
-    before: rules.State, after: rules.State, moves: Sequence[Move], error: str | None
+    before: rules.State,
+    after: rules.State,
+    moves: Sequence[Move],
+    error: str | None,
+    answer_format: str = "visgym",
 ) -> str:
     """One turn's feedback: what happened, in a sentence the model reads beside the picture
     (and the trajectory keeps as the turn's note)."""
     if error:
-        return parse_failure(error)
+        return parse_failure(error, answer_format)
     if after.stopped:
         if rules.solved(after):
             return "You stopped on the red target square: solved."

@@ -13,21 +13,29 @@ a bounded prefix of the text: answers longer than `MAX_CHARS` are judged on thei
   left, right, stop; free text before it. An unknown word in the last tag fails even when an
   earlier tag was good, as there. Answers over `VISGYM_MAX_CHARS` fail outright (SkyRL's 1,024
   generated tokens stay far below it), as do empty ones and VisGym's own tuple form.
+- `visgym-sft`: VisGym's own answers, what its SFT checkpoints write: the first tuple
+  `('move', D)` (D an integer, VisGym's numbering `VISGYM_DIRECTIONS`: 0 right, 1 up, 2 left,
+  3 down) or `('stop', 'stop')` (any 1..4-character text payload, as VisGym's `Text(4)`);
+  free text around it. A bad payload or action name spends the turn, as VisGym's step does.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 
 from rlkit.maze.core import STOP, Action, Move
 
-PARSERS = ("strict", "relaxed", "visgym")
+PARSERS = ("strict", "relaxed", "visgym", "visgym-sft")
+VISGYM_DIRECTIONS = (Action.RIGHT, Action.UP, Action.LEFT, Action.DOWN)
+"""VisGym maze_2d's move payloads 0..3 in its order (`_action_to_direction`)."""
 MAX_CHARS = 4096
 VISGYM_MAX_CHARS = 16384
 """Longest answer the `visgym` parser reads (characters); longer ones are a parse failure."""
 _VISGYM_TAG = re.compile(r"<action>\s*(\w+)\s*</action>", re.IGNORECASE)
 _VISGYM_WORDS: dict[str, Move] = {**{a.word: a for a in Action}, STOP.word: STOP}
 _TUPLE = re.compile(r"\(\s*['\"]?(move|stop)['\"]?\s*,", re.IGNORECASE)
+_SFT_TUPLE = re.compile(r"""\(\s*(['"]?)(\w+)\1\s*,([^()]{0,40})\)""")
 _WORDS = {a.word: a for a in Action}
 _STRICT_TAG = re.compile(r"<action>([a-z, ]{1,80})</action>")
 _RELAXED_TAG = re.compile(r"<\s*action\s*>([^<>]{0,200})<\s*/\s*action\s*>", re.IGNORECASE)
@@ -61,15 +69,41 @@ def _visgym(text: str) -> tuple[list[Move], str | None]:
     return [_VISGYM_WORDS[word]], None
 
 
+def _visgym_sft(text: str) -> tuple[list[Move], str | None]:
+    if len(text) > VISGYM_MAX_CHARS:
+        return [], f"answer longer than {VISGYM_MAX_CHARS} characters"
+    for found in _SFT_TUPLE.finditer(text):  # the first two-element tuple literal counts
+        name, raw = found.group(2), found.group(3).strip()
+        try:
+            payload = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            continue
+        if not isinstance(payload, tuple):  # `('move', 0, 1)`: three elements, not an action
+            break
+    else:
+        return [], "no two-element action tuple like ('move', 0) or ('stop', 'stop')"
+    if name == "move":
+        if type(payload) is not int or not 0 <= payload <= 3:
+            return [], f"move direction {raw[:20]} is not 0, 1, 2 or 3"
+        return [VISGYM_DIRECTIONS[payload]], None
+    if name == "stop":
+        if not isinstance(payload, str) or not 1 <= len(payload) <= 4:
+            return [], "stop takes a short text payload: ('stop', 'stop')"
+        return [STOP], None
+    return [], f"unknown action name {name[:20]!r}: use 'move' or 'stop'"
+
+
 def parse_actions(
     text: object, mode: str = "relaxed", max_moves: int = 1
 ) -> tuple[list[Move], str | None]:
     """Moves in `text` and None, or no moves and a short reason (for the feedback message).
-    Only the `visgym` mode can return `STOP`."""
+    Only the `visgym` modes can return `STOP`."""
     if not isinstance(text, str):
         return [], "answer is not text"
     if mode == "visgym":
         return _visgym(text)
+    if mode == "visgym-sft":
+        return _visgym_sft(text)
     if len(text) > MAX_CHARS:
         text = text[-MAX_CHARS:]
     if mode == "strict":
@@ -89,3 +123,10 @@ def parse_actions(
 def format_action(*actions: Move) -> str:
     """The canonical answer text for `actions`: what a perfect model would write."""
     return "<action>" + ", ".join(a.word for a in actions) + "</action>"
+
+
+def format_tuple(action: Move) -> str:
+    """The `visgym-sft` answer for `action`: `('move', D)` in VisGym's numbering, or stop."""
+    if action is STOP:
+        return "('stop', 'stop')"
+    return f"('move', {VISGYM_DIRECTIONS.index(action)})"

@@ -57,7 +57,8 @@ def set_episode(
         p.get("type") in ("image", "image_url") for p in first[-1]["content"]
     ):
         image = render_array(rules.initial(maze), cfg.style).shape[:2]
-    return Episode(system, tuple(texts), image, stop=maze.game == "squares")
+    sft = cfg.parser == "visgym-sft"
+    return Episode(system, tuple(texts), image, stop=maze.game == "squares", tuples=sft)
 
 
 def _text(message: dict) -> str:
@@ -162,7 +163,8 @@ def budget_report(
         max_turns=max_turns,
         max_input_length=max_input_length,
         max_model_len=max_model_len,
-        max_generate_length=max_generate_length or derived_answer_length(tokens, ep.stop),
+        max_generate_length=max_generate_length
+        or derived_answer_length(tokens, ep.stop, ep.tuples),
     )
     if model_dir is None:
         report = BudgetReport(model, None, assumed, set_name, processor, ep.image, budget)

@@ -35,8 +35,8 @@ from typing import Any
 
 from rlkit.env.maze_env import QWEN3VL_IMAGE
 from rlkit.errors import UsageError
-from rlkit.maze.core import STOP
-from rlkit.maze.parsing import format_action
+from rlkit.maze.core import STOP, Action
+from rlkit.maze.parsing import format_action, format_tuple
 from rlkit.model.action_tag import answer_length
 
 TURN_FRAMING = ("<|im_start|>user\n", "<|im_end|>\n")
@@ -174,9 +174,12 @@ class Tokens:
         rest = len(_SPECIAL.sub("", text))
         return len(specials) + math.ceil(rest / self.assumed.chars_per_token)
 
-    def answer_tokens(self, stop: bool = False) -> int:
+    def answer_tokens(self, stop: bool = False, tuples: bool = False) -> int:
         """The longest canonical answer, its end of turn included; with `stop` (the squares
-        game) `<action>stop</action>` counts too, which a tokenizer may spell longer."""
+        game) `<action>stop</action>` counts too, which a tokenizer may spell longer; `tuples`:
+        VisGym's `('move', 0)` .. `('stop', 'stop')` instead (`visgym-sft`)."""
+        if tuples:
+            return 1 + max(self.count(format_tuple(m)) for m in (*Action, STOP))
         if self._tok is None:
             a = self.assumed
             return max(a.answer_tokens, a.stop_tokens) if stop else a.answer_tokens
@@ -195,6 +198,8 @@ class Episode:
     """(height, width) of each observation's image; None for a text-only env."""
     stop: bool = False
     """Whether `stop` is an answer (the squares game): its canonical answer counts too."""
+    tuples: bool = False
+    """Whether answers are VisGym's tuples (`visgym-sft`): theirs are the canonical answers."""
 
 
 @dataclass(frozen=True)
@@ -352,16 +357,16 @@ def turn_budget(
         header=tokens.count(GENERATION_HEADER),
         tail=tokens.count(ANSWER_TAIL),
         answer=max_generate_length,
-        canonical=tokens.answer_tokens(ep.stop),
+        canonical=tokens.answer_tokens(ep.stop, ep.tuples),
         max_turns=max_turns,
         max_input_length=max_input_length,
         max_model_len=max_model_len,
     )
 
 
-def derived_answer_length(tokens: Tokens, stop: bool = False) -> int:
+def derived_answer_length(tokens: Tokens, stop: bool = False, tuples: bool = False) -> int:
     """An answer budget from the tokenizer: the canonical answer plus `ANSWER_ROOM`."""
-    return tokens.answer_tokens(stop) + ANSWER_ROOM
+    return tokens.answer_tokens(stop, tuples) + ANSWER_ROOM
 
 
 def preprocessor(model_dir: str | Path) -> ImageProcessor | None:

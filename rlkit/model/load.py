@@ -145,3 +145,12 @@ def processor_template(model_path: str | Path) -> str:
     or a hub id; one warning when the tokenizer's own differs). For code that loads a bare
     tokenizer (SkyRL's experiment), so it renders what the engines render."""
     return chat_template(AutoProcessor.from_pretrained(model_path))
+
+
+def template_text(path: str | Path, messages: list[dict]) -> tuple[str, int]:
+    """`messages` as the checkpoint's own processor renders them for generation (one image pad
+    per image, as `rlkit eval --show-prompt` prints them) and how many images they hold."""
+    text, images = ChatEncoder(AutoProcessor.from_pretrained(check_checkpoint(path))).chat_text(
+        messages
+    )
+    return text, len(images)

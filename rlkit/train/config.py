@@ -6,10 +6,11 @@ The named presets are `rlkit.train.presets`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from rlkit.env.maze_env import EnvConfig
+from rlkit.env.visgym_text import read_prompt_file
 from rlkit.errors import UsageError
 from rlkit.maze.sets import MazeSpec, pinned_spec
 from rlkit.model.config import TinyConfig
@@ -44,6 +45,16 @@ class TaskConfig:
     """Pinned 64-maze set for every checkpoint's evaluation."""
     history: int | None = 1
     """Turns of history the model sees: 1 = Markov (the picture shows the trail), None = all."""
+    prompt_file: str | None = None
+    """Squares game: a text file whose text replaces rlkit's rules (`env.rules`, in run.json)."""
+    prompt_sha256: str | None = None
+    """The prompt file's sha256, set from it (run.json records it beside the text)."""
+
+    def __post_init__(self) -> None:
+        if self.prompt_file is not None:
+            text, digest = read_prompt_file(self.prompt_file)
+            object.__setattr__(self, "env", replace(self.env, rules=text))
+            object.__setattr__(self, "prompt_sha256", digest)
 
 
 @dataclass(frozen=True)
@@ -191,6 +202,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         g, s = self.grpo, self.schedule
+        if self.task.env.parser == "visgym-sft" and self.model.constrained:
+            raise UsageError(
+                "task.env.parser=visgym-sft needs model.constrained=false: a constrained answer "
+                "is an action tag, not VisGym's tuple"
+            )
         if g.group_size < 2:
             raise UsageError(
                 f"group_size ({g.group_size}) must be >= 2: GRPO compares episodes within a group"
