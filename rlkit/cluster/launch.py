@@ -32,6 +32,7 @@ from rlkit.cluster.skyrl import storage
 from rlkit.cluster.skyrl.cost import estimate_cost
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides, entrypoint_command
 from rlkit.cluster.skyrl.preset_checks import check_budget, eval_plan
+from rlkit.cluster.skyrl.start import start_plan
 from rlkit.errors import RlkitError, UsageError
 from rlkit.settings import parse_sets
 from rlkit.train.presets import preset as load_preset
@@ -264,6 +265,7 @@ class TrainingPlan:
         ]
         if self.budget is not None and sky.layout.device != "cpu":
             lines += estimate_cost(sky, self.budget.budget).lines()
+        lines.append(plan_line("start", start_plan(sky)))
         lines.append(plan_line("eval", eval_plan(sky)))
         lines.append(plan_line("hang rule", _hang_summary(sky)))
         if self.budget is not None:

@@ -21,12 +21,16 @@ import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlkit.cluster.hang import DONE_LINE, HangRules, start_hang_detection
 from rlkit.cluster.skyrl.overrides import RunPaths
 from rlkit.cluster.skyrl.presets import TINY_WARM, SkyRLPreset, get_preset
 from rlkit.errors import RlkitError, UsageError
 from rlkit.settings import CaptureConfig, parse_sets
+
+if TYPE_CHECKING:
+    from rlkit.env.maze_env import EnvConfig
 
 
 @dataclass(frozen=True)
@@ -69,11 +73,13 @@ def ensure_datasets(
     eval_rows: int = 64,
     cell_px: int | None = None,
     shares: list[float] | None = None,
+    cfg: EnvConfig | None = None,
 ) -> tuple[Path, Path]:
     """Write the datasets once per run dir; a resumed run must see the same rows, read back
     first so a damaged file is refused in one line here, not deep inside SkyRL's loader.
     `cell_px`: the preset's view of the set (None: the set's own); `shares`: each training
-    row's curriculum share (`curriculum_shares`; None: the whole mazes)."""
+    row's curriculum share (`curriculum_shares`; None: the whole mazes); `cfg`: the env the
+    rows carry (`task_view`: answer format, prompt file; None: the set's view)."""
     from rlkit.cluster.skyrl.preset_checks import set_view
     from rlkit.env.data import read_rows, write_datasets
 
@@ -84,7 +90,7 @@ def ensure_datasets(
             read_rows(rows)  # a damaged file: one line, here
         print(f"rlkit: reusing datasets in {out}", flush=True)
         return train, evals
-    cfg = set_view(eval_set, cell_px)
+    cfg = cfg or set_view(eval_set, cell_px)
     paths = write_datasets(
         out, train_rows, eval_set=eval_set, n_eval=eval_rows, cfg=cfg, shares=shares
     )
@@ -125,12 +131,15 @@ def record_run(cfg, job: Job, overrides: list[str]) -> dict:
     back instead of the preset. A resume that changed the config records the change."""
     import json
 
+    from rlkit.env.visgym_text import read_prompt_file
     from rlkit.run.rundir import RunDir
     from rlkit.run.skyrl_layout import latest_step
 
     run = RunDir(cfg.trainer.ckpt_path)
+    prompt = job.sky.task.prompt_file
     config = {
         "entry": {"preset": job.preset, **dataclasses.asdict(job.sky)},
+        **({"prompt_sha256": read_prompt_file(prompt)[1]} if prompt else {}),
         "overrides": parse_sets(overrides, "SkyRL override"),
         "skyrl": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
     }
@@ -212,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     sky, paths = job.sky, job.paths
     if paths is None:
         raise UsageError("give SkyRL's trainer.ckpt_path=RUN_DIR: the run dir holds the rows")
+    from rlkit.cluster.skyrl.start import task_view
+
     shares = curriculum_shares(sky)
     ensure_datasets(
         paths.data_dir,
@@ -220,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         sky.eval.eval_mazes,
         sky.task.cell_px,
         shares,
+        task_view(sky.task),
     )
     if sky.model.model_path == TINY_WARM:
         ensure_init_model(paths.init_model_dir, sky.model.warm_start_to)

@@ -69,6 +69,7 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         f"trainer.policy.optimizer_config.scheduler={p.batch.lr_schedule}",
         # placement: vLLM engines colocated with the FSDP2 policy on every GPU
         f"trainer.policy.model.path={model_location(p, paths)}",
+        f"trainer.ref.model.path={model_location(p, paths)}",  # the KL anchor: the start model
         "trainer.strategy=fsdp",
         "trainer.placement.colocate_all=true",
         f"trainer.placement.policy_num_nodes={p.layout.nodes}",

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlkit.cluster.skyrl.instances import check_layout, instance_type
+from rlkit.cluster.skyrl.start import model_state, task_view
 from rlkit.env.maze_env import EnvConfig, env_for_set
 from rlkit.errors import UsageError
 from rlkit.model.budget_report import BudgetReport, budget_report
@@ -113,9 +114,8 @@ def eval_plan(p: SkyRLPreset) -> str:
 
 def check_preset(p: SkyRLPreset) -> None:
     """Every check of a preset, each a one-line UsageError that says what to change."""
-    set_view(
-        p.task.eval_set, p.task.cell_px
-    )  # an unknown set or a bad view fails here, not on the cluster
+    task_view(p.task)  # an unknown set, a bad view or format fails here, not on the cluster
+    model_state(p.model.model_path)
     check_eval(p)
     for name, value in (
         ("nodes", p.layout.nodes),
@@ -206,7 +206,7 @@ def preset_budget(p: SkyRLPreset, model_dir: str | Path | None | bool = True) ->
         max_input_length=p.task.max_input_length,
         max_model_len=p.task.max_model_len,
         max_generate_length=p.task.max_generate_length,
-        cfg=set_view(p.task.eval_set, p.task.cell_px),
+        cfg=task_view(p.task),
     )
 
 

@@ -132,6 +132,14 @@ class SkyTask:
     model's tokenizer plus room (`preset_checks.generate_length`: 4 + 4 with the tiny
     tokenizer, 8 + 4 with Qwen's). One that cannot hold the canonical answer is refused."""
     max_prompt_length: int = 2048
+    answer_format: str = "visgym"
+    """Squares game: `visgym` (SkyRL's `<action>up</action>`) or `visgym-sft` (VisGym's tuples,
+    `('move', 0)`, what its SFT checkpoints write: `rlkit.maze.parsing`)."""
+    format_weight: float = 0.0
+    """Share of the reward paid for format (VisGym's SFT recipe: 0.2); 0: the verdict alone."""
+    prompt_file: str | None = None
+    """Squares game: a text file (on /fsx: the client and the job both read it) whose text
+    replaces rlkit's rules; run.json records its path and sha256."""
 
 
 @dataclass(frozen=True)
