@@ -38,7 +38,13 @@ from rlkit.run import captures
 from rlkit.run.captures import CapturedEpisode
 from rlkit.run.checkpoints import Checkpoint
 from rlkit.run.rundir import RunDir
-from rlkit.run.skyrl_dumps import dump_steps, eval_greedy, read_eval_dump, read_eval_dumps
+from rlkit.run.skyrl_dumps import (
+    dump_steps,
+    eval_greedy,
+    read_eval_dump,
+    read_eval_dumps,
+    read_eval_dumps_by_set,
+)
 from rlkit.run.skyrl_layout import SkyRLRun, find_skyrl_run, list_checkpoints
 
 RENAMED = {
@@ -92,6 +98,12 @@ class Run(ABC):
     @abstractmethod
     def evals(self) -> dict[int, EvalResult]:
         """`{step: EvalResult}` of every evaluated step, ascending; {} before the first."""
+
+    def evals_by_set(self) -> dict[str, dict[int, EvalResult]]:
+        """`{set: {step: EvalResult}}`: a run that evaluated several sets (SkyRL's
+        `eval_sets`) has one entry a set, its training family's first; else its one set."""
+        evals = self.evals()
+        return {evals[min(evals)].set: evals} if evals else {}
 
     def sampled_evals(self) -> dict[int, EvalResult]:
         """The sampled evals of a run that ran both protocols (SkyRL's `eval_protocol=both`:
@@ -256,8 +268,16 @@ class SkyRLRunReader(Run):
     def evals(self) -> dict[int, EvalResult]:
         if not (self.where.export_dir / "dumped_evals").is_dir():
             return {}  # nothing evaluated yet
+        by_set = self.evals_by_set()
+        return next(iter(by_set.values())) if by_set else {}
+
+    def evals_by_set(self) -> dict[str, dict[int, EvalResult]]:
+        if not (self.where.export_dir / "dumped_evals").is_dir():
+            return {}
         greedy = eval_greedy(self.config())  # SkyRL's default greedy eval: the seed's protocol
-        return read_eval_dumps(self.where.export_dir, policy=self.name, greedy=greedy)
+        by_set = read_eval_dumps_by_set(self.where.export_dir, policy=self.name, greedy=greedy)
+        first = ((self.config().get("entry") or {}).get("task") or {}).get("eval_set")
+        return dict(sorted(by_set.items(), key=lambda kv: kv[0] != first))
 
     def sampled_evals(self) -> dict[int, EvalResult]:
         where = self.where.sampled_dir

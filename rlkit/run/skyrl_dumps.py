@@ -124,6 +124,19 @@ class EvalDump:
             self.episodes, step=self.step, policy=self._name(policy), greedy=greedy
         )
 
+    def results_by_set(
+        self, policy: str = "skyrl", greedy: bool | None = None
+    ) -> dict[str, EvalResult]:
+        """One EvalResult a set (a run with several eval sets: SkyRL dumps a file a set)."""
+        by_set: dict[str, list[EvalEpisode]] = {}
+        for ep in self.episodes:
+            by_set.setdefault(ep.data_source.rsplit("/", 1)[-1], []).append(ep)
+        name = self._name(policy)
+        return {
+            s: episodes_to_result(eps, step=self.step, policy=name, greedy=greedy)
+            for s, eps in by_set.items()
+        }
+
     def trajectories(self, policy: str = "skyrl") -> list[Trajectory]:
         """The step's episodes replayed as Trajectories, in `result()`'s order (maze-major:
         `trajs[i * samples + k]` is maze i's k-th sample), named as `result()` names them."""
@@ -315,6 +328,19 @@ def read_eval_dumps(
         dump.warn_bad_lines()
         results[step] = dump.result(policy, greedy)
     return results
+
+
+def read_eval_dumps_by_set(
+    export_path: str | Path, *, policy: str = "skyrl", greedy: bool | None = None
+) -> dict[str, dict[int, EvalResult]]:
+    """`{set: {step: EvalResult}}` of every dumped step (`read_eval_dumps`, split by set)."""
+    out: dict[str, dict[int, EvalResult]] = {}
+    for step in dump_steps(export_path):
+        dump = read_eval_dump(export_path, step)
+        dump.warn_bad_lines()
+        for name, result in dump.results_by_set(policy, greedy).items():
+            out.setdefault(name, {})[step] = result
+    return out
 
 
 def dump_steps(export_path: str | Path) -> list[int]:

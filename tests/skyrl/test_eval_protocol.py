@@ -110,26 +110,29 @@ def oracle_answer(maze: Maze) -> str:
     return between.join(format_action(m) for m in moves) + "<|im_end|>"
 
 
-def write_dump(export_dir: Path, rows: list[dict], samples: int) -> None:
-    """SkyRL's eval dump at step 0: the first `SOLVED` mazes solved, each `samples` times."""
+def write_dump(export_dir: Path, rows: list[dict], samples: int, solved: int = SOLVED) -> None:
+    """SkyRL's eval dump at step 0, a file a set: the first `solved` mazes of each set solved,
+    each maze `samples` times."""
     step_dir = export_dir / "dumped_evals" / "global_step_0_evals"
-    step_dir.mkdir(parents=True)
-    lines = []
-    for i, row in enumerate(rows):
+    step_dir.mkdir(parents=True, exist_ok=True)
+    files: dict[str, list[str]] = {}
+    for row in rows:
+        info = row["extra_info"]
         extras = {k: row[k] for k in ("data_source", "reward_spec", "extra_info")}
-        maze = Maze.from_dict(json.loads(row["extra_info"]["maze"]))
-        solved = i < SOLVED
+        maze = Maze.from_dict(json.loads(info["maze"]))
+        won = info["index"] < solved
         for _ in range(samples):
             entry = {
-                "output_response": oracle_answer(maze) if solved else "no idea<|im_end|>",
-                "score": 1.0 if solved else 0.0,
+                "output_response": oracle_answer(maze) if won else "no idea<|im_end|>",
+                "score": 1.0 if won else 0.0,
                 "stop_reason": "stop",
                 "env_class": "rlkit-maze",
-                "env_extras": {**extras, "max_turns": 12},
+                "env_extras": {**extras, "max_turns": info.get("max_turns", 12)},
                 "data_source": row["data_source"],
             }
-            lines.append(json.dumps(entry))
-    (step_dir / "rlkit-maze_test.jsonl").write_text("\n".join(lines) + "\n")
+            files.setdefault(row["data_source"].replace("/", "_"), []).append(json.dumps(entry))
+    for name, lines in files.items():
+        (step_dir / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
 
 
 @pytest.fixture(scope="module")

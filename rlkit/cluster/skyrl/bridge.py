@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.cluster.hang import step_line
+from rlkit.episodes.evaluate import EvalResult
 from rlkit.errors import RlkitError
 from rlkit.run.metrics import RunLogger
 from rlkit.run.rundir import RunDir
@@ -89,17 +90,23 @@ def rlkit_names(data: Mapping[str, Any]) -> dict[str, float]:
 
 
 def eval_interval(
-    export_path: str | Path, step: int, greedy: bool | None = None, prefix: str = "eval/"
+    export_path: str | Path,
+    step: int,
+    greedy: bool | None = None,
+    prefix: str = "eval/",
+    first_set: str | None = None,
 ) -> dict[str, float]:
     """The eval's interval, pass@k, protocol and skipped dump lines from SkyRL's dump for `step`
     alone ({} when not dumped, or when the dump cannot be read: that costs this number, never
     the run). `greedy`: the eval's sampling; the seed's protocol also logs its count solved
-    and its exact interval (`eval/seed_protocol` 1). Names under `prefix`."""
+    and its exact interval (`eval/seed_protocol` 1). Names under `prefix`. A dump of several
+    eval sets: `first_set`'s (the run's `eval_set`) under `prefix`, its `solve_rate` replacing
+    SkyRL's mean over all sets, and each other set's under `prefix + SET_`."""
     if not (Path(export_path) / "dumped_evals" / f"global_step_{step}_evals").is_dir():
         return {}
     try:
         dump = read_eval_dump(export_path, step)
-        result = dump.result(greedy=greedy)
+        results = dump.results_by_set(greedy=greedy)
     except Exception as e:  # a half-written or odd dump must not stop training, only this number
         _log.warning("no interval for the eval at step %d: %s: %s", step, type(e).__name__, e)
         return {}
@@ -110,15 +117,35 @@ def eval_interval(
             len(dump.bad_lines),
             ", ".join(dump.bad_lines),
         )
+    first = first_set if first_set in results else next(iter(results))
+    out = {f"{prefix}bad_records": float(len(dump.bad_lines))}
+    for name, result in results.items():
+        at = prefix if name == first else f"{prefix}{name}_"
+        out |= {at + k: v for k, v in result_metrics(result).items()}
+        if len(results) > 1:
+            out[at + "solve_rate"] = result.solve_rate
+    return out
+
+
+def recorded_eval_set(run: RunDir) -> str | None:
+    """The `eval_set` the entry recorded in run.json (None before it did)."""
+    try:
+        entry = (run.read_info().get("config") or {}).get("entry") or {}
+    except RlkitError:
+        return None
+    return (entry.get("task") or {}).get("eval_set")
+
+
+def result_metrics(result: EvalResult) -> dict[str, float]:
+    """One set's eval as metrics: its interval (exact for the seed's protocol, with the count
+    solved), mazes, samples, whether it is the seed's protocol, pass@k."""
     seed = result.protocol == "seed" and result.exact_ci95 is not None
     low, high = result.exact_ci95 if seed else result.ci95
     out = {"ci_low": low, "ci_high": high, "mazes": float(result.n_mazes)}
     out |= {"samples": float(result.samples), "seed_protocol": float(seed)}
     if seed:
         out["solved"] = float(sum(result.flat))
-    out |= {k.replace("@", "_at_"): float(v) for k, v in result.pass_at_k.items()}
-    out["bad_records"] = float(len(dump.bad_lines))
-    return {prefix + k: v for k, v in out.items()}
+    return out | {k.replace("@", "_at_"): float(v) for k, v in result.pass_at_k.items()}
 
 
 def drop_metrics_after_checkpoint(run: RunDir, *, reevaluates: bool = False) -> None:
@@ -171,6 +198,8 @@ class MetricsBridge:
         self.run = RunDir(run_dir)
         self.greedy = greedy
         """Whether SkyRL's own eval is greedy (the seed's protocol when one sample a maze)."""
+        self.eval_set = recorded_eval_set(self.run)
+        """The run's `eval_set` (run.json): the first of several eval sets."""
         self.groups_per_step = groups_per_step
         """Prompts (GRPO groups) per step, SkyRL's `train_batch_size`: the denominator of the
         zero-variance share (`rlkit.run.stability`), logged as `rollout/groups` beside the count."""
@@ -199,7 +228,7 @@ class MetricsBridge:
         if "rollout/zero_variance_groups" in metrics and self.groups_per_step:
             metrics["rollout/groups"] = float(self.groups_per_step)
         if "eval/solve_rate" in metrics:
-            metrics |= eval_interval(self.export_path, step, self.greedy)
+            metrics |= eval_interval(self.export_path, step, self.greedy, first_set=self.eval_set)
         if "eval/sampled_solve_rate" in metrics:
             sampled = self.export_path / SAMPLED_EVALS
             metrics |= eval_interval(sampled, step, greedy=False, prefix="eval/sampled_")

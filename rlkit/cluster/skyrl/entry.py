@@ -125,6 +125,38 @@ def ensure_init_model(model_dir: str, stop_at: float) -> Path:
     return warm_tiny_model(out, stop_at=stop_at)
 
 
+def add_eval_sets(data_dir: str, sky: SkyRLPreset) -> None:
+    """For a run with several eval sets (`eval_sets`): the other sets' eval rows appended to
+    eval.parquet, and every row's turn budget in its `extra_info.max_turns` (the generator
+    plays each row with its own, `row_turns`). Once: a resumed run finds them written."""
+    from rlkit.cluster.skyrl.start import task_view
+    from rlkit.env.data import maze_row, read_rows, write_rows
+    from rlkit.env.maze_env import ENV_ID
+    from rlkit.maze.sets import pinned_set
+
+    out, budgets = Path(data_dir), sky.turn_budgets
+    evals = read_rows(out / "eval.parquet")
+    written = {r["data_source"] for r in evals}
+    if len(budgets) < 2 or all(f"{ENV_ID}/{s}" in written for s in budgets):
+        return
+    for name in sky.eval_set_names[1:]:
+        cfg = task_view(dataclasses.replace(sky.task, eval_set=name))  # the run's answer format
+        mazes = pinned_set(name)[: sky.eval.eval_mazes]
+        source = f"{ENV_ID}/{name}"
+        evals += [
+            maze_row(m, split="eval", index=i, source=source, cfg=cfg) for i, m in enumerate(mazes)
+        ]
+    for file, rows in (
+        ("train.parquet", read_rows(out / "train.parquet")),
+        ("eval.parquet", evals),
+    ):
+        for row in rows:
+            own = budgets.get(row["data_source"].rsplit("/", 1)[-1], sky.task.max_turns)
+            row["extra_info"] = {**row["extra_info"], "max_turns": own}
+        write_rows(out / file, rows)
+    print(f"rlkit: eval sets {', '.join(budgets)} in {out / 'eval.parquet'}", flush=True)
+
+
 def record_run(cfg, job: Job, overrides: list[str]) -> dict:
     """Write RUN/run.json (backend "skyrl") before SkyRL starts: the run's own config (the
     entry's preset, SkyRL's overrides and its whole resolved config), which the notebooks read
@@ -233,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         shares,
         task_view(sky.task),
     )
+    add_eval_sets(paths.data_dir, sky)
     if sky.model.model_path == TINY_WARM:
         ensure_init_model(paths.init_model_dir, sky.model.warm_start_to)
     if sky.layout.device == "cpu":

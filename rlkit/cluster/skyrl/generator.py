@@ -116,6 +116,13 @@ def guard_placeholders(out: GeneratorOutput, image_id: int, filler_id: int, merg
     return changed
 
 
+def row_turns(env_extras: dict, limit: int) -> int:
+    """An episode's turn budget: its row's own (`extra_info.max_turns`, written for a run with
+    several eval sets, each played with its budget), at most SkyRL's `max_turns`; else that."""
+    own = (env_extras.get("extra_info") or {}).get("max_turns")
+    return limit if own is None else min(int(own), limit)
+
+
 class RlkitVLMGenerator(SkyRLVLMGymGenerator):
     """`SkyRLVLMGymGenerator` whose samples' image placeholders always match their images.
 
@@ -238,7 +245,7 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
         )
         eos = self.tokenizer.eos_token_id
         try:
-            env_extras["max_turns"] = self.max_turns
+            env_extras["max_turns"] = row_turns(env_extras, self.max_turns)
             env_config = getattr(self.skyrl_gym_cfg, env_class, dict())
             env = skyrl_gym.make(env_class, env_config=env_config, extras=env_extras)
             conversation = copy.deepcopy(prompt)

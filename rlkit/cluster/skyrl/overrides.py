@@ -94,7 +94,7 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         "generator.batched=false",
         "generator.use_conversation_multi_turn=true",
         "trainer.remove_microbatch_padding=false",
-        f"generator.max_turns={p.task.max_turns}",
+        f"generator.max_turns={p.turn_limit}",  # each row's own budget below it (eval_sets)
         f"generator.max_input_length={p.task.max_input_length}",
         f"generator.n_samples_per_prompt={p.batch.group_size}",
         f"generator.sampling_params.max_generate_length={answer}",

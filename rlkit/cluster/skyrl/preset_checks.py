@@ -92,6 +92,14 @@ def check_eval(p: SkyRLPreset) -> None:
             f"eval_protocol={e.eval_protocol} plays every maze of the set: eval_mazes "
             f"({e.eval_mazes}) must be 64, or set eval_protocol=sampled"
         )
+    game = set_view(p.task.eval_set).parser.startswith("visgym")
+    for name in p.eval_set_names[1:]:
+        # an unknown set, or a view (cell_px) the set cannot be drawn at, fails here
+        if set_view(name, p.task.cell_px).parser.startswith("visgym") != game:
+            raise UsageError(
+                f"eval_sets: {name} is another game than eval_set {p.task.eval_set}: "
+                "evaluate sets of the game the run trains on"
+            )
     if e.eval_protocol != "seed" and (e.eval_samples < 1 or e.eval_temperature <= 0):
         raise UsageError(
             f"the sampled eval needs eval_samples >= 1 ({e.eval_samples}) and eval_temperature "
@@ -102,7 +110,8 @@ def check_eval(p: SkyRLPreset) -> None:
 def eval_plan(p: SkyRLPreset) -> str:
     """The run's evals in words, each with its protocol, as the dry run prints them."""
     e = p.eval
-    when = f"before training and every {e.eval_interval} steps on {p.task.eval_set}"
+    sets = ", ".join(f"{s} ({t} turns)" for s, t in p.turn_budgets.items())
+    when = f"before training and every {e.eval_interval} steps on {sets}"
     seed = f"the seed's protocol ({e.eval_mazes} mazes, greedy, one sample a maze, exact CI)"
     sampled = (
         f"sampled ({e.eval_mazes} mazes x {e.eval_samples} at temperature "

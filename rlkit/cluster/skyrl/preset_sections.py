@@ -163,6 +163,10 @@ class SkyEval:
     samples give a +-12 point CI, 4 narrow it (clustered by maze)."""
     eval_temperature: float = 1.0
     """Temperature of the sampled eval, as `rlkit eval` samples; the seed's eval is greedy."""
+    eval_sets: str | None = None
+    """Pinned sets every eval plays, comma-separated (`visgym-easy,visgym-hard`): `eval_set`
+    (training's family) and others of the same game, each with its own turn budget, dumped and
+    read per set (`open_run(...).evals_by_set()`). None: `eval_set` alone."""
 
 
 @dataclass(frozen=True)

@@ -139,9 +139,27 @@ class SkyRLPreset:
         return seed + (e.eval_mazes * e.eval_samples if e.eval_protocol != "seed" else 0)
 
     @property
+    def eval_set_names(self) -> tuple[str, ...]:
+        """The sets every eval plays: `eval_set` first, then the others of `eval_sets`."""
+        named = [s.strip() for s in (self.eval.eval_sets or "").split(",") if s.strip()]
+        return tuple(dict.fromkeys([self.task.eval_set, *named]))
+
+    @property
+    def turn_budgets(self) -> dict[str, int]:
+        """Turn budget by eval set: `max_turns` for `eval_set` (and training), each other
+        set its own (a set's budget is part of its difficulty)."""
+        first, *others = self.eval_set_names
+        return {first: self.task.max_turns} | {s: env_for_set(s).max_turns for s in others}
+
+    @property
+    def turn_limit(self) -> int:
+        """The most turns an episode of the run may take: SkyRL's `generator.max_turns`."""
+        return max(self.turn_budgets.values())
+
+    @property
     def images_per_episode(self) -> int:
         """The env shows one image per turn plus the first: vLLM's per-prompt image limit."""
-        return self.task.max_turns + 1
+        return self.turn_limit + 1
 
 
 def _preset(**changes: object) -> SkyRLPreset:

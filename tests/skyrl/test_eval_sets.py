@@ -1,0 +1,93 @@
+"""Several eval sets in one SkyRL run (`eval_sets=visgym-easy,visgym-hard`): the dry run's
+command through SkyRL's config classes, one-line refusals, the rows each set's eval plays with
+its own turn budget, and SkyRL's per-set dumps read back per set by `open_run` and the bridge."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+from skyrl.train.config import SkyRLTrainConfig
+from skyrl.train.utils import validate_cfg
+from test_eval_protocol import write_dump
+
+from rlkit.cli.main import main as rlkit_main
+from rlkit.cluster.skyrl.bridge import MetricsBridge
+from rlkit.cluster.skyrl.entry import add_eval_sets, ensure_datasets, parse_args
+from rlkit.cluster.skyrl.generator import row_turns
+from rlkit.cluster.skyrl.presets import get_preset
+from rlkit.env.data import read_rows
+from rlkit.errors import UsageError
+from rlkit.run.reader import open_run
+from rlkit.run.rundir import RunDir
+
+CELLS, SAMPLED = "qwen3vl-8b", {"eval_protocol": "sampled"}
+"""rlkit's cell mazes at their own view, `test` and `test-large` (12 and 24 turns)."""
+
+
+def test_the_dry_run_plays_each_set_with_its_budget(capsys):
+    argv = ["submit", "--preset", "qwen3vl-8b", "--address", "http://127.0.0.1:8265"]
+    argv += ["--set", "eval_sets=visgym-easy,visgym-hard", "--dry-run"]
+    assert rlkit_main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    (command,) = [ln for ln in out if ln.startswith("command:")]
+    (line,) = [ln for ln in out if ln.startswith("eval:")]
+    _, overrides = parse_args(shlex.split(command.removeprefix("command:"))[3:])
+    cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
+    validate_cfg(cfg)
+    assert cfg.generator.max_turns == 30  # visgym-hard's; visgym-easy's rows say 18
+    assert "limit_mm_per_prompt.image=31" in " ".join(overrides)
+    assert line.endswith("on visgym-easy (18 turns), visgym-hard (30 turns)")
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        ("visgym-easy,nope", "no env config for maze set 'nope'"),
+        ("visgym-easy,test", "test is another game than eval_set visgym-easy"),
+        ("test,test-large", r"wall_px \(4\) must be >= 1 and leave floor inside a 8px cell"),
+    ],
+)
+def test_bad_eval_sets_are_refused_in_one_line(sets, message):
+    preset = "skyrl-tiny-cpu" if sets.startswith("test,") else "qwen3vl-8b"  # the CPU's 8 px
+    with pytest.raises(UsageError, match=message) as e:
+        get_preset(preset, eval_sets=sets)
+    assert "\n" not in str(e.value)
+
+
+def test_the_rows_carry_each_sets_budget_once(tmp_path):
+    sky = get_preset(CELLS, eval_set="test", eval_sets="test,test-large", **SAMPLED, eval_mazes=4)
+    assert sky.eval_set_names == ("test", "test-large") and sky.turn_limit == 24
+    data = str(tmp_path / "data")
+    ensure_datasets(data, 2, "test", 4)
+    add_eval_sets(data, sky)
+    evals, train = (
+        read_rows(tmp_path / "data" / "eval.parquet"),
+        read_rows(tmp_path / "data" / "train.parquet"),
+    )
+    turns = {(r["data_source"], r["extra_info"]["max_turns"]) for r in evals}
+    assert turns == {("rlkit-maze/test", 12), ("rlkit-maze/test-large", 24)} and len(evals) == 8
+    assert {r["extra_info"]["max_turns"] for r in train} == {12}
+    assert [row_turns({"extra_info": r["extra_info"]}, 24) for r in evals[3:5]] == [12, 24]
+    assert row_turns({"extra_info": {"maze": "{}"}}, 18) == 18  # a row written without one
+    before = (tmp_path / "data" / "eval.parquet").read_bytes()
+    add_eval_sets(data, sky)  # a resumed run: already written
+    assert (tmp_path / "data" / "eval.parquet").read_bytes() == before
+
+
+def test_open_run_and_the_bridge_read_each_set(tmp_path):
+    sky = get_preset(CELLS, eval_set="test", eval_sets="test,test-large", **SAMPLED)
+    run = tmp_path / "two"
+    ensure_datasets(str(run / "data"), 2, "test", 64)
+    add_eval_sets(str(run / "data"), sky)
+    entry = {"task": {"eval_set": "test"}}
+    RunDir(run).init(preset=CELLS, seed=0, backend="skyrl", config={"entry": entry})
+    write_dump(run / "exports", read_rows(run / "data" / "eval.parquet"), samples=2, solved=16)
+    bridge = MetricsBridge(run, run / "exports", ray_gauges=False, mlflow=False, greedy=False)
+    record = bridge.log({"eval/all/avg_score": 0.25}, step=0)
+    assert record["eval/solve_rate"] == record["eval/test-large_solve_rate"] == 16 / 64
+    assert record["eval/mazes"] == record["eval/test-large_mazes"] == 64
+    by_set = open_run(run).evals_by_set()
+    assert list(by_set) == ["test", "test-large"]
+    assert [r[0].set for r in by_set.values()] == ["test", "test-large"]
+    assert open_run(run).evals()[0] == by_set["test"][0]
