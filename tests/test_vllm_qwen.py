@@ -7,12 +7,14 @@ defaults in generation_config.json; tiny random weights). vLLM's CPU build, noth
   vLLM samples and records processed logprobs;
 - the checkpoint's sampling defaults never reach vLLM (`generation_config="vllm"`);
 - greedy, `rlkit eval --engine vllm` (constrained) and free answers are the HF engine's, id
-  for id. About 2.5 minutes on 2 cores (three engine starts with 151,936 rows).
+  for id, and so are VisGym's tuple answers (`visgym-sft`, an SFT start's format) on a VisGym
+  maze (+11 s). About 2.7 minutes on 2 cores (three engine starts with 151,936 rows).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -22,6 +24,7 @@ pytestmark = pytest.mark.slow  # vLLM engines, CLI evals on both engines
 
 from rlkit.cli.main import main  # noqa: E402
 from rlkit.env.maze_env import env_for_set  # noqa: E402
+from rlkit.env.visgym_text import answer_view  # noqa: E402
 from rlkit.episodes.evaluate import EvalResult  # noqa: E402
 from rlkit.episodes.rollout import run_episodes  # noqa: E402
 from rlkit.maze.sets import pinned_set  # noqa: E402
@@ -102,6 +105,18 @@ def test_greedy_free_answers_are_the_hf_engines(engine, qwen_ckpt):
     v = run_episodes(VllmPolicy(engine, **kw), mazes, cfg, seed=3)
     h = run_episodes(ModelPolicy(load(qwen_ckpt), **kw), mazes, cfg, seed=3)
     same_turns(v, h)
+
+
+def test_visgyms_tuple_format_plays_the_same_on_both_engines(engine, qwen_ckpt):
+    """An SFT start's answer format (`visgym-sft`, VisGym's tuples and rules) on a VisGym maze:
+    the same prompt and answer ids, free and greedy, on both engines."""
+    cfg = replace(answer_view(env_for_set("visgym-easy"), "visgym-sft"), max_turns=3)
+    mazes = pinned_set("visgym-easy")[:1]
+    kw = {"greedy": True, "constrained": False, "max_new_tokens": 12}
+    v = run_episodes(VllmPolicy(engine, **kw), mazes, cfg, seed=3)
+    h = run_episodes(ModelPolicy(load(qwen_ckpt), **kw), mazes, cfg, seed=3)
+    same_turns(v, h)
+    assert len(v[0].turns) == 3  # random weights never stop on the target
 
 
 def same_turns(v_trajs, hf_trajs) -> None:
