@@ -57,8 +57,13 @@ print(run.describe())
 evals = workbench.checkpoint_evals(run)  # a missing one is scored with the run's own config
 boundary = run.warm_start_end()
 base = baselines.run_baselines(out_dir, run, evals)  # those that played this run's test set
+others = workbench.other_eval_sets(run)  # a run's other eval sets (eval_sets): a curve each
 fig = plots.solve_rate_curve(
-    evals, baseline=base.get(report.BASE), warm_start_end=boundary, run_id=run.name
+    evals,
+    baseline=base.get(report.BASE),
+    warm_start_end=boundary,
+    run_id=run.name,
+    others=others,
 )
 curve_png = workbench.save_png(fig, out_dir, "solve_rate_across_checkpoints")
 fig
@@ -68,7 +73,9 @@ fig
 # start ends near the base model's level plus ~20 points (locally ~40%), GRPO then climbs
 # steeply and flattens near the top (the demo: ~97% sampled), and the last few checkpoints'
 # bands overlap (a plateau, not a swing). A curve that peaks and falls back is the learning
-# rate or a collapse: look at the stability figure below.*
+# rate or a collapse: look at the stability figure below. A SkyRL run that evaluated several
+# sets (`eval_sets=visgym-easy,visgym-hard`) draws one curve a set, each labelled with its set
+# and protocol: the gap between them is how far training on one set carries to the other.*
 
 # %%
 fig = plots.by_difficulty(report.milestones(evals, boundary), run_id=run.name)

@@ -40,6 +40,7 @@ runs = ["runs/demo/local-tiny"]  # run dirs (either backend) or names under runs
 labels = None  # one label per run for legends and verdicts (None: the runs' names)
 reference = 0  # the run the others are compared with (an index or a label)
 align = "step"  # "grpo": count steps from each run's GRPO start (local warm start < 0)
+eval_set = None  # runs with several eval sets (eval_sets): the set compared; None: each's first
 out_dir = None  # where to save the figures as PNG (OUT/plots/); None: save nothing
 
 # %% [markdown]
@@ -52,7 +53,7 @@ out_dir = None  # where to save the figures as PNG (OUT/plots/); None: save noth
 from rlkit.notebook import compare
 from rlkit.notebook.workbench import keep
 
-views = compare.load_runs(runs, labels)
+views = compare.load_runs(runs, labels, eval_set)
 print(compare.describe(views))
 
 

@@ -114,9 +114,12 @@ def wall_clock(records: Sequence[Mapping[str, Any]]) -> dict[int, float]:
 
 
 def load_runs(
-    runs: Sequence[str | Path | Run], labels: Sequence[str] | None = None
+    runs: Sequence[str | Path | Run],
+    labels: Sequence[str] | None = None,
+    eval_set: str | None = None,
 ) -> list[RunView]:
-    """Open every run (either backend) with its evals; labels default to the runs' names."""
+    """Open every run (either backend) with its evals; labels default to the runs' names.
+    `eval_set`: the set compared, for runs that evaluated several (None: each run's first)."""
     if isinstance(runs, str | Path):
         raise UsageError("runs: give a list of run dirs, e.g. ['runs/a', 'runs/b']")
     if labels is not None and len(labels) != len(runs):
@@ -124,7 +127,10 @@ def load_runs(
     views = []
     for i, spec in enumerate(runs):
         run = resolve_run(spec)
-        evals = run.evals()
+        evals = run.evals() if eval_set is None else run.evals_by_set().get(eval_set, {})
+        if not evals and eval_set is not None:
+            sets = ", ".join(run.evals_by_set()) or "none yet"
+            raise UsageError(f"{run.path} has no evals of {eval_set}: its sets are {sets}")
         if not evals:
             raise UsageError(f"{run.path} has no evals yet: train or evaluate it first")
         records = run.metrics()

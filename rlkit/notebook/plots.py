@@ -137,9 +137,10 @@ def solve_rate_curve(
     warm_start_end: int | None = None,
     title: str = "Solve rate across checkpoints",
     run_id: str | None = None,
+    others: Mapping[str, Evals] | None = None,
 ) -> Figure:
     """Solve rate vs step with 95% bands (the results' `ci_method`), a baseline line and the
-    warm-start/GRPO boundary."""
+    warm-start/GRPO boundary; `others`: the run's other eval sets, a curve a set."""
     pairs = _by_step(evals)
     steps = [s for s, _ in pairs]
     rates = [r.solve_rate for _, r in pairs]
@@ -154,7 +155,15 @@ def solve_rate_curve(
         label=f"95% CI ({ci_methods([r for _, r in pairs])})",
     )
     last_step, last = pairs[-1]
-    ax.plot(steps, rates, "o-", color="C0", label=f"solve rate, {last.protocol_label}")
+    named = f"{last.set}, " if others else ""
+    ax.plot(steps, rates, "o-", color="C0", label=f"solve rate, {named}{last.protocol_label}")
+    for i, (name, other) in enumerate((others or {}).items(), start=2):
+        more = _by_step(other)
+        xs, color = [s for s, _ in more], f"C{i}"
+        lo, hi = [r.ci95[0] for _, r in more], [r.ci95[1] for _, r in more]
+        ax.fill_between(xs, lo, hi, alpha=0.15, color=color)
+        label = f"solve rate, {name}, {more[-1][1].protocol_label}"
+        ax.plot(xs, [r.solve_rate for _, r in more], "s--", color=color, label=label)
     ax.annotate(
         f"{last.solve_rate:.1%}",
         (last_step, last.solve_rate),

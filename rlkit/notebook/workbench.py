@@ -237,6 +237,12 @@ def checkpoint_evals(source: str | Path | Run, *, progress: bool = False) -> dic
     return run.evals()
 
 
+def other_eval_sets(source: str | Path | Run) -> dict[str, dict[int, EvalResult]]:
+    """The evals of a run's other eval sets (SkyRL's `eval_sets`), by set; {} for one set."""
+    _, *others = open_run(source).evals_by_set().items()
+    return dict(others)
+
+
 def final_greedy_eval(source: str | Path | Run) -> EvalResult | None:
     """A local run's last checkpoint played greedily (argmax, one episode per test maze): the
     deterministic policy's solve rate beside the sampled evals, the seed's protocol (every

@@ -5,6 +5,7 @@ its own turn budget, and SkyRL's per-set dumps read back per set by `open_run` a
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 import pytest
 from skyrl.train.config import SkyRLTrainConfig
@@ -18,6 +19,7 @@ from rlkit.cluster.skyrl.generator import row_turns
 from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.env.data import read_rows
 from rlkit.errors import UsageError
+from rlkit.notebook import compare, plots, workbench
 from rlkit.run.reader import open_run
 from rlkit.run.rundir import RunDir
 
@@ -75,19 +77,41 @@ def test_the_rows_carry_each_sets_budget_once(tmp_path):
     assert (tmp_path / "data" / "eval.parquet").read_bytes() == before
 
 
-def test_open_run_and_the_bridge_read_each_set(tmp_path):
+@pytest.fixture(scope="module")
+def two_sets(tmp_path_factory) -> tuple[Path, dict]:
+    """A SkyRL run dir that evaluated `test` and `test-large` at step 0, as its bridge logged."""
     sky = get_preset(CELLS, eval_set="test", eval_sets="test,test-large", **SAMPLED)
-    run = tmp_path / "two"
+    run = tmp_path_factory.mktemp("runs") / "two"
     ensure_datasets(str(run / "data"), 2, "test", 64)
     add_eval_sets(str(run / "data"), sky)
     entry = {"task": {"eval_set": "test"}}
     RunDir(run).init(preset=CELLS, seed=0, backend="skyrl", config={"entry": entry})
     write_dump(run / "exports", read_rows(run / "data" / "eval.parquet"), samples=2, solved=16)
     bridge = MetricsBridge(run, run / "exports", ray_gauges=False, mlflow=False, greedy=False)
-    record = bridge.log({"eval/all/avg_score": 0.25}, step=0)
+    return run, bridge.log({"eval/all/avg_score": 0.25}, step=0)
+
+
+def test_open_run_and_the_bridge_read_each_set(two_sets):
+    run, record = two_sets
     assert record["eval/solve_rate"] == record["eval/test-large_solve_rate"] == 16 / 64
     assert record["eval/mazes"] == record["eval/test-large_mazes"] == 64
     by_set = open_run(run).evals_by_set()
     assert list(by_set) == ["test", "test-large"]
     assert [r[0].set for r in by_set.values()] == ["test", "test-large"]
     assert open_run(run).evals()[0] == by_set["test"][0]
+
+
+def test_notebooks_04_and_06_show_each_set(two_sets):
+    run, _ = two_sets
+    others = workbench.other_eval_sets(run)
+    assert list(others) == ["test-large"]
+    fig = plots.solve_rate_curve(workbench.checkpoint_evals(run), others=others)
+    labels = [line.get_label() for line in fig.axes[0].lines]
+    assert labels[:2] == [
+        "solve rate, test, rlkit's protocol (sampled, 2 a maze)",
+        "solve rate, test-large, rlkit's protocol (sampled, 2 a maze)",
+    ]
+    (view,) = compare.load_runs([run], eval_set="test-large")
+    assert view.evals[0].set == "test-large"
+    with pytest.raises(UsageError, match="no evals of visgym-hard: its sets are test, test-large"):
+        compare.load_runs([run], eval_set="visgym-hard")
