@@ -1,6 +1,7 @@
 """A SkyRL run from an SFT checkpoint (issue 51, items 4 and 6): a staged HF dir as policy and
 reference, VisGym's tuple answers with its 0.8 task + 0.2 format reward, and a prompt file, all
-through the preset's settings; SkyRL's own generator plays the rows with a scripted engine."""
+through the preset's settings; SkyRL's own generator plays the rows with a scripted engine in
+the real-Qwen fixture's tokenizer and template."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 import test_generator as tg  # its play/replay helpers: the same SkyRL path
 from skyrl.train.config import SkyRLTrainConfig
 from skyrl.train.dataset import PromptDataset
+from transformers import AutoProcessor
 
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.entry import ensure_datasets, parse_args, record_run
@@ -22,11 +24,22 @@ from rlkit.cluster.stage import STAGED_MARKER
 from rlkit.errors import UsageError
 from rlkit.maze import rules
 from rlkit.maze.parsing import format_tuple
+from rlkit.model.chat import ChatEncoder
+from rlkit.model.load import processor_template
 from rlkit.run import open_run
 
 PROMPT = "You are navigating a 9x9 maze. Answer ('move', 0) to go right, ('stop', 'stop') to stop."
 TAGGED = "<observation>maze</observation><justification>closer</justification><action>{}</action>"
 SFT = {"answer_format": "visgym-sft", "format_weight": 0.2}
+
+
+@pytest.fixture(scope="module")
+def qwen_encoder(start) -> ChatEncoder:
+    """The staged start model's own processor: Qwen's tokenizer and chat template, the tokenizer
+    given the processor's template as `RlkitExp` gives it (SkyRL's dataset renders with it)."""
+    encoder = ChatEncoder(AutoProcessor.from_pretrained(start[0]))
+    encoder.tokenizer.chat_template = processor_template(start[0])
+    return encoder
 
 
 @pytest.fixture(scope="module")
@@ -97,19 +110,19 @@ def test_a_start_dir_that_is_no_model_is_refused(tmp_path):
 
 @pytest.mark.parametrize(("tagged", "reward"), [(True, 1.0), (False, 0.8)])
 def test_skyrls_generator_plays_tuples_and_pays_the_format(
-    start, tokenizer, encoder, tmp_path, tagged, reward
+    start, qwen_encoder, tmp_path, tagged, reward
 ):
     _, prompt = start
     sky = get_preset("qwen3vl-8b", prompt_file=str(prompt), **SFT)
     _, evals = ensure_datasets(str(tmp_path), 4, "visgym-easy", 64, None, None, task_view(sky.task))
-    ds = PromptDataset([str(evals)], tokenizer, 4096, num_workers=1)
+    ds = PromptDataset([str(evals)], qwen_encoder.tokenizer, 4096, num_workers=1)
     cfg = SkyRLTrainConfig.from_cli_overrides(build_overrides(sky, "v"))
 
     def player(maze, state, rep):
         answer = format_tuple(rules.best_move(state))
         return TAGGED.format(answer) if tagged else f"Going there. {answer}"
 
-    batch, out, engine = tg.play(cfg, ds, encoder, player, mazes=range(2), samples=1)
+    batch, out, engine = tg.play(cfg, ds, qwen_encoder, player, mazes=range(2), samples=1)
     for i in range(len(batch["prompts"])):
         s = engine.sessions[tg.session_of(batch, i)]
         env = tg.replay(batch["env_extras"][i], s.texts)
