@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.episodes.rollout import Trajectory
 from rlkit.errors import RlkitError, UsageError
+from rlkit.maze.sets import TEST_SETS
 from rlkit.run import captures
 from rlkit.run.captures import CapturedEpisode
 from rlkit.run.checkpoints import Checkpoint
@@ -217,6 +218,16 @@ class LocalRun(Run):
 
     def eval_steps(self) -> list[int]:
         return self.dir.eval_steps()
+
+    def evals_by_set(self) -> dict[str, dict[int, EvalResult]]:
+        """Its `task.eval_set` first, then each set of `task.eval_sets` (RUN/evals/<set>/)."""
+        by_set = super().evals_by_set()
+        for name in sorted(TEST_SETS):
+            files = sorted((self.dir.evals_dir / name).glob("global_step_*.json"))
+            results = [EvalResult.load(f) for f in files]
+            if results and name not in by_set:
+                by_set[name] = dict(sorted((int(r.step or 0), r) for r in results))
+        return by_set
 
     def trajectories(self, step: int) -> list[Trajectory]:
         path = self.dir.eval_path(step)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from rlkit.env.maze_env import EnvConfig
+from rlkit.env.maze_env import EnvConfig, env_for_set
 from rlkit.env.visgym_text import read_prompt_file
 from rlkit.errors import UsageError
 from rlkit.maze.sets import MazeSpec, pinned_spec
@@ -43,6 +43,9 @@ class TaskConfig:
     """Turn budget, observation and parser: the same env the eval uses."""
     eval_set: str = "test"
     """Pinned 64-maze set for every checkpoint's evaluation."""
+    eval_sets: str | None = None
+    """Other pinned sets every eval also plays, comma-separated (SkyRL's `eval_sets`), in this
+    env with each set's own turn budget: RUN/evals/<set>/, logged as `eval/<set>_solve_rate`."""
     history: int | None = 1
     """Turns of history the model sees: 1 = Markov (the picture shows the trail), None = all."""
     prompt_file: str | None = None
@@ -50,7 +53,20 @@ class TaskConfig:
     prompt_sha256: str | None = None
     """The prompt file's sha256, set from it (run.json records it beside the text)."""
 
+    @property
+    def other_eval_sets(self) -> tuple[str, ...]:
+        """The sets of `eval_sets` besides `eval_set`, in order."""
+        named = [n.strip() for n in (self.eval_sets or "").split(",") if n.strip()]
+        return tuple(n for n in dict.fromkeys(named) if n != self.eval_set)
+
     def __post_init__(self) -> None:
+        game = env_for_set(self.eval_set).parser.startswith("visgym")
+        for name in self.other_eval_sets:  # an unknown set fails in env_for_set
+            if env_for_set(name).parser.startswith("visgym") != game:
+                raise UsageError(
+                    f"task.eval_sets: {name} is another game than task.eval_set "
+                    f"{self.eval_set}: evaluate sets of the game the run trains on"
+                )
         if self.prompt_file is not None:
             text, digest = read_prompt_file(self.prompt_file)
             object.__setattr__(self, "env", replace(self.env, rules=text))

@@ -24,13 +24,14 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
+from rlkit.env.maze_env import env_for_set
 from rlkit.episodes.evaluate import EVAL_SEED, EvalResult, evaluate
 from rlkit.errors import UsageError
 from rlkit.maze.sets import train_maze
@@ -280,32 +281,42 @@ class Trainer:
 
     # eval and checkpoints -----------------------------------------------------------------
     def _evaluate(self, step: int) -> EvalResult:
-        sched = self.cfg.schedule
+        task = self.cfg.task
         with self.log.timer("eval"):
-            result, trajs = evaluate(
-                self._policy(greedy=sched.eval_greedy),
-                set_name=self.cfg.task.eval_set,
-                samples=sched.eval_samples,
-                seed=EVAL_SEED,
-                cfg=self.cfg.task.env,
-                history=self.cfg.task.history,
-                mode="greedy" if sched.eval_greedy else "sampled",
-                step=step,
-            )
-            result.policy = f"{self.run.path.name}@{step}"
-            result.save(self.run.eval_path(step), trajs)
+            result = self._eval_set(step, task.eval_set)
+            others = {name: self._eval_set(step, name) for name in task.other_eval_sets}
         lo, hi = result.ci95
-        self.log.log(
-            step,
-            {
-                "eval/solve_rate": result.solve_rate,
-                "eval/ci_low": lo,
-                "eval/ci_high": hi,
-                "train/phase": self.state.phase,
-            },
-        )
+        metrics = {"eval/solve_rate": result.solve_rate, "eval/ci_low": lo, "eval/ci_high": hi}
+        for name, other in others.items():
+            low, high = other.ci95
+            metrics[f"eval/{name}_solve_rate"] = other.solve_rate
+            metrics |= {f"eval/{name}_ci_low": low, f"eval/{name}_ci_high": high}
+        self.log.log(step, metrics | {"train/phase": self.state.phase})
         if self.progress:
-            tqdm.write(f"step {step}: {result.summary()}")
+            for r in (result, *others.values()):
+                tqdm.write(f"step {step}: {r.summary()}")
+        return result
+
+    def _eval_set(self, step: int, name: str) -> EvalResult:
+        """One pinned set's eval, saved: `task.eval_set` in the run's env at RUN/evals/, another
+        (`task.eval_sets`) in the same env with its own turn budget at RUN/evals/<set>/."""
+        sched, task = self.cfg.schedule, self.cfg.task
+        env, path = task.env, self.run.eval_path(step)
+        if name != task.eval_set:
+            env = replace(env, max_turns=env_for_set(name).max_turns)
+            path = self.run.evals_dir / name / path.name
+        result, trajs = evaluate(
+            self._policy(greedy=sched.eval_greedy),
+            set_name=name,
+            samples=sched.eval_samples,
+            seed=EVAL_SEED,
+            cfg=env,
+            history=task.history,
+            mode="greedy" if sched.eval_greedy else "sampled",
+            step=step,
+        )
+        result.policy = f"{self.run.path.name}@{step}"
+        result.save(path, trajs)
         return result
 
     def _checkpoint(self, step: int) -> None:
