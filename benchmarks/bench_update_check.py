@@ -2,7 +2,8 @@
 
     python benchmarks/bench_update_check.py [--seeds 0 1 2 3 4 5 6 7] [--mutations flip zero kl obs]
 
-Runs `rlkit.train.update_check.check_update` with the embedded default's recipe on each seed
+Runs `rlkit.train.update_check.check_update` with a preset's recipe (`--preset`: the embedded
+default's, or a SkyRL preset's such as `qwen3vl-8b`) on each seed
 (seeds stand in for machines: another CPU's float kernels are another draw), then once per
 mutation on the first seed, each mutation a deliberate bug patched in for that run:
 
@@ -32,8 +33,10 @@ import torch
 import rlkit.train.policy_losses as policy_losses
 import rlkit.train.step as step_module
 import rlkit.train.update_check as update_check
+from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.model.batching import build_batch, logits_at
-from rlkit.train.presets import preset
+from rlkit.recipe import Recipe
+from rlkit.train.presets import PRESETS, preset
 
 RESULTS = Path(__file__).parent / "results" / "update_check.json"
 
@@ -113,9 +116,14 @@ def _jittered(scale: float, seed: int) -> Callable:
     return load
 
 
-def measure(seed: int) -> dict:
+def recipe_of(name: str) -> Recipe:
+    """The recipe of a local preset (`local-tiny`) or a SkyRL one (`qwen3vl-8b`)."""
+    return preset(name).recipe if name in PRESETS else get_preset(name).recipe
+
+
+def measure(seed: int, recipe: Recipe) -> dict:
     t0 = time.perf_counter()
-    check = update_check.check_update(preset("local-tiny").recipe, seed=seed)
+    check = update_check.check_update(recipe, seed=seed)
     t = check.trained
     return {
         "seed": seed,
@@ -169,6 +177,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=list(range(8)))
     ap.add_argument("--mutations", nargs="*", default=list(MUTATIONS), choices=list(MUTATIONS))
+    ap.add_argument("--preset", default="local-tiny", help="whose recipe: a local or SkyRL preset")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=RESULTS, help=f"default {RESULTS}")
     ap.add_argument(
@@ -179,18 +188,19 @@ def main() -> None:
     )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    recipe = recipe_of(args.preset)
     seeds = []
     for seed in args.seeds:
         if args.jitter:
             with _patched(update_check, "load", _jittered(args.jitter, seed)):
-                seeds.append(measure(seed))
+                seeds.append(measure(seed, recipe))
         else:
-            seeds.append(measure(seed))
+            seeds.append(measure(seed, recipe))
         print(_row(f"seed {seed}", seeds[-1]), flush=True)
     mutants = {}
     for name in args.mutations:
         with MUTATIONS[name]():
-            mutants[name] = measure(args.seeds[0])
+            mutants[name] = measure(args.seeds[0], recipe)
         print(_row(name, mutants[name]), flush=True)
     worst = margins(seeds)
     for key, m in worst.items():

@@ -1,7 +1,9 @@
-"""The local GRPO update learns, checked where no CPU's float kernels can flip the verdict.
+"""The GRPO update learns, checked where no CPU's float kernels can flip the verdict.
 
 Eps-oracles play a fixed batch (pure Python: the same episodes on every machine); the real
-`score`, `turn_samples` and `update` train a seeded tiny model on it (`rlkit.train.update_check`).
+`score`, `turn_samples` and `update` train a seeded tiny model on it (`rlkit.train.update_check`),
+under the embedded default's recipe and the cluster's (the same switches SkyRL runs; its loss
+math is checked against SkyRL's own in tests/skyrl/test_objective.py).
 The margins are sized across seeds standing in for machines, and the check fails on each of
 four deliberate bugs (`benchmarks/bench_update_check.py` re-measures both; docs/tests.md has
 the table). Whether whole runs learn is the benchmarks' question (`bench_learning.py`, several
@@ -14,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.env.maze_env import EnvConfig
 from rlkit.episodes.policies import OraclePolicy
 from rlkit.episodes.rollout import run_episodes, turn_prompts
@@ -25,10 +28,16 @@ from rlkit.train.presets import preset
 from rlkit.train.rescore import EpisodeShift, Rescore
 from rlkit.train.update_check import ScriptedAnswers, UpdateCheck, check_update
 
+RECIPES = {
+    "local-tiny": preset("local-tiny").recipe,  # the embedded default's
+    "qwen3vl-8b": get_preset("qwen3vl-8b").recipe,  # the cluster's: SkyRL's defaults, its KL
+}
 
-@pytest.mark.slow  # ~30 s alone: 20 updates on ~900 turns, then 20 KL-only ones
-def test_the_local_update_moves_the_policy_the_way_grpo_asks(tmp_path):
-    check = check_update(preset("local-tiny").recipe, seed=0, workdir=tmp_path)
+
+@pytest.mark.slow  # ~30 s alone each: 20 updates on ~900 turns, then 20 KL-only ones
+@pytest.mark.parametrize("name", RECIPES)
+def test_the_update_moves_the_policy_the_way_grpo_asks(name, tmp_path):
+    check = check_update(RECIPES[name], seed=0, workdir=tmp_path)
     assert not check.failures(), check.summary()
 
 
