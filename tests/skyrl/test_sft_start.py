@@ -13,10 +13,12 @@ import pytest
 import test_generator as tg  # its play/replay helpers: the same SkyRL path
 from skyrl.train.config import SkyRLTrainConfig
 from skyrl.train.dataset import PromptDataset
+from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
 from transformers import AutoProcessor
 
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.entry import ensure_datasets, parse_args, record_run
+from rlkit.cluster.skyrl.generator import RlkitVLMGenerator
 from rlkit.cluster.skyrl.overrides import build_overrides
 from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.cluster.skyrl.start import task_view
@@ -108,9 +110,16 @@ def test_a_start_dir_that_is_no_model_is_refused(tmp_path):
         get_preset("qwen3vl-8b", model_path=str(tmp_path / "empty"))
 
 
-@pytest.mark.parametrize(("tagged", "reward"), [(True, 1.0), (False, 0.8)])
+@pytest.mark.parametrize(
+    ("tagged", "reward", "generator"),
+    [
+        (True, 1.0, SkyRLVLMGymGenerator),
+        (False, 0.8, SkyRLVLMGymGenerator),
+        (True, 1.0, RlkitVLMGenerator),
+    ],
+)
 def test_skyrls_generator_plays_tuples_and_pays_the_format(
-    start, qwen_encoder, tmp_path, tagged, reward
+    start, qwen_encoder, tmp_path, tagged, reward, generator
 ):
     _, prompt = start
     sky = get_preset("qwen3vl-8b", prompt_file=str(prompt), **SFT)
@@ -122,7 +131,9 @@ def test_skyrls_generator_plays_tuples_and_pays_the_format(
         answer = format_tuple(rules.best_move(state))
         return TAGGED.format(answer) if tagged else f"Going there. {answer}"
 
-    batch, out, engine = tg.play(cfg, ds, qwen_encoder, player, mazes=range(2), samples=1)
+    batch, out, engine = tg.play(
+        cfg, ds, qwen_encoder, player, mazes=range(1), samples=1, generator_cls=generator
+    )
     for i in range(len(batch["prompts"])):
         s = engine.sessions[tg.session_of(batch, i)]
         env = tg.replay(batch["env_extras"][i], s.texts)
