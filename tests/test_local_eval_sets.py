@@ -11,6 +11,7 @@ import pytest
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.errors import UsageError
 from rlkit.notebook import workbench
+from rlkit.notebook.progress import read_progress
 from rlkit.run.reader import open_run
 from rlkit.train.presets import preset
 from rlkit.train.trainer import train
@@ -36,6 +37,7 @@ def test_each_eval_set_is_evaluated_saved_and_read_by_set(tmp_path):
     assert (
         record["eval/test-large_ci_low"] <= result.solve_rate <= record["eval/test-large_ci_high"]
     )
+    assert f"; test-large: {result.solve_rate:.1%} [" in read_progress(run).eval_text()
 
 
 @pytest.mark.parametrize(

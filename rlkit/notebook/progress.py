@@ -71,20 +71,31 @@ class RunProgress:
 
 def eval_labels(record: dict[str, Any]) -> tuple[str, ...]:
     """An eval record's rates, each labelled with its protocol: "28/64 = 43.75% [31.4%, 56.7%]
-    (seed's protocol)" (exact interval), "60.2% [51.0%, 69.0%] (sampled, 4 a maze)"; () for a
-    record that did not log its protocol (`eval/seed_protocol`: SkyRL's bridge logs it)."""
-    out = []
-    for prefix in ("eval/", "eval/sampled_"):
-        rate, seed = record.get(prefix + "solve_rate"), record.get(prefix + "seed_protocol")
-        if rate is None or seed is None:
-            continue
-        ci = f"[{record[prefix + 'ci_low']:.1%}, {record[prefix + 'ci_high']:.1%}]"
-        if seed and "eval/solved" in record:
-            solved, n = int(record["eval/solved"]), int(record["eval/mazes"])
-            out.append(f"{solved}/{n} = {solved / n:.2%} {ci} (seed's protocol)")
-        else:
-            out.append(f"{rate:.1%} {ci} (sampled, {record[prefix + 'samples']:.0f} a maze)")
-    return tuple(out)
+    (seed's protocol)" (exact interval), "60.2% [51.0%, 69.0%] (sampled, 4 a maze)", then each
+    other eval set's ("visgym-hard: ..."); () for a record of one set that did not log its
+    protocol (`eval/seed_protocol`: SkyRL's bridge logs it)."""
+    sets = sorted(
+        k[len("eval/") : -len("_solve_rate")]
+        for k in record
+        if k.startswith("eval/") and k.endswith("_solve_rate") and k != "eval/sampled_solve_rate"
+    )
+    if "eval/seed_protocol" not in record and not sets:
+        return ()
+    out = [label for p in ("eval/", "eval/sampled_") if (label := _rate_label(record, p))]
+    return (*out, *(f"{s}: {label}" for s in sets if (label := _rate_label(record, f"eval/{s}_"))))
+
+
+def _rate_label(record: dict[str, Any], prefix: str) -> str | None:
+    rate, low, high = (record.get(prefix + k) for k in ("solve_rate", "ci_low", "ci_high"))
+    if rate is None:
+        return None
+    ci = f" [{low:.1%}, {high:.1%}]" if low is not None and high is not None else ""
+    if record.get(prefix + "seed_protocol") and prefix + "solved" in record:
+        solved, n = int(record[prefix + "solved"]), int(record[prefix + "mazes"])
+        return f"{solved}/{n} = {solved / n:.2%}{ci} (seed's protocol)"
+    if prefix + "seed_protocol" in record:
+        return f"{rate:.1%}{ci} (sampled, {record[prefix + 'samples']:.0f} a maze)"
+    return f"{rate:.1%}{ci}"
 
 
 def _duration(seconds: float) -> str:

@@ -20,6 +20,7 @@ from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.env.data import read_rows
 from rlkit.errors import UsageError
 from rlkit.notebook import compare, plots, workbench
+from rlkit.notebook.progress import read_progress
 from rlkit.run.reader import open_run
 from rlkit.run.rundir import RunDir
 
@@ -99,6 +100,11 @@ def test_open_run_and_the_bridge_read_each_set(two_sets):
     assert list(by_set) == ["test", "test-large"]
     assert [r[0].set for r in by_set.values()] == ["test", "test-large"]
     assert open_run(run).evals()[0] == by_set["test"][0]
+    line = read_progress(run).eval_text()  # the monitor's line: a rate a set
+    assert (
+        line.startswith("eval step 0: 25.0% [")
+        and "(sampled, 2 a maze); test-large: 25.0% [" in line
+    )
 
 
 def test_notebooks_04_and_06_show_each_set(two_sets):
