@@ -61,6 +61,20 @@ def load_policy(
     return policy
 
 
+def checkpoint_of(path: str | Path) -> tuple[str, int] | None:
+    """(run name, step) when `path` is a run checkpoint's model (RUN/global_step_N/policy
+    locally, RUN/exports/global_step_N/policy SkyRL's, or the global_step_N dir itself), else
+    None."""
+    from rlkit.run.checkpoints import STEP_DIR
+
+    p = Path(path).resolve()
+    for d in (p, p.parent):
+        if m := STEP_DIR.match(d.name):
+            run = d.parent.parent if d.parent.name == "exports" else d.parent
+            return run.name, int(m.group(1))
+    return None
+
+
 def _refuse_run(path: str) -> None:
     """A run dir (either backend) holds many models: name one of its checkpoints' exports."""
     from rlkit.run import is_run, open_run
@@ -94,7 +108,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from rlkit.env.visgym_text import answer_view
     from rlkit.episodes.policies import is_scripted
 
-    cfg = answer_view(env_for_set(args.set), args.answer_format, prompt_file=args.prompt_file)
+    cfg = None  # the set's own env, as before these options
+    if sft or args.show_prompt:
+        cfg = answer_view(env_for_set(args.set), args.answer_format, prompt_file=args.prompt_file)
     if args.show_prompt:
         return _show_prompt(args.policy, args.set, cfg)
     if args.answer_format == "visgym-sft" and (not args.free or is_scripted(args.policy or "")):
@@ -141,6 +157,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         **answers,
         **(vllm_kw if args.engine == "vllm" else {}),
     )
+    checkpoint = None if is_scripted(args.policy) else checkpoint_of(args.policy)
+    if checkpoint is not None:  # "local-tiny@204 on test", as a run's own evals are named
+        run_name, step = checkpoint
+        policy.name = f"{run_name}@{step}{':free' if args.free else ''}"
     result, trajs = evaluate(
         policy,
         set_name=args.set,
@@ -152,6 +172,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         n_mazes=args.mazes,
         protocol=args.protocol,
         cfg=cfg,
+        step=checkpoint[1] if checkpoint else None,
     )
     if args.out:
         result.save(args.out, trajs)
