@@ -90,7 +90,7 @@ def check_parse(text: object, mode: str, max_moves: int) -> None:
     moves, error = parse_actions(text, mode, max_moves)
     elapsed = time.perf_counter() - start
     assert elapsed < PARSE_BOUND_S, (elapsed, repr(text)[:200])
-    allowed = (Action, Stop) if mode == "visgym" else Action  # only VisGym's game has stop
+    allowed = (Action, Stop) if mode.startswith("visgym") else Action  # VisGym's game has stop
     assert all(isinstance(m, allowed) for m in moves)
     assert (error is None) == bool(moves) and len(moves) <= max_moves
     assert error is None or (isinstance(error, str) and "\n" not in error)
@@ -129,15 +129,17 @@ def test_env_survives_adversarial_episodes():
     rng = random.Random(1)
     steps = 0
     for episode in range(120):
+        parser = rng.choice(PARSERS)
         cfg = EnvConfig(
             max_turns=rng.randint(1, 40),
-            parser=rng.choice(PARSERS),
+            parser=parser,
             moves_per_turn=rng.randint(1, 8),
             observation=rng.choice(["image", "text", "both"]),
+            prompt_style="visgym-sft" if parser == "visgym-sft" else "compact",
         )
-        maze = (  # the visgym parser reads `stop`: VisGym's squares game, not a cell maze
+        maze = (  # the visgym parsers read `stop`: VisGym's squares game, not a cell maze
             generate(9, 9, episode, algorithm="visgym")
-            if cfg.parser == "visgym"
+            if cfg.parser.startswith("visgym")
             else generate(3, 3, episode, placement="random")
         )
         env = MazeEnv(cfg, {"maze": maze})
