@@ -32,8 +32,11 @@
 #
 # With its defaults it reads the one run `make demo` trains (`runs/demo/local-tiny`) and says
 # how to add a second; nothing it reads is written to. A second run goes in its own folder,
-# e.g. `rlkit train --preset smoke --run-dir runs/smoke`, or a whole quick demo with
-# `rlkit demo --quick --out runs/quick` (its run: `runs/quick/smoke`).
+# e.g. `rlkit train --preset smoke --run-dir runs/smoke` from the project root, or a whole quick
+# demo with `rlkit demo --quick --out runs/quick` (its run: `runs/quick/smoke`). `runs` reads a
+# relative path (or a bare name under runs/) from the project root ($RLKIT_HOME if set), the CLI
+# from its current directory: a run trained from elsewhere goes in by the absolute path
+# `rlkit train` prints.
 
 # %% tags=["parameters"]
 runs = ["runs/demo/local-tiny"]  # run dirs (either backend) or names under runs/; add more

@@ -144,6 +144,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     print(json.dumps(summary))
     for line in stability_warnings(RunDir(args.run_dir).read_metrics()):
         print(f"warning: {line}", file=sys.stderr)
+    from rlkit.notebook.paths import cli_path_note
+
+    if note := cli_path_note(args.run_dir):
+        print(note)
     return 0
 
 
@@ -176,6 +180,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     run_demo(args.out, quick=args.quick)  # prints the solve-rate table as it finishes
     print(f"results: {Path(args.out) / 'summary.json'}")
+    from rlkit.notebook.paths import cli_path_note
+
+    if note := cli_path_note(args.out):
+        print(note)
     return 0
 
 
@@ -240,7 +248,12 @@ def build_parser() -> argparse.ArgumentParser:
     from rlkit.train.presets import PRESETS as LOCAL_PRESETS
 
     t.add_argument("--preset", required=True, help=" | ".join(LOCAL_PRESETS))
-    t.add_argument("--run-dir", required=True)
+    t.add_argument(
+        "--run-dir",
+        required=True,
+        help="relative to the current directory (a notebook reads relative paths from the "
+        "project root or $RLKIT_HOME: it prints the absolute path to give one when they differ)",
+    )
     t.add_argument("--resume", default="latest", choices=["latest", "none"])
     t.add_argument(
         "--set",

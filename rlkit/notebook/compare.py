@@ -35,7 +35,7 @@ from matplotlib.figure import Figure
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.errors import UsageError
 from rlkit.maze.sets import pinned_spec
-from rlkit.notebook.paths import home
+from rlkit.notebook.paths import home, relative_rule
 from rlkit.notebook.paths import home_path as _home_path
 from rlkit.notebook.plots import PlotFigure, by_difficulty, ci_methods, figure_header
 from rlkit.run.reader import Run, RunNotFound, is_run, open_run
@@ -80,7 +80,10 @@ def resolve_run(spec: str | Path | Run) -> Run:
     if isinstance(spec, Run):
         return spec
     path = _home_path(spec)
+    relative = not Path(spec).expanduser().is_absolute()
     if path.exists() or len(Path(spec).parts) != 1:
+        if relative and not path.exists():
+            raise RunNotFound(f"no run at {path}: {relative_rule()}")
         return open_run(path)
     root = home() / RUNS_DIR
     found = sorted(p for p in root.glob(f"**/{spec}") if is_run(p))
@@ -90,7 +93,9 @@ def resolve_run(spec: str | Path | Run) -> Run:
             f"({', '.join(str(p) for p in found[:4])})"
         )
     if not found:
-        raise RunNotFound(f"no run at {path} and none named {spec!r} under {root}: give its path")
+        raise RunNotFound(
+            f"no run at {path} and none named {spec!r} under {root}: {relative_rule()}"
+        )
     return open_run(found[0])
 
 

@@ -2,8 +2,11 @@
 
 JupyterLab starts a notebook's kernel in the notebook's folder (notebooks/), `make demo` in
 the project root. `home_path` resolves a relative path parameter against $RLKIT_HOME, else the
-project root, so `out_dir="runs/demo"` is one directory for both. Torch-free: the cluster
-notebooks use it too.
+project root, so `out_dir="runs/demo"` is one directory for both. The CLI (`rlkit train
+--run-dir`) reads a relative path from its current directory, so a run trained from elsewhere
+goes to a notebook by its absolute path, which `rlkit train` prints (`cli_path_note`) and a
+notebook that misses a run asks for (`relative_rule`). Torch-free: the cluster notebooks use it
+too.
 """
 
 from __future__ import annotations
@@ -25,3 +28,21 @@ def home_path(path: str | Path) -> Path:
     """`path` as given when absolute; else relative to `home()`."""
     p = Path(path).expanduser()
     return p if p.is_absolute() else home() / p
+
+
+def relative_rule() -> str:
+    """The one rule for a relative run path, said where a notebook misses a run."""
+    return (
+        f"a notebook reads a relative path from {home()} (${HOME_ENV}, else the project root), "
+        "the CLI from its current directory: give the run's absolute path (`rlkit train` "
+        "prints it)"
+    )
+
+
+def cli_path_note(path: str | Path) -> str | None:
+    """What `rlkit train --run-dir PATH` prints when a notebook would read PATH elsewhere: the
+    absolute path to give it; None when PATH is absolute or the CLI runs from `home()`."""
+    p = Path(path).expanduser()
+    if p.is_absolute() or p.resolve() == home_path(p).resolve():
+        return None
+    return f"absolute path for a notebook: {p.resolve()} (a notebook reads {p} from {home()})"

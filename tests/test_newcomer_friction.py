@@ -1,0 +1,69 @@
+"""A newcomer's friction: where a relative run path points from the CLI and from a notebook, how
+`rlkit eval` names a run's checkpoint, what an executed notebook 03 shows, and notebooks that
+count a run's evals alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlkit.cli import evaluate as eval_cli
+from rlkit.cli import main as cli
+from rlkit.episodes.policies import scripted_policy
+from rlkit.notebook import compare, paths
+from rlkit.run.reader import RunNotFound
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_cli_path_from_elsewhere_gets_the_absolute_path_a_notebook_needs(tmp_path, monkeypatch):
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.setenv(paths.HOME_ENV, str(home))
+    monkeypatch.chdir(elsewhere)
+    note = paths.cli_path_note("runs/smoke")
+    assert note is not None and str(elsewhere / "runs" / "smoke") in note and str(home) in note
+    assert paths.cli_path_note(elsewhere / "runs" / "smoke") is None  # absolute: one place
+    monkeypatch.chdir(home)
+    assert paths.cli_path_note("runs/smoke") is None  # from home both read it alike
+
+
+@pytest.mark.parametrize("spec", ["runs/smoke", "smoke"])
+def test_a_notebook_missing_a_relative_run_says_the_rule(tmp_path, monkeypatch, spec):
+    monkeypatch.setenv(paths.HOME_ENV, str(tmp_path))
+    with pytest.raises(RunNotFound) as e:
+        compare.resolve_run(spec)
+    message = str(e.value)
+    assert str(tmp_path) in message and "$RLKIT_HOME" in message
+    assert "current directory" in message and "absolute path" in message
+    assert "\n" not in message
+
+
+def test_notebook_06_says_where_its_relative_runs_are_read_from():
+    text = (ROOT / "notebooks" / "06_compare_runs.py").read_text()
+    assert "--run-dir runs/smoke` from the project root" in text
+    assert "absolute path" in text
+
+
+@pytest.mark.parametrize(
+    ("parts", "expected"),
+    [
+        (("local-tiny", "global_step_204", "policy"), ("local-tiny", 204)),
+        (("local-tiny", "global_step_204"), ("local-tiny", 204)),
+        (("qwen", "exports", "global_step_20", "policy"), ("qwen", 20)),
+        (("models", "tiny"), None),
+    ],
+)
+def test_a_run_checkpoints_model_is_known_by_run_and_step(tmp_path, parts, expected):
+    assert eval_cli.checkpoint_of(tmp_path.joinpath(*parts)) == expected
+
+
+def test_rlkit_eval_labels_a_run_checkpoint_with_run_and_step(tmp_path, monkeypatch, capsys):
+    model = tmp_path / "local-tiny" / "global_step_204" / "policy"
+    model.mkdir(parents=True)
+    # the oracle stands in for the checkpoint's model: the label is what is under test
+    monkeypatch.setattr(eval_cli, "load_policy", lambda name, **kw: scripted_policy("oracle"))
+    assert cli.main(["eval", "--policy", str(model), "--mazes", "2"]) == 0
+    assert capsys.readouterr().out.startswith("local-tiny@204 on test: 100.0% solved")
