@@ -5,19 +5,26 @@ report, each rate labelled with its protocol."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
+import scripted_engine as se
 from skyrl.train.config import SkyRLTrainConfig
+from skyrl.train.dataset import PromptDataset
+from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
 from skyrl.train.utils import validate_cfg
+from skyrl.train.utils.trainer_utils import build_dataloader
 
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.bridge import MetricsBridge
 from rlkit.cluster.skyrl.entry import ensure_datasets, parse_args
+from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides
 from rlkit.cluster.skyrl.presets import get_preset
-from rlkit.cluster.skyrl.trainer import sampled_eval_cfg
+from rlkit.cluster.skyrl.trainer import RlkitTrainer, sampled_eval_cfg
 from rlkit.env.data import read_rows
 from rlkit.errors import UsageError
 from rlkit.maze.core import Action, Maze, shortest_path
@@ -26,6 +33,7 @@ from rlkit.notebook import report, workbench
 from rlkit.notebook.progress import read_progress
 from rlkit.run.reader import open_run
 from rlkit.run.rundir import RunDir
+from rlkit.run.skyrl_dumps import read_eval_dump
 
 SOLVED = 28
 """Mazes the dumps' policy solves of the 64: the seed's own starting count."""
@@ -172,3 +180,48 @@ def test_open_run_and_notebook_04_read_both_protocols(both_run):
     assert seed_line.startswith("the seed's protocol: ") and SEED_HEADLINE in seed_line
     assert sampled.protocol_label == "rlkit's protocol (sampled, 2 a maze)"
     assert seed.protocol_label == "seed's protocol (greedy, one sample a maze)"
+
+
+def test_both_runs_skyrl_evaluate_again_and_dumps_it_apart(tmp_path, encoder):
+    """`RlkitTrainer.eval` with `sampled_eval` (eval_protocol=both) on SkyRL's own `evaluate`,
+    VLM generator and dump writer, the engine scripted; the trainer is built without Ray (its
+    eval reads only these attributes)."""
+    sky = get_preset(
+        "qwen3vl-8b-6gpu",
+        runs_root=str(tmp_path),
+        eval_set="test",
+        eval_protocol="sampled",  # 8 mazes: the seed's protocol needs 64, set by hand below
+        eval_mazes=8,
+        eval_samples=2,
+        dataloader_workers=0,
+    )
+    paths = RunPaths.for_run(sky, "both")
+    ensure_datasets(paths.data_dir, 4, "test", 8)
+    cfg = SkyRLTrainConfig.from_cli_overrides(build_overrides(sky, "both"))
+    cfg.generator.eval_n_samples_per_prompt = 1  # SkyRL's own eval as eval_protocol=both has it
+    cfg.generator.eval_sampling_params.temperature = 0.0
+    tok = encoder.tokenizer
+    ds = PromptDataset(cfg.data.val_data, tok, cfg.trainer.max_prompt_length, num_workers=1)
+    engine = se.ScriptedEngine(encoder, [ds.dataframe[i] for i in range(len(ds))], se.mixed)
+    trainer = RlkitTrainer.__new__(RlkitTrainer)
+    trainer.cfg, trainer.tokenizer, trainer.global_step = cfg, tok, 0
+    trainer.eval_dataloader = build_dataloader(cfg, ds, is_train=False)
+    trainer.generator = SkyRLVLMGymGenerator(cfg.generator, cfg.environment.skyrl_gym, engine, tok)
+    trainer.trajectory_logger = trainer.tracker = None
+    trainer.sampled_eval = (2, 1.0)
+    generate = trainer.generator.generate
+
+    async def fresh_games(generator_input):  # the scripted engine keeps each session's game
+        engine.sessions.clear()  # state (a real one keeps none): the second eval starts anew
+        return await generate(generator_input)
+
+    trainer.generator.generate = fresh_games
+    with patch("skyrl.train.generators.skyrl_vlm_generator.decode_mm_kwargs", se.decode_features):
+        metrics = asyncio.run(trainer.eval())
+    export = Path(cfg.trainer.export_path)
+    seed, sampled = read_eval_dump(export, 0), read_eval_dump(export / "sampled", 0)
+    assert (len(seed.episodes), len(sampled.episodes)) == (8, 16)
+    assert metrics["eval/all/avg_score"] == seed.result().solve_rate
+    assert metrics["eval/sampled/all/avg_score"] == sampled.result().solve_rate
+    assert "eval/all/pass_at_1" in metrics and "eval/sampled/all/pass_at_2" in metrics
+    assert cfg.trainer.export_path == str(export)  # SkyRL's own config left as it was
