@@ -35,6 +35,8 @@ def test_the_dry_run_plays_each_set_with_its_budget(capsys):
     out = capsys.readouterr().out.splitlines()
     (command,) = [ln for ln in out if ln.startswith("command:")]
     (line,) = [ln for ln in out if ln.startswith("eval:")]
+    (episode,) = [ln for ln in out if ln.startswith("per episode:")]
+    assert " 30 turns x " in episode  # the token budget of the set with the longest episodes
     _, overrides = parse_args(shlex.split(command.removeprefix("command:"))[3:])
     cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
     validate_cfg(cfg)

@@ -197,25 +197,29 @@ def model_files(model_path: str) -> Path | None:
 
 
 def preset_budget(p: SkyRLPreset, model_dir: str | Path | None | bool = True) -> BudgetReport:
-    """The token budget of `p`'s model on its eval set (its training rows are the same family):
-    read from `model_dir` (True: wherever `model_files` finds the checkpoint; None or False:
-    nowhere), else from the assumed values of rlkit's tiny model or Qwen3-VL."""
+    """The token budget of `p`'s model on its eval set (its training rows are the same family;
+    of several, `eval_sets`, the one with the most turns): read from `model_dir` (True: wherever
+    `model_files` finds the checkpoint; None or False: nowhere), else from the assumed values of
+    rlkit's tiny model or Qwen3-VL."""
     from rlkit.cluster.skyrl.presets import TINY_WARM  # presets imports this module
 
+    turns = p.turn_budgets
+    longest = max(turns, key=turns.__getitem__)  # eval_set on a tie
+    task = replace(p.task, eval_set=longest, max_turns=turns[longest])
     tiny = p.model.model_path == TINY_WARM
     if model_dir is True:
         model_dir = None if tiny else model_files(p.model.model_path)
     return budget_report(
         p.model.model_path,
         model_dir or None,
-        p.task.eval_set,
+        task.eval_set,
         assumed=TINY_ASSUMED if tiny else QWEN_ASSUMED,
         where="rlkit's tiny model, built and warm-started by the job" if tiny else None,
-        max_turns=p.task.max_turns,
+        max_turns=task.max_turns,
         max_input_length=p.task.max_input_length,
         max_model_len=p.task.max_model_len,
         max_generate_length=p.task.max_generate_length,
-        cfg=task_view(p.task),
+        cfg=task_view(task),
     )
 
 
