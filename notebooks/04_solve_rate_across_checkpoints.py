@@ -53,8 +53,8 @@ source = workbench.run_source(
     out_dir, preset, run_name=run_name, run_dir=run_dir, skyrl_export=skyrl_export
 )
 run = workbench.open_source(source, address=address)  # either backend, wherever its files are
-print(run.describe())
 evals = workbench.checkpoint_evals(run)  # a missing one is scored with the run's own config
+print(run.describe())  # after that scoring: the evals counted are the ones shown (05 counts alike)
 boundary = run.warm_start_end()
 base = baselines.run_baselines(out_dir, run, evals)  # those that played this run's test set
 others = workbench.other_eval_sets(run)  # a run's other eval sets (eval_sets): a curve each
@@ -162,6 +162,12 @@ print(greedy.summary() if greedy else f"greedy: not evaluated here ({run.backend
 # interval: "28/64 = 43.75% [31.4%, 56.7%]" is how the seed's starting point was measured (SkyRL's
 # default eval on VisGym's maze_2d/easy), so only that line compares with it. A SkyRL run's own
 # evals follow the seed's protocol when they ran at temperature 0, one sample a maze.
+#
+# One greedy result, two intervals: the seed's line (here and in the greedy cell above) gives
+# the exact Clopper-Pearson interval on its count (`clopper-pearson`), the way the seed reports;
+# the summary table below gives every row, the greedy one too, rlkit's Wilson interval on the
+# maze-clustered effective n (`wilson-maze-deff`), so its rows compare alike. Each line names
+# its method, and the table's last lines repeat the greedy row's exact interval.
 
 # %%
 print("\n".join(report.protocol_lines(evals, greedy)))

@@ -57,8 +57,8 @@ source = workbench.run_source(
     out_dir, preset, run_name=run_name, run_dir=run_dir, skyrl_export=skyrl_export
 )
 run = workbench.open_source(source, address=address)  # either backend, wherever its files are
-print(run.describe())
-shown = replays.for_run(run, maze=maze)
+shown = replays.for_run(run, maze=maze)  # scores a checkpoint without an eval, as 04 does
+print(run.describe())  # after that scoring: the same count of evals as 04's
 print(shown)
 ReplayWidget(shown.episode, label=shown.label)
 

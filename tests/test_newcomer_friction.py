@@ -67,3 +67,60 @@ def test_rlkit_eval_labels_a_run_checkpoint_with_run_and_step(tmp_path, monkeypa
     monkeypatch.setattr(eval_cli, "load_policy", lambda name, **kw: scripted_policy("oracle"))
     assert cli.main(["eval", "--policy", str(model), "--mazes", "2"]) == 0
     assert capsys.readouterr().out.startswith("local-tiny@204 on test: 100.0% solved")
+
+
+@pytest.mark.parametrize(
+    ("notebook", "scoring"),
+    [
+        ("04_solve_rate_across_checkpoints.py", "workbench.checkpoint_evals(run)"),
+        ("05_replay_and_failures.py", "replays.for_run(run"),  # it calls checkpoint_evals
+    ],
+)
+def test_notebooks_04_and_05_count_a_runs_evals_after_scoring_its_unscored_checkpoints(
+    notebook, scoring
+):
+    """`run.describe()` counts the eval files there are: printed before `checkpoint_evals`
+    scores a checkpoint the trainer did not evaluate, 04 counted fewer than 05 did after it."""
+    text = (ROOT / "notebooks" / notebook).read_text()
+    assert text.count("run.describe()") == 1
+    assert text.index(scoring) < text.index("run.describe()")
+
+
+@pytest.fixture(scope="module")
+def results():
+    from rlkit.episodes.evaluate import evaluate
+
+    def run(name, **kw):
+        return evaluate(scripted_policy(name), **{"n_mazes": 16, **kw})[0]
+
+    return {
+        "random": run("random", samples=2),
+        "eps": run("eps-oracle:0.3", samples=4),
+        "oracle": run("oracle", samples=2),
+        "greedy": run("eps-oracle:0.3", mode="greedy", protocol="seed", n_mazes=None),
+    }
+
+
+def test_the_summary_table_names_both_intervals_of_a_greedy_result(results):
+    from rlkit.notebook import report
+
+    greedy = results["greedy"]
+    table = report.solve_rate_table({"final": results["eps"], "step 204 greedy (k=1)": greedy})
+    lo, hi = greedy.exact_ci95
+    note = table.splitlines()[-1]
+    assert note.startswith("step 204 greedy (k=1): the table's interval is wilson-maze-deff")
+    assert f"[{lo:.1%}, {hi:.1%}] (clopper-pearson)" in note
+    assert "clopper" not in report.solve_rate_table({"final": results["eps"]})
+
+
+@pytest.mark.parametrize("last", ["random", "eps", "oracle"])
+def test_the_curves_end_label_stays_inside_the_axes(results, last):
+    from rlkit.notebook import plots
+
+    fig = plots.solve_rate_curve({0: results["random"], 204: results[last]})
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    label = next(t for t in ax.texts if t.get_text() == f"{results[last].solve_rate:.1%}")
+    box, inside = label.get_window_extent(), ax.get_window_extent()
+    assert inside.x0 <= box.x0 and box.x1 <= inside.x1, (box, inside)
+    assert inside.y0 <= box.y0 and box.y1 <= inside.y1, (box, inside)

@@ -164,11 +164,14 @@ def solve_rate_curve(
         ax.fill_between(xs, lo, hi, alpha=0.15, color=color)
         label = f"solve rate, {name}, {more[-1][1].protocol_label}"
         ax.plot(xs, [r.solve_rate for _, r in more], "s--", color=color, label=label)
-    ax.annotate(
+    high = last.solve_rate > 0.9  # near the top: below the point, else above it
+    ax.annotate(  # left of the last point, so the label stays inside the axes
         f"{last.solve_rate:.1%}",
         (last_step, last.solve_rate),
         textcoords="offset points",
-        xytext=(4, 6),
+        xytext=(-4, -6 if high else 6),
+        ha="right",
+        va="top" if high else "bottom",
         fontsize=8,
     )
     if isinstance(baseline, EvalResult):

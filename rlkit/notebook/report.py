@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rlkit.episodes.evaluate import EvalResult, compare
 from rlkit.errors import UsageError
-from rlkit.stats import CI_METHODS, PairedByMaze
+from rlkit.stats import CI_METHODS, EXACT_CI_METHOD, PairedByMaze
 
 BASE = "base"
 """Name of the untrained model's baseline (the training run's initial weights)."""
@@ -88,6 +88,13 @@ def solve_rate_table(rows: Mapping[str, EvalResult]) -> str:
         )
     for method in sorted({r.ci_method for r in rows.values()}):
         lines.append(f"95% CI {method}: {CI_METHODS.get(method, 'unknown method')}")
+    for name, r in rows.items():
+        if r.exact_ci95 is not None:  # one sample a maze: the seed's exact interval too
+            lo, hi = r.exact_ci95
+            lines.append(
+                f"{name}: the table's interval is {r.ci_method}, as every row's; the seed's "
+                f"protocol reports its exact one, [{lo:.1%}, {hi:.1%}] ({EXACT_CI_METHOD})"
+            )
     return "\n".join(lines)
 
 
