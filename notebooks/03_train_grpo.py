@@ -82,6 +82,8 @@ wait_s = 3 * 3600  # how long a headless run waits for the job (0: don't wait)
 # (printed in the plan below). A switch a backend cannot honour is refused here, in one line.
 
 # %%
+from IPython.display import display
+
 from rlkit.cluster import launch
 from rlkit.cluster.client import connect
 from rlkit.notebook import groups, training
@@ -125,11 +127,15 @@ job = cluster.reattach(plan.run_name) if cluster else None
 job
 
 # %% [markdown]
-# Headless (papermill, `make demo`): wait for the job and fail this notebook if it failed.
+# Headless (papermill, `make demo`): wait for the job and fail this notebook if it failed. The
+# monitor's final state follows, as text and a static PNG of its curves: a saved notebook keeps
+# the live widget above only as it was when first shown (its job then still PENDING).
 
 # %%
 if job is not None and wait_s > 0:
     print(launch.finish(job, monitor, wait_s))
+    if monitor is not None:
+        display(monitor.snapshot())
 
 # %% [markdown]
 # **One group, rewards to advantages.** The trainer keeps a few groups of every GRPO step with

@@ -124,3 +124,40 @@ def test_the_curves_end_label_stays_inside_the_axes(results, last):
     box, inside = label.get_window_extent(), ax.get_window_extent()
     assert inside.x0 <= box.x0 and box.x1 <= inside.x1, (box, inside)
     assert inside.y0 <= box.y0 and box.y1 <= inside.y1, (box, inside)
+
+
+def test_a_finished_jobs_snapshot_saves_its_final_state_and_a_static_figure(tmp_path):
+    from rlkit.notebook.monitor import JobMonitor
+    from rlkit.run.rundir import RunDir
+
+    class Job:
+        submission_id = "rlkit-demo-1"
+
+        def __init__(self):
+            self.statuses = ["PENDING", "SUCCEEDED"]
+
+        def status(self):
+            return self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+
+        def logs(self):
+            return "done\n"
+
+        def stop(self):
+            return True
+
+    run = RunDir(tmp_path / "run")
+    monitor = JobMonitor(Job(), run.path)
+    shown = monitor._repr_mimebundle_()
+    assert shown["text/plain"].startswith("job monitor, PENDING when shown")
+    for s in range(3):
+        run.append_metrics({"step": s, "rollout/reward_mean": s / 3, "rollout/solve_rate": s / 3})
+    saved = monitor.snapshot()
+    assert repr(saved).splitlines()[0] == "job rlkit-demo-1: SUCCEEDED"
+    png = saved._repr_png_()
+    assert isinstance(png, bytes) and png[:4] == b"\x89PNG" and png == bytes(monitor.curves.value)
+
+
+def test_notebook_03_shows_the_snapshot_after_the_job_ends():
+    text = (ROOT / "notebooks" / "03_train_grpo.py").read_text()
+    finish = text.index("launch.finish(job, monitor, wait_s)")
+    assert finish < text.index("display(monitor.snapshot())")

@@ -112,6 +112,14 @@ def test_quick_demo_executes_every_notebook(ray_cluster, tmp_path, monkeypatch):
     # 03 worked one captured group of the run it trained, rewards to advantages
     trained = json.loads((out / "notebooks" / "03_train_grpo.ipynb").read_text())
     assert "(r - mean) / (std + 1e-6)  advantage used" in json.dumps(trained)
+    # and after the job, its final state as text beside a static PNG of the monitor's curves
+    final = [
+        o["data"]
+        for c in trained["cells"]
+        for o in c.get("outputs", [])
+        if "image/png" in o.get("data", {}) and ": SUCCEEDED" in "".join(o["data"]["text/plain"])
+    ]
+    assert len(final) == 1
     # 06 with its defaults after a plain `make demo` (one run): runs, touches nothing
     assert compare.ONE_RUN in run_06_with_defaults(out / "smoke", tmp_path / "home", monkeypatch)
 

@@ -61,6 +61,20 @@ def _resubmit_on_its_cluster(job: JobLike) -> JobLike:
     return resubmit_job(cluster, job)
 
 
+class MonitorSnapshot:
+    """A job monitor's state frozen as text and a PNG of its curves: shown by Jupyter as the
+    image with the text as its fallback."""
+
+    def __init__(self, text: str, png: bytes) -> None:
+        self.text, self.png = text, png
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def _repr_png_(self) -> bytes | None:
+        return self.png or None
+
+
 class JobMonitor(widgets.VBox):
     """Status, log tail, Stop button and reward/solve curves of a running job.
 
@@ -110,6 +124,8 @@ class JobMonitor(widgets.VBox):
         self.refresh_s = refresh_s
         self.log_lines = log_lines
         self.status = "UNKNOWN"
+        self.progress_line = ""
+        """The progress line as text (what `snapshot` saves)."""
         self.error: str | None = None
         self.status_label = widgets.HTML()
         self.log_view = widgets.Textarea(
@@ -141,6 +157,24 @@ class JobMonitor(widgets.VBox):
     @property
     def done(self) -> bool:
         return self.status in TERMINAL
+
+    def _repr_mimebundle_(self, **kwargs):
+        """The widget, with a text fallback that says it is the state when shown (a saved
+        notebook keeps that text; `snapshot` saves the final state)."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is not None:
+            bundle["text/plain"] = f"job monitor, {self.status} when shown: {self.progress_line}"
+        return bundle
+
+    def snapshot(self) -> MonitorSnapshot:
+        """The monitor's state now as text and its curves as a PNG: what an executed notebook
+        saves after the job ended, beside the live widget whose saved text is its first state."""
+        self.refresh()
+        lines = [f"job {getattr(self.handle, 'submission_id', self.handle)}: {self.status}"]
+        lines += [self.progress_line, *self.restarts]
+        lines += [f"warning: {self.warning}"] if self.warning else []
+        lines += [f"error: {self.error}"] if self.error else []
+        return MonitorSnapshot("\n".join(x for x in lines if x), bytes(self.curves.value))
 
     @property
     def polling(self) -> bool:
@@ -209,6 +243,7 @@ class JobMonitor(widgets.VBox):
         if self.warning:
             note += f"<br><b style='color:#c05000'>warning: {html.escape(self.warning)}</b>"
         self.progress.value = f"<code>{html.escape(line)}</code>{note}"
+        self.progress_line = line
         steps = tuple(run.eval_steps()) if run is not None else ()
         if steps != self._eval_steps:  # read (a SkyRL run: replay) the evals only when new
             self._evals, self._eval_steps = (run.evals() if steps else {}), steps
