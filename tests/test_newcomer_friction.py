@@ -108,8 +108,9 @@ def test_the_summary_table_names_both_intervals_of_a_greedy_result(results):
     table = report.solve_rate_table({"final": results["eps"], "step 204 greedy (k=1)": greedy})
     lo, hi = greedy.exact_ci95
     note = table.splitlines()[-1]
-    assert note.startswith("step 204 greedy (k=1): the table's interval is wilson-maze-deff")
-    assert f"[{lo:.1%}, {hi:.1%}] (clopper-pearson)" in note
+    assert table.splitlines()[-2].startswith("95% CI wilson-maze-deff")  # every row's
+    assert note.startswith("one sample a maze: the seed's protocol reports the exact interval")
+    assert "(clopper-pearson)" in note and f"step 204 greedy (k=1) [{lo:.1%}, {hi:.1%}]" in note
     assert "clopper" not in report.solve_rate_table({"final": results["eps"]})
 
 

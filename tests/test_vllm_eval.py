@@ -280,7 +280,10 @@ def test_vllm_eval_as_a_ray_job(ray_cluster, checkpoint, engine, tmp_path):
     assert handle.wait(600) == "SUCCEEDED", handle.logs()[-3000:]
     job = EvalResult.load(out)
     local, trajs = evaluate(VllmPolicy(engine), set_name=SET, samples=1, seed=0)
-    assert job.to_dict() | {"trajectories": None} == local.to_dict()
+    # the job names the checkpoint by its run and step (RUN@STEP); the in-process policy has no run
+    assert (job.policy, job.step) == (f"{checkpoint.parent.parent.name}@80", 80)
+    label = {"policy": local.policy, "step": None, "trajectories": None}
+    assert job.to_dict() | label == local.to_dict()
     assert moves(job.load_trajectories(out)) == moves(trajs)
 
 

@@ -188,7 +188,12 @@ def test_boundary_milestones_paired_test_and_summary(smoke_run):
     assert summary["paired_test"]["method"].startswith("exact sign-flip test")
     assert summary["final"]["ci_method"] == "wilson-maze-deff"
     assert summary["final"]["solve_rate"] == round(evals[8].solve_rate, 4)
-    assert len(summary["table"]) == 5 and summary["table"][-1].startswith("95% CI wilson-maze")
+    # a header, 3 rows, the interval's method, and the seed's exact intervals of the 64 x 1 rows
+    assert len(summary["table"]) == 6 and summary["table"][-2].startswith("95% CI wilson-maze")
+    assert (
+        summary["table"][-1].startswith("one sample a maze")
+        and "step 8 (final) [" in (summary["table"][-1])
+    )
     e0, e4, e8 = (evals[s] for s in (0, 4, 8))
     rate = lambda r: f"{r.solve_rate:.1%} [{r.ci95[0]:.1%}, {r.ci95[1]:.1%}]"  # noqa: E731
     assert summary["headline"] == (

@@ -88,13 +88,16 @@ def solve_rate_table(rows: Mapping[str, EvalResult]) -> str:
         )
     for method in sorted({r.ci_method for r in rows.values()}):
         lines.append(f"95% CI {method}: {CI_METHODS.get(method, 'unknown method')}")
-    for name, r in rows.items():
-        if r.exact_ci95 is not None:  # one sample a maze: the seed's exact interval too
-            lo, hi = r.exact_ci95
-            lines.append(
-                f"{name}: the table's interval is {r.ci_method}, as every row's; the seed's "
-                f"protocol reports its exact one, [{lo:.1%}, {hi:.1%}] ({EXACT_CI_METHOD})"
-            )
+    exact = [  # one sample a maze: the seed's protocol reports an exact interval instead
+        f"{name} [{r.exact_ci95[0]:.1%}, {r.exact_ci95[1]:.1%}]"
+        for name, r in rows.items()
+        if r.exact_ci95 is not None
+    ]
+    if exact:
+        lines.append(
+            "one sample a maze: the seed's protocol reports the exact interval "
+            f"({EXACT_CI_METHOD}) instead: {'; '.join(exact)}"
+        )
     return "\n".join(lines)
 
 
