@@ -273,3 +273,23 @@ def test_the_monitor_plays_the_newest_captured_training_step_as_steps_land(tmp_p
     mon.refresh()
     assert view.step == 6 and "global_step_7.jsonl:1 is not a captured episode" in view.header.value
     assert mon.error is None  # said in the view; the rest of the monitor goes on
+
+
+def test_the_monitor_labels_a_sampled_eval_of_another_set_under_no_set_of_its_own():
+    from rlkit.notebook.progress import eval_labels
+
+    record = {
+        "eval/solve_rate": 0.5,
+        "eval/seed_protocol": 1.0,
+        "eval/solved": 32,
+        "eval/mazes": 64,
+        "eval/visgym-hard_solve_rate": 0.25,
+        "eval/sampled_solve_rate": 0.4,
+        "eval/sampled_seed_protocol": 0.0,
+        "eval/sampled_samples": 4,
+        "eval/sampled_visgym-hard_solve_rate": 0.2,
+    }
+    labels = eval_labels(record)
+    assert labels[0] == "32/64 = 50.00% (seed's protocol)"
+    assert labels[1] == "40.0% (sampled, 4 a maze)"
+    assert labels[2:] == ("visgym-hard: 25.0%",)  # no set named "sampled_visgym-hard"

@@ -21,6 +21,7 @@ from rlkit.maze.sets import pinned_set
 from rlkit.settings import apply_settings
 from rlkit.train.config import TaskConfig
 from rlkit.train.presets import preset
+from rlkit.train.run_config import config_from_dict
 
 SFT = answer_view(env_for_set("visgym-easy"), "visgym-sft")
 TAGGED = "<observation>a maze</observation><justification>closer</justification><action>{}</action>"
@@ -156,3 +157,15 @@ def test_the_qwen_fixture_sees_and_plays_the_sft_format(qwen_ckpt, capsys, tmp_p
         json.loads(line) for line in (tmp_path / "eval.trajectories.jsonl").read_text().splitlines()
     ]
     assert turns and all(t["turns"] for t in turns)
+
+
+def test_a_run_read_back_keeps_the_prompt_text_it_trained_on(tmp_path):
+    path = tmp_path / "prompt.txt"
+    path.write_text("Answer ('move', 0) to go right.\n")
+    cfg = apply_settings(preset("local-tiny-visgym"), {"task.prompt_file": str(path)})
+    recorded = cfg.to_dict()
+    path.write_text("Another text since.\n")  # changed, then gone where the run is read
+    path.unlink()
+    back = config_from_dict(recorded)
+    assert back.task.env.rules == cfg.task.env.rules
+    assert back.task.prompt_sha256 == cfg.task.prompt_sha256

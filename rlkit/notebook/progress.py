@@ -77,7 +77,7 @@ def eval_labels(record: dict[str, Any]) -> tuple[str, ...]:
     sets = sorted(
         k[len("eval/") : -len("_solve_rate")]
         for k in record
-        if k.startswith("eval/") and k.endswith("_solve_rate") and k != "eval/sampled_solve_rate"
+        if k.startswith("eval/") and k.endswith("_solve_rate") and not k.startswith("eval/sampled_")
     )
     if "eval/seed_protocol" not in record and not sets:
         return ()

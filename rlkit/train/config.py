@@ -67,7 +67,9 @@ class TaskConfig:
                     f"task.eval_sets: {name} is another game than task.eval_set "
                     f"{self.eval_set}: evaluate sets of the game the run trains on"
                 )
-        if self.prompt_file is not None:
+        if self.prompt_file is not None and self.prompt_sha256 is None:
+            # a new config reads the file; one read back from run.json keeps the text it
+            # recorded (the file may have changed since, or be absent where the run is read)
             text, digest = read_prompt_file(self.prompt_file)
             object.__setattr__(self, "env", replace(self.env, rules=text))
             object.__setattr__(self, "prompt_sha256", digest)

@@ -231,7 +231,9 @@ class MetricsBridge:
             metrics |= eval_interval(self.export_path, step, self.greedy, first_set=self.eval_set)
         if "eval/sampled_solve_rate" in metrics:
             sampled = self.export_path / SAMPLED_EVALS
-            metrics |= eval_interval(sampled, step, greedy=False, prefix="eval/sampled_")
+            metrics |= eval_interval(
+                sampled, step, greedy=False, prefix="eval/sampled_", first_set=self.eval_set
+            )
         record = self.logger.log(step, metrics)
         print(step_line(step, metrics), flush=True)  # what HyperPod's hang rule watches
         try:

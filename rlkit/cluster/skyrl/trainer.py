@@ -110,9 +110,14 @@ class RlkitTrainer(RayPPOTrainer):
             tokenizer=self.tokenizer,
             vllm_metrics_scraper=vllm_metrics_scraper,
         )
-        return metrics | {
-            k.replace("eval/", "eval/sampled/", 1): v for k, v in sampled.items() if "/" in k
+        renamed = {  # the sampled eval's names beside the seed eval's, none overwritten
+            k.replace("eval/", "eval/sampled/", 1)
+            if k.startswith("eval/")
+            else k.replace("eval_", "eval_sampled_", 1): v
+            for k, v in sampled.items()
+            if "/" in k
         }
+        return metrics | renamed
 
     def _build_train_dataloader_and_compute_training_steps(self) -> None:
         """SkyRL's training dataloader, reading the rows in order when `rows_in_order`."""
