@@ -43,6 +43,7 @@ from rlkit.run.skyrl_dumps import (
     dump_steps,
     eval_greedy,
     read_eval_dump,
+    read_eval_dumps,
     read_eval_dumps_by_set,
 )
 from rlkit.run.skyrl_layout import SkyRLRun, find_skyrl_run, list_checkpoints
@@ -293,9 +294,8 @@ class SkyRLRunReader(Run):
         where = self.where.sampled_dir
         if where is None:
             return {}
-        by_set = read_eval_dumps_by_set(where, policy=self.name, greedy=False)
         first = ((self.config().get("entry") or {}).get("task") or {}).get("eval_set")
-        return by_set.get(first) or next(iter(by_set.values()), {})
+        return read_eval_dumps(where, policy=self.name, greedy=False, eval_set=first)
 
     def eval_steps(self) -> list[int]:
         return dump_steps(self.where.export_dir)

@@ -315,18 +315,24 @@ def episodes_to_result(
 
 
 def read_eval_dumps(
-    export_path: str | Path, *, policy: str = "skyrl", greedy: bool | None = None
+    export_path: str | Path,
+    *,
+    policy: str = "skyrl",
+    greedy: bool | None = None,
+    eval_set: str | None = None,
 ) -> dict[int, EvalResult]:
     """`{step: EvalResult}` for every `<export_path>/dumped_evals/global_step_N_evals/`;
     skipped lines give a BadRecordsWarning naming them. `greedy`: how the run sampled its
-    evals (`eval_greedy`; None: not recorded, read as sampled)."""
+    evals (`eval_greedy`; None: not recorded, read as sampled). `eval_set`: that set's
+    episodes where a step dumped several sets (None, or a set the step lacks: all of them)."""
     if not (Path(export_path) / "dumped_evals").is_dir():
         raise UsageError(f"no dumped_evals under {export_path}: set trainer.dump_eval_results=true")
     results = {}
     for step in dump_steps(export_path):
         dump = read_eval_dump(export_path, step)
         dump.warn_bad_lines()
-        results[step] = dump.result(policy, greedy)
+        by_set = dump.results_by_set(policy, greedy) if eval_set else {}
+        results[step] = by_set.get(eval_set) or dump.result(policy, greedy)
     return results
 
 
