@@ -65,17 +65,20 @@ class ScriptedAnswers:
     def act(self, states, messages, rngs) -> list[Response]:
         picks = self.scripted.act(states, messages, rngs)
         encoded = [self.loaded.encoder.encode(m) for m in messages]
-        out = []
-        for state, enc, pick in zip(states, encoded, picks, strict=True):
-            spec = self._spec(state.maze.game)
-            k = [format_action(m) for m in spec.moves].index(pick.text)
+        out: list[Response | None] = [None] * len(states)
+        for game in dict.fromkeys(s.maze.game for s in states):  # one forward a game
+            rows = [i for i, s in enumerate(states) if s.maze.game == game]
+            spec = self._spec(game)
+            words = [format_action(m) for m in spec.moves]
             with torch.no_grad():
-                logits = choice_logits(self.loaded, [enc], spec)[0] / self.temperature
-            ids = spec.response(k)
-            lps = [0.0] * len(ids)
-            lps[spec.choice_pos] = float(torch.log_softmax(logits.float(), -1)[k])
-            out.append(Response(pick.text, list(enc.prompt_ids), ids, lps))
-        return out
+                logits = choice_logits(self.loaded, [encoded[i] for i in rows], spec).float()
+            for i, logp in zip(rows, torch.log_softmax(logits / self.temperature, -1), strict=True):
+                k = words.index(picks[i].text)
+                ids = spec.response(k)
+                lps = [0.0] * len(ids)
+                lps[spec.choice_pos] = float(logp[k])
+                out[i] = Response(picks[i].text, list(encoded[i].prompt_ids), ids, lps)
+        return out  # type: ignore[return-value]  # every row answered by its game's spec
 
     def _spec(self, game: str) -> AnswerSpec:
         if game not in self._specs:
