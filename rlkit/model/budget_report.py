@@ -61,6 +61,12 @@ def set_episode(
     return Episode(system, tuple(texts), image, stop=maze.game == "squares", tuples=sft)
 
 
+def _window(b: TurnBudget) -> str:
+    if b.window is None:
+        return ""
+    return f" (history window {b.window}: a prompt keeps the last {b.window} of {b.max_turns} turns)"
+
+
 def _text(message: dict) -> str:
     content = message["content"]
     if isinstance(content, str):
@@ -119,9 +125,9 @@ class BudgetReport:
             f"per turn:      observation {b.observation} (image {b.image}) + answer <= "
             f"{b.answer} (max_generate_length; canonical {b.canonical}) + {framing} framing = "
             f"{b.per_turn()} tokens",
-            f"per episode:   system {b.system} + {b.max_turns} turns x {b.per_turn()} = "
-            f"{b.worst_case} tokens at worst; max_input_length {b.max_input_length}, "
-            f"max_model_len {b.max_model_len}",
+            f"per episode:   system {b.system} + {b.kept(b.max_turns)} turns x {b.per_turn()} = "
+            f"{b.worst_case} tokens at worst{_window(b)}; max_input_length "
+            f"{b.max_input_length}, max_model_len {b.max_model_len}",
         ]
         warning = b.warning()
         out.append(f"budget:        {'warn: ' + warning if warning else 'every turn fits'}")
@@ -146,6 +152,7 @@ def budget_report(
     max_model_len: int,
     max_generate_length: int | None,
     cfg: EnvConfig | None = None,
+    history: int | None = None,
 ) -> BudgetReport:
     """The report for `model` playing `set_name`: from `model_dir`'s files when given (tokenizer,
     processor, generation config, template), else from `assumed` (`where` then says where the
@@ -165,6 +172,7 @@ def budget_report(
         max_model_len=max_model_len,
         max_generate_length=max_generate_length
         or derived_answer_length(tokens, ep.stop, ep.tuples),
+        window=history,
     )
     if model_dir is None:
         report = BudgetReport(model, None, assumed, set_name, processor, ep.image, budget)

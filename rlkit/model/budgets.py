@@ -223,6 +223,13 @@ class TurnBudget:
     max_turns: int
     max_input_length: int
     max_model_len: int
+    window: int | None = None
+    """Turns a prompt keeps (`history`: the system message and the last `window` observations
+    with the answers between them); None: the whole conversation."""
+
+    def kept(self, turn: int) -> int:
+        """Observations in the prompt of `turn` (1-based)."""
+        return turn if self.window is None else min(turn, self.window)
 
     def per_turn(self, answer: int | None = None) -> int:
         return (
@@ -236,17 +243,19 @@ class TurnBudget:
         """Tokens SkyRL sends before `turn` (1-based), answers of `answer` tokens before it."""
         return (
             self.system
-            + turn * self.per_turn(answer)
+            + self.kept(turn) * self.per_turn(answer)
             - ((self.answer if answer is None else answer) + self.tail)
         )
 
     def history(self, turn: int, answer: int | None = None) -> int:
-        """Tokens of the conversation after `turn`'s answer."""
-        return self.system + turn * self.per_turn(answer)
+        """Tokens of the prompt of `turn` with its answer (the whole conversation without a
+        window)."""
+        return self.system + self.kept(turn) * self.per_turn(answer)
 
     @property
     def worst_case(self) -> int:
-        """The whole episode at full-length answers: every turn played, nothing cut."""
+        """The last turn's prompt and answer at full-length answers: every turn played, nothing
+        cut (the whole episode without a window)."""
         return self.history(self.max_turns)
 
     def passes_at(self, answer: int | None = None) -> int | None:
@@ -304,10 +313,11 @@ class TurnBudget:
     def longest_answer_that_fits(self) -> int:
         """The largest max_generate_length whose full-length answers play every turn (at least
         the canonical answer's length, which `refusal` requires to fit)."""
-        if self.max_turns < 2:
-            return self.answer  # one turn: no answer is ever part of a prompt
-        fixed = self.system + self.max_turns * (self.observation + self.header)
-        room = (self.max_input_length - fixed) // (self.max_turns - 1) - self.tail
+        kept = self.kept(self.max_turns)
+        if kept < 2:
+            return self.answer  # one observation a prompt: no answer is ever part of one
+        fixed = self.system + kept * (self.observation + self.header)
+        room = (self.max_input_length - fixed) // (kept - 1) - self.tail
         return max(self.canonical, min(self.answer, room))
 
     def warning(self) -> str | None:
@@ -341,8 +351,10 @@ def turn_budget(
     max_input_length: int,
     max_model_len: int,
     max_generate_length: int,
+    window: int | None = None,
 ) -> TurnBudget:
-    """The budget of `ep` for a model whose tokens and processor are given."""
+    """The budget of `ep` for a model whose tokens and processor are given; `window`: the
+    turns a prompt keeps (None: all)."""
     head, end = TURN_FRAMING
     image = 0
     if ep.image is not None:
@@ -361,6 +373,7 @@ def turn_budget(
         max_turns=max_turns,
         max_input_length=max_input_length,
         max_model_len=max_model_len,
+        window=window,
     )
 
 

@@ -95,6 +95,8 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         "generator.use_conversation_multi_turn=true",
         "trainer.remove_microbatch_padding=false",
         f"generator.max_turns={p.turn_limit}",  # each row's own budget below it (eval_sets)
+        # a history window: one row a turn, each scored on the prompt its engine saw
+        f"generator.step_wise_trajectories={str(p.task.history is not None).lower()}",
         f"generator.max_input_length={p.task.max_input_length}",
         f"generator.n_samples_per_prompt={p.batch.group_size}",
         f"generator.sampling_params.max_generate_length={answer}",

@@ -107,6 +107,31 @@ def check_eval(p: SkyRLPreset) -> None:
         )
 
 
+STEP_WISE_ESTIMATORS = ("grpo", "rloo", "maxrl")
+"""Estimators SkyRL's step-wise training takes (`validate_cfg` refuses gae and reinforce++)."""
+
+
+def check_history(p: SkyRLPreset) -> None:
+    """A history window: >= 1 turns, and a recipe SkyRL's step-wise training (one row a turn)
+    accepts."""
+    h = p.task.history
+    if h is None:
+        return
+    if h < 1:
+        raise UsageError(f"history ({h}) must be >= 1 turns, or none for the whole conversation")
+    est = p.recipe.advantage_estimator
+    if est not in STEP_WISE_ESTIMATORS:
+        raise UsageError(
+            f"history={h} trains one row a turn (SkyRL's step-wise training), which SkyRL 0.4.0 "
+            f"runs with {', '.join(STEP_WISE_ESTIMATORS)}, not advantage_estimator={est}"
+        )
+    if p.recipe.loss_reduction == "token_mean_legacy":
+        raise UsageError(
+            f"history={h} (step-wise rows) with loss_reduction=token_mean_legacy is refused by "
+            "SkyRL 0.4.0: use token_mean"
+        )
+
+
 def eval_plan(p: SkyRLPreset) -> str:
     """The run's evals in words, each with its protocol, as the dry run prints them."""
     e = p.eval
@@ -126,6 +151,7 @@ def check_preset(p: SkyRLPreset) -> None:
     task_view(p.task)  # an unknown set, a bad view or format fails here, not on the cluster
     model_state(p.model.model_path)
     check_eval(p)
+    check_history(p)
     for name, value in (
         ("nodes", p.layout.nodes),
         ("group_size", p.batch.group_size),
@@ -220,6 +246,7 @@ def preset_budget(p: SkyRLPreset, model_dir: str | Path | None | bool = True) ->
         max_model_len=p.task.max_model_len,
         max_generate_length=p.task.max_generate_length,
         cfg=task_view(task),
+        history=p.task.history,
     )
 
 

@@ -140,6 +140,11 @@ class SkyTask:
     prompt_file: str | None = None
     """Squares game: a text file (on /fsx: the client and the job both read it) whose text
     replaces rlkit's rules; run.json records its path and sha256."""
+    history: int | None = None
+    """Turns a prompt keeps: the system message and the last `history` observations with the
+    answers between them (the local trainer's `task.history`, same meaning); None: the whole
+    conversation (SkyRL's loop). A window trains each turn as its own row (SkyRL's step-wise
+    training), scored on exactly the prompt the engine saw."""
 
 
 @dataclass(frozen=True)
