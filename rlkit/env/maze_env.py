@@ -373,6 +373,7 @@ class MazeEnv(BaseTextEnv):
 
     @staticmethod
     def aggregate_metrics(metrics: list[dict[str, Any]]) -> dict[str, float]:
+        metrics = [m for m in metrics if m]  # a windowed run's earlier turns carry none
         if not metrics:
             return {}
         keys = sorted({k for m in metrics for k in m})

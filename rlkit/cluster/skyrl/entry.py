@@ -194,13 +194,15 @@ def _run_skyrl(
     capture: CaptureConfig,
     rows_in_order: bool = False,
     sampled_eval: tuple[int, float] | None = None,
+    history: int | None = None,
 ) -> None:
     """Body of the Ray task: register the env in this process, then SkyRL's experiment.
 
     The step lines come from this process (the bridged tracker), so HyperPod's hang rules are
     registered here, with this task's Ray job and worker ids. `capture`: the captured training
     rollouts; `rows_in_order`: train the rows in their order (a curriculum), not shuffled;
-    `sampled_eval`: (samples, temperature) of a sampled eval after SkyRL's (`eval_protocol=both`).
+    `sampled_eval`: (samples, temperature) of a sampled eval after SkyRL's (`eval_protocol=both`);
+    `history`: the preset's history window.
     """
     from rlkit.cluster.skyrl.experiment import RlkitExp
     from rlkit.env.maze_env import register_env
@@ -208,7 +210,10 @@ def _run_skyrl(
     register_env()
     print(f"rlkit: {start_hang_detection(hang)}", flush=True)
     # SkyRL's experiment, its metrics bridged into the run dir
-    RlkitExp(cfg, capture, rows_in_order=rows_in_order, sampled_eval=sampled_eval).run()
+    exp = RlkitExp(
+        cfg, capture, rows_in_order=rows_in_order, sampled_eval=sampled_eval, history=history
+    )
+    exp.run()
     print(DONE_LINE, flush=True)
 
 
@@ -282,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     task = ray.remote(num_cpus=1, memory=sky.layout.driver_memory_gb * 2**30 or None)(_run_skyrl)
     sampled = (sky.eval.eval_samples, sky.eval.eval_temperature)
     both = sampled if sky.eval.eval_protocol == "both" else None
-    ray.get(task.remote(cfg, sky.hang, sky.capture, shares is not None, both))
+    ray.get(task.remote(cfg, sky.hang, sky.capture, shares is not None, both, sky.task.history))
     return 0
 
 

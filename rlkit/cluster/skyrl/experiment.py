@@ -78,6 +78,9 @@ class RlkitExp(BasePPOExp):
     sampled_eval: tuple[int, float] | None = None
     """(samples a maze, temperature) of a sampled eval after SkyRL's own (`eval_protocol=both`)."""
 
+    history: int | None = None
+    """The preset's history window (None: the whole conversation)."""
+
     def __init__(
         self,
         cfg,
@@ -85,11 +88,13 @@ class RlkitExp(BasePPOExp):
         *,
         rows_in_order: bool = False,
         sampled_eval: tuple[int, float] | None = None,
+        history: int | None = None,
     ) -> None:
         if capture is not None:
             self.capture = capture
         self.rows_in_order = rows_in_order
         self.sampled_eval = sampled_eval
+        self.history = history
         super().__init__(cfg)
 
     def get_tracker(self) -> Tracking:
@@ -128,7 +133,7 @@ class RlkitExp(BasePPOExp):
     def get_generator(self, cfg, tokenizer, inference_engine_client) -> GeneratorInterface:
         if not cfg.generator.vision_language_generator:
             return super().get_generator(cfg, tokenizer, inference_engine_client)
-        return build_generator(cfg, tokenizer, inference_engine_client, self.capture)
+        return build_generator(cfg, tokenizer, inference_engine_client, self.capture, self.history)
 
     def get_trainer(
         self,

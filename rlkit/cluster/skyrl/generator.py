@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from http import HTTPStatus
 from typing import Any
 from uuid import uuid4
@@ -53,7 +53,7 @@ from skyrl.backends.skyrl_train.inference_servers.base import InferenceEngineInp
 from skyrl.backends.skyrl_train.inference_servers.utils import resolve_policy_model_name
 from skyrl.train.generators import skyrl_vlm_generator
 from skyrl.train.generators.base import TRAINING_PHASE_TRAIN, GeneratorOutput
-from skyrl.train.generators.skyrl_gym_generator import TrajectoryOutput
+from skyrl.train.generators.skyrl_gym_generator import StepWiseOutput, TrajectoryOutput
 from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
 from skyrl.utils.tok import get_processor
 
@@ -130,6 +130,9 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
     `capturer`: the run's captured rollouts (None: none captured).
     `engine_keeps_images`: the engines keep a multimodal cache (vLLM's
     `mm_processor_cache_gb` > 0), so a turn sends by hash the pictures its engine has received.
+    `history`: a history window (the preset's `history`; SkyRL's step-wise training on): each
+    turn's prompt is the system message and the last `history` observations, and each turn is
+    a row of its own (`windowed_loop`). None: the whole conversation, one row an episode.
     """
 
     def __init__(
@@ -138,9 +141,18 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
         merge_size: int,
         capturer: Capturer | None = None,
         engine_keeps_images: bool = False,
+        history: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        if (history is not None) != bool(self.generator_cfg.step_wise_trajectories):
+            raise ValueError(
+                f"history ({history}) and generator.step_wise_trajectories "
+                f"({self.generator_cfg.step_wise_trajectories}) go together: a window trains "
+                "one row a turn (rlkit.cluster.skyrl.overrides sets both)"
+            )
+        self.history = history
+        self._step_pixels: dict[str, list] = {}
         self.merge_size = merge_size
         self.engine_keeps_images = engine_keeps_images
         self.capturer = capturer
@@ -156,6 +168,11 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
         self._seconds = dict.fromkeys(PHASES, 0.0)
         self._turns = self._resends = 0
 
+    def _validate_cfg(self, generator_cfg) -> None:
+        """SkyRL's VLM checks, less its refusal of step-wise rows, which `windowed_loop`
+        builds (with their pictures: `generate`)."""
+        super()._validate_cfg(replace(generator_cfg, step_wise_trajectories=False))
+
     @staticmethod
     def _decode(kwargs_data):
         # looked up where SkyRL's loop looks it up, so both decode alike
@@ -170,10 +187,13 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
         capture = self.capturer.begin(input_batch) if self.capturer is not None else None
         self._capture = capture  # agent loops of this call record their turns into it
         self._seconds, self._turns, self._resends = dict.fromkeys(PHASES, 0.0), 0, 0
+        self._step_pixels = {}
         try:
             out = await super().generate(input_batch, disable_tqdm=disable_tqdm)
         finally:
             self._capture = None
+        if self.history is not None:
+            self._attach_step_pixels(out)
         changed = guard_placeholders(out, self.image_id, self.filler_id, self.merge_size)
         out["rollout_metrics"][DESYNC_METRIC] = changed
         out["rollout_metrics"]["generate/timed_turns"] = self._turns
@@ -181,8 +201,20 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
         for phase, seconds in self._seconds.items():
             out["rollout_metrics"][f"generate/seconds_{phase}"] = round(seconds, 3)
         if capture is not None:
-            out["rollout_metrics"].update(await capture.finish(input_batch, out))
+            episodes = out if self.history is None else last_steps(out)
+            out["rollout_metrics"].update(await capture.finish(input_batch, episodes))
         return out
+
+    def _attach_step_pixels(self, out: GeneratorOutput) -> None:
+        """Each step row's pixel values and grids (SkyRL's step-wise `generate` keeps one per
+        prompt, and a VLM's step-wise rows have none): rows are each trajectory's steps in
+        order, as `windowed_loop` recorded them."""
+        pixels, grids = [], []
+        for tid in out["trajectory_ids"]:
+            pv, grid = self._step_pixels[f"{tid.instance_id}_{tid.repetition_id}"].pop(0)
+            pixels.append(pv)
+            grids.append(grid)
+        out["pixel_values"], out["image_grid_thw"] = pixels, grids
 
     async def engine_turn(
         self, episode: EpisodePrompt, session_id: str, params: dict, cache_salt: str | None
@@ -243,7 +275,16 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
             if trajectory_id is not None
             else uuid4().hex
         )
-        eos = self.tokenizer.eos_token_id
+        if self.history is not None:
+            return await self.windowed_loop(
+                prompt,
+                env_class,
+                env_extras,
+                max_input_length,
+                sampling_params,
+                session_id,
+                cache_salt,
+            )
         try:
             env_extras["max_turns"] = row_turns(env_extras, self.max_turns)
             env_config = getattr(self.skyrl_gym_cfg, env_class, dict())
@@ -261,7 +302,6 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
                 else asdict(self.generator_cfg.sampling_params)
             )
             logprobs: list[float] | None = [] if params.get("logprobs") is not None else None
-            stop_strs = params.get("stop", None)
             response_ids: list[int] = []
             loss_mask: list[int] = []
             step_rewards: list[tuple[float, int]] = []
@@ -277,24 +317,8 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
                 engine_output = await self.engine_turn(episode, session_id, params, cache_salt)
                 self._timed("engine", t)
                 self._turns += 1
-                gen_text = engine_output["responses"][0]
-                gen_ids = engine_output["response_ids"][0]
                 stop_reason = engine_output["stop_reasons"][0]
-                gen_logprobs = (
-                    engine_output["response_logprobs"][0]
-                    if engine_output.get("response_logprobs")
-                    else None
-                )
-                added_eos = (
-                    stop_strs is not None
-                    and self.generator_cfg.append_eos_token_after_stop_str_in_multi_turn
-                    and gen_text.endswith(tuple(stop_strs))
-                    and gen_ids[-1] != eos
-                )
-                if added_eos:
-                    gen_ids.append(eos)
-                    if gen_logprobs is not None:
-                        gen_logprobs.append(0.0)
+                gen_text, gen_ids, gen_logprobs, added_eos = self._answer_of(engine_output, params)
 
                 if self._capture is not None:  # a captured episode's turn (others: ignored)
                     self._capture.turn(
@@ -344,13 +368,141 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
         finally:
             await self.inference_engine_client.finish_session(session_id)
 
+    async def windowed_loop(
+        self,
+        prompt,
+        env_class: str,
+        env_extras: dict[str, Any],
+        max_input_length: int,
+        sampling_params: dict[str, Any] | None,
+        session_id: str,
+        cache_salt: str | None,
+    ) -> StepWiseOutput:
+        """`agent_loop` under a history window: each turn one step row whose prompt is the
+        window (`TurnRenderer.window`), exactly the ids and pictures its engine was sent, and
+        whose response is the answer as sampled. The episode's reward (the sum of its turns')
+        sits on the last step's last token, where SkyRL's step-wise advantage reads it and
+        gives every step of the episode its value."""
+        start_time = time.monotonic()
+        try:
+            env_extras["max_turns"] = row_turns(env_extras, self.max_turns)
+            env = skyrl_gym.make(
+                env_class,
+                env_config=getattr(self.skyrl_gym_cfg, env_class, dict()),
+                extras=env_extras,
+            )
+            conversation, _ = await self._run_in_executor_if_available(
+                env.init, copy.deepcopy(prompt)
+            )
+            params = (
+                sampling_params
+                if sampling_params is not None
+                else asdict(self.generator_cfg.sampling_params)
+            )
+            cache = EpisodePrompt(ids=[])  # the episode's pictures, rendered once each
+            steps: list[TrajectoryOutput] = []
+            pixels: list = []
+            total, done = 0.0, False
+            while not done:
+                t = time.monotonic()
+                episode = await self.renderer.window(cache, conversation, self.history, session_id)
+                self._timed("render", t)
+                if len(episode.ids) > max_input_length:
+                    if not steps:  # SkyRL needs a row: an empty turn that trains nothing
+                        steps.append(self._step(episode, [self.filler_id], None, "length", 0))
+                        steps[-1].loss_mask[0] = 0
+                        pixels.append(episode.pixels())
+                    steps[-1].stop_reason = "length"
+                    break
+                t = time.monotonic()
+                engine_output = await self.engine_turn(episode, session_id, params, cache_salt)
+                self._timed("engine", t)
+                self._turns += 1
+                gen_text, gen_ids, gen_logprobs, added_eos = self._answer_of(engine_output, params)
+                if self._capture is not None:
+                    self._capture.turn(
+                        session_id,
+                        gen_text,
+                        episode.ids,
+                        gen_ids,
+                        episode.features(),
+                        cache_salt,
+                    )
+                t = time.monotonic()
+                step = await self._run_in_executor_if_available(env.step, gen_text)
+                self._timed("env", t)
+                done = step["done"]
+                total += float(step["reward"])
+                conversation.append({"role": "assistant", "content": gen_text})
+                if not done:
+                    conversation.extend(step["observations"])
+                stop = engine_output["stop_reasons"][0]
+                steps.append(self._step(episode, gen_ids, gen_logprobs, stop, added_eos))
+                pixels.append(episode.pixels())
+            steps[-1].reward[-1] = total
+            steps[-1].env_metrics = env.get_metrics()  # one episode's, once
+            self._step_pixels[session_id] = pixels
+            await self._run_in_executor_if_available(env.close)
+            return StepWiseOutput(steps, e2e_time=time.monotonic() - start_time)
+        finally:
+            await self.inference_engine_client.finish_session(session_id)
+
+    def _answer_of(self, engine_output: dict, params: dict) -> tuple[str, list, list | None, bool]:
+        """(text, sampled ids, their logprobs, whether an end of turn was appended) of a turn,
+        as SkyRL's loop reads an engine's output."""
+        text = engine_output["responses"][0]
+        ids = engine_output["response_ids"][0]
+        logprobs = (
+            engine_output["response_logprobs"][0]
+            if engine_output.get("response_logprobs")
+            else None
+        )
+        stops = params.get("stop")
+        eos = self.tokenizer.eos_token_id
+        added = (
+            stops is not None
+            and self.generator_cfg.append_eos_token_after_stop_str_in_multi_turn
+            and text.endswith(tuple(stops))
+            and ids[-1] != eos
+        )
+        if added:
+            ids.append(eos)
+            if logprobs is not None:
+                logprobs.append(0.0)
+        return text, ids, logprobs, added
+
+    @staticmethod
+    def _step(
+        episode: EpisodePrompt, ids: list[int], logprobs: list | None, stop: str, added_eos: bool
+    ) -> TrajectoryOutput:
+        """One turn's row: the window's ids as prompt, the answer as response, no reward yet."""
+        return TrajectoryOutput(
+            response_ids=list(ids),
+            reward=[0.0] * len(ids),
+            stop_reason=stop,
+            loss_mask=[1] * (len(ids) - added_eos) + [0] * added_eos,
+            prompt_ids=list(episode.ids),
+            rollout_logprobs=list(logprobs) if logprobs else [0.0] * len(ids),
+            env_metrics={},
+        )
+
+
+def last_steps(out: GeneratorOutput) -> dict[str, list]:
+    """A step-wise output seen one row an episode (its last step's, where the reward sits)."""
+    keep = [i for i, last in enumerate(out["is_last_step"]) if last]
+    return {k: [v[i] for i in keep] for k, v in out.items() if isinstance(v, list)}
+
 
 def build_generator(
-    cfg, tokenizer, inference_engine_client, capture: CaptureConfig | None = None
+    cfg,
+    tokenizer,
+    inference_engine_client,
+    capture: CaptureConfig | None = None,
+    history: int | None = None,
 ) -> RlkitVLMGenerator:
     """What SkyRL's `BasePPOExp.get_generator` builds for a VLM run, as `RlkitVLMGenerator`;
     the merge size is the policy checkpoint's image processor's. `capture` (default: the
-    presets' 2 groups, 50 steps) sets the captured training rollouts."""
+    presets' 2 groups, 50 steps) sets the captured training rollouts; `history` the window."""
     processor = get_processor(cfg.trainer.policy.model.path)
     model = resolve_policy_model_name(cfg)
     engine_kwargs = cfg.generator.inference_engine.engine_init_kwargs or {}
@@ -363,6 +515,7 @@ def build_generator(
         merge_size=processor.image_processor.merge_size,
         capturer=build_capturer(cfg, tokenizer, inference_engine_client, model, capture),
         engine_keeps_images=float(engine_kwargs.get(MM_CACHE_KWARG, 0) or 0) > 0,
+        history=history,
     )
 
 

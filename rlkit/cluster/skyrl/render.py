@@ -39,6 +39,8 @@ from typing import Any
 
 import torch
 
+from rlkit.episodes.rollout import history_window
+
 IMAGE_PART = "image_url"
 """The content part an env observation carries its picture in (a PNG data URI)."""
 
@@ -191,6 +193,7 @@ class TurnRenderer:
         self.client = client
         self.tokenizer = tokenizer
         self.image_id = image_id
+        self.image_token = tokenizer.convert_ids_to_tokens(image_id)
         self.eos_id = tokenizer.eos_token_id
         self.decode = decode
 
@@ -247,6 +250,24 @@ class TurnRenderer:
         prompt.ids, prompt.offsets = splice(self.template_ids(conversation), self.image_id, images)
         prompt.images = images
         return prompt
+
+    async def window(
+        self, cache: EpisodePrompt, conversation: list[dict], history: int, session_id: str
+    ) -> EpisodePrompt:
+        """The prompt of the next turn under a history window: the system message and the last
+        `history` observations with the answers between them (`history_window`), rendered
+        whole; pictures come from `cache` (the episode's, by URL), rendered only when new. An
+        earlier answer is re-tokenized from its text (it is context here, never trained in
+        this prompt), the image token taken out of it, since no picture stands behind it."""
+        shown = [
+            {**m, "content": m["content"].replace(self.image_token, "")}
+            if m["role"] == "assistant" and isinstance(m.get("content"), str)
+            else m
+            for m in history_window(conversation, history)
+        ]
+        images = await self._images(cache, image_urls(shown), session_id)
+        ids, offsets = splice(self.template_ids(shown), self.image_id, images)
+        return EpisodePrompt(ids, images, offsets, by_url=cache.by_url, sent=cache.sent)
 
     async def extend(
         self,
