@@ -23,6 +23,7 @@ from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.bridge import MetricsBridge
 from rlkit.cluster.skyrl.entry import ensure_datasets, parse_args
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides
+from rlkit.cluster.skyrl.preset_checks import eval_plan
 from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.cluster.skyrl.trainer import RlkitTrainer, sampled_eval_cfg
 from rlkit.env.data import read_rows
@@ -81,12 +82,16 @@ def test_the_sampled_eval_of_both_is_skyrl_config_beside_the_seed_one(capsys):
     assert cfg.generator.eval_sampling_params.temperature == 0.0
 
 
+def test_a_seed_eval_on_part_of_the_set_says_so():
+    assert "not the whole set" in eval_plan(get_preset("qwen3vl-8b", eval_mazes=16))
+    assert "not the whole set" not in eval_plan(get_preset("qwen3vl-8b"))
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
         ({"eval_protocol": "greedy"}, "eval_protocol 'greedy' must be one of seed, sampled, both"),
-        ({"eval_mazes": 16}, r"eval_mazes \(16\) must be 64, or set eval_protocol=sampled"),
-        ({"eval_protocol": "both", "eval_mazes": 8}, r"eval_mazes \(8\) must be 64"),
+        ({"eval_mazes": 65}, r"eval_mazes \(65\) must be 1..64"),
         (
             {"eval_protocol": "sampled", "eval_temperature": 0},
             "a greedy eval is eval_protocol=seed",

@@ -16,6 +16,7 @@ from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.bridge import MetricsBridge
 from rlkit.cluster.skyrl.entry import add_eval_sets, ensure_datasets, parse_args
 from rlkit.cluster.skyrl.generator import row_turns
+from rlkit.cluster.skyrl.preset_checks import set_view
 from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.env.data import read_rows
 from rlkit.errors import UsageError
@@ -50,14 +51,19 @@ def test_the_dry_run_plays_each_set_with_its_budget(capsys):
     [
         ("visgym-easy,nope", "no env config for maze set 'nope'"),
         ("visgym-easy,test", "test is another game than eval_set visgym-easy"),
-        ("test,test-large", r"wall_px \(4\) must be >= 1 and leave floor inside a 8px cell"),
     ],
 )
 def test_bad_eval_sets_are_refused_in_one_line(sets, message):
-    preset = "skyrl-tiny-cpu" if sets.startswith("test,") else "qwen3vl-8b"  # the CPU's 8 px
     with pytest.raises(UsageError, match=message) as e:
-        get_preset(preset, eval_sets=sets)
+        get_preset("qwen3vl-8b", eval_sets=sets)
     assert "\n" not in str(e.value)
+
+
+def test_a_set_drawn_smaller_scales_its_walls():
+    """The CPU preset draws 8 px a cell: test-large's 4 px walls (at 64 px) become 1 px."""
+    sky = get_preset("skyrl-tiny-cpu", eval_sets="test,test-large")
+    assert set_view("test-large", sky.task.cell_px).style.wall_px == 1
+    assert set_view("test-large").style.wall_px == 4
 
 
 def test_the_rows_carry_each_sets_budget_once(tmp_path):
