@@ -41,6 +41,10 @@ _BETWEEN_TURNS = re.compile(
     r"<\|im_end\|>\s*<\|im_start\|>user\n.*?<\|im_start\|>assistant\n", re.S
 )
 _TRAILING = re.compile(r"(<\|im_end\|>|<\|endoftext\|>|\s)+$")
+NEXT_TURN = "next_turn"
+"""`stop_reason` of a step row that the episode went on past (a run with a history window
+trains and dumps one row a turn, SkyRL's step-wise rows): the rows of an episode are its
+`NEXT_TURN` rows and the one after them, which carries the episode's reward and stop reason."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ def _episode(entry: dict, where: str) -> EvalEpisode:
         # The VLM generator stores per-token rewards; the episode's reward is their sum.
         reward = float(sum(score)) if isinstance(score, list) else float(score)
         info = extras.get("extra_info") or {}
-        responses = split_turns(entry["output_response"])
+        responses = [a for text in entry["output_responses"] for a in split_turns(text)]
         max_turns = int(extras["max_turns"]) if extras.get("max_turns") is not None else None
         env = MazeEnv(None, {**extras, "maze": maze, "max_turns": max_turns})
         return EvalEpisode(
@@ -175,6 +179,25 @@ def _records(f: Path) -> tuple[list[tuple[int, dict]], list[int]]:
     return records, bad
 
 
+def episode_records(records: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
+    """(first line, record) of each episode: a step-wise dump's rows of one episode (its
+    `NEXT_TURN` rows and the last) merged, their answers in `output_responses`, the last
+    row's score and stop reason; a whole-conversation row as it is."""
+    out, pending = [], []
+    for n, entry in records:
+        pending.append((n, entry))
+        if entry.get("stop_reason") != NEXT_TURN:
+            texts = [e.get("output_response", "") for _, e in pending]
+            out.append((pending[0][0], {**entry, "output_responses": texts}))
+            pending = []
+    if pending:  # the file ends inside an episode: its last row was cut off
+        n, entry = pending[0]
+        raise UsageError(
+            f"line {n}: an episode's rows end before its last turn (a write cut short?)"
+        )
+    return out
+
+
 def read_step_dir(step_dir: str | Path) -> EvalDump:
     """One `global_step_N_evals/` dir: every `*.jsonl` but the aggregate, read as episodes."""
     step_dir = Path(step_dir)
@@ -185,7 +208,7 @@ def read_step_dir(step_dir: str | Path) -> EvalDump:
         if f.name == "aggregated_results.jsonl":
             continue
         records, bad = _records(f)
-        episodes += [_episode(entry, f"{f}:{n}") for n, entry in records]
+        episodes += [_episode(entry, f"{f}:{n}") for n, entry in episode_records(records)]
         bad_lines += [f"{f}:{n}" for n in bad]
     if not episodes:
         skipped = f" ({len(bad_lines)} lines not JSON, first {bad_lines[0]})" if bad_lines else ""

@@ -96,6 +96,10 @@ def skyrl_qwen_step(ray_cluster, qwen_ckpt, tmp_path_factory) -> Path:
     # no KL, so no reference model: its workers' start and forward on the 151,936-row vocab
     # (the suite's CPU run covers the reference model on two ranks)
     settings |= {"kl_loss_coef": 0.0}
+    # what a researcher's first 8B run asks for, together: the seed's greedy eval and the
+    # sampled one, two eval sets, a history window of 2 (one row a turn, SkyRL's step-wise
+    # training)
+    settings |= {"eval_protocol": "both", "eval_sets": "test,test-large", "history": 2}
     for key, value in settings.items():
         argv += ["--set", f"{key}={value}"]
     assert run_cli(*argv) == 0

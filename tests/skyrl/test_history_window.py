@@ -29,6 +29,7 @@ from rlkit.env.data import write_datasets
 from rlkit.env.maze_env import ENV_ID, register_env
 from rlkit.errors import UsageError
 from rlkit.maze.core import Action
+from rlkit.run.skyrl_dumps import NEXT_TURN
 
 try:  # tests/skyrl is a plain directory: a package named `skyrl` would shadow SkyRL itself
     from vllm_server import make_client, run
@@ -113,6 +114,8 @@ def test_a_window_that_keeps_every_turn_rebuilds_the_whole_conversation(played):
         assert torch.equal(steps["pixel_values"][last], whole["pixel_values"][i])
         assert sum(steps["rewards"][last]) == sum(whole["rewards"][i])
         assert not any(sum(steps["rewards"][j]) for j in rows[:-1])  # the reward sits at the end
+        assert {steps["stop_reasons"][j] for j in rows[:-1]} <= {NEXT_TURN}
+        assert steps["stop_reasons"][last] == whole["stop_reasons"][i]
     assert len(steps["response_ids"]) > len(trajectories)  # episodes of several turns
 
 
@@ -165,3 +168,5 @@ def test_history_is_refused_where_skyrl_cannot_train_rows_by_turn():
         get_preset("qwen3vl-8b", history=0)
     with pytest.raises(UsageError, match="advantage_estimator=rloo|not advantage_estimator=gae"):
         get_preset("qwen3vl-8b", history=2, recipe={"advantage_estimator": "gae"})
+    with pytest.raises(UsageError, match="apply_overlong_filtering"):
+        get_preset("qwen3vl-8b", history=2, recipe={"apply_overlong_filtering": True})

@@ -2,7 +2,8 @@
 (`qwen_ckpt`: 151,936 rows, Qwen's template in chat_template.json, two stop ids, sampling
 defaults in generation_config.json): rlkit's device seam, FSDP2 on one rank, SkyRL's vLLM server
 and router, the weight sync, an eval, a checkpoint and its HF export, launched as a researcher
-does (`rlkit submit --preset skyrl-tiny-cpu --model DIR`). It shares the SkyRL CPU run's worker
+does (`rlkit submit --preset skyrl-tiny-cpu --model DIR`), with what a researcher's first 8B run
+asks for together: the seed's eval and the sampled one, two eval sets, a history window of 2. It shares the SkyRL CPU run's worker
 (`SHARED_FIXTURES`), so two SkyRL runs never hold the machine's memory at once.
 """
 
@@ -34,7 +35,21 @@ def test_one_skyrl_step_runs_on_the_real_text_side(skyrl_qwen_step, qwen_ckpt):
     assert checkpoint_files.stop_ids(policy) == (IM_END, ENDOFTEXT)
     assert checkpoint_files.template_source(policy) in ("chat_template.jinja", "chat_template.json")
     assert len(AutoTokenizer.from_pretrained(policy)) == N_TOKENS
-    # SkyRL's eval dumps read back as rlkit results, before and after the step
+    # SkyRL's eval dumps read back as rlkit results, before and after the step: one greedy
+    # episode a maze though the window dumped a row a turn (the seed's protocol on 2 of the
+    # set's mazes), per set, and the sampled eval beside it
     evals = read_eval_dumps(run / "exports")
     assert sorted(evals) == [0, 1] and all(r.n_mazes == 2 for r in evals.values())
-    assert [c.step for c in open_run(run).checkpoints()] == [1]
+    opened = open_run(run)
+    by_set = opened.evals_by_set()
+    assert list(by_set) == ["test", "test-large"]
+    for results in by_set.values():
+        assert sorted(results) == [0, 1]
+        assert all(r.mode == "greedy" and r.samples == 1 for r in results.values())
+    sampled = opened.sampled_evals()
+    assert sorted(sampled) == [0, 1] and sampled[1].mode == "sampled"
+    assert steps[1]["eval/samples"] == 1
+    assert steps[1]["eval/test-large_samples"] == 1
+    assert overrides["generator.step_wise_trajectories"] == "true"
+    assert steps[1]["rollout/turns_mean"] > 1  # rows a turn, episodes counted once
+    assert [c.step for c in opened.checkpoints()] == [1]

@@ -61,6 +61,7 @@ from rlkit.cluster.skyrl.capture import Capturer, StepCapture
 from rlkit.cluster.skyrl.engine_args import MM_CACHE_KWARG
 from rlkit.cluster.skyrl.move_probe import EngineProbe
 from rlkit.cluster.skyrl.render import EpisodePrompt, TurnRenderer, runs
+from rlkit.run.skyrl_dumps import NEXT_TURN
 from rlkit.settings import CaptureConfig
 
 IMAGE_PAD = "<|image_pad|>"
@@ -439,6 +440,8 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
                 stop = engine_output["stop_reasons"][0]
                 steps.append(self._step(episode, gen_ids, gen_logprobs, stop, added_eos))
                 pixels.append(episode.pixels())
+            for row in steps[:-1]:  # how a dump's reader finds an episode's rows
+                row.stop_reason = NEXT_TURN
             steps[-1].reward[-1] = total
             steps[-1].env_metrics = env.get_metrics()  # one episode's, once
             self._step_pixels[session_id] = pixels

@@ -122,6 +122,12 @@ def check_history(p: SkyRLPreset) -> None:
             f"history={h} trains one row a turn (SkyRL's step-wise training), which SkyRL 0.4.0 "
             f"runs with {', '.join(STEP_WISE_ESTIMATORS)}, not advantage_estimator={est}"
         )
+    if p.recipe.apply_overlong_filtering:
+        raise UsageError(
+            f"history={h} with apply_overlong_filtering: the window's rows mark each turn the "
+            "episode went on past (stop_reason next_turn), which SkyRL's filter would mask; "
+            "turn one of them off"
+        )
     if p.recipe.loss_reduction == "token_mean_legacy":
         raise UsageError(
             f"history={h} (step-wise rows) with loss_reduction=token_mean_legacy is refused by "
