@@ -23,7 +23,8 @@ from skyrl.train.utils.trainer_utils import validate_generator_output
 from transformers import Qwen3VLForConditionalGeneration
 
 from rlkit.cluster.skyrl.generator import DESYNC_METRIC, RlkitVLMGenerator, image_runs
-from rlkit.cluster.skyrl.preset_checks import set_view
+from rlkit.cluster.skyrl.overrides import build_overrides
+from rlkit.cluster.skyrl.preset_checks import check_budget, set_view
 from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.env.data import write_datasets
 from rlkit.env.maze_env import ENV_ID, register_env
@@ -170,3 +171,16 @@ def test_history_is_refused_where_skyrl_cannot_train_rows_by_turn():
         get_preset("qwen3vl-8b", history=2, recipe={"advantage_estimator": "gae"})
     with pytest.raises(UsageError, match="apply_overlong_filtering"):
         get_preset("qwen3vl-8b", history=2, recipe={"apply_overlong_filtering": True})
+
+
+def test_the_dry_run_counts_the_kept_turns():
+    """18 turns at 1024-token answers: the whole conversation passes max_input_length at turn
+    7; a window of 2 keeps every prompt under it, and vLLM's image limit follows."""
+    whole, window = get_preset("qwen3vl-8b"), get_preset("qwen3vl-8b", history=2)
+    assert check_budget(whole).budget.warning() is not None
+    budget = check_budget(window).budget
+    assert budget.warning() is None and budget.worst_case < whole.task.max_input_length
+    assert budget.worst_case == budget.system + 2 * budget.per_turn()
+    assert (whole.images_per_episode, window.images_per_episode) == (19, 2)
+    assert "generator.step_wise_trajectories=true" in build_overrides(window, "r")
+    assert "generator.step_wise_trajectories=false" in build_overrides(whole, "r")

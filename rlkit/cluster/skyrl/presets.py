@@ -158,8 +158,10 @@ class SkyRLPreset:
 
     @property
     def images_per_episode(self) -> int:
-        """The env shows one image per turn plus the first: vLLM's per-prompt image limit."""
-        return self.turn_limit + 1
+        """vLLM's per-prompt image limit: the env shows one image per turn plus the first, and
+        a history window keeps its last `history` of them."""
+        every = self.turn_limit + 1
+        return every if self.task.history is None else min(every, self.task.history)
 
 
 def _preset(**changes: object) -> SkyRLPreset:
