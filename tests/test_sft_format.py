@@ -104,6 +104,23 @@ def test_the_oracle_in_tuples_solves_and_the_format_weight_pays_tags():
     assert format_share([TAGGED.format("x"), "<observation> </observation>"]) == 0.5
 
 
+def test_a_format_reward_asks_for_the_tags_it_pays_for():
+    maze = pinned_set("visgym-easy")[0]
+    for fmt, action in (
+        ("visgym-sft", "<action>('move', D)</action>"),
+        ("visgym", "<action>ACTION"),
+    ):
+        cfg = answer_view(env_for_set("visgym-easy"), fmt)
+        plain = make_env(maze, cfg).init()[0][0]["content"]
+        weighted = make_env(maze, replace(cfg, format_weight=0.2)).init()[0][0]["content"]
+        assert "<justification>" not in plain
+        assert all(f"<{tag}>" in weighted for tag in ("observation", "justification"))
+        assert action in weighted
+    compact = replace(env_for_set("visgym-easy"), prompt_style="compact")
+    with pytest.raises(UsageError, match="format_weight pays for tags the compact prompt"):
+        replace(compact, format_weight=0.2)
+
+
 def test_bad_values_are_refused_in_one_line(tmp_path):
     with pytest.raises(UsageError, match="must both be visgym-sft"):
         replace(SFT, prompt_style="visgym")

@@ -163,7 +163,7 @@ def system_prompt(cfg: EnvConfig, maze: Maze | None = None) -> str:
     if cfg.prompt_style == "compact":
         return ""
     if cfg.prompt_style.startswith("visgym"):
-        return visgym_text.rules_text(cfg.max_turns, maze, cfg.prompt_style)
+        return visgym_text.rules_text(cfg.max_turns, maze, cfg.prompt_style, cfg.format_weight > 0)
     many = (
         f" You may give up to {cfg.moves_per_turn} moves in one tag, separated by commas."
         if cfg.moves_per_turn > 1

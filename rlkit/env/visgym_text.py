@@ -63,9 +63,22 @@ def format_share(answers: Sequence[str]) -> float:
     return good / len(answers) if answers else 0.0
 
 
-def rules_text(max_turns: int, maze: Maze | None = None, answer_format: str = "visgym") -> str:
+TAGGED_LINE = (
+    "Write every answer as <observation>what you see</observation><justification>why you "
+    "choose the action</justification><action>{action}</action>."
+)
+"""With a format reward (`format_weight` > 0): the tags `format_share` pays for, asked for."""
+
+
+def rules_text(
+    max_turns: int,
+    maze: Maze | None = None,
+    answer_format: str = "visgym",
+    tagged: bool = False,
+) -> str:
     """The system prompt: the picture's meaning, the actions, how to win, the turn budget;
-    `answer_format` `visgym-sft` asks for VisGym's tuples instead of SkyRL's tags."""
+    `answer_format` `visgym-sft` asks for VisGym's tuples instead of SkyRL's tags; `tagged`
+    (a format reward is paid) asks for the observation, justification and action tags."""
     size = f"{maze.height}x{maze.width} " if maze is not None else ""
     return (
         f"You are in a {size}grid maze seen from above, one square at a time. Gray squares are "
@@ -75,6 +88,14 @@ def rules_text(max_turns: int, maze: Maze | None = None, answer_format: str = "v
         "only if you stop while standing on the red square; reaching it without stopping is not "
         f"enough. You have {max_turns} turns. "
         + (TUPLE_LINE if answer_format == "visgym-sft" else FORMAT_LINE)
+        + (
+            " "
+            + TAGGED_LINE.format(
+                action="('move', D)" if answer_format == "visgym-sft" else "ACTION"
+            )
+            if tagged
+            else ""
+        )
     )
 
 
@@ -106,6 +127,11 @@ def check_answer(cfg: EnvConfig) -> None:
         )
     if not 0.0 <= cfg.format_weight <= 1.0:
         raise UsageError(f"format_weight ({cfg.format_weight}) must be in [0, 1]")
+    if cfg.format_weight and cfg.rules is None and cfg.prompt_style == "compact":
+        raise UsageError(
+            "format_weight pays for tags the compact prompt does not ask for: use a visgym "
+            "prompt style or a prompt_file that asks for them"
+        )
     if cfg.rules is not None and not (isinstance(cfg.rules, str) and cfg.rules.strip()):
         raise UsageError("rules (the prompt file's text) must be non-empty text")
 
