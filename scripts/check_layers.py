@@ -5,9 +5,10 @@
 Rules (the map is in rlkit/__init__.py):
 - a package imports only from packages below it, its own package, and the base modules
   (errors, fsio, stats, settings, recipe), which import nothing of rlkit but each other;
-- torch, torchvision and transformers only in model/ and train/; torch also in cluster/skyrl/,
-  the code that runs inside SkyRL's own processes (the CPU device seam); never in the modules a
-  torch-free client reads (`TORCH_FREE`: the configs and SkyRL's presets);
+- torch, torchvision and transformers only in model/ and train/ (peft only in model/); torch
+  also in cluster/skyrl/, the code that runs inside SkyRL's own processes (the CPU device
+  seam); never in the modules a torch-free client reads (`TORCH_FREE`: the configs and
+  SkyRL's presets);
 - ray only in cluster/ and run/ (a run's Ray gauges, which both backends' trainers export);
 - vllm only in model/vllm_engine.py, model/vllm_policy.py and model/vllm_rows.py (rlkit's vLLM
   engine, policy and logits processor; nothing else needs it installed);
@@ -27,6 +28,7 @@ HEAVY = {
     "torch": ("model", "train", "cluster/skyrl"),
     "torchvision": ("model", "train"),
     "transformers": ("model", "train"),
+    "peft": ("model",),
     "ray": ("cluster", "run"),
     "vllm": ("model/vllm_engine.py", "model/vllm_policy.py", "model/vllm_rows.py"),
     "ipywidgets": ("notebook",),

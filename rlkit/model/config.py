@@ -57,3 +57,95 @@ class TinyConfig:
             raise UsageError(
                 f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
             )
+
+
+FREEZE_VISION = ("none", "tower", "tower+merger")
+"""`Tuning.freeze_vision`'s values."""
+VISION_PARTS = {
+    "tower": r".*visual\.(blocks|patch_embed|pos_embed)(\..*)?",
+    "tower+merger": r".*visual(\..*)?",
+}
+"""Qwen3-VL's module and parameter names (full match) a `freeze_vision` value freezes: the tower
+is the patch embedding, its positions and the vision blocks; the merger also takes the
+deepstack mergers (`model.visual.merger`, `model.visual.deepstack_merger_list`)."""
+TEXT_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""The text decoder's linear layers, by their Qwen3-VL names."""
+VISION_LINEARS = ("qkv", "proj", "linear_fc1", "linear_fc2")
+"""The vision tower's and mergers' linear layers (`proj` is also the patch embedding's conv)."""
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Which weights a run trains: every weight (the default), or low-rank adapters (LoRA), with
+    or without the vision side frozen. Both backends' model sections carry these fields with the
+    same names and meanings: the local trainer applies them with peft from its GRPO phase on
+    (the warm start stands in for the pretrained model and trains every weight), SkyRL through
+    its own `trainer.policy.model.lora.*` settings."""
+
+    lora_rank: int = 0
+    """LoRA rank (SkyRL's `lora.rank`): 0 trains every weight; > 0 trains only rank-r adapters
+    on `lora_targets` while every base weight stays as it was (8-64 are usual)."""
+    lora_alpha: int = 16
+    """LoRA scale (SkyRL's `lora.alpha`, its default): an adapter adds alpha / rank x B A."""
+    lora_targets: str = "all-linear"
+    """Modules that get adapters (SkyRL's `lora.target_modules`): `all-linear`, every linear
+    layer but the output head (the vision tower's and merger's included, as peft reads it), or
+    comma-separated Qwen3-VL layer names (`TEXT_LINEARS`, `VISION_LINEARS`: `q_proj,v_proj`)."""
+    freeze_vision: str = "none"
+    """`none`, `tower` (patch embedding, positions, vision blocks) or `tower+merger` (the whole
+    vision side, deepstack mergers included): those weights never change. With LoRA they get no
+    adapters (SkyRL's `lora.exclude_modules`); without, they leave the optimizer (the local
+    trainer; SkyRL 0.4.0's FSDP trainer has no switch for it, so a SkyRL preset refuses it)."""
+
+    def __post_init__(self) -> None:
+        check_tuning(self)
+
+    @property
+    def target_modules(self) -> str | list[str]:
+        """`lora_targets` as peft's `target_modules`: `all-linear` or a list of names."""
+        if self.lora_targets == "all-linear":
+            return self.lora_targets
+        return [n.strip() for n in self.lora_targets.split(",") if n.strip()]
+
+    @property
+    def frozen_pattern(self) -> str | None:
+        """The regex (full match) of the frozen vision modules and parameters; None: none."""
+        return VISION_PARTS.get(self.freeze_vision)
+
+    def describe(self) -> str:
+        """One line: what trains (the dry run's and the trainer's `lora:` line)."""
+        frozen = "" if self.freeze_vision == "none" else f", vision {self.freeze_vision} frozen"
+        if self.lora_rank == 0:
+            return f"off: every weight trains{frozen}"
+        return (
+            f"rank {self.lora_rank}, alpha {self.lora_alpha}, targets {self.lora_targets}"
+            f"{frozen}; base weights frozen"
+        )
+
+
+def check_tuning(t: Tuning) -> None:
+    """A one-line UsageError for a `Tuning` value no backend can apply."""
+    if t.lora_rank < 0:
+        raise UsageError(
+            f"lora_rank ({t.lora_rank}) must be >= 0 (0: LoRA off, every weight trains)"
+        )
+    if not t.lora_alpha > 0:
+        raise UsageError(f"lora_alpha ({t.lora_alpha}) must be > 0: it scales the adapters")
+    if t.freeze_vision not in FREEZE_VISION:
+        raise UsageError(
+            f"freeze_vision {t.freeze_vision!r}: use one of {', '.join(FREEZE_VISION)}"
+        )
+    targets = t.target_modules
+    if isinstance(targets, list):
+        known = TEXT_LINEARS + VISION_LINEARS
+        unknown = [n for n in targets if n not in known]
+        if unknown or not targets:
+            raise UsageError(
+                f"lora_targets {t.lora_targets!r}: {', '.join(unknown) or 'no name'} is not a "
+                f"Qwen3-VL linear layer; use all-linear or names among {', '.join(known)}"
+            )
+        if t.freeze_vision == "tower+merger" and not set(targets) & set(TEXT_LINEARS):
+            raise UsageError(
+                f"lora_targets {t.lora_targets!r} names only vision layers, which "
+                "freeze_vision=tower+merger keeps free of adapters: name a text layer too"
+            )

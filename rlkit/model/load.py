@@ -132,12 +132,23 @@ def load(
     if dtype is None:
         dtype = torch.float32 if str(device).startswith("cpu") else torch.bfloat16
     with no_progress_bars():
-        model = Qwen3VLForConditionalGeneration.from_pretrained(p, dtype=dtype)
+        model = _weights(p, dtype)
     model = fast_vision(model.to(device).eval())
     processor = AutoProcessor.from_pretrained(p)
     tok = processor.tokenizer
     tok.padding_side = "left"  # batched generation appends to the right end of every row
     return LoadedModel(model, tok, processor.image_processor, processor, p)
+
+
+def _weights(p: Path, dtype: torch.dtype) -> Qwen3VLForConditionalGeneration:
+    """The checkpoint's model; for a LoRA adapter dir (SkyRL's export of a LoRA run: adapter
+    and config, no full weights) its base model with the adapter merged in."""
+    from rlkit.model import lora  # lora.py imports model.load
+
+    if not lora.is_adapter_dir(p):
+        return Qwen3VLForConditionalGeneration.from_pretrained(p, dtype=dtype)
+    base = Qwen3VLForConditionalGeneration.from_pretrained(lora.adapter_base(p), dtype=dtype)
+    return lora.merge_adapter_dir(base, p)
 
 
 def processor_template(model_path: str | Path) -> str:

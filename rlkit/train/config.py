@@ -13,7 +13,7 @@ from rlkit.env.maze_env import EnvConfig, env_for_set
 from rlkit.env.visgym_text import read_prompt_file
 from rlkit.errors import UsageError
 from rlkit.maze.sets import MazeSpec, pinned_spec
-from rlkit.model.config import TinyConfig
+from rlkit.model.config import TinyConfig, Tuning
 from rlkit.recipe import Recipe
 from rlkit.settings import CaptureConfig, apply_settings
 
@@ -76,7 +76,10 @@ class TaskConfig:
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(Tuning):
+    """The policy model; `Tuning`'s fields (`lora_rank`, `lora_alpha`, `lora_targets`,
+    `freeze_vision`) say which of its weights the GRPO phase trains."""
+
     init: str = "tiny"
     """`tiny` builds the offline tiny Qwen3-VL (seeded) in RUN/init_model; else a checkpoint dir."""
     tiny: TinyConfig = field(default_factory=TinyConfig)

@@ -37,6 +37,7 @@ from rlkit.errors import UsageError
 from rlkit.maze.sets import train_maze
 from rlkit.model.build import build_tiny
 from rlkit.model.load import LoadedModel, fast_vision, load, no_progress_bars
+from rlkit.model.lora import load_adapter_weights, save_adapter, save_merged, trainable, tune
 from rlkit.model.policy import AnswerSpec, ModelPolicy
 from rlkit.run import captures
 from rlkit.run.checkpoints import Checkpoint
@@ -110,6 +111,8 @@ class Trainer:
         self.run = RunDir(run_dir, keep=cfg.schedule.keep)
         self.state = TrainState(phase="warm_start" if cfg.warm_start.enabled else "grpo")
         self.learner: Learner | None = None
+        self.adapter = None
+        """peft's wrapper of the policy while LoRA trains (`model.lora_rank` > 0), else None."""
 
     # setup -------------------------------------------------------------------------------
     def _restore(self) -> Checkpoint | None:
@@ -124,6 +127,8 @@ class Trainer:
         saved = torch.load(ckpt.path / "trainer_state.pt", weights_only=False) if ckpt else None
         if saved:
             self.state = TrainState(**saved["state"])
+        if self.state.phase == "grpo":
+            self._tune(loaded, ckpt)
         m = self.cfg.model
         game = train_maze(self.cfg.task.spec, 0).game  # squares: `stop` is a fifth choice
         answer = AnswerSpec.from_loaded(loaded, game) if m.constrained else None
@@ -154,23 +159,47 @@ class Trainer:
     def _optimizer(self, loaded: LoadedModel) -> torch.optim.Optimizer:
         lr = self.cfg.warm_start.lr if self.state.phase == "warm_start" else self.cfg.grpo.lr
         return torch.optim.AdamW(
-            loaded.model.parameters(), lr=lr, weight_decay=self.cfg.grpo.weight_decay
+            trainable(loaded.model), lr=lr, weight_decay=self.cfg.grpo.weight_decay
         )
+
+    def _tune(self, loaded: LoadedModel, ckpt: Checkpoint | None) -> None:
+        """As the GRPO phase starts (or resumes): freeze the vision side and/or attach LoRA
+        adapters (`model.lora_rank`, `model.freeze_vision`). LoRA's base is the policy at the
+        phase's start (`_start_policy`); a resumed run reloads it and its checkpoint's adapter
+        (the checkpoint's policy/ holds the merged weights, for readers)."""
+        m = self.cfg.model
+        if m.lora_rank > 0:
+            base = self._start_policy(loaded.model)
+            if ckpt is not None:
+                loaded.model = self._model_from(base, loaded.model)
+        self.adapter = tune(loaded.model, m, seed=self.cfg.schedule.seed)
+        if self.adapter is not None and ckpt is not None:
+            load_adapter_weights(self.adapter, ckpt.path / "adapter")
+
+    def _start_policy(self, model: torch.nn.Module) -> Path:
+        """RUN/reference_policy: the policy as the GRPO phase starts, saved once (the KL
+        term's reference and LoRA's base)."""
+        ref_dir = self.run.path / "reference_policy"
+        if not (ref_dir / "config.json").exists():
+            tmp = self.run.path / ".reference_policy.tmp"
+            with no_progress_bars():
+                model.save_pretrained(tmp)
+            os.replace(tmp, ref_dir)
+        return ref_dir
+
+    @staticmethod
+    def _model_from(path: Path, like: torch.nn.Module) -> torch.nn.Module:
+        """The model saved at `path`, on `like`'s device and dtype, in eval mode."""
+        with no_progress_bars():
+            model = type(like).from_pretrained(path, dtype=like.dtype)
+        return fast_vision(model.to(like.device).eval())
 
     def _reference(self) -> LoadedModel:
         """The frozen post-warm-start policy the KL term pulls towards (saved once, reloaded);
         it shares the policy's tokenizer and encoder caches."""
-        ref_dir = self.run.path / "reference_policy"
         loaded = self.learner.loaded
-        model = loaded.model
-        with no_progress_bars():
-            if not (ref_dir / "config.json").exists():
-                tmp = self.run.path / ".reference_policy.tmp"
-                model.save_pretrained(tmp)
-                os.replace(tmp, ref_dir)
-            ref_model = type(model).from_pretrained(ref_dir, dtype=model.dtype)
         ref = copy.copy(loaded)
-        ref.model = fast_vision(ref_model.to(model.device).eval())
+        ref.model = self._model_from(self._start_policy(loaded.model), loaded.model)
         return ref
 
     # the run -----------------------------------------------------------------------------
@@ -268,6 +297,7 @@ class Trainer:
         metrics["train/lr"] = lr
         if done:
             s.phase, s.warm_start_end = "grpo", s.step
+            self._tune(self.learner.loaded, None)
             self.learner.opt = self._optimizer(self.learner.loaded)
             if self.cfg.recipe.kl_in_loss > 0:
                 self.learner.ref = self._reference()
@@ -322,8 +352,12 @@ class Trainer:
     def _checkpoint(self, step: int) -> None:
         def write(d: Path) -> None:
             pol, loaded = d / "policy", self.learner.loaded
-            with no_progress_bars():  # one line per checkpoint in logs, not a progress bar
-                loaded.model.save_pretrained(pol)
+            if self.adapter is not None:  # merged for readers, the adapter to resume
+                save_merged(self.adapter, pol)
+                save_adapter(self.adapter, d / "adapter")
+            else:
+                with no_progress_bars():  # one line per checkpoint in logs, not a progress bar
+                    loaded.model.save_pretrained(pol)
             loaded.processor.save_pretrained(pol)  # tokenizer, image processor, template
             faults.point("checkpoint", step)
             torch.save(

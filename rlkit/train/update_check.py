@@ -35,8 +35,9 @@ from rlkit.maze.parsing import format_action
 from rlkit.maze.sets import pinned_spec, train_mazes
 from rlkit.model.batching import AnswerSpec, choice_logits, turn_logprobs
 from rlkit.model.build import build_tiny
-from rlkit.model.config import TinyConfig
+from rlkit.model.config import TinyConfig, Tuning
 from rlkit.model.load import LoadedModel, load
+from rlkit.model.lora import trainable, tune
 from rlkit.model.policy import ModelPolicy
 from rlkit.recipe import Recipe
 from rlkit.run.captures import CapturedEpisode
@@ -172,13 +173,15 @@ def check_update(
     tiny: TinyConfig | None = None,
     env: EnvConfig | None = None,
     workdir: str | Path | None = None,
+    tuning: Tuning | None = None,
 ) -> UpdateCheck:
     """Build the tiny model of `seed`, let eps-oracles (`EPSILONS`, one a maze) play `mazes`
     training mazes of the `test` family `group_size` times each, score the batch by `recipe`
     and run `steps` GRPO updates on it at `lr` (each step's old log-probabilities those of the
     policy it starts from, as if the same episodes had been sampled again); then `steps`
     updates with every advantage 0 and the KL to the starting policy at `kl_coef`.
-    `workdir`: where the model is built (a temporary directory by default)."""
+    `workdir`: where the model is built (a temporary directory by default); `tuning`: which
+    weights train (LoRA adapters, a frozen vision side), as the trainer's GRPO phase sets it."""
     env = env or EnvConfig()
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         loaded = load(build_tiny(Path(tmp) / "model", seed=seed, config=tiny))
@@ -186,7 +189,8 @@ def check_update(
     start.model = copy.deepcopy(loaded.model).eval()
     spec = AnswerSpec.from_loaded(loaded)
     g = GRPOConfig()
-    opt = torch.optim.AdamW(loaded.model.parameters(), lr=lr, weight_decay=g.weight_decay)
+    tune(loaded.model, tuning or Tuning(), seed=seed)
+    opt = torch.optim.AdamW(trainable(loaded.model), lr=lr, weight_decay=g.weight_decay)
     learner = Learner(loaded, opt, answer=spec)
     learner.ref = start if recipe.kl_in_loss > 0 else None  # as the trainer sets it
     batch = train_mazes(pinned_spec("test"), 0, mazes)
