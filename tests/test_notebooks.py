@@ -13,11 +13,12 @@ from rlkit.notebook import compare
 from rlkit.notebook.demo import (
     NOTEBOOK_DIR,
     NOTEBOOKS,
+    WIDGET_STATE,
     ensure_kernel,
     execute,
     run_demo,
+    shown_widget_state,
 )
-from rlkit.notebook.player import WIDGET_STATE, shown_widget_state
 
 STORED_NOTEBOOKS = (*NOTEBOOKS, "06_compare_runs")
 """Every notebook notebooks/ holds: the demo's sequence, and runs side by side, which needs two

@@ -13,16 +13,16 @@ from rlkit.episodes.policies import Response, scripted_policy
 from rlkit.episodes.rollout import run_episodes
 from rlkit.maze.generation import generate
 from rlkit.notebook import widgets as w
-from rlkit.notebook.demo import NOTEBOOK_DIR, ready_to_open
-from rlkit.notebook.paths import HOME_ENV, home_path
-from rlkit.notebook.player import (
+from rlkit.notebook.demo import (
+    NOTEBOOK_DIR,
     WIDGET_STATE,
     WIDGET_VIEW,
-    PaneFrames,
     kernel_free_outputs,
-    player_html,
+    ready_to_open,
     shown_widget_state,
 )
+from rlkit.notebook.paths import HOME_ENV, home_path
+from rlkit.notebook.player import PaneFrames, player_html
 
 MAZE = generate(4, 4, seed=11)
 

@@ -14,6 +14,7 @@ from rlkit.maze.generation import generate
 from rlkit.maze.parsing import format_action
 from rlkit.maze.render import to_ascii
 from rlkit.maze.rules import initial
+from rlkit.notebook import player as p
 from rlkit.notebook import widgets as w
 
 MAZE = generate(4, 4, seed=3)
@@ -52,23 +53,23 @@ def has_colour(png: bytes, rgb) -> bool:
 
 def test_replay_frames_and_captions(solved, failed):
     assert solved.solved and not failed.solved
-    frames = w.replay_frames(solved)
-    captions = w.replay_captions(solved)
+    frames = p.replay_frames(solved)
+    captions = p.replay_captions(solved)
     assert len(frames) == len(captions) == len(solved.turns) + 1
     # the oracle's arrow on every playing frame, none once the episode is over
-    assert all(has_colour(f, w.ORACLE_COLOUR) for f in frames[:-1])
-    assert not has_colour(frames[-1], w.ORACLE_COLOUR)
+    assert all(has_colour(f, p.ORACLE_COLOUR) for f in frames[:-1])
+    assert not has_colour(frames[-1], p.ORACLE_COLOUR)
     assert len({f for f in frames}) == len(frames)  # the agent moves every turn
     assert max(pixels(frames[0]).shape[:2]) == 256 // (16 * 4) * 16 * 4  # upscaled for display
     assert captions[0].text == solved.turns[0].text
     assert "oracle:" in captions[0].info and "parsed:" in captions[0].info
     assert captions[-1].info.startswith("end | SOLVED in")
-    fails = w.replay_captions(failed)
+    fails = p.replay_captions(failed)
     assert fails[0].text == "I think... left?" and "parsed: left" in fails[0].info
     assert "parse error" in fails[1].info and fails[1].text == "no idea"
     assert "FAILED: truncated" in fails[-1].info and "kind" in fails[-1].info
     # the model's move (orange) differs from the oracle's here, so both arrows show
-    assert has_colour(w.replay_frames(failed)[0], w.MODEL_COLOUR)
+    assert has_colour(p.replay_frames(failed)[0], p.MODEL_COLOUR)
 
 
 def test_replay_widget_follows_slider_and_play(solved):
@@ -126,7 +127,7 @@ def test_maze_browser_follows_controls():
 def test_captions_name_the_oracles_move_up_too():
     """Action.UP is 0: the caption once read it as 'no move' and printed 'oracle: -'."""
     trajs = run_episodes(scripted_policy("oracle"), [generate(5, 5, seed=s) for s in range(8)])
-    infos = [c.info for t in trajs for c in w.replay_captions(t)[:-1]]
+    infos = [c.info for t in trajs for c in p.replay_captions(t)[:-1]]
     assert any("parsed: up" in i for i in infos)
     for info in infos:  # the oracle policy plays the oracle's move at every turn
         parsed = info.split("parsed: ")[1].split(" |")[0]

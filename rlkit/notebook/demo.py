@@ -32,6 +32,7 @@ NOTEBOOKS = (
 )
 TRAINING_NOTEBOOK = "03_train_grpo"
 KERNEL = "rlkit"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def kernel_config() -> dict:
@@ -85,8 +86,8 @@ def execute(name: str, out_dir: Path, params: dict[str, Any], *, kernel: str = K
     The kernel starts in notebooks/ (JupyterLab's working directory for a notebook; relative
     path parameters resolve through `rlkit.notebook.paths`). The result is ready to open: every
     replay keeps its kernel-free HTML player instead of a widget view that would need a kernel
-    (`player.kernel_free_outputs`), the saved widget state holds only the widgets an output
-    shows (`player.shown_widget_state`), and the notebook is signed as trusted in this user's
+    (`kernel_free_outputs`), the saved widget state holds only the widgets an output
+    shows (`shown_widget_state`), and the notebook is signed as trusted in this user's
     Jupyter trust database, so JupyterLab runs the players' scripts and draws the stored widgets.
     """
     import papermill
@@ -122,13 +123,88 @@ def ready_to_open(path: Path) -> None:
     import nbformat
     from nbformat.sign import NotebookNotary
 
-    from rlkit.notebook.player import kernel_free_outputs, shown_widget_state
-
     nb = nbformat.read(path, as_version=4)
     kernel_free_outputs(nb)
     shown_widget_state(nb)
     NotebookNotary().sign(nb)
     nbformat.write(nb, path)
+
+
+def kernel_free_outputs(notebook: dict) -> int:
+    """Keep the HTML player of every output that also has a widget view; returns how many.
+
+    An executed notebook's widget views need a kernel to play (their stored state is one
+    frame); dropping the view lets JupyterLab and static viewers show the player instead.
+    Outputs with no HTML form (the maze browser, the job monitor) keep their widget views.
+    """
+    changed = 0
+    for cell in notebook.get("cells", []):
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if WIDGET_VIEW in data and "text/html" in data:
+                del data[WIDGET_VIEW]
+                changed += 1
+    return changed
+
+
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+MODEL_REF = "IPY_MODEL_"
+"""How a widget's state names another widget (ipywidgets' `widget_serialization`)."""
+LINK_MODELS = frozenset({"LinkModel", "DirectionalLinkModel"})
+"""Models nothing refers to that still belong to what is shown: a `jslink` between two shown
+widgets (a Play driving its slider) lives only in the link's own state."""
+
+
+def _refs(value: object) -> set[str]:
+    if isinstance(value, str):
+        return {value[len(MODEL_REF) :]} if value.startswith(MODEL_REF) else set()
+    if isinstance(value, dict):
+        return set().union(*map(_refs, value.values())) if value else set()
+    if isinstance(value, list | tuple):
+        return set().union(*map(_refs, value)) if value else set()
+    return set()
+
+
+def shown_widget_state(notebook: dict) -> tuple[int, int]:
+    """Keep in the notebook's saved widget state only the models an output shows: those its
+    widget views name, everything they refer to (children, layouts, styles, images), and the
+    links between them; returns (kept, dropped).
+
+    The executing kernel saves every widget it ever made (nbclient keeps a model once opened),
+    so a job monitor that replaced its training-rollouts replay on every captured step left
+    each old replay's frames in the file (the demo's notebook 03: 2,794 models, 3.5 MB, for
+    one shown). A view that `kernel_free_outputs` turned into its HTML player names no model.
+    """
+    meta = notebook.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE)
+    if not meta or not meta.get("state"):
+        return 0, 0
+    state: dict[str, dict] = meta["state"]
+    shown = {
+        out["data"][WIDGET_VIEW]["model_id"]
+        for cell in notebook.get("cells", [])
+        for out in cell.get("outputs", [])
+        if WIDGET_VIEW in out.get("data", {})
+    }
+    keep: set[str] = set()
+    todo = [m for m in shown if m in state]
+    while todo:
+        model = todo.pop()
+        if model not in keep:
+            keep.add(model)
+            todo += [m for m in _refs(state[model].get("state", {})) if m in state]
+    keep |= {
+        model
+        for model, entry in state.items()
+        if entry.get("model_name") in LINK_MODELS
+        and (ends := _refs(entry.get("state", {})))
+        and ends <= keep
+    }
+    dropped = len(state) - len(keep)
+    if keep:
+        meta["state"] = {model: entry for model, entry in state.items() if model in keep}
+    else:  # every view became its HTML player (notebook 05): no widget state to save
+        del notebook["metadata"]["widgets"]
+    return len(keep), dropped
 
 
 def run_demo(

@@ -1,10 +1,12 @@
-"""Replays that play with no kernel: one self-contained HTML/JS player per episode (or pair).
+"""What a replay shows, and the HTML/JS player that plays it with no kernel.
 
-The live ipywidgets (`rlkit.notebook.widgets`) need a kernel to change frames. An executed
-notebook opened later, or any static viewer, has none: there the same frames play from this
-player, with every frame embedded as a PNG data URL (and its move-probability bars as numbers
-the script draws) and play/pause, step and a slider in the browser. The replay widgets put it in their display bundle as `text/html`, and the notebooks
-`rlkit demo` writes keep that form (`kernel_free_outputs`), so they play as opened.
+A pane is one episode: a PNG per frame (oracle's move blue, model's orange), an info line,
+the model's answer and the move-probability bars. `player_html` embeds every frame of one or
+more panes in a self-contained page with play/pause, step and a slider; the live widgets
+(`rlkit.notebook.widgets`) show the same `PaneFrames`, and put this player in their display
+bundle so an executed notebook plays as opened.
+
+    html = player_html([replay_pane(traj, "step 40")], key_html=colour_key())
 """
 
 from __future__ import annotations
@@ -16,21 +18,88 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rlkit.maze.render import RenderStyle
-from rlkit.notebook.move_bars import BARS_JS, MoveBars, bars_html
+from rlkit.episodes.failures import classify
+from rlkit.episodes.rollout import Trajectory, replay_states
+from rlkit.maze.core import STOP, Action
+from rlkit.maze.core import optimal_action as oracle_action
+from rlkit.maze.render import RenderStyle, draw_arrow, ego_origin, png_bytes, render, upscale
+from rlkit.notebook.move_bars import BARS_JS, CHOSEN_RGB, MoveBars, bars_html, move_bars
 
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+REPLAY_STYLE = RenderStyle(view="full", cell_px=16, last=(90, 90, 90))
+ORACLE_COLOUR = (40, 90, 230)
+MODEL_COLOUR = CHOSEN_RGB  # the model's arrow and its chosen move's probability bar
 
-RGB = tuple[int, int, int]
+
+def replay_frames(
+    traj: Trajectory, style: RenderStyle = REPLAY_STYLE, *, display_px: int = 256
+) -> list[bytes]:
+    """PNG per frame: frame i < T is the state before turn i with the oracle's move (blue) and
+    the model's first parsed move (orange); frame T is the final state. T = number of turns."""
+    frames = []
+    for i, state in enumerate(replay_states(traj)):
+        img = render(state, style)
+        scale = max(1, display_px // max(img.size))
+        img = upscale(img, scale)
+        origin = ego_origin(state, style)
+        words = traj.turns[i].actions if i < len(traj.turns) else []
+        if words and words[0] != STOP.word:  # `stop` (VisGym's game) has no direction to draw
+            model = Action[words[0].upper()]
+            img = draw_arrow(
+                img, state.pos, model, style, colour=MODEL_COLOUR, origin=origin, scale=scale
+            )
+        best = oracle_action(state.maze, state.pos)
+        if i < len(traj.turns) and best is not None:
+            img = draw_arrow(
+                img, state.pos, best, style, colour=ORACLE_COLOUR, origin=origin, scale=scale
+            )
+        frames.append(png_bytes(img))
+    return frames
 
 
-def colour_key_html(style: RenderStyle, oracle: RGB, model: RGB) -> str:
-    """One line of coloured swatches naming each colour of a replay frame drawn in `style`
-    with the oracle's and the model's arrows in `oracle` and `model`."""
+@dataclass(frozen=True)
+class Caption:
+    """What a frame says besides its picture."""
+
+    text: str
+    """The model's raw answer at this turn ("" on the final frame)."""
+    info: str
+    """One line: turn, parsed action, oracle move, position change, or the episode's outcome."""
+
+
+def replay_captions(traj: Trajectory, policy: str | None = None) -> list[Caption]:
+    """One caption per frame of `replay_frames` (same indexing); the end frame names `policy`
+    (default: the trajectory's own policy name)."""
+    states = replay_states(traj)
+    n = len(traj.turns)
+    out = []
+    for i, turn in enumerate(traj.turns):
+        best = oracle_action(states[i].maze, states[i].pos)
+        parsed = ", ".join(turn.actions) if turn.actions else f"parse error: {turn.parse_error}"
+        moved = "stayed (wall bump)" if turn.pos_before == turn.pos_after else "moved"
+        info = (
+            f"turn {i + 1}/{n} | parsed: {parsed} | oracle: {best.word if best is not None else '-'} | "
+            f"{moved} {tuple(turn.pos_before)} -> {tuple(turn.pos_after)}"
+        )
+        out.append(Caption(turn.text, info))
+    if traj.solved:
+        outcome = f"SOLVED in {n} turns"
+    else:
+        ending = "truncated (turn budget)" if traj.truncated else "not finished"
+        outcome = f"FAILED: {ending}, kind {classify(traj)}"
+    who = policy or traj.policy
+    out.append(Caption("", f"end | {outcome} | reward {traj.reward:g} | policy {who}"))
+    return out
+
+
+def colour_key(style: RenderStyle = REPLAY_STYLE) -> str:
+    """One line of coloured swatches naming each colour of a replay frame drawn in `style`."""
     key = [(style.agent, "agent"), (style.exit, "exit"), (style.trail, "trail")]
     if style.last is not None:
         key.append((style.last, "previous cell"))
-    key += [(oracle, "oracle's move"), (model, "model's move (under blue when they agree)")]
+    key += [
+        (ORACLE_COLOUR, "oracle's move"),
+        (MODEL_COLOUR, "model's move (under blue when they agree)"),
+    ]
     items = "".join(
         "<span style='display:inline-block;width:0.9em;height:0.9em;border:1px solid #444;"
         f"background:rgb{tuple(c)};vertical-align:middle;margin:0 0.3em 0 0.9em'></span>"
@@ -51,6 +120,7 @@ class PaneFrames:
     text: Sequence[str]
     """The model's raw answer per frame."""
     width_px: int
+    """Display width of the frames, in CSS pixels."""
     bars: Sequence[MoveBars] | None = None
     """The policy's move probabilities per frame (`rlkit.notebook.move_bars`); None: no bars."""
 
@@ -59,6 +129,31 @@ class PaneFrames:
             raise ValueError("a pane needs one PNG, info line and text per frame (at least one)")
         if self.bars is not None and len(self.bars) != len(self.frames):
             raise ValueError(f"{len(self.bars)} move-bar sets for {len(self.frames)} frames")
+
+    @property
+    def captions(self) -> list[Caption]:
+        return [Caption(t, i) for t, i in zip(self.text, self.info, strict=True)]
+
+
+def replay_pane(
+    traj: Trajectory,
+    label: str = "",
+    *,
+    policy: str | None = None,
+    style: RenderStyle = REPLAY_STYLE,
+    display_px: int = 256,
+) -> PaneFrames:
+    """`traj` as one pane: its frames, captions (the end one naming `policy`, else `label`,
+    else the trajectory's policy) and move-probability bars."""
+    captions = replay_captions(traj, policy=policy or label or None)
+    return PaneFrames(
+        label,
+        replay_frames(traj, style, display_px=display_px),
+        [c.info for c in captions],
+        [c.text for c in captions],
+        display_px,
+        move_bars(traj),
+    )
 
 
 _SCRIPT = """
@@ -109,7 +204,7 @@ def player_html(
     panes: Sequence[PaneFrames], interval_ms: int = 600, key_html: str = "", note_html: str = ""
 ) -> str:
     """A self-contained player for `panes` on one slider (a shorter episode holds its end),
-    with `note_html` above the panes and `key_html` (e.g. `colour_key_html(...)`) under them."""
+    with `note_html` above the panes and `key_html` (e.g. `colour_key()`) under them."""
     if not panes:
         raise ValueError("the player needs at least one pane")
     n = max(len(p.frames) for p in panes)
@@ -158,80 +253,3 @@ def player_html(
         "</script>"
         "</div>"
     )
-
-
-def kernel_free_outputs(notebook: dict) -> int:
-    """Keep the HTML player of every output that also has a widget view; returns how many.
-
-    An executed notebook's widget views need a kernel to play (their stored state is one
-    frame); dropping the view lets JupyterLab and static viewers show the player instead.
-    Outputs with no HTML form (the maze browser, the job monitor) keep their widget views.
-    """
-    changed = 0
-    for cell in notebook.get("cells", []):
-        for out in cell.get("outputs", []):
-            data = out.get("data", {})
-            if WIDGET_VIEW in data and "text/html" in data:
-                del data[WIDGET_VIEW]
-                changed += 1
-    return changed
-
-
-WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-MODEL_REF = "IPY_MODEL_"
-"""How a widget's state names another widget (ipywidgets' `widget_serialization`)."""
-LINK_MODELS = frozenset({"LinkModel", "DirectionalLinkModel"})
-"""Models nothing refers to that still belong to what is shown: a `jslink` between two shown
-widgets (a Play driving its slider) lives only in the link's own state."""
-
-
-def _refs(value: object) -> set[str]:
-    if isinstance(value, str):
-        return {value[len(MODEL_REF) :]} if value.startswith(MODEL_REF) else set()
-    if isinstance(value, dict):
-        return set().union(*map(_refs, value.values())) if value else set()
-    if isinstance(value, list | tuple):
-        return set().union(*map(_refs, value)) if value else set()
-    return set()
-
-
-def shown_widget_state(notebook: dict) -> tuple[int, int]:
-    """Keep in the notebook's saved widget state only the models an output shows: those its
-    widget views name, everything they refer to (children, layouts, styles, images), and the
-    links between them; returns (kept, dropped).
-
-    The executing kernel saves every widget it ever made (nbclient keeps a model once opened),
-    so a job monitor that replaced its training-rollouts replay on every captured step left
-    each old replay's frames in the file (the demo's notebook 03: 2,794 models, 3.5 MB, for
-    one shown). A view that `kernel_free_outputs` turned into its HTML player names no model.
-    """
-    meta = notebook.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE)
-    if not meta or not meta.get("state"):
-        return 0, 0
-    state: dict[str, dict] = meta["state"]
-    shown = {
-        out["data"][WIDGET_VIEW]["model_id"]
-        for cell in notebook.get("cells", [])
-        for out in cell.get("outputs", [])
-        if WIDGET_VIEW in out.get("data", {})
-    }
-    keep: set[str] = set()
-    todo = [m for m in shown if m in state]
-    while todo:
-        model = todo.pop()
-        if model not in keep:
-            keep.add(model)
-            todo += [m for m in _refs(state[model].get("state", {})) if m in state]
-    keep |= {
-        model
-        for model, entry in state.items()
-        if entry.get("model_name") in LINK_MODELS
-        and (ends := _refs(entry.get("state", {})))
-        and ends <= keep
-    }
-    dropped = len(state) - len(keep)
-    if keep:
-        meta["state"] = {model: entry for model, entry in state.items() if model in keep}
-    else:  # every view became its HTML player (notebook 05): no widget state to save
-        del notebook["metadata"]["widgets"]
-    return len(keep), dropped

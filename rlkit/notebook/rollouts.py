@@ -22,9 +22,8 @@ from itertools import groupby
 import ipywidgets as widgets
 
 from rlkit.errors import RlkitError
-from rlkit.notebook.move_bars import move_bars
-from rlkit.notebook.player import PaneFrames, player_html
-from rlkit.notebook.widgets import ReplayWidget, colour_key, replay_captions, replay_frames
+from rlkit.notebook.player import PaneFrames, colour_key, player_html, replay_pane
+from rlkit.notebook.widgets import ReplayWidget
 from rlkit.run.captures import CapturedEpisode, summarize
 from rlkit.run.reader import Run
 
@@ -38,18 +37,9 @@ def episode_label(e: CapturedEpisode) -> str:
 
 
 def episode_pane(e: CapturedEpisode, *, display_px: int = 192) -> PaneFrames:
-    """One episode as a pane of the kernel-free player: the eval replays' frames, captions and
-    move-probability bars (`rlkit.notebook.widgets`, `move_bars`)."""
+    """One episode as a pane of the kernel-free player, labelled with its reward and advantage."""
     label = f"sample {e.trajectory.sample}: reward {e.trajectory.reward:g}, adv {e.advantage:+.2f}"
-    captions = replay_captions(e.trajectory, policy=f"step {e.step}")
-    return PaneFrames(
-        label,
-        replay_frames(e.trajectory, display_px=display_px),
-        [c.info for c in captions],
-        [c.text for c in captions],
-        display_px,
-        move_bars(e.trajectory),
-    )
+    return replay_pane(e.trajectory, label, policy=f"step {e.step}", display_px=display_px)
 
 
 def by_group(episodes: Sequence[CapturedEpisode]) -> dict[int, list[CapturedEpisode]]:

@@ -1,127 +1,29 @@
-"""Notebook widgets: episode replay, checkpoint diff, maze browser (ipywidgets 8); the job
-monitor is `rlkit.notebook.monitor`.
+"""Notebook widgets: episode replay, checkpoint diff, maze browser (ipywidgets 8).
 
-Every replay frame also draws the policy's probability of each move at that turn as four bars
-(`rlkit.notebook.move_bars`; "no probabilities recorded" where the trajectory has none), and a
-checkpoint diff says where the two first chose differently and how sure each was.
+A replay widget shows the `PaneFrames` of `rlkit.notebook.player`, swapping pre-computed
+frames on a slider move, and also displays as that module's kernel-free HTML player. In a
+browser `Play` drives the slider through `jslink`; every widget also observes its slider in
+Python, so setting `.slider.value` from code or a test updates what is shown.
 
-Everything costly happens once, in plain functions (`replay_frames`, `replay_captions`,
-`move_bars`, `maze_view`, `curves.live_curves`); the widgets only swap pre-computed values on a slider move,
-so scrubbing is instant and tests can check the content without widgets at all.
-
-In a browser `Play` drives the slider through `jslink` (no kernel round trip). `jslink` does
-nothing without a browser, so every widget also observes its slider in Python: setting
-`.slider.value` (or `.play.value`) from code or a test updates what is displayed.
-
-    w = ReplayWidget(trajs[3]); w            # in a notebook cell
-    w.slider.value = 2; w.text.value         # the model's answer at turn 3
-    w.pane.move_bars[2].probs                # its probability of up, down, left, right
+    w = ReplayWidget(trajs[3]); w.slider.value = 2; w.text.value   # the answer at turn 3
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import ipywidgets as widgets
 
-from rlkit.episodes.failures import classify
-from rlkit.episodes.rollout import Trajectory, replay_states
+from rlkit.episodes.rollout import Trajectory
 from rlkit.errors import UsageError
-from rlkit.maze.core import MAX_SIZE, MIN_SIZE, STOP, Action, Maze, difficulty
-from rlkit.maze.core import optimal_action as oracle_action
+from rlkit.maze.core import MAX_SIZE, MIN_SIZE, Maze, difficulty
 from rlkit.maze.generation import ALGORITHMS, generate
-from rlkit.maze.render import (
-    RenderStyle,
-    draw_arrow,
-    ego_origin,
-    png_bytes,
-    render,
-    to_ascii,
-    upscale,
-)
+from rlkit.maze.render import RenderStyle, png_bytes, render, to_ascii
 from rlkit.maze.rules import initial
-from rlkit.notebook.move_bars import CHOSEN_RGB, bars_html, disagreement, move_bars
-from rlkit.notebook.player import PaneFrames, colour_key_html, player_html
+from rlkit.notebook.move_bars import bars_html, disagreement
+from rlkit.notebook.player import REPLAY_STYLE, colour_key, player_html, replay_pane
 from rlkit.notebook.plots import png_width
-
-REPLAY_STYLE = RenderStyle(view="full", cell_px=16, last=(90, 90, 90))
-ORACLE_COLOUR = (40, 90, 230)
-MODEL_COLOUR = CHOSEN_RGB  # the model's arrow and its chosen move's probability bar
-
-
-# plain functions: the work, testable without widgets
-
-
-def _scale(size: tuple[int, int], display_px: int) -> int:
-    return max(1, display_px // max(size))
-
-
-def replay_frames(
-    traj: Trajectory, style: RenderStyle = REPLAY_STYLE, *, display_px: int = 256
-) -> list[bytes]:
-    """PNG per frame: frame i < T is the state before turn i with the oracle's move (blue) and
-    the model's first parsed move (orange); frame T is the final state. T = number of turns."""
-    states = replay_states(traj)
-    frames = []
-    for i, state in enumerate(states):
-        img = render(state, style)
-        scale = _scale(img.size, display_px)
-        img = upscale(img, scale)
-        origin = ego_origin(state, style)
-        words = traj.turns[i].actions if i < len(traj.turns) else []
-        if words and words[0] != STOP.word:  # `stop` (VisGym's game) has no direction to draw
-            model = Action[words[0].upper()]
-            img = draw_arrow(
-                img, state.pos, model, style, colour=MODEL_COLOUR, origin=origin, scale=scale
-            )
-        best = oracle_action(state.maze, state.pos)
-        if i < len(traj.turns) and best is not None:
-            img = draw_arrow(
-                img, state.pos, best, style, colour=ORACLE_COLOUR, origin=origin, scale=scale
-            )
-        frames.append(png_bytes(img))
-    return frames
-
-
-@dataclass(frozen=True)
-class Caption:
-    """What a frame says besides its picture."""
-
-    text: str
-    """The model's raw answer at this turn ("" on the final frame)."""
-    info: str
-    """One line: turn, parsed action, oracle move, position change, or the episode's outcome."""
-
-
-def replay_captions(traj: Trajectory, policy: str | None = None) -> list[Caption]:
-    """One caption per frame of `replay_frames` (same indexing); the end frame names `policy`
-    (default: the trajectory's own policy name)."""
-    states = replay_states(traj)
-    n = len(traj.turns)
-    out = []
-    for i, turn in enumerate(traj.turns):
-        best = oracle_action(states[i].maze, states[i].pos)
-        parsed = ", ".join(turn.actions) if turn.actions else f"parse error: {turn.parse_error}"
-        moved = "stayed (wall bump)" if turn.pos_before == turn.pos_after else "moved"
-        info = (
-            f"turn {i + 1}/{n} | parsed: {parsed} | oracle: {best.word if best is not None else '-'} | "
-            f"{moved} {tuple(turn.pos_before)} -> {tuple(turn.pos_after)}"
-        )
-        out.append(Caption(turn.text, info))
-    if traj.solved:
-        outcome = f"SOLVED in {n} turns"
-    else:
-        ending = "truncated (turn budget)" if traj.truncated else "not finished"
-        outcome = f"FAILED: {ending}, kind {classify(traj)}"
-    who = policy or traj.policy
-    out.append(Caption("", f"end | {outcome} | reward {traj.reward:g} | policy {who}"))
-    return out
-
-
-def colour_key() -> str:
-    return colour_key_html(REPLAY_STYLE, ORACLE_COLOUR, MODEL_COLOUR)
 
 
 class _Pane:
@@ -132,11 +34,9 @@ class _Pane:
     """
 
     def __init__(self, traj: Trajectory, style: RenderStyle, display_px: int, label: str = ""):
-        self.label = label
-        self.frames = replay_frames(traj, style, display_px=display_px)
-        self.captions = replay_captions(traj, policy=label or None)
-        self.move_bars = move_bars(traj)
-        self.width_px = display_px
+        self.data = replay_pane(traj, label, style=style, display_px=display_px)
+        self.label, self.frames, self.move_bars = label, self.data.frames, self.data.bars
+        self.captions = self.data.captions
         px = widgets.Layout(width=f"{display_px}px")
         self.image = widgets.Image(format="png", layout=px)
         self.text = widgets.Textarea(
@@ -157,22 +57,12 @@ class _Pane:
     def show(self, index: int) -> None:
         i = min(index, self.n_frames - 1)
         self.image.value = self.frames[i]
-        self.text.value = self.captions[i].text
+        self.text.value = self.data.text[i]
         self.info.value = (
             "<div style='font-family:monospace;font-size:0.8em;white-space:normal;"
-            f"word-break:break-word'>{html.escape(self.captions[i].info)}</div>"
+            f"word-break:break-word'>{html.escape(self.data.info[i])}</div>"
         )
         self.bars.value = bars_html(self.move_bars[i])
-
-    def frames_for_player(self) -> PaneFrames:
-        return PaneFrames(
-            self.label,
-            self.frames,
-            [c.info for c in self.captions],
-            [c.text for c in self.captions],
-            self.width_px,
-            self.move_bars,
-        )
 
 
 def _player(n_frames: int, interval_ms: int) -> tuple[widgets.Play, widgets.IntSlider]:
@@ -195,7 +85,7 @@ class _KernelFree:
     def to_html(self) -> str:
         """The same frames as a self-contained player that needs no kernel."""
         return player_html(
-            [p.frames_for_player() for p in self.panes],
+            [p.data for p in self.panes],
             self.interval_ms,
             colour_key(),
             self.note_html,
