@@ -85,7 +85,7 @@ def test_a_lora_checkpoint_loads_in_the_run_reader_eval_and_notebook_scoring(tmp
     assert 6 in checkpoint_evals(run)
 
 
-def test_an_adapter_dir_as_skyrl_exports_it_loads_merged(tmp_path):
+def test_an_adapter_dir_as_skyrl_exports_it_loads_merged(tmp_path, capsys):
     base_dir = build_tiny(tmp_path / "base", seed=0)
     model = load(base_dir).model
     adapter = tune(model, Tuning(lora_rank=4, freeze_vision="tower+merger"), seed=0)
@@ -93,7 +93,7 @@ def test_an_adapter_dir_as_skyrl_exports_it_loads_merged(tmp_path):
         for name, p in adapter.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.05, generator=torch.Generator().manual_seed(1))
-    export = tmp_path / "export"
+    export = tmp_path / "run" / "exports" / "global_step_10" / "policy"
     adapter.save_pretrained(export)  # what SkyRL's save_hf_model writes for a LoRA policy,
     for f in base_dir.iterdir():  # beside the model's config and processor files
         if f.suffix in (".json", ".jinja") and f.name != "adapter_config.json":
@@ -104,6 +104,10 @@ def test_an_adapter_dir_as_skyrl_exports_it_loads_merged(tmp_path):
     got = merged.state_dict()
     assert want.keys() == got.keys()
     assert all(torch.allclose(want[k], got[k]) for k in want)
+    (ckpt,) = open_run(tmp_path / "run").checkpoints()  # a SkyRL run dir, export only
+    assert ckpt.hf_export == export
+    assert cli.main(["eval", "--policy", str(export), "--json", "--mazes", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_mazes"] == 2
 
 
 def test_a_lora_update_learns_on_its_batch():

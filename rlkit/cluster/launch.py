@@ -262,6 +262,7 @@ class TrainingPlan:
             plan_line("resources", f"driver {self.driver_cpus} CPU; {task}; {gpus}"),
             plan_line("workers", pod_summary(sky)),
             plan_line("storage", storage.storage_estimate(sky).summary()),
+            plan_line("lora", sky.model.describe()),
         ]
         if self.budget is not None and sky.layout.device != "cpu":
             lines += estimate_cost(sky, self.budget.budget).lines()

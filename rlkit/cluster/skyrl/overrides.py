@@ -15,6 +15,7 @@ from rlkit.cluster.skyrl.engine_args import device_overrides, engine_kwargs
 from rlkit.cluster.skyrl.preset_checks import generate_length
 from rlkit.cluster.skyrl.presets import TINY_WARM, SkyRLPreset
 from rlkit.env.maze_env import ENV_ID
+from rlkit.model.config import VISION_LINEARS
 
 ENTRY_MODULE = "rlkit.cluster.skyrl.entry"
 
@@ -118,7 +119,33 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
         "trainer.project_name=rlkit",
         f"trainer.run_name={run_name}",
         *device_overrides(p),
+        *model_overrides(p),
     ]
+
+
+def model_overrides(p: SkyRLPreset) -> list[str]:
+    """SkyRL's own LoRA settings (`trainer.policy.model.lora.*`) for the preset's `Tuning`; none
+    with LoRA off. A frozen vision side is SkyRL's `exclude_modules` (peft keeps every base
+    weight frozen; the regex keeps adapters off those modules). Adapters on the vision side
+    reach vLLM only with its `enable_tower_connector_lora` (Qwen3-VL supports it), else the
+    engines would sample without the adapters the trainer trains there."""
+    t = p.model
+    if t.lora_rank == 0:
+        return []
+    key = "trainer.policy.model.lora"
+    targets = t.target_modules
+    listed = targets if isinstance(targets, str) else f"[{','.join(targets)}]"
+    out = [
+        f"{key}.rank={t.lora_rank}",
+        f"{key}.alpha={t.lora_alpha}",
+        f"{key}.target_modules={listed}",
+    ]
+    if t.frozen_pattern is not None:
+        out.append(f"{key}.exclude_modules={t.frozen_pattern}")
+    vision = targets == "all-linear" or bool(set(targets) & set(VISION_LINEARS))
+    if vision and t.freeze_vision != "tower+merger":
+        out.append("generator.inference_engine.engine_init_kwargs.enable_tower_connector_lora=true")
+    return out
 
 
 def eval_overrides(p: SkyRLPreset, answer: int) -> list[str]:

@@ -135,6 +135,27 @@ def check_history(p: SkyRLPreset) -> None:
         )
 
 
+def check_tuning(p: SkyRLPreset) -> None:
+    """What SkyRL 0.4.0 cannot do with the model's `Tuning` (its values are checked in
+    `rlkit.model.config.check_tuning`): freeze weights without LoRA (its FSDP trainer has no
+    such switch; only Megatron's freeze_moe_router and freeze_dsa_indexer exist), or LoRA on
+    the CPU path, whose weight sync is the delta backend (CUDA IPC needs CUDA), which SkyRL's
+    `validate_cfg` refuses with LoRA."""
+    m = p.model
+    if m.lora_rank == 0 and m.freeze_vision != "none":
+        raise UsageError(
+            f"freeze_vision={m.freeze_vision} without LoRA: SkyRL 0.4.0's FSDP trainer has no "
+            "switch to freeze weights; set lora_rank > 0 (its adapters then skip the vision "
+            "modules) or freeze_vision=none"
+        )
+    if m.lora_rank > 0 and p.layout.device == "cpu":
+        raise UsageError(
+            f"lora_rank={m.lora_rank} on a CPU preset: SkyRL 0.4.0's CPU path syncs weights with "
+            "the delta backend, which its validate_cfg refuses with LoRA ('Delta weight sync is "
+            "not yet supported for LoRA'); try LoRA on the local backend or a GPU preset"
+        )
+
+
 def eval_plan(p: SkyRLPreset) -> str:
     """The run's evals in words, each with its protocol, as the dry run prints them."""
     e = p.eval
@@ -156,6 +177,7 @@ def check_preset(p: SkyRLPreset) -> None:
     model_state(p.model.model_path)
     check_eval(p)
     check_history(p)
+    check_tuning(p)
     for name, value in (
         ("nodes", p.layout.nodes),
         ("group_size", p.batch.group_size),

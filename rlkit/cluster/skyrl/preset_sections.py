@@ -8,12 +8,15 @@ from dataclasses import dataclass
 
 from rlkit.cluster.skyrl.instances import DEFAULT_INSTANCE
 from rlkit.env.maze_env import env_for_set
+from rlkit.model.config import Tuning
 from rlkit.train.config import WarmStartConfig
 
 
 @dataclass(frozen=True)
-class SkyModel:
-    """The policy model and where its weights come from."""
+class SkyModel(Tuning):
+    """The policy model, where its weights come from, and which of them train (`Tuning`: the
+    local trainer's `lora_rank`, `lora_alpha`, `lora_targets`, `freeze_vision`, as SkyRL's
+    `trainer.policy.model.lora.*`)."""
 
     model_path: str = "Qwen/Qwen3-VL-8B-Instruct"
     """HF id or a path on /fsx (pre-download to /fsx to spare every node the download); or

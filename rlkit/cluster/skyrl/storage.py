@@ -22,10 +22,21 @@ class StorageEstimate:
     def total_gb(self) -> float:
         return self.checkpoint_gb * self.checkpoints_kept + self.export_gb * self.exports
 
+    lora: bool = False
+    """The exports are LoRA adapters (SkyRL exports a LoRA policy's adapter, not its weights)."""
+
     def summary(self) -> str:
+        what, size = (
+            ("LoRA adapter exports", f"{self.export_gb:.2f}")
+            if self.lora
+            else (
+                "HF exports",
+                f"{self.export_gb:.0f}",
+            )
+        )
         return (
             f"~{self.total_gb:.0f} GB on /fsx: {self.checkpoints_kept} checkpoints x "
-            f"{self.checkpoint_gb:.0f} GB + {self.exports} HF exports x {self.export_gb:.0f} GB"
+            f"{self.checkpoint_gb:.0f} GB + {self.exports} {what} x {size} GB"
         )
 
 
@@ -35,15 +46,42 @@ EXPORT_BYTES_PER_PARAM = 2
 """An HF export is the bf16 weights (Qwen3-VL-8B: ~17.5 GB)."""
 
 
+LORA_PARAMS_PER_RANK_PER_B = 0.374e6
+"""Adapter parameters per unit of rank and per billion model parameters, `all-linear` (the most
+any `lora_targets` reaches): Qwen3-VL-8B's linear layers hold r x (in + out) = 3.28 M per
+rank (36 text layers of q, k, v, o, gate, up, down at 4096 wide, 12288 MLP, 8 KV heads: 2.73 M;
+27 vision blocks at 1152 wide, 4304 MLP, and 4 mergers: 0.55 M) over its 8.77 B."""
+ADAPTER_BYTES_PER_PARAM = 4
+"""An adapter is saved from FSDP's fp32 parameters."""
+LORA_CHECKPOINT_BYTES_PER_PARAM = 4
+"""A LoRA run's FSDP checkpoint still holds every fp32 base weight (its model state dict); only
+Adam's moments shrink to the adapter's."""
+
+
+def lora_params_b(p: SkyRLPreset) -> float:
+    """The adapter's parameters in billions (`LORA_PARAMS_PER_RANK_PER_B`; 0 with LoRA off)."""
+    return p.model.lora_rank * LORA_PARAMS_PER_RANK_PER_B * p.model.model_params_b / 1e9
+
+
 def storage_estimate(p: SkyRLPreset) -> StorageEstimate:
     saves = len(
         {*range(p.storage.ckpt_interval, p.batch.steps + 1, p.storage.ckpt_interval), p.batch.steps}
     )  # + run end
+    params, adapter = p.model.model_params_b, lora_params_b(p)
+    if adapter:  # weights + the adapter with its moments + the adapter again (lora_adapter/)
+        checkpoint = params * LORA_CHECKPOINT_BYTES_PER_PARAM + adapter * (
+            CHECKPOINT_BYTES_PER_PARAM + ADAPTER_BYTES_PER_PARAM
+        )
+        export = adapter * ADAPTER_BYTES_PER_PARAM
+    else:
+        checkpoint = params * CHECKPOINT_BYTES_PER_PARAM
+        export = params * EXPORT_BYTES_PER_PARAM
     return StorageEstimate(
-        checkpoint_gb=p.model.model_params_b * CHECKPOINT_BYTES_PER_PARAM,
-        export_gb=p.model.model_params_b * EXPORT_BYTES_PER_PARAM,
+        checkpoint_gb=checkpoint,
+        export_gb=export,
         checkpoints_kept=min(saves, p.storage.max_ckpts_to_keep),
         exports=saves,
+        lora=bool(adapter),
     )
 
 
