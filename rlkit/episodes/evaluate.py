@@ -1,13 +1,8 @@
 """Evaluation on a pinned test set: solve rate with its maze-clustered 95% interval, pass@k,
-difficulty, failures.
+difficulty, failures. `EvalResult` is the one result type for every source (scripted
+policies, local checkpoints, SkyRL eval dumps); every interval is `rlkit.stats.CI_METHOD`.
 
     rlkit eval --policy oracle --set test --json
-    rlkit eval --policy runs/demo/global_step_40/policy --samples 4 --json --out evals/step40.json
-
-`EvalResult` is the one result type for every source (scripted policies, local checkpoints,
-SkyRL eval dumps), so plots, replays and paired tests work the same for all of them. Every
-interval is `rlkit.stats.CI_METHOD` (Wilson on the effective n of mazes x samples, clustered by
-maze; named in the JSON as `ci_method`), and `compare` pairs two results maze by maze.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Why an episode failed, judged against the BFS oracle (pure).
 
-Each unsolved episode gets one primary kind, checked in this order (the first that fits):
-
-- `format_error`: at least half of its turns held no valid move.
-- `stopped_off_target` (squares game only): it said `stop` somewhere other than the target.
-- `never_stopped` (squares game only): it stood on the target but ran out of turns without
-  saying `stop` there: the move VisGym's game adds to rlkit's.
-- `loop`: some cell was entered 3+ times (the agent circles instead of exploring).
-- `wall_bump`: at least half of its moves hit a wall.
-- `wrong_branch`: it left the optimal path at a junction and never came back to it.
-- `timeout`: none of the above; it was on its way but ran out of turns.
-
-The squares kinds are judged on the replayed state, not on the recorded flags, so SkyRL's
-dumps (whose flags are SkyRL's reward) classify as local episodes do.
+Each unsolved episode gets the first kind that fits, in `KINDS` order: `format_error`,
+`stopped_off_target`, `never_stopped` (squares game), `loop`, `wall_bump`, `wrong_branch`,
+`timeout`; docs/mazes.md defines each. Squares kinds are judged on the replayed state, so
+SkyRL's dumps classify as local episodes do.
 """
 
 from __future__ import annotations

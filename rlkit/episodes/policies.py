@@ -1,17 +1,10 @@
 """Policies: anything that answers a batch of maze observations with text.
 
-Scripted policies (`random`, `oracle`, `eps-oracle:E`) write model-style answers and go through
-the same env and parser as a model, so baselines and models are measured by one code path. A
-model policy (see `rlkit.model.policy`) also returns the token ids and log-probabilities it sampled.
-
-Every policy may say how likely each of the four moves was (`Response.move_probs`, in `Action`
-order): scripted policies know their distribution exactly, a model policy reads it off the
-logits it already computed. Replays draw it as four bars per turn.
-
-In VisGym's squares game the answers also include `stop`: the oracle walks the shortest path
-and then stops (VisGym's solver), random draws uniformly among the five actions, eps-oracle
-explores among the five. Four move probabilities cannot describe a five-action choice, so
-scripted policies report none there (`move_probs` None).
+Scripted policies (`random`, `oracle`, `eps-oracle:E`) write model-style answers through the
+same env and parser as a model; a model policy (`rlkit.model.policy`) also returns token ids
+and log-probabilities. A policy may report each move's probability (`Response.move_probs`, in
+`Action` order); scripted ones report none in the squares game, whose five actions four
+probabilities cannot describe.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """Episodes: play policies on mazes through the env, batched, and record `Trajectory`s.
 
-`run_episodes` keeps every live episode in one batch: at each turn it asks the policy once for
-all of them (a model answers with one batched `generate`), steps each env, and drops finished
-episodes. `play_episode` is the plain one-episode loop, kept as the reference the batched path
-must match. Trajectories store the maze spec and the answers but no images: replays re-render
-from the spec, so files stay small and replays are exact.
-
-Each turn may carry the policy's probability of each of the four moves (`Turn.move_probs`, in
-`Action` order), which replays draw as bars. Files store them to `PROB_DECIMALS` places (a bar
-needs no more; the chosen token's exact log-probability is in `logprobs`); turns without them
-(SkyRL's eval dumps, files written before they were recorded) read back as None.
-
-An episode is solved by the game's own rule (`rules.solved`: reached the exit; VisGym's squares
-game: stopped on the target), kept as `Trajectory.won` when it ends, the rule SkyRL's side
-counts by too (its dumps and captures are replayed to a state and judged by it); the reward is
-what training pays and may be shaped, so it never decides. A squares-game turn keeps the env's
-feedback as `Turn.note`, so a `stop` off the target says so in the trajectory.
+`run_episodes` asks the policy once per turn for every live episode; `play_episode` is the
+plain loop it must match. Trajectories keep the maze spec and answers, no images (replays
+re-render), and per turn the move probabilities to `PROB_DECIMALS` places (None when not
+recorded). Solved is the game's rule (`Trajectory.won`), never the reward (docs/mazes.md).
 """
 
 from __future__ import annotations

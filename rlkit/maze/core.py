@@ -1,22 +1,11 @@
 """Mazes: the frozen maze value, moves, BFS solving, difficulty and hashing (pure functions).
 
-A maze is a perfect maze (exactly one path between any two cells) on a `height x width` grid of
-cells, stored as one 4-bit wall mask per cell (N=1, E=2, S=4, W=8; a set bit is a wall). Mazes
-are frozen values: generation takes an explicit `np.random.Generator` or integer seed and never
-touches global randomness, so the same seed gives the same maze on every machine
-(`rlkit.maze.generation`).
+A maze is a perfect maze on a `height x width` grid, one 4-bit wall mask per cell (N=1, E=2,
+S=4, W=8; a set bit is a wall). Two games share this value: `cells` (walls between cells, reach
+the exit) and `squares` (VisGym's maze_2d, stored as cells; `stop` on the target wins), so BFS,
+difficulty and the oracle run unchanged on both (docs/mazes.md).
 
-Two games share this value. `cells` (rlkit's own): walls are lines between cells, reaching the
-exit wins. `squares` (VisGym's maze_2d): a map of floor and wall squares (`Maze.squares`, True =
-wall), one move is one square, and only `stop` on the target wins. A square map is stored as
-cells too (a wall square is a cell walled on all four sides, its neighbours walled towards it),
-so BFS, difficulty, the oracle and bump detection run unchanged on both games; only the rules'
-ending and the picture differ (`rlkit.maze.rules`, `rlkit.maze.render`).
-
-    >>> from rlkit.maze.generation import generate
-    >>> m = generate(4, 4, seed=0)
-    >>> len(shortest_path(m)) - 1 == difficulty(m).path_length
-    True
+    difficulty(maze).path_length == len(shortest_path(maze)) - 1
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Maze families: the one registry of named maze sets, each with everything that defines it.
 
-A set is a generator spec (`MazeSpec`: algorithm from `rlkit.maze.generation.GENERATORS`,
-size, placement), its size (seeds 0..n-1), the combined hash pinned for it, and the task it is
-played under (turn budget and the rest of the env config). Everything that names a set reads
-this table: `rlkit.maze.sets` (`TEST_SETS`, `pinned_set`, the training stream's exclusions),
-`rlkit.env.maze_env.SET_ENV` / `env_for_set`, `rlkit data`, `rlkit eval --set`, `rlkit maze
---set` and the presets. An unknown name is a one-line error wherever it is looked up.
-
-Adding a set (docs/extending.md): one `MazeSet` entry here with `pinned_hash=""`, then
-`python scripts/set_hash.py NAME` prints the hash to pin.
+A `MazeSet` is a generator spec (`MazeSpec`), a size, its pinned combined hash and the task it
+is played under; everything that names a set reads this table, and an unknown name is a
+one-line error. Adding a set: docs/extending.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Maze generation: perfect mazes from an explicit seed or `np.random.Generator`.
 
-Two algorithms with different textures: `wilson` (loop-erased random walks, Wilson 1996: a
-uniform spanning tree, many short dead ends) and `dfs` (recursive backtracker: long corridors,
-few junctions). Start and exit go to the corners or to two random cells at least `min_path`
-moves apart. No global randomness is touched, so a seed gives the same maze on every machine.
-
-`visgym` makes the other game, VisGym's maze_2d on squares (`rlkit.maze.visgym`), through the
-same entry point, so sets, training streams and the CLI dispatch on the algorithm name alone.
-`GENERATORS` is that dispatch, one entry per algorithm; an unknown name is a one-line error.
-The named sets built from these algorithms are registered in `rlkit.maze.families`.
+`wilson` (uniform spanning tree: many short dead ends), `dfs` (long corridors) and `visgym`
+(VisGym's maze_2d, `rlkit.maze.visgym`) are dispatched by name through `GENERATORS`; start and
+exit go to the corners or two random cells at least `min_path` apart. No global randomness.
 
     >>> m = generate(4, 4, seed=0, placement="random", min_path=3)
 """

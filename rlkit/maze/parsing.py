@@ -1,22 +1,9 @@
-"""One parser from model text to moves (Minigrid keeps actions an IntEnum with one parser too).
+"""One parser from model text to moves: `parse_actions(text, mode, max_moves) -> (moves, error)`.
 
-`parse_actions(text, mode, max_moves) -> (moves, error)` never raises and runs in time linear in
-a bounded prefix of the text: answers longer than `MAX_CHARS` are judged on their last
-`MAX_CHARS` characters (the answer tag comes last), and the regexes have no nested quantifiers.
-
-- `strict`: exactly one `<action>...</action>` tag holding 1..max_moves lowercase move words
-  separated by commas; anything else is an error.
-- `relaxed`: case- and whitespace-insensitive, the last tag wins, and with no tag at all the
-  last bare move word counts (early policies say "I go left" far more often than the tag).
-- `visgym`: what SkyRL's visgym instruct recipe reads (`extract_relaxed_action`): the last
-  `<action>WORD</action>` (case-insensitive, spaces inside allowed), WORD one of up, down,
-  left, right, stop; free text before it. An unknown word in the last tag fails even when an
-  earlier tag was good, as there. Answers over `VISGYM_MAX_CHARS` fail outright (SkyRL's 1,024
-  generated tokens stay far below it), as do empty ones and VisGym's own tuple form.
-- `visgym-sft`: VisGym's own answers, what its SFT checkpoints write: the first tuple
-  `('move', D)` (D an integer, VisGym's numbering `VISGYM_DIRECTIONS`: 0 right, 1 up, 2 left,
-  3 down) or `('stop', 'stop')` (any 1..4-character text payload, as VisGym's `Text(4)`);
-  free text around it. A bad payload or action name spends the turn, as VisGym's step does.
+It never raises and reads at most the last `MAX_CHARS` characters. Modes: `strict` (exactly one
+`<action>` tag), `relaxed` (the last tag, else the last bare move word), `visgym` (SkyRL's
+visgym recipe's reading, `stop` included) and `visgym-sft` (VisGym's own tuple answers); each
+mode's exact rule is in docs/mazes.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """Rendering: maze state -> PIL image, PNG bytes, data URI, or ASCII (pure; returns data).
 
-Images are assembled from cached per-wall-mask tiles with numpy (no per-pixel Python), so a
-render costs a few array ops. Two views:
-
-- `full`: the whole maze.
-- `ego`: an agent-centred window of (2*radius+1) cells, padded to an even number of cells so
-  that with one cell per vision patch and a 2x2 spatial merge the image tiles exactly; cells
-  outside the maze are drawn in the `outside` colour. Every cell draws its own four walls, so a
-  cell's appearance is local to the cell: with `cell_px` equal to the vision patch size one patch
-  sees exactly one cell (the lever that made the tiny VLM learn; see the trainer preset).
-
-A `squares` maze (VisGym's game) is drawn as VisGym draws it (`rlkit.maze.render_squares`),
-whole, with the style's colours and `cell_px` as its square size; view and trail do not apply.
+Images are assembled from cached per-wall-mask tiles with numpy. Views: `full` (the whole maze)
+and `ego` (an agent-centred window, padded so that one cell per vision patch tiles exactly). A
+`squares` maze is drawn as VisGym draws it (`rlkit.maze.render_squares`); docs/mazes.md says why.
 """
 
 from __future__ import annotations

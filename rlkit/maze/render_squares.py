@@ -1,15 +1,8 @@
 """The squares game's picture and text, as VisGym's maze_2d draws them (pure; returns data).
 
-VisGym (`RandomMaze2DEnv._render_frame`, pygame): 25 px a square, a white canvas, wall squares
-filled gray (169, 169, 169), the target square red (255, 0, 0), the agent a blue (0, 0, 255)
-disc centred on its square with radius a quarter square. Two details are kept because they are
-what the model sees there: the disc is pygame's filled midpoint circle (integer radius
-`int(px / 4)`, centre truncated to whole pixels, an even 12-pixel-wide disc at 25 px), and
-VisGym's canvas persists across steps and paints the agent's previous square's disc white, so
-once the agent has left the target a white disc stays cut into the red square.
-
-`rlkit.maze.render` dispatches here for `Maze.game == "squares"`; the colours and square size
-come from its `RenderStyle` (`wall`, `exit`, `agent`, `floor`, `cell_px`).
+25 px squares on white, gray walls, a red target, the agent a blue disc drawn as pygame draws
+it; the disc VisGym leaves cut into the target once the agent has left is kept, since the model
+sees it (docs/mazes.md). `rlkit.maze.render` dispatches here for `Maze.game == "squares"`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """The maze games' rules as pure functions on a frozen state (Gymnasium's functional style).
 
-`initial(maze) -> State`, `transition(state, actions) -> State`, `reward(state)`,
-`terminal(state)`, `solved(state)` and `truncated(state, max_turns)` (ran out of turns) are
-shared by the skyrl-gym env, the scripted policies, the renderer and the failure analysis, so
-all of them agree on what happened in an episode.
-
-The maze's game decides the ending (`Maze.game`):
-- `cells`: reaching the exit ends the episode and solves it.
-- `squares` (VisGym's maze_2d): walking onto the target does nothing; `stop` ends the episode
-  (terminal) and solves it only if the agent stands on the target. A move into a wall square
-  leaves the agent where it was (a bump), as a wall line does in `cells`.
-`solved(state)` is the one rule both backends count by: the local episodes and evaluation (the
-env's verdict kept in each `Trajectory`), SkyRL's generator (the env's `solved` metric) and
-SkyRL's eval dumps and captures (their answers replayed to a state here). The reward is what
-training pays and may be shaped (today 1.0 exactly when `solved`); `record_solved` reads a
-record, so a shaped reward that pays a near miss never counts it as solved.
+`initial`, `transition`, `reward`, `terminal`, `solved` and `truncated` are shared by the env,
+the scripted policies, the renderer and the failure analysis, so all agree on an episode.
+`cells`: reaching the exit solves it; `squares` (VisGym): only `stop` on the target does.
+`solved(state)` is the rule both backends count by; the reward may be shaped and never decides
+(docs/mazes.md).
 """
 
 from __future__ import annotations

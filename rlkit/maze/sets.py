@@ -1,15 +1,9 @@
 """Named maze sets: the pinned 64-maze test sets and the disjoint training stream.
 
-A test set is a `MazeSpec` plus seeds 0..63; its combined hash (sha256 over the member hashes in
-order) is pinned in `rlkit.maze.families` (the registry of sets), and `pinned_set()` refuses to return a set whose hash moved: a changed
-generator would silently change every published number. Training maze `i` is a pure function
-of (spec, i) drawn from a separate seed stream and skipping any maze that is in the test set, so
-a data cursor (an index) is all a checkpoint needs to resume the stream exactly.
-
-A difficulty curriculum plays the stream's mazes from a start moved nearer the exit
-(`nearer_start`), the share of each shortest path kept growing with the step
-(`curriculum_share`): `train_mazes(spec, cursor, n, share)` stays a pure function of its
-arguments, so a resumed run draws the same mazes at the same stage.
+`pinned_set()` refuses a set whose combined hash moved (`rlkit.maze.families` pins it).
+Training maze `i` is a pure function of (spec, i) that skips test mazes, so a cursor is all a
+checkpoint needs to resume; a curriculum moves the start nearer the exit (`nearer_start`,
+`curriculum_share`) and stays a pure function of its arguments.
 """
 
 from __future__ import annotations

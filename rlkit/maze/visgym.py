@@ -1,19 +1,9 @@
 """VisGym's maze_2d generator, square for square, with numpy and the standard library only.
 
-`reset(seed=s)` of VisGym's `maze_2d/easy` (9x9 squares) or `maze_2d/hard` (11x11) does, in
-order (github visgym/VisGym, `gymnasium/envs/maze_2d/maze_2d.py`; findings.md):
-
-1. `np_random = gymnasium.utils.seeding.np_random(s)`: a `Generator(PCG64(SeedSequence(s)))`,
-   which is exactly `np.random.default_rng(s)`, so rlkit needs no gymnasium;
-2. one `int(np_random.integers(2**32))` seeds a Python `random.Random` that drives Wilson's
-   loop-erased random walk over the inner (size-2)^2 grid: cells sit at even (row, col), the
-   square between two cells is cut when the walk crosses it (`wilson_grid`);
-3. the map is the inner grid inverted (1 = wall) inside a ring of wall squares;
-4. one `np_random.integers(0, 4)` picks the (agent, target) pair among four opposite corners.
-
-The random calls are replayed in VisGym's order and with the same `random.Random` methods, so a
-change of any draw would change the maze: `tests/test_visgym.py` pins both sets' hashes and
-shows mazes as VisGym printed them.
+`reset(seed=s)` of `maze_2d/easy` (9x9 squares) or `maze_2d/hard` (11x11) is replayed draw for
+draw (`np.random.default_rng(s)`, then Wilson's walk on a seeded `random.Random`), so no
+gymnasium is needed; docs/mazes.md lists the steps, and `tests/test_visgym.py` pins both sets'
+hashes.
 """
 
 from __future__ import annotations
