@@ -142,3 +142,10 @@ def test_bad_values_are_refused_in_one_line(key, value, says):
     with pytest.raises(UsageError) as e:
         preset("smoke").with_overrides({key: value})
     assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_local_dry_run_says_what_trains(capsys):
+    argv = ["submit", "--preset", "smoke", "--set", "lora_rank=8", "--set", "freeze_vision=tower"]
+    assert cli.main([*argv, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "lora:          rank 8, alpha 16, targets all-linear, vision tower frozen" in out

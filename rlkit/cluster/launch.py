@@ -209,6 +209,8 @@ class TrainingPlan:
     recipe: Mapping[str, object] = field(default_factory=dict)
     """The recipe switches (`rlkit.recipe`) this plan changes from its preset's own, whichever
     way they came (a notebook's `recipe`, `--set recipe.NAME=VALUE`); the command carries them."""
+    tuning: str = ""
+    """Which weights train (LoRA, a frozen vision side: `rlkit.model.config.Tuning.describe`)."""
 
     @property
     def backend(self) -> str:
@@ -244,6 +246,7 @@ class TrainingPlan:
             plan_line("address", where),
             plan_line("command", self.command),
             plan_line("recipe", recipe),
+            plan_line("lora", self.tuning),
         ]
         if not self.dry_run:
             lines.append(plan_line("rlkit", "this checkout, shipped as the job's working dir"))
@@ -262,7 +265,6 @@ class TrainingPlan:
             plan_line("resources", f"driver {self.driver_cpus} CPU; {task}; {gpus}"),
             plan_line("workers", pod_summary(sky)),
             plan_line("storage", storage.storage_estimate(sky).summary()),
-            plan_line("lora", sky.model.describe()),
         ]
         if self.budget is not None and sky.layout.device != "cpu":
             lines += estimate_cost(sky, self.budget.budget).lines()
@@ -301,7 +303,14 @@ def plan_training(
         command = training_entrypoint(preset, run_dir, resume=resume, overrides=overrides)
         recipe = cfg.recipe.changes(base.recipe)
         return TrainingPlan(
-            preset, name, str(run_dir), command, address, overrides=tuple(overrides), recipe=recipe
+            preset,
+            name,
+            str(run_dir),
+            command,
+            address,
+            overrides=tuple(overrides),
+            recipe=recipe,
+            tuning=cfg.model.describe(),
         )
     base = skyrl.get_preset(preset)
     sky = skyrl.get_preset(preset, **(skyrl_changes or {}))
@@ -311,7 +320,15 @@ def plan_training(
     command = entrypoint_command(sky, name, preset)
     recipe = sky.recipe.changes(base.recipe)
     return TrainingPlan(
-        preset, name, paths.run_dir, command, address, sky, budget=budget, recipe=recipe
+        preset,
+        name,
+        paths.run_dir,
+        command,
+        address,
+        sky,
+        budget=budget,
+        recipe=recipe,
+        tuning=sky.model.describe(),
     )
 
 
