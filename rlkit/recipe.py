@@ -373,12 +373,11 @@ def _skyrl_refusals(r: Recipe) -> list[str]:
             f"recipe.fail_advantage={r.fail_advantage}: SkyRL has no advantage for groups "
             "that all failed (they get 0); set it to none for a SkyRL preset"
         )
-    if r.advantage_estimator in RLKIT_ADVANTAGE_ESTIMATORS:
+    if r.advantage_estimator in RLKIT_ADVANTAGE_ESTIMATORS and r.dynamic_sampling_type:
         out.append(
-            f"recipe.advantage_estimator={r.advantage_estimator}: SkyRL's estimators see "
-            "per-token rewards, the response mask and prompt ids, not where a turn ends or "
-            "which square it stood on, so anchor-state groups cannot be formed there (the "
-            "local trainer runs it)"
+            f"recipe.advantage_estimator={r.advantage_estimator} with dynamic_sampling_type: "
+            "the rows SkyRL's dynamic sampling drops or replaces would lose their squares; "
+            "set dynamic_sampling_type to none"
         )
     if r.curriculum_steps is not None and r.dynamic_sampling_type is not None:
         out.append(

@@ -100,6 +100,9 @@ def skyrl_qwen_step(ray_cluster, qwen_ckpt, tmp_path_factory) -> Path:
     # sampled one, two eval sets, a history window of 2 (one row a turn, SkyRL's step-wise
     # training)
     settings |= {"eval_protocol": "both", "eval_sets": "test,test-large", "history": 2}
+    # and the two levers for long sparse episodes: GiGPO's step-level credit (rows a turn) and
+    # the difficulty curriculum (rows written in step order, read in order)
+    settings |= {"advantage_estimator": "gigpo", "curriculum_steps": 1}
     for key, value in settings.items():
         argv += ["--set", f"{key}={value}"]
     assert run_cli(*argv) == 0

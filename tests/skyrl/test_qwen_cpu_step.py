@@ -3,7 +3,8 @@
 defaults in generation_config.json): rlkit's device seam, FSDP2 on one rank, SkyRL's vLLM server
 and router, the weight sync, an eval, a checkpoint and its HF export, launched as a researcher
 does (`rlkit submit --preset skyrl-tiny-cpu --model DIR`), with what a researcher's first 8B run
-asks for together: the seed's eval and the sampled one, two eval sets, a history window of 2. It shares the SkyRL CPU run's worker
+asks for together: the seed's eval and the sampled one, two eval sets, a history window of 2,
+and the levers for long sparse episodes: GiGPO's step-level credit and the difficulty curriculum. It shares the SkyRL CPU run's worker
 (`SHARED_FIXTURES`), so two SkyRL runs never hold the machine's memory at once.
 """
 
@@ -51,5 +52,7 @@ def test_one_skyrl_step_runs_on_the_real_text_side(skyrl_qwen_step, qwen_ckpt):
     assert steps[1]["eval/samples"] == 1
     assert steps[1]["eval/test-large_samples"] == 1
     assert overrides["generator.step_wise_trajectories"] == "true"
+    assert overrides["trainer.algorithm.advantage_estimator"] == "gigpo"
+    assert "loss/gigpo_step_abs_mean" in steps[1]  # each row's step level was added
     assert steps[1]["rollout/turns_mean"] > 1  # rows a turn, episodes counted once
     assert [c.step for c in opened.checkpoints()] == [1]

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlkit.cluster.hang import DONE_LINE, HangRules, start_hang_detection
+from rlkit.cluster.hang import DONE_LINE, start_hang_detection
 from rlkit.cluster.skyrl.overrides import RunPaths
 from rlkit.cluster.skyrl.presets import TINY_WARM, SkyRLPreset, get_preset
 from rlkit.errors import RlkitError, UsageError
-from rlkit.settings import CaptureConfig, parse_sets
+from rlkit.settings import parse_sets
 
 if TYPE_CHECKING:
     from rlkit.env.maze_env import EnvConfig
@@ -188,32 +188,34 @@ def record_run(cfg, job: Job, overrides: list[str]) -> dict:
     return config
 
 
-def _run_skyrl(
-    cfg,
-    hang: HangRules,
-    capture: CaptureConfig,
-    rows_in_order: bool = False,
-    sampled_eval: tuple[int, float] | None = None,
-    history: int | None = None,
-) -> None:
-    """Body of the Ray task: register the env in this process, then SkyRL's experiment.
+def _run_skyrl(cfg, sky: SkyRLPreset, rows_in_order: bool = False) -> None:
+    """Body of the Ray task: register the env (and `gigpo`) in this process, then SkyRL's
+    experiment as the preset `sky` asks (its captures, a sampled eval after SkyRL's with
+    `eval_protocol=both`, its history window, GiGPO's step level); `rows_in_order`: train the
+    rows in their order (a curriculum), not shuffled.
 
     The step lines come from this process (the bridged tracker), so HyperPod's hang rules are
-    registered here, with this task's Ray job and worker ids. `capture`: the captured training
-    rollouts; `rows_in_order`: train the rows in their order (a curriculum), not shuffled;
-    `sampled_eval`: (samples, temperature) of a sampled eval after SkyRL's (`eval_protocol=both`);
-    `history`: the preset's history window.
+    registered here, with this task's Ray job and worker ids.
     """
     from rlkit.cluster.skyrl.experiment import RlkitExp
+    from rlkit.cluster.skyrl.gigpo import GIGPO, register_gigpo
     from rlkit.env.maze_env import register_env
 
     register_env()
-    print(f"rlkit: {start_hang_detection(hang)}", flush=True)
+    gigpo = sky.recipe.advantage_estimator == GIGPO
+    if gigpo:
+        register_gigpo()
+    print(f"rlkit: {start_hang_detection(sky.hang)}", flush=True)
+    both = sky.eval.eval_protocol == "both"
     # SkyRL's experiment, its metrics bridged into the run dir
-    exp = RlkitExp(
-        cfg, capture, rows_in_order=rows_in_order, sampled_eval=sampled_eval, history=history
-    )
-    exp.run()
+    RlkitExp(
+        cfg,
+        sky.capture,
+        rows_in_order=rows_in_order,
+        sampled_eval=(sky.eval.eval_samples, sky.eval.eval_temperature) if both else None,
+        history=sky.task.history,
+        gigpo=sky.recipe if gigpo else None,
+    ).run()
     print(DONE_LINE, flush=True)
 
 
@@ -278,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
 
         cpu_seam.install()  # this driver builds vLLM's arguments, as SkyRL's workers do
         overrides = [*overrides, *cpu_seam.overrides(paths.run_dir)]
+    if sky.recipe.advantage_estimator == "gigpo":  # SkyRL's validate_cfg looks it up
+        from rlkit.cluster.skyrl.gigpo import register_gigpo
+
+        register_gigpo()
     cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
     validate_cfg(cfg)
     record_run(cfg, job, overrides)
@@ -285,9 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     # SkyRL's trainer task holds every rollout's pixel values: reserve memory only a GPU
     # worker has, so Ray cannot place it on the head pod
     task = ray.remote(num_cpus=1, memory=sky.layout.driver_memory_gb * 2**30 or None)(_run_skyrl)
-    sampled = (sky.eval.eval_samples, sky.eval.eval_temperature)
-    both = sampled if sky.eval.eval_protocol == "both" else None
-    ray.get(task.remote(cfg, sky.hang, sky.capture, shares is not None, both, sky.task.history))
+    ray.get(task.remote(cfg, sky, shares is not None))
     return 0
 
 

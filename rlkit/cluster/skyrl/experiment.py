@@ -29,6 +29,7 @@ from rlkit.cluster.skyrl.generator import build_generator
 from rlkit.cluster.skyrl.trainer import RlkitTrainer
 from rlkit.errors import UsageError
 from rlkit.model.load import processor_template
+from rlkit.recipe import Recipe
 from rlkit.settings import CaptureConfig
 
 
@@ -81,6 +82,9 @@ class RlkitExp(BasePPOExp):
     history: int | None = None
     """The preset's history window (None: the whole conversation)."""
 
+    gigpo: Recipe | None = None
+    """The recipe when its estimator is `gigpo` (the trainer adds each row's step level)."""
+
     def __init__(
         self,
         cfg,
@@ -89,12 +93,14 @@ class RlkitExp(BasePPOExp):
         rows_in_order: bool = False,
         sampled_eval: tuple[int, float] | None = None,
         history: int | None = None,
+        gigpo: Recipe | None = None,
     ) -> None:
         if capture is not None:
             self.capture = capture
         self.rows_in_order = rows_in_order
         self.sampled_eval = sampled_eval
         self.history = history
+        self.gigpo = gigpo
         super().__init__(cfg)
 
     def get_tracker(self) -> Tracking:
@@ -157,4 +163,5 @@ class RlkitExp(BasePPOExp):
             colocate_pg=colocate_pg,
             rows_in_order=self.rows_in_order,
             sampled_eval=self.sampled_eval,
+            gigpo=self.gigpo,
         )

@@ -59,6 +59,7 @@ from skyrl.utils.tok import get_processor
 
 from rlkit.cluster.skyrl.capture import Capturer, StepCapture
 from rlkit.cluster.skyrl.engine_args import MM_CACHE_KWARG
+from rlkit.cluster.skyrl.gigpo import STATES_KEY
 from rlkit.cluster.skyrl.move_probe import EngineProbe
 from rlkit.cluster.skyrl.render import EpisodePrompt, TurnRenderer, runs
 from rlkit.run.skyrl_dumps import NEXT_TURN
@@ -154,6 +155,7 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
             )
         self.history = history
         self._step_pixels: dict[str, list] = {}
+        self._step_states: dict[str, list] = {}
         self.merge_size = merge_size
         self.engine_keeps_images = engine_keeps_images
         self.capturer = capturer
@@ -188,7 +190,7 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
         capture = self.capturer.begin(input_batch) if self.capturer is not None else None
         self._capture = capture  # agent loops of this call record their turns into it
         self._seconds, self._turns, self._resends = dict.fromkeys(PHASES, 0.0), 0, 0
-        self._step_pixels = {}
+        self._step_pixels, self._step_states = {}, {}
         try:
             out = await super().generate(input_batch, disable_tqdm=disable_tqdm)
         finally:
@@ -210,12 +212,15 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
         """Each step row's pixel values and grids (SkyRL's step-wise `generate` keeps one per
         prompt, and a VLM's step-wise rows have none): rows are each trajectory's steps in
         order, as `windowed_loop` recorded them."""
-        pixels, grids = [], []
+        pixels, grids, states = [], [], []
         for tid in out["trajectory_ids"]:
-            pv, grid = self._step_pixels[f"{tid.instance_id}_{tid.repetition_id}"].pop(0)
+            session = f"{tid.instance_id}_{tid.repetition_id}"
+            pv, grid = self._step_pixels[session].pop(0)
             pixels.append(pv)
             grids.append(grid)
+            states.append(self._step_states[session].pop(0))
         out["pixel_values"], out["image_grid_thw"] = pixels, grids
+        out[STATES_KEY] = states  # each row's square: GiGPO's anchor state
 
     async def engine_turn(
         self, episode: EpisodePrompt, session_id: str, params: dict, cache_salt: str | None
@@ -403,6 +408,7 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
             cache = EpisodePrompt(ids=[])  # the episode's pictures, rendered once each
             steps: list[TrajectoryOutput] = []
             pixels: list = []
+            states: list[list[int]] = []
             total, done = 0.0, False
             while not done:
                 t = time.monotonic()
@@ -413,6 +419,7 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
                         steps.append(self._step(episode, [self.filler_id], None, "length", 0))
                         steps[-1].loss_mask[0] = 0
                         pixels.append(episode.pixels())
+                        states.append(list(env.state.pos))
                     steps[-1].stop_reason = "length"
                     break
                 t = time.monotonic()
@@ -429,6 +436,7 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
                         episode.features(),
                         cache_salt,
                     )
+                states.append(list(env.state.pos))  # the square the answer was given on
                 t = time.monotonic()
                 step = await self._run_in_executor_if_available(env.step, gen_text)
                 self._timed("env", t)
@@ -444,7 +452,7 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
                 row.stop_reason = NEXT_TURN
             steps[-1].reward[-1] = total
             steps[-1].env_metrics = env.get_metrics()  # one episode's, once
-            self._step_pixels[session_id] = pixels
+            self._step_pixels[session_id], self._step_states[session_id] = pixels, states
             await self._run_in_executor_if_available(env.close)
             return StepWiseOutput(steps, e2e_time=time.monotonic() - start_time)
         finally:

@@ -104,8 +104,9 @@ def check_eval(p: SkyRLPreset) -> None:
         )
 
 
-STEP_WISE_ESTIMATORS = ("grpo", "rloo", "maxrl")
-"""Estimators SkyRL's step-wise training takes (`validate_cfg` refuses gae and reinforce++)."""
+STEP_WISE_ESTIMATORS = ("grpo", "rloo", "maxrl", "gigpo")
+"""Estimators SkyRL's step-wise training takes (`validate_cfg` refuses gae and reinforce++;
+rlkit's `gigpo`, `rlkit.cluster.skyrl.gigpo`, needs it)."""
 
 
 def check_history(p: SkyRLPreset) -> None:
@@ -113,6 +114,11 @@ def check_history(p: SkyRLPreset) -> None:
     accepts."""
     h = p.task.history
     if h is None:
+        if p.recipe.advantage_estimator == "gigpo":
+            raise UsageError(
+                "advantage_estimator=gigpo gives each turn its own advantage, which SkyRL trains "
+                "as a row a turn: set history (the turns a prompt keeps, e.g. history=2)"
+            )
         return
     if h < 1:
         raise UsageError(f"history ({h}) must be >= 1 turns, or none for the whole conversation")

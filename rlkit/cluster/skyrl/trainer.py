@@ -14,6 +14,9 @@ cleanup on the driver and, through a Ray task, on every worker node again
 (`RayPPOTrainer._cleanup_old_checkpoints`), and on one node that task repeats the driver's
 work in a fresh Ray worker that first imports SkyRL (7-9 s a save on a 2-core host).
 
+With `gigpo` (`advantage_estimator=gigpo`, rows a turn) each row's advantage also gets its
+step level (`rlkit.cluster.skyrl.gigpo`).
+
 With `rows_in_order` (a difficulty curriculum, `Recipe.curriculum_steps`) it reads the training
 rows in their file's order, not SkyRL's shuffled one (`in_order`).
 
@@ -40,6 +43,8 @@ from skyrl.train.utils import Timer
 from skyrl.train.utils.trainer_utils import cleanup_old_checkpoints
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from rlkit.cluster.skyrl.gigpo import STATES_KEY, step_terms
+from rlkit.recipe import Recipe
 from rlkit.run.skyrl_layout import SAMPLED_EVALS
 
 _log = logging.getLogger(__name__)
@@ -91,11 +96,38 @@ class RlkitTrainer(RayPPOTrainer):
         *args,
         rows_in_order: bool = False,
         sampled_eval: tuple[int, float] | None = None,
+        gigpo: Recipe | None = None,
         **kwargs,
     ) -> None:
         self.rows_in_order = rows_in_order  # read by the dataloader hook SkyRL's init calls
         self.sampled_eval = sampled_eval  # (samples a maze, temperature) after SkyRL's own eval
+        self.gigpo = gigpo  # a gigpo recipe: each row's step level added to SkyRL's advantage
         super().__init__(*args, **kwargs)
+
+    def convert_to_training_input(self, generator_output, uids):
+        """SkyRL's training batch, carrying each row's square for GiGPO's anchor groups."""
+        batch = super().convert_to_training_input(generator_output, uids)
+        if self.gigpo is not None:
+            batch.metadata[STATES_KEY] = list(generator_output[STATES_KEY])
+        return batch
+
+    def compute_advantages_and_returns(self, data):
+        """SkyRL's advantages (step-wise: each row its episode's); under `gigpo` each row's
+        answer tokens also get its step level (`rlkit.cluster.skyrl.gigpo.step_terms`)."""
+        data = super().compute_advantages_and_returns(data)
+        if self.gigpo is None:
+            return data
+        states = data.metadata[STATES_KEY]
+        n = len(states)  # the rows before SkyRL's padding
+        meta = data.metadata
+        rewards = data["rewards"][:n].sum(-1)
+        step = step_terms(meta["uids"][:n], meta["is_last_step"][:n], rewards, states, self.gigpo)
+        adv = data["advantages"]
+        adv[:n] += step.to(adv.dtype)[:, None] * data["response_mask"][:n].to(adv.dtype)
+        self.all_metrics["policy/gigpo_step_abs_mean"] = float(
+            step.abs().mean()
+        )  # rlkit: loss/gigpo_step_abs_mean
+        return data
 
     async def eval(self, vllm_metrics_scraper=None) -> dict[str, float]:
         """SkyRL's eval; with `sampled_eval` the sampled one after it, as `eval/sampled/...`."""
