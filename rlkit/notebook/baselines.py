@@ -1,9 +1,7 @@
 """Baselines beside a run: scripted policies and the untrained model on the test set, evaluated
-once (notebook 02) and cached under OUT/baselines/ by what makes them differ, so that notebook 04
-draws beside a run only the baselines that played its test set and env (and, for the untrained
-model, started from its model).
+once (notebook 02) and cached under OUT/baselines/ by what makes them differ, so notebook 04
+draws beside a run only the baselines that played its test set and env.
 
-    base = baselines.baseline_evals("runs/demo", "local-tiny", samples=4)
     beside = baselines.run_baselines("runs/demo", run, evals)      # those that fit this run
 """
 

@@ -1,26 +1,11 @@
 """Several runs side by side (recipes, seeds, local vs SkyRL): curves, difficulty, paired tests.
 
+Runs are paired on the mazes both evaluated (by hash) and the samples both have, by the exact
+sign-flip test (`rlkit.stats.paired_by_maze`); docs/reading-runs.md says how to read a verdict.
+
     views = compare.load_runs(["runs/demo/local-tiny", "runs/demo/smoke"], labels=["tiny", "smoke"])
-    compare.solve_rate_curves(views)              # bands on one axis, by step and by wall time
-    print(compare.format_table(compare.difficulty_rows(views)))
     for c in compare.compare_runs(views):         # final vs final, best vs best, maze by maze
         print(c.verdict)
-
-Every run is read with `rlkit.run.open_run`, so a local run and a SkyRL run compare alike.
-
-Paired by maze: two runs are compared on the mazes both evaluated (matched by maze content
-hash), with the same number of samples per maze (the first k of each, k the smaller count),
-by the exact sign-flip test `rlkit.stats.paired_by_maze` already uses for two checkpoints of
-one run. Runs trained with different seeds are independent samples of "what this recipe
-gives", so a single pair of seeds says little about the recipe: compare several seeds.
-
-"Best" is the trained checkpoint (step > 0 when there is one) with the highest solve rate on
-the test set itself: picking it there flatters it, so a best-vs-best verdict is optimistic;
-final-vs-final is the honest comparison.
-
-Wall time is the trainer's own account, summed from metrics.jsonl: `timing/elapsed_s` (the
-local trainer, warm start included, across resumes) or else the sum of `timing/step` (SkyRL's
-step timer; its warm start happens before step 0 and is not in it). Start-up is in neither.
 """
 
 from __future__ import annotations
@@ -64,7 +49,8 @@ class RunView:
 
     @property
     def best_step(self) -> int:
-        """The highest solve rate among trained checkpoints (the latest of equals)."""
+        """The highest solve rate among trained checkpoints (the latest of equals); picked on
+        the test set itself, so a best-vs-best verdict is optimistic."""
         trained = [s for s in self.evals if s > 0] or list(self.evals)
         return max(trained, key=lambda s: (self.evals[s].solve_rate, s))
 
@@ -100,8 +86,9 @@ def resolve_run(spec: str | Path | Run) -> Run:
 
 
 def wall_clock(records: Sequence[Mapping[str, Any]]) -> dict[int, float]:
-    """Step -> training seconds up to the end of that step, from metrics.jsonl records (the
-    module docstring says which timings); {} when the run logged neither."""
+    """Step -> training seconds up to the end of that step: `timing/elapsed_s` (the local
+    trainer's, warm start included) else the sum of `timing/step` (SkyRL's, warm start not in
+    it); start-up is in neither. {} when the run logged neither."""
     if any("timing/elapsed_s" in r for r in records):
         key, cumulative = "timing/elapsed_s", True
     elif any("timing/step" in r for r in records):

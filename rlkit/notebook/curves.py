@@ -1,14 +1,10 @@
 """Training curves from metrics.jsonl: the notebook's panels and the job monitor's live figure.
 
+Each panel takes every metric whose name matches, so new series appear without code changes;
+the warm start is shaded; a step's records are merged first (`rlkit.run.stability.merge_steps`).
+
     fig = curves.training_curves("runs/demo/local-tiny", run_id="demo")   # reward, loss, KL, ...
     fig = curves.stability_curves(run)       # entropy, clip fraction, zero-variance share, ...
-    print("\n".join(curves.signal_lines(run)))   # this run's KL, clip fraction, entropy
-    fig = curves.live_curves(metrics, evals)                              # the monitor's chart
-
-Each panel takes every metric whose name matches, so renamed or extra series appear without
-code changes; the warm start's span is shaded and labelled. Figures are `plots.PlotFigure`s.
-A step's records are merged first (`rlkit.run.stability.merge_steps`, what the stability
-warnings read).
 """
 
 from __future__ import annotations

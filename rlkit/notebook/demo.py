@@ -1,14 +1,10 @@
-"""`rlkit demo` / `make demo`: notebooks 00-05 executed headless on the embedded default.
+"""`rlkit demo` / `make demo`: notebooks 00-05 executed headless on the embedded default, and
+each executed notebook made ready to open (kernel-free players, trimmed widget state, trusted).
 
     rlkit demo --out runs/demo            # local-tiny preset: ~8 min of training on 2 cores
-    rlkit demo --out runs/demo --quick    # smoke preset and small sample counts: a few minutes
 
-papermill runs each notebook in a kernel of this interpreter (kernelspec `rlkit`, installed
-into this environment's prefix when missing) with the same parameters, in order: they share
-OUT (baselines, the training run, plots) and one local Ray head, which the demo starts and
-stops itself unless `local_port` names a head that is already running. Left in OUT: the
-executed notebooks under notebooks/, PNGs under plots/, summary.json; the solve-rate table is
-printed at the end.
+papermill runs them in order in a kernel of this interpreter with shared parameters, one local
+Ray head and one OUT (docs/notebooks.md lists what it leaves).
 """
 
 from __future__ import annotations
@@ -81,15 +77,8 @@ def ensure_kernel(name: str = KERNEL) -> str:
 
 
 def execute(name: str, out_dir: Path, params: dict[str, Any], *, kernel: str = KERNEL) -> Path:
-    """Execute notebooks/NAME.ipynb into OUT/notebooks/NAME.ipynb, as JupyterLab would run it.
-
-    The kernel starts in notebooks/ (JupyterLab's working directory for a notebook; relative
-    path parameters resolve through `rlkit.notebook.paths`). The result is ready to open: every
-    replay keeps its kernel-free HTML player instead of a widget view that would need a kernel
-    (`kernel_free_outputs`), the saved widget state holds only the widgets an output
-    shows (`shown_widget_state`), and the notebook is signed as trusted in this user's
-    Jupyter trust database, so JupyterLab runs the players' scripts and draws the stored widgets.
-    """
+    """Execute notebooks/NAME.ipynb into OUT/notebooks/NAME.ipynb, as JupyterLab would run it
+    (kernel started in notebooks/), then make it ready to open (`ready_to_open`)."""
     import papermill
     from traitlets.config import Config
 
@@ -167,14 +156,8 @@ def _refs(value: object) -> set[str]:
 
 def shown_widget_state(notebook: dict) -> tuple[int, int]:
     """Keep in the notebook's saved widget state only the models an output shows: those its
-    widget views name, everything they refer to (children, layouts, styles, images), and the
-    links between them; returns (kept, dropped).
-
-    The executing kernel saves every widget it ever made (nbclient keeps a model once opened),
-    so a job monitor that replaced its training-rollouts replay on every captured step left
-    each old replay's frames in the file (the demo's notebook 03: 2,794 models, 3.5 MB, for
-    one shown). A view that `kernel_free_outputs` turned into its HTML player names no model.
-    """
+    widget views name, everything they refer to, and the links between them (a kernel saves
+    every widget it ever made); returns (kept, dropped)."""
     meta = notebook.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE)
     if not meta or not meta.get("state"):
         return 0, 0

@@ -1,16 +1,10 @@
 """One captured GRPO group, rewards to advantages, worked by hand (notebook 03).
 
-GRPO's whole credit assignment is one line per group: `A_i = (r_i - mean(r)) / (std(r) + 1e-6)`
-(`rlkit.train.grpo`, SkyRL's `compute_grpo_outcome_advantage`; Bessel's std). A reader
-believes it once they see a real group's numbers go through it and land on the advantages the
-loss actually used, which the trainer captured (`rlkit.run.captures`). So this recomputes them
-from the captured rewards, in numpy (a Studio kernel has no torch), and names the rule that
-matches: plain GRPO, mean-centred only (Dr. GRPO), a group dropped because its episodes all
-scored alike (zero-variance filter), or the local fail advantage for a group that all failed.
+Recomputes `A_i = (r_i - mean(r)) / (std(r) + 1e-6)` in numpy from a captured group's rewards
+(`rlkit.run.captures`) and names the rule that matches the advantages the loss used: plain
+GRPO, Dr. GRPO (mean-centred), a zero-variance group dropped, or the local fail advantage.
 
-    view = groups.worked_group(run)    # the newest captured step with a group that differs
-    print(view.table())
-    print(groups.worked_text(plan.run_dir, cluster=cluster))   # notebook 03: never raises
+    print(groups.worked_group(run).table())
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""The job monitor: a running job's status, progress, curves and log tail in a notebook, with
-Stop and "Resubmit on failure" (`rlkit jobs watch --resubmit` as a switch).
+"""The job monitor: a running job's status, progress, curves, log tail and newest captured
+rollouts in a notebook, with Stop and "Resubmit on failure" (`rlkit jobs watch --resubmit`).
 
-The monitor polls a job handle (`rlkit.cluster.jobs.JobHandle`, or anything with `status`,
-`logs` and `stop`) and the run it writes (`rlkit.run.open_run`: metrics, evals, either
-backend), on a daemon thread so a notebook cell returns at once. A run whose entropy collapses
-or whose rollout-trainer logprob gap grows gets a one-line warning under the progress line
-(`rlkit.run.stability`). Under the curves, the newest captured step's training rollouts play
-in the eval replays' player, with the model's move probabilities, and change to a newer step
-as one lands (`rlkit.notebook.rollouts.RolloutsView`). Where this kernel cannot see
-the run's files (Studio without /fsx mounted) and the job's cluster is remote, the run is read
-through the cluster by a small Ray job every `remote_every_s` (the newest captured step comes
-along), and the progress line says so.
+It polls a job handle (`status`, `logs`, `stop`) and the run it writes (`rlkit.run.open_run`)
+on a daemon thread, warns under the progress line when the run turns unstable
+(`rlkit.run.stability`), and reads a run this kernel cannot see through the cluster every
+`remote_every_s` (docs/reading-runs.md).
 """
 
 from __future__ import annotations

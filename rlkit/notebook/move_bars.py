@@ -1,13 +1,8 @@
 """Move-probability bars: how sure the policy was of each of the four moves at each turn.
 
-A replay frame shows four small bars (up, down, left, right), the chosen move's in the model
-arrow's orange, and a one-line note when there is nothing to draw. One markup (`bars_html`)
-serves the live widget, which swaps it per frame, and the kernel-free player, whose script
-(`BARS_JS`) rewrites the same elements in place from each frame's `MoveBars.to_data()`; so the
-two look the same. Pure HTML/CSS/JS, no external assets.
-
-Where two checkpoints played one maze, `disagreement` says at which turn (still on the same
-cell) they first chose differently and how sure each was there.
+One markup (`bars_html`) serves the live widget and the kernel-free player, whose script
+(`BARS_JS`) rewrites the same elements from each frame's `MoveBars.to_data()`. Where two
+checkpoints played one maze, `disagreement` says where they first chose differently.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Where a notebook's relative paths point: the same place from JupyterLab and from `make demo`.
 
-JupyterLab starts a notebook's kernel in the notebook's folder (notebooks/), `make demo` in
-the project root. `home_path` resolves a relative path parameter against $RLKIT_HOME, else the
-project root, so `out_dir="runs/demo"` is one directory for both. The CLI (`rlkit train
---run-dir`) reads a relative path from its current directory, so a run trained from elsewhere
-goes to a notebook by its absolute path, which `rlkit train` prints (`cli_path_note`) and a
-notebook that misses a run asks for (`relative_rule`). Torch-free: the cluster notebooks use it
-too.
+`home_path` resolves a relative path against $RLKIT_HOME, else the project root, whatever the
+kernel's working directory; the CLI reads relative paths from its own, so `cli_path_note` and
+`relative_rule` say which absolute path to give a notebook. Torch-free.
 """
 
 from __future__ import annotations

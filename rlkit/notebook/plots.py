@@ -1,18 +1,10 @@
 """Figures for runs and evaluations: every function returns a matplotlib Figure.
 
-Figures are built with the object API (`PlotFigure`, a `matplotlib.figure.Figure`), never
-pyplot, so nothing here touches global state or needs a display: the same calls work in a
-notebook, under papermill, in the CLI and in tests. `PlotFigure` renders itself as PNG in
-Jupyter (`_repr_png_`), so a notebook cell that ends with `plots.solve_rate_curve(...)` shows
-the picture without `%matplotlib` or `plt.show()`.
+Figures use the object API (`PlotFigure`), never pyplot: no global state, no display needed,
+and a cell ending in a figure shows it as PNG (`_repr_png_`). Every solve rate is drawn with
+its stored 95% interval (`ci95`), so close checkpoints look as indistinguishable as they are.
 
-    evals = plots.load_run_evals("runs/demo/train")
-    fig = plots.solve_rate_curve(evals, baseline=0.4375, warm_start_end=20, run_id="demo")
-    fig.savefig("solve_rate.png")
-
-Every solve rate is drawn with its 95% interval as the eval result stores it (`ci95`, by
-`ci_method`: Wilson on the maze-clustered effective n, see `rlkit.stats`): on 64 mazes two
-checkpoints a few points apart are usually indistinguishable, and the figure should say so.
+    fig = plots.solve_rate_curve(plots.load_run_evals("runs/demo/train"), baseline=0.4375)
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""What notebook 05 replays of a run: one maze played by the last evaluated checkpoint, the same
-maze played by GRPO's first one beside it, and the last checkpoint's failures by kind.
-
-Works the same for a local run and a SkyRL run (its dumped eval episodes, replayed through
-rlkit's env by `rlkit.run.skyrl_dumps`):
+"""What notebook 05 replays of a run (local or SkyRL): one maze at the last evaluated checkpoint,
+the same maze at GRPO's first one beside it, and the last checkpoint's failures by kind.
 
     shown = replays.for_run(workbench.run_source(out_dir, preset, run_dir=RUN))
-    ReplayWidget(shown.episode, label=shown.label)
     CheckpointDiffWidget(*shown.pair, labels=shown.labels)     # when shown.pair is not None
-    print(shown.disagreement)    # where the two first chose differently, and how sure each was
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """The workbench's report: which checkpoints make the table, the paired by-maze test of GRPO,
 the plain-text solve-rate table, the demo's one-line headline and its summary.json.
 
-    rows = report.milestones(evals, boundary)              # start, warm start done, final
     paired = report.grpo_paired_test(evals, boundary)      # first GRPO checkpoint vs last
-    print(report.solve_rate_table({**baselines, **rows}))
-    report.write_summary(out_dir, report.build_summary(baselines, evals, ...))
-    print("\n".join(report.protocol_lines(evals, greedy)))   # rlkit's protocol, the seed's
+    print(report.solve_rate_table({**baselines, **report.milestones(evals, boundary)}))
 
-Two protocols stand side by side (`rlkit.episodes.evaluate.PROTOCOLS`): rlkit's (k sampled
-episodes a maze, an interval clustered by maze) and the seed's (every maze greedy, one sample
-each, "28/64 = 43.75%" with its exact interval), which is how the seed's number was measured and
-the only one comparable with it. A local run's greedy eval of its last checkpoint follows the
-seed's; a SkyRL run's own evals do when they ran at temperature 0 with one sample a maze.
+rlkit's protocol and the seed's (greedy, one sample a maze) stand side by side
+(`protocol_lines`; docs/statistics.md says when each applies).
 """
 
 from __future__ import annotations

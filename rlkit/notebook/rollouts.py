@@ -1,15 +1,9 @@
-"""Training rollouts as replays: the episodes a run captured per step (`rlkit.run.captures`),
-in the eval replays' player with their move-probability bars, live or kernel-free.
+"""Training rollouts as replays: the episodes a run captured per step (`rlkit.run.captures`).
 
-- `step_html` writes one step's episodes as a self-contained page (`rlkit rollouts RUN
-  --export FILE.html`): one player per group, its samples side by side on one slider, so the
-  episodes GRPO compared play together, each labelled with its reward and advantage;
-- `RolloutsView` is the job monitor's panel: the newest captured step's episodes, one at a
-  time in a `ReplayWidget`, refreshed when a newer step lands (`update(run)`).
+`step_html` writes one step as a self-contained page (`rlkit rollouts RUN --export FILE.html`),
+one player per group; `RolloutsView` is the job monitor's panel, the newest step's episodes
+one at a time in a `ReplayWidget`. Both read either backend's captures.
 
-Both work the same for a local run and a SkyRL run (`Run.capture_steps`, `Run.captures`).
-
-    view = RolloutsView(); view.update(open_run(RUN)); view
     Path("step.html").write_text(step_html("demo", 12, open_run(RUN).captures(12)))
 """
 

@@ -1,13 +1,9 @@
 """What notebook 03 trains: a preset and a recipe (`rlkit.recipe` switches) on either backend.
 
-The same `recipe` dict goes to whichever backend the preset names: a local preset gets it as
-`rlkit train --set recipe.NAME=VALUE` arguments, a SkyRL preset as switches of its recipe (they
-become SkyRL's `trainer.algorithm.*` / `generator.*` overrides in the printed command). A
-switch a backend cannot honour is refused in one line before anything is submitted.
+The recipe becomes `--set recipe.NAME=VALUE` arguments for a local preset and SkyRL overrides
+for a SkyRL one; a switch a backend cannot honour is refused before anything is submitted.
 
     plan = training.plan_run("local-tiny", out_dir, recipe={"eps_clip_high": 0.28})
-    print(plan)                                   # the plan `rlkit submit` prints, recipe line too
-    job = launch.launch_plan(plan, cluster)       # None for a dry run
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """VisGym's maze_2d (the seed's own task) beside rlkit's mazes: pictures for notebook 01 and the
-seed's protocol for notebook 02.
-
-The seed's reference numbers (43.75% -> over 95%) were measured on VisGym's `maze_2d/easy`, not on
-rlkit's cell mazes: a reader comparing a local curve with the seed must see both tasks side by side
-and know which protocol produced which number.
+seed's protocol for notebook 02. The seed's numbers were measured on VisGym's `maze_2d/easy`,
+so a reader must see which task and protocol produced which number.
 
     fig = visgym.side_by_side(4)             # rlkit's test | VisGym as VisGym draws it | tiny view
-    visgym.set_facts()                       # per set: game, size, turns, path lengths, win rule
     result = visgym.seed_protocol(policy, "local-tiny-visgym")   # greedy, one sample a maze
 """
 

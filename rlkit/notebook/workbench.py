@@ -1,16 +1,10 @@
-"""Notebook-level steps of the workbench: what notebooks 00-05 call between the library modules.
+"""Notebook-level steps: what notebooks 00-05 call between the library modules, one function a
+cell step (open a run of either backend, score its checkpoints, pick mazes worth replaying).
 
-Each function is one step a notebook cell takes (open the run a notebook reads, whichever
-backend wrote it, score every checkpoint with the run's own config, pick the mazes worth
-replaying), so the notebooks stay a few lines per cell and every step is tested here.
-
-    source = workbench.run_source("runs/demo", "local-tiny", run_dir=None)  # or a SkyRL run
-    run = workbench.open_source(source, cluster=cluster)   # through the cluster if not visible
+    run = workbench.open_source(workbench.run_source("runs/demo", "local-tiny", run_dir=None))
     evals = workbench.checkpoint_evals(run)
-    fig = plots.solve_rate_curve(evals, baseline=..., warm_start_end=run.warm_start_end())
 
-Baselines beside a run are `rlkit.notebook.baselines`; the report on top of these steps (table,
-paired test, summary.json) is `rlkit.notebook.report`.
+Baselines are `rlkit.notebook.baselines`; the table and summary.json, `rlkit.notebook.report`.
 """
 
 from __future__ import annotations
