@@ -55,7 +55,7 @@ def test_a_frozen_vision_side_keeps_every_bit_over_grpo_steps(tmp_path):
 
 
 def test_a_lora_run_trains_adapters_only_and_resumes_exactly(tmp_path):
-    sets = {"model.lora_rank": 4, "model.freeze_vision": "tower"}
+    sets = {"model.lora_rank": 4, "model.freeze_vision": "tower", "kl_loss_coef": 0.05}
     cfg, run = smoke(tmp_path, "r", **sets)
     base, end = weights(run, 4), weights(run, 6)
     adapted = {k for k in end if not torch.equal(base[k], end[k])}
@@ -63,7 +63,7 @@ def test_a_lora_run_trains_adapters_only_and_resumes_exactly(tmp_path):
     assert not any(vision(k, "tower") for k in adapted)  # no adapters on the frozen tower
     assert not any("norm" in k or "embed" in k for k in adapted)  # base weights never train
     ref = load_file(run / "reference_policy" / "model.safetensors")
-    assert all(torch.equal(ref[k], base[k]) for k in base)  # LoRA's base: the warm start's end
+    assert all(torch.equal(ref[k], base[k]) for k in base)  # LoRA's base and the KL's reference
     adapter = load_file(run / "global_step_6" / "adapter" / "adapter_model.safetensors")
     assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k)
     assert not is_adapter_dir(run / "global_step_6" / "policy")  # merged: a plain HF dir
@@ -108,6 +108,9 @@ def test_an_adapter_dir_as_skyrl_exports_it_loads_merged(tmp_path, capsys):
     assert ckpt.hf_export == export
     assert cli.main(["eval", "--policy", str(export), "--json", "--mazes", "2"]) == 0
     assert json.loads(capsys.readouterr().out)["n_mazes"] == 2
+    assert cli.main(["eval", "--policy", str(export), "--engine", "vllm"]) == 2  # no weights
+    err = capsys.readouterr().err.strip()
+    assert "holds a LoRA adapter and no weights" in err and "\n" not in err
 
 
 def test_a_lora_update_learns_on_its_batch():

@@ -33,6 +33,7 @@ from rlkit.maze.render import image_from_data_uri
 from rlkit.maze.sets import pinned_set
 from rlkit.model.checkpoint_files import stop_ids
 from rlkit.model.load import check_checkpoint
+from rlkit.model.lora import is_adapter_dir
 
 CPU_KV_CACHE_GB = 1.0
 """KV cache on CPU when not given: vLLM's default there (a share of RAM less this process's
@@ -161,6 +162,12 @@ def start_engine(
     `distributed_executor_backend="mp"` for several GPUs: workers in processes, the engine here).
     """
     p = check_checkpoint(path)
+    if is_adapter_dir(p):
+        raise UsageError(
+            f"{p} holds a LoRA adapter and no weights (SkyRL's export of a LoRA run): the vLLM "
+            "engine serves full checkpoints; evaluate it with the HF engine (--engine hf), "
+            "which merges it onto its base"
+        )
     if max_images < 0:
         raise UsageError(f"max_images ({max_images}) must be >= 0")
     if kv_cache_gb is not None and not kv_cache_gb > 0:
