@@ -32,10 +32,9 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def kernel_config() -> dict:
-    """The demo's kernels talk over local IPC sockets, not TCP: nothing listens on a port, and
-    the kernel has no reason to warn about unencrypted TCP. The sockets' path is absolute, in
-    Jupyter's runtime dir: jupyter_client's default (`kernel-ipc`) is relative to the kernel's
-    cwd, and a killed demo left its sockets in notebooks/ (which broke copying the tree)."""
+    """Kernels on local IPC sockets (no port, no unencrypted-TCP warning) under Jupyter's
+    runtime dir: the default path is relative to the kernel's cwd, and a killed demo left its
+    sockets in notebooks/."""
     from jupyter_core.paths import jupyter_runtime_dir
 
     runtime = Path(jupyter_runtime_dir())
@@ -120,12 +119,8 @@ def ready_to_open(path: Path) -> None:
 
 
 def kernel_free_outputs(notebook: dict) -> int:
-    """Keep the HTML player of every output that also has a widget view; returns how many.
-
-    An executed notebook's widget views need a kernel to play (their stored state is one
-    frame); dropping the view lets JupyterLab and static viewers show the player instead.
-    Outputs with no HTML form (the maze browser, the job monitor) keep their widget views.
-    """
+    """Drop the widget view of every output that also has its HTML player, which plays with
+    no kernel (outputs with no HTML form keep their views); returns how many."""
     changed = 0
     for cell in notebook.get("cells", []):
         for out in cell.get("outputs", []):

@@ -156,13 +156,8 @@ def read_progress(
 
 
 class RunFollower:
-    """Follows a run directory until `stop()`: a tqdm bar on a terminal, plain lines in a log.
-
-    It polls metrics.jsonl every `poll_s` (the run is trained by another process, e.g. a Ray
-    job). On a terminal the bar counts GRPO steps of the run's total, its text says the phase
-    and the latest eval with its interval, and tqdm adds the ETA. Elsewhere (CI, a redirected
-    `make demo`) it writes `RunProgress.line()` at most every `log_every_s`, and once at the end.
-    """
+    """Follows a run directory (metrics.jsonl every `poll_s`) until `stop()`: a tqdm bar of GRPO
+    steps on a terminal, else `RunProgress.line()` at most every `log_every_s` and at the end."""
 
     def __init__(
         self, run_dir: str | Path, *, poll_s: float = 2.0, log_every_s: float = 30.0, file=None

@@ -45,10 +45,8 @@ on other versions may build inputs or configs the cluster reads differently."""
 
 def kernel_report() -> dict[str, str]:
     """Python, interpreter and package versions of this kernel; problems under `problems`.
-
-    torch and transformers missing is the torch-free client (environment.yml), noted under
-    `local_training`: that kernel drives a cluster; training or loading a model here needs
-    environment-train.yml."""
+    A kernel without torch and transformers (the torch-free client) is noted under
+    `local_training`, not as a problem."""
     report = {"python": platform.python_version(), "executable": sys.executable}
     for name in PACKAGES:
         try:
@@ -86,12 +84,8 @@ def evaluate_cached(
     mode: str = "sampled",
     protocol: str = "rlkit",
 ) -> tuple[EvalResult, list[Trajectory]]:
-    """Evaluate once and keep the result (JSON + trajectories) at `path`; later calls read it.
-
-    The cache is reused only for the same test set and samples per maze; delete the file to
-    force a new evaluation. The policy is built only when an evaluation runs (loading a model
-    costs more than reading a cached result).
-    """
+    """Evaluate once and keep the result (JSON + trajectories) at `path`; later calls with the
+    same test set and samples read it. `make_policy` is called only when an evaluation runs."""
     task = task or TaskConfig()
     path = Path(path)
     if path.is_file():
