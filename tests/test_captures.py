@@ -17,7 +17,7 @@ from rlkit.maze.generation import generate
 from rlkit.recipe import Recipe
 from rlkit.run import captures as cap
 from rlkit.run import open_run
-from rlkit.run.reader import SkyRLRunReader, SummaryRun
+from rlkit.run.backends import SkyRLRunReader, SummaryRun
 from rlkit.run.rundir import RunDir
 from rlkit.train.grpo import estimate
 from rlkit.train.presets import preset

@@ -29,8 +29,7 @@ from trainer_process import TrainerProcess
 from rlkit.cli import main as cli
 from rlkit.cluster.launch import submit_training, training_entrypoint
 from rlkit.errors import RlkitError
-from rlkit.run.checkpoints import MARKER, CheckpointWarning
-from rlkit.run.manifest import checkpoint_problem
+from rlkit.run.checkpoints import MARKER, CheckpointWarning, checkpoint_problem
 from rlkit.run.rundir import RunDir
 from rlkit.train import faults
 from rlkit.train.presets import preset

@@ -156,8 +156,8 @@ def test_a_run_this_kernel_cannot_see_is_read_through_the_cluster_with_its_rollo
     from rlkit.episodes.rollout import run_episodes
     from rlkit.maze.generation import generate
     from rlkit.run import open_run, remote
+    from rlkit.run.backends import SummaryRun
     from rlkit.run.captures import write_step
-    from rlkit.run.reader import SummaryRun
 
     # the run's files as the cluster sees them (here: a real run dir read by open_run)
     there = RunDir(tmp_path / "there")

@@ -11,8 +11,8 @@ from rlkit.episodes.policies import scripted_policy
 from rlkit.errors import RlkitError, UsageError
 from rlkit.notebook import workbench
 from rlkit.run import RunNotFound, open_run
+from rlkit.run.backends import LocalRun, SummaryRun
 from rlkit.run.captures import CapturedEpisode, pick_episodes, step_path, write_step
-from rlkit.run.reader import LocalRun, SummaryRun
 from rlkit.run.remote import TAG, main, summary_from_logs
 from rlkit.run.rundir import RunDir
 

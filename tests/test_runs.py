@@ -13,8 +13,13 @@ import pytest
 
 from rlkit.errors import RlkitError, UsageError
 from rlkit.run import rundir as runs
-from rlkit.run.checkpoints import MARKER, Checkpoint, CheckpointWarning
-from rlkit.run.manifest import MANIFEST, checkpoint_problem
+from rlkit.run.checkpoints import (
+    MANIFEST,
+    MARKER,
+    Checkpoint,
+    CheckpointWarning,
+    checkpoint_problem,
+)
 from rlkit.run.rundir import RunDir
 
 

@@ -4,7 +4,7 @@
     RUN/latest_ckpt_global_step.txt   the completion marker, written last (SkyRL's name)
 
 A checkpoint is complete when the marker has reached its step and, for a local run, its
-manifest verifies. `list_checkpoints` lists every step dir of a run (complete or not),
+manifest (every file's size and sha256, written before the rename: `write_manifest`) verifies. `list_checkpoints` lists every step dir of a run (complete or not),
 `latest_complete` finds the newest one to resume from (warning about each it skips), and
 `prune` keeps the newest `keep` complete ones. Writing a checkpoint is `RunDir.save_checkpoint`
 (`rlkit.run.rundir`); SkyRL's own layout is read by `rlkit.run.skyrl_layout` with the same
@@ -13,6 +13,8 @@ manifest verifies. `list_checkpoints` lists every step dir of a run (complete or
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import shutil
 import warnings
@@ -21,7 +23,54 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rlkit.run.manifest import MANIFEST, checkpoint_problem
+from rlkit.fsio import fsync, write_synced
+
+MANIFEST = "rlkit_manifest.json"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_manifest(directory: Path, step: int) -> None:
+    """Record every payload file's size and hash, fsyncing each so the manifest never lies."""
+    files = {}
+    for p in sorted(directory.rglob("*")):
+        fsync(p)
+        if p.is_file():
+            files[p.relative_to(directory).as_posix()] = {
+                "size": p.stat().st_size,
+                "sha256": _sha256(p),
+            }
+    write_synced(
+        directory / MANIFEST, json.dumps({"format": 1, "step": step, "files": files}, indent=1)
+    )
+    fsync(directory)
+
+
+def checkpoint_problem(directory: Path, *, hashes: bool = True) -> str | None:
+    """Why `directory` is not a complete checkpoint, or None if its manifest verifies."""
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+        files = manifest["files"]
+    except FileNotFoundError:
+        return "no manifest (the save did not finish)"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "unreadable manifest"
+    for rel, want in files.items():
+        p = directory / rel
+        if not p.is_file():
+            return f"missing file {rel}"
+        if p.stat().st_size != want["size"]:
+            return f"{rel} has {p.stat().st_size} bytes, manifest says {want['size']} (truncated)"
+        if hashes and _sha256(p) != want["sha256"]:
+            return f"{rel} does not match its sha256 (corrupted)"
+    return None
+
 
 MARKER = "latest_ckpt_global_step.txt"
 """Written last, atomically: the completion marker. SkyRL's name, so both layouts share it."""

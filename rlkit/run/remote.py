@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.errors import RlkitError, UsageError
-from rlkit.run.reader import SummaryRun, open_run
+from rlkit.run.backends import SummaryRun, open_here
 
 TAG = "rlkit-run-summary "
 """Starts the one log line that holds the summary; anything else the job prints is ignored."""
@@ -28,7 +28,7 @@ TAG = "rlkit-run-summary "
 
 def summary_line(path: str, captured: int = 1) -> str:
     """The tagged JSON line for the run at `path`, with its newest `captured` captured steps."""
-    return TAG + json.dumps(open_run(path).summary(captured), allow_nan=False)
+    return TAG + json.dumps(open_here(path).summary(captured), allow_nan=False)
 
 
 def _tail(logs: str) -> str:

@@ -51,8 +51,8 @@ from rlkit.run.checkpoints import (
     marker_step,
     prune,
     step_dirs,
+    write_manifest,
 )
-from rlkit.run.manifest import write_manifest
 
 
 def _json_safe(value: Any) -> Any:

@@ -379,26 +379,3 @@ def dump_steps(export_path: str | Path) -> list[int]:
     return sorted(
         int(m.group(1)) for d in dirs if d.is_dir() and (m := _EVAL_DIR.fullmatch(d.name))
     )
-
-
-def run_eval(path: str | Path, step: int | None = None, protocol: str = "rlkit") -> EvalResult:
-    """A SkyRL run's own eval of `step` (None: its last) as `rlkit eval --dumps` prints it, read
-    with the run's recorded sampling; `protocol="seed"` refuses one that did not follow it."""
-    from rlkit.run.reader import open_run
-    from rlkit.run.skyrl_layout import find_skyrl_run
-
-    if find_skyrl_run(path) is None:
-        raise UsageError(f"{path} is not a SkyRL run dir or its export dir (dumped_evals/)")
-    evals = open_run(path).evals()
-    if not evals:
-        raise UsageError(f"{path} has no eval dumps yet: its first eval writes them")
-    step = max(evals) if step is None else step
-    if step not in evals:
-        raise UsageError(f"{path} has no eval at step {step}: evaluated {sorted(evals)}")
-    result = evals[step]
-    if protocol == "seed" and result.protocol != "seed":
-        raise UsageError(
-            f"step {step}'s eval is not the seed's protocol ({result.mode}, {result.n_mazes} "
-            f"mazes x {result.samples}): run with --set eval_protocol=seed (or both)"
-        )
-    return result

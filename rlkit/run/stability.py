@@ -23,7 +23,7 @@ through `rlkit.cluster.skyrl.bridge`):
   token counts).
 
 Older SkyRL runs' names (`rollout/turns`, `loss/loss_metrics_clip_ratio`) are read as these
-(`rlkit.run.reader.RENAMED`), so each signal has one name here.
+(`rlkit.run.backends.RENAMED`), so each signal has one name here.
 - grad norm: the policy's gradient norm before clipping (`loss/grad_norm`, both backends).
 
 torch-free: the monitor, the curves and a client read it.

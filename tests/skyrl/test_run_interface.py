@@ -12,7 +12,7 @@ from cpu_run import TIMEOUT as RUN_TIMEOUT
 
 from rlkit.notebook.progress import read_progress
 from rlkit.run import open_run
-from rlkit.run.reader import SkyRLRunReader, SummaryRun
+from rlkit.run.backends import SkyRLRunReader, SummaryRun
 from rlkit.run.skyrl_dumps import read_eval_dump, read_eval_dumps
 
 pytestmark = pytest.mark.timeout(RUN_TIMEOUT)  # the first test pays for the run
