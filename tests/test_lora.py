@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlkit.cli import main as cli
-from rlkit.errors import UsageError
+from rlkit.errors import RlkitError, UsageError
 from rlkit.model.build import build_tiny
 from rlkit.model.config import VISION_PARTS, Tuning
 from rlkit.model.load import load
@@ -75,7 +75,7 @@ def test_a_lora_run_trains_adapters_only_and_resumes_exactly(tmp_path):
 
 
 def test_a_lora_checkpoint_loads_in_the_run_reader_eval_and_notebook_scoring(tmp_path, capsys):
-    _, run = smoke(tmp_path, "r", **{"model.lora_rank": 4})
+    cfg, run = smoke(tmp_path, "r", **{"model.lora_rank": 4})
     ckpt = open_run(run).latest_checkpoint()
     assert ckpt.step == 6 and ckpt.hf_export is not None
     argv = ["eval", "--policy", str(ckpt.hf_export), "--json", "--mazes", "2"]
@@ -83,6 +83,9 @@ def test_a_lora_checkpoint_loads_in_the_run_reader_eval_and_notebook_scoring(tmp
     assert json.loads(capsys.readouterr().out)["n_mazes"] == 2
     (run / "evals" / "global_step_6.json").unlink()  # notebook 04 scores a checkpoint anew
     assert 6 in checkpoint_evals(run)
+    shutil.rmtree(run / "reference_policy")  # the adapter's base: a resume cannot go on
+    with pytest.raises(RlkitError, match="reference_policy is missing"):
+        train(cfg, run, progress=False)
 
 
 def test_an_adapter_dir_as_skyrl_exports_it_loads_merged(tmp_path, capsys):

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from rlkit.env.maze_env import env_for_set
 from rlkit.episodes.evaluate import EVAL_SEED, EvalResult, evaluate
-from rlkit.errors import UsageError
+from rlkit.errors import RlkitError, UsageError
 from rlkit.maze.sets import train_maze
 from rlkit.model.build import build_tiny
 from rlkit.model.load import LoadedModel, fast_vision, load, no_progress_bars
@@ -169,17 +169,19 @@ class Trainer:
         (the checkpoint's policy/ holds the merged weights, for readers)."""
         m = self.cfg.model
         if m.lora_rank > 0:
-            base = self._start_policy(loaded.model)
+            base = self._start_policy(None if ckpt else loaded.model)
             if ckpt is not None:
                 loaded.model = self._model_from(base, loaded.model)
         self.adapter = tune(loaded.model, m, seed=self.cfg.schedule.seed)
         if self.adapter is not None and ckpt is not None:
             load_adapter_weights(self.adapter, ckpt.path / "adapter")
 
-    def _start_policy(self, model: torch.nn.Module) -> Path:
-        """RUN/reference_policy: the policy as the GRPO phase starts, saved once (the KL
-        term's reference and LoRA's base)."""
+    def _start_policy(self, model: torch.nn.Module | None) -> Path:
+        """RUN/reference_policy: the policy as the GRPO phase starts, saved once from `model`
+        (the KL term's reference and LoRA's base; None: it must exist already)."""
         ref_dir = self.run.path / "reference_policy"
+        if model is None and not (ref_dir / "config.json").exists():
+            raise RlkitError(f"{ref_dir} is missing: a LoRA run resumes on the base it saved there")
         if not (ref_dir / "config.json").exists():
             tmp = self.run.path / ".reference_policy.tmp"
             with no_progress_bars():
