@@ -1,21 +1,9 @@
-"""SkyRL's metrics in rlkit's names: one dashboard, one monitor and one MLflow view for both
-backends.
+"""SkyRL's metrics in rlkit's names: one dashboard, monitor and MLflow view for both backends.
 
-SkyRL logs one dict per step through its `Tracking` (keys like `reward/avg_raw_reward`,
-`environment/solve_rate`, `eval/all/avg_score`, `policy/policy_loss`, `timing/step`; the
-stability signals of `rlkit.run.stability` among them). `experiment.BridgedTracking` is that
-class with one addition: every logged dict also goes through `MetricsBridge`, renamed (`rlkit_names`: the one place SkyRL's names
-become the local trainer's), to rlkit's `RunLogger` for the run dir, the one the local trainer
-logs through (RUN/metrics.jsonl, read by the notebook's job monitor and `rlkit plot`; the Ray
-gauges the Grafana dashboard queries) and to MLflow when `MLFLOW_TRACKING_URI` is set and
-SkyRL's own logger is not already MLflow. An eval step also gets its interval (and
-`eval/bad_records`, the dump lines that were not JSON) from SkyRL's dump for that step; a dump
-that cannot be read costs only that interval. Every step reports SkyRL's latest complete
-checkpoint (its marker file). On a resumed run the bridge first cuts metrics.jsonl back to
-that checkpoint, as a local resume does, so no step is logged twice.
-
-`rlkit.cluster.skyrl.entry` runs SkyRL's experiment with `experiment.RlkitExp`, whose
-`get_tracker` (SkyRL's extension point) returns a `BridgedTracking`.
+`MetricsBridge` renames each logged dict once (`rlkit_names`) into the run dir's `RunLogger`
+(RUN/metrics.jsonl, Ray gauges) and MLflow, adds each eval's interval and protocol from SkyRL's
+dump, and on a resume cuts metrics.jsonl back to the latest checkpoint:
+docs/skyrl-integration.md#the-metrics-bridge-bridgepy.
 """
 
 from __future__ import annotations

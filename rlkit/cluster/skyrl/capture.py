@@ -1,35 +1,10 @@
 """Training rollouts of a SkyRL run, captured per step by rlkit's generator.
 
-`RlkitVLMGenerator` (rlkit.cluster.skyrl.generator) hands each TRAINING `generate()` call to a
-`Capturer`: it picks `groups` of the batch's groups (`rlkit.run.captures.pick_groups`, from the
-run's seed and the global step, so a resumed run picks what an uninterrupted one would), records
-each of their turns while SkyRL's agent loop plays them, and when the batch is done writes them
-with `write_step` to RUN/rollouts/global_step_N.jsonl (RUN = SkyRL's `trainer.ckpt_path`), the
-newest `keep` steps kept, as checkpoints are; an attempt's first training step drops the files
-a killed attempt left past it (`drop_after`), as the bridge cuts metrics.jsonl. Eval calls
-(`batch_metadata.training_phase == "eval"`) and calls without batch metadata capture nothing.
-
-An episode is rlkit's `Trajectory`: its answers replayed through `MazeEnv` by
-`rlkit.run.skyrl_dumps.to_trajectory` (as SkyRL's eval dumps are), SkyRL's reward, and per turn
-the policy's probability of each move (below: `move_probe`). Its advantage comes from
-`rlkit.train.grpo.estimate` over the captured groups' rewards, with the run's own
-`trainer.algorithm.advantage_estimator` and `grpo_norm_by_std`: for `grpo`, SkyRL's
-`compute_grpo_outcome_advantage` is exactly that per group (the episode's summed token rewards,
-minus the group mean, over the unbiased group std + 1e-6 when normalised), so the capture holds
-the advantage SkyRL's loss gave the episode's tokens (tests/skyrl/test_objective.py ties the two
-functions). The rewards are the generator's, which the trainer uses unchanged unless the KL is
-placed in the reward (`use_kl_in_reward`, off in rlkit's presets).
-
-Move probabilities per turn come from one probe request each to the run's engines
-(`rlkit.cluster.skyrl.move_probe.EngineProbe`), for captured episodes only; the probes
-run beside the episodes' own requests (a task per turn) and are awaited when the batch
-ends.
-
-The step's cost is logged with its rollout metrics (`generate/capture_*`, through the bridge
-`rollout/capture_*` in RUN/metrics.jsonl): episodes, bytes written, seconds spent after
-generation (waiting for the last probes, replay, advantage, write), the summed latency of the
-probe requests, turns without probabilities, and errors. A capture that fails costs that step's
-file (logged and counted), never the run.
+A `Capturer` picks `capture_groups` of each training batch's groups (from the run's seed and the
+step), records their turns with the engine's move probabilities (`move_probe`) and writes
+RUN/rollouts/global_step_N.jsonl, each episode replayed through `MazeEnv` with the advantage
+SkyRL's loss gave it. A failed capture costs that step's file, never the run:
+docs/skyrl-integration.md#captured-rollouts-and-move-probabilities-capturepy-move_probepy.
 """
 
 from __future__ import annotations

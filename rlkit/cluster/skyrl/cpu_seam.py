@@ -1,41 +1,9 @@
 """The device seam: what lets SkyRL's own trainer run on a CPU-only host (CPU presets only).
 
-SkyRL 0.4.0's FSDP2 workers, weight sync and vLLM servers assume CUDA in a handful of calls.
-None of them is in the algorithm: they pick a device, a process-group backend, or a transport.
-This module stands in for exactly those calls, and only inside the SkyRL modules that make
-them (each stand-in names the SkyRL function and line, 0.4.0, it replaces and why):
-
-- `torch` as seen by SkyRL's worker, strategy and FSDP-utils modules (`_torch_on_cpu`):
-  `torch.cuda.current_device/set_device/synchronize/empty_cache/device_count/mem_get_info`
-  answer for the CPU; `torch.distributed.init_process_group` uses gloo
-  (`worker.py:125` asks for "cpu:gloo,cuda:nccl"); `init_device_mesh` builds a "cpu" mesh
-  (`worker.py:134`, `fsdp_utils.py:256-259`).
-- `fsdp_utils._sync_non_persistent_buffers` (`fsdp_utils.py:111-129`): the same rank-0
-  broadcast, with CPU tensors instead of `.cuda()` ones.
-- `flash_attn.bert_padding` (`model_wrapper.py:13` imports it at module level; the sdist does
-  not build without CUDA): its `pad_input`/`unpad_input` in plain torch. The CPU preset turns
-  flash attention off (`trainer.flash_attn=false`); only the import needs them.
-- vLLM's router: `RouterArgs.pd_disaggregation`, read by `vllm_router.py:128`, which PyPI's
-  vllm-router 0.1.17 lacks (False: no prefill/decode split).
-- vLLM's executor (`vllm_server_actor._build_and_serve_vllm_server`): SkyRL accepts only
-  "mp" or "ray" (`utils.py:760`), and "mp" spawns a worker process beside the engine core
-  even for one device; on a CPU host that is one more interpreter importing torch and vLLM
-  per engine and start (~60 s of wall under load, measured). A one-device engine runs its
-  worker in the engine core instead (vLLM's "uni" executor, what rlkit's own CPU engine uses).
-- Inside vLLM's worker (`CpuWorkerExtension`, SkyRL's worker extension plus this
-  module): `torch.accelerator.synchronize()` after a delta weight load (`delta/engine.py:89`)
-  is skipped, as there is no accelerator to wait for.
-
-What config alone can say stays config, in the CPU preset's overrides (`overrides()`):
-vLLM's CPU worker class (`vllm_server_actor.py:702` would force the GPU one), no sleep mode
-(vLLM's CPU platform refuses it; `inference_servers/utils.py:204` turns it on under
-colocation), `delta` weight sync (CUDA IPC cannot exist without CUDA) with fresh directories
-for every attempt (SkyRL's delta receiver keeps its version on disk while a restarted
-publisher counts from 0, so a resume on the same host fails "Local checkpoint version 2 is
-ahead of requested target_version 1"), fp32 everywhere, and eager vLLM.
-
-GPU presets never import this module: `rlkit.cluster.skyrl.worker_setup` installs it only when
-the job's environment says `RLKIT_SKYRL_DEVICE=cpu` (tests/skyrl/test_cpu_seam.py).
+Stand-ins for the few calls in SkyRL 0.4.0's FSDP2 workers, weight sync and vLLM servers that
+assume CUDA (each names the SkyRL line it replaces), installed only inside the SkyRL modules
+that make them and only when `RLKIT_SKYRL_DEVICE=cpu`; what config can say is in `overrides()`.
+The list and why: docs/skyrl-integration.md#the-cpu-device-seam-cpu_seampy.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """The Ray-job entrypoint of a SkyRL run: write the datasets, register the maze env, run SkyRL.
 
-GPU cluster only (SkyRL with its FSDP/vLLM extras, Python >= 3.12). `rlkit submit` builds the
-command (`rlkit.cluster.skyrl.overrides.entrypoint_command`): the preset as one JSON object,
-then SkyRL's own `key=value` overrides after `--`. By hand, a preset's name alone stands for
-its settings:
+    python -m rlkit.cluster.skyrl.entry --preset qwen3vl-8b -- trainer.ckpt_path=/fsx/rlkit/runs/RUN ...
 
-    python -m rlkit.cluster.skyrl.entry --preset qwen3vl-8b \
-        -- trainer.ckpt_path=/fsx/rlkit/runs/RUN trainer.policy.model.path=... ...
-
-The run dir is SkyRL's `trainer.ckpt_path`; the entry writes the rows into RUN/data and, for
-`rlkit:tiny-warm`, the model into RUN/init_model. skyrl-gym's registry lives in each process,
-so the env is registered inside the Ray task that builds SkyRL's generator (SkyRL's documented
-custom-env pattern), not only in this driver.
+`rlkit submit` builds the command (`overrides.entrypoint_command`: the preset as JSON, then
+SkyRL's overrides); docs/skyrl-integration.md#the-entry-entrypy.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
-"""SkyRL's experiment with rlkit's metrics bridge at its extension point (runs where SkyRL is).
+"""SkyRL's experiment with rlkit's pieces at its extension points (runs where SkyRL is).
 
-`RlkitExp` is SkyRL's `BasePPOExp` whose `get_tracker` returns `BridgedTracking`: SkyRL's own
-`Tracking` (console, wandb, mlflow, ... as `trainer.logger` says) that also hands every step's
-dict to `MetricsBridge` (RUN/metrics.jsonl, Ray gauges, MLflow) for the run dir, which is
-SkyRL's `trainer.ckpt_path`. Its `get_generator` gives VLM runs `RlkitVLMGenerator` (image
-placeholders that always match the images, and a few groups of every training step captured
-under RUN/rollouts/ as `capture` says: rlkit.cluster.skyrl.generator), and its `get_trainer`
-gives `RlkitTrainer` (a resumed step gets the HF export a kill left out, and a curriculum's rows
-are read in order: .trainer).
-
-SkyRL loads a bare tokenizer, whose template is tokenizer_config.json's; Qwen's VL checkpoints
-keep theirs in chat_template.json beside the processor, so SkyRL's dataset filter would fail
-("tokenizer.chat_template is not set") or render with another template than vLLM. The
-experiment gives the tokenizer the processor's template (`chat_template`), the one vLLM and
-rlkit's own engines render with.
+`RlkitExp` is SkyRL's `BasePPOExp`: `get_tracker` bridges metrics into the run dir
+(`BridgedTracking`), `get_generator` is `RlkitVLMGenerator`, `get_trainer` is `RlkitTrainer`,
+and SkyRL's tokenizer gets the processor's chat template (the one vLLM renders with):
+docs/skyrl-integration.md#the-experiment-experimentpy.
 """
 
 from __future__ import annotations

@@ -1,33 +1,9 @@
-"""rlkit's fixes to SkyRL 0.4.0, installed in every process of a SkyRL job (GPU and CPU alike)
-by `install()`, which Ray's worker_process_setup_hook calls. Each wraps one SkyRL function and
-says which and why; none touches the algorithm.
+"""rlkit's fixes to SkyRL 0.4.0, installed in every process of a SkyRL job by `install()`.
 
-FSDP2 init unties tied word embeddings. `FSDPStrategy._fsdp_init_model`
-(`distributed/fsdp_strategy.py:224-253`) snapshots `module.state_dict()`, moves the module to
-the meta device (`:245`: `nn.Module.to` gives `lm_head.weight` and `embed_tokens.weight` a new
-Parameter each, so the tie is gone), then calls `apply_fsdp2` (`fsdp_utils.py:209`, whose wrap
-policy already expects a tied model to reach it tied: it shards `nn.Embedding` separately only
-`if not model.config.tie_word_embeddings`) and `fsdp2_load_full_state_dict` (`:253`, which loads
-with `assign=True` on meta parameters and so unties the pair a second time). Measured on CPU
-with the tiny Qwen3-VL (tests/skyrl/test_tied_embeddings.py): the optimizer got 64 parameters
-instead of 63, and one AdamW step at lr 1e-6 left lm_head 2e-6 off embed_tokens; vLLM ties
-lm_head to embed_tokens itself for a tied config, so the trainer trained one model while the
-sampler sampled another. Qwen3-VL-2B (rlkit's smoke preset) and, we believe, 4B are tied;
-8B and larger are not.
-
-`apply_fsdp2` as `fsdp_strategy` looks it up is wrapped: before sharding, the model's tied
-parameters are tied again, exactly as transformers tied them at load (the model's
-`all_tied_weights_keys`, which from_pretrained prunes when a checkpoint's head disagrees with
-its embedding), so FSDP2 shards the shared parameter once; after sharding, a load_state_dict
-post-hook ties them again after every load, so SkyRL's `assign=True` load leaves one parameter
-too. A model transformers did not tie is left alone, whatever its text_config says: transformers
-5.16 ties Qwen3-VL by the top-level flag, and vLLM 0.32 copies that flag onto the text config
-(`vllm/config/vllm.py` 955-983), so both sides build it untied. PEFT models are left alone: LoRA
-freezes both matrices, so they cannot drift apart.
-
-`fsdp_strategy` imports flash-attn at module level (through `model_wrapper.py:13`), and most of
-a job's processes (vLLM servers, data tasks) never import it, so `install()` wraps it when it is
-first imported, or at once if it already is.
+One fix: FSDP2's init unties tied word embeddings (`FSDPStrategy._fsdp_init_model`), so the
+trainer trained one model while vLLM sampled another; `apply_fsdp2` is wrapped to tie them
+again before sharding and after every load. Untied and PEFT models are left alone.
+Measured and explained: docs/skyrl-integration.md#fixes-to-skyrl-fixespy-worker_setuppy.
 """
 
 from __future__ import annotations

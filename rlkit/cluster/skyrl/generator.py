@@ -1,41 +1,10 @@
-"""SkyRL's VLM generator with each turn's prompt built from the last one, its answer as sampled.
+"""SkyRL's VLM generator, each turn's prompt the last one plus the answer as sampled.
 
-SkyRL 0.4.0's `SkyRLVLMGymGenerator.agent_loop` re-renders the whole conversation every turn
-and takes the turn's observation tokens as `render[len(previous render) + len(sampled ids):]`
-(`skyrl_vlm_generator.py:146-153, 207`). That holds only while re-rendering reproduces the ids
-the engine sampled. It often does not: a sampler draws `Ġ` `Ġ` where the tokenizer writes `ĠĠ`
-(tests/skyrl/test_vllm_engine.py), or byte tokens whose text re-encodes otherwise. The slice
-then starts inside the observation (or inside the answer), the trainer's sequence loses (or
-gains) `<|image_pad|>` tokens while the pixel values are the render's, and the reference forward
-raised "Image features and image tokens do not match, tokens: 159, features: 216" on a CPU run,
-ending the run.
-
-`RlkitVLMGenerator` fixes the root: it never re-renders an answer. Each turn's prompt is the
-last one plus the answer's sampled ids (with their logprobs) and the observation, the chat
-template's tail after the assistant's end of turn (found by counting end-of-turn tokens back
-from the end, `observation_start`) with only the new pictures rendered by vLLM
-(rlkit.cluster.skyrl.render), so a non-canonical answer keeps its sample whole and the engine
-sees exactly the ids the trainer will. Rendering so also takes the square out of the image
-work: SkyRL's loop has the server process every earlier picture again each turn.
-
-A last guard (`guard_placeholders`) covers what the root fix cannot: a model that samples
-`<|image_pad|>` itself, a pad no image fills. Such a sample's image-pad runs
-disagree with its image grids (what Qwen3-VL's forward checks, count and per-image runs); it
-keeps only its prompt's images, its response's pads become padding, its loss mask is zeroed (no
-gradient; its reward still counts in its group's baseline, as the episode really ended so), and
-it is counted in the step's `generate/placeholder_desyncs` (`rollout/placeholder_desyncs`
-through the bridge; `eval/all/generate/placeholder_desyncs` in an eval).
-
-Measured against a real vLLM CPU server, the tiny model sampling its whole vocabulary (8 mazes x
-2, 12 turns, 8 tokens an answer): SkyRL's generator left 2-3 of 16 samples whose forward fails as
-on the run; this one none, its guard taking the 3-4 samples that had sampled `<|image_pad|>`.
-
-It also captures a few groups of every training step (`capturer`, rlkit.cluster.skyrl.capture):
-their turns recorded as the loop plays them, each with the engine's move probabilities, written
-to RUN/rollouts/ when the batch is done.
-
-`RlkitExp.get_generator` (rlkit.cluster.skyrl.experiment) builds it; tests in
-tests/skyrl/test_generator.py drive it with SkyRL's own config, dataset and generate().
+`RlkitVLMGenerator` never re-renders an answer (SkyRL's slice of a re-render lost image pads
+and ended a run), renders each picture once an episode (`render`), guards a sampled
+`<|image_pad|>` (`guard_placeholders`), captures a few training groups (`capture`) and, with a
+history window, trains each turn as a row of its own (`windowed_loop`). The why, measured:
+docs/skyrl-integration.md#the-generator-generatorpy-renderpy.
 """
 
 from __future__ import annotations

@@ -1,28 +1,9 @@
 """The policy's move probabilities at a captured SkyRL turn, asked of the run's own engines.
 
-SkyRL samples free-form answers ("... <action>up</action>") and its client
-keeps only each sampled token's logprob, so for captured episodes only, `EngineProbe` asks the
-engine once more per turn: the turn's prompt plus the sampled answer up to the end of its last
-`<action>` (the tag the relaxed parser obeys) and `max_tokens=1`, sent through SkyRL's own
-`RemoteGenerateClient` to the run's router with the turn's session id and cache salt (the same
-engine, its prefix cache warm). It asks for exactly the four move words' first-token logprobs
-(vLLM's `logprob_token_ids`, the draw confined to them); an engine that refuses or ignores that
-(vLLM before it existed) is asked for its top 20 instead (`max_logprobs`' default cap), from
-then on. The four logprobs in the raw response become the four probabilities as rlkit's vLLM
-policy turns them (`rlkit.model.vllm_policy.probs_of_moves`: renormalised over the four), at the
-sampling temperature (the probe runs at 1; renormalised over the four, raw and processed
-logprobs agree). Where the answer's last token before the
-move word also holds its start (a tokenizer that merges `>` with `up`), the prompt stops before
-that token and the candidates are the first tokens of `>up`, `>down`, ... instead. A turn gets
-None when its answer never writes `<action>`, when the four candidates are not four distinct
-tokens, when the request fails, or (top-20 engines only) when the top 20 lack one of the four
-words: a model that barely considers that move, but a floor would invent a number, so none is
-stored. A turn whose last tag says `stop` (VisGym's game, `visgym-easy`) gets None without a
-request too: the bars are the four moves renormalised, and a turn that chose none of them would
-show a distribution the model did not sample from. On the SkyRL CPU run (vLLM 0.32) every tagged turn got its four (6 of 273 captured
-turns wrote no tag); asked for the top 20 instead, 29 of 268 tagged turns lacked a word.
-Probes run beside the episodes' own requests (a task per turn) and are awaited when the batch
-ends.
+`EngineProbe` sends the turn's prompt plus the answer up to its last `<action>` for one token
+and the four move words' first-token logprobs (vLLM's `logprob_token_ids`, else the top 20),
+renormalised over the four; None where that cannot be read honestly:
+docs/skyrl-integration.md#captured-rollouts-and-move-probabilities-capturepy-move_probepy.
 """
 
 from __future__ import annotations

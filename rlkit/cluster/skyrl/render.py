@@ -1,34 +1,10 @@
 """An episode's prompt built turn by turn, each picture sent to vLLM's render endpoint once.
 
-SkyRL 0.4.0's VLM loop posts the whole conversation to vLLM's render endpoint every turn
-(`skyrl_vlm_generator.py:62-66`): the API server decodes and processes every earlier picture
-again and returns all their tensors, which the generator parses and sends back with the generate
-request. An episode's image work grows with the square of its turns, in the API server processes
-that also serve generation (on the 2-core CPU run the image processor took 28% of their busy
-time, and parsing renders 19% of the generator's).
-
-Here an episode keeps its prompt (`EpisodePrompt`: token ids and vLLM's multimodal features)
-and each turn appends the answer's sampled ids, then the new messages: their tokens are the
-tail of the conversation's chat template (the checkpoint's own tokenizer), cut after the
-answer's end of turn as `observation_start` finds it, and only their pictures go to the render
-endpoint, as one user message of image parts (as SkyRL's own Tinker sampling path renders
-images, `RemoteInferenceClient._render_for_sample`); each picture's run of `<|image_pad|>` in
-that render replaces the one `<|image_pad|>` the template wrote for it, and its tensors are
-decoded once, as they arrive. A picture the episode has already shown (the env repeats it
-after an unreadable answer) is not rendered again.
-
-vLLM hashes an image by its encoded bytes and processes each image on its own, so the result
-is what the whole conversation's render gives: the same ids, hashes, placeholder ranges,
-metadata and decoded pixel values and grids (a serialised item also records the slices of
-the batch it was processed in, which decoding does not read). The answer's ids stay exactly
-as sampled: the next prompt is the previous one plus them, never a re-tokenization of their
-text. tests/skyrl/test_skyrl_render.py checks all this against vLLM's own render on a CPU server.
-
-Where the engines keep a multimodal cache (the presets' `mm_cache_gb`), a generate request
-also carries each picture's tensors once an episode: `EpisodePrompt.features(skip_sent=True)`
-sends the pictures its engine has already received by hash alone, and vLLM's generate route
-reads them from the engine's cache (SkyRL's client would otherwise send every picture of the
-conversation with every turn).
+`TurnRenderer.start` renders the first prompt, `extend` appends the answer's sampled ids and
+the observation (the template's tail after the answer's end of turn, `observation_start`, new
+pictures spliced in), `window` renders a history window whole. The result equals vLLM's render
+of the whole conversation (tests/skyrl/test_skyrl_render.py); why:
+docs/skyrl-integration.md#the-generator-generatorpy-renderpy.
 """
 
 from __future__ import annotations

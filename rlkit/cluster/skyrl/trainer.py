@@ -1,32 +1,9 @@
-"""SkyRL's trainer, which writes the HF export a killed job left out of its resumed step.
+"""SkyRL's trainer with rlkit's additions (`RlkitTrainer`, built by `RlkitExp.get_trainer`).
 
-SkyRL 0.4.0's `RayPPOTrainer.train` saves a step's checkpoint (`save_checkpoints`:
-`<ckpt_path>/global_step_N/`, then the latest marker) and then its HF export (`save_models`:
-`<export_path>/global_step_N/policy`, made atomic by a staging dir). A job killed between the
-two resumes from global_step_N, and nothing writes that export again: SkyRL exports only after
-training a step. rlkit's readers (`list_checkpoints`, `rlkit eval --policy`) then never see the
-step's model, though its weights are in the checkpoint. `RlkitTrainer.load_checkpoints` writes
-the export right after loading, when SkyRL would have exported at that step (`export_due`).
-
-It also prunes old checkpoints once, not once a node, when the workers all run on the
-trainer's own node (a one-node cluster run, a CPU run on a local head): SkyRL runs its keep-k
-cleanup on the driver and, through a Ray task, on every worker node again
-(`RayPPOTrainer._cleanup_old_checkpoints`), and on one node that task repeats the driver's
-work in a fresh Ray worker that first imports SkyRL (7-9 s a save on a 2-core host).
-
-With `gigpo` (`advantage_estimator=gigpo`, rows a turn) each row's advantage also gets its
-step level (`rlkit.cluster.skyrl.gigpo`).
-
-With `rows_in_order` (a difficulty curriculum, `Recipe.curriculum_steps`) it reads the training
-rows in their file's order, not SkyRL's shuffled one (`in_order`).
-
-With `sampled_eval` (`eval_protocol=both`) every eval is SkyRL's own (the seed's protocol:
-greedy, one sample a maze), then SkyRL's `evaluate` again on the same weights with the sampled
-settings (`sampled_eval_cfg`), dumped under `<export_path>/sampled/` and logged as
-`eval/sampled/...`.
-
-`RlkitExp.get_trainer` (rlkit.cluster.skyrl.experiment) builds it; tests/skyrl/test_export_gap.py
-runs SkyRL's own save and load code on it with stand-in workers.
+It writes the HF export a killed job left out of its resumed step, prunes old checkpoints once
+on a one-node run, reads a curriculum's rows in order, runs the sampled eval after SkyRL's own
+(`eval_protocol=both`) and adds GiGPO's step level to step-wise rows. Why each, measured:
+docs/skyrl-integration.md#the-trainer-trainerpy-gigpopy.
 """
 
 from __future__ import annotations

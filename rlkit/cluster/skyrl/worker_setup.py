@@ -1,17 +1,8 @@
-"""What every process of a SkyRL job runs first: rlkit's fixes to SkyRL, and on a CPU preset
-the device seam.
+"""What every process of a SkyRL job runs first: rlkit's fixes, and on a CPU preset the
+device seam and a thread budget (`cpu_threads`).
 
-SkyRL builds its FSDP workers, vLLM servers and trainer as Ray actors and tasks in processes
-rlkit never calls into. Ray runs a job's `worker_process_setup_hook` in each of them before
-any task, so `rlkit.cluster.skyrl.entry` starts Ray for SkyRL's experiment with
-`runtime_env()`: this module's `setup` as the hook, and the device in the environment.
-
-On a CPU host every process of the job also gets a thread budget (`cpu_threads`). Each
-colocated bundle (one FSDP rank, one vLLM engine, its API server) shares the host's cores with
-the others, and torch's default of one OpenMP thread per core made every small tensor copy wait
-on a thread another process had the core for: on 2 cores, cloning a 55 kB image tensor took
-3 ms with 2 threads and 8 us with 1, and such copies were ~28% of the vLLM API server's and of
-the generator's time (py-spy on the CPU preset's generate step).
+`runtime_env()` gives Ray this module's `setup` as the job's `worker_process_setup_hook`, so it
+runs in every actor and task SkyRL starts; why: docs/skyrl-integration.md#fixes-to-skyrl-fixespy-worker_setuppy.
 """
 
 from __future__ import annotations
