@@ -1,24 +1,9 @@
 """Model batches shared by sampling and training: padding, the forward pass, logprobs.
 
-`build_batch` left-pads prompt (+ response) ids, gathers each distinct image once and the
-cached multimodal rope positions; `response_logprobs` is the training forward (per-token
-logprobs and entropy of the response tokens) of a batch's rows, and `turn_logprobs` the same
-values for many turns with every distinct forward run once (`choice_logits` likewise for
-constrained sampling): episodes of one maze repeat prompts, 8 times on the first turn.
-`rlkit.model.policy.ModelPolicy` samples through the same functions, so the logprobs it
-records equal the recomputed ones (the RL ratio is exactly 1 on un-updated weights; a test
-checks it). The definitions:
-
-- free: log softmax(logits / temperature) over the vocabulary minus the vision placeholder
-  tokens (`VISION_TOKENS`: an image pad in a response would claim image features that don't
-  exist) and the output rows no token maps to (Qwen's padding rows), for every response token.
-  top-p changes which token is drawn but not the recorded value (as SkyRL's trainer recomputes
-  with temperature only), so keep top_p = 1 for on-policy RL.
-- constrained: the policy is a distribution over the game's action words (the four moves;
-  `stop` too in the squares game: `AnswerSpec`); the forced tokens
-  (`<action>`, `</action>`, `<|im_end|>`, the tail of a multi-token word) have probability 1
-  under it, so logprob 0 and entropy 0; the move-word token has log softmax(logits / T)
-  restricted to the action-word tokens.
+`build_batch` left-pads rows and gathers each distinct image once; `response_logprobs` is the
+training forward; `turn_logprobs` and `choice_logits` run each distinct forward once. The free
+and constrained logprob definitions, which sampling and training share:
+docs/models-and-engines.md#batches-and-logprob-definitions-modelbatchingpy.
 """
 
 from __future__ import annotations

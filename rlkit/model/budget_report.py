@@ -64,7 +64,9 @@ def set_episode(
 def _window(b: TurnBudget) -> str:
     if b.window is None:
         return ""
-    return f" (history window {b.window}: a prompt keeps the last {b.window} of {b.max_turns} turns)"
+    return (
+        f" (history window {b.window}: a prompt keeps the last {b.window} of {b.max_turns} turns)"
+    )
 
 
 def _text(message: dict) -> str:

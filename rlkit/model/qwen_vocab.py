@@ -1,20 +1,9 @@
 """Qwen3-VL's real tokenizer, rebuilt offline from the BPE ranks `rlkit.model.qwen_files` fetches.
 
-tiktoken stores a byte-level BPE as ranks alone (token bytes -> rank); Hugging Face's BPE wants
-a vocab (token string -> id) and an ordered merges list. The conversion here:
-
-- vocab: each token's bytes spelled with GPT-2's byte -> printable-character table, id = rank;
-- merges: for each token of rank r longer than one byte, run BPE over its bytes allowing only
-  merges of rank < r. tiktoken builds a token exactly that way, so what is left is two parts,
-  and their merge is the one that creates the token; merges are ordered by r. 151,643 ranks
-  give 151,387 merges (256 single bytes need none).
-
-transformers' `Qwen2Tokenizer(vocab=..., merges=...)` adds Qwen's pre-tokenizer (digits split one
-by one), NFC and byte-level decoding; the 26 added tokens take ids 151643..151668 as Qwen's
-`tokenizer_config.json` lists them. The four files Qwen ships (tokenizer.json,
-tokenizer_config.json, vocab.json, merges.txt) are written once per machine to the cache:
-
     qwen_tokenizer_dir()     # $RLKIT_CACHE/qwen-text/tokenizer-v1-tf<transformers version>/
+
+tiktoken ranks become a Hugging Face vocab and ordered merges (151,643 ranks, 151,387 merges);
+the conversion: docs/models-and-engines.md#qwens-tokenizer-rebuilt-modelqwen_vocabpy.
 """
 
 from __future__ import annotations

@@ -2,17 +2,9 @@
 
     engine = start_engine("runs/demo/global_step_40/policy", **engine_limits("test", history=1))
 
-`rlkit.model.vllm_policy.VllmPolicy` answers maze turns with it. The engine runs in this process
-(`VLLM_ENABLE_V1_MULTIPROCESSING=0`, the `uni` executor for one device): no spawned engine
-process (no `__main__` guard needed, seconds to start on CPU), and a startup failure arrives as
-vLLM's own exception, which `start_engine` turns into one line naming the knob (`kv_cache_gb`,
-`max_model_len`). vLLM refuses a prompt with more images than `limit_mm_per_prompt`:
-`engine_limits` sizes it from the history window and turn budget. Logprobs are recorded as
-`processed_logprobs` (after masks and temperature: rlkit's definition), and a checkpoint's own
-sampling defaults never apply (`generation_config="vllm"`: sampling is the policy's; vLLM still
-reads the file's `eos_token_id`, and the policy passes the same ids, `stop_ids`). Rows of the
-output layer with no token (Qwen3-VL: 151,669 tokens, 151,936 rows) are never drawn
-(`rlkit.model.vllm_rows.NoTokenRows`, installed on every engine).
+In this process (the `uni` executor), its image limit sized from the history window and turn
+budget (`engine_limits`), processed logprobs, no checkpoint sampling defaults, rows with no
+token never drawn: docs/models-and-engines.md#starting-vllm-modelvllm_enginepy.
 """
 
 from __future__ import annotations

@@ -2,46 +2,9 @@
 
     engine = start_engine("runs/demo/global_step_40/policy", **engine_limits("test", history=1))
     policy = VllmPolicy(engine, greedy=True)        # the Policy protocol, like ModelPolicy
-    result, trajs = evaluate(policy, set_name="test")
 
-    rlkit eval --policy runs/demo/global_step_40/policy --engine vllm --samples 4 --json
-
-It answers as `rlkit.model.policy.ModelPolicy` does, from the env's own messages (`image_url`
-data URIs, the history window `run_episodes` cuts), one `chat` call per turn for all live
-episodes:
-
-- constrained (default): the conversation continued with `<action>` (an assistant message and
-  `continue_final_message`), one token drawn only among the four move-word tokens
-  (`allowed_token_ids`, `max_tokens=1`); the response is the same token ids ModelPolicy
-  records. Guided choice over the four answer strings runs on CPU too, but is another policy
-  (it walks the answer token by token: 14 of 64 greedy first moves differed) and 2.3x slower.
-- free: up to `max_new_tokens`, stopping at any of the checkpoint's stop ids (`<|im_end|>` and
-  the generation config's eos ids: Qwen's `<|endoftext|>` too), the vision tokens banned
-  (`bad_words`) as rlkit's free distribution bans them, and the output rows with no token
-  (the engine's `NoTokenRows`); text decoded with the checkpoint's tokenizer as ModelPolicy
-  decodes it.
-
-Logprobs: the engine runs with `logprobs_mode="processed_logprobs"`, so the recorded value is
-the sampled token's log-probability after the masks and the temperature: rlkit's definitions
-(`rlkit.model.batching`) at `top_p = 1`. With `top_p < 1` vLLM renormalises over the nucleus,
-where rlkit records the pre-top-p value (keep top_p = 1 for on-policy RL either way).
-
-Move probabilities (`Response.move_probs`): constrained, each request asks for the top 4
-processed logprobs of its one token; with `allowed_token_ids` those are the four move words
-(every other token is masked to -inf), so their exponentials, renormalised over the four, are
-the softmax over the four moves' logits at the answer position, as ModelPolicy records (at the
-sampling temperature; greedy requests run at temperature 0, where vLLM applies none, i.e. 1).
-Four logprobs of an already computed row cost next to nothing. Free answers record none: the
-moves' logprobs at the `<action>` position would need the whole vocabulary's top-k there.
-
-Seeds: every request carries `SamplingParams(seed=...)` drawn from its episode's numpy stream,
-as ModelPolicy seeds a `torch.Generator` per episode, so a run is reproducible and an episode's
-draws do not depend on which episodes share its batch. Greedy decoding uses temperature 0.
-The two engines draw with different samplers (vLLM: exponential race; HF: multinomial), so
-sampled episodes agree in distribution, greedy ones token for token.
-
-The engine (`start_engine`, `engine_limits`: in this process, sized for the set's images) is
-`rlkit.model.vllm_engine`.
+Constrained and free answers, logprobs, move probabilities and seeds as `ModelPolicy` records
+them: docs/models-and-engines.md#vllm-as-a-policy-modelvllm_policypy.
 """
 
 from __future__ import annotations

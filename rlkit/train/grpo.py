@@ -1,68 +1,10 @@
 """GRPO math as small, pure tensor functions: advantages, loss reductions, KL.
 
-The local trainer's counterpart of SkyRL's `skyrl/backends/skyrl_train/utils/ppo_utils.py`:
-with the same `Recipe` a local run and a cluster run optimise the same objective, and
-`tests/skyrl/test_objective.py` checks these functions against SkyRL's own code. Each family
-is a registry under SkyRL's names that the recipe's switch looks up: `ESTIMATORS`
-(`advantage_estimator`), `REDUCTIONS` (`loss_reduction`) and `KL_ESTIMATORS`
-(`kl_estimator_type`). The policy losses that combine them (`POLICY_LOSSES`,
-`policy_loss_type`) are `rlkit.train.policy_losses`.
-
-Textbook GRPO (Shao et al. 2024, DeepSeekMath), for G episodes o_1..o_G of one prompt (one maze)
-with outcome rewards r_1..r_G and the importance ratio rho_it = pi(o_it) / pi_old(o_it)::
-
-    A_i  = (r_i - mean(r)) / std(r)
-    J    = 1/G sum_i 1/|o_i| sum_t [ min(rho_it A_i, clip(rho_it, 1-eps, 1+eps) A_i)
-                                     - beta KL_k3(pi || pi_ref)_it ]
-
-How ours differs, each switchable (the policy loss's own switches: `rlkit.train.policy_losses`):
-
-- **Std division is optional** (`grpo_norm_by_std`). Dr. GRPO (Liu et al. 2025) shows that
-  dividing by the group std up-weights groups that are nearly all-solved or all-failed; without
-  it the advantage is only mean-centred. With it, std is the unbiased (Bessel) std plus
-  `eps=1e-6`, as SkyRL computes it.
-- **Zero-variance groups** (every episode of a maze got the same reward) have all-zero
-  advantages; `nonzero_variance_mask` lets the trainer drop them from the loss and from the
-  token count, as SkyRL's `zero_variance_filter` does for response-level rewards (its VLM
-  generator's are per token, so a SkyRL preset refuses the switch). The local trainer can
-  instead give the groups that no episode solved (`unsolved_group_mask`) a fixed negative
-  advantage (`Recipe.fail_advantage`, negative-sample reinforcement); SkyRL has no such option.
-- **Loss reduction is a choice** (`token_mean`, the DAPO/SkyRL default; `sequence_mean`, the
-  textbook 1/G sum 1/|o_i|; `seq_mean_token_sum_norm`, Dr. GRPO's constant normaliser). All are
-  written as per-token weights (`reduction_weights`) so that summing weighted token losses over
-  micro-batches gives the mini-batch reduction exactly, as SkyRL does by rescaling advantages.
-- **KL to a reference policy is a separate, optional term** (`kl_loss_coef`), estimator `k3`, `k1`,
-  `k2` or `abs` (Schulman, "Approximating KL divergence"), reduced as a per-sequence token mean
-  averaged over sequences, like SkyRL's `use_kl_loss` (`episode_mean`); a sequence is an
-  episode (`seq_ids`), so a long episode weighs as much as a short one on both backends.
-- **Step-level credit** (`advantage_estimator=gigpo`, the local trainer only): a turn's
-  advantage is its episode's GRPO advantage plus `gigpo_step_weight` times its discounted
-  return centred (std-divided with `grpo_norm_by_std`) within its anchor group, the turns of
-  the maze's group that stand on the same square (`step_credit`; docs/recipes.md).
-- **Multi-turn**: one outcome reward per episode; its advantage is broadcast to every token the
-  model produced in the episode; observation tokens (env feedback, images) carry no loss. SkyRL
-  trains one row per episode, the local trainer one row per turn and passes each row's episode
-  as `seq_ids`, so all three reductions give the same number for either layout
-  (`sequence_mean` is then 1/G sum_i 1/|o_i| over episodes, even with one answer token per
-  turn). `token_mean` counts tokens and needs no ids; without ids, `sequence_mean` and
-  `seq_mean_token_sum_norm` count rows.
-
-Where this differs from SkyRL (each shown by a test):
-
-- **A group of one episode is rejected.** SkyRL gives it mean 0 and std 1, so its raw reward
-  becomes its advantage (0.75 -> 0.75 / (1 + 1e-6)).
-- **Group statistics are float64**, so a zero-variance group gets exactly 0. SkyRL's float32 mean
-  of eight rewards of 0.1 is one ulp off, which dividing by std + eps = 1e-6 turns into
-  advantages of -0.0074. The maze's 0/1 rewards are exact in both.
-- **No `token_mean_legacy` and no `prompt_mean` reduction.** `token_mean_legacy` (SkyRL's
-  visgym recipe's; the cluster preset runs `token_mean` instead, this trainer's default) takes
-  the token mean of each micro-batch (`micro_train_batch_size_per_gpu` consecutive sequences of
-  the mini-batch) and averages those means with equal weight. It is `token_mean` only when
-  every micro-batch holds as many loss tokens (or there is one), and `sequence_mean` when each
-  holds one sequence. Two micro-batches with 5 and 4 loss tokens whose losses sum to 8 and 4
-  give (8/5 + 4/4) / 2 = 1.3, where `token_mean` gives 12/9.
-- **Masked tokens never reach the sum, even NaN.** SkyRL's `reduce_loss` multiplies by the mask,
-  so a NaN at a padded position makes its whole loss NaN.
+Registries under SkyRL's names that a `Recipe` switch looks up: `ESTIMATORS`
+(`advantage_estimator`; `gigpo`'s step level is `step_credit`), `REDUCTIONS` (`loss_reduction`),
+`KL_ESTIMATORS` (`kl_estimator_type`); tests/skyrl/test_objective.py checks them against SkyRL's
+`ppo_utils`. The textbook objective, how these differ from it and from SkyRL:
+docs/local-trainer.md#the-grpo-objective-traingrpopy.
 """
 
 from __future__ import annotations

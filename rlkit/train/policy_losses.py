@@ -1,25 +1,7 @@
-"""GRPO's policy losses as small tensor functions, and the mini-batch loss that combines them
-with the reductions, the KL term and the entropy bonus of `rlkit.train.grpo`.
-
-The registry `POLICY_LOSSES` holds them under SkyRL's names (`policy_loss_type`), each
-`fn(logprobs, old_logprobs, advantages, mask, recipe, seq_ids)` as SkyRL's take its config;
-`policy_loss` is one mini-batch's loss under a `Recipe`. The textbook objective they optimise,
-and how the advantages and reductions differ from it, is in `rlkit.train.grpo`'s docstring;
-`tests/skyrl/test_objective.py` checks these against SkyRL's own `ppo_utils`.
-
-How the policy loss differs from the textbook clipped surrogate, each switchable:
-
-- **Clip-higher** (DAPO, Yu et al. 2025): separate `eps_clip_low` / `eps_clip_high`, so rare good
-  moves can gain probability faster than the symmetric clip allows.
-- **The policy loss**: `regular` (the clipped surrogate), `dual_clip` and `gspo` (one ratio
-  per episode).
-- **Entropy bonus** (`entropy_loss_coef`): minus the token-mean entropy of the mini-batch, as
-  SkyRL's `use_entropy_loss` per micro-batch (equal when a mini-batch is one micro-batch).
-
-Where this differs from SkyRL (shown by a test):
-
-- **GSPO's sequence ratio spans the episode's turn rows** (`seq_ids`): SkyRL's row is the whole
-  episode, so the two agree; without ids each row is a sequence.
+"""GRPO's policy losses (`POLICY_LOSSES`, SkyRL's `policy_loss_type` names) and `policy_loss`,
+one mini-batch's loss under a `Recipe`: the surrogate with clip-higher, the reductions, the KL
+term and the entropy bonus of `rlkit.train.grpo`. Checked against SkyRL's own `ppo_utils`
+(tests/skyrl/test_objective.py); the differences: docs/local-trainer.md#the-policy-losses-trainpolicy_lossespy.
 """
 
 from __future__ import annotations

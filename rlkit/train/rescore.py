@@ -1,18 +1,10 @@
 """Did training move the policy the way GRPO says it should? Captured episodes re-scored.
 
-GRPO's update raises the log-probability of the answers of episodes with a positive advantage
-and lowers it where the advantage is negative. So the same episodes, scored under the policy
-before training and under a checkpoint after it, show whether the gradient points the right
-way: each answer's mean per-token log-probability change (`shift`), weighted by its advantage,
-should be positive, and the solved episodes of a group should gain on the failed ones. A sign
-error in the advantage turns both negative; a loss whose mask lets the observation tokens in
-spends the update on predicting pictures and prompts, and the answers' shift loses its
-direction. It works on either backend's captures (`RUN/rollouts/`, rlkit.run.captures): both
-store each episode's turns, answers and advantage, and both checkpoints load with
-`rlkit.model.load`.
-
     check = rescore(read_step(run, 1), before=run / "init_model", after=export, env=cfg)
     check.learned      # weighted > 0, solved_gain > 0, |observation_weighted| < weighted
+
+Works on either backend's captures (RUN/rollouts/); why it catches a sign error or a leaky
+mask: docs/local-trainer.md#re-scoring-captured-episodes-trainrescorepy.
 """
 
 from __future__ import annotations

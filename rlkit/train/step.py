@@ -1,27 +1,10 @@
-"""One local GRPO step, top to bottom: rollout -> score -> samples -> update.
+"""One local GRPO step, top to bottom: rollout -> score -> samples -> update (`grpo_step`).
 
-`grpo_step` is the whole step as the trainer runs it; the functions below it follow its order:
-
-1. **rollout**: `rollout_round` plays `group_size` episodes on each of the step's next
-   `mazes_per_step` training mazes (one batched model call per turn), each maze's turn budget
-   from `turn_budgets`; with dynamic sampling, rounds repeat until `enough_groups` teach;
-2. **score**: `score` turns rewards into advantages (the recipe's estimator, `rlkit.train.grpo`)
-   and picks the episodes the loss keeps; `capture` writes a few groups under RUN/rollouts;
-3. **samples**: `turn_samples` makes one training row (`rlkit.train.learner.TurnSample`) per
-   model turn, the prompt re-encoded and checked against the one that was sampled;
-4. **update**: `update` runs `epochs` passes over the rows in a seeded random order of whole
-   episodes, one optimizer step per minibatch; the learner's `minibatch_loss`
-   (`rlkit.train.learner`) recomputes each reply's logprobs under the current weights, masks
-   what the policy did not choose (constrained mode: only the move word's token) and hands
-   them to `rlkit.train.policy_losses.policy_loss` with each row's episode as its sequence.
-
-Every random draw comes from (seed, step[, round or epoch]) (`rlkit.train.state.seed_for`), so
-a run resumed from a checkpoint (its `TrainState`) draws exactly what an uninterrupted one would.
-
-Minibatches hold whole episodes, as SkyRL's episode rows are: the per-episode terms (the
-`sequence_mean` and `seq_mean_token_sum_norm` reductions, the KL term, GSPO's ratio) would
-count an episode cut across two optimizer steps as two. Within a minibatch, turns that share
-a prompt (a maze's episodes share their first one, often more) share one forward.
+The functions follow the step's order: `rollout_round`, `score` (advantages, kept episodes),
+`capture`, `turn_samples` (a row a model turn, its prompt re-encoded and checked), `update`
+(epochs of minibatches of whole episodes). Every draw comes from (seed, step[, round or
+epoch]), so a resumed run draws what an uninterrupted one would:
+docs/local-trainer.md#one-grpo-step-trainsteppy.
 """
 
 from __future__ import annotations

@@ -2,16 +2,9 @@
 
     rlkit model tiny --out /tmp/rlkit-tiny --warm-start --stop-at 0.4 --seed 0
 
-SkyRL samples with vLLM freely (no constrained decoding), so its model must itself write
-`<action>WORD</action><|im_end|>`. The local trainer's warm start clones only the move word under
-a constrained sampler; such a model sampled freely writes garbage. `warm_tiny_model` builds the
-tiny model offline (`build_tiny`) and behaviour-clones the BFS oracle on the `test` set's env
-(`rlkit.train.warmstart`): a few steps on the move word alone (reading the picture), then the
-whole canonical answer, every token under the full-vocabulary softmax (a free learner), until
-the free sampled validation solve rate (temperature 1, validation mazes, never the test set)
-reaches `stop_at`. It saves the model dir in `build_tiny`'s format (weights, config, tokenizer,
-image processor): `rlkit.model.load`, transformers' Auto classes and vLLM read it as they read
-the untrained one. `rlkit_warm.json` beside it records the recipe, every check and the timing.
+Behaviour-clones the BFS oracle's whole canonical answer under the full-vocabulary softmax until
+the free sampled validation solve rate reaches `stop_at`, and saves the model dir with
+`rlkit_warm.json`: docs/local-trainer.md#the-free-warm-start-for-skyrl-trainwarm_modelpy.
 """
 
 from __future__ import annotations
