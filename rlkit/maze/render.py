@@ -48,6 +48,9 @@ class RenderStyle:
     as trail. Off for the model: the learned recipe used plain trails."""
     agent: RGB = (255, 0, 0)
     exit: RGB = (0, 255, 0)
+    pad: int = 0
+    """Squares game: wall-coloured squares added right and below (1 on a 9x9 maze: a 10x10
+    picture that splits into 2x2-square vision patches, each a cell with its passages)."""
 
     def __post_init__(self) -> None:
         if not 2 <= self.cell_px <= 256:
@@ -60,6 +63,8 @@ class RenderStyle:
             raise UsageError(f"unknown view {self.view!r}: use one of {', '.join(VIEWS)}")
         if not 1 <= self.ego_radius <= 16:
             raise UsageError(f"ego_radius ({self.ego_radius}) must be in [1, 16]")
+        if not 0 <= self.pad <= 4:
+            raise UsageError(f"pad ({self.pad}) must be 0..4 squares")
 
 
 @lru_cache(maxsize=64)
@@ -117,7 +122,14 @@ def _colour_index(state: State, style: RenderStyle) -> np.ndarray:
 def render_array(state: State, style: RenderStyle = RenderStyle()) -> np.ndarray:
     """The state as an (H, W, 3) uint8 array (the fast path the local trainer feeds the model)."""
     if state.maze.game == "squares":
-        return squares_array(state, style.cell_px, style.floor, style.wall, style.exit, style.agent)
+        img = squares_array(state, style.cell_px, style.floor, style.wall, style.exit, style.agent)
+        if not style.pad:
+            return img
+        h, w, _ = img.shape
+        out = np.empty((h + style.pad * style.cell_px, w + style.pad * style.cell_px, 3), np.uint8)
+        out[:] = style.wall
+        out[:h, :w] = img
+        return out
     tiles = state.maze.walls.astype(np.intp) * 6 + _colour_index(state, style)
     if style.view == "ego":
         r = style.ego_radius
