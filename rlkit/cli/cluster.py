@@ -14,11 +14,11 @@ code and raises `UsageError` / `RlkitError` for the main CLI to print in one lin
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 
 from rlkit.errors import UsageError
+from rlkit.run.joblog import follow
 
 
 def cli_connect(args: argparse.Namespace, *, start_local: bool = False):
@@ -64,12 +64,8 @@ def _jobs_logs(args: argparse.Namespace) -> int:
         print(job.logs(), end="")
         return 0
 
-    async def follow() -> None:
-        async for chunk in job.tail():
-            print(chunk, end="", flush=True)
-
     try:
-        asyncio.run(follow())
+        follow(job, lambda chunk: print(chunk, end="", flush=True))
     except KeyboardInterrupt:
         print(f"\nstopped following; the job runs on (rlkit jobs stop {job.submission_id})")
     return 0

@@ -41,6 +41,7 @@ from rlkit.cluster.localhead import (
 from rlkit.cluster.masking import describe_submission
 from rlkit.cluster.workdir import project_root, quiet_packaging, working_dir_runtime_env
 from rlkit.errors import RlkitError
+from rlkit.run.joblog import answer
 
 __all__ = ["Cluster", "ClusterSummary", "connect"]
 
@@ -186,18 +187,14 @@ class Cluster:
 
     def _probe_python(self) -> str:
         """Ask the cluster for its Python version with a tiny job (a few seconds)."""
-        code = "import platform; print('rlkit-python', platform.python_version())"
+        code = "import json, platform; print('rlkit-python', json.dumps(platform.python_version()))"
         sid = call(
             self,
             "submitting the Python probe",
             lambda: self.client.submit_job(entrypoint=f'python -c "{code}"'),
         )
-        handle = JobHandle(self, sid, run_name="python-probe")
-        handle.wait(120)
-        for line in handle.logs().splitlines():
-            if line.startswith("rlkit-python "):
-                return line.split()[1]
-        raise RlkitError(f"the Python probe job {sid} printed no version; see its logs")
+        job = JobHandle(self, sid, run_name="python-probe")
+        return answer(job, "rlkit-python ", "the Python probe printed no version", timeout_s=120)
 
     # -- jobs ------------------------------------------------------------------------------
 

@@ -15,7 +15,6 @@ head, FSx on HyperPod). Submitting the same run again resumes it from its latest
 
 from __future__ import annotations
 
-import asyncio
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
@@ -34,6 +33,7 @@ from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides, entrypoint_
 from rlkit.cluster.skyrl.preset_checks import check_budget, eval_plan
 from rlkit.cluster.skyrl.start import start_plan
 from rlkit.errors import RlkitError, UsageError
+from rlkit.run.joblog import log_tail
 from rlkit.settings import parse_sets
 from rlkit.train.presets import preset as load_preset
 
@@ -139,14 +139,13 @@ def submit_eval(
         metadata={"policy": policy, "out": out, "kind": "eval", "engine": engine},
     )
     if follow:
-        asyncio.run(_print_tail(handle))
+        follow(handle, _print)
     return handle
 
 
-async def _print_tail(handle: JobHandle) -> None:
-    async for chunk in handle.tail():
-        sys.stdout.write(chunk)
-        sys.stdout.flush()
+def _print(chunk: str) -> None:
+    sys.stdout.write(chunk)
+    sys.stdout.flush()
 
 
 class Refreshable(Protocol):
@@ -363,7 +362,7 @@ def launch_plan(
         num_cpus=plan.driver_cpus,
     )
     if follow:
-        asyncio.run(_print_tail(handle))
+        follow(handle, _print)
     return handle
 
 
@@ -375,6 +374,5 @@ def finish(job: JobHandle, monitor: Refreshable | None, timeout_s: float) -> str
         monitor.stop_polling()
         monitor.refresh()
     if status != "SUCCEEDED":
-        tail = "; ".join(job.logs().strip().splitlines()[-3:])
-        raise RlkitError(f"job {job.submission_id} ended {status}: {tail}")
+        raise RlkitError(f"job {job.submission_id} ended {status}: {log_tail(job.logs())}")
     return status

@@ -38,7 +38,7 @@ from rlkit.cluster.checks import Check, budget_checks
 from rlkit.cluster.model_checks import config_json as _config_json
 from rlkit.cluster.model_checks import model_check as _model
 from rlkit.cluster.model_checks import tied_embeddings
-from rlkit.errors import RlkitError
+from rlkit.run.joblog import answer, read_answer
 
 if TYPE_CHECKING:
     from rlkit.cluster.client import Cluster
@@ -266,11 +266,8 @@ def run_checks(
 
 
 def parse_report(logs: str) -> list[Check]:
-    for line in logs.splitlines():
-        if line.startswith(MARK):
-            return [Check(**c) for c in json.loads(line[len(MARK) :])]
-    tail = "; ".join(logs.strip().splitlines()[-3:])
-    raise RlkitError(f"the preflight job printed no report: {tail or 'no output'}")
+    """The checks the preflight job printed (its tagged line)."""
+    return [Check(**c) for c in read_answer(logs, MARK, "the preflight job printed no report")]
 
 
 def with_client(checks: list[Check], client_ray: str) -> list[Check]:
@@ -322,12 +319,8 @@ def preflight(
     argv += ["--budget", json.dumps({k: getattr(sky.task, k) for k in BUDGET_FIELDS})]
     argv += ["--gpu"] if gpu else []
     job = cluster.submit("preflight", shlex.join(argv), num_cpus=1)
-    status = job.wait(timeout_s, poll_s=2.0).value
-    logs = job.logs()
-    if status != "SUCCEEDED":
-        tail = "; ".join(logs.strip().splitlines()[-3:])
-        raise RlkitError(f"the preflight job {job.submission_id} ended {status}: {tail}")
-    return with_client(parse_report(logs), ray.__version__)
+    report = answer(job, MARK, "the preflight job", timeout_s=timeout_s, poll_s=2.0)
+    return with_client([Check(**c) for c in report], ray.__version__)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlkit.errors import RlkitError, UsageError
+from rlkit.run.joblog import answer, follow
 
 if TYPE_CHECKING:
     from rlkit.cluster.client import Cluster
@@ -257,29 +258,14 @@ def stage_model(
 ) -> dict:
     """Run the stage job on `cluster`, echo its log as it comes, return its record; RlkitError
     in one line when it fails or the model does not verify."""
-    import asyncio
-
     entry = stage_entrypoint(source, dest, revision)
     name = f"stage-{dest.rstrip('/').split('/')[-1]}"
     job = cluster.submit(
         name, entry, num_cpus=1, runtime_env_vars=dict(env_vars or {}), metadata={"kind": "stage"}
     )
-
-    async def follow() -> None:
-        async for chunk in job.tail():
-            for line in chunk.splitlines():
-                if echo is not None and not line.startswith(MARK):
-                    echo(line)
-
     if echo is not None:
-        asyncio.run(follow())
-    status = job.wait(timeout_s, poll_s=1.0).value
-    logs = job.logs()
-    found = [ln for ln in logs.splitlines() if ln.startswith(MARK)]
-    if not found:
-        tail = "; ".join(logs.strip().splitlines()[-3:])
-        raise RlkitError(f"stage job {job.submission_id} ended {status}: {tail or 'no output'}")
-    record = json.loads(found[-1][len(MARK) :])
+        follow(job, echo, hide=MARK)
+    record = answer(job, MARK, f"staging {source} to {dest}", timeout_s=timeout_s, failed_ok=True)
     if record["problems"]:
         more = f" (+{len(record['problems']) - 1} more)" if len(record["problems"]) > 1 else ""
         raise RlkitError(f"staging {source} to {dest} failed: {record['problems'][0]}{more}")

@@ -26,6 +26,7 @@ from ray.job_submission import JobStatus
 from rlkit.cluster.hang import STEP_PREFIX
 from rlkit.cluster.jobs import TERMINAL, JobHandle
 from rlkit.errors import RlkitError
+from rlkit.run.joblog import log_tail
 
 if TYPE_CHECKING:
     from rlkit.cluster.client import Cluster
@@ -126,9 +127,8 @@ def watch(
             return job
         how = "stalled" if stalled else "FAILED"
         if restarts == resubmit:
-            tail = "; ".join(job.logs().strip().splitlines()[-3:])
             raise RlkitError(
-                f"{job.submission_id} {how} after {restarts} restart(s): {tail or 'no output'}"
+                f"{job.submission_id} {how} after {restarts} restart(s): {log_tail(job.logs())}"
             )
         restarts += 1
         again = resubmit_job(cluster, job, run_name)

@@ -15,8 +15,8 @@ from typing import Any
 
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.errors import UsageError
+from rlkit.run import remote
 from rlkit.run.backends import LocalRun, Run, RunNotFound, SkyRLRunReader, open_here
-from rlkit.run.remote import read_run
 from rlkit.run.skyrl_layout import find_skyrl_run
 
 __all__ = ["LocalRun", "Run", "RunNotFound", "SkyRLRunReader", "is_run", "open_run", "run_or_none"]
@@ -29,7 +29,7 @@ def open_run(source: str | Path | Run, cluster: Any = None) -> Run:
     if isinstance(source, Run):
         return source
     if cluster is not None and not Path(source).expanduser().exists():
-        return read_run(cluster, Path(source).expanduser())
+        return remote.read_run(cluster, Path(source).expanduser())
     return open_here(source)
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from rlkit.errors import RlkitError, UsageError
 from rlkit.run.backends import SummaryRun, open_here
+from rlkit.run.joblog import answer, read_answer
 
 TAG = "rlkit-run-summary "
 """Starts the one log line that holds the summary; anything else the job prints is ignored."""
@@ -31,21 +32,10 @@ def summary_line(path: str, captured: int = 1) -> str:
     return TAG + json.dumps(open_here(path).summary(captured), allow_nan=False)
 
 
-def _tail(logs: str) -> str:
-    """A job's last three log lines on one line: what it said instead of a summary."""
-    return " | ".join(logs.strip().splitlines()[-3:]) or "no output"
-
-
 def summary_from_logs(logs: str, path: str) -> SummaryRun:
     """The run from a reading job's logs (the last tagged line); RlkitError naming what the job
     said instead when there is none."""
-    lines = [ln for ln in logs.splitlines() if ln.startswith(TAG)]
-    if not lines:
-        raise RlkitError(f"the cluster could not read {path}: {_tail(logs)}")
-    try:
-        return SummaryRun(json.loads(lines[-1][len(TAG) :]))
-    except ValueError as e:
-        raise RlkitError(f"the cluster's summary of {path} is not JSON ({e})") from e
+    return SummaryRun(read_answer(logs, TAG, f"the cluster could not read {path}"))
 
 
 READ_TIMEOUT_S = 180.0
@@ -63,13 +53,8 @@ def read_run(
     name = Path(path).name or "run"
     argv = ["python", "-m", "rlkit.run.remote", str(path), "--captured", str(captured)]
     handle = cluster.submit(f"read-{name}", shlex.join(argv), num_cpus=0.1)
-    status = handle.wait(timeout_s)
-    logs = handle.logs()
-    if str(getattr(status, "value", status)).upper() != "SUCCEEDED":
-        raise RlkitError(
-            f"reading {path} on the cluster: job {handle.submission_id} {status}: {_tail(logs)}"
-        )
-    return summary_from_logs(logs, str(path))
+    what = f"the cluster could not read {path}"
+    return SummaryRun(answer(handle, TAG, what, timeout_s=timeout_s))
 
 
 def main(argv: list[str]) -> int:
