@@ -116,7 +116,7 @@ class Tuning:
         """One line: what trains (the dry run's and the trainer's `lora:` line)."""
         frozen = "" if self.freeze_vision == "none" else f", vision {self.freeze_vision} frozen"
         if self.lora_rank == 0:
-            return f"off: every weight trains{frozen}"
+            return f"off: every {'other ' if frozen else ''}weight trains{frozen}"
         return (
             f"rank {self.lora_rank}, alpha {self.lora_alpha}, targets {self.lora_targets}"
             f"{frozen}; base weights frozen"
