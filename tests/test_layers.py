@@ -45,3 +45,13 @@ def test_forbidden_imports_fail_lint(tmp_path: Path):
     assert flagged == set(breaches), out.stdout
     assert "allowed only in model, train (not in a torch-free module: TORCH_FREE)" in out.stdout
     assert "maze imports rlkit.notebook from the same or a higher layer" in out.stdout
+
+
+def test_an_import_circle_fails_lint(tmp_path: Path):
+    tree = tmp_path / "rlkit"
+    shutil.copytree(ROOT / "rlkit", tree, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(tree / "run" / "checkpoints.py", "a") as f:  # rundir imports checkpoints
+        f.write("\ndef f():\n    from rlkit.run.rundir import RunDir\n")
+    out = check(tree)
+    assert out.returncode == 1
+    assert "import circle run/checkpoints <-> run/rundir" in out.stdout, out.stdout
