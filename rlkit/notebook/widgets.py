@@ -65,31 +65,35 @@ class _Pane:
         self.bars.value = bars_html(self.move_bars[i])
 
 
-def _player(n_frames: int, interval_ms: int) -> tuple[widgets.Play, widgets.IntSlider]:
-    play = widgets.Play(min=0, max=n_frames - 1, step=1, interval=interval_ms)
-    slider = widgets.IntSlider(min=0, max=n_frames - 1, description="frame")
-    widgets.jslink((play, "value"), (slider, "value"))
-    # The Python-side mirror makes `play.value = k` work headless; in a browser it is a no-op
-    # because jslink has already set the slider to the same value.
-    play.observe(lambda change: setattr(slider, "value", change["new"]), names="value")
-    return play, slider
+class _Replay(widgets.VBox):
+    """Panes on one Play/slider (a shorter episode holds its last frame) that also displays as
+    the kernel-free HTML/JS player (`text/html`)."""
 
+    def __init__(self, panes: Sequence[_Pane], interval_ms: int, note_html: str = ""):
+        self.panes, self.interval_ms, self.note_html = tuple(panes), interval_ms, note_html
+        n = max(p.n_frames for p in self.panes)
+        self.play = widgets.Play(min=0, max=n - 1, step=1, interval=interval_ms)
+        self.slider = widgets.IntSlider(min=0, max=n - 1, description="frame")
+        widgets.jslink((self.play, "value"), (self.slider, "value"))
+        # The Python-side mirror makes `play.value = k` work headless; in a browser it is a no-op
+        # because jslink has already set the slider to the same value.
+        self.play.observe(lambda change: setattr(self.slider, "value", change["new"]), "value")
+        self.slider.observe(lambda change: self._show(change["new"]), names="value")
+        self._show(0)
+        note = [widgets.HTML(note_html)] if note_html else []
+        boxes = [p.box for p in self.panes]
+        panes_box = boxes[0] if len(boxes) == 1 else widgets.HBox(boxes)
+        controls = widgets.HBox([self.play, self.slider])
+        super().__init__([controls, *note, panes_box, widgets.HTML(colour_key())])
 
-class _KernelFree:
-    """A replay widget that also displays as a kernel-free HTML/JS player (`text/html`)."""
-
-    panes: tuple[_Pane, ...]
-    interval_ms: int
-    note_html: str = ""
+    def _show(self, index: int) -> None:
+        for pane in self.panes:
+            pane.show(index)
 
     def to_html(self) -> str:
         """The same frames as a self-contained player that needs no kernel."""
-        return player_html(
-            [p.data for p in self.panes],
-            self.interval_ms,
-            colour_key(),
-            self.note_html,
-        )
+        panes = [p.data for p in self.panes]
+        return player_html(panes, self.interval_ms, colour_key(), self.note_html)
 
     def _repr_mimebundle_(self, **kwargs):
         bundle = super()._repr_mimebundle_(**kwargs)
@@ -98,7 +102,7 @@ class _KernelFree:
         return bundle
 
 
-class ReplayWidget(_KernelFree, widgets.VBox):
+class ReplayWidget(_Replay):
     """Scrub through one episode: frame, model answer, parsed move, oracle move, outcome."""
 
     def __init__(
@@ -111,20 +115,14 @@ class ReplayWidget(_KernelFree, widgets.VBox):
         label: str = "",
     ):
         self.pane = _Pane(trajectory, style, display_px, label)
-        self.panes, self.interval_ms = (self.pane,), interval_ms
-        self.frames = self.pane.frames
-        self.image, self.text, self.info = self.pane.image, self.pane.text, self.pane.info
-        self.play, self.slider = _player(self.pane.n_frames, interval_ms)
-        self.slider.observe(lambda change: self.pane.show(change["new"]), names="value")
-        self.pane.show(0)
-        legend = widgets.HTML(colour_key())
-        super().__init__([widgets.HBox([self.play, self.slider]), self.pane.box, legend])
+        self.frames, self.image = self.pane.frames, self.pane.image
+        self.text, self.info = self.pane.text, self.pane.info
+        super().__init__([self.pane], interval_ms)
 
 
-class CheckpointDiffWidget(_KernelFree, widgets.VBox):
-    """The same maze played by two policies side by side, one slider; a shorter episode holds
-    its last frame. Each pane draws its policy's move probabilities per turn, and a line above
-    says where (on the same cell) the two first chose differently and how sure each was."""
+class CheckpointDiffWidget(_Replay):
+    """The same maze played by two policies side by side on one slider, with a line saying
+    where (on the same cell) the two first chose differently and how sure each was."""
 
     def __init__(
         self,
@@ -140,32 +138,16 @@ class CheckpointDiffWidget(_KernelFree, widgets.VBox):
             raise UsageError(f"labels needs two names (one per episode), got {list(labels)}")
         if traj_a.maze_obj != traj_b.maze_obj:
             raise UsageError("the two episodes are on different mazes: pick the same maze index")
-        self.panes = (
-            _Pane(traj_a, style, display_px, labels[0]),
-            _Pane(traj_b, style, display_px, labels[1]),
-        )
-        self.interval_ms = interval_ms
         self.disagreement = disagreement(traj_a, traj_b, labels)
-        self.note_html = (
+        note = (
             f"<div class='rlkit-disagreement' style='font-size:0.85em;margin:0.3em 0'>"
             f"{html.escape(self.disagreement)}</div>"
         )
-        n = max(p.n_frames for p in self.panes)
-        self.play, self.slider = _player(n, interval_ms)
-        self.slider.observe(lambda change: self._show(change["new"]), names="value")
-        self._show(0)
-        super().__init__(
-            [
-                widgets.HBox([self.play, self.slider]),
-                widgets.HTML(self.note_html),
-                widgets.HBox([p.box for p in self.panes]),
-                widgets.HTML(colour_key()),
-            ]
-        )
-
-    def _show(self, index: int) -> None:
-        for pane in self.panes:
-            pane.show(index)
+        panes = [
+            _Pane(t, style, display_px, label)
+            for t, label in zip((traj_a, traj_b), labels, strict=True)
+        ]
+        super().__init__(panes, interval_ms, note)
 
 
 # maze browser
