@@ -216,7 +216,7 @@ def test_head_that_never_answers_times_out():
 
 
 def test_credentials_in_pip_urls_are_masked():
-    from rlkit.cluster.masking import describe_submission
+    from rlkit.cluster.client import describe_submission
 
     text = describe_submission(
         "rlkit-x-1",

@@ -18,7 +18,7 @@ from ray.job_submission import JobStatus
 
 from rlkit.cluster import launch
 from rlkit.cluster.address import LOCAL, resolve_address
-from rlkit.cluster.client import connect
+from rlkit.cluster.client import connect, mask_env
 from rlkit.cluster.jobs import next_submission_id, records_for_run
 from rlkit.cluster.localhead import (
     LOGICAL_GPUS,
@@ -27,7 +27,6 @@ from rlkit.cluster.localhead import (
     ray_temp_dir,
     start_local_head,
 )
-from rlkit.cluster.masking import mask_env
 from rlkit.cluster.workdir import PACKAGING_LOGGERS, working_dir_runtime_env
 from rlkit.errors import RlkitError, UsageError
 

@@ -146,7 +146,7 @@ def test_the_token_budget_is_reported(checks):
 
 
 def test_the_model_check_points_at_the_staged_copy(tmp_path: Path):
-    from rlkit.cluster.model_checks import model_check
+    from rlkit.cluster.checks import model_check
     from rlkit.cluster.stage import STAGED_MARKER
 
     hub_id = "Org/Tiny-VL"

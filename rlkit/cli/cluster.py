@@ -86,8 +86,8 @@ def _forwarded_env(names: list[str]) -> dict[str, str]:
 
 
 def _submit(args: argparse.Namespace) -> int:
+    from rlkit.cluster.client import mask_env
     from rlkit.cluster.launch import launch_plan, plan_line, plan_training, pod_summary
-    from rlkit.cluster.masking import mask_env
     from rlkit.cluster.presets import preset_backend
     from rlkit.cluster.skyrl.storage import storage_estimate
     from rlkit.settings import parse_sets

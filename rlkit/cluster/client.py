@@ -22,6 +22,7 @@ Addresses `connect()` understands (`rlkit.cluster.address` decides what each mea
 from __future__ import annotations
 
 import platform
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,6 @@ from rlkit.cluster.localhead import (
     find_local_head,
     start_local_head,
 )
-from rlkit.cluster.masking import describe_submission
 from rlkit.cluster.workdir import project_root, quiet_packaging, working_dir_runtime_env
 from rlkit.errors import RlkitError
 from rlkit.run.joblog import answer
@@ -48,6 +48,35 @@ __all__ = ["Cluster", "ClusterSummary", "connect"]
 
 SUBMIT_DEADLINE_S = 300.0
 """Submitting uploads the working dir (up to 100 MiB): slower links need minutes, not 20 s."""
+
+
+def mask_env(env_vars: dict[str, str]) -> dict[str, str]:
+    """Env var names with their values hidden: they often hold tokens (WANDB_API_KEY, HF_TOKEN)."""
+    return {k: "***" for k in env_vars}
+
+
+_URL_CREDENTIALS = re.compile(r"(\w+://)[^/\s@]+@")
+
+
+def mask_url_credentials(text: str) -> str:
+    """`https://user:token@host/...` -> `https://***@host/...`: private index URLs in pip
+    options carry tokens as often as env vars do."""
+    return _URL_CREDENTIALS.sub(r"\1***@", text)
+
+
+def describe_submission(
+    submission_id: str, entrypoint: str, runtime_env: dict[str, Any], metadata: dict[str, str]
+) -> str:
+    """What is (or would be) submitted, printable: env var values masked."""
+    lines = [f"submission id: {submission_id}", f"entrypoint:    {entrypoint}"]
+    lines.append(f"working_dir:   {runtime_env.get('working_dir')}")
+    if runtime_env.get("env_vars"):
+        masked = mask_env(runtime_env["env_vars"])
+        lines.append("env_vars:      " + " ".join(f"{k}={v}" for k, v in masked.items()))
+    if runtime_env.get("pip"):
+        lines.append("pip:           " + mask_url_credentials(" ".join(runtime_env["pip"])))
+    lines.append("metadata:      " + " ".join(f"{k}={v}" for k, v in metadata.items()))
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides, entrypoint_
 from rlkit.cluster.skyrl.preset_checks import check_budget, eval_plan
 from rlkit.cluster.skyrl.start import start_plan
 from rlkit.errors import RlkitError, UsageError
-from rlkit.run.joblog import log_tail
+from rlkit.run import joblog
 from rlkit.settings import parse_sets
 from rlkit.train.presets import preset as load_preset
 
@@ -139,7 +139,7 @@ def submit_eval(
         metadata={"policy": policy, "out": out, "kind": "eval", "engine": engine},
     )
     if follow:
-        follow(handle, _print)
+        joblog.follow(handle, _print)
     return handle
 
 
@@ -362,7 +362,7 @@ def launch_plan(
         num_cpus=plan.driver_cpus,
     )
     if follow:
-        follow(handle, _print)
+        joblog.follow(handle, _print)
     return handle
 
 
@@ -374,5 +374,5 @@ def finish(job: JobHandle, monitor: Refreshable | None, timeout_s: float) -> str
         monitor.stop_polling()
         monitor.refresh()
     if status != "SUCCEEDED":
-        raise RlkitError(f"job {job.submission_id} ended {status}: {log_tail(job.logs())}")
+        raise RlkitError(f"job {job.submission_id} ended {status}: {joblog.log_tail(job.logs())}")
     return status

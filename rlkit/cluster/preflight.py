@@ -34,10 +34,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlkit.cluster.checks import Check, budget_checks
-from rlkit.cluster.model_checks import config_json as _config_json
-from rlkit.cluster.model_checks import model_check as _model
-from rlkit.cluster.model_checks import tied_embeddings
+from rlkit.cluster.checks import Check, budget_checks, tied_embeddings
+from rlkit.cluster.checks import config_json as _config_json
+from rlkit.cluster.checks import model_check as _model
 from rlkit.run.joblog import answer, read_answer
 
 if TYPE_CHECKING:

@@ -89,7 +89,7 @@ PACKAGING_LOGGERS = {
 def quiet_packaging() -> Iterator[None]:
     """Ray's per-file packaging chatter off while a working dir uploads (warnings stay).
 
-    The printed submission (`rlkit.cluster.masking.describe_submission`) already says what
+    The printed submission (`rlkit.cluster.client.describe_submission`) already says what
     ships; Ray would add a dozen INFO lines per submission (every .gitignore it honours, three
     times) to a notebook's output.
     """
