@@ -12,7 +12,6 @@ API, listens on 127.0.0.1 only.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import signal
@@ -24,6 +23,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from filelock import FileLock, Timeout
 
 from rlkit.cluster.address import ADDRESS_ENV_VARS
 from rlkit.errors import RlkitError
@@ -199,27 +200,22 @@ def _node_alive(url: str, timeout_s: float = 2.0) -> bool:
 def _start_lock(port: int, timeout_s: float) -> Iterator[None]:
     """One start per port at a time, across processes and threads: a second `connect()` while
     a head is starting waits for it and then reuses it, instead of racing a second `ray start`
-    onto the same port. An flock is released when its holder exits, however it exits."""
+    onto the same port. The lock (filelock's flock) is released when its holder exits, however it exits."""
     path = _state_file(port).with_suffix(".lock")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as lock:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise RlkitError(
-                        f"another process has been starting the local Ray head on 127.0.0.1:{port} "
-                        f"for over {timeout_s:.0f} s; see {_state_file(port).with_suffix('.log')} "
-                        "or pass connect(local_port=...) a free port"
-                    ) from None
-                time.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    lock = FileLock(path)
+    try:
+        lock.acquire(timeout=timeout_s, poll_interval=0.2)
+    except Timeout:
+        raise RlkitError(
+            f"another process has been starting the local Ray head on 127.0.0.1:{port} "
+            f"for over {timeout_s:.0f} s; see {_state_file(port).with_suffix('.log')} "
+            "or pass connect(local_port=...) a free port"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def start_local_head(
