@@ -1,18 +1,28 @@
 """The seed's task for the tiny model (`local-tiny-visgym`): VisGym's picture drawn with a one-
-square wall pad so that every 16 px vision patch holds one cell and its passages."""
+square wall pad so that every 16 px vision patch holds one cell and its passages, and the warm
+start's open-square states, distance curriculum and dense per-square loss."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from rlkit.env.maze_env import env_for_set
 from rlkit.errors import UsageError
 from rlkit.maze import rules
+from rlkit.maze.core import STOP, exit_distances
 from rlkit.maze.render import RenderStyle, render_array
-from rlkit.maze.sets import pinned_set
+from rlkit.maze.sets import pinned_set, pinned_spec
+from rlkit.train.config import WarmStartConfig
+from rlkit.train.presets import preset
+from rlkit.train.square_head import IGNORE, square_labels
+from rlkit.train.trainer import Trainer, train
+from rlkit.train.warmstart import bc_distance, open_square_states
 
 
 def test_a_padded_picture_is_visgyms_with_a_wall_border_right_and_below():
@@ -26,3 +36,79 @@ def test_a_padded_picture_is_visgyms_with_a_wall_border_right_and_below():
     assert (border == np.array(style.wall, np.uint8)).all()
     with pytest.raises(UsageError, match=r"pad \(9\) must be 0..4"):
         RenderStyle(pad=9)
+
+
+def _floor(maze):
+    return [(int(r), int(c)) for r, c in np.argwhere(~maze.squares)]
+
+
+def test_square_labels_are_the_oracles_answer_on_every_floor_square():
+    maze = pinned_set("visgym-easy")[3]
+    choices = rules.game_moves(maze)
+    labels = square_labels(maze, pad=1, block=2, choices=choices)
+    assert labels.shape == (25, 4)  # 5 x 5 patches of 2 x 2 squares
+    grid = labels.reshape(5, 5, 2, 2).transpose(0, 2, 1, 3).reshape(10, 10)
+    floor = _floor(maze)
+    assert (grid != IGNORE).sum() == len(floor)
+    for r, c in floor:
+        state = rules.State(maze=maze, pos=(r, c), trail=((r, c),))
+        assert choices[grid[r, c]] == rules.best_move(state)
+    assert choices[grid[maze.exit]] == STOP
+
+
+def test_open_square_states_draw_the_floor_near_the_target_first():
+    spec = pinned_spec("visgym-easy")
+    states = open_square_states(spec, step=0, batch=64, seed=0, per_maze=8)
+    assert states == open_square_states(spec, step=0, batch=64, seed=0, per_maze=8)
+    assert all(a == rules.best_move(s) for s, a, _ in states)
+    assert any(a == STOP for _, a, _ in states)
+    notes = [n for _, _, n in states]
+    assert any(n.startswith("You moved") for n in notes) and any("into a wall" in n for n in notes)
+    near = open_square_states(spec, step=0, batch=64, seed=0, per_maze=8, max_distance=3)
+    assert max(exit_distances(s.maze)[s.pos] for s, _, _ in near) <= 3
+    w = WarmStartConfig(states="open", curriculum_steps=100)
+    assert [bc_distance(w, s) for s in (0, 50, 99, 100)] == [2, 17, 31, None]
+    assert bc_distance(WarmStartConfig(states="open"), 0) is None
+
+
+def _small_cfg():
+    cfg = preset("local-tiny-visgym")
+    return cfg.with_overrides(
+        {
+            "model.tiny.hidden": 32, "model.tiny.layers": 1, "model.tiny.heads": 2,
+            "model.tiny.kv_heads": 1, "model.tiny.intermediate": 64,
+            "model.tiny.vision_hidden": 32, "model.tiny.vision_heads": 2,
+            "model.tiny.vision_depth": 2, "warm_start.batch": 16, "warm_start.max_steps": 4,
+            "warm_start.check_every": 2, "warm_start.val_samples": 1, "warm_start.stop_at": 1.0,
+            "warm_start.curriculum_steps": 2, "grpo.mazes_per_step": 2, "grpo.group_size": 2,
+            "schedule.steps": 1, "schedule.eval_samples": 1, "schedule.ckpt_every": 1,
+            "schedule.threads": 1,
+        }
+    )  # fmt: skip
+
+
+def test_the_square_head_trains_beside_bc_and_resumes(tmp_path):
+    """The dense loss joins BC (its own metric), its head is saved in a warm-start checkpoint
+    and restored on resume: a run stopped mid warm start ends as an uninterrupted one."""
+    cfg = _small_cfg()
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    train(cfg, straight, progress=False)
+    Trainer(cfg, split, progress=False).fit(stop_at_step=2)
+    saved = torch.load(split / "global_step_2" / "trainer_state.pt", weights_only=False)
+    assert "square_head" in saved
+    train(cfg, split, progress=False)
+    rows = [json.loads(x) for x in (straight / "metrics.jsonl").read_text().splitlines()]
+    assert all(np.isfinite(r["loss/bc_squares"]) for r in rows if "loss/bc" in r)
+    a, b = (
+        load_file(str(d / "global_step_5" / "policy" / "model.safetensors"))
+        for d in (straight, split)
+    )
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert not (straight / "global_step_5" / "policy" / "square_head").exists()
+
+
+def test_a_layout_the_head_cannot_label_is_refused_in_one_line(tmp_path):
+    cfg = _small_cfg().with_overrides({"model.tiny.merge": 2, "model.tiny.patch_size": 8})
+    with pytest.raises(UsageError, match="warm_start.aux_weight needs the squares game") as e:
+        train(cfg, tmp_path, progress=False)
+    assert "\n" not in str(e.value)

@@ -3,6 +3,7 @@ word `stop`, the warm start's stop examples, the squares game's turn budgets, an
 training two steps and evaluating on `visgym-easy` (fast and deterministic)."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -22,7 +23,7 @@ from rlkit.train.step import turn_budgets
 from rlkit.train.trainer import train
 from rlkit.train.warmstart import bc_batch, squares_bc_states
 
-SMALL = {  # the smoke model's shape, one patch a square: seconds, not minutes
+SMALL = {  # the smoke model's shape, one patch a cell: seconds, not minutes
     "model.tiny.hidden": 64,
     "model.tiny.layers": 1,
     "model.tiny.heads": 2,
@@ -43,11 +44,13 @@ def loaded(tmp_path_factory, cfg):
     return load(build_tiny(tmp_path_factory.mktemp("tiny"), seed=0, config=cfg.model.tiny))
 
 
-def test_the_preset_plays_visgyms_mazes_and_rules_on_a_view_scaled_to_one_patch_a_square(cfg):
+def test_the_preset_plays_visgyms_mazes_and_rules_on_a_view_of_one_patch_a_cell(cfg):
     env = cfg.task.env
     assert cfg.task.eval_set == "visgym-easy" and cfg.task.spec == pinned_spec("visgym-easy")
     assert (env.max_turns, env.parser, env.style.view) == (18, "visgym", "full")
-    assert env.style.cell_px == cfg.model.tiny.patch_size == 8 and cfg.model.tiny.merge == 1
+    # 8 px squares, a one-square pad: 2 x 2 squares (a cell and its passages) a 16 px patch
+    assert (env.style.cell_px, env.style.pad) == (8, 1)
+    assert cfg.model.tiny.patch_size == 16 and cfg.model.tiny.merge == 1
     assert (env.style.wall, env.style.exit, env.style.agent) == (
         (169, 169, 169),
         (255, 0, 0),
@@ -98,8 +101,9 @@ def test_squares_bc_states_clone_the_oracle_with_stop_on_the_target_and_the_envs
 
 def test_bc_batch_keeps_the_cell_games_states(loaded):
     cells = preset("smoke")
-    prompts, actions = bc_batch(loaded, cells.task.spec, cells.task.env, 0, 8, 5, 0)
-    assert len(prompts) == 8 and all(isinstance(a, Action) for a in actions)
+    w = replace(cells.warm_start, batch=8, random_steps=5)
+    prompts, actions, mazes = bc_batch(loaded, cells.task.spec, cells.task.env, 0, w, 0)
+    assert len(prompts) == len(mazes) == 8 and all(isinstance(a, Action) for a in actions)
 
 
 def test_a_squares_mazes_tight_budget_counts_its_stop(cfg):

@@ -115,10 +115,39 @@ class WarmStartConfig:
     ~0.32 to 0.41-0.48, and the first GRPO checkpoint to 51% on the test set. None: one phase."""
     fine_lr: float = 2.5e-4
     """BC learning rate of the fine phase."""
+    warmup_steps: int = 0
+    """BC steps over which the rate rises linearly to `lr` (a deep vision tower diverges at
+    1e-3 without it)."""
     val_samples: int = 4
     """Episodes per validation maze: 64 x 1 is too noisy for a stop rule at 42%."""
     random_steps: int = 5
     """States are reached by up to this many random moves from the start (varied trails)."""
+    states: str = "path"
+    """Squares game: `path` (points along the oracle's path, then random moves) or `open`
+    (floor squares drawn uniformly from fresh mazes, `per_maze` each, with the feedback a move
+    into the square or a bump there shows)."""
+    per_maze: int = 8
+    """`open` states: squares drawn from each maze."""
+    curriculum_steps: int | None = None
+    """`open` states: BC steps over which the largest distance to the target a state may have
+    grows from 2 to every square (near the target first). None: every square from the start."""
+    aux_weight: float = 0.0
+    """Weight of the dense auxiliary loss (`rlkit.train.square_head`): every floor square's
+    oracle answer predicted from the vision tower's last block. 0: off."""
+
+    def __post_init__(self) -> None:
+        if self.states not in BC_STATES:
+            raise UsageError(f"warm_start.states {self.states!r}: use {' or '.join(BC_STATES)}")
+        if self.per_maze < 1 or (self.curriculum_steps is not None and self.curriculum_steps < 1):
+            raise UsageError(
+                f"warm_start.per_maze ({self.per_maze}) and curriculum_steps "
+                f"({self.curriculum_steps}) must be >= 1 (curriculum_steps none: no curriculum)"
+            )
+        if self.aux_weight < 0:
+            raise UsageError(f"warm_start.aux_weight ({self.aux_weight}) must be >= 0 (0: off)")
+
+
+BC_STATES = ("path", "open")
 
 
 @dataclass(frozen=True)

@@ -56,16 +56,16 @@ def _smoke() -> TrainConfig:
 VISGYM_TINY_ENV = replace(
     SET_ENV["visgym-easy"],
     prompt_style="compact",
-    style=replace(SET_ENV["visgym-easy"].style, cell_px=8),
+    style=replace(SET_ENV["visgym-easy"].style, cell_px=8, pad=1),
 )
 """VisGym's maze_2d/easy for the tiny model: the same mazes, positions, rules (`stop` on the
-target wins), 18 turns, parser and feedback; the picture VisGym's colours at 8 px a square
-(72 x 72 px, one 8 px vision patch per square: 81 image tokens with merge 1), and the compact
-prompt line (`COMPACT_SQUARES_TASK`). The `test` set's agent-centred 48 px window does not
-apply: squares mazes are drawn whole, and the whole 9x9 maze (agent and target both in view)
-is the state, so a Markov policy can play it. At 25 px the processor would keep 225 px as
-28x28 patches (784 tokens, ~10x the forward); merge 2 at 8 px would cut squares across tokens
-(72 px is not a multiple of 16)."""
+target wins), 18 turns, parser and feedback; VisGym's picture and colours at 8 px a square with
+a one-square wall border right and below (80 x 80 px: each 16 px patch holds one cell and its
+passages, 25 image tokens), and the compact prompt line. Why: docs/benchmarks.md."""
+
+VISGYM_TINY = TinyConfig(merge=1, patch_size=16, vision_depth=8)
+"""The tiny model for the seed's task: a vision tower of 8 blocks over 25 patches, where the
+way to the target is worked out (the text side reads the agent's square)."""
 
 
 def _local_tiny_visgym() -> TrainConfig:
@@ -77,16 +77,22 @@ def _local_tiny_visgym() -> TrainConfig:
         task=TaskConfig(
             spec=pinned_spec("visgym-easy"), env=VISGYM_TINY_ENV, eval_set="visgym-easy"
         ),
-        model=ModelConfig(tiny=TinyConfig(merge=1)),
-        # a validation check plays 64 mazes x 2 episodes of up to 18 turns (~10x a BC step):
-        # every 20 steps; the whole-maze oracle takes hundreds of steps, not local-tiny's ~60.
-        # BC at local-tiny's 1e-3 diverged at step 32 (loss 0.96 -> 3.16, then uniform for
-        # good: seed 0, 1 thread): 3e-4
+        model=ModelConfig(tiny=VISGYM_TINY),
+        # every floor square's oracle move, near the target first, with every square's answer
+        # predicted from the vision tower as a dense auxiliary loss (docs/benchmarks.md)
         warm_start=replace(
-            base.warm_start, lr=3e-4, fine_lr=1e-4, check_every=20, val_samples=2, max_steps=600
+            base.warm_start,
+            states="open",
+            batch=64,
+            lr=1e-3,
+            warmup_steps=50,
+            curriculum_steps=300,
+            aux_weight=1.0,
+            fine_from=None,
+            check_every=20,
+            val_samples=2,
+            max_steps=3000,
         ),
-        # 16 mazes a step: a visgym episode is ~15 turns of ~100-token prompts (81 image
-        # tokens), 4x a `test` turn, and half the mazes of local-tiny keep a step near 15 s
         grpo=replace(base.grpo, mazes_per_step=16, lr_late_from=60),
         schedule=replace(base.schedule, steps=120, eval_samples=2),
     )

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from rlkit.env.maze_env import env_for_set
 from rlkit.episodes.evaluate import EVAL_SEED, EvalResult, evaluate
 from rlkit.errors import RlkitError, UsageError
+from rlkit.maze.rules import game_moves
 from rlkit.maze.sets import train_maze
 from rlkit.model.build import build_tiny
 from rlkit.model.load import LoadedModel, fast_vision, load, no_progress_bars
@@ -47,6 +48,7 @@ from rlkit.train.config import ScheduleConfig, TrainConfig
 from rlkit.train.learner import Learner
 from rlkit.train.metrics import MetricsLogger
 from rlkit.train.run_config import check_resume, resume_config
+from rlkit.train.square_head import SquareHead, block_side
 from rlkit.train.state import TrainState
 from rlkit.train.step import grpo_step
 from rlkit.train.warmstart import (
@@ -111,6 +113,8 @@ class Trainer:
         self.run = RunDir(run_dir, keep=cfg.schedule.keep)
         self.state = TrainState(phase="warm_start" if cfg.warm_start.enabled else "grpo")
         self.learner: Learner | None = None
+        self.square_head: SquareHead | None = None
+        """The warm start's per-square auxiliary head (`warm_start.aux_weight` > 0), else None."""
         self.adapter = None
         """peft's wrapper of the policy while LoRA trains (`model.lora_rank` > 0), else None."""
 
@@ -132,6 +136,15 @@ class Trainer:
         m = self.cfg.model
         game = train_maze(self.cfg.task.spec, 0).game  # squares: `stop` is a fifth choice
         answer = AnswerSpec.from_loaded(loaded, game) if m.constrained else None
+        w = self.cfg.warm_start
+        if self.state.phase == "warm_start" and w.aux_weight > 0:
+            maze = train_maze(self.cfg.task.spec, 0)
+            block = block_side(loaded, self.cfg.task.env, maze)
+            self.square_head = SquareHead(
+                loaded, block, game_moves(maze), seed=self.cfg.schedule.seed
+            )
+            if saved and "square_head" in saved:
+                self.square_head.load_state_dict(saved["square_head"])
         self.learner = Learner(
             loaded, self._optimizer(loaded), answer=answer, temperature=m.temperature
         )
@@ -158,9 +171,10 @@ class Trainer:
 
     def _optimizer(self, loaded: LoadedModel) -> torch.optim.Optimizer:
         lr = self.cfg.warm_start.lr if self.state.phase == "warm_start" else self.cfg.grpo.lr
-        return torch.optim.AdamW(
-            trainable(loaded.model), lr=lr, weight_decay=self.cfg.grpo.weight_decay
-        )
+        params = trainable(loaded.model)
+        if self.square_head is not None:  # the warm start's auxiliary head trains beside it
+            params = [{"params": params}, {"params": list(self.square_head.parameters())}]
+        return torch.optim.AdamW(params, lr=lr, weight_decay=self.cfg.grpo.weight_decay)
 
     def _tune(self, loaded: LoadedModel, ckpt: Checkpoint | None) -> None:
         """As the GRPO phase starts (or resumes): freeze the vision side and/or attach LoRA
@@ -277,16 +291,15 @@ class Trainer:
         w, s, task = self.cfg.warm_start, self.state, self.cfg.task
         lr, check = bc_schedule(w, s.step, s.val_solve_rate)
         with self.log.timer("update"):
-            prompts, actions = bc_batch(
-                self.learner.loaded,
-                task.spec,
-                task.env,
-                s.step - 1,
-                w.batch,
-                w.random_steps,
-                self.cfg.schedule.seed,
+            prompts, actions, mazes = bc_batch(
+                self.learner.loaded, task.spec, task.env, s.step - 1, w, self.cfg.schedule.seed
             )
-            metrics = bc_update(self.learner, prompts, actions, lr=lr, step=s.step)
+            aux = (
+                None
+                if self.square_head is None
+                else (self.square_head, w.aux_weight, mazes, task.env.style.pad)
+            )
+            metrics = bc_update(self.learner, prompts, actions, lr=lr, step=s.step, aux=aux)
         done = s.step >= w.max_steps
         if check:
             with self.log.timer("validate"):
@@ -299,6 +312,9 @@ class Trainer:
         metrics["train/lr"] = lr
         if done:
             s.phase, s.warm_start_end = "grpo", s.step
+            if self.square_head is not None:  # the warm start's alone
+                self.square_head.close()
+                self.square_head = None
             self._tune(self.learner.loaded, None)
             self.learner.opt = self._optimizer(self.learner.loaded)
             if self.cfg.recipe.kl_in_loss > 0:
@@ -367,6 +383,11 @@ class Trainer:
                     "state": asdict(self.state),
                     "optimizer": self.learner.opt.state_dict(),
                     "config": self.cfg.to_dict(),
+                    **(
+                        {"square_head": self.square_head.state_dict()}
+                        if self.square_head is not None
+                        else {}
+                    ),
                 },
                 d / "trainer_state.pt",
             )

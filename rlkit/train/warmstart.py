@@ -26,7 +26,7 @@ from rlkit.episodes.evaluate import EVAL_SEED
 from rlkit.episodes.policies import Policy
 from rlkit.episodes.rollout import Trajectory, run_episodes
 from rlkit.maze import rules
-from rlkit.maze.core import Action, Maze, Move, optimal_action, shortest_path
+from rlkit.maze.core import Action, Maze, Move, exit_distances, optimal_action, shortest_path
 from rlkit.maze.parsing import format_action
 from rlkit.maze.sets import MazeSpec, train_maze
 from rlkit.model.chat import Encoded
@@ -35,6 +35,7 @@ from rlkit.model.policy import AnswerSpec, turn_logprobs
 from rlkit.train import faults
 from rlkit.train.config import WarmStartConfig
 from rlkit.train.learner import Learner
+from rlkit.train.square_head import SquareHead
 
 BC_STREAM = 20_000_000
 """Training-stream index where BC mazes start (apart from GRPO's cursor and validation)."""
@@ -93,24 +94,103 @@ def squares_bc_states(
     return out
 
 
+def open_square_states(
+    spec: MazeSpec,
+    step: int,
+    batch: int,
+    seed: int,
+    per_maze: int = 8,
+    max_distance: int | None = None,
+) -> list[tuple[rules.State, Move, str]]:
+    """`batch` (state, oracle answer, feedback) triples of the squares game on floor squares
+    drawn uniformly, `per_maze` from each fresh maze (within `max_distance` moves of the target
+    when given), the target among them about once a maze; the feedback one a rollout would show
+    there (a move in from a neighbour, a bump, or none). A pure function of its arguments."""
+    rng = np.random.default_rng([seed, step, 13])
+    out: list[tuple[rules.State, Move, str]] = []
+    k = 0
+    while len(out) < batch:
+        maze = train_maze(spec, BC_STREAM + 10_000 * step + k)
+        k += 1
+        dist = exit_distances(maze)
+        floor = [(int(r), int(c)) for r, c in np.argwhere(~maze.squares)]
+        if max_distance is not None:
+            floor = [q for q in floor if dist[q] <= max_distance]
+        picked = [floor[i] for i in rng.choice(len(floor), min(per_maze, len(floor)), False)]
+        if maze.exit not in picked and rng.random() < STOP_SHARE:
+            picked[0] = maze.exit
+        for pos in picked:
+            state, note = _arrived(maze, pos, rng)
+            out.append((state, rules.best_move(state), note))
+    return out[:batch]
+
+
+def _arrived(maze: Maze, pos: tuple[int, int], rng: np.random.Generator) -> tuple[rules.State, str]:
+    """A state on `pos` as a rollout reaches it: moved in from a neighbour (3 in 4), a bump
+    against a wall there, or no feedback; the trail the start and the last squares."""
+    here = rules.State(maze=maze, pos=pos, trail=(maze.start, pos))
+    u = rng.random()
+    if u < 0.75:
+        came = []
+        for a in Action:
+            q = step_back(pos, a)
+            if not maze.squares[q] and maze.can_move(q, a):
+                came.append((q, a))
+        if came:
+            q, a = came[int(rng.integers(len(came)))]
+            before = rules.State(maze=maze, pos=q, trail=(maze.start, q))
+            after = rules.transition(before, [a])
+            return after, visgym_text.feedback(before, after, [a], None)
+    if u < 0.95:
+        walls = [a for a in Action if not maze.can_move(pos, a)]
+        if walls:
+            a = walls[int(rng.integers(len(walls)))]
+            after = rules.transition(here, [a])
+            return after, visgym_text.feedback(here, after, [a], None)
+    return here, ""
+
+
+def step_back(pos: tuple[int, int], a: Action) -> tuple[int, int]:
+    """The square a move `a` into `pos` came from."""
+    dr, dc = a.delta
+    return pos[0] - dr, pos[1] - dc
+
+
+def bc_distance(w: WarmStartConfig, step: int) -> int | None:
+    """The largest distance to the target of BC step `step`'s states (0-based) under
+    `curriculum_steps`: from 2, growing linearly to cover every square; None: no limit."""
+    if w.curriculum_steps is None or step >= w.curriculum_steps:
+        return None
+    return 2 + (CURRICULUM_REACH * step) // w.curriculum_steps
+
+
+CURRICULUM_REACH = 30
+"""Distances the BC curriculum adds over its steps (the 9x9 mazes' farthest squares: ~30)."""
+
+
 def bc_batch(
     loaded: LoadedModel,
     spec: MazeSpec,
     env: EnvConfig,
     step: int,
-    batch: int,
-    random_steps: int,
+    w: WarmStartConfig,
     seed: int,
-) -> tuple[list[Encoded], list[Move]]:
-    """One BC step's encoded prompts and oracle answers, by game: the cell game's
-    `bc_states` (Markov prompts of the first turn's kind), or `squares_bc_states` (with the
-    turn's feedback, and `stop` on the target)."""
+) -> tuple[list[Encoded], list[Move], list[Maze]]:
+    """One BC step's encoded prompts, oracle answers and mazes, by game and `w.states`: the cell
+    game's `bc_states` (Markov prompts of the first turn's kind), `squares_bc_states` (along
+    the path, with the turn's feedback and `stop` on the target) or `open_square_states`."""
     if train_maze(spec, BC_STREAM).game == "squares":
-        triples = squares_bc_states(spec, step, batch, random_steps, seed)
+        if w.states == "open":
+            triples = open_square_states(
+                spec, step, w.batch, seed, w.per_maze, bc_distance(w, step)
+            )
+        else:
+            triples = squares_bc_states(spec, step, w.batch, w.random_steps, seed)
         prompts = [loaded.encoder.encode(prompt_messages(s, env, n)) for s, _, n in triples]
-        return prompts, [a for _, a, _ in triples]
-    pairs = bc_states(spec, step, batch, random_steps, seed)
-    return encode_states(loaded, [p[0] for p in pairs], env), [p[1] for p in pairs]
+        return prompts, [a for _, a, _ in triples], [s.maze for s, _, _ in triples]
+    pairs = bc_states(spec, step, w.batch, w.random_steps, seed)
+    states = [p[0] for p in pairs]
+    return encode_states(loaded, states, env), [p[1] for p in pairs], [x.maze for x in states]
 
 
 def encode_states(
@@ -162,29 +242,39 @@ def bc_update(
     *,
     lr: float,
     step: int,
+    aux: tuple[SquareHead, float, Sequence[Maze], int] | None = None,
 ) -> dict[str, float]:
     """One optimizer step of behaviour cloning at learning rate `lr` (times a parameter group's
     `lr_scale` where it has one) on the learner's policy (constrained: the move word; free: the
-    whole answer); returns `loss/bc` and `train/bc_accuracy`."""
+    whole answer); returns `loss/bc` and `train/bc_accuracy`. `aux`: (head, weight, the
+    prompts' mazes, the picture's pad) adds the dense per-square loss (`loss/bc_squares`)."""
     for group in learner.opt.param_groups:  # a group may run at a multiple (`lr_scale`)
         group["lr"] = lr * group.get("lr_scale", 1.0)
     learner.loaded.model.train()
     loss, acc = bc_loss(learner.loaded, learner.answer, prompts, actions, learner.temperature)
+    out = {"loss/bc": float(loss.detach()), "train/bc_accuracy": acc}
+    if aux is not None:
+        head, weight, mazes, pad = aux
+        aux_loss = head.loss(prompts, mazes, pad)
+        loss = loss + weight * aux_loss
+        out["loss/bc_squares"] = float(aux_loss.detach())
     learner.opt.zero_grad()
     loss.backward()
     faults.point("optimizer", step)
     learner.opt.step()
     learner.loaded.model.eval()
-    return {"loss/bc": float(loss.detach()), "train/bc_accuracy": acc}
+    return out
 
 
 def bc_schedule(w: WarmStartConfig, step: int, val_rate: float | None) -> tuple[float, bool]:
     """(learning rate, whether to validate after it) of BC step `step` (1-based), given the
-    last validation solve rate (None before the first): from `w.fine_from` on, `w.fine_lr` and a
-    check after every step, so the stop is approached gently; the last step always checks."""
+    last validation solve rate (None before the first): `w.lr` after a linear warmup over
+    `w.warmup_steps`; from `w.fine_from` on, `w.fine_lr` and a check after every step, so the
+    stop is approached gently; the last step always checks."""
     fine = w.fine_from is not None and val_rate is not None and val_rate >= w.fine_from
     check = step % (1 if fine else w.check_every) == 0 or step >= w.max_steps
-    return (w.fine_lr if fine else w.lr), check
+    warm = min(1.0, step / w.warmup_steps) if w.warmup_steps else 1.0
+    return (w.fine_lr if fine else w.lr * warm), check
 
 
 def validation_mazes(spec: MazeSpec, n: int = 64) -> list[Maze]:

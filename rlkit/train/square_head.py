@@ -1,0 +1,118 @@
+"""The warm start's dense auxiliary loss (`warm_start.aux_weight`): every square's oracle answer.
+
+A behaviour-cloning step labels one square a picture (the agent's); a linear head on the vision
+tower's last block also predicts the oracle's answer from every floor square of the maze (its
+next shortest-path move, `stop` on the target), ~30 labels a picture instead of 1. The head is
+the warm start's alone: the policy stays the unchanged Qwen3-VL forward, and GRPO never sees it.
+Needs one vision patch per square block (merge 1, `patch_size` a multiple of the square's px,
+the picture's squares a multiple of the block: the tiny VisGym preset pads 9 to 10).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from rlkit.env.maze_env import EnvConfig
+from rlkit.errors import UsageError
+from rlkit.maze import rules
+from rlkit.maze.core import Maze
+from rlkit.model.chat import Encoded
+from rlkit.model.load import LoadedModel
+from rlkit.model.prompt_keys import image_digest
+
+IGNORE = -100
+"""A label the loss skips: walls and the pad."""
+
+
+def block_side(loaded: LoadedModel, env: EnvConfig, maze: Maze) -> int:
+    """Squares per side of one vision patch, or a one-line refusal of a layout the head cannot
+    label (a patch must hold whole squares and the picture whole patches, one token each)."""
+    vision = loaded.model.config.vision_config
+    patch, px = vision.patch_size, env.style.cell_px
+    side = maze.height + env.style.pad
+    if (
+        maze.game != "squares"
+        or vision.spatial_merge_size != 1
+        or patch % px
+        or side % (patch // px)
+    ):
+        raise UsageError(
+            f"warm_start.aux_weight needs the squares game drawn so that each {patch} px patch "
+            f"holds whole {px} px squares and the {side}-square picture whole patches, with merge "
+            "1 (local-tiny-visgym: patch_size 16, 8 px squares, pad 1); set aux_weight 0"
+        )
+    return patch // px
+
+
+_CACHE: dict[tuple, np.ndarray] = {}
+"""Labels by (maze content, picture side, block, choices): a maze's are computed once."""
+
+
+def _labels(maze: Maze, side: int, block: int, choices: tuple) -> np.ndarray:
+    key = (maze.content_hash, side, block, choices)
+    if key not in _CACHE:
+        if len(_CACHE) > 4096:
+            _CACHE.clear()
+        _CACHE[key] = _grid_labels(maze, side, block, choices)
+    return _CACHE[key]
+
+
+def _grid_labels(maze: Maze, side: int, block: int, choices: tuple) -> np.ndarray:
+    grid = np.full((side, side), IGNORE, np.int64)
+    for r, c in np.argwhere(~maze.squares):
+        state = rules.State(maze=maze, pos=(int(r), int(c)), trail=((int(r), int(c)),))
+        grid[r, c] = choices.index(rules.best_move(state))
+    g = side // block  # patch order: row-major patches, row-major squares inside each
+    return grid.reshape(g, block, g, block).transpose(0, 2, 1, 3).reshape(-1, block * block)
+
+
+def square_labels(maze: Maze, pad: int, block: int, choices: Sequence) -> np.ndarray:
+    """(patches, block * block) int64: the oracle's answer index (in `choices`) at every floor
+    square of `maze`'s picture, by patch; `IGNORE` on walls and the pad."""
+    return _labels(maze, maze.height + pad, block, tuple(choices))
+
+
+class SquareHead(nn.Module):
+    """A linear head on the vision tower's last block, hooked while it lives (`close` unhooks)."""
+
+    def __init__(self, loaded: LoadedModel, block: int, choices: Sequence, seed: int = 0) -> None:
+        super().__init__()
+        vision = loaded.model.config.vision_config
+        self.block, self.choices = block, tuple(choices)
+        with torch.random.fork_rng(devices=[]):  # the run's seed alone sets its start
+            torch.manual_seed(seed)
+            self.linear = nn.Linear(vision.hidden_size, block * block * len(self.choices))
+        self.linear.to(loaded.device, loaded.model.dtype)
+        self._out: torch.Tensor | None = None
+        last = loaded.model.model.visual.blocks[-1]
+        self._hook = last.register_forward_hook(self._keep)
+
+    def _keep(self, module, inputs, output) -> None:
+        self._out = output if torch.is_tensor(output) else output[0]
+
+    def close(self) -> None:
+        self._hook.remove()
+
+    def loss(self, prompts: Sequence[Encoded], mazes: Sequence[Maze], pad: int) -> torch.Tensor:
+        """Cross-entropy over the floor squares of the pictures the last forward saw: the
+        distinct images in order of first appearance, as `rlkit.model.batching.build_batch`
+        gathers them."""
+        if self._out is None:
+            raise RuntimeError("SquareHead.loss before a forward pass of the model")
+        labels, seen = [], set()
+        for prompt, maze in zip(prompts, mazes, strict=True):
+            for patches, _ in prompt.images:
+                key = image_digest(patches)
+                if key not in seen:
+                    seen.add(key)
+                    labels.append(square_labels(maze, pad, self.block, self.choices))
+        target = torch.from_numpy(np.concatenate(labels)).to(self._out.device)
+        if target.shape[0] != self._out.shape[0]:
+            raise RuntimeError(f"{target.shape[0]} labelled patches, {self._out.shape[0]} seen")
+        logits = self.linear(self._out).reshape(-1, len(self.choices))
+        self._out = None
+        return nn.functional.cross_entropy(logits.float(), target.reshape(-1), ignore_index=IGNORE)
