@@ -52,7 +52,6 @@ TORCH_FREE = (
 KNOWN_CIRCLES = (
     {"recipe", "settings"},
     {"env/maze_env", "env/visgym_text"},
-    {"model/load", "model/lora"},
     {"cluster/skyrl/preset_checks", "cluster/skyrl/presets", "cluster/skyrl/start"},
 )
 """Circles that were here when the check began (issue 53): each goes when it is broken."""

@@ -17,8 +17,8 @@ from rlkit.cli import main as cli
 from rlkit.errors import RlkitError, UsageError
 from rlkit.model.build import build_tiny
 from rlkit.model.config import VISION_PARTS, Tuning
-from rlkit.model.load import load
-from rlkit.model.lora import is_adapter_dir, trainable, tune
+from rlkit.model.load import is_adapter_dir, load
+from rlkit.model.lora import trainable, tune
 from rlkit.notebook.workbench import checkpoint_evals
 from rlkit.run.reader import open_run
 from rlkit.train.presets import preset

@@ -140,15 +140,31 @@ def load(
     return LoadedModel(model, tok, processor.image_processor, processor, p)
 
 
-def _weights(p: Path, dtype: torch.dtype) -> Qwen3VLForConditionalGeneration:
-    """The checkpoint's model; for a LoRA adapter dir (SkyRL's export of a LoRA run: adapter
-    and config, no full weights) its base model with the adapter merged in."""
-    from rlkit.model import lora  # lora.py imports model.load
+ADAPTER_CONFIG = "adapter_config.json"
+"""peft's adapter config: with no weights beside it, the dir is a LoRA adapter (SkyRL's export
+of a LoRA run: adapter, config and processor)."""
 
-    if not lora.is_adapter_dir(p):
+
+def is_adapter_dir(path: Path) -> bool:
+    """Whether `path` holds a LoRA adapter and no full weights."""
+    weights = [*path.glob("model*.safetensors"), *path.glob("pytorch_model*.bin")]
+    return (path / ADAPTER_CONFIG).is_file() and not weights
+
+
+def _weights(p: Path, dtype: torch.dtype) -> Qwen3VLForConditionalGeneration:
+    """The checkpoint's model; for an adapter dir, the base it names
+    (`base_model_name_or_path`, a relative path read from the dir) with the adapter merged."""
+    if not is_adapter_dir(p):
         return Qwen3VLForConditionalGeneration.from_pretrained(p, dtype=dtype)
-    base = Qwen3VLForConditionalGeneration.from_pretrained(lora.adapter_base(p), dtype=dtype)
-    return lora.merge_adapter_dir(base, p)
+    from peft import PeftModel  # ~3 s of imports: only for adapter dirs
+
+    base = json.loads((p / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    if not base:
+        raise UsageError(f"{p}/{ADAPTER_CONFIG} names no base_model_name_or_path")
+    local = p / base
+    base = str(local.resolve()) if local.exists() else base
+    model = Qwen3VLForConditionalGeneration.from_pretrained(base, dtype=dtype)
+    return PeftModel.from_pretrained(model, p).merge_and_unload()
 
 
 def processor_template(model_path: str | Path) -> str:

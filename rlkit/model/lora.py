@@ -4,17 +4,16 @@ with peft, as SkyRL's FSDP workers apply them (`get_peft_model`, `LoraConfig`).
     adapter = tune(loaded.model, cfg.model, seed=0)   # in place; None when LoRA is off
     trainable(loaded.model)                           # what the optimizer gets
     save_merged(adapter, RUN/global_step_N/policy)    # a plain HF dir: every reader loads it
-    load_adapter_dir(SkyRL's export)                  # base + adapter, merged
 
 The model keeps its class and module paths (peft swaps only the targeted layers), so the
 rollout, loss and eval code run on it unchanged. A checkpoint's `policy/` holds the merged
-weights; `adapter/` holds the adapter alone, for resuming on the saved base.
+weights; `adapter/` holds the adapter alone, for resuming on the saved base. An adapter dir
+(SkyRL's export of a LoRA run) loads merged onto its base through `rlkit.model.load.load`.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,7 +27,6 @@ from rlkit.model.load import no_progress_bars
 if TYPE_CHECKING:
     from peft import PeftModel
 
-ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
@@ -87,27 +85,3 @@ def load_adapter_weights(adapter: PeftModel, path: Path) -> None:
     result = set_peft_model_state_dict(adapter, load_file(path / ADAPTER_WEIGHTS))
     if getattr(result, "unexpected_keys", None):
         raise UsageError(f"{path} holds adapter weights this model has no place for")
-
-
-def is_adapter_dir(path: Path) -> bool:
-    """Whether `path` holds a LoRA adapter and no full weights (SkyRL's export of a LoRA run)."""
-    weights = list(path.glob("model*.safetensors")) + list(path.glob("pytorch_model*.bin"))
-    return (path / ADAPTER_CONFIG).is_file() and not weights
-
-
-def adapter_base(path: Path) -> str:
-    """The base model an adapter dir names (`base_model_name_or_path`; a relative path is read
-    from the adapter's dir)."""
-    base = json.loads((path / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
-    if not base:
-        raise UsageError(f"{path}/{ADAPTER_CONFIG} names no base_model_name_or_path")
-    local = path / base
-    return str(local.resolve()) if local.exists() else base
-
-
-def merge_adapter_dir(model: torch.nn.Module, path: Path) -> torch.nn.Module:
-    """`model` (the adapter's base) with the adapter at `path` merged in."""
-    from peft import PeftModel
-
-    with no_progress_bars():
-        return PeftModel.from_pretrained(model, path).merge_and_unload()

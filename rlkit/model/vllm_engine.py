@@ -24,8 +24,7 @@ from rlkit.maze import rules
 from rlkit.maze.render import image_from_data_uri
 from rlkit.maze.sets import pinned_set
 from rlkit.model.checkpoint_files import stop_ids
-from rlkit.model.load import check_checkpoint
-from rlkit.model.lora import is_adapter_dir
+from rlkit.model.load import check_checkpoint, is_adapter_dir
 
 CPU_KV_CACHE_GB = 1.0
 """KV cache on CPU when not given: vLLM's default there (a share of RAM less this process's
