@@ -1,43 +1,10 @@
-"""Honest statistics for small evaluation sets (pure functions, hand-checkable).
+"""Honest statistics for small evaluation sets (pure functions, hand-checkable): every solve
+rate carries a 95% interval, pass@k uses the unbiased estimator, and two checkpoints are
+compared maze by maze with an exact paired test.
 
-64 mazes at p ~ 0.44 give a 95% interval of about +-12 points, so every solve rate carries an
-interval, models are sampled k times per maze (pass@k by the unbiased estimator), and two
-checkpoints are compared maze by maze with an exact paired test, not by eyeballing two rates.
-
-The k episodes of one maze are not independent evidence: an easy maze is solved every time, a
-hard one rarely, so episodes of a maze are correlated and n = mazes x k overstates what the
-data know. The question an eval answers is "how often does this policy solve mazes of this
-family?", and the pinned set is a sample of 64 mazes from that family, so the maze is the unit
-of evidence. (For the 64 pinned mazes alone, as a fixed population, episodes would be
-independent and flat Wilson would do; rlkit never reports that narrower quantity.)
-
-Interval (`CI_METHOD`, stored as `ci_method`): Wilson's score interval on the design-effect
-adjusted effective sample size (Kish 1965; Korn & Graubard 1998 do the same for survey
-proportions). With Y of N episodes solved over mazes i with y_i of n_i solved and p = Y / N,
-
-    var_maze  = sum_i (y_i - p n_i)^2 / N^2      (cluster-robust variance of p, no M/(M-1))
-    deff      = var_maze / (p (1 - p) / N)       = sum_i (N y_i - Y n_i)^2 / (N Y (N - Y))
-    n_eff     = N / max(1, deff)
-    interval  = wilson(p, n_eff)
-
-computed in integers, so k = 1 gives deff == 1 exactly and the interval *is* Wilson(Y, N).
-For equal n_i = k, deff lies in [0, k] and equals 1 + (k - 1) ICC. Why this and not a
-bootstrap: it is deterministic without a seed, it keeps Wilson's good behaviour near 0 and 1
-(a percentile bootstrap on 64 clusters collapses to a point at 100%), and it reduces to the
-familiar interval at k = 1. deff < 1 (per-maze fractions spread less than coin flips would) is
-noise and floored at 1: an eval never claims more than N independent episodes. When every episode
-agrees (p = 0 or 1) there is no spread to estimate the correlation from, so the mazes are
-counted instead of the episodes (deff = max n_i), the cautious end. The coverage test
-(tests/test_stats.py) measures it against flat Wilson on Beta-distributed maze difficulties.
-With few mazes (a per-difficulty bucket of 3) deff itself is noisy: read those bars loosely.
-
-Paired test (`PAIRED_METHOD`): per maze, d_i = (B's solve fraction) - (A's); under "no
-difference" each d_i is as likely positive as negative, so the exact null distribution of
-sum d_i flips every sign independently (Fisher's paired randomization test). The k d_i are
-integers, so the 2^M flips are counted exactly by convolution, no Monte Carlo; at k = 1 this
-is exactly McNemar's exact test. The difference's interval is the paired t interval on the
-d_i (M - 1 degrees of freedom). Test and interval are two readings of the same d_i and almost
-always agree; at the 0.05 boundary they can disagree, and the verdict follows the test.
+Interval (`CI_METHOD`): Wilson's on the design-effect adjusted sample size, the maze as the unit
+of evidence. Paired test (`PAIRED_METHOD`): an exact sign-flip test on per-maze differences.
+Why these, the formulas and what they assume: docs/statistics.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""`rlkit jobs` and `rlkit submit`: Ray jobs from a terminal, same calls as the notebooks.
+"""`rlkit jobs`, `rlkit submit`, `rlkit preflight` and `rlkit model stage`: Ray jobs from a
+terminal, the same calls as the notebooks (`register` adds them to the main parser).
 
     rlkit submit --preset qwen3vl-8b --address http://127.0.0.1:8265 --dry-run
     rlkit submit --preset local-tiny --set grpo.lr=1e-4 --run-name tiny-a
-    rlkit submit --preset qwen3vl-8b --address sagemaker_ray://rlkit/ray --run-name a
-    rlkit jobs list --address http://127.0.0.1:8265
-    rlkit jobs logs rlkit-a-1 --follow
-    rlkit jobs stop rlkit-a-1
-
-`register(subparsers)` adds the subcommands to the main parser; each handler returns an exit
-code and raises `UsageError` / `RlkitError` for the main CLI to print in one line.
+    rlkit jobs list|logs|stop|watch ... --address ADDR
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """The `rlkit` command: the same workflow as the notebooks, from a terminal or CI.
 
     rlkit maze --size 5 --seed 3 --png maze.png
-    rlkit data --out data/ --train 256
     rlkit eval --policy oracle --set test --json
     rlkit model tiny --out models/tiny
-    rlkit model tiny --out models/tiny-warm --warm-start --stop-at 0.4
-    rlkit model qwen-fixture --out models/qwen-fixture
-    rlkit rollouts runs/demo/local-tiny --step latest
     rlkit demo --out runs/demo
-
-Errors a user can fix print one line (no traceback): exit 2 for bad arguments or input, 1 when
-the world was not as needed (a missing file, an unreachable cluster).
+A user's error prints one line: exit 2 for bad arguments or input, 1 when the world was not as
+needed (a missing file, an unreachable cluster). Every command: docs/cli.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """`rlkit rollouts`: the training rollouts a run captured per step, from a terminal.
 
-    rlkit rollouts RUN                          # every captured step: episodes, groups, solved, ...
-    rlkit rollouts RUN --step latest            # one step: each episode's reward, advantage,
-                                                #   moves and P(chosen move) per turn
-    rlkit rollouts RUN --step 12 --json         # the same as one JSON object
-    rlkit rollouts RUN --export step.html       # the step (default: latest) as a kernel-free
-                                                #   HTML player with move-probability bars
-
-    rlkit rollouts /fsx/rlkit/runs/RUN --address http://HEAD:8265 --step latest
-                                                # read on the cluster by a small Ray job, for
-                                                #   a machine that does not mount /fsx
-
-RUN is a local run dir or a SkyRL run dir (both keep them in RUN/rollouts).
+    rlkit rollouts RUN                          # every captured step: episodes, groups, solved
+    rlkit rollouts RUN --step latest [--json]   # each episode's reward, advantage, moves, P(move)
+    rlkit rollouts RUN --export step.html       # the step as a kernel-free HTML player
+    rlkit rollouts /fsx/.../RUN --address ADDR  # read on the cluster by a small Ray job
+RUN is a local or a SkyRL run dir (both keep them in RUN/rollouts).
 """
 
 from __future__ import annotations

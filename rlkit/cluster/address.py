@@ -1,20 +1,9 @@
-"""Which Ray cluster an address means: the local head, or a Jobs API URL.
+"""Which Ray cluster an address means: the local head rlkit starts or reuses on this machine
+(`rlkit.cluster.localhead`), or a Jobs API URL; `resolve_address` alone decides.
 
-"Local" has one meaning in rlkit: the Ray head rlkit starts, or reuses, on this machine, with
-its dashboard (the Jobs API) on 127.0.0.1 (`rlkit.cluster.localhead`). `resolve_address`
-alone decides whether an address means it:
-
-  None, ""                      not given: RAY_API_SERVER_ADDRESS or RAY_ADDRESS from the
-                                environment if set (said in a note), else the local head
-  "local" (or Ray's "auto")     the local head, whatever the environment says (said in a note)
-  http(s)://host:8265           that Jobs API, never started by rlkit, even on 127.0.0.1: a
-                                `kubectl port-forward` to a cluster listens there too
-  sagemaker_ray://RAYCLUSTER/NS HyperPod's Ray endpoint, through `toolkit-for-ray-on-sagemaker-ai`:
-                                the RayCluster's name (`kubectl get rayclusters -n NS`; rlkit's
-                                manifests name it `rlkit`), not the HyperPod cluster's, and its
-                                namespace (the toolkit's default is `default`; rlkit's is `ray`)
-
-Ray Client (`ray://`) is refused: it drops the workload after 30 s without a connection.
+None or "" (RAY_API_SERVER_ADDRESS / RAY_ADDRESS if set, else local), "local", http(s)://host:8265
+(never started by rlkit), sagemaker_ray://RAYCLUSTER/NS (HyperPod). Ray Client (`ray://`) is
+refused. Each form in full: docs/decisions.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
-"""Reach a Ray cluster from a notebook or terminal and run rlkit's work on it as Ray jobs.
+"""Reach a Ray cluster from a notebook or terminal and run rlkit's work on it as Ray jobs,
+always through Ray's Jobs API, never Ray Client (why: docs/decisions.md).
 
-Everything goes through Ray's Jobs API (HTTP on the dashboard port), never Ray Client
-(`ray://`): Ray Client kills the workload after 30 s without a connection and needs the
-client's Ray and Python to match the cluster exactly, which a notebook on a laptop or in
-Studio cannot promise. A job keeps running when the notebook's kernel dies, and
-`Cluster.reattach(run_name)` finds it again.
-
-Addresses `connect()` understands (`rlkit.cluster.address` decides what each means):
-  None, "local"                 the local head on 127.0.0.1 (started, or reused if one answers);
-                                None defers to RAY_ADDRESS when the environment sets it
-  http://host:8265              a remote head, e.g. through `kubectl port-forward`
-  sagemaker_ray://cluster/ns    HyperPod through `toolkit-for-ray-on-sagemaker-ai`
-
-    from rlkit.cluster.client import connect
-    cluster = connect()                 # local head, Jobs API on 127.0.0.1
+    cluster = connect()                 # local head; or "http://host:8265", "sagemaker_ray://rlkit/ray"
     print(cluster.summary())
     job = cluster.submit("smoke", "python -m rlkit.cli.main eval --policy oracle")
     job.wait(600)

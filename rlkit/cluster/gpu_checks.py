@@ -1,19 +1,7 @@
-"""`rlkit preflight --gpu`: checks that exercise the GPUs, for the failures an import never sees on
-RTX PRO 6000 (sm_120) nodes, each with its fix. This module holds their thresholds, verdicts and
-report lines (plain Python, tested on CPU); the measuring is `scripts/gpu_probe.py` (torch,
-flash-attn, vLLM), which the preflight job runs on a GPU worker with all of a node's GPUs.
-
-- nccl: an all-reduce over the node's GPUs, timed, against a bus-bandwidth floor; a hang (past
-  the probe's timeout) is the PCIe peer-to-peer + IOMMU/ACS hang of nccl issues 1999 and 2079
-  (vllm issue 33041: NCCL_P2P_DISABLE=1, or disable ACS on the host).
-- flash-attn: a bf16 forward and backward compared with torch's SDPA on the same inputs
-  (flash-attn 2.8.3 on sm_120: conflicting reports, flash-attention issues 1987, 1638, 1853).
-- vllm sleep/wake: a few sleep/wake cycles of an engine on the run's model (SkyRL turns sleep
-  mode on under colocation), a fixed greedy answer compared before and after each, and the
-  memory a sleep frees (crashes and allocator leaks: vllm issues 21336, 36651; Qwen3-VL decoding
-  crashes: vllm issue 30333).
-- tie_word_embeddings is read from the model's config by the plain preflight
-  (`rlkit.cluster.preflight.tied_embeddings`): rlkit re-ties after SkyRL's FSDP2 init.
+"""`rlkit preflight --gpu`: the verdicts of the checks that exercise the GPUs (NCCL all-reduce,
+flash-attn against SDPA, vLLM sleep/wake), each with its fix: thresholds, verdicts and report
+lines in plain Python, tested on CPU. The measuring is `scripts/gpu_probe.py`, which the
+preflight job runs on a GPU worker. What each check catches: docs/decisions.md.
 """
 
 from __future__ import annotations

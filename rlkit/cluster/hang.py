@@ -1,17 +1,9 @@
 """Hang detection on HyperPod: SageMaker's log rules watching the step lines rlkit prints.
 
-A SkyRL run prints one `rlkit: step N ...` line per logged step (the metrics bridge) and
-`rlkit: training complete` at the end (the entrypoint). `HangRules` turns that contract into
-`toolkit-for-ray-on-sagemaker-ai` log rules: no step line for `minutes` (or none within
-`start_minutes` of the start, which covers model download and vLLM start-up) declares the job
-hung; a CUDA out-of-memory or NCCL watchdog line declares it at once; the completion line
-retires the progress rule so a normal shutdown is not a hang. HyperPod then notifies or cancels
-(`action`); a cancelled job fails, and `rlkit jobs watch --resubmit` or a RayJob's
-`backoffLimit` starts it again from its last checkpoint.
-
-Off HyperPod this is a no-op that says why: the toolkit is an optional extra
-(`pip install rlkit[sagemaker]`), and its monitoring agent is reached at `HYPERPOD_JMA_HOST`,
-which deploy/raycluster.yaml sets from the node's IP. Without that variable nothing is sent.
+`HangRules` turns the `rlkit: step N` / `rlkit: training complete` lines into
+`toolkit-for-ray-on-sagemaker-ai` log rules (no step line for `minutes`, an OOM or NCCL watchdog
+line at once); HyperPod then notifies or cancels (`action`). Off HyperPod (no toolkit, no
+`HYPERPOD_JMA_HOST`) it is a no-op that says why. The rules in full: docs/decisions.md.
 """
 
 from __future__ import annotations

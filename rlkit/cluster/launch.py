@@ -1,16 +1,10 @@
-"""Training as a Ray job, one path for every preset: `plan_training` resolves a preset (local
-or SkyRL) into a `TrainingPlan` (what runs, where; printed by the plan itself), `launch_plan`
-submits it. `rlkit submit`, `rlkit train --address` (`submit_training`) and notebook 03 all
-go through the two, and `rlkit submit` and notebook 03 print the same `str(plan)` (a line the
-CLI adds, e.g. a manifest's path, is laid out by the same `plan_line`).
+"""Training as a Ray job, one path for every preset: `plan_training` resolves a preset (local or
+SkyRL) into a `TrainingPlan` (what runs, where; it prints itself), `launch_plan` submits it.
+`rlkit submit`, `rlkit train --address` and notebook 03 all go through the two.
 
     plan = plan_training("local-tiny", "runs", address="local")
     print(plan)
     job = launch_plan(plan, connect("local", start_local=True))
-
-A local preset's job runs `python -m rlkit.cli.main train ...` in the shipped working
-directory; the run directory must be reachable from the head's workers (local disk for a local
-head, FSx on HyperPod). Submitting the same run again resumes it from its latest checkpoint.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The local head: the Ray head rlkit starts, or reuses, on this machine (what the address
-`local`, or none, means: `rlkit.cluster.address`).
-
-The head is started with `ray start --head` in a session of its own: it outlives the notebook
-kernel that started it (so jobs can be reattached after a restart), and all its processes share
-one process group, so stopping that group takes down this head and nothing else on the machine
-(a blanket `ray stop` would also end other people's heads). Not `--block`: under load Ray's
-client server may miss its start deadline, and `--block` then kills the whole head over it. Its dashboard, which serves the Jobs
-API, listens on 127.0.0.1 only.
+`local`, or none, means: `rlkit.cluster.address`). It runs in a session and process group of
+its own, so it outlives the kernel that started it and stopping it ends nothing else; its
+dashboard (the Jobs API) listens on 127.0.0.1 only. Why not `--block`: docs/decisions.md.
 """
 
 from __future__ import annotations

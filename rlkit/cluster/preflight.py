@@ -1,24 +1,9 @@
-"""Preflight: before a multi-day run, one short job checks what the run needs, and says how to fix
-what is missing.
+"""Preflight: before a multi-day run, one short job checks what the run needs and says how to fix
+what is missing (packages, GPUs, storage, the model, the token budget, Ray's version), one line
+a check (`format_checks`); `--gpu` adds `rlkit.cluster.gpu_checks`.
 
-    rlkit preflight --address http://127.0.0.1:8265 --preset qwen3vl-8b
-
-The job (`python -m rlkit.cluster.preflight ...`, in the cluster's runtime) checks: SkyRL, vLLM,
-torch, flash-attn and transformers importable there, with versions; GPUs per node and their
-type (a one-GPU task on a worker, when the cluster has any); the runs root writable with room
-for the run's estimated checkpoints and exports; the model reachable (a path on shared storage,
-or the node's HF cache) and whether its word embeddings are tied; the run's token budget from
-the checkpoint's own files (its chat template's source, stop ids, the sampling defaults rlkit
-overrides, image tokens per turn, the worst case per episode against `max_input_length` and
-`max_model_len`: `rlkit.cluster.checks.budget_checks`); and Ray's version against the
-client's. It prints one JSON line that the client turns into a table (`format_checks`), one line
-per check, each failure with its fix.
-
-    rlkit preflight --gpu --preset qwen3vl-8b
-
-`--gpu` adds the checks that exercise the GPUs (`rlkit.cluster.gpu_checks`: NCCL all-reduce,
-flash-attn against SDPA, vLLM sleep/wake), run by `scripts/gpu_probe.py` on one GPU worker with
-all of its GPUs; where the cluster has no GPU, each reports "skipped: no GPU" and why.
+    rlkit preflight --address http://127.0.0.1:8265 --preset qwen3vl-8b [--gpu]
+What each check reads: docs/decisions.md.
 """
 
 from __future__ import annotations

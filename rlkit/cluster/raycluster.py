@@ -1,18 +1,9 @@
 """The KubeRay RayCluster of a SkyRL preset: deploy/raycluster.yaml with its GPU worker group sized
-from the preset's instance and layout (`rlkit.cluster.skyrl.instances`).
+from the preset's instance and layout (`rlkit.cluster.skyrl.instances`), EFA on every pod when
+the run spans nodes.
 
     rlkit submit --preset qwen3vl-8b --nodes 2 --raycluster runs/rlkit-2x8.raycluster.yaml
-
-    rlkit submit --preset qwen3vl-8b --raycluster runs/rlkit.raycluster.yaml --image URI
-
-What follows from the preset: one worker pod per node (`replicas` = nodes), its GPUs, vCPUs,
-memory and /dev/shm, scheduling onto nodes of the instance type, and, when the run spans nodes,
-every EFA interface of each node (`vpc.amazonaws.com/efa`) with libfabric's EFA provider in the
-environment (AWS's EKS verl sample sets the same; mixing EFA and non-EFA pods hangs NCCL, so it
-is every pod or none). The template file itself is the rendering of the `qwen3vl-8b` preset
-(one node, all 8 GPUs): tests/test_deploy.py keeps the two from drifting. Its image is a
-placeholder: `image=` fills every container's, and `write_manifest` refuses a manifest that
-still holds the placeholder, so an unedited one never reaches `kubectl apply`.
+What follows from the preset, and why: docs/decisions.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
-"""A KubeRay RayJob for a SkyRL run: the production way to heal a run with nobody watching.
+"""A KubeRay RayJob for a SkyRL run: the production way to heal a run with nobody watching
+(KubeRay retries it up to `backoffLimit` times, each on a new RayCluster; the run resumes
+from /fsx). Tokens reach it through a Kubernetes Secret, never this file.
 
-    rlkit submit --preset qwen3vl-8b --run-name maze-a --rayjob runs/maze-a.rayjob.yaml \
-        --image URI --env WANDB_API_KEY
-    kubectl create secret generic maze-a-env -n ray --from-literal=WANDB_API_KEY="$WANDB_API_KEY"
-    kubectl apply -n ray -f runs/maze-a.rayjob.yaml
-
-KubeRay (>= 1.2) retries a failed RayJob up to `backoffLimit` times, each retry on a NEW
-RayCluster built from `rayClusterSpec` (here: deploy/raycluster.yaml's spec, so the two never
-drift; its worker group sized for the preset by `rlkit.cluster.raycluster`, with EFA when the
-run spans nodes), so a run resumes from /fsx alone: its datasets, checkpoints and exports live in the
-run dir there. The entrypoint is the same SkyRL command `rlkit submit` sends, run from the
-runtime image's own rlkit (a RayJob uploads no working dir: after changing rlkit, rebuild the
-image). `--env NAME` reaches the run as `rlkit submit --address` forwards it, but through a
-Kubernetes Secret (`<run>-env`, key NAME) that every pod reads, so no token is ever written into
-this file. Deliberately absent:
-`activeDeadlineSeconds` (a deadline failure is not retried) and `clusterSelector` (KubeRay >= 1.6
-rejects it together with `backoffLimit`). `ttlSecondsAfterFinished` deletes the finished job's
-cluster an hour after the end (its logs and the run dir stay on /fsx).
+    rlkit submit --preset qwen3vl-8b --run-name maze-a --rayjob runs/maze-a.rayjob.yaml --image URI
+What it sets and leaves out, and why: docs/decisions.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
-"""Stage a model once on shared storage, so no pod downloads it at job start.
+"""Stage a model once on shared storage, so no pod downloads it at job start: one small Ray job
+(`python -m rlkit.cluster.stage`, torch- and Ray-free) downloads or copies with resume, checks
+what landed and writes `STAGED_MARKER` last.
 
     rlkit model stage Qwen/Qwen3-VL-8B-Instruct --to /fsx/models/Qwen3-VL-8B-Instruct --address ADDR
-    rlkit submit --preset qwen3vl-8b --model /fsx/models/Qwen3-VL-8B-Instruct ...
-
-Without it, every GPU pod pulls the 8B (~17.5 GB of bf16 safetensors) from the hub into its HF
-cache when the job starts, and `preflight --gpu` can spend its budget on the download. Staging
-is one small Ray job (one CPU, on whichever node the cluster places it; every node sees /fsx)
-that downloads with resume (an interrupted stage picks up where it stopped), prints a progress
-line as it goes, then verifies what landed: config.json parses, every weights file the index
-names is there, each file has the source's size, and each safetensors file is exactly as long
-as its own header says (a truncated copy fails). It writes `STAGED_MARKER` last, so a directory
-with the marker is a complete, checked model. Qwen/Qwen3-VL-8B-Instruct is ungated (no token);
-a gated model needs `--env HF_TOKEN`.
-
-The source is pluggable: a hub id (`org/name`, via huggingface_hub's `snapshot_download`, which
-SkyRL's environment in the image has), or a directory on the cluster's filesystem (`/path` or
-`file:///path`), copied with the same resume, progress and checks; the suite stages from one.
-The job's body (`python -m rlkit.cluster.stage`) imports neither torch nor Ray.
+Sources, checks and why: docs/decisions.md.
 """
 
 from __future__ import annotations

@@ -2,17 +2,9 @@
 
     rlkit jobs watch RUN --resubmit 3 --address http://127.0.0.1:8265
 
-A Ray job runs once: when a node dies mid-run, HyperPod replaces the node, but nothing submits
-the job again. `watch` follows the newest job of RUN; when it FAILS and restarts remain, it
-submits the same run again (same entrypoint, env vars, metadata and resources, rlkit's working
-dir uploaded afresh as `launch` does), and the run resumes from its last complete checkpoint on
-shared storage. A STOPPED job is a person's decision and is not resubmitted. With `stall_s`, a
-job that makes no progress for that long (a hung collective, a stuck engine) is stopped and
-counts as failed. Progress is a new step line (`rlkit.cluster.hang.STEP_PREFIX`) once the job
-has printed one, so a "zombie", RUNNING and still logging (warnings, heartbeats) but past its
-last step, is caught too; before its first step line, any new output counts (start-up). For
-runs that must heal with no client attached, use a KubeRay RayJob (`rlkit submit --rayjob
-FILE`).
+A FAILED job (or, with `stall_s`, one with no new step line for that long) is submitted again
+as it was and resumes from its last checkpoint; a STOPPED one is a person's decision and stays.
+How progress is judged: docs/decisions.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
-"""Training rollouts captured per step: a few sampled groups of each step's rollout batch, kept
-under the run dir so a researcher can see what the policy does while it trains, on either
-backend (the local trainer writes them; on SkyRL, rlkit's generator does).
+"""Training rollouts captured per step, on either backend: a few sampled groups of each step,
+one line an episode (`CapturedEpisode`: its `Trajectory` without images or token ids, step,
+group, advantage) in RUN/rollouts/global_step_N.jsonl, written atomically, newest `keep` kept.
 
-    RUN/rollouts/global_step_N.jsonl     one line per episode (`CapturedEpisode`)
-
-An episode is stored as its `Trajectory` (maze spec, each turn's answer, moves, positions and
-the policy's probability of each move) without token ids or logprobs, plus its step, group and
-advantage. Images are never stored: replays re-render them from the maze and the moves. Files
-are written atomically and only the newest `keep` steps stay, as with checkpoints.
-
-    eps = pick_episodes(12, trajs, groups, advantages, n=2, seed=0)   # what a trainer keeps
-    write_step(run_dir, 12, eps, keep=50)
-    capture_steps(run_dir)                  # [.., 12]
-    read_step(run_dir, 12)                  # [CapturedEpisode, ...]
-    summarize(read_step(run_dir, 12))       # StepSummary: episodes, groups, solve share, ...
+    write_step(run_dir, 12, pick_episodes(12, trajs, groups, advantages, n=2, seed=0), keep=50)
+    capture_steps(run_dir), read_step(run_dir, 12), summarize(read_step(run_dir, 12))
+What capture costs: docs/reading-runs.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """A run directory's checkpoints, read: which exist, which are complete, which to keep.
 
-    RUN/global_step_N/                one checkpoint (local: + rlkit_manifest.json)
-    RUN/latest_ckpt_global_step.txt   the completion marker, written last (SkyRL's name)
-
-A checkpoint is complete when the marker has reached its step and, for a local run, its
-manifest (every file's size and sha256, written before the rename: `write_manifest`) verifies. `list_checkpoints` lists every step dir of a run (complete or not),
-`latest_complete` finds the newest one to resume from (warning about each it skips), and
-`prune` keeps the newest `keep` complete ones. Writing a checkpoint is `RunDir.save_checkpoint`
-(`rlkit.run.rundir`); SkyRL's own layout is read by `rlkit.run.skyrl_layout` with the same
-`Checkpoint` record.
+A checkpoint (RUN/global_step_N/) is complete when the marker (`MARKER`, written last) has
+reached its step and, for a local run, its manifest (every file's size and sha256:
+`write_manifest`) verifies. `list_checkpoints`, `latest_complete` (warns about each it skips)
+and `prune` read them; `RunDir.save_checkpoint` writes them; SkyRL's layout is
+`rlkit.run.skyrl_layout`, with the same `Checkpoint` record.
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
 """A run's metrics at the edges, for both backends: JSONL always, Ray gauges under Ray, and any
 scalar writer a backend adds (the local trainer's TensorBoard, `rlkit.train.metrics`).
 
-Metric names are grouped by prefix: `rollout/` (episodes just sampled: reward_mean, solve_rate,
-turns), `loss/` (policy_losses.policy_loss metrics), `eval/` (held-out test set), `timing/` (seconds per
-phase, from `timer`) and `train/` (lr, episodes seen, phase). One `log(step, metrics)` call per
-step writes one line to RUN/metrics.jsonl (via RunDir: flushed and fsynced), the numeric values
-to the scalar writer, and a few gauges to Ray. The local trainer and SkyRL's bridge
-(`rlkit.cluster.skyrl.bridge`) both log through `RunLogger`, so the dashboard, the notebook
-monitor and `rlkit plot` read one set of names.
-
-Ray gauges (`ray.util.metrics.Gauge`, tag `run` = the run directory's name) exist when the process
-is connected to Ray: `ray.is_initialized()`, or a Ray job's driver (RAY_ADDRESS holds a GCS
-address, RAY_JOB_ID is set), in which case the logger calls `ray.init()` to connect. Ray exports
-them to Prometheus with a `ray_` prefix, which is what a HyperPod Grafana dashboard queries:
-
-    rlkit_train_step            -> ray_rlkit_train_step             (every log call)
-    rlkit_reward_mean           -> ray_rlkit_reward_mean            (rollout/reward_mean)
-    rlkit_solve_rate{split}     -> ray_rlkit_solve_rate             (rollout/ or eval/solve_rate)
-    rlkit_last_checkpoint_step  -> ray_rlkit_last_checkpoint_step   (log_checkpoint)
-    rlkit_policy_entropy        -> ray_rlkit_policy_entropy         (loss/entropy)
-    rlkit_clip_fraction         -> ray_rlkit_clip_fraction          (loss/clip_fraction)
-    rlkit_grad_norm             -> ray_rlkit_grad_norm              (loss/grad_norm)
-    rlkit_logprob_gap           -> ray_rlkit_logprob_gap            (SkyRL's rollout-train gap)
-
-`NullLogger` has the same methods and does nothing, for runs with tracking off.
+Names are grouped by prefix (`rollout/`, `loss/`, `eval/`, `timing/`, `train/`); one
+`log(step, metrics)` a step writes one fsynced line to RUN/metrics.jsonl. The local trainer and
+SkyRL's bridge both log through `RunLogger`; `NullLogger` does nothing (tracking off). The Ray
+gauges and their Prometheus names: docs/decisions.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""A run read where its files are, for a kernel that cannot see them (Studio without /fsx).
-
-`read_run` submits this module to the cluster as a small Ray job (0.1 CPU, through the Jobs
-API); the job prints the run's summary (`Run.summary()`: config, metrics, evals, checkpoints,
-the newest captured training steps' episodes) as one tagged JSON line, which the kernel reads
-back from the job's logs as a `SummaryRun`, with the same interface as any run:
+"""A run read where its files are, for a kernel that cannot see them (Studio without /fsx):
+`read_run` submits this module as a small Ray job, which prints the run's `summary()` as one
+tagged JSON line, read back as a `SummaryRun`.
 
     run = open_run("/fsx/rlkit/runs/RUN", cluster)     # not visible here: one job, ~seconds
     run = read_run(cluster, "/fsx/rlkit/runs/RUN")      # read there even if visible here
-    python -m rlkit.run.remote /fsx/rlkit/runs/RUN [--captured N]    # what the job runs
 """
 
 from __future__ import annotations

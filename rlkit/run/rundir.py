@@ -1,28 +1,11 @@
 """The run directory: one layout for local and SkyRL runs, crash-safe checkpoints, resume, lock.
 
-    RUN/run.json                      preset, seed, versions, git sha, backend
-    RUN/metrics.jsonl                 one JSON object per step (appended, fsynced)
-    RUN/global_step_N/                one complete checkpoint + rlkit_manifest.json
-    RUN/latest_ckpt_global_step.txt   written last, atomically: the completion marker
-    RUN/evals/global_step_N.json      eval result
-    RUN/.lock                         flock held by the one trainer writing here
-
-A checkpoint is written into a hidden sibling directory, its manifest (sizes and sha256 of every
-file) written and fsynced, the directory renamed into place, and only then the marker replaced
-(tmp file + fsync + rename). A kill at any point leaves either the old or the new checkpoint
-complete. `latest_complete_checkpoint` trusts nothing: it checks the marker and the manifest and
-falls back, with a warning naming the directory, to the newest checkpoint that verifies. Reading
-the checkpoints (the listing, that check, keep-k pruning) is `rlkit.run.checkpoints`.
-
-Trainer usage::
-
-    run = RunDir(path, keep=3)
-    with run.lock():
-        run.init(preset="smoke", seed=0, backend="local")
-        ckpt = run.resume()                     # None on a fresh run; metrics truncated to it
-        ...
-        run.append_metrics({"step": step, "rollout/reward_mean": r})
-        run.save_checkpoint(step, lambda d: (model.save_pretrained(d / "policy"), ...))
+    RUN/run.json, RUN/metrics.jsonl       preset, seed, versions, backend; one line a step
+    RUN/global_step_N/                    a complete checkpoint + rlkit_manifest.json
+    RUN/latest_ckpt_global_step.txt       the completion marker, written last
+    RUN/evals/global_step_N.json, .lock   eval results; the one writer's flock
+    with run.lock(): run.init(...); run.resume(); run.save_checkpoint(step, save_fn)
+How a checkpoint survives a kill at any instant: docs/decisions.md.
 """
 
 from __future__ import annotations

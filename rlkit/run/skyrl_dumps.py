@@ -1,21 +1,10 @@
-"""Reading SkyRL's eval dumps as rlkit types: the same `EvalResult` and `Trajectory` the local
-evaluator produces, every answer replayed through `MazeEnv`, so the failure taxonomy, plots and
-replay widgets work for SkyRL runs as for local ones.
+"""SkyRL's eval dumps read as rlkit types: the same `EvalResult` and `Trajectory` the local
+evaluator gives, every answer replayed through `MazeEnv`.
 
     evals = read_eval_dumps(export_dir)             # {step: EvalResult}
-    dump = read_eval_dump(export_dir, 10)           # one step: episodes, bad lines
-    trajs = dump.trajectories(run_name)             # its episodes, as `evals[10]` orders them
-
-The dumps are `<export_path>/dumped_evals/global_step_N_evals/*.jsonl`. SkyRL writes one record
-per "\n" with `ensure_ascii=False`, so an answer may hold a raw U+0085, U+2028 or U+2029:
-records are split on "\n" only (`str.splitlines` would cut them). A line that is still not
-JSON (a write cut short, garbage) is skipped and counted (`EvalDump.bad_lines`, a
-`BadRecordsWarning`), so one bad line costs one episode, not the whole step.
-
-A dump does not say how it was sampled; the run's recorded config does (`eval_greedy`).
-SkyRL's default eval, temperature 0 and one sample a maze over the whole pinned set, is the
-seed's protocol (its 28/64 = 43.75%): such a step reads as `mode="greedy"`,
-`protocol="seed"`, with its exact interval and headline (`rlkit.episodes.evaluate`).
+    trajs = read_eval_dump(export_dir, 10).trajectories(run_name)
+The dumps are `<export_path>/dumped_evals/global_step_N_evals/*.jsonl`; how their lines are
+split and their sampling read: docs/reading-runs.md.
 """
 
 from __future__ import annotations

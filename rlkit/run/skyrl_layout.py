@@ -1,10 +1,5 @@
-"""Where a SkyRL run's files are: its run dir and export dir, checkpoints and HF exports.
-
-SkyRL writes `<ckpt_path>/global_step_N/{policy,data.pt,trainer_state.pt}`, its completion
-marker `latest_ckpt_global_step.txt` (written last; rlkit's local runs share the name), HF
-exports at `<export_path>/global_step_N/policy` and eval dumps under
-`<export_path>/dumped_evals/` (read by `rlkit.run.skyrl_dumps`). In rlkit's layout the
-ckpt_path is the run dir and the export_path is RUN/exports.
+"""Where a SkyRL run's files are: its run dir (SkyRL's ckpt_path: `global_step_N/`, the marker
+`latest_ckpt_global_step.txt`) and export dir (RUN/exports: HF exports, `dumped_evals/`).
 
     sky = find_skyrl_run("/fsx/rlkit/runs/RUN")     # or ".../RUN/exports"; None: not SkyRL's
     list_checkpoints(sky.run_dir, sky.export_dir)   # every step with a checkpoint or export

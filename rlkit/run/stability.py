@@ -1,32 +1,9 @@
-"""The stability signals of a GRPO run, named once for both backends, and the collapse warning.
+"""The stability signals of a GRPO run, named once for both backends, and the collapse warnings.
 
-A researcher's first question during a long run is "is it collapsing?". The answer sits in a
-few per-step numbers that both backends log to RUN/metrics.jsonl, under rlkit's names (SkyRL's
-through `rlkit.cluster.skyrl.bridge`):
-
-- entropy: the policy's mean token entropy (local `loss/entropy`; SkyRL `policy/policy_entropy`
-  -> `loss/entropy`). Falling to near zero means the policy stopped exploring: a collapse when
-  the rollout rewards are stuck low, convergence when the groups all succeed (`entropy_fall`).
-- clip fraction: the share of loss tokens where PPO's clip binds (local `loss/clip_fraction`;
-  SkyRL `policy/loss_metrics/clip_ratio` -> `loss/clip_fraction`).
-- zero-variance share: the share of a step's groups whose episodes all got one reward, so no
-  gradient (`zero_variance_share` derives it from the counts each backend logs). Every group
-  so, step after step, with rewards stuck, is a warning (`no_gradient`): a step that trains no
-  group logs no entropy, so a collapse that fast leaves the entropy series nothing to judge.
-- logprob gap: the mean |rollout logprob - trainer logprob| per token. SkyRL samples with vLLM
-  and trains with FSDP, and logs it (`policy/rollout_train_logprobs_abs_diff_mean` ->
-  `loss/rollout_train_logprobs_abs_diff_mean`). The local trainer samples and trains with one
-  model in one process, so its gap is 0 by construction and it logs none.
-- turns and response length: episode length in turns (local `rollout/turns_mean`, SkyRL
-  `environment/turns_mean` -> `rollout/turns_mean`) and the model's tokens per episode (SkyRL
-  only: `rollout/avg_assistant_tokens`, `rollout/avg_num_tokens`; the local trainer logs no
-  token counts).
-
-Older SkyRL runs' names (`rollout/turns`, `loss/loss_metrics_clip_ratio`) are read as these
-(`rlkit.run.backends.RENAMED`), so each signal has one name here.
-- grad norm: the policy's gradient norm before clipping (`loss/grad_norm`, both backends).
-
-torch-free: the monitor, the curves and a client read it.
+`SIGNALS` maps each signal (entropy, clip fraction, zero-variance share, logprob gap, turns,
+response length, grad norm) to the metrics.jsonl names that carry it; `entropy_fall`,
+`no_gradient` and the logprob-gap limit are the warnings the monitor and `rlkit train` print.
+Which backend logs which name, and what each warning means: docs/reading-runs.md. Torch-free.
 """
 
 from __future__ import annotations
