@@ -48,11 +48,8 @@ def _from_environment() -> tuple[str, str] | None:
 
 
 def resolve_address(address: str | None) -> Address:
-    """Decide what `address` means (see the module docstring); refuse what rlkit cannot use.
-
-    UsageError for a Ray Client or scheme-less address, RlkitError for sagemaker_ray:// without
-    its toolkit, both in one line.
-    """
+    """Decide what `address` means (each form: docs/decisions.md); a Ray Client or scheme-less
+    address is a UsageError, sagemaker_ray:// without its toolkit an RlkitError, one line each."""
     env = _from_environment()
     given = address.strip().rstrip("/") if address is not None else ""
     if not given:  # not given: the environment's address, else the local head

@@ -24,11 +24,8 @@ head (a SkyRL run on the same cores) took over 10 s to accept."""
 
 
 class TimedJobClient(JobSubmissionClient):
-    """Ray's Jobs client with a timeout on every HTTP request.
-
-    Ray's client sends its requests without a timeout, so a head that accepts the connection
-    but never answers would hang a notebook cell forever.
-    """
+    """Ray's Jobs client with a timeout on every HTTP request (Ray's has none: a head that never
+    answers would hang a cell forever)."""
 
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
 
@@ -47,11 +44,8 @@ class JobsApi(Protocol):
 
 
 def within_deadline[T](seconds: float, what: str, fn: Callable[[], T]) -> T:
-    """Run `fn` in a daemon thread and give up after `seconds`.
-
-    A per-request timeout does not bound DNS resolution or a credential lookup, so connecting
-    needs a wall-clock deadline of its own.
-    """
+    """Run `fn` in a daemon thread and give up after `seconds` (a request's timeout does not
+    bound DNS resolution or a credential lookup)."""
     box: dict[str, Any] = {}
 
     def run() -> None:

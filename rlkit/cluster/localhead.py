@@ -28,24 +28,14 @@ DEFAULT_DASHBOARD_PORT = 8265
 """Ray's own default: the local head's dashboard (its Jobs API) is `http://127.0.0.1:8265`
 unless a caller picks another port."""
 LOGICAL_GPUS = 2
-"""GPUs the local head offers, none of them real: SkyRL asks Ray for a GPU per FSDP rank and
-vLLM engine, and its CPU preset (`skyrl-tiny-cpu`, 2 ranks) runs on these through rlkit's
-device seam. Local-backend jobs ask for none. SkyRL reserves one CPU with each GPU in its
-placement group, so the head also counts one more logical CPU per logical GPU: without them
-the placement group held every CPU and SkyRL's checkpoint clean-up task (0.25 CPU, outside
-the group) waited forever (measured on a 2-core host)."""
+"""Logical GPUs the local head offers (none real) for SkyRL's CPU preset, each with one more
+logical CPU (why: docs/decisions.md)."""
 LEAN_ENV = "RLKIT_LEAN_RAY_DASHBOARD"
 """Set to 1 (the test suite does), a local head's dashboard loads `DASHBOARD_MODULES` only;
 unset, Ray's whole dashboard, whose web pages (nodes, actors, metrics) a user may open."""
 DASHBOARD_MODULES = ("JobHead", "NodeHead", "StateHead", "EventHead")
-"""The dashboard modules a lean local head (`LEAN_ENV`) loads, each a process of its own: the Jobs API (with
-`/api/version`), the node module (it records which node is the head, where the Jobs API finds
-the agent that runs jobs: without it every submission fails, "No available agent"), the state
-API (`/api/v0/nodes`, which says the head's node is up) and the events endpoint the dashboard
-agent posts Ray's events to (without it each post would fail: ten retries, then an error
-logged). Ray's default adds five that only its web UI reads (reporter, metrics, Serve, Train
-and Data pages): about 0.7 core-s each to start and a share of the head's idle CPU. Ray's
-Prometheus page (`metrics_port`) is the dashboard agent's, untouched."""
+"""The dashboard modules a lean local head (`LEAN_ENV`) loads: the Jobs API, the node module,
+the state API and the events endpoint (why each, and what is left out: docs/decisions.md)."""
 IDLE_ENV = {
     # The log monitor (workers' output to their driver, so into a job's log) lists the log
     # dir on every pass, ten a second, below 1000 files; with this, every 0.5 s (Ray's own
@@ -83,13 +73,8 @@ def _state_file(port: int) -> Path:
 
 
 def ray_temp_dir(port: int) -> Path:
-    """The Ray temp dir (sessions, logs, sockets) of the local head on `port`: its own.
-
-    Ray's job supervisor points each job's driver at the head named in its temp dir's
-    `ray_current_cluster`, i.e. the latest head started with that dir. With Ray's shared
-    /tmp/ray, a job of one head ran against another head started later on the machine. Short
-    and under /tmp: Ray's Unix sockets live inside it, and their paths are limited to 107 bytes.
-    """
+    """The Ray temp dir (sessions, logs, sockets) of the local head on `port`: its own, so a
+    job's driver finds its own head; short, as Ray's socket paths inside it must be."""
     return Path("/tmp/rlkit-ray") / f"ray-{port}"
 
 

@@ -87,12 +87,8 @@ PACKAGING_LOGGERS = {
 
 @contextlib.contextmanager
 def quiet_packaging() -> Iterator[None]:
-    """Ray's per-file packaging chatter off while a working dir uploads (warnings stay).
-
-    The printed submission (`rlkit.cluster.client.describe_submission`) already says what
-    ships; Ray would add a dozen INFO lines per submission (every .gitignore it honours, three
-    times) to a notebook's output.
-    """
+    """Ray's per-file packaging INFO lines off while a working dir uploads (warnings stay): the
+    printed submission (`rlkit.cluster.client.describe_submission`) already says what ships."""
     saved = {name: logging.getLogger(name).level for name in PACKAGING_LOGGERS}
     for name, level in PACKAGING_LOGGERS.items():
         logging.getLogger(name).setLevel(level)

@@ -44,15 +44,9 @@ class SkyRLRun:
 
 
 def find_skyrl_run(path: str | Path) -> SkyRLRun | None:
-    """The one rule for "is this a SkyRL run", which `open_run` (and so every reader) applies.
-
-    `path` is SkyRL's run: either its run dir (the path `rlkit submit` printed, SkyRL's
-    ckpt_path) or its export dir (it holds `dumped_evals/`). A run dir says which backend wrote
-    it in run.json (`"backend": "skyrl"`, written by rlkit's SkyRL entry before SkyRL starts;
-    the local trainer writes its own run.json first). A run dir without run.json (one written
-    before the entry recorded it) is SkyRL's when it holds `exports/` or the `data/` the entry
-    writes. Anything else is not a SkyRL run: None.
-    """
+    """The one rule for "is this a SkyRL run" (`open_run` applies it): a run dir whose run.json
+    says `"backend": "skyrl"` (rlkit's SkyRL entry writes it first), one without run.json that
+    holds `exports/` or `data/`, or an export dir (it holds `dumped_evals/`); else None."""
     p = Path(path)
     if not p.is_dir():
         return None

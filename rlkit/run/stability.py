@@ -35,40 +35,23 @@ ENTROPY = SIGNALS["entropy"]
 LOGPROB_GAP = SIGNALS["rollout-trainer logprob gap"][:1]  # the mean; the max is a spike detector
 
 ENTROPY_COLLAPSE_FRACTION = 0.2
-"""Judge the entropy once the latest is below this fraction of the first GRPO step's.
-
-GRPO's entropy falls as the policy sharpens; that is learning. A fall to a fifth of where GRPO
-started leaves each answer token about one effective choice, so groups stop differing and their
-rewards go zero-variance. Measured against the run's own start, not an absolute value, because
-entropy's scale depends on the model, the prompt and the warm start. Whether that is a problem
-depends on the rewards (`CONVERGED_SOLVE`)."""
+"""Judge the entropy once the latest is below this fraction of the first GRPO step's (why a
+fifth, and why relative: docs/decisions.md)."""
 
 CONVERGED_SOLVE = 0.9
 """Entropy below the fraction above is convergence when the rollout solve rate (mean of the last
-`RECENT_STEPS` GRPO steps) is at least this, else a collapse (a warning).
-
-With entropy that low, nearly every group is zero-variance, so the solve rate is about the share
-of groups that all succeed: at 90% or more the groups have stopped differing because they all
-reach the exit (the demo's run: entropy at a few percent of its start, evals at 97%). Below it,
-many groups fail alike: the policy is sure of moves that do not reach the exit, those groups
-give no gradient, and the rewards stay stuck: the collapse RAGEN and verl users report. A
-level, not a trend, because a collapsed policy can keep part of an earlier rise."""
+`RECENT_STEPS` GRPO steps) is at least this, else a collapse (a warning)."""
 
 RECENT_STEPS = 5
-"""GRPO steps whose rollout solve rate is averaged for the judgement: one step's 64 groups
-swing by several points."""
+"""GRPO steps whose rollout solve rate is averaged for the judgement."""
 
 SOLVE = ("rollout/solve_rate", "rollout/reward_mean")
 """The rollout's success on either backend (SkyRL's `environment/solve_rate` and
 `reward/avg_raw_reward` through the bridge); the reward stands in when the rate is missing."""
 
 LOGPROB_GAP_LIMIT = 0.1
-"""Warn when the mean per-token |rollout - trainer| logprob gap exceeds this (nats).
-
-A gap of 0.1 puts the typical token's rollout-to-trainer probability ratio about 10% off
-(e^0.1 = 1.105), half of PPO's usual clip width (eps 0.2): past it, clipping and the
-importance ratio act on the sampler/trainer mismatch (bf16 kernels, stale weights) rather
-than on the policy's change, and off-policy corrections (TIS) carry most of the update."""
+"""Warn when the mean per-token |rollout - trainer| logprob gap exceeds this (nats; half of
+PPO's clip width)."""
 
 PHASE_KEYS = ("train/phase", "phase")
 """Where a record names its phase (the local trainer: `train/phase`; SkyRL logs none)."""
@@ -83,14 +66,9 @@ def finite_number(value: object) -> float | None:
 
 
 def zero_variance_share(record: Mapping[str, Any]) -> float | None:
-    """The share of a step's groups with zero reward variance, from the counts logged.
-
-    The denominator is `rollout/groups` (the groups the step drew) where logged: SkyRL's bridge
-    logs it beside `rollout/zero_variance_groups` (SkyRL's `reward/num_zero_variance_filtered`,
-    logged when its zero-variance filter is on). Else, as the local trainer logs today, the
-    count plus `train/groups` (the groups that entered the loss): exact when a step draws one
-    round; with dynamic sampling's extra rounds, the groups past the batch do not count, so
-    the share reads high."""
+    """The share of a step's groups with zero reward variance: `rollout/zero_variance_groups`
+    over `rollout/groups` (SkyRL's bridge) or, else, over it plus `train/groups` (the local
+    trainer; high under dynamic sampling's extra rounds)."""
     zero = finite_number(record.get("rollout/zero_variance_groups"))
     if zero is None:
         return None
