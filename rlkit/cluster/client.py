@@ -227,12 +227,9 @@ class Cluster:
         working_dir: str | Path | None = None,
         pip: list[str] | None = None,
     ) -> JobHandle:
-        """Submit `entrypoint` as job `rlkit-<run_name>-<n>`, shipping `working_dir` with it.
-
-        `working_dir` defaults to the project root (the checkout rlkit runs from); it is
-        packed as Ray does (honouring .gitignore) and refused up front above Ray's limit.
-        Env var values never appear in what rlkit prints: they often hold tokens.
-        """
+        """Submit `entrypoint` as job `rlkit-<run_name>-<n>`, shipping `working_dir` (default:
+        the project root, packed as Ray does, refused above Ray's limit); env var values never
+        appear in what rlkit prints."""
         existing = self.jobs()
         submission_id = next_submission_id(run_name, [j.submission_id for j in existing])
         root = Path(working_dir) if working_dir is not None else project_root()
@@ -306,11 +303,7 @@ def connect(
 ) -> Cluster:
     """Connect to a Ray cluster's Jobs API; for the local head (no address, or `local`), start
     it or reuse the one answering on `local_port` (only reuse, with `start_local=False`).
-
-    `timeout_s` bounds reaching an address (a local head may take a minute to start the
-    first time; that has its own limit). Unreachable addresses raise `RlkitError` in one
-    line naming the address and what to check.
-    """
+    `timeout_s` bounds reaching an address; an unreachable one is a one-line `RlkitError`."""
     target = resolve_address(address)
     notes = list(target.notes)
     local_head = None

@@ -144,12 +144,8 @@ class LocalHead:
         return False
 
     def stop(self, timeout_s: float = 3.0) -> None:
-        """Stop this head (and its jobs); other Ray instances on the machine are left alone.
-
-        Each process gets SIGTERM and `timeout_s` to exit; whatever is left then gets SIGKILL
-        (some Ray process always outlives a 10 s grace). A training job loses nothing: its
-        checkpoints are committed atomically and a run resumes from the last one.
-        """
+        """Stop this head and its jobs (SIGTERM, then SIGKILL after `timeout_s`); other Ray
+        instances on the machine are left alone, and a run resumes from its last checkpoint."""
         if not _is_our_group(self.pgid):
             raise RlkitError(
                 f"the head at {self.dashboard_url} was not started by rlkit or is already down; "
@@ -205,13 +201,8 @@ def start_local_head(
     timeout_s: float = LOCAL_HEAD_START_TIMEOUT_S,
 ) -> LocalHead:
     """Reuse the Ray head answering on 127.0.0.1:`port`, or start one there (with `num_cpus`
-    CPUs for jobs, default this machine's, plus `LOGICAL_GPUS` GPUs and a CPU for each).
-
-    The head runs in its own session, so it outlives the notebook kernel that started it and
-    its jobs can be reattached after a restart; `LocalHead.stop()` ends it. Calls for one port
-    take turns: one that finds a start under way waits for it (up to `timeout_s`) and reuses
-    that head.
-    """
+    CPUs for jobs, default this machine's, plus `LOGICAL_GPUS` GPUs and a CPU for each); a call
+    that finds a start under way waits for it (up to `timeout_s`) and reuses that head."""
     with _start_lock(port, timeout_s):
         return _start_or_reuse(port, num_cpus, timeout_s)
 
