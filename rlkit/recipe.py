@@ -388,6 +388,17 @@ def _skyrl_refusals(r: Recipe) -> list[str]:
     return out
 
 
+def check_capture(groups: int, estimator: str) -> None:
+    """A capture carries the advantages rlkit computes: a one-line UsageError when capture is
+    on (`groups` > 0) and the run's `advantage_estimator` is another."""
+    if groups and estimator not in LOCAL_ADVANTAGE_ESTIMATORS:
+        raise UsageError(
+            f"captured rollouts need advantage_estimator "
+            f"{' or '.join(LOCAL_ADVANTAGE_ESTIMATORS)} (the advantages rlkit computes), "
+            f"not {estimator}; set capture_groups=0"
+        )
+
+
 def _raise_first(refusals: list[str]) -> None:
     if refusals:
         raise UsageError(refusals[0])

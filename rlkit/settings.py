@@ -284,15 +284,3 @@ class CaptureConfig:
                 f"capture_keep ({self.keep}) must be >= 1 steps, or none to keep every "
                 "captured step"
             )
-
-    def check_estimator(self, estimator: str) -> None:
-        """A capture carries the advantages rlkit computes: a one-line UsageError when the
-        run's `advantage_estimator` is another and capture is on."""
-        from rlkit.recipe import LOCAL_ADVANTAGE_ESTIMATORS
-
-        if self.groups and estimator not in LOCAL_ADVANTAGE_ESTIMATORS:
-            raise UsageError(
-                f"captured rollouts need advantage_estimator "
-                f"{' or '.join(LOCAL_ADVANTAGE_ESTIMATORS)} (the advantages rlkit computes), "
-                f"not {estimator}; set capture_groups=0"
-            )

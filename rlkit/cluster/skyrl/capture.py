@@ -22,7 +22,7 @@ from skyrl.train.generators.base import TRAINING_PHASE_TRAIN
 from rlkit.cluster.skyrl.move_probe import EngineProbe
 from rlkit.env.maze_env import maze_from_extras
 from rlkit.episodes.policies import MoveProbs
-from rlkit.recipe import Recipe
+from rlkit.recipe import Recipe, check_capture
 from rlkit.run.captures import (
     CapturedEpisode,
     drop_after,
@@ -75,7 +75,7 @@ class Capturer:
         """The capture of the run SkyRL's `cfg` describes; a UsageError when its advantage
         estimator is one rlkit does not compute."""
         algo = cfg.trainer.algorithm
-        settings.check_estimator(algo.advantage_estimator)
+        check_capture(settings.groups, algo.advantage_estimator)
         recipe = Recipe(
             advantage_estimator=algo.advantage_estimator, grpo_norm_by_std=algo.grpo_norm_by_std
         )

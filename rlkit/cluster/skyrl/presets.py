@@ -34,7 +34,7 @@ from rlkit.cluster.skyrl.preset_sections import (
 )
 from rlkit.env.maze_env import env_for_set
 from rlkit.errors import UsageError
-from rlkit.recipe import Recipe
+from rlkit.recipe import Recipe, check_capture
 from rlkit.settings import CaptureConfig, apply_settings, build_config, resolve_key
 
 CLUSTER_RECIPE = Recipe(kl_loss_coef=0.005)
@@ -80,7 +80,7 @@ class SkyRLPreset:
 
     def __post_init__(self) -> None:
         check_preset(self)  # one-line UsageErrors: sizes, the instance's layout, SkyRL's traps
-        self.capture.check_estimator(self.recipe.advantage_estimator)
+        check_capture(self.capture.groups, self.recipe.advantage_estimator)
 
     def to_json(self) -> str:
         """The preset as one JSON object: what its SkyRL job receives (the entry's `--config`)."""
