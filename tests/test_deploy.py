@@ -27,8 +27,7 @@ import pytest
 import yaml
 
 from rlkit.cli.main import main as rlkit_main
-from rlkit.cluster.raycluster import EFA_RESOURCE, INSTANCE_LABEL, raycluster
-from rlkit.cluster.rayjob import rayjob
+from rlkit.cluster.raycluster import EFA_RESOURCE, INSTANCE_LABEL, raycluster, rayjob
 from rlkit.cluster.skyrl.entry import parse_args
 from rlkit.cluster.skyrl.instances import G7E
 from rlkit.cluster.skyrl.overrides import build_overrides, entrypoint_command
