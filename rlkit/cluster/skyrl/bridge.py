@@ -45,7 +45,7 @@ ALIASES = {
     "trainer/epoch": "train/epoch",
 }
 """SkyRL key -> the local trainer's name, where both measure the same thing: the one place
-SkyRL's names become rlkit's (older runs' names: `rlkit.run.reader.RENAMED`)."""
+SkyRL's names become rlkit's (older runs' names: `rlkit.run.backends.RENAMED`)."""
 GROUPS = {
     "reward/": "rollout/",
     "environment/": "rollout/env_",
