@@ -142,11 +142,11 @@ def test_turn_samples_carry_each_turns_own_advantage(played):
     assert len(samples) < sum(len(t.turns) for t in trajs)  # a zero-variance group left
 
 
-def test_the_switch_is_refused_on_skyrl_and_checked():
+def test_the_switch_is_checked_and_refused_with_skyrls_dynamic_sampling():
     r = Recipe(advantage_estimator="gigpo")
-    assert r.refusals("local") == []
-    (line,) = r.refusals("skyrl")
-    assert line.startswith("recipe.advantage_estimator=gigpo: SkyRL")
+    assert r.refusals("local") == [] and r.refusals("skyrl") == []  # SkyRL: with a window
+    (line,) = replace(r, dynamic_sampling_type="filter").refusals("skyrl")
+    assert line.startswith("recipe.advantage_estimator=gigpo with dynamic_sampling_type")
     with pytest.raises(UsageError, match="gigpo_gamma"):
         Recipe(gigpo_gamma=0.0)
     with pytest.raises(UsageError, match="gigpo_step_weight"):
