@@ -22,16 +22,15 @@ from skyrl.backends.skyrl_train.inference_servers.base import InferenceEngineInp
 from skyrl.backends.skyrl_train.inference_servers.utils import resolve_policy_model_name
 from skyrl.train.generators import skyrl_vlm_generator
 from skyrl.train.generators.base import TRAINING_PHASE_TRAIN, GeneratorOutput
-from skyrl.train.generators.skyrl_gym_generator import StepWiseOutput, TrajectoryOutput
+from skyrl.train.generators.skyrl_gym_generator import TrajectoryOutput
 from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
 from skyrl.utils.tok import get_processor
 
 from rlkit.cluster.skyrl.capture import Capturer, StepCapture
 from rlkit.cluster.skyrl.engine_args import MM_CACHE_KWARG
-from rlkit.cluster.skyrl.gigpo import STATES_KEY
 from rlkit.cluster.skyrl.move_probe import EngineProbe
 from rlkit.cluster.skyrl.render import EpisodePrompt, TurnRenderer, runs
-from rlkit.run.skyrl_dumps import NEXT_TURN
+from rlkit.cluster.skyrl.window import WindowedLoop, last_steps, row_turns
 from rlkit.settings import CaptureConfig
 
 IMAGE_PAD = "<|image_pad|>"
@@ -87,14 +86,7 @@ def guard_placeholders(out: GeneratorOutput, image_id: int, filler_id: int, merg
     return changed
 
 
-def row_turns(env_extras: dict, limit: int) -> int:
-    """An episode's turn budget: its row's own (`extra_info.max_turns`, written for a run with
-    several eval sets, each played with its budget), at most SkyRL's `max_turns`; else that."""
-    own = (env_extras.get("extra_info") or {}).get("max_turns")
-    return limit if own is None else min(int(own), limit)
-
-
-class RlkitVLMGenerator(SkyRLVLMGymGenerator):
+class RlkitVLMGenerator(WindowedLoop, SkyRLVLMGymGenerator):
     """`SkyRLVLMGymGenerator` whose samples' image placeholders always match their images.
 
     `merge_size`: the image processor's (Qwen3-VL: 2), to count tokens per image grid.
@@ -176,20 +168,6 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
             episodes = out if self.history is None else last_steps(out)
             out["rollout_metrics"].update(await capture.finish(input_batch, episodes))
         return out
-
-    def _attach_step_pixels(self, out: GeneratorOutput) -> None:
-        """Each step row's pixel values and grids (SkyRL's step-wise `generate` keeps one per
-        prompt, and a VLM's step-wise rows have none): rows are each trajectory's steps in
-        order, as `windowed_loop` recorded them."""
-        pixels, grids, states = [], [], []
-        for tid in out["trajectory_ids"]:
-            session = f"{tid.instance_id}_{tid.repetition_id}"
-            pv, grid = self._step_pixels[session].pop(0)
-            pixels.append(pv)
-            grids.append(grid)
-            states.append(self._step_states[session].pop(0))
-        out["pixel_values"], out["image_grid_thw"] = pixels, grids
-        out[STATES_KEY] = states  # each row's square: GiGPO's anchor state
 
     async def engine_turn(
         self, episode: EpisodePrompt, session_id: str, params: dict, cache_salt: str | None
@@ -343,90 +321,6 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
         finally:
             await self.inference_engine_client.finish_session(session_id)
 
-    async def windowed_loop(
-        self,
-        prompt,
-        env_class: str,
-        env_extras: dict[str, Any],
-        max_input_length: int,
-        sampling_params: dict[str, Any] | None,
-        session_id: str,
-        cache_salt: str | None,
-    ) -> StepWiseOutput:
-        """`agent_loop` under a history window: each turn one step row whose prompt is the
-        window (`TurnRenderer.window`), exactly the ids and pictures its engine was sent, and
-        whose response is the answer as sampled. The episode's reward (the sum of its turns')
-        sits on the last step's last token, where SkyRL's step-wise advantage reads it and
-        gives every step of the episode its value."""
-        start_time = time.monotonic()
-        try:
-            env_extras["max_turns"] = row_turns(env_extras, self.max_turns)
-            env = skyrl_gym.make(
-                env_class,
-                env_config=getattr(self.skyrl_gym_cfg, env_class, dict()),
-                extras=env_extras,
-            )
-            conversation, _ = await self._run_in_executor_if_available(
-                env.init, copy.deepcopy(prompt)
-            )
-            params = (
-                sampling_params
-                if sampling_params is not None
-                else asdict(self.generator_cfg.sampling_params)
-            )
-            cache = EpisodePrompt(ids=[])  # the episode's pictures, rendered once each
-            steps: list[TrajectoryOutput] = []
-            pixels: list = []
-            states: list[list[int]] = []
-            total, done = 0.0, False
-            while not done:
-                t = time.monotonic()
-                episode = await self.renderer.window(cache, conversation, self.history, session_id)
-                self._timed("render", t)
-                if len(episode.ids) > max_input_length:
-                    if not steps:  # SkyRL needs a row: an empty turn that trains nothing
-                        steps.append(self._step(episode, [self.filler_id], None, "length", 0))
-                        steps[-1].loss_mask[0] = 0
-                        pixels.append(episode.pixels())
-                        states.append(list(env.state.pos))
-                    steps[-1].stop_reason = "length"
-                    break
-                t = time.monotonic()
-                engine_output = await self.engine_turn(episode, session_id, params, cache_salt)
-                self._timed("engine", t)
-                self._turns += 1
-                gen_text, gen_ids, gen_logprobs, added_eos = self._answer_of(engine_output, params)
-                if self._capture is not None:
-                    self._capture.turn(
-                        session_id,
-                        gen_text,
-                        episode.ids,
-                        gen_ids,
-                        episode.features(),
-                        cache_salt,
-                    )
-                states.append(list(env.state.pos))  # the square the answer was given on
-                t = time.monotonic()
-                step = await self._run_in_executor_if_available(env.step, gen_text)
-                self._timed("env", t)
-                done = step["done"]
-                total += float(step["reward"])
-                conversation.append({"role": "assistant", "content": gen_text})
-                if not done:
-                    conversation.extend(step["observations"])
-                stop = engine_output["stop_reasons"][0]
-                steps.append(self._step(episode, gen_ids, gen_logprobs, stop, added_eos))
-                pixels.append(episode.pixels())
-            for row in steps[:-1]:  # how a dump's reader finds an episode's rows
-                row.stop_reason = NEXT_TURN
-            steps[-1].reward[-1] = total
-            steps[-1].env_metrics = env.get_metrics()  # one episode's, once
-            self._step_pixels[session_id], self._step_states[session_id] = pixels, states
-            await self._run_in_executor_if_available(env.close)
-            return StepWiseOutput(steps, e2e_time=time.monotonic() - start_time)
-        finally:
-            await self.inference_engine_client.finish_session(session_id)
-
     def _answer_of(self, engine_output: dict, params: dict) -> tuple[str, list, list | None, bool]:
         """(text, sampled ids, their logprobs, whether an end of turn was appended) of a turn,
         as SkyRL's loop reads an engine's output."""
@@ -450,27 +344,6 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
             if logprobs is not None:
                 logprobs.append(0.0)
         return text, ids, logprobs, added
-
-    @staticmethod
-    def _step(
-        episode: EpisodePrompt, ids: list[int], logprobs: list | None, stop: str, added_eos: bool
-    ) -> TrajectoryOutput:
-        """One turn's row: the window's ids as prompt, the answer as response, no reward yet."""
-        return TrajectoryOutput(
-            response_ids=list(ids),
-            reward=[0.0] * len(ids),
-            stop_reason=stop,
-            loss_mask=[1] * (len(ids) - added_eos) + [0] * added_eos,
-            prompt_ids=list(episode.ids),
-            rollout_logprobs=list(logprobs) if logprobs else [0.0] * len(ids),
-            env_metrics={},
-        )
-
-
-def last_steps(out: GeneratorOutput) -> dict[str, list]:
-    """A step-wise output seen one row an episode (its last step's, where the reward sits)."""
-    keep = [i for i, last in enumerate(out["is_last_step"]) if last]
-    return {k: [v[i] for i in keep] for k, v in out.items() if isinstance(v, list)}
 
 
 def build_generator(
