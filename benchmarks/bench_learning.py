@@ -320,7 +320,7 @@ def summary_table(results: list[dict], targets: dict | None = None) -> str:
         + " ".join(f"{'seed ' + str(r['seed']):>{width}s}" for r in results)
     ]
     for name, target, cells, key in rows:
-        flags = [f" {mark[x['checks'][key]]}" if key in x['checks'] else "" for x in v]
+        flags = [f" {mark[x['checks'][key]]}" if key in x["checks"] else "" for x in v]
         lines.append(
             f"{name:20s} {target:>9s} "
             + " ".join(f"{c + f:>{width}s}" for c, f in zip(cells, flags, strict=True))

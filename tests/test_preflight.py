@@ -16,15 +16,16 @@ from rlkit.cluster import preflight as preflight_module
 from rlkit.cluster.checks import Check
 from rlkit.cluster.gpu_checks import GPU_CHECKS
 from rlkit.cluster.preflight import (
+    MARK,
     _config_json,
     _storage,
     format_checks,
-    parse_report,
     preflight,
     tied_embeddings,
     with_client,
 )
 from rlkit.errors import RlkitError
+from rlkit.run.joblog import read_answer
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +100,11 @@ def test_table_and_exit_code(cli_run):
     assert code == 1  # no GPU here
     assert "fail  gpus" in out and "fix   gpus:" in out and out.rstrip().endswith("failed")
     assert out.strip() == format_checks(list(checks.values()))
+
+
+def parse_report(logs: str) -> list[Check]:
+    """The checks a preflight job printed, read as `preflight` reads its answer."""
+    return [Check(**c) for c in read_answer(logs, MARK, "the preflight job printed no report")]
 
 
 def test_report_parsing_and_ray_mismatch():

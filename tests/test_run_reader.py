@@ -13,7 +13,8 @@ from rlkit.notebook import workbench
 from rlkit.run import RunNotFound, open_run
 from rlkit.run.backends import LocalRun, SummaryRun
 from rlkit.run.captures import CapturedEpisode, pick_episodes, step_path, write_step
-from rlkit.run.remote import TAG, main, summary_from_logs
+from rlkit.run.joblog import read_answer
+from rlkit.run.remote import TAG, main
 from rlkit.run.rundir import RunDir
 
 STABILITY = {"loss/entropy": 1.2, "loss/clip_fraction": 0.05, "loss/grad_norm": 0.8}
@@ -36,6 +37,13 @@ def local_run(tmp_path):
         eps = pick_episodes(step, trajs[:4], [0, 0, 1, 1], [0.5, -0.5, 0.0, 0.0], n=2, seed=0)
         write_step(run.path, step, eps, keep=None)
     return run.path
+
+
+def summary_from_logs(logs: str, path: str):
+    """The run from a reading job's logs, as `read_run` reads it."""
+    from rlkit.run.backends import SummaryRun
+
+    return SummaryRun(read_answer(logs, TAG, f"the cluster could not read {path}"))
 
 
 def test_open_run_reads_a_local_run(local_run):

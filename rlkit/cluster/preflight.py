@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from rlkit.cluster.checks import Check, budget_checks, tied_embeddings
 from rlkit.cluster.checks import config_json as _config_json
 from rlkit.cluster.checks import model_check as _model
-from rlkit.run.joblog import answer, read_answer
+from rlkit.run.joblog import answer
 
 if TYPE_CHECKING:
     from rlkit.cluster.client import Cluster
@@ -247,11 +247,6 @@ def run_checks(
     if gpu:
         checks += gpu_exercise(model)
     return checks
-
-
-def parse_report(logs: str) -> list[Check]:
-    """The checks the preflight job printed (its tagged line)."""
-    return [Check(**c) for c in read_answer(logs, MARK, "the preflight job printed no report")]
 
 
 def with_client(checks: list[Check], client_ray: str) -> list[Check]:

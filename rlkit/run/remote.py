@@ -17,7 +17,7 @@ from typing import Any
 
 from rlkit.errors import RlkitError, UsageError
 from rlkit.run.backends import SummaryRun, open_here
-from rlkit.run.joblog import answer, read_answer
+from rlkit.run.joblog import answer
 
 TAG = "rlkit-run-summary "
 """Starts the one log line that holds the summary; anything else the job prints is ignored."""
@@ -26,12 +26,6 @@ TAG = "rlkit-run-summary "
 def summary_line(path: str, captured: int = 1) -> str:
     """The tagged JSON line for the run at `path`, with its newest `captured` captured steps."""
     return TAG + json.dumps(open_here(path).summary(captured), allow_nan=False)
-
-
-def summary_from_logs(logs: str, path: str) -> SummaryRun:
-    """The run from a reading job's logs (the last tagged line); RlkitError naming what the job
-    said instead when there is none."""
-    return SummaryRun(read_answer(logs, TAG, f"the cluster could not read {path}"))
 
 
 READ_TIMEOUT_S = 180.0
