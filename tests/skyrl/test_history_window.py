@@ -11,12 +11,14 @@ logprobs the engine sampled with.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from skyrl.backends.skyrl_train.inference_servers.engine_utils import (
     get_sampling_params_for_backend,
 )
-from skyrl.train.config import ChatTemplateConfig, GeneratorConfig, SamplingParams, SkyRLGymConfig
+from skyrl.train.config import SkyRLGymConfig
 from skyrl.train.dataset.dataset import PromptDataset
 from skyrl.train.generators.utils import prepare_generator_input
 from skyrl.train.utils.trainer_utils import validate_generator_output
@@ -29,12 +31,13 @@ from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.env.data import write_datasets
 from rlkit.env.maze_env import ENV_ID, register_env
 from rlkit.errors import UsageError
-from rlkit.maze.core import Action
 from rlkit.run.skyrl_dumps import NEXT_TURN
 
 try:  # tests/skyrl is a plain directory: a package named `skyrl` would shadow SkyRL itself
+    from test_skyrl_render import greedy_config
     from vllm_server import make_client, run
 except ImportError:  # pragma: no cover
+    from .test_skyrl_render import greedy_config
     from .vllm_server import make_client, run
 
 pytestmark = [pytest.mark.skyrl, pytest.mark.slow]  # a vLLM server
@@ -50,13 +53,7 @@ RUNS = (("test", None), ("test", TURNS), ("visgym-easy", 2))
 def played(tiny_server, tokenizer, tmp_path_factory) -> dict:
     """Each run's generator output, keyed by window (None: the whole conversation)."""
     register_env()
-    words = [tokenizer.convert_tokens_to_ids(a.word) for a in Action]
-    sampling = SamplingParams(
-        max_generate_length=2,
-        temperature=0.0,
-        logprobs=1,
-        additional_kwargs={"allowed_token_ids": [*words, tokenizer.eos_token_id]},
-    )
+    base, sampling = greedy_config(tokenizer)  # 2-token greedy answers, 6 turns
     outputs = {}
     for eval_set, window in RUNS:
         out_dir = tmp_path_factory.mktemp(f"data-{eval_set}")
@@ -65,16 +62,7 @@ def played(tiny_server, tokenizer, tmp_path_factory) -> dict:
         )
         dataset = PromptDataset([str(path)], tokenizer, max_prompt_length=1024, num_workers=1)
         prompts = dataset.collate_fn([dataset[i] for i in range(2)])
-        cfg = GeneratorConfig(
-            sampling_params=sampling,
-            max_input_length=2048,
-            batched=False,
-            max_turns=TURNS,
-            use_conversation_multi_turn=True,
-            chat_template=ChatTemplateConfig(source="name", name_or_path=None),
-            step_wise_trajectories=window is not None,
-            vision_language_generator=True,
-        )
+        cfg = replace(base, step_wise_trajectories=window is not None)
         client = make_client(tiny_server, tokenizer=tokenizer)
         generator = RlkitVLMGenerator(
             cfg, SkyRLGymConfig(max_env_workers=0), client, tokenizer, merge_size=2, history=window
