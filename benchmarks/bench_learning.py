@@ -108,7 +108,8 @@ def verdict(
 ) -> dict:
     """One seed's numbers against the targets (`TARGETS[preset]`; local-tiny's by default)."""
     t = targets or TARGETS["local-tiny"]
-    first = next(r for r in rows if r["step"] == ws_end) if ws_end else rows[0]
+    # a run stopped inside its warm start has no eval there: its last one stands in
+    first = next((r for r in rows if r["step"] == ws_end), rows[-1]) if ws_end else rows[0]
     final, last3 = rows[-1], [r["solve_rate"] for r in rows[-3:]]
     reached = next((r for r in rows if r["solve_rate"] >= t["final_min"]), None)
     checks = {
