@@ -23,6 +23,7 @@ from tempfile import TemporaryDirectory
 import numpy as np
 import torch
 
+from rlkit.env.maze_env import prompt_messages
 from rlkit.episodes.evaluate import EVAL_SEED
 from rlkit.episodes.rollout import run_episodes
 from rlkit.maze import rules
@@ -36,38 +37,31 @@ from rlkit.settings import parse_sets
 from rlkit.train.learner import Learner
 from rlkit.train.presets import preset
 from rlkit.train.square_head import SquareHead, block_side
-from rlkit.train.warmstart import (
-    BC_STREAM,
-    bc_batch,
-    bc_schedule,
-    bc_update,
-    open_square_states,
-)
+from rlkit.train.warmstart import bc_batch, bc_schedule, bc_update, square_states
 
 RESULTS = Path(__file__).parent / "results"
 HELD_OUT = 60
 """Fresh mazes whose every floor square the per-move accuracy reads (a stream BC never draws)."""
-HELD_OUT_STEP = 1_000_000
+HELD_OUT_STREAM = 40_000_000
+"""Training-stream index of the held-out mazes (past BC's, GRPO's and validation's)."""
 BANDS = ((1, 4), (5, 8), (9, 12), (13, 16), (17, 99))
 
 
 def held_out(cfg, seed: int) -> list[tuple]:
     """(state, note, distance) on every floor square of `HELD_OUT` fresh mazes."""
-    spec = cfg.task.spec
+    spec, rng = cfg.task.spec, np.random.default_rng([seed, 17])
     out = []
     for k in range(HELD_OUT):
-        step = HELD_OUT_STEP + k  # a BC step no run reaches: its first maze, every square
-        floor = int((~train_maze(spec, BC_STREAM + 10_000 * step).squares).sum())
-        states = open_square_states(spec, step, floor, seed, per_maze=floor)
-        out += [(s, n, int(exit_distances(s.maze)[s.pos])) for s, _, n in states]
+        maze = train_maze(spec, HELD_OUT_STREAM + k)
+        floor = [(int(r), int(c)) for r, c in np.argwhere(~maze.squares)]
+        dist = exit_distances(maze)
+        out += [(s, n, int(dist[s.pos])) for s, _, n in square_states(maze, floor, rng)]
     return out
 
 
 @torch.no_grad()
 def accuracy(loaded, answer, env, items) -> tuple[float, dict[str, float]]:
     """Share of states whose argmax answer is the oracle's, overall and by distance band."""
-    from rlkit.env.maze_env import prompt_messages
-
     hits = []
     for lo in range(0, len(items), 256):
         part = items[lo : lo + 256]

@@ -110,7 +110,7 @@ def open_square_states(
     out: list[tuple[rules.State, Move, str]] = []
     k = 0
     while len(out) < batch:
-        maze = train_maze(spec, BC_STREAM + 10_000 * step + k)
+        maze = train_maze(spec, BC_STREAM + step * batch + k)  # k < batch: a state a maze
         k += 1
         dist = exit_distances(maze)
         floor = [(int(r), int(c)) for r, c in np.argwhere(~maze.squares)]
@@ -119,10 +119,19 @@ def open_square_states(
         picked = [floor[i] for i in rng.choice(len(floor), min(per_maze, len(floor)), False)]
         if maze.exit not in picked and rng.random() < STOP_SHARE:
             picked[0] = maze.exit
-        for pos in picked:
-            state, note = _arrived(maze, pos, rng)
-            out.append((state, rules.best_move(state), note))
+        out += square_states(maze, picked, rng)
     return out[:batch]
+
+
+def square_states(
+    maze: Maze, squares: Sequence[tuple[int, int]], rng: np.random.Generator
+) -> list[tuple[rules.State, Move, str]]:
+    """(state, oracle answer, feedback) on each of `squares`, reached as `_arrived` says."""
+    out = []
+    for pos in squares:
+        state, note = _arrived(maze, pos, rng)
+        out.append((state, rules.best_move(state), note))
+    return out
 
 
 def _arrived(maze: Maze, pos: tuple[int, int], rng: np.random.Generator) -> tuple[rules.State, str]:
