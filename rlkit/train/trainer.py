@@ -133,16 +133,11 @@ class Trainer:
             self.state = TrainState(**saved["state"])
         if self.state.phase == "grpo":
             self._tune(loaded, ckpt)
-        m = self.cfg.model
-        game = train_maze(self.cfg.task.spec, 0).game  # squares: `stop` is a fifth choice
-        answer = AnswerSpec.from_loaded(loaded, game) if m.constrained else None
-        w = self.cfg.warm_start
-        if self.state.phase == "warm_start" and w.aux_weight > 0:
-            maze = train_maze(self.cfg.task.spec, 0)
+        m, maze = self.cfg.model, train_maze(self.cfg.task.spec, 0)  # squares: `stop` a choice
+        answer = AnswerSpec.from_loaded(loaded, maze.game) if m.constrained else None
+        if self.state.phase == "warm_start" and self.cfg.warm_start.aux_weight > 0:
             block = block_side(loaded, self.cfg.task.env, maze)
-            self.square_head = SquareHead(
-                loaded, block, game_moves(maze), seed=self.cfg.schedule.seed
-            )
+            self.square_head = SquareHead(loaded, block, game_moves(maze), self.cfg.schedule.seed)
             if saved and "square_head" in saved:
                 self.square_head.load_state_dict(saved["square_head"])
         self.learner = Learner(
