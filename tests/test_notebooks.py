@@ -149,6 +149,8 @@ def test_demo_kernels_keep_their_ipc_sockets_in_jupyters_runtime_dir():
     ip = Path(km["ip"])
     assert km["transport"] == "ipc" and ip.is_absolute()
     assert ip.parent == Path(jupyter_runtime_dir()) and ip.parent.is_dir()
+    # jupyter_client takes the first free BASE-N: kernels started at once need bases of their own
+    assert kernel_config()["KernelManager"]["ip"] != km["ip"]
     assert not [p for p in NOTEBOOK_DIR.iterdir() if p.is_socket()]  # none left in the tree
 
 

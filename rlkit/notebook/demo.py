@@ -10,6 +10,8 @@ Ray head and one OUT (docs/notebooks.md lists what it leaves).
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -34,12 +36,15 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 def kernel_config() -> dict:
     """Kernels on local IPC sockets (no port, no unencrypted-TCP warning) under Jupyter's
     runtime dir: the default path is relative to the kernel's cwd, and a killed demo left its
-    sockets in notebooks/."""
+    sockets in notebooks/. Each kernel gets a base name of its own: jupyter_client numbers the
+    sockets by the first free `BASE-N` on disk, so two processes starting kernels at once on one
+    base took the same sockets (a kernel that never answered, seen under pytest-xdist)."""
     from jupyter_core.paths import jupyter_runtime_dir
 
     runtime = Path(jupyter_runtime_dir())
     runtime.mkdir(parents=True, exist_ok=True)
-    return {"KernelManager": {"transport": "ipc", "ip": str(runtime / "rlkit-kernel-ipc")}}
+    base = runtime / f"rlkit-kernel-{os.getpid()}-{secrets.token_hex(4)}"
+    return {"KernelManager": {"transport": "ipc", "ip": str(base)}}
 
 
 PROJECT_ROOT = project_root()
