@@ -50,7 +50,6 @@ TORCH_FREE = (
 )
 """What a Studio kernel that only drives the cluster imports (tests/skyrl/test_torch_free_client.py)."""
 KNOWN_CIRCLES = (
-    {"env/maze_env", "env/visgym_text"},
     {"cluster/skyrl/preset_checks", "cluster/skyrl/presets", "cluster/skyrl/start"},
 )
 """Circles that were here when the check began (issue 53): each goes when it is broken."""

@@ -20,14 +20,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from rlkit.errors import UsageError
 from rlkit.maze import rules
 from rlkit.maze.core import Maze, Move, Stop
-
-if TYPE_CHECKING:
-    from rlkit.env.maze_env import EnvConfig
 
 ANSWER_FORMATS = ("visgym", "visgym-sft")
 """The squares game's answer formats: SkyRL's `<action>up</action>`, VisGym's `('move', 0)`."""
@@ -116,8 +113,8 @@ def read_prompt_file(path: str) -> tuple[str, str]:
     return text, hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def check_answer(cfg: EnvConfig) -> None:
-    """Refuse, in one line, an answer format its prompt does not ask for, a format weight
+def check_answer(cfg: Any) -> None:
+    """Refuse (an `EnvConfig`), in one line, an answer format its prompt does not ask for, a format weight
     outside [0, 1], or empty rules."""
     sft = (cfg.parser == "visgym-sft", cfg.prompt_style == "visgym-sft")
     if cfg.rules is None and sft[0] != sft[1]:
@@ -136,13 +133,13 @@ def check_answer(cfg: EnvConfig) -> None:
         raise UsageError("rules (the prompt file's text) must be non-empty text")
 
 
-def answer_view(
-    cfg: EnvConfig,
+def answer_view[C](
+    cfg: C,
     answer_format: str = "visgym",
     format_weight: float = 0.0,
     prompt_file: str | None = None,
-) -> EnvConfig:
-    """`cfg` (a set's env) with an answer format, format weight and prompt file's rules; the
+) -> C:
+    """`cfg` (a set's `EnvConfig`) with an answer format, format weight and prompt file's rules; the
     cell game takes none of them."""
     if answer_format not in ANSWER_FORMATS:
         raise UsageError(f"answer_format {answer_format!r}: use {' or '.join(ANSWER_FORMATS)}")
