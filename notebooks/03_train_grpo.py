@@ -86,13 +86,13 @@ from IPython.display import display
 
 from rlkit.cluster import launch
 from rlkit.cluster.client import connect
-from rlkit.notebook import groups, training
+from rlkit.notebook import groups, workbench
 from rlkit.notebook.monitor import JobMonitor
 from rlkit.notebook.paths import home_path
 
 out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
 
-plan = training.plan_run(
+plan = workbench.plan_run(
     preset, out_dir, address=address, run_name=run_name, skyrl=skyrl, recipe=recipe
 )
 print(plan)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from test_notebooks import STORED_NOTEBOOKS
 
-from rlkit.notebook import training
+from rlkit.notebook import workbench as training
 from rlkit.notebook.demo import NOTEBOOK_DIR
 
 PRESET_DIR = NOTEBOOK_DIR / "presets"

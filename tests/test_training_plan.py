@@ -6,7 +6,7 @@ import pytest
 
 from rlkit.cluster import launch
 from rlkit.errors import UsageError
-from rlkit.notebook import training
+from rlkit.notebook import workbench as training
 
 
 def test_a_recipe_reaches_the_local_trainers_command(tmp_path):

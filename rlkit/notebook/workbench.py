@@ -1,20 +1,18 @@
 """Notebook-level steps: what notebooks 00-05 call between the library modules, one function a
-cell step (open a run of either backend, score its checkpoints, pick mazes worth replaying).
+cell step (plan a run, open a run of either backend, score its checkpoints, pick mazes to replay).
 
     run = workbench.open_source(workbench.run_source("runs/demo", "local-tiny", run_dir=None))
     evals = workbench.checkpoint_evals(run)
-
-Baselines are `rlkit.notebook.baselines`; the table and summary.json, `rlkit.notebook.report`.
 """
 
 from __future__ import annotations
 
 import platform
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from matplotlib.figure import Figure
 
@@ -31,22 +29,22 @@ from rlkit.train.config import TaskConfig, TrainConfig
 from rlkit.train.presets import preset as train_preset
 from rlkit.train.run_config import config_from_dict
 
+if TYPE_CHECKING:
+    from rlkit.cluster.launch import TrainingPlan
+
 PACKAGES = ("torch", "transformers", "ray", "ipywidgets", "papermill", "rlkit")
 LOCAL_TRAINING = frozenset({"torch", "transformers"})
-"""Needed only to load or train a model in this kernel: a Studio kernel that drives the cluster
-(environment.yml) has none of them, and its report says so without calling it a problem."""
+"""Needed only to train in this kernel: a cluster client has neither, and that is no problem."""
 CLUSTER_VERSIONS = {"python": "3.12", "torch": "2.13.0", "transformers": "5.16.1", "ray": "2.57.0"}
-"""What the cluster runs (requirements/cluster-pins.txt; a test keeps the two equal): a kernel
-on other versions may build inputs or configs the cluster reads differently."""
+"""What the cluster runs (requirements/cluster-pins.txt; a test keeps the two equal)."""
 
 
 # the kernel
 
 
 def kernel_report() -> dict[str, str]:
-    """Python, interpreter and package versions of this kernel; problems under `problems`.
-    A kernel without torch and transformers (the torch-free client) is noted under
-    `local_training`, not as a problem."""
+    """Python, interpreter and package versions of this kernel; problems under `problems` (a
+    torch-free client is noted under `local_training`, not as a problem)."""
     report = {"python": platform.python_version(), "executable": sys.executable}
     for name in PACKAGES:
         try:
@@ -85,7 +83,7 @@ def evaluate_cached(
     protocol: str = "rlkit",
 ) -> tuple[EvalResult, list[Trajectory]]:
     """Evaluate once and keep the result (JSON + trajectories) at `path`; later calls with the
-    same test set and samples read it. `make_policy` is called only when an evaluation runs."""
+    same test set and samples read it (`make_policy` is called only to evaluate)."""
     task = task or TaskConfig()
     path = Path(path)
     if path.is_file():
@@ -135,13 +133,40 @@ def model_policy(model_dir: Path, cfg: TrainConfig, *, greedy: bool = False) -> 
     )
 
 
-# a run's own config, and the run a notebook reads
+# the plan, a run's own config, and the run a notebook reads
+
+
+def plan_run(
+    preset: str,
+    out_dir: str | Path,
+    *,
+    address: str | None = None,
+    run_name: str | None = None,
+    skyrl: Mapping[str, object] | None = None,
+    recipe: Mapping[str, Any] | None = None,
+) -> TrainingPlan:
+    """Notebook 03's plan for `preset` with `recipe` switches (`rlkit.recipe`) changed and, for a
+    SkyRL preset, `skyrl` preset fields; nothing is submitted. A switch the backend cannot
+    honour is refused here."""
+    from rlkit.cluster import launch  # imports Ray: only when planning
+    from rlkit.cluster.presets import preset_backend
+    from rlkit.recipe import local_set_args
+
+    recipe = dict(recipe or {})
+    where = {"address": address, "run_name": run_name}
+    if preset_backend(preset) == "local":
+        args = local_set_args(recipe) if recipe else []
+        return launch.plan_training(preset, out_dir, **where, overrides=args)
+    changes = {
+        **(skyrl or {}),
+        **{f"recipe.{k.removeprefix('recipe.')}": v for k, v in recipe.items()},
+    }
+    return launch.plan_training(preset, out_dir, **where, skyrl_changes=changes)
 
 
 def run_config(run: Run | str | Path) -> TrainConfig:
-    """The config a local run was trained with, loaded back from its run.json (the preset it
-    names when it recorded none): re-scoring and greedy play use the run's own sampling, env
-    and eval settings, not the preset's defaults."""
+    """The config a local run was trained with, from its run.json (else the preset it names):
+    re-scoring and greedy play use the run's own settings, not the preset's defaults."""
     run = open_run(run)
     info = run.info()
     if run.backend != "local" or not (info.get("config") or info.get("preset")):
@@ -152,10 +177,8 @@ def run_config(run: Run | str | Path) -> TrainConfig:
 
 
 def open_source(source: str | Path, *, address: str | None = None, cluster: Any = None) -> Run:
-    """The run a notebook reads (`open_run`, relative paths meaning the project root). Where this
-    kernel cannot see its files (Studio without /fsx mounted), a small Ray job on the cluster
-    (`cluster`, or `connect(address)`) reads it there, and one line says so; without either,
-    RunNotFound says what to do."""
+    """The run a notebook reads (`open_run`; relative paths mean the project root), through a
+    small Ray job on `cluster` (or `connect(address)`) when this kernel cannot see its files."""
     path = home_path(source)
     if not path.exists() and cluster is None and address is not None:
         from rlkit.cluster.client import connect  # Ray: only when the files are elsewhere
@@ -174,11 +197,9 @@ def run_source(
     run_dir: str | Path | None = None,
     skyrl_export: str | Path | None = None,
 ) -> Path:
-    """The run a notebook reads: `run_dir` (a local run dir, a SkyRL run dir as `rlkit submit`
-    printed it, or a SkyRL export dir) or `skyrl_export`; without either, the run of `preset`
-    under OUT that notebook 03 trains (local or SkyRL). A SkyRL export dir inside its run dir
-    comes back as the run dir (the metrics beside the dumps). Relative paths mean the project
-    root."""
+    """The run a notebook reads: `run_dir` (local, SkyRL run dir or export dir) or
+    `skyrl_export`; without either, the run of `preset` under OUT that notebook 03 trains. An
+    export dir inside its run dir comes back as the run dir. Relative: the project root."""
     if run_dir and skyrl_export:
         raise UsageError(f"run_dir ({run_dir}) and skyrl_export ({skyrl_export}): give one")
     given = run_dir or skyrl_export
@@ -191,13 +212,9 @@ def run_source(
 
 
 def checkpoint_evals(source: str | Path | Run, *, progress: bool = False) -> dict[int, EvalResult]:
-    """`{step: EvalResult}` for every checkpoint of a run, ascending.
-
-    A local run: the trainer's own evals, plus every complete checkpoint that has none yet,
-    scored now with the run's own eval settings (its recorded config: seed, samples, sampling,
-    env) and cached in RUN/evals/. A SkyRL run: its eval dumps, read as they are (with both
-    protocols, the sampled ones; `final_greedy_eval` gives the seed's).
-    """
+    """`{step: EvalResult}` for every checkpoint of a run, ascending: a local run's evals plus
+    each complete checkpoint without one, scored now with the run's own settings and cached in
+    RUN/evals/; a SkyRL run's eval dumps (with both protocols, the sampled ones)."""
     run = open_run(source)
     if not isinstance(run, LocalRun):
         return run.sampled_evals() or run.evals()
@@ -206,7 +223,6 @@ def checkpoint_evals(source: str | Path | Run, *, progress: bool = False) -> dic
             f"{run.path} is neither a run dir (run.json) nor a SkyRL run dir or export dir"
         )
     evaluated = set(run.dir.eval_steps())
-    # Only committed, verified checkpoints: a half-written one would score garbage.
     missing = [c for c in run.checkpoints() if c.complete and c.step not in evaluated]
     if missing:
         cfg = run_config(run)
@@ -232,11 +248,8 @@ def other_eval_sets(source: str | Path | Run) -> dict[str, dict[int, EvalResult]
 
 
 def final_greedy_eval(source: str | Path | Run) -> EvalResult | None:
-    """A local run's last checkpoint played greedily (argmax, one episode per test maze): the
-    deterministic policy's solve rate beside the sampled evals, the seed's protocol (every
-    maze, greedy, one sample: its exact interval and "N/64" headline). Cached in
-    RUN/evals/greedy/global_step_N.json. A SkyRL run with both protocols: its last seed's eval;
-    None for another SkyRL run (its evals are SkyRL's, `checkpoint_evals`)."""
+    """A local run's last checkpoint played by the seed's protocol (greedy, one episode a maze),
+    cached in RUN/evals/greedy/; a SkyRL run with both protocols: its last seed's eval; else None."""
     run = open_run(source)
     if not isinstance(run, LocalRun):
         seed = run.evals() if run.sampled_evals() else {}
@@ -295,13 +308,12 @@ def failure_examples(trajs: list[Trajectory]) -> dict[str, Trajectory]:
 
 
 def eval_trajectories(source: str | Path | Run, step: int) -> list[Trajectory]:
-    """The episodes the eval of `step` played, in its EvalResult's order (`episode` picks one):
-    a local run's recorded trajectories, or a SkyRL run's dumped episodes replayed."""
+    """The episodes the eval of `step` played, in its EvalResult's order (`episode` picks one)."""
     return open_run(source).trajectories(step)
 
 
 def save_png(fig: Figure, out_dir: str | Path, name: str) -> Path:
-    """Write a figure to OUT/plots/NAME.png (the demo's picture folder); returns the path."""
+    """Write a figure to OUT/plots/NAME.png; returns the path."""
     path = Path(out_dir) / "plots" / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(figure_png(fig))
@@ -309,8 +321,8 @@ def save_png(fig: Figure, out_dir: str | Path, name: str) -> Path:
 
 
 def keep(fig: Figure, out_dir: str | Path | None, name: str) -> Figure:
-    """The figure, for the notebook to show; also written to OUT/plots/NAME.png when `out_dir`
-    is set (a relative one is read against the project root or $RLKIT_HOME)."""
+    """The figure, also written to OUT/plots/NAME.png when `out_dir` is set (relative: against
+    the project root or $RLKIT_HOME)."""
     if out_dir is not None:
         save_png(fig, home_path(out_dir), name)
     return fig
