@@ -5,8 +5,7 @@ import copy
 
 import torch
 
-from rlkit.model.patch_embed import LinearPatchEmbed, use_linear_patch_embed
-from rlkit.model.vision_attention import uniform_varlen_attention
+from rlkit.model.load import LinearPatchEmbed, uniform_varlen_attention, use_linear_patch_embed
 
 
 def _reference(q, k, v, lengths):

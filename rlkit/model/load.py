@@ -1,6 +1,8 @@
 """Load any Qwen3-VL checkpoint dir: rlkit's tiny one or a real one (e.g. Qwen3-VL-8B-Instruct
 on a GPU machine), through the same code path, with its own `AutoProcessor` and the one
-formatting path (`rlkit.model.chat.ChatEncoder`): env messages -> model inputs.
+formatting path (`rlkit.model.chat.ChatEncoder`): env messages -> model inputs. Every model
+loaded runs its vision tower on two equal, faster computations (`fast_vision`):
+docs/models-and-engines.md#the-vision-tower-on-cpu-modelloadpy.
 """
 
 from __future__ import annotations
@@ -13,21 +15,22 @@ from functools import cached_property
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from transformers import (
+    AttentionInterface,
     AutoProcessor,
     BaseImageProcessor,
     PreTrainedTokenizerBase,
     ProcessorMixin,
     Qwen3VLForConditionalGeneration,
 )
+from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionPatchEmbed
 from transformers.utils import logging as hf_logging
 
 from rlkit.errors import UsageError
 from rlkit.model import checkpoint_files
 from rlkit.model.chat import ChatEncoder, LruCache, chat_template
 from rlkit.model.config import MODEL_TYPE
-from rlkit.model.patch_embed import use_linear_patch_embed
-from rlkit.model.vision_attention import use_uniform_vision_attention
 
 
 @dataclass
@@ -112,11 +115,81 @@ def check_checkpoint(path: str | Path) -> Path:
     return p
 
 
+ATTENTION = "rlkit_flash_uniform_sdpa"
+"""The batched vision attention's registered name ("flash" in it: how Qwen3-VL's vision tower
+decides to pass the packing boundaries, `cu_seqlens`)."""
+
+
+def uniform_varlen_attention(
+    module,
+    query,
+    key,
+    value,
+    attention_mask=None,
+    *,
+    scaling=None,
+    dropout=0.0,
+    cu_seq_lens_q=None,
+    **kwargs,
+):
+    """(1, heads, total, d) packed q/k/v -> ((1, total, heads, d), None), block-diagonal: one
+    batched call when every image has the same length, else image by image."""
+    _, heads, total, dim = query.shape
+    cu = cu_seq_lens_q if cu_seq_lens_q is not None else torch.tensor([0, total])
+    lengths = (cu[1:] - cu[:-1]).tolist()
+    if len(set(lengths)) == 1:
+        n, length = len(lengths), lengths[0]
+
+        def split(t: torch.Tensor) -> torch.Tensor:
+            return t[0].view(heads, n, length, dim).transpose(0, 1)
+
+        out = F.scaled_dot_product_attention(
+            split(query), split(key), split(value), dropout_p=dropout, scale=scaling
+        )  # (n, h, L, d)
+        return out.permute(0, 2, 1, 3).reshape(1, total, heads, dim), None
+    outs = [
+        F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scaling)
+        for q, k, v in zip(
+            *(torch.split(t, lengths, dim=2) for t in (query, key, value)), strict=True
+        )
+    ]
+    return torch.cat(outs, dim=2).transpose(1, 2), None
+
+
+AttentionInterface.register(ATTENTION, uniform_varlen_attention)
+
+
+class LinearPatchEmbed(Qwen3VLVisionPatchEmbed):
+    """`Qwen3VLVisionPatchEmbed` computed as `F.linear` on the conv's flattened weight."""
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        w = self.proj.weight  # (embed, channels, t, p, p): one output per whole patch
+        flat = hidden_states.to(dtype=w.dtype).reshape(-1, w[0].numel())
+        return F.linear(flat, w.reshape(w.shape[0], -1), self.proj.bias)
+
+
+def use_linear_patch_embed(model) -> None:
+    """Compute a loaded Qwen3-VL's patch embedding as a matrix product (idempotent; the class
+    is swapped, the `proj` weights kept, so state dicts and deep copies see no difference)."""
+    embed = model.model.visual.patch_embed
+    conv = embed.proj
+    if (
+        isinstance(embed, Qwen3VLVisionPatchEmbed)
+        and tuple(conv.kernel_size) == tuple(conv.stride)  # one window per output, no padding
+        and all(p == 0 for p in conv.padding)
+        and all(d == 1 for d in conv.dilation)
+        and conv.groups == 1
+    ):
+        embed.__class__ = LinearPatchEmbed
+
+
 def fast_vision(model: Qwen3VLForConditionalGeneration) -> Qwen3VLForConditionalGeneration:
     """`model` with its vision tower on rlkit's faster, equal computations: one batched
     attention call instead of a loop over images, the patch conv as one matrix product. Every
     model rlkit runs goes through it (the KL reference too), so all compute alike."""
-    use_uniform_vision_attention(model)
+    vision_cfg = model.config.vision_config
+    if "flash" not in (vision_cfg._attn_implementation or ""):
+        vision_cfg._attn_implementation = ATTENTION
     use_linear_patch_embed(model)
     return model
 
