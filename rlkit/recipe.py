@@ -1,25 +1,9 @@
-"""The GRPO recipe: every algorithm switch the field uses, named once, for both backends.
+"""The GRPO recipe: every algorithm switch, named once under SkyRL 0.4.0's own key and value.
 
-A `Recipe` is one frozen dataclass whose field names and values are SkyRL 0.4.0's own
-(`skyrl/train/config/config.py`, `trainer.algorithm.*` and `generator.*`), each with the paper
-it comes from. Both backends read the same object:
-
-- the local trainer embeds it (`TrainConfig.recipe`, `--set recipe.eps_clip_high=0.28`) and its
-  loss and advantage code look the values up in registries of pure functions under SkyRL's
-  names (`rlkit.train.policy_losses.POLICY_LOSSES`, `rlkit.train.grpo.REDUCTIONS`, `ESTIMATORS`);
-- a SkyRL preset embeds it too (`SkyRLPreset.recipe`), and `skyrl_overrides()` turns it into
-  SkyRL's `key=value` overrides, which tests run through SkyRL's own `validate_cfg`.
-
-A switch a backend cannot honour is refused in one line naming the switch and the backend
-(`refusals`, `check_local`, `check_skyrl`), never silently ignored.
-
-    from rlkit.recipe import Recipe
-    r = Recipe(eps_clip_high=0.28, loss_reduction="sequence_mean")
-    r.skyrl_overrides()          # ['trainer.algorithm.eps_clip_high=0.28', ...]
-    r.changes()                  # {'eps_clip_high': 0.28, 'loss_reduction': 'sequence_mean'}
-    r.with_changes({"policy_loss_type": "gspo"})   # strings from --set are coerced
-
-The defaults are SkyRL's `AlgorithmConfig` defaults; every preset states its own recipe.
+The local trainer embeds a `Recipe` (`TrainConfig.recipe`) and so does every SkyRL preset
+(`SkyRLPreset.recipe`, turned into `trainer.algorithm.*` overrides by `skyrl_overrides()`); a
+switch a backend cannot honour is refused in one line (`refusals`). Defaults are SkyRL's
+`AlgorithmConfig` defaults. Each switch's paper, SkyRL key and refusals: docs/recipes.md#the-switches.
 """
 
 from __future__ import annotations
@@ -78,97 +62,65 @@ class Recipe:
     KEY_NOUN = "recipe switch"  # what `rlkit.settings.resolve_key` calls an unknown one
 
     advantage_estimator: str = "grpo"
-    """How episode rewards become advantages: `grpo` is group-relative (Shao et al. 2024,
-    DeepSeekMath, arXiv 2402.03300); `gigpo` (rlkit's, Feng et al. 2025, arXiv 2505.10978)
-    adds step-level credit: each turn also gets `gigpo_step_weight` times its discounted return
-    compared within the group's turns that stand on the same square (the local trainer only).
-    SkyRL key `trainer.algorithm.advantage_estimator`."""
+    """How episode rewards become advantages: `grpo` (group-relative) or `gigpo` (rlkit's: plus
+    step-level credit among a group's turns on the same square; local trainer only)."""
     gigpo_step_weight: float = 1.0
-    """GiGPO's omega: a turn's advantage is its episode's GRPO advantage plus this times its
-    step advantage (the paper's 1.0). Used by `gigpo` only."""
+    """GiGPO's omega: a turn's advantage is its episode's plus this times its step advantage."""
     gigpo_gamma: float = 0.95
-    """GiGPO's discount: a turn t moves from the end of a T-turn episode has return
-    gamma**(T-1-t) * reward, so a shorter way from the same square scores higher (the paper's
-    0.95). Used by `gigpo` only."""
+    """GiGPO's discount: turn t of T returns gamma**(T-1-t) * reward."""
     grpo_norm_by_std: bool = True
-    """Divide each group's centred rewards by their std (textbook GRPO); False is Dr. GRPO
-    (Liu et al. 2025, arXiv 2503.20783), which shows the division up-weights groups that are
-    nearly all solved or all failed. SkyRL `trainer.algorithm.grpo_norm_by_std`."""
+    """Divide each group's centred rewards by their std (textbook GRPO); False: Dr. GRPO."""
     eps_clip_low: float = 0.2
-    """The ratio's lower clip bound is 1 - this (PPO, Schulman et al. 2017, arXiv 1707.06347)."""
+    """The ratio's lower clip bound is 1 - this (PPO)."""
     eps_clip_high: float = 0.2
-    """The ratio's upper clip bound is 1 + this; above eps_clip_low it is clip-higher (DAPO, Yu
-    et al. 2025, arXiv 2503.14476): rare good moves gain probability faster. 0.28 in DAPO."""
+    """The ratio's upper clip bound is 1 + this (above eps_clip_low: DAPO's clip-higher)."""
     policy_loss_type: str = "regular"
-    """`regular` (PPO's clipped surrogate per token), `dual_clip` (Ye et al. 2020, arXiv
-    1912.09729: a negative-advantage token's loss capped at -A * clip_ratio_c), `gspo` (Zheng et
-    al. 2025, arXiv 2507.18071: one importance ratio per sequence, the geometric mean of its
-    tokens'; a sequence is an episode on both backends), and SkyRL's other registered losses,
-    which only SkyRL runs. SkyRL `trainer.algorithm.policy_loss_type`."""
+    """`regular` (PPO's clipped surrogate per token), `dual_clip` (a negative-advantage token's
+    loss capped at -A * clip_ratio_c), `gspo` (one ratio per episode, the geometric mean of its
+    tokens'), or SkyRL's other registered losses, which only SkyRL runs."""
     clip_ratio_c: float = 3.0
-    """Dual-clip's cap (used by `dual_clip` only). SkyRL `trainer.algorithm.clip_ratio_c`."""
+    """Dual-clip's cap (`dual_clip` only)."""
     loss_reduction: str = "token_mean"
-    """How token losses become one number: `token_mean` weighs every token alike (DAPO);
-    `sequence_mean` every episode alike (the textbook GRPO 1/G sum 1/|o_i|);
-    `seq_mean_token_sum_norm` divides token sums by a constant `max_seq_len` (Dr. GRPO).
-    SkyRL `trainer.algorithm.loss_reduction`."""
+    """How token losses become one number: `token_mean` (every token alike), `sequence_mean`
+    (every episode alike), `seq_mean_token_sum_norm` (token sums / `max_seq_len`)."""
     max_seq_len: int | None = None
-    """The constant per-episode token budget `seq_mean_token_sum_norm` divides by (required for
-    it). SkyRL `trainer.algorithm.max_seq_len`."""
+    """Tokens an episode's sum is divided by under `seq_mean_token_sum_norm` (required there)."""
     kl_loss_coef: float = 0.001
-    """Weight of the KL penalty to the reference policy (0: off, and no reference is kept).
-    InstructGPT (Ouyang et al. 2022, arXiv 2203.02155) puts it in the reward; GRPO in the loss.
-    The term is a token mean per episode, averaged over episodes, on both backends.
-    SkyRL `trainer.algorithm.kl_loss_coef` (with use_kl_loss / use_kl_in_reward)."""
+    """Weight of the KL penalty to the reference policy (0: off, no reference kept); a token
+    mean per episode, averaged over episodes."""
     kl_estimator_type: str = "k3"
-    """KL estimator from sampled-token logprobs: k1, k2, k3 (unbiased, >= 0) or abs (Schulman,
-    "Approximating KL divergence", 2020). SkyRL `trainer.algorithm.kl_estimator_type`."""
+    """KL estimator from sampled-token logprobs: k1, k2, k3 (unbiased, >= 0) or abs."""
     kl_placement: str = "loss"
-    """`loss` adds kl_loss_coef * KL to the loss (GRPO, DeepSeekMath); `reward` subtracts it
-    from the reward (InstructGPT). SkyRL `use_kl_loss` / `use_kl_in_reward`."""
+    """`loss` adds kl_loss_coef * KL to the loss (GRPO); `reward` subtracts it from the reward."""
     entropy_loss_coef: float = 0.0
-    """Entropy bonus: subtract this times the policy's token-mean entropy from the loss (0: off;
-    Williams & Peng 1991; in PPO as c2). SkyRL `use_entropy_loss` + `entropy_loss_coef`."""
+    """Subtract this times the policy's token-mean entropy from the loss (0: off)."""
     tis_ratio_type: str | None = None
-    """Truncated importance sampling on the rollout engine's logprobs (Yao et al. 2025, "Your
-    efficient RL framework secretly brings you off-policy RL training", the fengyao.notion.site
-    note SkyRL cites): `token` or `sequence` weights, clipped above; None: off. It corrects the
-    rollout/trainer mismatch vLLM opens. SkyRL
-    `trainer.algorithm.off_policy_correction.tis_ratio_type`."""
+    """Truncated importance sampling on the rollout engine's logprobs: `token` or `sequence`
+    weights, clipped above; None: off (it corrects the rollout/trainer gap vLLM opens)."""
     token_tis_ratio_clip_high: float = 2.0
-    """Cap on the token TIS weight. SkyRL `off_policy_correction.token_tis_ratio_clip_high`."""
+    """Cap on the token TIS weight."""
     sequence_tis_ratio_clip_high: float = 5.0
-    """Cap on the sequence TIS weight. SkyRL
-    `off_policy_correction.sequence_tis_ratio_clip_high`."""
+    """Cap on the sequence TIS weight."""
     dynamic_sampling_type: str | None = None
-    """`filter` (DAPO's dynamic sampling): draw further batches of prompts until the step holds
-    a full batch of groups whose rewards differ; `replace` (POLARIS) swaps zero-variance groups
-    for copies of informative ones; None: off. SkyRL `trainer.algorithm.dynamic_sampling.type`."""
+    """`filter` (DAPO): draw more prompts until a full batch of groups whose rewards differ;
+    `replace` (POLARIS): swap zero-variance groups for copies of informative ones; None: off."""
     max_sample_batches: int = 30
-    """Most batches a `filter` step draws. SkyRL stops the run past it; the local trainer trains
-    on what it has. SkyRL `trainer.algorithm.dynamic_sampling.max_sample_batches`."""
+    """Most batches a `filter` step draws (past it SkyRL stops; the local trainer trains on what
+    it has)."""
     zero_variance_filter: bool = False
-    """Mask out groups whose episodes all got the same reward (zero advantage): they add no
-    gradient, only tokens to the token_mean count (DAPO's observation). SkyRL
-    `trainer.algorithm.zero_variance_filter`, which its trainer applies to response-level
-    rewards only: with the VLM generator's per-token rewards a SkyRL preset refuses it."""
+    """Mask out groups whose episodes all got the same reward (a SkyRL preset refuses it)."""
     apply_overlong_filtering: bool = False
-    """DAPO's overlong filtering: an episode whose last reply was cut (no end-of-turn token)
-    leaves the loss, its reward still counting in its group. SkyRL
-    `generator.apply_overlong_filtering`."""
+    """An episode whose last reply was cut (no end-of-turn token) leaves the loss (DAPO)."""
     fail_advantage: float | None = None
-    """rlkit's own (negative-sample reinforcement, Zhu et al. 2025, arXiv 2506.01347): every
-    episode of a group that no episode solved gets this (negative) advantage instead of 0 and
-    enters the loss. SkyRL has no such switch."""
+    """rlkit's own: every episode of a group nobody solved gets this (negative) advantage
+    instead of 0 (negative-sample reinforcement; local only)."""
 
     curriculum_steps: int | None = None
-    """rlkit's difficulty curriculum: over the first this many GRPO steps each training maze is
-    played from a start moved onto its shortest path, nearer the target, the share of the path
-    kept growing linearly from `curriculum_start` to the whole maze; from then on (and None:
-    off) the training mazes are the task's own. Evals always play the pinned set."""
+    """rlkit's difficulty curriculum: over the first this many steps each training maze starts
+    on its shortest path, the share kept growing linearly from `curriculum_start` to 1; None:
+    off. Evals always play the pinned set."""
     curriculum_start: float = 0.25
-    """Share of each training maze's shortest path kept at the first GRPO step (rounded up,
-    at least one move). Used with `curriculum_steps` only."""
+    """Share of each training maze's shortest path kept at the first step (at least one move)."""
 
     def __post_init__(self) -> None:
         for name, allowed in (

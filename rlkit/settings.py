@@ -1,9 +1,6 @@
-"""Settings given as text, for every config (the local trainer's sections, the recipe's switches,
-SkyRL presets): one `KEY=VALUE` parser (`--set`, notebook parameters, the SkyRL entry's
-overrides), one override path (`apply_settings`: dotted paths or unique bare names, checked
-once on the result), one builder from a recorded dict (`build_config`), one coercion, so
-`true`, `none` and numbers mean the same everywhere and a wrong type is one line, one table of
-renamed keys, and the capture settings both backends share.
+"""Settings given as text, for every config (local sections, recipe switches, SkyRL presets):
+one `KEY=VALUE` parser, one override path (`apply_settings`), one builder from a recorded dict
+(`build_config`) and one coercion, so `true`, `none` and numbers mean the same everywhere.
 
     parse_sets(["grpo.lr=1e-4", "steps=4"])              # {"grpo.lr": "1e-4", "steps": "4"}
     apply_settings(cfg, {"grpo.lr": "1e-4", "steps": "4"})  # a new cfg: schedule.steps == 4
@@ -36,9 +33,7 @@ RENAMED: dict[str, str] = {
     "grpo.max_rounds": "recipe.max_sample_batches",
     "kl_coef": "recipe.kl_loss_coef",
 }
-"""Keys the recipe vocabulary (`rlkit.recipe`, SkyRL's names) replaced, in the local config
-(`grpo.*`) and SkyRL presets (`kl_coef`): setting one is a one-line error naming the new one
-(`check_renamed`), and a local run.json written before is read through it."""
+"""Old keys -> their recipe switch: setting one is a one-line error naming the new one."""
 
 
 def check_renamed(key: str) -> None:
@@ -104,18 +99,10 @@ def annotation_kind(annotation: Any) -> tuple[type | None, bool]:
 
 
 def apply_settings[C](config: C, changes: Mapping[str, Any]) -> C:
-    """`config` (a frozen dataclass of sections, any depth) with `changes` applied: the one
-    override path of every config (the local `TrainConfig`, a `SkyRLPreset`, a `Recipe`).
-
-    Keys (`resolve_key`): a dotted path of any depth (`grpo.lr`, `task.env.max_turns`,
-    `recipe.eps_clip_high`), or a bare name unique in the tree (`steps`, `eps_clip_high`; a
-    section's name joined to its field's with `_` too: `capture_groups` is `capture.groups`).
-    Text values are coerced to the field's annotated type (`coerce_text`); a section takes only a
-    whole instance of its own class. Every change to one section is applied in one `replace`,
-    so a section's checks (`__post_init__`) see its switches together and run once, as do the
-    cross-field checks of `config` itself: `--set` order never matters (a `Recipe`'s
-    `seq_mean_token_sum_norm` and the `max_seq_len` it needs). Unchanged: `config` itself.
-    """
+    """A copy of `config` (a frozen dataclass of sections) with `changes` applied. Keys: a
+    dotted path (`task.env.max_turns`) or a bare name unique in the tree (`steps`;
+    `capture_groups` is `capture.groups`); text values are coerced to the field's type. Each
+    section is rebuilt in one `replace`, so its checks see all its changes at once."""
     tree = _Node()
     for key, value in changes.items():
         path = resolve_key(config, key).split(".")
@@ -263,18 +250,14 @@ def _rebuild(obj: Any, node: _Node) -> Any:
 
 @dataclass(frozen=True)
 class CaptureConfig:
-    """Training rollouts kept under RUN/rollouts/ (`rlkit rollouts`, the monitor), on either
-    backend: every episode of a few groups of each GRPO step, with its advantage and every
-    turn's move probabilities. The local config's `schedule.capture_*` and a SkyRL preset's
-    `capture_*` default to these and are checked here."""
+    """Training rollouts kept under RUN/rollouts/ on either backend: every episode of a few
+    groups a step, with advantages and move probabilities (`schedule.capture_*`, `capture_*`)."""
 
     groups: int = 2
-    """Groups (a maze's episodes) captured per step, picked from (seed, step); 0 turns capture
-    off. A few groups show what the policy does; on SkyRL each costs one extra 1-token engine
-    request per turn."""
+    """Groups captured per step, picked from (seed, step); 0: off (on SkyRL each costs one
+    1-token engine request a turn)."""
     keep: int | None = 50
-    """Captured steps kept on disk (the newest; None: all), so the files stay bounded as
-    checkpoints do."""
+    """Captured steps kept on disk (the newest; None: all)."""
 
     def __post_init__(self) -> None:
         if self.groups < 0:
