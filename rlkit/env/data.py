@@ -1,15 +1,9 @@
 """Datasets in SkyRL's row format (parquet): the training stream and the 64-maze eval split.
 
-A row is what SkyRL's generator hands to `skyrl_gym.make`: `prompt` (chat messages; the env's
-`init` replaces them with the rules and the first picture), `env_class` (`rlkit-maze`),
-`data_source`, `reward_spec`, and `extra_info` whose `maze` field carries the maze spec as JSON.
-Every other column reaches the env as extras.
-
-    rlkit data --out /fsx/rlkit/data --train 256
-
-With a difficulty curriculum (`Recipe.curriculum_steps`) the training rows are written in the
-order they are trained, each maze played from its row's share of the shortest path
-(`shares`, `rlkit.maze.sets.nearer_start`), and read in that order (rlkit.cluster.skyrl.trainer).
+A row is what SkyRL's generator hands to `skyrl_gym.make`: `prompt` (replaced by the env's
+`init`), `env_class` (`rlkit-maze`), `data_source`, `reward_spec`, and `extra_info.maze` (the maze
+as JSON). Under a curriculum (`Recipe.curriculum_steps`) training rows are written in the order
+they train, each from its share of the shortest path (`shares`).
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""The multi-turn maze environment on skyrl-gym's `BaseTextEnv` contract, registered as `rlkit-maze`.
+"""The multi-turn maze env on skyrl-gym's `BaseTextEnv`, registered as `rlkit-maze`.
 
-SkyRL's generator builds it on the cluster exactly as the local rollouts do here:
-`skyrl_gym.make("rlkit-maze", env_config=cfg, extras=row_extras)`, then `init(prompt)` gives
-the conversation (rules + first observation) and every `step(model_text)` parses a move, plays
-it, and returns the next observation message, the reward (1.0 only when the game is solved), and
-`done`. A parse failure costs the turn and answers with feedback plus the same picture; the env
-never raises on model output.
-
-Both games run here (`Maze.game`). For VisGym's `squares` game (sets `visgym-easy`/`-hard`) the
-prompt style `visgym` states its rules (`rlkit.env.visgym_text`), the `visgym` parser reads
-SkyRL's `<action>left|right|up|down|stop</action>`, and every observation carries the turn's
-feedback (moved, hit a wall, unreadable answer) with the new picture; step metadata's
-`feedback` holds it, and on the last turn how `stop` was judged.
+SkyRL's generator and the local rollouts build it alike (`skyrl_gym.make("rlkit-maze", ...)`):
+`init` gives rules + first observation, each `step(model_text)` parses and plays a move and
+returns the next observation, the reward (1.0 only when solved) and `done`; a parse failure
+costs the turn, never an exception. The squares game's words: `rlkit.env.visgym_text`.
 """
 
 from __future__ import annotations
@@ -42,22 +34,19 @@ class EnvConfig:
     """Everything that shapes an episode besides the maze itself."""
 
     max_turns: int = 12
-    """Turn budget; reaching it without the exit ends the episode (truncated, reward 0)."""
+    """Turn budget; reaching it unsolved ends the episode (truncated, reward 0)."""
     observation: str = "image"
-    """`image` (PNG data URI content part, what SkyRL's VLM generator sends to vLLM), `text`
-    (ASCII grid) or `both`."""
+    """`image` (a PNG data URI content part), `text` (ASCII grid) or `both`."""
     moves_per_turn: int = 1
-    """Moves one answer may carry (`<action>up, left</action>`); 1 keeps credit assignment simple."""
+    """Moves one answer may carry (`<action>up, left</action>`)."""
     parser: str = "relaxed"
-    """`strict`: exactly one well-formed tag. `relaxed`: case/space tolerant, last tag wins, bare
-    words accepted; models early in training rarely produce the exact format."""
+    """`rlkit.maze.parsing.PARSERS`: `strict` (one well-formed tag), `relaxed` (last tag wins,
+    bare words accepted), `visgym`, `visgym-sft`."""
     prompt_style: str = "compact"
-    """`compact` (~25 tokens, for the tiny local model), `full` (rules spelled out, for 8B) or
-    `visgym` (VisGym's squares game and SkyRL's answer format, `rlkit.env.visgym_text`) or
-    `visgym-sft` (the same rules asking for VisGym's tuples, with the `visgym-sft` parser)."""
+    """`compact` (one task line, for the tiny model), `full` (rules spelled out), `visgym`
+    (the squares game's rules) or `visgym-sft` (the same asking for VisGym's tuples)."""
     format_weight: float = 0.0
-    """Share of the final reward paid for format (`visgym_text.format_share`; VisGym's SFT
-    recipe: 0.2); 0: the reward is the game's verdict alone."""
+    """Share of the final reward paid for format (`visgym_text.format_share`); 0: off."""
     rules: str | None = None
     """Squares game: this text replaces rlkit's rules (the system prompt; `task.prompt_file`)."""
     style: RenderStyle = field(default_factory=RenderStyle)
@@ -121,21 +110,11 @@ def set_env_config(entry: MazeSet) -> EnvConfig:
 
 
 SET_ENV: dict[str, EnvConfig] = {name: set_env_config(entry) for name, entry in SETS.items()}
-"""The task each pinned test set is played under, built from the registry
-(`rlkit.maze.families.SETS`: each entry's `max_turns` and `env`, where the reasons for each
-budget and picture are written). The turn budget is part of a set's difficulty; `test` keeps the
-tiny model's agent-centred 8 px cells, `test-large` shows a large model the whole 6x6-cell maze
-at 64 px per cell: 384 x 384 px, which Qwen3-VL's processor (`QWEN3VL_IMAGE`) keeps as it is,
-each cell exactly 2 x 2 merged image tokens (144 per image).
-
-The VisGym sets keep VisGym's picture (`VISGYM_STYLE`): 225 x 225 px (easy) is under the
-65536 px minimum, so the processor upscales it to 256 x 256 (64 image tokens, a square ~28.4 px,
-its edges inside tokens, as the seed's run saw it); 275 x 275 (hard) becomes 288 x 288 (81
-tokens). Budgets: easy 18 turns, hard 30 (even the oracle solves 63/64 there)."""
+"""The env each pinned set is played under, from the registry (`rlkit.maze.families.SETS`);
+each set's picture and budget: docs/mazes.md#each-sets-picture-and-prompt."""
 
 QWEN3VL_IMAGE = {"patch": 16, "merge": 2, "min_pixels": 65536, "max_pixels": 16777216}
-"""Qwen3-VL's image processor (preprocessor_config.json of the released 2B-32B models): images
-are resized to multiples of patch x merge = 32 px with an area in [min_pixels, max_pixels]."""
+"""Qwen3-VL's image processor (2B-32B): sides to multiples of 32 px, area in [min, max]."""
 
 
 def env_for_set(name: str) -> EnvConfig:
@@ -147,12 +126,9 @@ def env_for_set(name: str) -> EnvConfig:
 
 
 COMPACT_TASK = "Go to the green exit."
-"""The whole compact prompt: a tiny model pays for every prompt token in every forward pass
-(a 43-token prompt made updates 2.5x slower than this 25-token one, for no gain)."""
+"""The whole compact prompt (why so short: docs/mazes.md#each-sets-picture-and-prompt)."""
 COMPACT_SQUARES_TASK = "Stop on the red square."
-"""The compact line of the squares game (VisGym's rules, that the target is red and only `stop`
-on it wins, in five words) for the tiny local model (`local-tiny-visgym`): the `visgym` style's
-rules are ~300 tokens of its toy tokenizer, which made every forward ~4x longer."""
+"""The compact line of the squares game, for the tiny model (`local-tiny-visgym`)."""
 
 
 def system_prompt(cfg: EnvConfig, maze: Maze | None = None) -> str:
@@ -331,14 +307,12 @@ class MazeEnv(BaseTextEnv):
 
     @property
     def solved(self) -> bool:
-        """The game's verdict (`rules.solved`): what every solve rate counts, whatever the
-        reward pays (a shaped reward can pay a miss; it never solves it)."""
+        """The game's verdict (`rules.solved`): what every solve rate counts, whatever the reward."""
         return rules.solved(self.state)
 
     def replay(self, answers: list[str]) -> rules.State:
-        """The state after playing `answers` from the start under this env's parser, answer
-        size and turn budget, as `step` would, without drawing a picture; `self` is unchanged.
-        How a record that kept only the model's text (SkyRL's dumps) is judged."""
+        """The state after playing `answers` from the start as `step` would, drawing no picture
+        (`self` unchanged): how a record of the model's text alone (SkyRL's dumps) is judged."""
         state = rules.initial(self.maze)
         for text in answers:
             if rules.terminal(state) or rules.truncated(state, self.cfg.max_turns):

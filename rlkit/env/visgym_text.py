@@ -1,16 +1,6 @@
 """What the squares game (VisGym's maze_2d) says to the model: its rules, the answer format, and
-the feedback after every turn. rlkit's own words for VisGym's facts (`get_prompt`: size,
-colours, actions, success only by stopping on the target) and SkyRL's instruct format line.
-
-Feedback follows VisGym's events: a move made, a move into a wall (no move; VisGym: "cannot move
-into a wall"), an unreadable answer (the turn is spent, the same picture follows; SkyRL's
-parse-failure message lists the valid actions), and `stop`, which ends the episode and is judged
-there: reward 1 on the target, 0 anywhere else.
-
-The `visgym-sft` answer format is VisGym's own (`('move', 0)`, `('stop', 'stop')`, its direction
-numbering), what its SFT checkpoints write; `format_share` is the format score VisGym's SFT
-recipe pays beside the task (SkyRL's visgym example: 0.8 task + 0.2 format, the share of turns
-whose answer fills observation, justification and action tags).
+the feedback after every turn, in rlkit's words for VisGym's facts and SkyRL's format line.
+Events, formats and the format score: docs/mazes.md#each-sets-picture-and-prompt.
 """
 
 from __future__ import annotations
