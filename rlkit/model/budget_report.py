@@ -1,15 +1,9 @@
-"""The budget printer: what the dry run and preflight say about a run's model and its tokens.
+"""The budget printer: what the dry run and preflight say about a run's model and its tokens
+(template source, stop ids, sampling defaults, the set's image as the processor sees it, tokens
+per turn and episode, a one-line refusal naming the knob when the turn budget cannot fit).
+Torch-free; an example: docs/models-and-engines.md#token-budgets-modelbudgetspy.
 
     budget_report("Qwen/Qwen3-VL-8B-Instruct", None, "visgym-easy", max_turns=18, ...).lines()
-
-For the checkpoint's files (`rlkit.model.checkpoint_files`): the chat template's source file,
-the stop ids, the sampling defaults rlkit overrides; then the set's image as the processor sees
-it (the `test` set's 48 px ego view is upscaled to 256 px by Qwen3-VL's processor, whose minimum
-area is 65,536 px: "image test 48x48 -> 256x256 by the processor, 64 tokens", so maze cells
-straddle vision-token edges there; VisGym's 225 px picture (`visgym-easy`, the cluster presets'
-set) becomes 256x256 the same way, 64 tokens; `test-large` reaches it unresized), tokens per turn and per
-episode against `max_input_length` / `max_model_len` (`rlkit.model.budgets`), and a one-line
-refusal naming the knob when the turn budget cannot fit. Torch-free.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Env messages -> Qwen3-VL inputs: the one formatting path.
-
-`ChatEncoder` turns env messages (OpenAI-style, images as PNG data URIs) into input ids +
-pixel_values + image_grid_thw through the checkpoint's chat template, with the output of the HF
-processor (`AutoProcessor` of the checkpoint, the one vLLM uses too). The template is the
-processor's (Qwen's VL repos keep it in `chat_template.json` beside the processor, and vLLM
-renders with that one), the tokenizer's only when the processor has none; a checkpoint whose two
-templates differ is named in one warning, since the two engines could otherwise disagree. It caches template text per
-message skeleton, ids per distinct prompt text, and patches per distinct image, and cuts patches
-with numpy when no resize is needed (a test checks it equals the HF processor bit for bit).
+"""Env messages -> Qwen3-VL inputs: the one formatting path (`ChatEncoder`), through the
+checkpoint's processor and its chat template (the processor's, as vLLM renders; a checkpoint
+whose two templates differ gets one warning), caching template text, ids and image patches:
+docs/models-and-engines.md#env-messages-to-model-inputs-modelchatpy.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""What a checkpoint directory's own files say about generation, read without torch.
-
-Both engines (transformers and vLLM), SkyRL's generator and the preflight checks read the same
-facts from the same files, so they cannot drift:
-
-- `stop_ids`: the ids that end an answer. Qwen's `generation_config.json` lists two
-  (`<|im_end|>` and `<|endoftext|>`); a checkpoint without one stops at the tokenizer's eos.
-- `sampling_defaults`: the checkpoint's sampling defaults (Qwen3-VL-8B-Instruct: top_k 20, top_p
-  0.8, temperature 0.7, ...). rlkit never applies them: its recorded logprobs must describe the
-  distribution a token was drawn from, so every sampler is told each value explicitly.
-- `template_source`: which file the chat template comes from. Qwen's VL repos keep it in
-  `chat_template.json` beside the processor; both engines render with the processor's template.
+"""What a checkpoint directory's own files say about generation, read without torch: the stop
+ids (`stop_ids`), its sampling defaults, which rlkit never applies (`sampling_defaults`), and the
+chat template's source file (`template_source`). Both engines, SkyRL's generator and the
+preflight read them here: docs/models-and-engines.md#a-checkpoints-own-files-modelcheckpoint_filespy.
 """
 
 from __future__ import annotations

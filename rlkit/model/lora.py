@@ -1,14 +1,8 @@
 """LoRA adapters and a frozen vision side on a loaded Qwen3-VL (`rlkit.model.config.Tuning`),
-with peft, as SkyRL's FSDP workers apply them (`get_peft_model`, `LoraConfig`).
+with peft, as SkyRL's FSDP workers apply them. The model keeps its class and module paths; a
+checkpoint's `policy/` holds the merged weights, `adapter/` the adapter alone (for resuming).
 
     adapter = tune(loaded.model, cfg.model, seed=0)   # in place; None when LoRA is off
-    trainable(loaded.model)                           # what the optimizer gets
-    save_merged(adapter, RUN/global_step_N/policy)    # a plain HF dir: every reader loads it
-
-The model keeps its class and module paths (peft swaps only the targeted layers), so the
-rollout, loss and eval code run on it unchanged. A checkpoint's `policy/` holds the merged
-weights; `adapter/` holds the adapter alone, for resuming on the saved base. An adapter dir
-(SkyRL's export of a LoRA run) loads merged onto its base through `rlkit.model.load.load`.
 """
 
 from __future__ import annotations

