@@ -24,8 +24,7 @@ from rlkit.cluster.skyrl import presets as skyrl
 from rlkit.cluster.skyrl import storage
 from rlkit.cluster.skyrl.cost import estimate_cost
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides, entrypoint_command
-from rlkit.cluster.skyrl.preset_checks import check_budget, eval_plan
-from rlkit.cluster.skyrl.start import start_plan
+from rlkit.cluster.skyrl.preset_checks import check_budget, eval_plan, start_plan
 from rlkit.errors import RlkitError, UsageError
 from rlkit.run import joblog
 from rlkit.settings import parse_sets

@@ -15,9 +15,8 @@ from skyrl.train.config import SkyRLTrainConfig
 from skyrl.train.utils import validate_cfg
 
 from rlkit.cluster.skyrl import cpu_seam
-from rlkit.cluster.skyrl.engine_args import device_overrides
 from rlkit.cluster.skyrl.entry import parse_args
-from rlkit.cluster.skyrl.overrides import build_overrides, entrypoint_command
+from rlkit.cluster.skyrl.overrides import build_overrides, device_overrides, entrypoint_command
 from rlkit.cluster.skyrl.presets import PRESETS, get_preset
 from rlkit.cluster.skyrl.worker_setup import DEVICE_ENV, THREAD_ENV, cpu_threads, runtime_env
 from rlkit.settings import apply_settings

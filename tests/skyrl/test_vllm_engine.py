@@ -301,7 +301,7 @@ def test_decode_mm_kwargs_gives_rlkit_pixels(rollout, replays, loaded):
 
 
 def test_server_flags_are_the_presets_engine_settings():
-    from rlkit.cluster.skyrl.engine_args import MM_CACHE_KWARG, engine_kwargs
+    from rlkit.cluster.skyrl.overrides import MM_CACHE_KWARG, engine_kwargs
     from rlkit.cluster.skyrl.presets import PRESETS
 
     flags = dict((f[0], f[1:]) for f in SERVER_ARGS)

@@ -72,7 +72,7 @@ def ensure_datasets(
     `cell_px`: the preset's view of the set (None: the set's own); `shares`: each training
     row's curriculum share (`curriculum_shares`; None: the whole mazes); `cfg`: the env the
     rows carry (`task_view`: answer format, prompt file; None: the set's view)."""
-    from rlkit.cluster.skyrl.preset_checks import set_view
+    from rlkit.cluster.skyrl.presets import set_view
     from rlkit.env.data import read_rows, write_datasets
 
     out = Path(data_dir)
@@ -121,7 +121,7 @@ def add_eval_sets(data_dir: str, sky: SkyRLPreset) -> None:
     """For a run with several eval sets (`eval_sets`): the other sets' eval rows appended to
     eval.parquet, and every row's turn budget in its `extra_info.max_turns` (the generator
     plays each row with its own, `row_turns`). Once: a resumed run finds them written."""
-    from rlkit.cluster.skyrl.start import task_view
+    from rlkit.cluster.skyrl.presets import task_view
     from rlkit.env.data import maze_row, read_rows, write_rows
     from rlkit.env.maze_env import ENV_ID
     from rlkit.maze.sets import pinned_set
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     sky, paths = job.sky, job.paths
     if paths is None:
         raise UsageError("give SkyRL's trainer.ckpt_path=RUN_DIR: the run dir holds the rows")
-    from rlkit.cluster.skyrl.start import task_view
+    from rlkit.cluster.skyrl.presets import task_view
 
     shares = curriculum_shares(sky)
     ensure_datasets(

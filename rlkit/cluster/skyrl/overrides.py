@@ -1,5 +1,6 @@
-"""A SkyRL preset as what a Ray job runs: SkyRL's `key=value` overrides for one run, the run's
-paths on shared storage, and the shell command (`python -m rlkit.cluster.skyrl.entry ...`).
+"""A SkyRL preset as what a Ray job runs: SkyRL's `key=value` overrides for one run (vLLM's
+engine arguments and a CPU host's changes among them), the run's paths on shared storage, and
+the shell command (`python -m rlkit.cluster.skyrl.entry ...`).
 
     build_overrides(get_preset("qwen3vl-8b-6gpu"), "run-1")    # ["data.train_data=[...]", ...]
     entrypoint_command(get_preset("skyrl-tiny-cpu"), "run-1")   # the job's entrypoint
@@ -11,13 +12,14 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from rlkit.cluster.skyrl.engine_args import device_overrides, engine_kwargs
 from rlkit.cluster.skyrl.preset_checks import generate_length
 from rlkit.cluster.skyrl.presets import TINY_WARM, SkyRLPreset
 from rlkit.env.maze_env import ENV_ID
 from rlkit.model.config import VISION_LINEARS
 
 ENTRY_MODULE = "rlkit.cluster.skyrl.entry"
+MM_CACHE_KWARG = "mm_processor_cache_gb"
+"""vLLM's multimodal cache per engine in GiB; SkyRL sets 0, `engine_init_kwargs` overrides it."""
 
 
 @dataclass(frozen=True)
@@ -171,3 +173,44 @@ def entrypoint_command(preset: SkyRLPreset, run_name: str, preset_name: str | No
     return shlex.join(
         ["python", "-m", ENTRY_MODULE, *ours, "--", *build_overrides(preset, run_name)]
     )
+
+
+def device_overrides(p: SkyRLPreset) -> list[str]:
+    """What a CPU host changes in SkyRL's config: no flash attention, fp32 end to end, eager
+    vLLM, a KV cache in GiB, fewer dataloader workers (the seam itself: `cpu_seam.overrides`)."""
+    out = []
+    if p.layout.dataloader_workers is not None:
+        out.append(f"data.dataloader.num_workers={p.layout.dataloader_workers}")
+    if p.layout.kv_cache_gb is not None:
+        key = "generator.inference_engine.engine_init_kwargs.kv_cache_memory_bytes"
+        out.append(f"{key}={int(p.layout.kv_cache_gb * 2**30)}")
+    if p.layout.device != "cpu":
+        return out
+    return [
+        *out,
+        "trainer.flash_attn=false",
+        "trainer.enable_ray_gpu_monitor=false",  # it scrapes Prometheus in the generator's loop
+        "generator.inference_engine.model_dtype=float32",
+        "generator.inference_engine.enforce_eager=true",
+        *(
+            f"trainer.{role}.fsdp_config.mixed_precision.{k}=fp32"
+            for role in ("policy", "ref")
+            for k in ("param_dtype", "reduce_dtype", "buffer_dtype")
+        ),
+    ]
+
+
+def engine_kwargs(p: SkyRLPreset) -> list[str]:
+    """vLLM engine arguments, set through SkyRL's `engine_init_kwargs` (vLLM's own names); why
+    each: docs/skyrl-integration.md#presets-and-their-overrides-presetspy-overridespy."""
+    key = "generator.inference_engine.engine_init_kwargs"
+    out = [
+        f"{key}.max_model_len={p.task.max_model_len}",
+        f"{key}.limit_mm_per_prompt.image={p.images_per_episode}",
+        f"{key}.mm_device_do_normalize=false",  # the trainer reads the CPU-normalised pixels
+    ]
+    if p.layout.mm_cache_gb > 0:
+        out.append(f"{key}.{MM_CACHE_KWARG}={p.layout.mm_cache_gb}")
+    if p.layout.attention_backend:
+        out.append(f"{key}.attention_backend={p.layout.attention_backend}")
+    return out

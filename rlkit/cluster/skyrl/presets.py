@@ -1,18 +1,11 @@
-"""SkyRL on a GPU cluster: presets (`get_preset`); `rlkit.cluster.skyrl.overrides` turns one into
-SkyRL config overrides and the command a Ray job runs.
+"""SkyRL presets (`get_preset`) and every check a preset must pass before anything is submitted.
 
-rlkit does not re-implement SkyRL's trainer. A preset is turned into SkyRL's own
-`key=value` overrides (parsed by `SkyRLTrainConfig.from_cli_overrides` inside the job), and
-the job runs `python -m rlkit.cluster.skyrl.entry --config PRESET_JSON -- <overrides...>`, which
-writes the rows, registers the maze env and starts SkyRL's experiment. `rlkit.run` (`open_run`) reads what SkyRL writes (checkpoints, eval
-dumps) into rlkit's types, so plots and replays work the same for cluster runs.
+A preset becomes SkyRL's own `key=value` overrides (`rlkit.cluster.skyrl.overrides`); the job runs
+`python -m rlkit.cluster.skyrl.entry --config PRESET_JSON -- <overrides...>`. The run dir
+(`/fsx/rlkit/runs/<run>`) is SkyRL's `ckpt_path`, laid out as a local run. The SkyRL traps refused
+here, and why: docs/skyrl-integration.md#presets-and-their-overrides-presetspy-overridespy.
 
     rlkit submit --preset qwen3vl-8b-6gpu --address http://127.0.0.1:8265 --dry-run
-
-Run directory on shared storage (`/fsx/rlkit/runs/<run>` by default), the same top-level
-layout as a local run: SkyRL's `ckpt_path` *is* the run dir, so `global_step_N/` and
-`latest_ckpt_global_step.txt` land where rlkit's readers and plots look; `data/` holds the
-parquet rows, `exports/` the HF exports and `exports/dumped_evals/`.
 """
 
 from __future__ import annotations
@@ -20,10 +13,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 from rlkit.cluster.hang import HangRules
-from rlkit.cluster.skyrl.instances import InstanceType, PodShape, instance_type, pod_shape
-from rlkit.cluster.skyrl.preset_checks import check_preset
+from rlkit.cluster.skyrl.instances import (
+    InstanceType,
+    PodShape,
+    check_layout,
+    instance_type,
+    pod_shape,
+)
 from rlkit.cluster.skyrl.preset_sections import (
     SkyBatch,
     SkyEval,
@@ -32,33 +31,32 @@ from rlkit.cluster.skyrl.preset_sections import (
     SkyStorage,
     SkyTask,
 )
-from rlkit.env.maze_env import env_for_set
+from rlkit.cluster.stage import STAGED_MARKER
+from rlkit.env.maze_env import EnvConfig, env_for_set
+from rlkit.env.visgym_text import answer_view
 from rlkit.errors import UsageError
 from rlkit.recipe import Recipe, check_capture
 from rlkit.settings import CaptureConfig, apply_settings, build_config, resolve_key
 
 CLUSTER_RECIPE = Recipe(kl_loss_coef=0.005)
-"""The cluster presets' algorithm switches: SkyRL's defaults (GRPO, token_mean, the symmetric
-clip 0.2, k3 KL as a loss term) with SkyRL's visgym recipe's KL coefficient 0.005, which keeps
-answers well-formed. Departure from that recipe: `token_mean` instead of its
-`token_mean_legacy`, which averages per-micro-batch token means with equal weight, so the
-objective changed with `micro_batch_per_gpu` and GPU count; `token_mean` is the local
-trainer's reduction too, the same value whether a row is a turn or an episode
-(tests/skyrl/test_objective.py)."""
+"""SkyRL's defaults with its visgym recipe's KL coefficient, `token_mean` reduction (why:
+docs/skyrl-integration.md#presets-and-their-overrides-presetspy-overridespy)."""
 TINY_WARM = "rlkit:tiny-warm"
-"""`model_path` of the CPU preset: rlkit's tiny Qwen3-VL, built offline and warm-started
-(free-form behaviour cloning to a ~40% solve rate, as the local recipe starts GRPO) by the
-job's entry into RUN/init_model, once per run."""
+"""`model_path` of the CPU preset: rlkit's tiny Qwen3-VL, built and warm-started by the job's
+entry into RUN/init_model, once per run."""
+DEVICES = ("cuda", "cpu")
+LR_SCHEDULES = ("constant_with_warmup", "constant", "cosine", "linear")
+"""The `transformers` schedulers SkyRL builds from a rate, warmup and step count alone."""
+EVAL_PROTOCOLS = ("seed", "sampled", "both")
+STEP_WISE_ESTIMATORS = ("grpo", "rloo", "maxrl", "gigpo")
+"""Estimators SkyRL's step-wise training (a history window) takes."""
 
 
 @dataclass(frozen=True)
 class SkyRLPreset:
-    """A SkyRL GRPO recipe for the maze env. Start: SkyRL's `examples/train/visgym` recipe.
-
-    One section per concern (`rlkit.cluster.skyrl.preset_sections`); departures from that
-    recipe are stated on the field they touch. Set a field by its own name (`prompts_per_node`,
-    `capture_groups` for `capture.groups`) or its dotted path: `rlkit.settings.apply_settings`.
-    """
+    """A SkyRL GRPO recipe for the maze env, from SkyRL's `examples/train/visgym`, one section
+    per concern (`preset_sections`). Set a field by its own name or dotted path
+    (`rlkit.settings.apply_settings`)."""
 
     KEY_NOUN = "SkyRL preset setting"  # what `rlkit.settings.resolve_key` calls an unknown one
 
@@ -69,27 +67,23 @@ class SkyRLPreset:
     eval: SkyEval = field(default_factory=SkyEval)
     storage: SkyStorage = field(default_factory=SkyStorage)
     recipe: Recipe = CLUSTER_RECIPE
-    """The algorithm switches (`rlkit.recipe`), shared with the local trainer's config;
-    `get_preset(name, recipe={...})` or a switch by name changes them."""
+    """The algorithm switches (`rlkit.recipe`), shared with the local trainer."""
     hang: HangRules = field(default_factory=HangRules)
-    """HyperPod hang detection (`rlkit.cluster.hang`): `hang_minutes`, `hang_start_minutes`,
-    `hang_action`."""
+    """HyperPod hang detection (`rlkit.cluster.hang`)."""
     capture: CaptureConfig = field(default_factory=CaptureConfig)
-    """Training rollouts kept under RUN/rollouts/ (`capture_groups`, `capture_keep`), captured
-    by `rlkit.cluster.skyrl.capture`."""
+    """Training rollouts kept under RUN/rollouts/ (`rlkit.cluster.skyrl.capture`)."""
 
     def __post_init__(self) -> None:
-        check_preset(self)  # one-line UsageErrors: sizes, the instance's layout, SkyRL's traps
+        check_preset(self)
         check_capture(self.capture.groups, self.recipe.advantage_estimator)
 
     def to_json(self) -> str:
-        """The preset as one JSON object: what its SkyRL job receives (the entry's `--config`)."""
+        """The preset as one JSON object: the entry's `--config`."""
         return json.dumps(asdict(self), separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> SkyRLPreset:
-        """The preset `to_json` wrote, checked again; a setting this rlkit does not know (a
-        client newer than the job's image) is a one-line UsageError."""
+        """The preset `to_json` wrote, checked again; an unknown setting is a UsageError."""
         try:
             return build_config(cls, json.loads(text))
         except UsageError as e:
@@ -103,8 +97,7 @@ class SkyRLPreset:
         """GPUs the run takes on each node: gpus_per_node, else all of the instance's."""
         if self.layout.gpus_per_node is not None:
             return self.layout.gpus_per_node
-        inst = self.instance
-        return inst.gpus if inst else 1
+        return self.instance.gpus if self.instance else 1
 
     @property
     def instance(self) -> InstanceType | None:
@@ -113,7 +106,7 @@ class SkyRLPreset:
 
     @property
     def pod(self) -> PodShape | None:
-        """The worker pod on each node (None for a preset without an instance: a CPU host)."""
+        """The worker pod on each node (None without an instance: a CPU host)."""
         inst = self.instance
         return pod_shape(inst, self.node_gpus, self.layout.nodes) if inst else None
 
@@ -132,8 +125,8 @@ class SkyRLPreset:
 
     @property
     def eval_episodes(self) -> int:
-        """Episodes of one eval: a greedy one a maze for the seed's protocol, `eval_samples`
-        a maze for the sampled one, both for `both`."""
+        """Episodes of one eval: one a maze for the seed's protocol, `eval_samples` a maze for
+        the sampled one, both for `both`."""
         e = self.eval
         seed = e.eval_mazes if e.eval_protocol != "sampled" else 0
         return seed + (e.eval_mazes * e.eval_samples if e.eval_protocol != "seed" else 0)
@@ -146,59 +139,231 @@ class SkyRLPreset:
 
     @property
     def turn_budgets(self) -> dict[str, int]:
-        """Turn budget by eval set: `max_turns` for `eval_set` (and training), each other
-        set its own (a set's budget is part of its difficulty)."""
+        """Turn budget by eval set: `max_turns` for `eval_set`, each other set its own."""
         first, *others = self.eval_set_names
         return {first: self.task.max_turns} | {s: env_for_set(s).max_turns for s in others}
 
     @property
     def turn_limit(self) -> int:
-        """The most turns an episode of the run may take: SkyRL's `generator.max_turns`."""
+        """The most turns an episode may take: SkyRL's `generator.max_turns`."""
         return max(self.turn_budgets.values())
 
     @property
     def images_per_episode(self) -> int:
-        """vLLM's per-prompt image limit: the env shows one image per turn plus the first, and
-        a history window keeps its last `history` of them."""
+        """vLLM's per-prompt image limit: one a turn plus the first, at most `history`."""
         every = self.turn_limit + 1
         return every if self.task.history is None else min(every, self.task.history)
 
 
+def set_view(eval_set: str, cell_px: int | None = None) -> EnvConfig:
+    """The set's env config, its picture drawn at `cell_px` when given (walls scaled with it)."""
+    cfg = env_for_set(eval_set)
+    if cell_px is None or cell_px == cfg.style.cell_px:
+        return cfg
+    if not 4 <= cell_px <= 128:
+        raise UsageError(f"cell_px ({cell_px}) must be 4..128 pixels a square (None: the set's)")
+    wall = max(1, round(cfg.style.wall_px * cell_px / cfg.style.cell_px))
+    return replace(cfg, style=replace(cfg.style, cell_px=cell_px, wall_px=wall))
+
+
+def task_view(task: SkyTask) -> EnvConfig:
+    """The env config a run's rows carry: the set's view with the task's answer format, format
+    weight and prompt file (its text as the rules)."""
+    cfg = set_view(task.eval_set, task.cell_px)
+    return answer_view(cfg, task.answer_format, task.format_weight, task.prompt_file)
+
+
+def model_state(model_path: str) -> str:
+    """How the start model looks from here; a directory here that is no HF model is refused."""
+    path = Path(model_path)
+    if model_path.startswith("rlkit:"):
+        return "rlkit's own, built by the job"
+    if not model_path.startswith("/") or not path.exists():
+        return "a hub id or not visible here: the job loads it"
+    if not (path / "config.json").is_file():
+        raise UsageError(
+            f"model_path {model_path} has no config.json: give an HF model dir "
+            "(rlkit model stage MODEL --to DIR writes one)"
+        )
+    if (path / STAGED_MARKER).is_file():
+        return "staged and checked by rlkit model stage"
+    return "an HF dir not staged by rlkit model stage (its files are not checked)"
+
+
+def refuse_known_traps(p: SkyRLPreset) -> None:
+    """One-line UsageErrors for SkyRL's known traps (docs/skyrl-integration.md)."""
+    if p.batch.epochs != 1:
+        raise UsageError(
+            f"epochs ({p.batch.epochs}) must be 1: SkyRL's resume (global_step // len(dataloader)) "
+            "can silently skip an epoch at its boundary; raise steps instead (rows are fresh)"
+        )
+    if p.model.model_path.rstrip("/").lower().endswith("-thinking"):
+        raise UsageError(
+            f"{p.model.model_path} is a thinking model: SkyRL's VLM generator assumes re-rendering "
+            "returns the sampled ids, which thinking templates break; use the -Instruct model"
+        )
+    p.recipe.check_skyrl()
+    for name in ("temperature", "top_p"):
+        if getattr(p.batch, name) != 1.0 and p.recipe.tis_ratio_type is None:
+            raise UsageError(
+                f"{name} ({getattr(p.batch, name)}) must be 1.0 unless TIS is on: SkyRL trains on "
+                "vLLM's raw logprobs, which are biased otherwise; set tis_ratio_type=token"
+            )
+
+
+def check_eval(p: SkyRLPreset) -> None:
+    """The eval settings: a known protocol on 1..64 mazes of one game, a sampled one that samples."""
+    e = p.eval
+    if e.eval_protocol not in EVAL_PROTOCOLS:
+        raise UsageError(
+            f"eval_protocol {e.eval_protocol!r} must be one of {', '.join(EVAL_PROTOCOLS)}"
+        )
+    if not 1 <= e.eval_mazes <= 64:
+        raise UsageError(f"eval_mazes ({e.eval_mazes}) must be 1..64 (a pinned set)")
+    game = set_view(p.task.eval_set).parser.startswith("visgym")
+    for name in p.eval_set_names[1:]:
+        if set_view(name, p.task.cell_px).parser.startswith("visgym") != game:
+            raise UsageError(
+                f"eval_sets: {name} is another game than eval_set {p.task.eval_set}: "
+                "evaluate sets of the game the run trains on"
+            )
+    if e.eval_protocol != "seed" and (e.eval_samples < 1 or e.eval_temperature <= 0):
+        raise UsageError(
+            f"the sampled eval needs eval_samples >= 1 ({e.eval_samples}) and eval_temperature "
+            f"> 0 ({e.eval_temperature}): a greedy eval is eval_protocol=seed"
+        )
+
+
+def check_history(p: SkyRLPreset) -> None:
+    """A history window: >= 1 turns, and a recipe SkyRL's step-wise training accepts."""
+    h = p.task.history
+    if h is None:
+        if p.recipe.advantage_estimator == "gigpo":
+            raise UsageError(
+                "advantage_estimator=gigpo gives each turn its own advantage, which SkyRL trains "
+                "as a row a turn: set history (the turns a prompt keeps, e.g. history=2)"
+            )
+        return
+    if h < 1:
+        raise UsageError(f"history ({h}) must be >= 1 turns, or none for the whole conversation")
+    est = p.recipe.advantage_estimator
+    if est not in STEP_WISE_ESTIMATORS:
+        raise UsageError(
+            f"history={h} trains one row a turn (SkyRL's step-wise training), which SkyRL 0.4.0 "
+            f"runs with {', '.join(STEP_WISE_ESTIMATORS)}, not advantage_estimator={est}"
+        )
+    if p.recipe.apply_overlong_filtering:
+        raise UsageError(
+            f"history={h} with apply_overlong_filtering: the window's rows mark each turn the "
+            "episode went on past (stop_reason next_turn), which SkyRL's filter would mask; "
+            "turn one of them off"
+        )
+    if p.recipe.loss_reduction == "token_mean_legacy":
+        raise UsageError(
+            f"history={h} (step-wise rows) with loss_reduction=token_mean_legacy is refused by "
+            "SkyRL 0.4.0: use token_mean"
+        )
+
+
+def check_tuning(p: SkyRLPreset) -> None:
+    """What SkyRL 0.4.0 cannot do with the model's `Tuning`: freeze weights without LoRA, or
+    LoRA on the CPU path (its delta weight sync refuses LoRA)."""
+    m = p.model
+    if m.lora_rank == 0 and m.freeze_vision != "none":
+        raise UsageError(
+            f"freeze_vision={m.freeze_vision} without LoRA: SkyRL 0.4.0's FSDP trainer has no "
+            "switch to freeze weights; set lora_rank > 0 (its adapters then skip the vision "
+            "modules) or freeze_vision=none"
+        )
+    if m.lora_rank > 0 and p.layout.device == "cpu":
+        raise UsageError(
+            f"lora_rank={m.lora_rank} on a CPU preset: SkyRL 0.4.0's CPU path syncs weights with "
+            "the delta backend, which its validate_cfg refuses with LoRA ('Delta weight sync is "
+            "not yet supported for LoRA'); try LoRA on the local backend or a GPU preset"
+        )
+
+
+def check_preset(p: SkyRLPreset) -> None:
+    """Every check of a preset, each a one-line UsageError that says what to change."""
+    task_view(p.task)  # an unknown set, a bad view or format fails here, not on the cluster
+    model_state(p.model.model_path)
+    check_eval(p)
+    check_history(p)
+    check_tuning(p)
+    for name, value in (
+        ("nodes", p.layout.nodes),
+        ("group_size", p.batch.group_size),
+        ("mini_batches", p.batch.mini_batches),
+        ("steps", p.batch.steps),
+    ):
+        if value < 1:
+            raise UsageError(f"{name} ({value}) must be >= 1")
+    if p.layout.gpus_per_node is not None and p.layout.gpus_per_node < 1:
+        raise UsageError(f"gpus_per_node ({p.layout.gpus_per_node}) must be >= 1 (or none: all)")
+    if p.batch.group_size < 2:
+        raise UsageError(f"group_size ({p.batch.group_size}) must be >= 2: GRPO compares a group")
+    if p.layout.mm_cache_gb < 0:
+        raise UsageError(f"mm_cache_gb ({p.layout.mm_cache_gb}) must be >= 0 (0: no cache)")
+    if p.layout.device not in DEVICES:
+        raise UsageError(f"device {p.layout.device!r} must be one of {', '.join(DEVICES)}")
+    if p.batch.lr_schedule not in LR_SCHEDULES:
+        raise UsageError(
+            f"lr_schedule {p.batch.lr_schedule!r} must be one of {', '.join(LR_SCHEDULES)}"
+        )
+    refuse_known_traps(p)
+    if p.layout.instance_type is None:
+        if p.layout.gpus_per_node is None:
+            raise UsageError("a preset without instance_type must set gpus_per_node")
+    else:
+        inst = instance_type(p.layout.instance_type)
+        check_layout(
+            inst, p.node_gpus, p.layout.nodes, p.model.model_params_b, p.layout.driver_memory_gb
+        )
+    gpus = p.node_gpus
+    if gpus % p.layout.tensor_parallel_size:
+        raise UsageError(
+            f"gpus_per_node ({gpus}) must be a multiple of tensor_parallel_size "
+            f"({p.layout.tensor_parallel_size}): colocate_all needs policy GPUs == engines x TP"
+        )
+    if p.batch.prompts_per_node % p.batch.mini_batches:
+        raise UsageError(
+            f"prompts_per_node ({p.batch.prompts_per_node}) must divide into "
+            f"mini_batches ({p.batch.mini_batches})"
+        )
+    per_gpu = p.batch.prompts_per_node // p.batch.mini_batches * p.batch.group_size
+    if per_gpu % gpus or (per_gpu // gpus) % p.batch.micro_batch_per_gpu:
+        raise UsageError(
+            f"a mini batch of {per_gpu} episodes per node must split into {gpus} GPUs x "
+            f"micro batches of {p.batch.micro_batch_per_gpu}; change prompts_per_node or "
+            "micro_batch_per_gpu"
+        )
+
+
 def _preset(**changes: object) -> SkyRLPreset:
-    """The default preset with `changes` by field name (`rlkit.settings.apply_settings`)."""
     return apply_settings(SkyRLPreset(), changes)
 
 
 PRESETS: dict[str, SkyRLPreset] = {
-    # every GPU of the node: the default (billed whole); the seed's eval protocol (greedy, one
-    # sample a maze, before training); `--set eval_protocol=both` adds the sampled one
-    "qwen3vl-8b": SkyRLPreset(),
+    "qwen3vl-8b": SkyRLPreset(),  # every GPU of the node (billed whole); the seed's eval
     "qwen3vl-8b-6gpu": _preset(gpus_per_node=6),  # the seed's layout: 6 of a 48xlarge's 8
-    # The whole cluster path in minutes before the 8B run: one node, a 2B model, 3 steps,
-    # an eval of 8 mazes before training and at the end, one checkpoint and export.
+    # the whole cluster path in minutes: one node, a 2B model, 3 steps, one checkpoint
     "qwen3vl-2b-smoke": _preset(
         model_path="Qwen/Qwen3-VL-2B-Instruct",
         model_params_b=2.1,
-        # every GPU of the node, the 8B presets' default layout, rehearsed
         prompts_per_node=12,
         mini_batches=1,
         steps=3,
-        eval_protocol="sampled",  # a few mazes, sampled: the path, not the number
+        eval_protocol="sampled",
         eval_mazes=8,
         eval_samples=2,
         eval_interval=3,
         ckpt_interval=3,
         max_ckpts_to_keep=1,
         fsx_budget_gb=100.0,
-        driver_memory_gb=16,  # 12 mazes' pixel values; fits even an ml.g7e.2xlarge pod
+        driver_memory_gb=16,  # fits even an ml.g7e.2xlarge pod
     ),
-    # SkyRL's own trainer on this machine's CPUs (the cluster's code path, rehearsed): rlkit's
-    # tiny Qwen3-VL on the `test` mazes, 2 FSDP ranks colocated with 2 vLLM engines on a local
-    # head's logical GPUs. Same build_overrides as above; only model, sizes and device differ.
-    # It stays on `test`, not VisGym's: the job warm-starts the tiny model on rlkit's cell mazes
-    # in its 8 px ego view (rlkit.train.warm_model), the view its 2-layer policy can read, and a
-    # 12-turn `test` episode is a fraction of an 18-turn VisGym one. `--set eval_set=visgym-easy`
-    # plays the seed's task on the same path, drawn at 8 px (cell_px; 72 px, 16 image tokens).
+    # SkyRL's own trainer on this machine's CPUs: the tiny model on `test`, 2 FSDP ranks beside
+    # 2 vLLM engines on a local head's logical GPUs; why each value: docs/cluster.md
     "skyrl-tiny-cpu": _preset(
         model_path=TINY_WARM,
         model_params_b=0.001,
@@ -210,17 +375,8 @@ PRESETS: dict[str, SkyRLPreset] = {
         prompts_per_node=4,
         mini_batches=1,
         micro_batch_per_gpu=4,
-        # the local recipe's early rate: at 1e-4 (one optimizer step a batch of 128 episodes)
-        # the eval on 64 test mazes x 4 moved 38.3% -> 43.0% -> 41.4% over 20 steps
-        # (benchmarks/bench_skyrl_learning.py)
         lr=3e-4,
-        # constant, the eval peaked at step 30 (+21.5 points) and fell back to +10.9 at step 40
-        # (KL to the reference ~0.5): the rate decays to 0 over the run instead
         lr_schedule="cosine",
-        # each episode weighs the same in the loss: under token_mean a failed episode (more
-        # turns, more tokens, a negative advantage) outweighs its group's solved ones, and the
-        # tiny model's answer format, shared by both, was pushed down (lr 3e-4: malformed
-        # answers 0.9 -> 4.3 an episode by step 5, eval 34.4% -> 29.3% at step 10)
         recipe=replace(CLUSTER_RECIPE, loss_reduction="sequence_mean"),
         steps=6,
         eval_protocol="sampled",
@@ -229,14 +385,9 @@ PRESETS: dict[str, SkyRLPreset] = {
         eval_interval=3,
         ckpt_interval=3,
         max_ckpts_to_keep=2,
-        cell_px=8,  # `test`'s own; VisGym's mazes drawn small enough for the tiny model
-        # visgym-easy's 18 turns at 8 px fit (the dry run prints them); a `test` episode stays
-        # far below, so the larger budget costs it nothing; both under the tiny model's 4,096
+        cell_px=8,
         max_model_len=3072,
         max_input_length=3000,
-        # the canonical answer + room, from the checkpoint's tokenizer: 8 with the tiny model,
-        # 12 with a Qwen-vocabulary checkpoint (--model DIR); a real Qwen3-VL processor sees the
-        # `test` set's 48 px view upscaled to 256 px (64 tokens; the dry run prints it)
         max_generate_length=None,
         max_prompt_length=512,
         driver_memory_gb=0,
@@ -245,7 +396,7 @@ PRESETS: dict[str, SkyRLPreset] = {
         hang_minutes=0,
         device="cpu",
         kv_cache_gb=0.25,
-        mm_cache_gb=0.25,  # 64 episodes an engine x 13 pictures x 55 kB of pixels: ~46 MB
+        mm_cache_gb=0.25,
         dataloader_workers=0,
     ),
 }
@@ -255,10 +406,8 @@ def get_preset(
     name: str, *, recipe: Recipe | Mapping[str, object] | None = None, **changes: object
 ) -> SkyRLPreset:
     """Preset `name` with `changes` (settings by name or dotted path, recipe switches among
-    them: `rlkit.settings.apply_settings`) and `recipe` (a whole Recipe, or switch -> value
-    changes to the preset's own); a switch SkyRL cannot honour, and every preset check, is a
-    one-line UsageError. Another `eval_set` brings its own turn budget unless `max_turns` is
-    given too (a set's budget is part of its difficulty)."""
+    them) and `recipe` (a whole Recipe, or switch -> value changes); every check is a one-line
+    UsageError. Another `eval_set` brings its own turn budget unless `max_turns` is given."""
     if name not in PRESETS:
         raise UsageError(f"unknown SkyRL preset {name!r}; choose from {', '.join(PRESETS)}")
     base = PRESETS[name]
@@ -270,5 +419,5 @@ def get_preset(
     set_key, turns_key = resolve_key(base, "eval_set"), resolve_key(base, "max_turns")
     eval_set = keyed.get(set_key, base.task.eval_set)
     if eval_set != base.task.eval_set and turns_key not in keyed:
-        keyed[turns_key] = env_for_set(str(eval_set)).max_turns  # the set's own budget
+        keyed[turns_key] = env_for_set(str(eval_set)).max_turns
     return apply_settings(base, keyed)
