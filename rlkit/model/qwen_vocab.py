@@ -14,6 +14,7 @@ from pathlib import Path
 import transformers
 from tokenizers import AddedToken, processors
 from transformers import Qwen2Tokenizer
+from transformers.convert_slow_tokenizer import bytes_to_unicode  # GPT-2's byte -> char table
 
 from rlkit.model.qwen_files import QwenTextFiles, build_once, qwen_text_files, text_dir
 
@@ -54,25 +55,10 @@ MODEL_MAX_LENGTH = 262144
 MARKER = "tokenizer.json"
 
 
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> character table: printable Latin-1 bytes stand for themselves, the other
-    68 bytes take the characters from U+0100 on, in byte order (so no token has a space or a
-    control character in its spelling)."""
-    keep = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    table = {b: chr(b) for b in keep}
-    shifted = 0x100
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(shifted)
-            shifted += 1
-    return table
-
-
 def merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
-    """The merges (in rank order) that rebuild every multi-byte token from its bytes.
-
-    For a token of rank r: BPE over its bytes, merging the adjacent pair whose join has the
-    lowest rank below r, until no such pair is left; two parts remain. ~1 s for Qwen's ranks."""
+    """The merges (in rank order) that rebuild every multi-byte token from its bytes: for a
+    token of rank r, BPE over its bytes (lowest-rank join below r first) until two parts remain.
+    One merge a token, unlike transformers' `TikTokenConverter` (every split that is a token)."""
     out = []
     for token, limit in sorted(ranks.items(), key=lambda kv: kv[1]):
         if len(token) < 2:
