@@ -1,7 +1,5 @@
-"""Several runs side by side (recipes, seeds, local vs SkyRL): curves, difficulty, paired tests.
-
-Runs are paired on the mazes both evaluated (by hash) and the samples both have, by the exact
-sign-flip test (`rlkit.stats.paired_by_maze`); docs/reading-runs.md says how to read a verdict.
+"""Several runs side by side (notebook 06): curves, difficulty, paired tests on the mazes both
+evaluated (by hash) and the samples both have (docs/reading-runs.md: reading a verdict).
 
     views = compare.load_runs(["runs/demo/local-tiny", "runs/demo/smoke"], labels=["tiny", "smoke"])
     for c in compare.compare_runs(views):         # final vs final, best vs best, maze by maze
@@ -29,7 +27,7 @@ from rlkit.stats import PairedByMaze, clustered_wilson, paired_by_maze
 ALPHA = 0.05
 """The significance level every verdict states."""
 RUNS_DIR = "runs"
-"""Where a bare run name is looked for, under `rlkit.notebook.paths.home()`."""
+"""Where a bare run name is looked for, under `home()`."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +38,7 @@ class RunView:
     run: Run
     evals: dict[int, EvalResult]
     wall_s: dict[int, float]
-    """Step -> training seconds up to the end of that step ({} when the run logged no timing)."""
+    """Step -> training seconds to the end of that step ({}: no timing logged)."""
     warm_start_end: int | None
 
     @property
@@ -49,8 +47,8 @@ class RunView:
 
     @property
     def best_step(self) -> int:
-        """The highest solve rate among trained checkpoints (the latest of equals); picked on
-        the test set itself, so a best-vs-best verdict is optimistic."""
+        """The highest solve rate among trained checkpoints (the latest of equals), picked on
+        the test set: a best-vs-best verdict is optimistic."""
         trained = [s for s in self.evals if s > 0] or list(self.evals)
         return max(trained, key=lambda s: (self.evals[s].solve_rate, s))
 
@@ -61,8 +59,8 @@ class RunView:
 
 
 def resolve_run(spec: str | Path | Run) -> Run:
-    """A run from a path (absolute, or relative to the project root / $RLKIT_HOME) or from a bare
-    name found once under HOME/runs (e.g. "smoke" for runs/demo/smoke)."""
+    """A run from a path (relative: to the project root / $RLKIT_HOME) or a bare name found once
+    under HOME/runs ("smoke" for runs/demo/smoke)."""
     if isinstance(spec, Run):
         return spec
     path = _home_path(spec)
@@ -86,9 +84,8 @@ def resolve_run(spec: str | Path | Run) -> Run:
 
 
 def wall_clock(records: Sequence[Mapping[str, Any]]) -> dict[int, float]:
-    """Step -> training seconds up to the end of that step: `timing/elapsed_s` (the local
-    trainer's, warm start included) else the sum of `timing/step` (SkyRL's, warm start not in
-    it); start-up is in neither. {} when the run logged neither."""
+    """Step -> training seconds to the end of that step: `timing/elapsed_s` (local, warm start
+    included) else the sum of `timing/step` (SkyRL's); {} when the run logged neither."""
     if any("timing/elapsed_s" in r for r in records):
         key, cumulative = "timing/elapsed_s", True
     elif any("timing/step" in r for r in records):
@@ -110,8 +107,8 @@ def load_runs(
     labels: Sequence[str] | None = None,
     eval_set: str | None = None,
 ) -> list[RunView]:
-    """Open every run (either backend) with its evals; labels default to the runs' names.
-    `eval_set`: the set compared, for runs that evaluated several (None: each run's first)."""
+    """Every run with its evals, labelled by name unless `labels`; `eval_set`: the set compared
+    (None: each run's first)."""
     if isinstance(runs, str | Path):
         raise UsageError("runs: give a list of run dirs, e.g. ['runs/a', 'runs/b']")
     if labels is not None and len(labels) != len(runs):
@@ -138,8 +135,8 @@ def load_runs(
 
 
 def paired_outcomes(a: EvalResult, b: EvalResult) -> tuple[list[list[bool]], list[list[bool]]]:
-    """A's and B's outcomes on the mazes both evaluated (by maze hash, A's order), the first k
-    samples each (k the smaller sample count), ready for `rlkit.stats.paired_by_maze`."""
+    """A's and B's outcomes on the mazes both evaluated (by hash, A's order), the first k samples
+    each (k: the smaller count), for `rlkit.stats.paired_by_maze`."""
 
     def keyed(r: EvalResult) -> dict[str, list[bool]]:
         return {m.get("hash") or f"{r.test_set_hash}:{m['index']}": m["solved"] for m in r.per_maze}
@@ -177,8 +174,8 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        """E.g. "final checkpoints (seed 1 step 8, seed 2 step 8): seed 2 solves 7 mazes seed 1
-        fails and fails 1 that seed 1 solves; p=0.07, not significant at 5% (...)"."""
+        """E.g. "final checkpoints (...): seed 2 solves 7 mazes seed 1 fails and fails 1 that
+        seed 1 solves; p=0.07, not significant at 5% (...)"."""
         t, a, b = self.test, self.label_a, self.label_b
         head = f"{self.which} checkpoints ({a} step {self.step_a}, {b} step {self.step_b})"
         if t.b_better == 0 and t.a_better == 0:
@@ -230,8 +227,8 @@ def compare_checkpoints(a: RunView, b: RunView, which: str = "final") -> Compari
 
 
 def compare_runs(views: Sequence[RunView], reference: int | str = 0) -> list[Comparison]:
-    """Every run against the reference run (an index or a label): final vs final, then best vs
-    best when either run's best is not its final."""
+    """Every run against the reference (index or label): final vs final, then best vs best when
+    either run's best is not its final."""
     if len(views) < 2:
         raise UsageError(f"comparing runs needs at least two, got {len(views)}")
     labels = [v.label for v in views]
@@ -257,12 +254,10 @@ ONE_RUN = (
     "is touched), e.g. `rlkit train --preset smoke --run-dir runs/smoke` (seconds on 2 cores), "
     'then set runs = [..., "smoke"]'
 )
-"""What 06 says with its defaults after a plain `make demo`, which trains one run."""
 
 
 def verdicts(views: Sequence[RunView], reference: int | str = 0) -> list[str]:
-    """The verdict of every comparison (`compare_runs`); one run: `ONE_RUN`, so notebook 06
-    runs with its defaults on the demo's single run."""
+    """The verdict of every comparison (`compare_runs`); `ONE_RUN` for one run (the demo's)."""
     return [ONE_RUN] if len(views) == 1 else [c.verdict for c in compare_runs(views, reference)]
 
 
@@ -270,8 +265,8 @@ def verdicts(views: Sequence[RunView], reference: int | str = 0) -> list[str]:
 
 
 def difficulty_rows(views: Sequence[RunView], which: str = "final") -> list[dict[str, Any]]:
-    """One row per (maze size, shortest-path length), plus "all": each run's solve rate there
-    at its final (or best) checkpoint, with its maze-clustered 95% interval and maze count."""
+    """One row per (maze size, shortest-path length), plus "all": each run's solve rate, 95%
+    interval and maze count there at its final (or best) checkpoint."""
     cells: dict[tuple[str, int], dict[str, tuple[float, tuple[float, float], int]]] = {}
     totals = {}
     for v in views:
@@ -297,8 +292,7 @@ def difficulty_rows(views: Sequence[RunView], which: str = "final") -> list[dict
 
 
 def format_table(rows: Sequence[Mapping[str, Any]], labels: Sequence[str] | None = None) -> str:
-    """`difficulty_rows` as aligned text: `42% [30-55] n=12` per run (n: mazes); '-' where a
-    run evaluated no maze of that kind."""
+    """`difficulty_rows` as aligned text, `42% [30-55] n=12` per run (n: mazes; '-': none)."""
     if not rows:
         raise UsageError("no rows to show")
     labels = list(labels or [k for k in rows[-1] if k not in ("maze", "path")])
@@ -327,9 +321,8 @@ def format_table(rows: Sequence[Mapping[str, Any]], labels: Sequence[str] | None
 def solve_rate_curves(
     views: Sequence[RunView], *, align: str = "step", title: str = "Solve rate, runs compared"
 ) -> Figure:
-    """Every run's solve rate with its 95% band on one axis, by training step (left) and by
-    training wall time (right). `align="grpo"` counts steps from each run's GRPO start (a local
-    run's warm-start steps become negative; a SkyRL run starts GRPO at its step 0)."""
+    """Every run's solve rate with its 95% band, by training step (left) and wall time (right);
+    `align="grpo"` counts steps from each run's GRPO start (a warm start's become negative)."""
     if align not in ("step", "grpo"):
         raise UsageError(f"align: 'step' or 'grpo', not {align!r}")
     if not views:
@@ -371,7 +364,6 @@ def solve_rate_curves(
 
 
 def _wall_before(wall: Mapping[int, float], step: int) -> float:
-    """The wall time of the last logged step at or before `step` (0 before the first)."""
     return max((t for s, t in wall.items() if s <= step), default=0.0)
 
 
@@ -383,7 +375,7 @@ def difficulty_figure(views: Sequence[RunView], which: str = "final") -> Figure:
 
 
 def describe(views: Sequence[RunView]) -> str:
-    """One line per run: label, backend, evals, final and best checkpoints with their rates."""
+    """One line per run: label, backend, evals, final and best checkpoints and their rates."""
     lines = []
     for v in views:
         f, b = v.evals[v.final_step], v.evals[v.best_step]

@@ -1,10 +1,9 @@
-"""SkyRL's eval dumps read as rlkit types: the same `EvalResult` and `Trajectory` the local
-evaluator gives, every answer replayed through `MazeEnv`.
+"""SkyRL's eval dumps (`<export_path>/dumped_evals/global_step_N_evals/*.jsonl`) read as the
+`EvalResult` and `Trajectory` the local evaluator gives, every answer replayed through `MazeEnv`
+(docs/reading-runs.md).
 
     evals = read_eval_dumps(export_dir)             # {step: EvalResult}
     trajs = read_eval_dump(export_dir, 10).trajectories(run_name)
-The dumps are `<export_path>/dumped_evals/global_step_N_evals/*.jsonl`; how their lines are
-split and their sampling read: docs/reading-runs.md.
 """
 
 from __future__ import annotations
@@ -24,16 +23,14 @@ from rlkit.maze.core import Maze
 from rlkit.maze.sets import TEST_SETS, pinned_set
 
 _EVAL_DIR = re.compile(r"global_step_(\d+)_evals")
-# Qwen chat markers between turns in a decoded multi-turn response: the assistant's answer ends
-# with <|im_end|>, then the env's observation (a user turn) and the next assistant header.
+# between two answers of a decoded multi-turn response: <|im_end|>, the user turn, the header
 _BETWEEN_TURNS = re.compile(
     r"<\|im_end\|>\s*<\|im_start\|>user\n.*?<\|im_start\|>assistant\n", re.S
 )
 _TRAILING = re.compile(r"(<\|im_end\|>|<\|endoftext\|>|\s)+$")
 NEXT_TURN = "next_turn"
-"""`stop_reason` of a step row that the episode went on past (a run with a history window
-trains and dumps one row a turn, SkyRL's step-wise rows): the rows of an episode are its
-`NEXT_TURN` rows and the one after them, which carries the episode's reward and stop reason."""
+"""`stop_reason` of a step-wise row the episode went on past (one row a turn, with a history
+window); the row after an episode's `NEXT_TURN` rows carries its reward and stop reason."""
 
 
 @dataclass(frozen=True)
@@ -46,14 +43,12 @@ class EvalEpisode:
     data_source: str
     reward: float
     solved: bool
-    """The game's verdict (`rules.solved`) on the answers replayed through the row's env: the
-    rule local episodes count by, whatever SkyRL's reward paid (a shaped reward never solves)."""
+    """The game's verdict on the answers replayed through the row's env, whatever SkyRL paid."""
     responses: list[str]
     """The model's answer text of each turn, observations removed."""
     stop_reason: str | None
     max_turns: int | None
     extras: dict = field(default_factory=dict, repr=False)
-    """The row's extras as SkyRL dumped them (maze, the env config it was written for)."""
 
     @property
     def turns(self) -> int:
@@ -71,7 +66,7 @@ def _episode(entry: dict, where: str) -> EvalEpisode:
         extras = entry["env_extras"] or {}
         maze = maze_from_extras(extras)
         score = entry["score"]
-        # The VLM generator stores per-token rewards; the episode's reward is their sum.
+        # per-token rewards (the VLM generator's): the episode's is their sum
         reward = float(sum(score)) if isinstance(score, list) else float(score)
         info = extras.get("extra_info") or {}
         responses = [a for text in entry["output_responses"] for a in split_turns(text)]
@@ -96,7 +91,7 @@ def _episode(entry: dict, where: str) -> EvalEpisode:
 
 
 class BadRecordsWarning(UserWarning):
-    """Lines of an eval dump that are not JSON (a write cut short, garbage) were skipped."""
+    """Lines of an eval dump that are not JSON were skipped."""
 
 
 @dataclass(frozen=True)
@@ -105,11 +100,9 @@ class EvalDump:
 
     path: Path
     step: int | None
-    """N from the dir's name (None for a dir named otherwise)."""
     episodes: list[EvalEpisode]
     bad_lines: tuple[str, ...] = ()
-    """`file:line` of each line that is not a JSON object: skipped, and counted here so that a
-    torn write shows up (the bridge logs it as `eval/bad_records`) instead of vanishing."""
+    """`file:line` of each line that is not a JSON object (the bridge logs `eval/bad_records`)."""
 
     def result(self, policy: str = "skyrl", greedy: bool | None = None) -> EvalResult:
         """The step's EvalResult; its policy reads `policy@N` (`greedy`: `episodes_to_result`)."""
@@ -131,15 +124,13 @@ class EvalDump:
         }
 
     def trajectories(self, policy: str = "skyrl") -> list[Trajectory]:
-        """The step's episodes replayed as Trajectories, in `result()`'s order (maze-major:
-        `trajs[i * samples + k]` is maze i's k-th sample), named as `result()` names them."""
+        """The step's episodes replayed, in `result()`'s order (maze-major)."""
         return dump_trajectories(self.episodes, self._name(policy))
 
     def _name(self, policy: str) -> str:
         return policy if self.step is None else f"{policy}@{self.step}"
 
     def warn_bad_lines(self) -> None:
-        """Tell a person reading the dump how many lines were skipped, and where."""
         if self.bad_lines:
             n = len(self.bad_lines)
             shown = ", ".join(self.bad_lines[:3]) + (", ..." if n > 3 else "")
@@ -152,7 +143,6 @@ class EvalDump:
 
 
 def _records(f: Path) -> tuple[list[tuple[int, dict]], list[int]]:
-    """(line number, object) of each record in `f` and the numbers of lines that are not one."""
     records, bad = [], []
     for n, line in enumerate(f.read_bytes().split(b"\n"), 1):
         if not line.strip():
@@ -169,9 +159,8 @@ def _records(f: Path) -> tuple[list[tuple[int, dict]], list[int]]:
 
 
 def episode_records(records: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
-    """(first line, record) of each episode: a step-wise dump's rows of one episode (its
-    `NEXT_TURN` rows and the last) merged, their answers in `output_responses`, the last
-    row's score and stop reason; a whole-conversation row as it is."""
+    """(first line, record) of each episode: a step-wise episode's rows merged (their answers in
+    `output_responses`, the last row's score and stop reason); a whole-conversation row as is."""
     out, pending = [], []
     for n, entry in records:
         pending.append((n, entry))
@@ -215,8 +204,7 @@ def read_eval_episodes(step_dir: str | Path) -> list[EvalEpisode]:
 
 
 def read_eval_dump(export_path: str | Path, step: int) -> EvalDump:
-    """The dump of one step, `<export_path>/dumped_evals/global_step_N_evals/`, alone (the
-    bridge's read at each eval: other steps' dumps are neither read nor able to break it)."""
+    """The dump of one step alone (other steps' dumps are not read)."""
     step_dir = Path(export_path) / "dumped_evals" / f"global_step_{step}_evals"
     if not step_dir.is_dir():
         raise UsageError(
@@ -226,9 +214,8 @@ def read_eval_dump(export_path: str | Path, step: int) -> EvalDump:
 
 
 def to_trajectory(ep: EvalEpisode, sample: int, policy: str) -> Trajectory:
-    """Replay the answers through rlkit's env: turns, positions and parse errors for replays
-    and the failure taxonomy. The reward is SkyRL's; solved is the game's verdict on the replay."""
-    # the row's env config (view, parser, moves per turn) and SkyRL's turn budget, as it played
+    """The answers replayed through rlkit's env (the row's env config and turn budget); the
+    reward is SkyRL's, `won` the game's verdict on the replay."""
     env = MazeEnv(None, {**ep.extras, "maze": ep.maze, "max_turns": ep.max_turns})
     turns = []
     for text in ep.responses:
@@ -261,7 +248,6 @@ def to_trajectory(ep: EvalEpisode, sample: int, policy: str) -> Trajectory:
 
 
 def _by_maze(episodes: list[EvalEpisode]) -> tuple[dict[int, list[EvalEpisode]], int]:
-    """`{maze index: its episodes}` in ascending maze order, and the samples per maze."""
     by_maze: dict[int, list[EvalEpisode]] = {}
     for ep in episodes:
         by_maze.setdefault(ep.maze_index, []).append(ep)
@@ -272,15 +258,14 @@ def _by_maze(episodes: list[EvalEpisode]) -> tuple[dict[int, list[EvalEpisode]],
 
 
 def dump_trajectories(episodes: list[EvalEpisode], policy: str) -> list[Trajectory]:
-    """One step's episodes as Trajectories, maze-major (maze index ascending, then sample):
-    the order of the EvalResult `episodes_to_result` builds from the same episodes."""
+    """One step's episodes as Trajectories, maze-major (the order of `episodes_to_result`)."""
     by_maze, _ = _by_maze(episodes)
     return [to_trajectory(ep, k, policy) for eps in by_maze.values() for k, ep in enumerate(eps)]
 
 
 def eval_greedy(config: dict) -> bool | None:
-    """Whether a SkyRL run's evals were greedy (eval temperature 0), from its recorded config
-    (run.json: SkyRL's resolved config, else the overrides); None when it recorded neither."""
+    """Whether a SkyRL run's evals were greedy (temperature 0) by its recorded config; None:
+    not recorded."""
     params = ((config.get("skyrl") or {}).get("generator") or {}).get("eval_sampling_params")
     temp = (params or {}).get("temperature")
     if temp is None:
@@ -301,9 +286,8 @@ def _protocol(result: EvalResult) -> str:
 def episodes_to_result(
     episodes: list[EvalEpisode], *, step: int | None, policy: str, greedy: bool | None = None
 ) -> EvalResult:
-    """rlkit's EvalResult (solve rate, CI, pass@k, failures) from one step's episodes; with
-    `greedy` (`eval_greedy` of the run's config) its mode, and the seed's protocol when it is
-    one greedy sample of every maze."""
+    """rlkit's EvalResult of one step's episodes; `greedy` (`eval_greedy`) sets its mode (the
+    seed's protocol when it is one greedy sample of every maze)."""
     by_maze, samples = _by_maze(episodes)
     order = list(by_maze)
     trajs = dump_trajectories(episodes, policy)
@@ -333,10 +317,8 @@ def read_eval_dumps(
     greedy: bool | None = None,
     eval_set: str | None = None,
 ) -> dict[int, EvalResult]:
-    """`{step: EvalResult}` for every `<export_path>/dumped_evals/global_step_N_evals/`;
-    skipped lines give a BadRecordsWarning naming them. `greedy`: how the run sampled its
-    evals (`eval_greedy`; None: not recorded, read as sampled). `eval_set`: that set's
-    episodes where a step dumped several sets (None, or a set the step lacks: all of them)."""
+    """`{step: EvalResult}` of every dumped step (skipped lines: a BadRecordsWarning). `greedy`:
+    `eval_greedy` (None: sampled); `eval_set`: that set's episodes where a step dumped several."""
     if not (Path(export_path) / "dumped_evals").is_dir():
         raise UsageError(f"no dumped_evals under {export_path}: set trainer.dump_eval_results=true")
     results = {}
@@ -362,8 +344,7 @@ def read_eval_dumps_by_set(
 
 
 def dump_steps(export_path: str | Path) -> list[int]:
-    """The steps with a `<export_path>/dumped_evals/global_step_N_evals/`, ascending, without
-    reading them (cheap to poll)."""
+    """The dumped steps, ascending, without reading them (cheap to poll)."""
     dirs = (Path(export_path) / "dumped_evals").glob("global_step_*_evals")
     return sorted(
         int(m.group(1)) for d in dirs if d.is_dir() and (m := _EVAL_DIR.fullmatch(d.name))

@@ -1,9 +1,5 @@
-"""The stability signals of a GRPO run, named once for both backends, and the collapse warnings.
-
-`SIGNALS` maps each signal (entropy, clip fraction, zero-variance share, logprob gap, turns,
-response length, grad norm) to the metrics.jsonl names that carry it; `entropy_fall`,
-`no_gradient` and the logprob-gap limit are the warnings the monitor and `rlkit train` print.
-Which backend logs which name, and what each warning means: docs/reading-runs.md. Torch-free.
+"""The stability signals of a GRPO run, named once for both backends (`SIGNALS`), and the
+collapse warnings the monitor and `rlkit train` print (docs/reading-runs.md). Torch-free.
 """
 
 from __future__ import annotations
@@ -14,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 ZERO_VARIANCE_SHARE = "rollout/zero_variance_share"
-"""The derived share (0-1) `with_derived` adds to a record that has the counts."""
 
 SIGNALS: dict[str, tuple[str, ...]] = {
     "entropy": ("loss/entropy",),
@@ -28,47 +23,38 @@ SIGNALS: dict[str, tuple[str, ...]] = {
     "response tokens": ("rollout/avg_assistant_tokens", "rollout/avg_num_tokens"),
     "grad norm": ("loss/grad_norm",),
 }
-"""Signal -> the metric names that carry it, one name on both backends (where two are listed,
-they are two series of the signal; the first is the headline)."""
+"""Signal -> the metric names that carry it on both backends (the first is the headline)."""
 
 ENTROPY = SIGNALS["entropy"]
 LOGPROB_GAP = SIGNALS["rollout-trainer logprob gap"][:1]  # the mean; the max is a spike detector
 
 ENTROPY_COLLAPSE_FRACTION = 0.2
-"""Judge the entropy once the latest is below this fraction of the first GRPO step's (why a
-fifth, and why relative: docs/decisions.md)."""
+"""Judge the entropy once below this fraction of the first GRPO step's (docs/decisions.md)."""
 
 CONVERGED_SOLVE = 0.9
-"""Entropy below the fraction above is convergence when the rollout solve rate (mean of the last
-`RECENT_STEPS` GRPO steps) is at least this, else a collapse (a warning)."""
+"""A fallen entropy is convergence at this rollout solve rate or more, else a collapse."""
 
 RECENT_STEPS = 5
-"""GRPO steps whose rollout solve rate is averaged for the judgement."""
 
 SOLVE = ("rollout/solve_rate", "rollout/reward_mean")
-"""The rollout's success on either backend (SkyRL's `environment/solve_rate` and
-`reward/avg_raw_reward` through the bridge); the reward stands in when the rate is missing."""
+"""The rollout's success on either backend (the reward stands in without the rate)."""
 
 LOGPROB_GAP_LIMIT = 0.1
-"""Warn when the mean per-token |rollout - trainer| logprob gap exceeds this (nats; half of
-PPO's clip width)."""
+"""Warn past this mean per-token |rollout - trainer| logprob gap (nats)."""
 
 PHASE_KEYS = ("train/phase", "phase")
-"""Where a record names its phase (the local trainer: `train/phase`; SkyRL logs none)."""
 
 
 def finite_number(value: object) -> float | None:
-    """A logged metric value as a float; None for a missing, non-numeric, boolean or non-finite
-    one (a record's key may hold any JSON)."""
+    """A logged value as a float; None for a missing, non-numeric, boolean or non-finite one."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
 
 
 def zero_variance_share(record: Mapping[str, Any]) -> float | None:
-    """The share of a step's groups with zero reward variance: `rollout/zero_variance_groups`
-    over `rollout/groups` (SkyRL's bridge) or, else, over it plus `train/groups` (the local
-    trainer; high under dynamic sampling's extra rounds)."""
+    """The share of a step's groups with zero reward variance: the count over `rollout/groups`,
+    else over the count plus `train/groups` (docs/decisions.md)."""
     zero = finite_number(record.get("rollout/zero_variance_groups"))
     if zero is None:
         return None
@@ -97,16 +83,13 @@ def _first(record: Mapping[str, Any], names: Sequence[str]) -> float | None:
 
 
 def _is_grpo(record: Mapping[str, Any]) -> bool:
-    """A GRPO step: its phase says so, or it logs no phase (SkyRL runs are all GRPO)."""
     phase = next((record[k] for k in PHASE_KEYS if isinstance(record.get(k), str)), None)
     return phase is None or "grpo" in phase.lower()
 
 
 def merge_steps(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One record per step, ascending: a step's records merged in file order, so a later value
-    of a key wins (an eval is logged as its own record next to the step's training record; a
-    step logged again after a resume replaces the old values). Records without an int step
-    are dropped: they cannot be placed."""
+    """One record per step, ascending, a step's records merged in file order (a later value
+    wins: an eval's record, a step logged again after a resume); no int step: dropped."""
     merged: dict[int, dict[str, Any]] = {}
     for r in records:
         step = r.get("step")
@@ -122,14 +105,13 @@ def _grpo_steps(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def grpo_series(
     records: Sequence[Mapping[str, Any]], names: Sequence[str]
 ) -> list[tuple[int, float]]:
-    """(step, value) of the GRPO steps that log one of `names` (the first that a step has),
-    ascending: a warm start's steps are not GRPO's."""
+    """(step, value) of the GRPO steps that log one of `names` (the first a step has)."""
     grpo = _grpo_steps(records)
     return [(r["step"], v) for r in grpo if (v := _first(r, names)) is not None]
 
 
 def grpo_entropies(records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
-    """(step, entropy) of the GRPO steps, ascending (a warm start's steps are not GRPO's)."""
+    """(step, entropy) of the GRPO steps, ascending."""
     return grpo_series(records, ENTROPY)
 
 
@@ -138,13 +120,12 @@ class EntropyFall:
     """Entropy below `ENTROPY_COLLAPSE_FRACTION` of GRPO's start, and what it means."""
 
     kind: str
-    """"collapse" (rewards stuck: a warning) or "convergence" (groups all succeed)."""
+    """"collapse" (rewards stuck: a warning) or "convergence"."""
     step: int
     entropy: float
     first_step: int
     first: float
     solve: float | None
-    """Mean rollout solve rate of the last `RECENT_STEPS` GRPO steps (None: not logged)."""
 
     def line(self) -> str:
         fall = (
@@ -169,9 +150,8 @@ class EntropyFall:
 
 
 def entropy_fall(records: Sequence[Mapping[str, Any]]) -> EntropyFall | None:
-    """None while the latest GRPO entropy is at least `ENTROPY_COLLAPSE_FRACTION` of the first
-    GRPO step's; else a collapse or convergence, judged on the rollout solve rate of the last
-    `RECENT_STEPS` GRPO steps up to that entropy's step (`CONVERGED_SOLVE`)."""
+    """None while the latest GRPO entropy is at least `ENTROPY_COLLAPSE_FRACTION` of the first;
+    else a collapse or convergence by the last `RECENT_STEPS` steps' rollout solve rate."""
     entropies = grpo_entropies(records)
     if len(entropies) < 2:
         return None
@@ -186,18 +166,9 @@ def entropy_fall(records: Sequence[Mapping[str, Any]]) -> EntropyFall | None:
 
 
 def no_gradient(records: Sequence[Mapping[str, Any]]) -> str | None:
-    """A warning line when each of the last `RECENT_STEPS` GRPO steps that logged the group
-    counts had every group zero-variance (no group entered the loss) and their mean rollout
-    solve rate is under `CONVERGED_SOLVE`; else None.
-
-    The end state of a collapse too fast for `entropy_fall`: a step that trains no group logs
-    no entropy, so once every group's episodes get one reward the entropy series stops at its
-    last trained value and judges nothing. Measured on a real local-tiny run (no warm start,
-    lr 2e-2, 8 epochs, no clipping, no KL): GRPO step 1 logged entropy 0.33, then all 16
-    groups were zero-variance on each of steps 2-30 at a 3% rollout solve rate (evals
-    19% -> 2%), and `entropy_fall`, holding one entropy, said nothing. Groups that all
-    succeed at 90% or more are convergence; below it, a policy sure of failing moves and a
-    task beyond the policy look alike here."""
+    """A warning when every group was zero-variance in each of the last `RECENT_STEPS` GRPO
+    steps that logged the counts, at a rollout solve rate under `CONVERGED_SOLVE`; else None:
+    a collapse too fast for `entropy_fall` (docs/decisions.md)."""
     grpo = [with_derived(r) for r in _grpo_steps(records)]
     counted = [r for r in grpo if finite_number(r.get(ZERO_VARIANCE_SHARE)) is not None]
     recent = counted[-RECENT_STEPS:]
@@ -223,10 +194,8 @@ def no_gradient(records: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def stability_warnings(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One-line warnings on a run's metric records (file order; a step's later values win):
-    entropy collapsed (`entropy_fall`: fallen with rewards stuck), no group trained over the
-    last steps with rewards stuck (`no_gradient`), or the rollout-trainer logprob gap past
-    `LOGPROB_GAP_LIMIT`. [] on a healthy run, a converged one included."""
+    """One-line warnings on a run's metric records: entropy collapsed (`entropy_fall`), no
+    gradient (`no_gradient`), the logprob gap past `LOGPROB_GAP_LIMIT`; [] on a healthy run."""
     warnings = []
     fall = entropy_fall(records)
     if fall is not None and fall.kind == "collapse":
