@@ -109,11 +109,9 @@ class VllmEngine:
 
 @contextlib.contextmanager
 def _in_process_engine() -> Iterator[None]:
-    """Import and start vLLM in this process, and leave the process as it was. vLLM's CPU worker
-    replaces `torch.set_num_threads` with a no-op for good; vLLM configures its logging on
-    import and again when an engine starts, to stdout at INFO unless told, so both happen with
-    its logs on stderr at WARNING (`rlkit eval --json` prints one JSON object; a caller's own
-    VLLM_LOGGING_* settings win)."""
+    """Import and start vLLM in this process, and leave the process as it was (vLLM's CPU worker
+    stubs `torch.set_num_threads` for good); its logs go to stderr at WARNING unless the caller's
+    VLLM_LOGGING_* say otherwise (`rlkit eval --json` prints one JSON object)."""
     import torch
 
     quiet = {"VLLM_LOGGING_STREAM": "ext://sys.stderr", "VLLM_LOGGING_LEVEL": "WARNING"}
@@ -125,11 +123,6 @@ def _in_process_engine() -> Iterator[None]:
     finally:
         torch.set_num_threads = set_threads
         torch.set_num_threads(threads)
-
-
-def _model_limit(path: Path) -> int | None:
-    cfg = json.loads((path / "config.json").read_text())
-    return (cfg.get("text_config") or cfg).get("max_position_embeddings")
 
 
 def start_engine(
@@ -144,14 +137,9 @@ def start_engine(
     seed: int = 0,
     **llm_kwargs: Any,
 ) -> VllmEngine:
-    """Start vLLM on a Qwen3-VL checkpoint dir (tiny or real, an HF export).
-
-    Defaults by platform: float32 and eager on CPU (exact parity with rlkit's float32 path;
-    no compile at start-up), bfloat16 with CUDA graphs on a GPU; the KV cache `kv_cache_gb`
-    GiB if given, else `CPU_KV_CACHE_GB` on CPU and `GPU_MEMORY_UTILIZATION` of a GPU.
-    `llm_kwargs` go to `vllm.LLM` as they are (`tensor_parallel_size=N` with
-    `distributed_executor_backend="mp"` for several GPUs: workers in processes, the engine here).
-    """
+    """Start vLLM on a Qwen3-VL checkpoint dir (tiny or real): float32 and eager on CPU,
+    bfloat16 with CUDA graphs on a GPU; KV cache `kv_cache_gb` GiB (default: `CPU_KV_CACHE_GB`
+    on CPU, `GPU_MEMORY_UTILIZATION` of a GPU); `llm_kwargs` go to `vllm.LLM` as they are."""
     p = check_checkpoint(path)
     if is_adapter_dir(p):
         raise UsageError(
@@ -165,20 +153,47 @@ def start_engine(
         raise UsageError(f"kv_cache_gb ({kv_cache_gb}) must be > 0")
     with _in_process_engine():
         vllm = _import_vllm()
+        from transformers import AutoTokenizer
         from vllm.platforms import current_platform
 
-        kw = _llm_kwargs(
-            p,
-            tokens=_token_count(p),
-            cpu=current_platform.is_cpu(),
-            max_images=max_images,
-            image_size=image_size,
-            kv_cache_gb=kv_cache_gb,
-            max_model_len=max_model_len,
-            dtype=dtype,
-            enforce_eager=enforce_eager,
-            seed=seed,
-        )
+        from rlkit.model import vllm_rows  # imports vLLM
+
+        tokens = len(AutoTokenizer.from_pretrained(p))  # the first output row with no token
+        cpu = current_platform.is_cpu()
+        if kv_cache_gb is None and cpu:
+            kv_cache_gb = CPU_KV_CACHE_GB
+        config = json.loads((p / "config.json").read_text())
+        limit = (config.get("text_config") or config).get("max_position_embeddings")
+        image: dict[str, int] = {"count": max_images}
+        if image_size is not None and max_images:
+            image.update(width=int(image_size[0]), height=int(image_size[1]))
+        kw: dict[str, Any] = {
+            "model": str(p),
+            "dtype": dtype or ("float32" if cpu else "bfloat16"),
+            "enforce_eager": cpu if enforce_eager is None else enforce_eager,
+            "max_model_len": max_model_len or min(MAX_MODEL_LEN, limit or MAX_MODEL_LEN),
+            "limit_mm_per_prompt": {"image": image, "video": 0},
+            # the recorded logprob is rlkit's definition (after masks and temperature)
+            "logprobs_mode": "processed_logprobs",
+            # sampling is ours: a checkpoint's generation_config (8B: top_k 20, ...) must not apply
+            "generation_config": "vllm",
+            # rows past the tokenizer (Qwen3-VL: 267 padding rows) are never drawn
+            "logits_processors": [vllm_rows.LOGITS_PROCESSOR],
+            "additional_config": {vllm_rows.FIRST_ROW_KEY: tokens},
+            "seed": seed,
+            # one device: the worker in this process too (errors arrive as vLLM raised them)
+            "distributed_executor_backend": "uni",
+        }
+        if cpu:
+            # vLLM 0.32 on CPU: a seeded request whose prefill is split over two steps crashes
+            # the engine ("CPU Generator does not use offset"), so every prompt is prefilled in
+            # one step there (measured: 256 seeded prompts at once)
+            kw["enable_chunked_prefill"] = False
+            kw["max_num_batched_tokens"] = max(kw["max_model_len"], 4096)
+        if kv_cache_gb is not None:
+            kw["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
+        else:
+            kw["gpu_memory_utilization"] = GPU_MEMORY_UTILIZATION
         kw.update(llm_kwargs)
         _llvmlite_scannable()
         try:
@@ -191,73 +206,9 @@ def start_engine(
     return VllmEngine(llm, llm.get_tokenizer(), p, max_images)
 
 
-def _token_count(path: Path) -> int:
-    """The tokenizer's length: the first output row with no token."""
-    from transformers import AutoTokenizer
-
-    return len(AutoTokenizer.from_pretrained(path))
-
-
-def _llm_kwargs(
-    p: Path,
-    *,
-    tokens: int,
-    cpu: bool,
-    max_images: int,
-    image_size: tuple[int, int] | None,
-    kv_cache_gb: float | None,
-    max_model_len: int | None,
-    dtype: str | None,
-    enforce_eager: bool | None,
-    seed: int,
-) -> dict[str, Any]:
-    from rlkit.model import vllm_rows  # imports vLLM
-
-    if kv_cache_gb is None and cpu:
-        kv_cache_gb = CPU_KV_CACHE_GB
-    limit = _model_limit(p)
-    image: dict[str, int] = {"count": max_images}
-    if image_size is not None and max_images:
-        image.update(width=int(image_size[0]), height=int(image_size[1]))
-    kw: dict[str, Any] = {
-        "model": str(p),
-        "dtype": dtype or ("float32" if cpu else "bfloat16"),
-        "enforce_eager": cpu if enforce_eager is None else enforce_eager,
-        "max_model_len": max_model_len or min(MAX_MODEL_LEN, limit or MAX_MODEL_LEN),
-        "limit_mm_per_prompt": {"image": image, "video": 0},
-        # the recorded logprob is rlkit's definition (after masks and temperature)
-        "logprobs_mode": "processed_logprobs",
-        # sampling is ours: a checkpoint's generation_config (8B: top_k 20, ...) must not apply
-        "generation_config": "vllm",
-        # rows past the tokenizer (Qwen3-VL: 267 padding rows) are never drawn
-        "logits_processors": [vllm_rows.LOGITS_PROCESSOR],
-        "additional_config": {vllm_rows.FIRST_ROW_KEY: tokens},
-        "seed": seed,
-        # one device: the worker in this process too (errors arrive as vLLM raised them)
-        "distributed_executor_backend": "uni",
-    }
-    if cpu:
-        # vLLM 0.32 on CPU: a seeded request whose prefill is split over two steps crashes the
-        # engine ("CPU Generator does not use offset": it rewinds the request's generator), so
-        # every prompt is prefilled in one step there (measured: 256 seeded prompts at once)
-        kw["enable_chunked_prefill"] = False
-        kw["max_num_batched_tokens"] = max(kw["max_model_len"], 4096)
-    if kv_cache_gb is not None:
-        kw["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
-    else:
-        kw["gpu_memory_utilization"] = GPU_MEMORY_UTILIZATION
-    return kw
-
-
 def _llvmlite_scannable() -> None:
-    """Let vLLM's kernel-override scan pass llvmlite's library object.
-
-    At engine start vLLM 0.32 (`triton_utils.dispatcher`) reads `vars(x).get("kernel")` of
-    every object in every loaded module. llvmlite's `ffi.lib` answers any attribute, `__dict__`
-    included, with a wrapped C function, so once numba has loaded llvmlite in this process
-    (vLLM imports it for some kernels; a notebook may too) the scan raises AttributeError and
-    the engine never starts. Giving that lookup a real (empty) dict keeps both working.
-    """
+    """Let vLLM 0.32's kernel-override scan (`vars(x)` of every loaded object) pass llvmlite's
+    `ffi.lib`, which answers `__dict__` with a C function: give it a real, empty dict."""
     ffi = sys.modules.get("llvmlite.binding.ffi")
     table = getattr(getattr(ffi, "lib", None), "_fntab", None)
     if isinstance(table, dict):
