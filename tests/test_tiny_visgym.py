@@ -87,28 +87,61 @@ def _small_cfg():
     )  # fmt: skip
 
 
-def test_the_square_head_trains_beside_bc_and_resumes(tmp_path):
-    """The dense loss joins BC (its own metric), its head is saved in a warm-start checkpoint
-    and restored on resume: a run stopped mid warm start ends as an uninterrupted one."""
-    cfg = _small_cfg()
+def test_the_square_head_trains_beside_bc_then_on_through_grpo_and_resumes(tmp_path):
+    """The dense loss joins BC (its own metric); with `grpo.aux_weight` it goes on after each
+    GRPO step as a step of its own; its head (and in GRPO its optimizer) is checkpointed, and a
+    run stopped mid warm start and again mid GRPO ends as an uninterrupted one."""
+    cfg = _small_cfg().with_overrides({"grpo.aux_weight": 1.0, "schedule.steps": 2})
     straight, split = tmp_path / "straight", tmp_path / "split"
     train(cfg, straight, progress=False)
-    Trainer(cfg, split, progress=False).fit(stop_at_step=2)
-    saved = torch.load(split / "global_step_2" / "trainer_state.pt", weights_only=False)
-    assert "square_head" in saved
+    for stop, keys in ((2, {"square_head"}), (5, {"square_head", "tower_optimizer"})):
+        Trainer(cfg, split, progress=False).fit(stop_at_step=stop)
+        saved = torch.load(split / f"global_step_{stop}" / "trainer_state.pt", weights_only=False)
+        assert keys <= saved.keys()
     train(cfg, split, progress=False)
     rows = [json.loads(x) for x in (straight / "metrics.jsonl").read_text().splitlines()]
     assert all(np.isfinite(r["loss/bc_squares"]) for r in rows if "loss/bc" in r)
+    assert [r["step"] for r in rows if "loss/grpo_squares" in r] == [5, 6]
     a, b = (
-        load_file(str(d / "global_step_5" / "policy" / "model.safetensors"))
+        load_file(str(d / "global_step_6" / "policy" / "model.safetensors"))
         for d in (straight, split)
     )
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert not (straight / "global_step_5" / "policy" / "square_head").exists()
+    assert not (straight / "global_step_6" / "policy" / "square_head").exists()
 
 
 def test_a_layout_the_head_cannot_label_is_refused_in_one_line(tmp_path):
     cfg = _small_cfg().with_overrides({"model.tiny.merge": 2, "model.tiny.patch_size": 8})
-    with pytest.raises(UsageError, match="warm_start.aux_weight needs the squares game") as e:
+    with pytest.raises(UsageError, match="aux_weight needs the squares game") as e:
         train(cfg, tmp_path, progress=False)
+    assert "\n" not in str(e.value)
+
+
+def test_the_grpo_square_step_moves_the_vision_tower_and_nothing_else(tmp_path):
+    from rlkit.model.build import build_tiny
+    from rlkit.model.load import load
+    from rlkit.train.square_head import SquareHead, block_side, squares_update, tower_optimizer
+    from rlkit.train.warmstart import bc_batch
+
+    cfg = _small_cfg()
+    loaded = load(build_tiny(tmp_path / "m", seed=0, config=cfg.model.tiny))
+    maze = pinned_set("visgym-easy")[0]
+    head = SquareHead(loaded, block_side(loaded, cfg.task.env, maze), rules.game_moves(maze))
+    prompts, _, mazes = bc_batch(loaded, cfg.task.spec, cfg.task.env, 0, cfg.warm_start, 0)
+    before = {k: v.clone() for k, v in loaded.model.state_dict().items()}
+    opt = tower_optimizer(loaded, head)
+    out = squares_update(
+        loaded, head, opt, (prompts, mazes, cfg.task.env.style.pad), weight=1.0, lr=1e-3
+    )
+    assert np.isfinite(out["loss/grpo_squares"])
+    after = loaded.model.state_dict()
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert moved and all(".visual." in f".{k}" for k in moved)
+    assert all(p.grad is None for p in loaded.model.parameters())
+
+
+@pytest.mark.parametrize("tuning", [{"model.lora_rank": 4}, {"model.freeze_vision": "tower"}])
+def test_the_grpo_square_loss_is_refused_on_a_fixed_tower(tuning):
+    with pytest.raises(UsageError, match="grpo.aux_weight trains the vision tower") as e:
+        _small_cfg().with_overrides({"grpo.aux_weight": 1.0, **tuning})
     assert "\n" not in str(e.value)

@@ -190,6 +190,11 @@ class GRPOConfig:
     recovering after a wrong move (a tight budget ends such an episode at once). All tight:
     rollouts 2x cheaper, long paths solved, but greedy failed by bumping where it never
     trained; half and half learned fastest (90% at GRPO step 60 on seed 1)."""
+    aux_weight: float = 0.0
+    """Weight of the warm start's per-square loss (`rlkit.train.square_head`) kept through GRPO:
+    after each GRPO step, one step of it alone on the vision tower, over the warm start's
+    states of fresh mazes, at the step's learning rate. 0: off (the head ends with the warm
+    start)."""
 
 
 @dataclass(frozen=True)
@@ -274,6 +279,13 @@ class TrainConfig:
             )
         if not 0.0 <= g.tight_fraction <= 1.0:
             raise UsageError(f"grpo.tight_fraction ({g.tight_fraction}) must be in [0, 1]")
+        if g.aux_weight < 0:
+            raise UsageError(f"grpo.aux_weight ({g.aux_weight}) must be >= 0 (0: off)")
+        if g.aux_weight > 0 and (self.model.lora_rank > 0 or self.model.freeze_vision != "none"):
+            raise UsageError(
+                "grpo.aux_weight trains the vision tower, which LoRA or freeze_vision keep "
+                "fixed: set grpo.aux_weight 0, or model.lora_rank 0 and freeze_vision none"
+            )
         self.recipe.check_local()  # a switch the local trainer cannot honour: one line
         w = self.warm_start
         if not (w.lr > 0 and w.fine_lr > 0):

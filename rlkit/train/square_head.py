@@ -2,8 +2,9 @@
 
 A behaviour-cloning step labels one square a picture (the agent's); a linear head on the vision
 tower's last block also predicts the oracle's answer from every floor square of the maze (its
-next shortest-path move, `stop` on the target), ~30 labels a picture instead of 1. The head is
-the warm start's alone: the policy stays the unchanged Qwen3-VL forward, and GRPO never sees it.
+next shortest-path move, `stop` on the target), ~30 labels a picture instead of 1. The policy
+stays the unchanged Qwen3-VL forward; with `grpo.aux_weight` the loss goes on through GRPO as a
+step of its own on the vision tower (`squares_update`), never inside the policy's loss.
 Needs one vision patch per square block (merge 1, `patch_size` a multiple of the square's px,
 the picture's squares a multiple of the block: the tiny VisGym preset pads 9 to 10).
 """
@@ -20,6 +21,7 @@ from rlkit.env.maze_env import EnvConfig
 from rlkit.errors import UsageError
 from rlkit.maze import rules
 from rlkit.maze.core import Maze
+from rlkit.model.batching import build_batch
 from rlkit.model.chat import Encoded
 from rlkit.model.load import LoadedModel
 from rlkit.model.prompt_keys import image_digest
@@ -41,9 +43,10 @@ def block_side(loaded: LoadedModel, env: EnvConfig, maze: Maze) -> int:
         or side % (patch // px)
     ):
         raise UsageError(
-            f"warm_start.aux_weight needs the squares game drawn so that each {patch} px patch "
+            f"aux_weight needs the squares game drawn so that each {patch} px patch "
             f"holds whole {px} px squares and the {side}-square picture whole patches, with merge "
-            "1 (local-tiny-visgym: patch_size 16, 8 px squares, pad 1); set aux_weight 0"
+            "1 (local-tiny-visgym: patch_size 16, 8 px squares, pad 1); set warm_start.aux_weight "
+            "and grpo.aux_weight 0"
         )
     return patch // px
 
@@ -116,3 +119,38 @@ class SquareHead(nn.Module):
         logits = self.linear(self._out).reshape(-1, len(self.choices))
         self._out = None
         return nn.functional.cross_entropy(logits.float(), target.reshape(-1), ignore_index=IGNORE)
+
+
+def tower_optimizer(loaded: LoadedModel, head: SquareHead) -> torch.optim.Optimizer:
+    """The GRPO phase's optimizer of the per-square loss: the vision tower and the head."""
+    params = [p for p in loaded.model.model.visual.parameters() if p.requires_grad]
+    return torch.optim.AdamW([*params, *head.parameters()], weight_decay=0.0)
+
+
+def squares_update(
+    loaded: LoadedModel,
+    head: SquareHead,
+    opt: torch.optim.Optimizer,
+    batch: tuple[Sequence[Encoded], Sequence[Maze], int],
+    *,
+    weight: float,
+    lr: float,
+) -> dict[str, float]:
+    """One optimizer step of the per-square loss alone (times `weight`, at `lr`) on the
+    pictures of `batch` (prompts, their mazes, the picture's pad): the vision tower runs once
+    per distinct picture and the language model not at all."""
+    prompts, mazes, pad = batch
+    for group in opt.param_groups:
+        group["lr"] = lr
+    inputs = build_batch(loaded, prompts)
+    loaded.model.train()
+    loaded.model.model.get_image_features(
+        inputs.pixel_values, inputs.unique_grid_thw, return_dict=True
+    )
+    loss = head.loss(prompts, mazes, pad)
+    opt.zero_grad()
+    (weight * loss).backward()
+    opt.step()
+    opt.zero_grad()  # the policy's optimizer shares the tower: leave it no stale gradient
+    loaded.model.eval()
+    return {"loss/grpo_squares": float(loss.detach())}

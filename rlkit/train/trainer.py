@@ -48,7 +48,7 @@ from rlkit.train.config import ScheduleConfig, TrainConfig
 from rlkit.train.learner import Learner
 from rlkit.train.metrics import MetricsLogger
 from rlkit.train.run_config import check_resume, resume_config
-from rlkit.train.square_head import SquareHead, block_side
+from rlkit.train.square_head import SquareHead, block_side, squares_update, tower_optimizer
 from rlkit.train.state import TrainState
 from rlkit.train.step import grpo_step
 from rlkit.train.warmstart import (
@@ -114,7 +114,9 @@ class Trainer:
         self.state = TrainState(phase="warm_start" if cfg.warm_start.enabled else "grpo")
         self.learner: Learner | None = None
         self.square_head: SquareHead | None = None
-        """The warm start's per-square auxiliary head (`warm_start.aux_weight` > 0), else None."""
+        """The per-square auxiliary head while its phase's `aux_weight` > 0, else None."""
+        self.tower_opt: torch.optim.Optimizer | None = None
+        """Its GRPO-phase optimizer (`grpo.aux_weight` > 0), else None."""
         self.adapter = None
         """peft's wrapper of the policy while LoRA trains (`model.lora_rank` > 0), else None."""
 
@@ -135,11 +137,9 @@ class Trainer:
             self._tune(loaded, ckpt)
         m, maze = self.cfg.model, train_maze(self.cfg.task.spec, 0)  # squares: `stop` a choice
         answer = AnswerSpec.from_loaded(loaded, maze.game) if m.constrained else None
-        if self.state.phase == "warm_start" and self.cfg.warm_start.aux_weight > 0:
-            block = block_side(loaded, self.cfg.task.env, maze)
-            self.square_head = SquareHead(loaded, block, game_moves(maze), self.cfg.schedule.seed)
-            if saved and "square_head" in saved:
-                self.square_head.load_state_dict(saved["square_head"])
+        grpo = self.state.phase == "grpo"
+        if (self.cfg.grpo if grpo else self.cfg.warm_start).aux_weight > 0:
+            self._square_head(loaded, saved or {})
         self.learner = Learner(
             loaded, self._optimizer(loaded), answer=answer, temperature=m.temperature
         )
@@ -148,6 +148,19 @@ class Trainer:
         if self.cfg.recipe.kl_in_loss > 0 and self.state.phase == "grpo":
             self.learner.ref = self._reference()
         return ckpt
+
+    def _square_head(self, loaded: LoadedModel, saved: dict) -> None:
+        """The per-square head (`saved`'s if any) and, in the GRPO phase, its own optimizer."""
+        if self.square_head is None:
+            maze = train_maze(self.cfg.task.spec, 0)
+            block = block_side(loaded, self.cfg.task.env, maze)
+            self.square_head = SquareHead(loaded, block, game_moves(maze), self.cfg.schedule.seed)
+            if "square_head" in saved:
+                self.square_head.load_state_dict(saved["square_head"])
+        if self.state.phase == "grpo":
+            self.tower_opt = tower_optimizer(loaded, self.square_head)
+            if "tower_optimizer" in saved:
+                self.tower_opt.load_state_dict(saved["tower_optimizer"])
 
     def _init_model_dir(self) -> Path:
         m = self.cfg.model
@@ -167,7 +180,7 @@ class Trainer:
     def _optimizer(self, loaded: LoadedModel) -> torch.optim.Optimizer:
         lr = self.cfg.warm_start.lr if self.state.phase == "warm_start" else self.cfg.grpo.lr
         params = trainable(loaded.model)
-        if self.square_head is not None:  # the warm start's auxiliary head trains beside it
+        if self.square_head is not None and self.state.phase == "warm_start":  # beside it
             params = [{"params": params}, {"params": list(self.square_head.parameters())}]
         return torch.optim.AdamW(params, lr=lr, weight_decay=self.cfg.grpo.weight_decay)
 
@@ -270,6 +283,8 @@ class Trainer:
         else:
             timer, policy = self.log.timer, self._policy()
             metrics = grpo_step(self.cfg, s, self.learner, policy, self.run.path, timer)
+            if self.tower_opt is not None:
+                metrics |= self._squares_step(metrics["train/lr"])
             s.grpo_steps += 1
         s.elapsed_s += time.perf_counter() - t0
         self.log.log(s.step, {**metrics, "train/phase": phase, "timing/elapsed_s": s.elapsed_s})
@@ -307,14 +322,33 @@ class Trainer:
         metrics["train/lr"] = lr
         if done:
             s.phase, s.warm_start_end = "grpo", s.step
-            if self.square_head is not None:  # the warm start's alone
-                self.square_head.close()
-                self.square_head = None
             self._tune(self.learner.loaded, None)
             self.learner.opt = self._optimizer(self.learner.loaded)
+            if self.cfg.grpo.aux_weight > 0:
+                self._square_head(self.learner.loaded, {})
+            elif self.square_head is not None:
+                self.square_head.close()  # the warm start's alone
+                self.square_head = None
             if self.cfg.recipe.kl_in_loss > 0:
                 self.learner.ref = self._reference()
         return metrics
+
+    def _squares_step(self, lr: float) -> dict:
+        """`grpo.aux_weight`: one step of the per-square loss on the warm start's next states."""
+        w, task, loaded = self.cfg.warm_start, self.cfg.task, self.learner.loaded
+        with self.log.timer("squares"):
+            prompts, _, mazes = bc_batch(
+                loaded, task.spec, task.env, self.state.step - 1, w, self.cfg.schedule.seed
+            )
+            batch = (prompts, mazes, task.env.style.pad)
+            return squares_update(
+                loaded,
+                self.square_head,
+                self.tower_opt,
+                batch,
+                weight=self.cfg.grpo.aux_weight,
+                lr=lr,
+            )
 
     def _policy(self, greedy: bool = False) -> ModelPolicy:
         m = self.cfg.model
@@ -381,6 +415,11 @@ class Trainer:
                     **(
                         {"square_head": self.square_head.state_dict()}
                         if self.square_head is not None
+                        else {}
+                    ),
+                    **(
+                        {"tower_optimizer": self.tower_opt.state_dict()}
+                        if self.tower_opt is not None
                         else {}
                     ),
                 },
