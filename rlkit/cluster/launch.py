@@ -9,8 +9,8 @@ SkyRL) into a `TrainingPlan` (what runs, where; it prints itself), `launch_plan`
 
 from __future__ import annotations
 
+import functools
 import shlex
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,18 +39,8 @@ def training_entrypoint(
 ) -> str:
     """The shell command the job runs (validated here, before anything is submitted)."""
     load_preset(preset)  # unknown presets fail now, not minutes later on the cluster
-    parts = [
-        "python",
-        "-m",
-        "rlkit.cli.main",
-        "train",
-        "--preset",
-        preset,
-        "--run-dir",
-        str(run_dir),
-        "--resume",
-        resume,
-    ]
+    parts = ["python", "-m", "rlkit.cli.main", "train", "--preset", preset]
+    parts += ["--run-dir", str(run_dir), "--resume", resume]
     for key, value in parse_sets(overrides).items():
         parts += ["--set", f"{key}={value}"]
     return shlex.join(parts)
@@ -66,8 +56,7 @@ def submit_training(
     follow: bool = False,
 ) -> JobHandle | None:
     """Submit a local-backend run as a Ray job named after its run directory (`rlkit train
-    --address`): the plan `rlkit submit` and notebook 03 launch, for a run dir given whole;
-    optionally follow its log to stdout until it ends."""
+    --address`); `follow` prints its log until it ends."""
     run_path = Path(run_dir).resolve()  # the job's working directory is a shipped copy
     plan = plan_training(
         preset, run_path.parent, run_name=run_path.name, overrides=overrides, resume=resume
@@ -95,8 +84,7 @@ def submit_eval(
     follow: bool = False,
 ) -> JobHandle:
     """Evaluate a checkpoint (e.g. a SkyRL HF export on /fsx) with rlkit's evaluator as a Ray
-    job on the cluster's GPUs: pass@k, failure taxonomy and trajectories land in `out`.
-    `engine` "vllm" plays the episodes with vLLM inside the job (this client needs no vLLM)."""
+    job: pass@k, failures and trajectories land in `out`; `engine` "vllm" runs vLLM in the job."""
     if samples < 1 or gpus < 0:
         raise UsageError(f"samples ({samples}) must be >= 1 and gpus ({gpus}) >= 0")
     if engine not in ("hf", "vllm"):
@@ -105,29 +93,11 @@ def submit_eval(
     if kv_cache_gb is not None:
         vllm_args += ["--kv-cache-gb", f"{kv_cache_gb:g}"]
     cluster = address if isinstance(address, Cluster) else connect(address)
-    entry = shlex.join(
-        [
-            "python",
-            "-m",
-            "rlkit.cli.main",
-            "eval",
-            "--policy",
-            policy,
-            "--set",
-            set_name,
-            "--samples",
-            str(samples),
-            "--device",
-            device,
-            "--json",
-            "--out",
-            out,
-            *vllm_args,
-        ]
-    )
+    argv = ["python", "-m", "rlkit.cli.main", "eval", "--policy", policy, "--set", set_name]
+    argv += ["--samples", str(samples), "--device", device, "--json", "--out", out, *vllm_args]
     handle = cluster.submit(
         f"eval-{Path(policy).name}",
-        entry,
+        shlex.join(argv),
         num_gpus=gpus or None,
         metadata={"policy": policy, "out": out, "kind": "eval", "engine": engine},
     )
@@ -136,9 +106,7 @@ def submit_eval(
     return handle
 
 
-def _print(chunk: str) -> None:
-    sys.stdout.write(chunk)
-    sys.stdout.flush()
+_print = functools.partial(print, end="", flush=True)
 
 
 class Refreshable(Protocol):
@@ -150,8 +118,7 @@ class Refreshable(Protocol):
 
 
 LABEL_WIDTH = 15
-"""Every line of a plan, and every line `rlkit submit` adds to one, is `label:` padded to this
-width and then the value (the token budget's and the cost's own lines are laid out the same)."""
+"""Width of a plan line's `label:` (the budget's and the cost's lines are laid out the same)."""
 
 
 def plan_line(label: str, value: object) -> str:
@@ -183,8 +150,8 @@ def _hang_summary(sky: skyrl.SkyRLPreset) -> str:
 
 @dataclass(frozen=True)
 class TrainingPlan:
-    """What `rlkit submit` and notebook 03 submit: a local-backend preset or a SkyRL preset,
-    where, and how. `str(plan)` is the one printed form of a plan, wherever it is shown."""
+    """What `rlkit submit` and notebook 03 submit: a local or SkyRL preset, where, and how;
+    `str(plan)` is its one printed form."""
 
     preset: str
     run_name: str
@@ -199,8 +166,7 @@ class TrainingPlan:
     budget: BudgetReport | None = None
     """A SkyRL preset's token budget (checked: a turn budget that cannot fit is refused)."""
     recipe: Mapping[str, object] = field(default_factory=dict)
-    """The recipe switches (`rlkit.recipe`) this plan changes from its preset's own, whichever
-    way they came (a notebook's `recipe`, `--set recipe.NAME=VALUE`); the command carries them."""
+    """The recipe switches (`rlkit.recipe`) this plan changes from its preset's own."""
     tuning: str = ""
     """Which weights train (LoRA, a frozen vision side: `rlkit.model.config.Tuning.describe`)."""
 
@@ -210,22 +176,21 @@ class TrainingPlan:
 
     @property
     def dry_run(self) -> bool:
-        """A SkyRL preset that needs real GPUs, aimed at the local head (whose GPUs are logical),
-        is only printed. A CPU SkyRL preset runs there."""
+        """A GPU SkyRL preset aimed at the local head (logical GPUs) is only printed."""
         needs_gpus = self.sky is not None and self.sky.layout.device != "cpu"
         return needs_gpus and resolve_address(self.address).local
 
     @property
     def driver_cpus(self) -> int | None:
-        """CPUs the job's driver reserves (None: Ray's default). On a CPU host a SkyRL driver
-        only waits: its CPU goes to SkyRL's placement group."""
+        """CPUs the job's driver reserves (None: Ray's default; 0 on a CPU host, where it only
+        waits and SkyRL's placement group takes the CPUs)."""
         if self.sky is None:
             return None
         return 0 if self.sky.layout.device == "cpu" else 1
 
     def lines(self) -> list[str]:
-        """The plan, one `label: value` line each (`plan_line`); SkyRL presets add their
-        resources, workers, storage, cost, hang rule, token budget and overrides."""
+        """The plan, one `label: value` line each; SkyRL presets add resources, workers,
+        storage, cost, hang rule, token budget and overrides."""
         if self.dry_run:
             need = self.sky.num_gpus
             where = f"no cluster: dry run (the preset needs {need} GPUs, the local head has none)"
@@ -282,11 +247,9 @@ def plan_training(
     overrides: Sequence[str] = (),
     resume: str = "latest",
 ) -> TrainingPlan:
-    """Resolve a preset name into a plan: local presets train in OUT/RUN_NAME (with `overrides`,
-    `--set KEY=VALUE` arguments of `rlkit train`, checked by the local config now; `resume` as
-    `rlkit train --resume`), SkyRL presets in their shared runs_root (changed by
-    `skyrl_changes`, e.g. {"nodes": 2} or {"steps": "4"}; a relative runs_root is taken from
-    the current directory). Either way the plan names the recipe switches it changes."""
+    """Resolve a preset name into a plan: local presets train in OUT/RUN_NAME (`overrides`:
+    `rlkit train --set` arguments, checked now), SkyRL presets in their runs_root (changed by
+    `skyrl_changes`, e.g. {"nodes": 2})."""
     name = run_slug(run_name or preset)
     if preset_backend(preset) == "local":
         base = load_preset(preset)

@@ -85,11 +85,9 @@ def eval_interval(
     first_set: str | None = None,
 ) -> dict[str, float]:
     """The eval's interval, pass@k, protocol and skipped dump lines from SkyRL's dump for `step`
-    alone ({} when not dumped, or when the dump cannot be read: that costs this number, never
-    the run). `greedy`: the eval's sampling; the seed's protocol also logs its count solved
-    and its exact interval (`eval/seed_protocol` 1). Names under `prefix`. A dump of several
-    eval sets: `first_set`'s (the run's `eval_set`) under `prefix`, its `solve_rate` replacing
-    SkyRL's mean over all sets, and each other set's under `prefix + SET_`."""
+    alone, under `prefix` ({} when it cannot be read: that costs this number, never the run).
+    `greedy`: the seed's protocol (adds its count solved and exact interval). Of several eval
+    sets, `first_set`'s goes under `prefix`, each other's under `prefix + SET_`."""
     if not (Path(export_path) / "dumped_evals" / f"global_step_{step}_evals").is_dir():
         return {}
     try:
@@ -137,14 +135,9 @@ def result_metrics(result: EvalResult) -> dict[str, float]:
 
 
 def drop_metrics_after_checkpoint(run: RunDir, *, reevaluates: bool = False) -> None:
-    """Cut RUN/metrics.jsonl back to what SkyRL resumes from, before the bridge appends to it.
-
-    SkyRL (`trainer.resume_mode=latest`) loads the step N its marker names, or starts at 0 with
-    none; it then logs steps N+1, ... again. Its tracker's step is `global_step`, and
-    checkpoint N is saved inside step N, so the records of steps <= N are the ones it will not
-    repeat: keep those (all go without a marker). With `reevaluates` (SkyRL's
-    `eval_before_train`) it also evaluates step N again, so step N's eval values go too: each
-    step keeps one value of each metric."""
+    """Cut RUN/metrics.jsonl back to the checkpoint SkyRL resumes from (steps <= N kept, all
+    without one); with `reevaluates` (SkyRL's `eval_before_train`) step N's eval values go too,
+    since SkyRL evaluates it again (docs/skyrl-integration.md#the-metrics-bridge-bridgepy)."""
     if not run.metrics_path.is_file():
         return
     try:

@@ -1,14 +1,7 @@
-"""What a SkyRL run will cost before it starts: GPUs paid and used, time to the first step, /fsx
-bytes, and GPU-hours as a range with the basis it rests on.
-
-    rlkit submit --preset qwen3vl-8b --dry-run      # the `cost` lines
-
-Nothing here is measured on the cluster yet, so every figure is a range and says where it comes
-from. The training part of a step comes from a measured forward/backward throughput when
-`benchmarks/bench_gpu_step.py` has written its result file on a GPU (`BENCH_RESULT`), else from
-an assumed achieved throughput (`ASSUMED_TFLOPS`). Rollouts (vLLM, sequential turns) and
-start-up are stated estimates either way. HyperPod bills a node whole, so GPU-hours are counted
-on every GPU of every node, not only those the run takes: a 6-of-8 layout pays for 8.
+"""What a SkyRL run will cost before it starts (the dry run's `cost` lines): GPUs paid and used,
+time to the first step, /fsx bytes, and GPU-hours as a range with its basis. Training time comes
+from `BENCH_RESULT` when a GPU has measured it, else `ASSUMED_TFLOPS`; rollouts and start-up are
+stated estimates; a node is billed whole. Details: docs/cluster.md#what-a-run-costs.
 """
 
 from __future__ import annotations
@@ -27,9 +20,8 @@ ASSUMED_TFLOPS = (100.0, 300.0)
 """Achieved bf16 TFLOP/s per GPU in FSDP training, assumed (no measurement yet): a wide band
 below the RTX PRO 6000's peak, as long multi-image sequences and FSDP's gathers allow."""
 FLOPS_PER_PARAM_TOKEN = 12
-"""Training FLOPs per parameter and token of a GRPO step: forward + backward (6), the forward
-again under gradient checkpointing (2), and two more forwards (4): the old policy's and the
-reference's logprobs."""
+"""Training FLOPs per parameter and token of a GRPO step: forward + backward (6), checkpointing's
+second forward (2), the old policy's and the reference's forwards (4)."""
 BENCH_FLOPS_PER_PARAM_TOKEN = 8
 """What bench_gpu_step.py's timed fwd+bwd does per parameter and token (checkpointing on)."""
 DECODE_TOKENS_PER_S = (1000.0, 3000.0)

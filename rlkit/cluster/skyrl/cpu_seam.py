@@ -9,7 +9,6 @@ The list and why: docs/skyrl-integration.md#the-cpu-device-seam-cpu_seampy.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import sys
 import time
@@ -19,8 +18,7 @@ from typing import Any
 
 import torch
 
-DEVICE_ENV = "RLKIT_SKYRL_DEVICE"
-"""Set to "cpu" in a CPU preset's job; every SkyRL process of the job then installs this seam."""
+from rlkit.cluster.skyrl.fixes import on_import
 
 _SKYRL = "skyrl.backends.skyrl_train"
 TORCH_USERS = (
@@ -185,47 +183,20 @@ PATCHES = {
     f"{_SKYRL}.inference_servers.vllm_server_actor": _one_process_engine,
     "vllm_router.router_args": _router_defaults,
 }
-"""Module -> what changes in it, applied as it is imported (or at once if it already is)."""
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Finds the modules of `PATCHES` with the other finders, and patches each right after
-    it executes. Installing imports nothing: a Ray worker setup hook that imported SkyRL's
-    worker modules killed the worker (measured: Ray 2.57 core worker check failure)."""
-
-    def find_spec(self, name, path, target=None):
-        if name not in PATCHES:
-            return None
-        others = [f for f in sys.meta_path if f is not self]
-        for finder in others:
-            spec = finder.find_spec(name, path, target) if hasattr(finder, "find_spec") else None
-            if spec is not None and spec.loader is not None:
-                real_exec = spec.loader.exec_module
-
-                def exec_module(module, real_exec=real_exec):
-                    real_exec(module)
-                    PATCHES[name](module)
-
-                spec.loader.exec_module = exec_module
-                return spec
-        return None
+"""Module -> what changes in it, applied as it is imported (`fixes.on_import`)."""
 
 
 _INSTALLED = False
 
 
 def install() -> None:
-    """Install the seam in this process (idempotent). Ray calls it in every worker of a CPU
-    preset's job through `rlkit.cluster.skyrl.worker_setup`."""
+    """Install the seam in this process (idempotent); Ray calls it in every worker of a CPU
+    preset's job through `worker_setup`."""
     global _INSTALLED
-    if _INSTALLED:
-        return
-    _flash_attn_padding()
-    for name, patch in PATCHES.items():
-        if name in sys.modules:
-            patch(sys.modules[name])
-    sys.meta_path.insert(0, _PatchOnImport())
-    _INSTALLED = True
+    if not _INSTALLED:
+        _flash_attn_padding()
+        on_import(PATCHES)
+        _INSTALLED = True
 
 
 def install_in_vllm_worker() -> None:

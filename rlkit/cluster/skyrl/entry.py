@@ -67,11 +67,9 @@ def ensure_datasets(
     shares: list[float] | None = None,
     cfg: EnvConfig | None = None,
 ) -> tuple[Path, Path]:
-    """Write the datasets once per run dir; a resumed run must see the same rows, read back
-    first so a damaged file is refused in one line here, not deep inside SkyRL's loader.
-    `cell_px`: the preset's view of the set (None: the set's own); `shares`: each training
-    row's curriculum share (`curriculum_shares`; None: the whole mazes); `cfg`: the env the
-    rows carry (`task_view`: answer format, prompt file; None: the set's view)."""
+    """Write the datasets once per run dir (a resume reads them back: a damaged file fails in
+    one line here). `shares`: each training row's curriculum share (None: whole mazes); `cfg`:
+    the env the rows carry (`task_view`; None: the set's view at `cell_px`)."""
     from rlkit.cluster.skyrl.presets import set_view
     from rlkit.env.data import read_rows, write_datasets
 
@@ -118,9 +116,8 @@ def ensure_init_model(model_dir: str, stop_at: float) -> Path:
 
 
 def add_eval_sets(data_dir: str, sky: SkyRLPreset) -> None:
-    """For a run with several eval sets (`eval_sets`): the other sets' eval rows appended to
-    eval.parquet, and every row's turn budget in its `extra_info.max_turns` (the generator
-    plays each row with its own, `row_turns`). Once: a resumed run finds them written."""
+    """With several eval sets: the others' rows appended to eval.parquet, and every row's turn
+    budget in its `extra_info.max_turns` (`row_turns`), once a run."""
     from rlkit.cluster.skyrl.presets import task_view
     from rlkit.env.data import maze_row, read_rows, write_rows
     from rlkit.env.maze_env import ENV_ID
@@ -150,9 +147,8 @@ def add_eval_sets(data_dir: str, sky: SkyRLPreset) -> None:
 
 
 def record_run(cfg, job: Job, overrides: list[str]) -> dict:
-    """Write RUN/run.json (backend "skyrl") before SkyRL starts: the run's own config (the
-    entry's preset, SkyRL's overrides and its whole resolved config), which the notebooks read
-    back instead of the preset. A resume that changed the config records the change."""
+    """Write RUN/run.json (backend "skyrl") before SkyRL starts: the preset, SkyRL's overrides
+    and its resolved config; a resume that changed the config records the change."""
     import json
 
     from rlkit.env.visgym_text import read_prompt_file
@@ -181,14 +177,9 @@ def record_run(cfg, job: Job, overrides: list[str]) -> dict:
 
 
 def _run_skyrl(cfg, sky: SkyRLPreset, rows_in_order: bool = False) -> None:
-    """Body of the Ray task: register the env (and `gigpo`) in this process, then SkyRL's
-    experiment as the preset `sky` asks (its captures, a sampled eval after SkyRL's with
-    `eval_protocol=both`, its history window, GiGPO's step level); `rows_in_order`: train the
-    rows in their order (a curriculum), not shuffled.
-
-    The step lines come from this process (the bridged tracker), so HyperPod's hang rules are
-    registered here, with this task's Ray job and worker ids.
-    """
+    """Body of the Ray task: register the env (and `gigpo`) and the hang rules (the step lines
+    come from this process) here, then run SkyRL's experiment as `sky` asks; `rows_in_order`:
+    a curriculum, rows not shuffled."""
     from rlkit.cluster.skyrl.experiment import RlkitExp
     from rlkit.cluster.skyrl.gigpo import GIGPO, register_gigpo
     from rlkit.env.maze_env import register_env
@@ -199,7 +190,6 @@ def _run_skyrl(cfg, sky: SkyRLPreset, rows_in_order: bool = False) -> None:
         register_gigpo()
     print(f"rlkit: {start_hang_detection(sky.hang)}", flush=True)
     both = sky.eval.eval_protocol == "both"
-    # SkyRL's experiment, its metrics bridged into the run dir
     RlkitExp(
         cfg,
         sky.capture,

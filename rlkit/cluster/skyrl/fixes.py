@@ -1,23 +1,63 @@
-"""rlkit's fixes to SkyRL 0.4.0, installed in every process of a SkyRL job by `install()`.
+"""rlkit's fixes to SkyRL 0.4.0, installed in every process of a SkyRL job by `install()`, and
+`on_import`, which patches a module as it is imported (the CPU seam's patches go the same way).
 
 One fix: FSDP2's init unties tied word embeddings (`FSDPStrategy._fsdp_init_model`), so the
 trainer trained one model while vLLM sampled another; `apply_fsdp2` is wrapped to tie them
-again before sharding and after every load. Untied and PEFT models are left alone.
-Measured and explained: docs/skyrl-integration.md#fixes-to-skyrl-fixespy-worker_setuppy.
+again before sharding and after every load. Why: docs/skyrl-integration.md#fixes-to-skyrl-fixespy-worker_setuppy.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.abc
-import importlib.machinery
 import sys
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 FSDP_STRATEGY = "skyrl.backends.skyrl_train.distributed.fsdp_strategy"
 """The SkyRL module whose `apply_fsdp2` name is wrapped."""
 _MARK = "__rlkit_fix__"
+
+
+_PATCHES: dict[str, list[Callable[[ModuleType], None]]] = {}
+"""Module -> what `on_import` applies to it, in order."""
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Finds the modules of `_PATCHES` with the other finders and patches each right after it
+    executes. Installing imports nothing: a Ray worker setup hook that imported SkyRL's worker
+    modules killed the worker (Ray 2.57)."""
+
+    def find_spec(self, name, path, target=None):
+        if name not in _PATCHES:
+            return None
+        for finder in sys.meta_path:
+            if isinstance(finder, _PatchOnImport) or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                real_exec = spec.loader.exec_module
+
+                def exec_module(module, real_exec=real_exec):
+                    real_exec(module)
+                    for patch in _PATCHES[name]:
+                        patch(module)
+
+                spec.loader.exec_module = exec_module
+                return spec
+        return None
+
+
+def on_import(patches: dict[str, Callable[[ModuleType], None]]) -> None:
+    """Apply each patch to its module now if it is loaded, else right after it is imported."""
+    for name, patch in patches.items():
+        if patch not in _PATCHES.setdefault(name, []):
+            _PATCHES[name].append(patch)
+        if name in sys.modules:
+            patch(sys.modules[name])
+    if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport())
 
 
 def retie(model: Any) -> bool:
@@ -53,42 +93,10 @@ def tying_apply_fsdp2(apply_fsdp2: Any) -> Any:
 
 
 def _fix(module: ModuleType) -> None:
-    module.apply_fsdp2 = tying_apply_fsdp2(module.apply_fsdp2)
-
-
-class _Loader(importlib.abc.Loader):
-    """The module's own loader, with the fix applied right after the module runs."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._inner.exec_module(module)
-        _fix(module)
-
-    def __getattr__(self, name: str) -> Any:  # get_source and friends, for tracebacks
-        return getattr(self._inner, name)
-
-
-class _FixOnImport(importlib.abc.MetaPathFinder):
-    """Finds only `fsdp_strategy`, through the ordinary path finder, with `_Loader` on it."""
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != FSDP_STRATEGY:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _Loader(spec.loader)
-        return spec
+    if hasattr(module, "apply_fsdp2"):
+        module.apply_fsdp2 = tying_apply_fsdp2(module.apply_fsdp2)
 
 
 def install() -> None:
     """Apply rlkit's fixes to SkyRL in this process (idempotent)."""
-    if not any(isinstance(f, _FixOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _FixOnImport())
-    loaded = sys.modules.get(FSDP_STRATEGY)
-    if loaded is not None and hasattr(loaded, "apply_fsdp2"):
-        _fix(loaded)
+    on_import({FSDP_STRATEGY: _fix})

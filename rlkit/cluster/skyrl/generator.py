@@ -36,22 +36,17 @@ from rlkit.settings import CaptureConfig
 IMAGE_PAD = "<|image_pad|>"
 """Qwen-VL's image placeholder: the forward puts one merged patch's feature at each."""
 DESYNC_METRIC = "generate/placeholder_desyncs"
-"""Samples of a generate() call whose placeholders had to be cut back to the prompt's images.
-No avg/mean/min/max in the name: SkyRL sums such a key over concatenated outputs."""
+"""Samples of a generate() call whose placeholders were cut back to the prompt's images (no
+avg/mean in the name: SkyRL sums such a key over concatenated outputs)."""
 RESEND_METRIC = "generate/image_resends"
-"""Turns sent again with every picture's tensors: the engine no longer held one the episode
-had sent (`RlkitVLMGenerator.engine_turn`); summed like the desyncs."""
+"""Turns sent again with every picture's tensors (`RlkitVLMGenerator.engine_turn`)."""
 PHASES = ("render", "engine", "env")
-"""Where an episode's turns spend their time: the render of the observation (the chat
-template here, the server's render of its new picture, its tensors decoded), the engine's
-generate call (the router, the API server, the engine's queue and steps), the env's step in
-SkyRL's executor. Summed over a generate() call's turns as `generate/seconds_<phase>`, with
-`generate/timed_turns`; their ratio is a turn's mean latency in each."""
+"""Where turns spend their time, summed over a generate() call as `generate/seconds_<phase>`
+beside `generate/timed_turns` (docs/skyrl-integration.md)."""
 
 
 def image_runs(ids: list[int], image_id: int) -> list[int]:
-    """Lengths of the runs of `image_id` in `ids`, in order: one per image for the forward
-    (SkyRL marks image tokens by id; each run takes the next image grid)."""
+    """Lengths of the runs of `image_id` in `ids`, in order: one per image for the forward."""
     return [end - start for start, end in runs(ids, image_id)]
 
 
@@ -62,12 +57,8 @@ def image_tokens(grid_thw, merge_size: int) -> list[int]:
 
 def guard_placeholders(out: GeneratorOutput, image_id: int, filler_id: int, merge_size: int) -> int:
     """Make every sample's image placeholders agree with its image grids, in place; returns how
-    many samples had to be changed.
-
-    A sample that disagrees keeps its prompt (the first render: its images are the first ones
-    of the sample's grids), its response's image pads become `filler_id`, its pixel values and
-    grids are cut to the prompt's images, and its loss mask is zeroed.
-    """
+    many samples changed: a sample that disagrees keeps its prompt and its prompt's images, its
+    response's image pads become `filler_id`, and its loss mask is zeroed."""
     grids, pixels = out.get("image_grid_thw"), out.get("pixel_values")
     changed = 0
     for i, (prompt, response) in enumerate(
@@ -88,15 +79,9 @@ def guard_placeholders(out: GeneratorOutput, image_id: int, filler_id: int, merg
 
 class RlkitVLMGenerator(WindowedLoop, SkyRLVLMGymGenerator):
     """`SkyRLVLMGymGenerator` whose samples' image placeholders always match their images.
-
-    `merge_size`: the image processor's (Qwen3-VL: 2), to count tokens per image grid.
-    `capturer`: the run's captured rollouts (None: none captured).
-    `engine_keeps_images`: the engines keep a multimodal cache (vLLM's
-    `mm_processor_cache_gb` > 0), so a turn sends by hash the pictures its engine has received.
-    `history`: a history window (the preset's `history`; SkyRL's step-wise training on): each
-    turn's prompt is the system message and the last `history` observations, and each turn is
-    a row of its own (`windowed_loop`). None: the whole conversation, one row an episode.
-    """
+    `merge_size`: the image processor's; `capturer`: captured rollouts (None: none);
+    `engine_keeps_images`: the engines' multimodal cache is on (pictures go by hash);
+    `history`: a history window, each turn a row (`windowed_loop`; None: one row an episode)."""
 
     def __init__(
         self,
@@ -133,8 +118,7 @@ class RlkitVLMGenerator(WindowedLoop, SkyRLVLMGymGenerator):
         self._turns = self._resends = 0
 
     def _validate_cfg(self, generator_cfg) -> None:
-        """SkyRL's VLM checks, less its refusal of step-wise rows, which `windowed_loop`
-        builds (with their pictures: `generate`)."""
+        """SkyRL's VLM checks, less its refusal of step-wise rows (`windowed_loop` builds them)."""
         super()._validate_cfg(replace(generator_cfg, step_wise_trajectories=False))
 
     @staticmethod
@@ -172,12 +156,9 @@ class RlkitVLMGenerator(WindowedLoop, SkyRLVLMGymGenerator):
     async def engine_turn(
         self, episode: EpisodePrompt, session_id: str, params: dict, cache_salt: str | None
     ) -> dict[str, Any]:
-        """The engine's answer to `episode`'s prompt (SkyRL's client: generate, detokenize).
-
-        With `engine_keeps_images`, the pictures the episode's engine already holds go by hash
-        alone. An engine that has dropped one (its cache full, or a request routed elsewhere)
-        answers HTTP 500 and flags the hash; the turn is then sent again with every picture's
-        tensors, once, and counted (`generate/image_resends`)."""
+        """The engine's answer to `episode`'s prompt. With `engine_keeps_images` the pictures it
+        holds go by hash; an engine that dropped one answers HTTP 500, and the turn is sent
+        again whole, once, and counted (`RESEND_METRIC`)."""
         skip = self.engine_keeps_images and bool(episode.sent)
         try:
             out = await self._generate(
@@ -217,11 +198,9 @@ class RlkitVLMGenerator(WindowedLoop, SkyRLVLMGymGenerator):
         cache_salt: str | None = None,
         training_phase=TRAINING_PHASE_TRAIN,
     ) -> TrajectoryOutput:
-        """SkyRL 0.4.0's loop (`skyrl_vlm_generator.py:73-237`), restated because its render
-        sits mid-loop with no hook; the one change is how each turn's prompt is built
-        (`TurnRenderer`: the last prompt, the sampled ids, the observation). On canonical
-        answers both give the same samples (tests/skyrl/test_generator.py, which also pins
-        SkyRL's source this follows)."""
+        """SkyRL 0.4.0's loop (`skyrl_vlm_generator.py:73-237`, pinned by
+        tests/skyrl/test_generator.py) with one change: each turn's prompt is the last prompt,
+        the sampled ids and the observation (`TurnRenderer`), never a re-render."""
         start_time = time.monotonic()
         session_id = (
             f"{trajectory_id.instance_id}_{trajectory_id.repetition_id}"
@@ -322,8 +301,7 @@ class RlkitVLMGenerator(WindowedLoop, SkyRLVLMGymGenerator):
             await self.inference_engine_client.finish_session(session_id)
 
     def _answer_of(self, engine_output: dict, params: dict) -> tuple[str, list, list | None, bool]:
-        """(text, sampled ids, their logprobs, whether an end of turn was appended) of a turn,
-        as SkyRL's loop reads an engine's output."""
+        """(text, sampled ids, their logprobs, whether an end of turn was appended) of a turn."""
         text = engine_output["responses"][0]
         ids = engine_output["response_ids"][0]
         logprobs = (
@@ -353,9 +331,8 @@ def build_generator(
     capture: CaptureConfig | None = None,
     history: int | None = None,
 ) -> RlkitVLMGenerator:
-    """What SkyRL's `BasePPOExp.get_generator` builds for a VLM run, as `RlkitVLMGenerator`;
-    the merge size is the policy checkpoint's image processor's. `capture` (default: the
-    presets' 2 groups, 50 steps) sets the captured training rollouts; `history` the window."""
+    """What SkyRL's `BasePPOExp.get_generator` builds for a VLM run, as `RlkitVLMGenerator`
+    (`capture`: the captured training rollouts, default `CaptureConfig()`; `history`: the window)."""
     processor = get_processor(cfg.trainer.policy.model.path)
     model = resolve_policy_model_name(cfg)
     engine_kwargs = cfg.generator.inference_engine.engine_init_kwargs or {}
@@ -375,8 +352,8 @@ def build_generator(
 def build_capturer(
     cfg, tokenizer, client, model: str | None, capture: CaptureConfig | None = None
 ) -> Capturer | None:
-    """The run's `Capturer` (None when `capture.groups` is 0). Move probabilities need an
-    HTTP engine: SkyRL's `RemoteInferenceClient` (its `get_endpoint_url()`, the router)."""
+    """The run's `Capturer` (None when `capture.groups` is 0); move probabilities need an HTTP
+    engine (SkyRL's `RemoteInferenceClient.get_endpoint_url()`)."""
     settings = capture if capture is not None else CaptureConfig()
     if not settings.groups:
         return None

@@ -1,15 +1,6 @@
-"""The cluster's hardware: HyperPod's `ml.g7e` sizes (NVIDIA RTX PRO 6000 Blackwell Server
-Edition, 96 GiB each), what one worker pod of a size may take, and the layouts a size cannot hold.
-
-Sources of the numbers:
-- GPUs, vCPUs, memory (GiB) and EFA interfaces: sagemaker-hyperpod-cli PR 390,
-  `INSTANCE_RESOURCES` in `src/sagemaker/hyperpod/training/constants.py` (read 2026-12-02).
-  Its memory agrees with the EC2 table quoted in kubernetes/autoscaler issue 9854 (48xlarge:
-  2048 GiB; the 1536 GiB once noted for it is the g6e.48xlarge line above it in that file).
-- EFA counts again: sagemaker-hyperpod-cli PR 380 (`aws ec2 describe-instance-types`: none on
-  2xlarge and 4xlarge; 1, 1, 2, 4 on 8x, 12x, 24x, 48xlarge).
-- 96 GiB per GPU: the same autoscaler table (GPU memory 96 GiB per RTX PRO 6000).
-No `ml.g7e` size has 6 GPUs; the seed's six-GPU run is a layout of 6 of the 48xlarge's 8.
+"""The cluster's hardware: HyperPod's `ml.g7e` sizes (RTX PRO 6000, 96 GiB each), what one
+worker pod of a size may take, and the layouts a size cannot hold. The numbers' sources:
+docs/cluster.md#the-mlg7e-table-and-its-sources.
 """
 
 from __future__ import annotations
@@ -71,9 +62,8 @@ class PodShape:
 
 
 def pod_shape(inst: InstanceType, gpus: int, nodes: int) -> PodShape:
-    """The worker pod for `gpus` of `inst`'s GPUs: vCPUs and memory in proportion to the GPUs it
-    takes, less SYSTEM_SHARE; EFA only for a multi-node run (every pod or none: mixing EFA and
-    non-EFA pods hangs NCCL, AWS's EKS samples warn)."""
+    """The worker pod for `gpus` of `inst`'s GPUs: vCPUs and memory in proportion, less
+    SYSTEM_SHARE; EFA only for a multi-node run (mixing EFA and non-EFA pods hangs NCCL)."""
     share = gpus / inst.gpus * (1 - SYSTEM_SHARE)
     memory = math.floor(inst.memory_gib * share)
     return PodShape(

@@ -1,10 +1,8 @@
 """An episode's prompt built turn by turn, each picture sent to vLLM's render endpoint once.
 
 `TurnRenderer.start` renders the first prompt, `extend` appends the answer's sampled ids and
-the observation (the template's tail after the answer's end of turn, `observation_start`, new
-pictures spliced in), `window` renders a history window whole. The result equals vLLM's render
-of the whole conversation (tests/skyrl/test_skyrl_render.py); why:
-docs/skyrl-integration.md#the-generator-generatorpy-renderpy.
+the observation, `window` renders a history window whole; the result equals vLLM's render of
+the whole conversation (why: docs/skyrl-integration.md#the-generator-generatorpy-renderpy).
 """
 
 from __future__ import annotations
@@ -24,17 +22,11 @@ IMAGE_PART = "image_url"
 def observation_start(
     ids: list[int], n_messages: int, eos_id: int, answer_ended: bool
 ) -> int | None:
-    """Where the last turn's observation starts in `ids`, the render of a conversation that ends
-    with the assistant's answer, then `n_messages` observation messages and the generation prompt.
-
-    Each rendered message closes with one end-of-turn token and the generation prompt has none,
-    so the template's end of the answer's turn is the (n_messages + 1)-th from the end. As in
-    SkyRL, sampled ids that end with an end-of-turn token (`answer_ended`) stand for the render's
-    next one: the template's, where the answer's text left it out, or the answer's own right
-    before it, where the text kept it (SkyRL's client decodes with special tokens, so the render
-    shows `<|im_end|><|im_end|>`). The observation starts after that token. None if `ids` has
-    too few end-of-turn tokens.
-    """
+    """Where the last turn's observation starts in `ids` (a conversation's render ending with the
+    answer, `n_messages` observation messages and the generation prompt): after the answer's
+    end of turn, the (n_messages + 1)-th from the end. Sampled ids that end with one
+    (`answer_ended`) stand for the render's next (SkyRL decodes with special tokens, so the
+    render may show `<|im_end|><|im_end|>`). None if `ids` has too few end-of-turn tokens."""
     ends = [i for i, t in enumerate(ids) if t == eos_id]
     if len(ends) <= n_messages:
         return None
@@ -113,14 +105,11 @@ class EpisodePrompt:
     by_url: dict[str, RenderedImage] = field(default_factory=dict)
     """The images already rendered for this episode, by URL."""
     sent: set[str] = field(default_factory=set)
-    """Hashes of the images the episode's engine has received with their tensors (it keeps
-    them in its multimodal cache; SkyRL's router sends an episode's requests to one engine)."""
+    """Hashes of the images the episode's engine has received with their tensors."""
 
     def features(self, skip_sent: bool = False) -> dict[str, Any] | None:
-        """vLLM's multimodal features of `ids` as its render endpoint returns them (and SkyRL's
-        client sends them with a generate request); a new dict on every call. `skip_sent`:
-        images in `sent` go without their tensors and metadata (vLLM's generate route reads
-        such an item from the engine's multimodal cache)."""
+        """vLLM's multimodal features of `ids` as its render endpoint returns them, a new dict
+        each call; `skip_sent`: images in `sent` go without tensors and metadata (by hash)."""
         if not self.images:
             return None
         keep = [not (skip_sent and im.mm_hash in self.sent) for im in self.images]
@@ -144,8 +133,7 @@ class EpisodePrompt:
         self.sent.update(im.mm_hash for im in self.images if im.mm_hash is not None)
 
     def pixels(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(pixel_values, image_grid_thw) of all its images, as SkyRL's `decode_mm_kwargs`
-        gives them for the whole render: patches concatenated, grids (N, 3)."""
+        """(pixel_values, image_grid_thw) of all its images: patches concatenated, grids (N, 3)."""
         if not self.images:
             return None, None
         grids = [im.grid_thw.reshape(1, -1) for im in self.images]
@@ -153,11 +141,8 @@ class EpisodePrompt:
 
 
 class TurnRenderer:
-    """Builds episodes' prompts with the generator's tokenizer and its client's render endpoint
-    (SkyRL's `RemoteInferenceClient.render_chat_completion`).
-
-    `decode`: SkyRL's `decode_mm_kwargs` (from vLLM's serialised kwargs to tensors), called
-    through this function so that it is looked up where SkyRL's loop looks it up."""
+    """Builds episodes' prompts with the generator's tokenizer and its client's render endpoint;
+    `decode`: SkyRL's `decode_mm_kwargs` (vLLM's serialised kwargs to tensors)."""
 
     def __init__(
         self,
@@ -174,8 +159,7 @@ class TurnRenderer:
         self.decode = decode
 
     def template_ids(self, conversation: list[dict]) -> list[int]:
-        """The chat template's ids of `conversation` and the generation prompt, one
-        `<|image_pad|>` an image (vLLM's render tokenizes the same text)."""
+        """The chat template's ids of `conversation` and the generation prompt, one pad an image."""
         text = self.tokenizer.apply_chat_template(
             conversation, tokenize=False, add_generation_prompt=True
         )
@@ -184,21 +168,17 @@ class TurnRenderer:
     async def _images(
         self, prompt: EpisodePrompt, urls: list[str], session_id: str
     ) -> list[RenderedImage]:
-        """The images at `urls`, rendered by the server in one request unless `prompt` has
-        them already."""
+        """The images at `urls`, those `prompt` lacks rendered by the server in one request."""
         new = list(dict.fromkeys(u for u in urls if u not in prompt.by_url))
         if new:
             parts = [{"type": IMAGE_PART, IMAGE_PART: {"url": u}} for u in new]
             message = {"role": "user", "content": parts}
-            rendered = await self.client.render_chat_completion(
-                {
-                    "json": {
-                        "model": self.client.model_name,
-                        "messages": [message],
-                        "session_id": session_id,
-                    }
-                }
-            )
+            body = {
+                "model": self.client.model_name,
+                "messages": [message],
+                "session_id": session_id,
+            }
+            rendered = await self.client.render_chat_completion({"json": body})
             ids = rendered["token_ids"]
             found = runs(ids, self.image_id)
             if len(found) != len(new):
@@ -230,11 +210,9 @@ class TurnRenderer:
     async def window(
         self, cache: EpisodePrompt, conversation: list[dict], history: int, session_id: str
     ) -> EpisodePrompt:
-        """The prompt of the next turn under a history window: the system message and the last
-        `history` observations with the answers between them (`history_window`), rendered
-        whole; pictures come from `cache` (the episode's, by URL), rendered only when new. An
-        earlier answer is re-tokenized from its text (it is context here, never trained in
-        this prompt), the image token taken out of it, since no picture stands behind it."""
+        """The next turn's prompt under a history window (`history_window`), rendered whole,
+        pictures from `cache` unless new; earlier answers re-tokenized from their text with the
+        image token taken out (context, never trained in this prompt)."""
         shown = [
             {**m, "content": m["content"].replace(self.image_token, "")}
             if m["role"] == "assistant" and isinstance(m.get("content"), str)
