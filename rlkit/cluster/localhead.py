@@ -25,28 +25,16 @@ from rlkit.cluster.address import ADDRESS_ENV_VARS
 from rlkit.errors import RlkitError
 
 DEFAULT_DASHBOARD_PORT = 8265
-"""Ray's own default: the local head's dashboard (its Jobs API) is `http://127.0.0.1:8265`
-unless a caller picks another port."""
+"""Ray's own default: the local head's Jobs API is `http://127.0.0.1:8265`."""
 LOGICAL_GPUS = 2
 """Logical GPUs the local head offers (none real) for SkyRL's CPU preset, each with one more
 logical CPU (why: docs/decisions.md)."""
 LEAN_ENV = "RLKIT_LEAN_RAY_DASHBOARD"
-"""Set to 1 (the test suite does), a local head's dashboard loads `DASHBOARD_MODULES` only;
-unset, Ray's whole dashboard, whose web pages (nodes, actors, metrics) a user may open."""
+"""Set to 1 (the test suite does), a local head's dashboard loads `DASHBOARD_MODULES` only."""
 DASHBOARD_MODULES = ("JobHead", "NodeHead", "StateHead", "EventHead")
-"""The dashboard modules a lean local head (`LEAN_ENV`) loads: the Jobs API, the node module,
-the state API and the events endpoint (why each, and what is left out: docs/decisions.md)."""
-IDLE_ENV = {
-    # The log monitor (workers' output to their driver, so into a job's log) lists the log
-    # dir on every pass, ten a second, below 1000 files; with this, every 0.5 s (Ray's own
-    # interval above that count): a new worker's first lines may reach the log 0.5 s later.
-    "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0",
-    # The dashboard's gauges of its own processes' CPU and memory: every minute, not 5 s.
-    "METRICS_RECORD_INTERVAL_S": "60",
-}
-"""Ray settings that slow what a local head does while idle; none touches what rlkit reads.
-The dashboard agent's node metrics keep Ray's 5 s (SkyRL's GPU monitor reads them), as do the
-raylet's and the GCS's own periods."""
+"""The dashboard modules a lean local head loads (why each: docs/decisions.md)."""
+IDLE_ENV = {"RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "METRICS_RECORD_INTERVAL_S": "60"}
+"""Ray settings that slow what a local head does while idle (docs/decisions.md#cluster)."""
 _RAY_START = f"""# ray start, loading only the dashboard modules a local head needs
 import sys
 import ray._private.services as services
@@ -60,10 +48,8 @@ services.start_ray_process = start_dashboard_modules
 sys.argv[0] = "ray"
 sys.exit(main())
 """
-"""`ray start` with Ray's dashboard started on `DASHBOARD_MODULES` only: the CLI has no option
-for it, the dashboard process itself has one (`--modules-to-load`). A Ray whose `ray start`
-stops going through `services.start_ray_process` loads every module again, and
-tests/test_localhead_idle.py says so."""
+"""`ray start` with the dashboard on `DASHBOARD_MODULES` only (its `--modules-to-load`, which
+the CLI lacks; tests/test_localhead_idle.py notices a Ray where this stops working)."""
 LOCAL_HEAD_START_TIMEOUT_S = 240.0
 """A cold head on two busy cores takes ~40 s; Ray's own 30 s module deadline is too short."""
 
@@ -73,8 +59,7 @@ def _state_file(port: int) -> Path:
 
 
 def ray_temp_dir(port: int) -> Path:
-    """The Ray temp dir (sessions, logs, sockets) of the local head on `port`: its own, so a
-    job's driver finds its own head; short, as Ray's socket paths inside it must be."""
+    """The Ray temp dir of the local head on `port`: its own, and short (Ray's socket paths)."""
     return Path("/tmp/rlkit-ray") / f"ray-{port}"
 
 
@@ -128,8 +113,7 @@ class LocalHead:
     """False when an already running head was reused (its jobs are still there)."""
     log_path: Path | None = None
     metrics_port: int | None = None
-    """Where this head exports Ray's Prometheus metrics (rlkit's gauges among them): what
-    HyperPod's observability add-on scrapes on a cluster's head."""
+    """Where this head exports Ray's Prometheus metrics (rlkit's gauges among them)."""
 
     def describe(self) -> str:
         verb = "started" if self.started else "reusing"
@@ -174,9 +158,8 @@ def _node_alive(url: str, timeout_s: float = 2.0) -> bool:
 
 @contextlib.contextmanager
 def _start_lock(port: int, timeout_s: float) -> Iterator[None]:
-    """One start per port at a time, across processes and threads: a second `connect()` while
-    a head is starting waits for it and then reuses it, instead of racing a second `ray start`
-    onto the same port. The lock (filelock's flock) is released when its holder exits, however it exits."""
+    """One start per port at a time, across processes: a second `connect()` waits for the start
+    under way and reuses its head (filelock's flock, released however its holder exits)."""
     path = _state_file(port).with_suffix(".lock")
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(path)
@@ -241,18 +224,15 @@ def _start_or_reuse(port: int, num_cpus: int | None, timeout_s: float) -> LocalH
         *("start", "--head", "--disable-usage-stats"),
         *("--include-dashboard", "true", "--dashboard-host", "127.0.0.1"),
         *("--dashboard-port", str(port), "--port", str(free_port())),
-        # Fixed defaults (10001, 52365) would collide with any other head on the machine.
+        # free ports everywhere: Ray's fixed defaults collide with another head's (decisions.md)
         *("--ray-client-server-port", str(free_port())),
         *("--dashboard-agent-listen-port", str(free_port())),
-        # Workers take ports from 10002 up by default, counted by each raylet alone: two heads
-        # started together bind the same ones and one's jobs fail. 0: the OS picks each port.
         *("--min-worker-port", "0", "--max-worker-port", "0"),
         *("--object-store-memory", str(512 * 2**20)),
         *("--metrics-export-port", str(metrics_port := free_port())),
         *("--temp-dir", str(ray_temp_dir(port))),
         *("--num-gpus", str(LOGICAL_GPUS)),
-        # named as Ray names a real GPU's type, so the cluster summary says what these are
-        *("--resources", json.dumps({"accelerator_type:logical": 1})),
+        *("--resources", json.dumps({"accelerator_type:logical": 1})),  # the summary's GPU type
     ]
     cmd += ["--num-cpus", str((num_cpus or os.cpu_count() or 1) + LOGICAL_GPUS)]
     env = dict(os.environ)
@@ -260,11 +240,7 @@ def _start_or_reuse(port: int, num_cpus: int | None, timeout_s: float) -> LocalH
         IDLE_ENV,
         RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=str(timeout_s),
         RAY_DASHBOARD_STARTUP_TIMEOUT_S=str(int(timeout_s)),
-        # the raylet's own 30 s registration deadline fails on busy cores before ours does
-        RAY_raylet_start_wait_time_s=str(int(timeout_s)),
-        # and its wait for the dashboard agent's port file: on cores a SkyRL run holds, the
-        # agent took longer and the raylet aborted ("Timed out waiting for file ...
-        # metrics_agent_port"), leaving a head that never came up
+        RAY_raylet_start_wait_time_s=str(int(timeout_s)),  # Ray's 30 s fail on busy cores
         RAY_agent_register_timeout_ms=str(int(timeout_s * 1000)),
         # Job entrypoints say `python`: make that this interpreter, which has rlkit's deps.
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
@@ -274,9 +250,7 @@ def _start_or_reuse(port: int, num_cpus: int | None, timeout_s: float) -> LocalH
     state.parent.mkdir(parents=True, exist_ok=True)
     log_path = state.with_suffix(".log")
     deadline = time.monotonic() + timeout_s
-    # Ray gives its raylet a fixed 30 s to register; on an overloaded machine that can lapse
-    # once, so a head whose `ray start` died early gets one more try within the deadline.
-    for attempt in (1, 2):
+    for attempt in (1, 2):  # a `ray start` that died early on a busy machine: one more try
         with open(log_path, "w") as log:
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
