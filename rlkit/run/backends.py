@@ -1,7 +1,5 @@
-"""The `Run` interface and one implementation a source: `LocalRun` (rlkit's GRPO loop),
-`SkyRLRunReader` (SkyRL's run and export dirs, eval dumps replayed through rlkit's env) and
-`SummaryRun` (a run read elsewhere, as `Run.summary()` carried it). `open_here` picks one for a
-path visible here; `rlkit.run.reader.open_run` is the opener every reader uses.
+"""The `Run` interface and one implementation a source: `LocalRun`, `SkyRLRunReader` and
+`SummaryRun` (a run read elsewhere, as `Run.summary()` carried it); `open_here` picks one.
 """
 
 from __future__ import annotations
@@ -32,8 +30,7 @@ RENAMED = {
     "rollout/turns": "rollout/turns_mean",
     "loss/loss_metrics_clip_ratio": "loss/clip_fraction",
 }
-"""Names SkyRL runs logged before the bridge (`rlkit.cluster.skyrl.bridge.ALIASES`) took the
-local trainer's -> those names."""
+"""Names older SkyRL runs logged -> the local trainer's (the bridge's `ALIASES` since)."""
 
 
 class RunNotFound(UsageError):
@@ -48,7 +45,6 @@ class Run(ABC):
 
     def __init__(self, path: Path, name: str) -> None:
         self.path = path
-        """The run dir (where metrics.jsonl is), or a SkyRL export dir found alone."""
         self.name = name
 
     def __repr__(self) -> str:
@@ -65,7 +61,7 @@ class Run(ABC):
         return info if isinstance(info, dict) else {}
 
     def config(self) -> dict[str, Any]:
-        """The config the run recorded when it started (updated by a resume that changed it)."""
+        """The config the run recorded (updated by a resume that changed it)."""
         return dict(self.info().get("config") or {})
 
     @property
@@ -81,14 +77,12 @@ class Run(ABC):
         """`{step: EvalResult}` of every evaluated step, ascending; {} before the first."""
 
     def evals_by_set(self) -> dict[str, dict[int, EvalResult]]:
-        """`{set: {step: EvalResult}}`: a run that evaluated several sets (SkyRL's
-        `eval_sets`) has one entry a set, its training family's first; else its one set."""
+        """`{set: {step: EvalResult}}`, the training family's set first."""
         evals = self.evals()
         return {evals[min(evals)].set: evals} if evals else {}
 
     def sampled_evals(self) -> dict[int, EvalResult]:
-        """The sampled evals of a run that ran both protocols (SkyRL's `eval_protocol=both`:
-        `evals` holds the seed's), by step; {} for a run with one."""
+        """The sampled evals of a run with both protocols (`evals` holds the seed's); else {}."""
         return {}
 
     def eval_steps(self) -> list[int]:
@@ -108,7 +102,7 @@ class Run(ABC):
         return next((c for c in reversed(self.checkpoints()) if c.complete), None)
 
     def capture_root(self) -> Path | None:
-        """The dir whose rollouts/ holds the captured training rollouts (None: none here)."""
+        """The dir whose rollouts/ holds the captured training rollouts (None: not here)."""
         return self.path
 
     def capture_steps(self) -> list[int]:
@@ -117,8 +111,7 @@ class Run(ABC):
         return captures.capture_steps(root) if root is not None else []
 
     def captures(self, step: int) -> list[CapturedEpisode]:
-        """The captured episodes of training step `step` (a few groups, every sample of each);
-        a step not captured is a one-line UsageError naming the captured ones."""
+        """The captured episodes of training step `step` (UsageError: not captured)."""
         root = self.capture_root()
         if root is None:
             raise UsageError(
@@ -144,9 +137,8 @@ class Run(ABC):
         )
 
     def summary(self, captured: int = 1) -> dict[str, Any]:
-        """The run as JSON, what a reader elsewhere needs for its figures: no eval episodes, but
-        the newest `captured` captured training steps' episodes (what a monitor plays; ~20 KB a
-        step). A captured step that cannot be read is carried as its one-line error."""
+        """The run as JSON for a reader elsewhere: no eval episodes, the newest `captured`
+        captured steps (~20 KB a step; one that cannot be read as its one-line error)."""
         steps = self.capture_steps()
         brought: dict[str, list[dict]] = {}
         errors: dict[str, str] = {}
@@ -185,7 +177,6 @@ class LocalRun(Run):
     def __init__(self, path: Path) -> None:
         super().__init__(path, path.name)
         self.dir = RunDir(path)
-        """The run's files, for the few readers that add to them (a re-scored checkpoint)."""
 
     def evals(self) -> dict[int, EvalResult]:
         out = {}
@@ -200,7 +191,6 @@ class LocalRun(Run):
         return self.dir.eval_steps()
 
     def evals_by_set(self) -> dict[str, dict[int, EvalResult]]:
-        """Its `task.eval_set` first, then each set of `task.eval_sets` (RUN/evals/<set>/)."""
         by_set = super().evals_by_set()
         for name in sorted(TEST_SETS):
             files = sorted((self.dir.evals_dir / name).glob("global_step_*.json"))
@@ -218,8 +208,7 @@ class LocalRun(Run):
 
 
 class SkyRLRunReader(Run):
-    """A run of SkyRL's trainer: its run dir (ckpt_path) with metrics.jsonl from rlkit's bridge,
-    and its export dir (HF exports, eval dumps)."""
+    """A run of SkyRL's trainer: its run dir (ckpt_path) and export dir (HF exports, dumps)."""
 
     backend = "skyrl"
 
@@ -231,9 +220,7 @@ class SkyRLRunReader(Run):
         return super().info() if self.where.run_dir is not None else {}
 
     def config(self) -> dict[str, Any]:
-        """run.json's config (rlkit's entry settings, SkyRL's overrides and its resolved config;
-        {} for a run started before the entry recorded it) and, under `datasets`, the manifest
-        of the datasets the entry wrote (sizes, test set hash, env config)."""
+        """run.json's config and, under `datasets`, the entry's dataset manifest."""
         config = super().config()
         manifest = self.where.run_dir / "data" / "manifest.json" if self.where.run_dir else None
         if manifest is not None and manifest.is_file():  # absent until the entry writes it
@@ -246,14 +233,12 @@ class SkyRLRunReader(Run):
         return config
 
     def metrics(self) -> list[dict[str, Any]]:
-        """metrics.jsonl as the bridge wrote it, the names older bridges wrote read as today's
-        (`RENAMED`): both backends' records carry one name per signal."""
+        """metrics.jsonl, older bridges' names read as today's (`RENAMED`)."""
         if self.where.run_dir is None:
             return []
         return [{RENAMED.get(k, k): v for k, v in r.items()} for r in super().metrics()]
 
     def capture_root(self) -> Path | None:
-        """rlkit's generator writes them into SkyRL's ckpt_path, the run dir."""
         return self.where.run_dir
 
     def evals(self) -> dict[int, EvalResult]:
@@ -288,9 +273,7 @@ class SkyRLRunReader(Run):
 
 
 class SummaryRun(Run):
-    """A run read elsewhere (`Run.summary()`, e.g. through a Ray job on the cluster): config,
-    metrics, evals and checkpoints as that reader saw them, and the captured training steps
-    it brought (the newest); no eval episodes."""
+    """A run read elsewhere (`Run.summary()`, through a Ray job): no eval episodes."""
 
     def __init__(self, summary: dict[str, Any]) -> None:
         try:
@@ -318,7 +301,6 @@ class SummaryRun(Run):
         return dict(self._info)
 
     def config(self) -> dict[str, Any]:
-        """The config as the reader where the files are saw it (a SkyRL run's datasets too)."""
         return dict(self._config)
 
     def metrics(self) -> list[dict[str, Any]]:
@@ -340,7 +322,6 @@ class SummaryRun(Run):
         return None  # its files are elsewhere
 
     def capture_steps(self) -> list[int]:
-        """Every captured step the reader saw (`captures` has the ones it brought)."""
         return list(self._capture_steps)
 
     def captures(self, step: int) -> list[CapturedEpisode]:
@@ -360,8 +341,8 @@ class SummaryRun(Run):
 
 
 def open_here(source: str | Path) -> Run:
-    """The run at `source` as this kernel sees it: RunNotFound (one line) when nothing is
-    there, UsageError for a file; which backend wrote it is `find_skyrl_run`'s rule."""
+    """The run at `source` as this kernel sees it (RunNotFound: nothing there; UsageError: a
+    file); the backend by `find_skyrl_run`'s rule."""
     p = Path(source).expanduser()
     if not p.exists():
         raise RunNotFound(

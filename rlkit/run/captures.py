@@ -1,10 +1,8 @@
-"""Training rollouts captured per step, on either backend: a few sampled groups of each step,
-one line an episode (`CapturedEpisode`: its `Trajectory` without images or token ids, step,
-group, advantage) in RUN/rollouts/global_step_N.jsonl, written atomically, newest `keep` kept.
+"""Training rollouts captured per step on either backend: a few groups a step, one
+`CapturedEpisode` a line in RUN/rollouts/global_step_N.jsonl, written atomically, newest `keep`
+kept (what capture costs: docs/reading-runs.md).
 
     write_step(run_dir, 12, pick_episodes(12, trajs, groups, advantages, n=2, seed=0), keep=50)
-    capture_steps(run_dir), read_step(run_dir, 12), summarize(read_step(run_dir, 12))
-What capture costs: docs/reading-runs.md.
 """
 
 from __future__ import annotations
@@ -30,15 +28,13 @@ class CapturedEpisode:
     """One training episode as the trainer scored it."""
 
     step: int
-    """The global step whose rollout batch held it."""
     group: int
-    """Its group (the maze's index in the step's batch or dataset): GRPO compares within it."""
+    """Its group (the maze's index in the step's batch): GRPO compares within it."""
     advantage: float
     """The advantage the loss gave its tokens (0 for a group the loss dropped)."""
     trajectory: Trajectory
 
     def to_dict(self) -> dict:
-        """As stored (`from_dict` reads it back): the trajectory without token ids or logprobs."""
         head = {"step": self.step, "group": self.group, "advantage": self.advantage}
         return {**head, "trajectory": _slim(self.trajectory)}
 
@@ -59,9 +55,8 @@ _NOT_STORED = frozenset({"prompt_ids", "response_ids", "logprobs"})
 
 
 def _slim(t: Trajectory) -> dict:
-    """The trajectory as JSON holds it, without token ids and logprobs (a replay needs neither;
-    they are most of an episode's bytes) and without keys that would only say null: a turn
-    reads back with those at None, as `Trajectory.from_dict` fills in absent keys."""
+    """The trajectory as stored: no token ids or logprobs (most of the bytes; a replay needs
+    neither), and no move_probs key when it would say null."""
     turns = []
     for x in t.turns:
         d = {k: v for k, v in vars(x).items() if k not in _NOT_STORED and k != "move_probs"}
@@ -72,8 +67,7 @@ def _slim(t: Trajectory) -> dict:
 
 
 def training_label(step: int) -> str:
-    """What a captured episode's `policy` says: the step whose weights played it. Not the run's
-    name, so a run resumed in another directory, or read from a copy, stores the same bytes."""
+    """A captured episode's `policy`: the step whose weights played it (not the run's name)."""
     return f"train@{step}"
 
 
@@ -86,8 +80,7 @@ def step_path(run_dir: str | Path, step: int) -> Path:
 
 
 def pick_groups(groups: Sequence[int], n: int, *, seed: int, step: int) -> list[int]:
-    """`n` of a step's distinct `groups`, drawn from (seed, step) so a resumed run picks what an
-    uninterrupted one would; all of them when there are no more than `n`."""
+    """`n` of a step's distinct `groups` drawn from (seed, step), as a resumed run draws them."""
     if n < 0:
         raise UsageError(f"capture groups ({n}) must be >= 0 (0 turns capture off)")
     distinct = sorted(set(int(g) for g in groups))
@@ -106,9 +99,8 @@ def pick_episodes(
     n: int,
     seed: int,
 ) -> list[CapturedEpisode]:
-    """Every episode of `n` of a step's groups (`pick_groups`), in batch order, each with its
-    group and the advantage its loss used (give 0 for an episode the loss dropped). The lists
-    run in parallel, one entry per episode of the step's rollout batch."""
+    """Every episode of `n` of a step's groups (`pick_groups`), in batch order, with its group and
+    advantage (0: dropped by the loss); the three lists hold one entry an episode."""
     if not len(trajectories) == len(groups) == len(advantages):
         raise UsageError(
             f"{len(trajectories)} trajectories, {len(groups)} groups and {len(advantages)} "
@@ -125,8 +117,8 @@ def pick_episodes(
 def write_step(
     run_dir: str | Path, step: int, episodes: Sequence[CapturedEpisode], *, keep: int | None
 ) -> Path:
-    """Write one step's captured episodes (atomically: a reader never sees half a file), then
-    delete all but the newest `keep` steps' files (None keeps every step)."""
+    """Write one step's captured episodes atomically, then keep the newest `keep` steps (None:
+    all)."""
     if keep is not None and keep < 1:
         raise UsageError(f"keep ({keep}) must be >= 1 captured steps, or None to keep all")
     path = step_path(run_dir, step)
@@ -147,9 +139,8 @@ def capture_steps(run_dir: str | Path) -> list[int]:
 
 
 def drop_after(run_dir: str | Path, step: int) -> list[int]:
-    """Delete the captured steps after `step` (a run resumed from that checkpoint trains them
-    again, as its metrics restart there) and what a killed writer left half-written; returns
-    the steps deleted."""
+    """Delete the captured steps after `step` (a resume trains them again) and half-written
+    files; returns the steps deleted."""
     gone = [s for s in capture_steps(run_dir) if s > step]
     for s in gone:
         step_path(run_dir, s).unlink(missing_ok=True)
@@ -168,8 +159,7 @@ def not_captured(step: int, run_dir: str | Path, have: Sequence[int]) -> UsageEr
 
 
 def read_step(run_dir: str | Path, step: int) -> list[CapturedEpisode]:
-    """One step's captured episodes; a missing step is a UsageError naming the captured ones,
-    a damaged line an RlkitError naming the file and line."""
+    """One step's captured episodes (a missing step: UsageError; a damaged line: RlkitError)."""
     path = step_path(run_dir, step)
     if not path.is_file():
         raise not_captured(step, run_dir, capture_steps(run_dir))
@@ -196,9 +186,7 @@ class StepSummary:
     episodes: int
     groups: int
     solve_rate: float
-    """Share of its captured episodes that reached the exit."""
     mean_advantage: float
-    """0 for plain GRPO groups; below 0 where a fail advantage hit groups that all failed."""
     turns_mean: float
 
     def to_dict(self) -> dict:

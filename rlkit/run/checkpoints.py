@@ -1,10 +1,6 @@
-"""A run directory's checkpoints, read: which exist, which are complete, which to keep.
-
-A checkpoint (RUN/global_step_N/) is complete when the marker (`MARKER`, written last) has
-reached its step and, for a local run, its manifest (every file's size and sha256:
-`write_manifest`) verifies. `list_checkpoints`, `latest_complete` (warns about each it skips)
-and `prune` read them; `RunDir.save_checkpoint` writes them; SkyRL's layout is
-`rlkit.run.skyrl_layout`, with the same `Checkpoint` record.
+"""A run directory's checkpoints: which exist, which are complete, which to keep. RUN/global_step_N/
+is complete when the marker (`MARKER`, written last) has reached its step and, for a local run,
+its manifest (each file's size and sha256) verifies; `RunDir.save_checkpoint` writes them.
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ def _sha256(path: Path) -> str:
 
 
 def write_manifest(directory: Path, step: int) -> None:
-    """Record every payload file's size and hash, fsyncing each so the manifest never lies."""
+    """Record every payload file's size and sha256, each fsynced first."""
     files = {}
     for p in sorted(directory.rglob("*")):
         fsync(p)
@@ -69,9 +65,8 @@ def checkpoint_problem(directory: Path, *, hashes: bool = True) -> str | None:
 
 
 MARKER = "latest_ckpt_global_step.txt"
-"""Written last, atomically: the completion marker. SkyRL's name, so both layouts share it."""
+"""The completion marker, written last (SkyRL's name: both layouts share it)."""
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
-"""A checkpoint (or export) directory, local or SkyRL's."""
 
 
 def step_dirs(root: str | Path) -> dict[int, Path]:
@@ -89,21 +84,16 @@ class CheckpointWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """One step that left a checkpoint, an HF export, or both, whichever backend wrote it: what
-    `RunDir` commits and resumes from, and what `list_checkpoints`, SkyRL's
-    `skyrl_layout.list_checkpoints` and every `Run.checkpoints()` list."""
+    """One step that left a checkpoint, an HF export, or both, whichever backend wrote it."""
 
     step: int
     path: Path | None
-    """The trainer's checkpoint dir (RUN/global_step_N); None once keep-k pruned it (SkyRL
-    keeps its exports)."""
+    """RUN/global_step_N; None once keep-k pruned it (SkyRL keeps its exports)."""
     complete: bool = True
-    """Committed (the marker has reached it) and, for a local run, its manifest verifies: a
-    state to resume from (what `save_checkpoint` and `latest_complete` return)."""
+    """Committed (the marker has reached it) and, locally, its manifest verifies: resumable."""
     hf_export: Path | None = None
-    """An HF model dir for `rlkit eval`: RUN/global_step_N/policy locally, SkyRL's export.
-    Listings fill it; `save_checkpoint` and `latest_complete` leave it None (what resumes is
-    `path`)."""
+    """An HF model dir for `rlkit eval` (RUN/global_step_N/policy, SkyRL's export); listings
+    fill it, `save_checkpoint` and `latest_complete` leave it None."""
 
     def to_dict(self) -> dict[str, Any]:
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
@@ -120,12 +110,11 @@ class Checkpoint:
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
-    """Where step `step`'s checkpoint lives in `run_dir`."""
     return run_dir / f"global_step_{step}"
 
 
 def marker_step(run_dir: Path) -> int | None:
-    """The step the completion marker names, or None when there is none (or it is unreadable)."""
+    """The step the completion marker names; None when absent or unreadable."""
     marker = run_dir / MARKER
     try:
         return int(marker.read_text(encoding="utf-8").strip())
@@ -137,8 +126,8 @@ def marker_step(run_dir: Path) -> int | None:
 
 
 def list_checkpoints(run_dir: Path) -> list[Checkpoint]:
-    """Every global_step_N dir of a local run, oldest first: complete when committed (step <=
-    marker) and its manifest's sizes check out (no hashing: cheap enough for every listing)."""
+    """Every global_step_N dir of a local run, oldest first: complete when committed and its
+    manifest's sizes check out (no hashing)."""
     marker = marker_step(run_dir)
     out = []
     for step in sorted(step_dirs(run_dir)):
@@ -154,12 +143,9 @@ def list_checkpoints(run_dir: Path) -> list[Checkpoint]:
 def latest_complete(
     run_dir: Path, *, hashes: bool = True, require_manifest: bool = True
 ) -> Checkpoint | None:
-    """The newest checkpoint that is committed (step <= marker) and verifies, or None.
-
-    Each skipped directory gets one CheckpointWarning naming it. `hashes=False` checks only
-    file sizes (fast for multi-GB models); `require_manifest=False` accepts directories
-    without an rlkit manifest (SkyRL's own checkpoints), trusting the marker alone.
-    """
+    """The newest checkpoint that is committed and verifies, or None; a CheckpointWarning for
+    each skipped. `hashes=False`: sizes only; `require_manifest=False`: the marker alone for a
+    dir without an rlkit manifest (SkyRL's)."""
     marker_path = run_dir / MARKER
     marker = marker_step(run_dir)
     for step in sorted(step_dirs(run_dir), reverse=True):
@@ -179,8 +165,8 @@ def latest_complete(
 
 
 def prune(run_dir: Path, keep: int | None) -> None:
-    """Keep-k: remove every checkpoint dir older than the newest `keep` complete ones (None
-    keeps all), never the one the marker names."""
+    """Remove every checkpoint dir older than the newest `keep` complete ones (None: keep all),
+    never the one the marker names."""
     if keep is None:
         return
     complete = [c.step for c in list_checkpoints(run_dir) if c.complete]

@@ -1,8 +1,6 @@
-"""What a Ray job says: the last lines of its log, the JSON answer it prints on a tagged line,
-and its output followed as it comes. A module run as a job-as-function prints `TAG + json` once;
-`answer` waits for the job and reads that line back. `job` is any handle with `wait`, `logs`,
-`tail` and `submission_id` (`rlkit.cluster.jobs.JobHandle`); this sits in run/ because the run
-reader (`rlkit.run.remote`) reads runs through such a job, below cluster/.
+"""What a Ray job says: its log's last lines, the JSON answer a job-as-function prints once on a
+tagged line (`answer`), its output followed live. `job`: any handle with `wait`, `logs`, `tail`,
+`submission_id` (`rlkit.cluster.jobs.JobHandle`); in run/ because `rlkit.run.remote` uses it.
 
     record = answer(cluster.submit(name, entry), "RLKIT_STAGE ", "staging", timeout_s=600)
 """

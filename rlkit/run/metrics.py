@@ -1,10 +1,6 @@
-"""A run's metrics at the edges, for both backends: JSONL always, Ray gauges under Ray, and any
-scalar writer a backend adds (the local trainer's TensorBoard, `rlkit.train.metrics`).
-
-Names are grouped by prefix (`rollout/`, `loss/`, `eval/`, `timing/`, `train/`); one
-`log(step, metrics)` a step writes one fsynced line to RUN/metrics.jsonl. The local trainer and
-SkyRL's bridge both log through `RunLogger`; `NullLogger` does nothing (tracking off). The Ray
-gauges and their Prometheus names: docs/decisions.md.
+"""The run logger both backends log through: `log(step, metrics)` writes one fsynced line to
+RUN/metrics.jsonl (names grouped by prefix), sets Ray gauges under Ray (docs/decisions.md) and
+feeds any scalar writer a backend adds (the local trainer's TensorBoard).
 """
 
 from __future__ import annotations
@@ -38,8 +34,7 @@ GAUGES: dict[str, tuple[str, list[tuple[str, dict[str, str]]]]] = {
         [("rollout/solve_rate", {"split": "train"}), ("eval/solve_rate", {"split": "eval"})],
     ),
     "rlkit_last_checkpoint_step": ("Step of the last complete checkpoint", []),
-    # the stability signals (rlkit.run.stability): both backends log these names (SkyRL's via
-    # the bridge's renames), so one gauge serves either
+    # the stability signals (rlkit.run.stability), one name on both backends
     "rlkit_policy_entropy": ("Policy's mean token entropy", [("loss/entropy", {})]),
     "rlkit_clip_fraction": (
         "Share of loss tokens where PPO's clip binds",
@@ -65,7 +60,7 @@ def timer(name: str, into: dict[str, float]) -> Iterator[None]:
 
 
 def check_names(metrics: Mapping[str, Any]) -> None:
-    """Refuse metric names outside the prefix groups, so dashboards and plots can find them."""
+    """Refuse metric names outside the prefix groups."""
     for key in metrics:
         if not key.startswith(PREFIXES) or key in PREFIXES:
             raise UsageError(
@@ -104,11 +99,8 @@ class ScalarWriter(Protocol):
 
 
 class RunLogger:
-    """Writes each step's metrics to RUN/metrics.jsonl, a scalar writer and Ray gauges.
-
-    scalars: an extra sink for the numeric values (None: none). ray_gauges: None detects Ray
-    (`ray_connected`), False never touches Ray.
-    """
+    """Writes each step's metrics to RUN/metrics.jsonl, `scalars` and Ray gauges (`ray_gauges`
+    None: when `ray_connected`; False: never)."""
 
     def __init__(
         self,

@@ -1,11 +1,9 @@
-"""One run, whichever backend wrote it: `open_run(path)` gives the same `Run` for a local run,
-a SkyRL run and a run read through the cluster, so every reader reads them alike.
+"""One run, whichever backend wrote it: `open_run(path)` gives the same `Run` (`rlkit.run.backends`)
+for a local run, a SkyRL run and a run read through the cluster (docs/reading-runs.md).
 
     run = open_run("runs/demo/local-tiny")       # or a SkyRL run dir, or its export dir
-    run.config(), run.metrics(), run.evals()     # recorded config; metrics.jsonl; {step: EvalResult}
-    run.trajectories(step), run.checkpoints()    # an eval's episodes; Checkpoint(step, path, ...)
+    run.config(), run.metrics(), run.evals(), run.trajectories(step), run.checkpoints()
     run = open_run("/fsx/rlkit/runs/RUN", cluster)   # not visible here: read by a small Ray job
-The `Run` classes are in `rlkit.run.backends`; what each backend's files are: docs/reading-runs.md.
 """
 
 from __future__ import annotations
@@ -23,9 +21,8 @@ __all__ = ["LocalRun", "Run", "RunNotFound", "SkyRLRunReader", "is_run", "open_r
 
 
 def open_run(source: str | Path | Run, cluster: Any = None) -> Run:
-    """The run at `source` (a local run dir, a SkyRL run dir or export dir; a `Run` comes back
-    as it is). A path this kernel cannot see is read through `cluster` when one is given
-    (`rlkit.run.remote.read_run`), else RunNotFound in one line; a file is a UsageError."""
+    """The run at `source` (a `Run` comes back as it is); a path not visible here is read
+    through `cluster` when given (`remote.read_run`), else RunNotFound."""
     if isinstance(source, Run):
         return source
     if cluster is not None and not Path(source).expanduser().exists():
@@ -34,8 +31,7 @@ def open_run(source: str | Path | Run, cluster: Any = None) -> Run:
 
 
 def run_or_none(source: str | Path | Run) -> Run | None:
-    """`open_run(source)`, or None while nothing is at the path (a job just submitted has not
-    written its run dir yet): how a reader that polls a run opens it."""
+    """`open_run(source)`, or None while nothing is at the path (a job not yet started)."""
     try:
         return open_run(source)
     except RunNotFound:
@@ -43,15 +39,14 @@ def run_or_none(source: str | Path | Run) -> Run | None:
 
 
 def is_run(path: str | Path) -> bool:
-    """Whether `path` is a run of either backend: a local run dir (run.json, written before the
-    first step) or what `find_skyrl_run` takes for SkyRL's (run dir or export dir)."""
+    """Whether `path` is a local run dir (run.json) or what `find_skyrl_run` takes for SkyRL's."""
     p = Path(path)
     return p.is_dir() and ((p / "run.json").is_file() or find_skyrl_run(p) is not None)
 
 
 def run_eval(path: str | Path, step: int | None = None, protocol: str = "rlkit") -> EvalResult:
-    """A SkyRL run's own eval of `step` (None: its last) as `rlkit eval --dumps` prints it, read
-    with the run's recorded sampling; `protocol="seed"` refuses one that did not follow it."""
+    """A SkyRL run's eval of `step` (None: its last), for `rlkit eval --dumps`; `protocol="seed"`
+    refuses one that did not follow the seed's protocol."""
     if find_skyrl_run(path) is None:
         raise UsageError(f"{path} is not a SkyRL run dir or its export dir (dumped_evals/)")
     evals = open_run(path).evals()

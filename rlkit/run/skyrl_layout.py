@@ -15,38 +15,32 @@ from rlkit.errors import UsageError
 from rlkit.run.checkpoints import MARKER, Checkpoint, step_dirs
 
 LATEST_MARKER = MARKER
-"""SkyRL writes it after a checkpoint is complete (rlkit's local runs use the same name)."""
 SAMPLED_EVALS = "sampled"
-"""A run with both eval protocols (`eval_protocol=both`) dumps its sampled eval under
-`<export_path>/sampled/dumped_evals/`, its seed's eval where SkyRL dumps it."""
+"""Where a run with both eval protocols dumps its sampled eval (under the export dir)."""
 
 
 @dataclass(frozen=True)
 class SkyRLRun:
-    """Where one SkyRL run's files are, found from whichever of its paths a person holds."""
+    """Where one SkyRL run's files are."""
 
     export_dir: Path
     """SkyRL's export_path: `dumped_evals/` and the HF exports `global_step_N/policy`."""
     run_dir: Path | None
-    """SkyRL's ckpt_path, rlkit's run dir (metrics.jsonl, global_step_N/, data/): the export
-    dir's parent in rlkit's layout; None for an export dir found outside one."""
+    """SkyRL's ckpt_path, rlkit's run dir; None for an export dir found outside one."""
 
     @property
     def name(self) -> str:
-        """The run's name (its run dir's), as evals and plots label it."""
         return (self.run_dir or self.export_dir).name
 
     @property
     def sampled_dir(self) -> Path | None:
-        """The export dir of the sampled eval's dumps of a run with both protocols, else None."""
         where = self.export_dir / SAMPLED_EVALS
         return where if (where / "dumped_evals").is_dir() else None
 
 
 def find_skyrl_run(path: str | Path) -> SkyRLRun | None:
-    """The one rule for "is this a SkyRL run" (`open_run` applies it): a run dir whose run.json
-    says `"backend": "skyrl"` (rlkit's SkyRL entry writes it first), one without run.json that
-    holds `exports/` or `data/`, or an export dir (it holds `dumped_evals/`); else None."""
+    """The one rule for "is this a SkyRL run": run.json says `"backend": "skyrl"`, or without
+    run.json it holds `exports/` or `data/`, or it is an export dir (`dumped_evals/`)."""
     p = Path(path)
     if not p.is_dir():
         return None
@@ -61,8 +55,7 @@ def find_skyrl_run(path: str | Path) -> SkyRLRun | None:
 
 
 def recorded_backend(run_dir: Path) -> str | None:
-    """The backend run.json names ("local" when it names none: the local trainer's older
-    files), or None without a readable run.json."""
+    """The backend run.json names ("local" when none), or None without a readable run.json."""
     try:
         info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -84,14 +77,9 @@ def latest_step(ckpt_dir: str | Path) -> int | None:
 def list_checkpoints(
     ckpt_dir: str | Path | None, export_dir: str | Path | None = None
 ) -> list[Checkpoint]:
-    """Every step of a SkyRL run with a checkpoint or an HF export, oldest first; complete when
-    the checkpoint exists and SkyRL's latest marker (written last) has reached it.
-
-    SkyRL keeps only the newest `max_ckpts_to_keep` checkpoints but never prunes exports, so
-    older steps come back with `path=None` and their export. `export_dir` defaults to
-    `<ckpt_dir>/exports` (rlkit's run layout: SkyRL's ckpt_path is the run dir); `ckpt_dir`
-    None (an export dir found alone) lists its exports, none resumable.
-    """
+    """Every step of a SkyRL run with a checkpoint or an HF export, oldest first (complete: the
+    marker has reached it); a pruned checkpoint's step keeps its export with `path=None`.
+    `export_dir` defaults to `<ckpt_dir>/exports`; `ckpt_dir` None lists exports only."""
     latest, ckpts = None, {}
     if ckpt_dir is not None:
         root = Path(ckpt_dir)
