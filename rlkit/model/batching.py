@@ -138,13 +138,8 @@ class Batch:
 
 
 def forward_hidden(loaded: LoadedModel, batch: Batch) -> torch.Tensor:
-    """(B, L, H) last hidden states; the vision tower runs once per distinct image.
-
-    The model's own forward would run the tower on every image of every row, so the image
-    features are computed here, scattered into the token embeddings at the image pads, and
-    handed with their deepstack features to the language model, the way `Qwen3VLModel.forward`
-    does it (a test checks the hidden states equal that forward's on the same inputs).
-    """
+    """(B, L, H) last hidden states, as `Qwen3VLModel.forward` computes them, but with the
+    vision tower run once per distinct image (not once per image of every row)."""
     vlm = loaded.model.model
     if batch.pixel_values is None:
         return vlm(
@@ -214,11 +209,8 @@ def build_batch(
     prompts: Sequence[Encoded],
     responses: Sequence[Sequence[int]] | None = None,
 ) -> Batch:
-    """Left-pad prompt + response ids into one batch on the model's device.
-
-    With left padding every row's last token sits at column L-1, so one index reads the next-
-    token logits for all rows (sampling), and response token j of row b sits at L - R_b + j.
-    """
+    """Left-pad prompt + response ids into one batch on the model's device: every row's last
+    token at column L-1, response token j of row b at L - R_b + j."""
     responses = responses if responses is not None else [[] for _ in prompts]
     if len(responses) != len(prompts):
         raise UsageError(f"{len(prompts)} prompts but {len(responses)} responses")
@@ -285,10 +277,8 @@ def response_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token (logprobs, entropy), each (B, R), of `batch.response_ids` (0 where masked).
 
-    Differentiable (call under `torch.no_grad()` when only evaluating). `answer` selects the
-    constrained definition (see the module docstring); it must match how the tokens were drawn.
-    `mask_vision=False` normalises the free distribution over the whole vocabulary, as vLLM's
-    reported logprobs do (its default `raw_logprobs`), to compare rollout and trainer values.
+    Differentiable. `answer` selects the constrained definition (as the tokens were drawn);
+    `mask_vision=False` normalises over the whole vocabulary, as vLLM's `raw_logprobs` do.
     """
     b, r = batch.response_ids.shape
     length = batch.input_ids.shape[1]

@@ -63,11 +63,8 @@ def _hf_config(cfg: TinyConfig, vocab: int, tok: PreTrainedTokenizerBase) -> Qwe
 
 
 def build_tiny(out_dir: str | Path, *, seed: int = 0, config: TinyConfig | None = None) -> Path:
-    """Build, randomly initialise (seeded) and save the tiny Qwen3-VL with its tokenizer.
-
-    The caller's torch RNG is left as it was: transformers initialises weights from torch's
-    global CPU generator (its init takes no Generator), so the build seeds that generator inside
-    `fork_rng`, which restores it afterwards. Same seed, same weights as a plain manual_seed."""
+    """Build, randomly initialise (seeded, inside `fork_rng`: the caller's torch RNG is left as
+    it was) and save the tiny Qwen3-VL with its tokenizer."""
     from rlkit.model.tokenizer import build_tokenizer  # training the BPE imports the env's texts
 
     cfg = config or TinyConfig()

@@ -76,11 +76,8 @@ VISION_LINEARS = ("qkv", "proj", "linear_fc1", "linear_fc2")
 
 @dataclass(frozen=True)
 class Tuning:
-    """Which weights a run trains: every weight (the default), or low-rank adapters (LoRA), with
-    or without the vision side frozen. Both backends' model sections carry these fields with the
-    same names and meanings: the local trainer applies them with peft from its GRPO phase on
-    (the warm start stands in for the pretrained model and trains every weight), SkyRL through
-    its own `trainer.policy.model.lora.*` settings."""
+    """Which weights a run trains: every weight (the default), or LoRA adapters, with or without
+    the vision side frozen; the same fields on both backends (docs/recipes.md#lora-and-a-frozen-vision-tower)."""
 
     lora_rank: int = 0
     """LoRA rank (SkyRL's `lora.rank`): 0 trains every weight; > 0 trains only rank-r adapters
@@ -93,9 +90,7 @@ class Tuning:
     comma-separated Qwen3-VL layer names (`TEXT_LINEARS`, `VISION_LINEARS`: `q_proj,v_proj`)."""
     freeze_vision: str = "none"
     """`none`, `tower` (patch embedding, positions, vision blocks) or `tower+merger` (the whole
-    vision side, deepstack mergers included): those weights never change. With LoRA they get no
-    adapters (SkyRL's `lora.exclude_modules`); without, they leave the optimizer (the local
-    trainer; SkyRL 0.4.0's FSDP trainer has no switch for it, so a SkyRL preset refuses it)."""
+    vision side): those weights never change (no adapters with LoRA; out of the optimizer without)."""
 
     def __post_init__(self) -> None:
         check_tuning(self)

@@ -117,11 +117,8 @@ class ModelPolicy:
             raise UsageError(f"max_batch ({max_batch}) must be >= 1")
         self.loaded = loaded
         self.temperature, self.top_p, self.greedy = temperature, top_p, greedy
-        self.constrained, self.max_new_tokens, self.max_batch = (
-            constrained,
-            max_new_tokens,
-            max_batch,
-        )
+        self.constrained, self.max_new_tokens = constrained, max_new_tokens
+        self.max_batch = max_batch
         self.answer = AnswerSpec.from_loaded(loaded) if constrained else None
         """The cell game's constrained answer (four moves); `answer_for` gives each game's."""
         self._answers: dict[str, AnswerSpec] = {} if self.answer is None else {"cells": self.answer}
@@ -243,10 +240,8 @@ def cut_at_stop(ids: list[int], stops: Sequence[int]) -> list[int]:
 
 @contextmanager
 def neutral_generation_config(model: torch.nn.Module) -> Iterator[None]:
-    """`generate` fills every value a passed config leaves unset from the checkpoint's
-    `generation_config.json` (Qwen3-VL-8B: top_k 20, repetition_penalty...), and a repetition
-    penalty would change the scores rlkit samples from but not the ones it records. For the call,
-    the model's own config is a blank one, so only what rlkit passes applies."""
+    """For the call, the model's generation config is a blank one, so none of the checkpoint's
+    sampling defaults (Qwen3-VL-8B: top_k 20, ...) fills what rlkit leaves unset."""
     saved = model.generation_config
     model.generation_config = GenerationConfig()
     try:
@@ -260,11 +255,8 @@ def _four(p: Sequence[float]) -> MoveProbs:
 
 
 def load_policy(name_or_path: str | Path, **kw) -> Policy:
-    """A scripted policy (`random`, `oracle`, `eps-oracle:E`) or a `ModelPolicy` for a model dir.
-
-    Keyword arguments go to `ModelPolicy` (plus `device`, `dtype` for `load`); scripted policies
-    take none.
-    """
+    """A scripted policy (`random`, `oracle`, `eps-oracle:E`) or a `ModelPolicy` for a model dir
+    (keywords go to `ModelPolicy`, `device` and `dtype` to `load`)."""
     name = str(name_or_path)
     if is_scripted(name):
         if kw:

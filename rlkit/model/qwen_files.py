@@ -170,11 +170,8 @@ def _write(path: Path, data: bytes) -> None:
 
 
 def build_once(final: Path, build: Callable[[Path], None], *, marker: str) -> Path:
-    """`final` (a cache dir), built by `build(tmp_dir)` unless it already holds `marker`.
-
-    Several processes (the suite's xdist workers) may ask at once: a lock file beside it makes
-    one of them build while the others wait, and the build goes to a temporary sibling that is
-    renamed into place, so a reader never sees a half-written dir."""
+    """`final` (a cache dir), built by `build(tmp_dir)` unless it already holds `marker`: one
+    process builds (a lock file beside it) into a sibling renamed into place when done."""
     if (final / marker).is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)

@@ -38,9 +38,8 @@ GENERATION = {
     "repetition_penalty": 1.05,
     "temperature": 0.7,
 }
-"""Sampling defaults in the checkpoint, as Qwen's Instruct checkpoints carry them. Every value
-is off neutral on purpose (repetition_penalty too, where Qwen's 8B ships 1.0): a test that the
-trainer's sampling ignores a checkpoint's defaults catches each one leaking in."""
+"""Sampling defaults in the checkpoint, each off neutral on purpose (repetition_penalty too), so a
+test catches any of them leaking into rlkit's sampling."""
 _VISION_NUMBERS = {
     "patch_size": 16,
     "temporal_patch_size": 2,
@@ -109,10 +108,8 @@ def fixture_config() -> Qwen3VLConfig:
 
 
 def build_qwen_fixture(out_dir: str | Path, *, seed: int = 0) -> Path:
-    """Write the fixture checkpoint into `out_dir` (weights seeded by `seed`); ~10 s cold.
-
-    The caller's torch RNG is left as it was (the init runs inside `fork_rng`, as
-    `rlkit.model.build.build_tiny` does)."""
+    """Write the fixture checkpoint into `out_dir` (weights seeded by `seed`, the caller's torch
+    RNG untouched); ~10 s cold."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = qwen_text_files()
