@@ -102,28 +102,21 @@ class JobHandle:
     def __repr__(self) -> str:
         return f"JobHandle({self.submission_id!r} on {self.cluster.address})"
 
+    def _ask(self, what: str, method: str):
+        """The Jobs API client's `method` on this job (`call`: a deadline, one-line errors)."""
+        ask = getattr(self.cluster.client, method)
+        return call(self.cluster, f"{what} {self.submission_id}", lambda: ask(self.submission_id))
+
     def status(self) -> JobStatus:
-        return call(
-            self.cluster,
-            f"status of {self.submission_id}",
-            lambda: self.cluster.client.get_job_status(self.submission_id),
-        )
+        return self._ask("status of", "get_job_status")
 
     def logs(self) -> str:
         """Everything the job printed so far."""
-        return call(
-            self.cluster,
-            f"logs of {self.submission_id}",
-            lambda: self.cluster.client.get_job_logs(self.submission_id),
-        )
+        return self._ask("logs of", "get_job_logs")
 
     def stop(self) -> bool:
         """Ask Ray to stop the job (SIGTERM, then SIGKILL); False if it had already ended."""
-        return call(
-            self.cluster,
-            f"stopping {self.submission_id}",
-            lambda: self.cluster.client.stop_job(self.submission_id),
-        )
+        return self._ask("stopping", "stop_job")
 
     def wait(self, timeout_s: float, *, poll_s: float = 1.0) -> JobStatus:
         """Block until the job ends; RlkitError if it is still running after `timeout_s`."""
@@ -142,12 +135,9 @@ class JobHandle:
     async def tail(
         self, *, idle_s: float = 30.0, retry_s: float = 2.0, max_retries: int = 30
     ) -> AsyncIterator[str]:
-        """Yield the job's output as it appears, until the job ends.
-
-        Ray's log stream restarts from the first byte on each connection, so after a dropped
-        or silent connection this reconnects and skips what was already yielded. A stream idle
-        for `idle_s` is checked against the job's status rather than trusted.
-        """
+        """Yield the job's output as it appears, until the job ends; a dropped connection is
+        reopened (Ray's stream restarts from the first byte: what was yielded is skipped), a
+        stream idle for `idle_s` is checked against the job's status."""
         sent = 0
         failures = 0
         while True:

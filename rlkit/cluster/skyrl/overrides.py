@@ -3,7 +3,6 @@ engine arguments and a CPU host's changes among them), the run's paths on shared
 the shell command (`python -m rlkit.cluster.skyrl.entry ...`).
 
     build_overrides(get_preset("qwen3vl-8b-6gpu"), "run-1")    # ["data.train_data=[...]", ...]
-    entrypoint_command(get_preset("skyrl-tiny-cpu"), "run-1")   # the job's entrypoint
 """
 
 from __future__ import annotations
@@ -126,11 +125,9 @@ def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
 
 
 def model_overrides(p: SkyRLPreset) -> list[str]:
-    """SkyRL's own LoRA settings (`trainer.policy.model.lora.*`) for the preset's `Tuning`; none
-    with LoRA off. A frozen vision side is SkyRL's `exclude_modules` (peft keeps every base
-    weight frozen; the regex keeps adapters off those modules). Adapters on the vision side
-    reach vLLM only with its `enable_tower_connector_lora` (Qwen3-VL supports it), else the
-    engines would sample without the adapters the trainer trains there."""
+    """SkyRL's LoRA settings (`trainer.policy.model.lora.*`) for the preset's `Tuning`, none with
+    LoRA off: a frozen vision side as `exclude_modules`, and vLLM's `enable_tower_connector_lora`
+    where adapters sit on the vision side (else the engines would sample without them)."""
     t = p.model
     if t.lora_rank == 0:
         return []
@@ -165,9 +162,8 @@ def eval_overrides(p: SkyRLPreset, answer: int) -> list[str]:
 
 
 def entrypoint_command(preset: SkyRLPreset, run_name: str, preset_name: str | None = None) -> str:
-    """The shell command the Ray job runs: the preset as one JSON object (`--config`), then
-    SkyRL's overrides. The entry writes the datasets into the run dir and records `preset_name`
-    (the preset the run came from) in the run's run.json."""
+    """The shell command the Ray job runs: the preset as JSON (`--config`), then SkyRL's
+    overrides; `preset_name` goes to the run's run.json."""
     ours = ["--preset", preset_name] if preset_name else []
     ours += ["--config", preset.to_json()]
     return shlex.join(

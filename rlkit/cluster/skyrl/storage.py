@@ -18,22 +18,16 @@ class StorageEstimate:
     checkpoints_kept: int
     exports: int
 
+    lora: bool = False
+    """The exports are LoRA adapters (SkyRL exports a LoRA policy's adapter, not its weights)."""
+
     @property
     def total_gb(self) -> float:
         return self.checkpoint_gb * self.checkpoints_kept + self.export_gb * self.exports
 
-    lora: bool = False
-    """The exports are LoRA adapters (SkyRL exports a LoRA policy's adapter, not its weights)."""
-
     def summary(self) -> str:
-        what, size = (
-            ("LoRA adapter exports", f"{self.export_gb:.2f}")
-            if self.lora
-            else (
-                "HF exports",
-                f"{self.export_gb:.0f}",
-            )
-        )
+        what = "LoRA adapter exports" if self.lora else "HF exports"
+        size = f"{self.export_gb:.2f}" if self.lora else f"{self.export_gb:.0f}"
         return (
             f"~{self.total_gb:.0f} GB on /fsx: {self.checkpoints_kept} checkpoints x "
             f"{self.checkpoint_gb:.0f} GB + {self.exports} {what} x {size} GB"
@@ -47,10 +41,8 @@ EXPORT_BYTES_PER_PARAM = 2
 
 
 LORA_PARAMS_PER_RANK_PER_B = 0.374e6
-"""Adapter parameters per unit of rank and per billion model parameters, `all-linear` (the most
-any `lora_targets` reaches): Qwen3-VL-8B's linear layers hold r x (in + out) = 3.28 M per
-rank (36 text layers of q, k, v, o, gate, up, down at 4096 wide, 12288 MLP, 8 KV heads: 2.73 M;
-27 vision blocks at 1152 wide, 4304 MLP, and 4 mergers: 0.55 M) over its 8.77 B."""
+"""Adapter parameters per unit of rank and per billion model parameters, `all-linear`:
+Qwen3-VL-8B's linear layers hold 3.28 M per rank over its 8.77 B (docs/cluster.md)."""
 ADAPTER_BYTES_PER_PARAM = 4
 """An adapter is saved from FSDP's fp32 parameters."""
 LORA_CHECKPOINT_BYTES_PER_PARAM = 4
@@ -64,9 +56,10 @@ def lora_params_b(p: SkyRLPreset) -> float:
 
 
 def storage_estimate(p: SkyRLPreset) -> StorageEstimate:
-    saves = len(
-        {*range(p.storage.ckpt_interval, p.batch.steps + 1, p.storage.ckpt_interval), p.batch.steps}
-    )  # + run end
+    """What `p` leaves on /fsx: a checkpoint and an export every `ckpt_interval` steps and at
+    the end, the last `max_ckpts_to_keep` checkpoints kept."""
+    every = p.storage.ckpt_interval
+    saves = len({*range(every, p.batch.steps + 1, every), p.batch.steps})
     params, adapter = p.model.model_params_b, lora_params_b(p)
     if adapter:  # weights + the adapter with its moments + the adapter again (lora_adapter/)
         checkpoint = params * LORA_CHECKPOINT_BYTES_PER_PARAM + adapter * (
