@@ -33,14 +33,7 @@ class MazeSpec:
 
     def __post_init__(self) -> None:
         check_size(self.height, self.width)
-        generate(
-            self.height,
-            self.width,
-            0,
-            algorithm=self.algorithm,
-            placement=self.placement,
-            min_path=self.min_path,
-        )  # validates the rest
+        self.maze(0)  # validates the rest
 
     def maze(self, seed: int) -> Maze:
         return generate(

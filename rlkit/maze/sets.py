@@ -31,20 +31,16 @@ def combined_hash(mazes: list[Maze]) -> str:
     return h.hexdigest()
 
 
-def _lookup(name: str) -> MazeSet:
-    return maze_set(name)
-
-
 @lru_cache(maxsize=8)
 def _build(name: str) -> tuple[Maze, ...]:
-    d = _lookup(name)
+    d = maze_set(name)
     return tuple(d.spec.maze(seed) for seed in range(d.n))
 
 
 def pinned_set(name: str = "test", *, verify: bool = True) -> list[Maze]:
     """The named test set, checked against its pinned hash."""
     mazes = list(_build(name))
-    pinned = _lookup(name).pinned_hash
+    pinned = maze_set(name).pinned_hash
     if verify and not pinned:
         raise RuntimeError(
             f"test set {name!r} has no pinned hash yet: run `python scripts/set_hash.py {name}` "
@@ -65,11 +61,11 @@ def computed_set_hash(name: str) -> str:
 
 
 def pinned_set_hash(name: str = "test") -> str:
-    return _lookup(name).pinned_hash
+    return maze_set(name).pinned_hash
 
 
 def pinned_spec(name: str = "test") -> MazeSpec:
-    return _lookup(name).spec
+    return maze_set(name).spec
 
 
 @lru_cache(maxsize=8)
