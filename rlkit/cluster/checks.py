@@ -96,13 +96,7 @@ def model_check(model: str, models_root: str = MODELS_ROOT) -> Check:
             f"{model} comes from the hub at job start, but a staged copy is at {staged}",
             f"pass --model {staged}",
         )
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(model, "config.json")
-    except Exception:  # noqa: BLE001 - no hub client: treat as not cached
-        cached = None
-    if isinstance(cached, str):
+    if config_json(model) is not None:
         return Check("model", "ok", f"{model} in this node's HF cache")
     return Check(
         "model",
