@@ -1,6 +1,5 @@
-"""Baselines beside a run: scripted policies and the untrained model on the test set, evaluated
-once (notebook 02) and cached under OUT/baselines/ by what makes them differ, so notebook 04
-draws beside a run only the baselines that played its test set and env.
+"""Baselines beside a run: scripted policies and the untrained model, evaluated once (notebook 02)
+and cached under OUT/baselines/ by what makes them differ (notebook 04 draws only those that fit).
 
     beside = baselines.run_baselines("runs/demo", run, evals)      # those that fit this run
 """
@@ -37,9 +36,8 @@ def _slug(name: str) -> str:
 
 
 def baseline_key(name: str, cfg: TrainConfig, *, samples: int, seed: int) -> dict[str, Any]:
-    """What makes one baseline evaluation differ from another: the policy (for `base`, the
-    untrained model: its architecture, sampling and the seed that built it), the test set and
-    env it played, samples per maze and the eval seed. Cached files are found by this key."""
+    """The cache key of a baseline: the policy (for `base`, the model's shape, sampling and
+    seed), the test set and env, samples per maze and the eval seed."""
     key: dict[str, Any] = {
         "policy": name,
         "test_set_hash": pinned_set_hash(cfg.task.eval_set),
@@ -75,9 +73,8 @@ def baseline_evals(
     seed: int = 0,
     policies: tuple[str, ...] = (*SCRIPTED_BASELINES, BASE),
 ) -> dict[str, EvalResult]:
-    """Scripted policies and the untrained model (`base`) on the test set of the training
-    preset, cached under OUT/baselines/ by `baseline_key` (another preset, sampling, seed or
-    eval set is another file, never a stale hit)."""
+    """Scripted policies and the untrained model (`base`) on the training preset's test set,
+    cached under OUT/baselines/ by `baseline_key`."""
     cfg = train_preset(preset)
     root = Path(out_dir) / "baselines"
     index = _index(root)
@@ -100,8 +97,7 @@ def baseline_evals(
 
 
 def _legacy(root: Path, index: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Files cached before the key existed (OUT/baselines/NAME.json, not in the index): keyed
-    by what they tell (policy, test set), marked `legacy` (their model and env are unknown)."""
+    """Files cached before the key existed, keyed by policy and test set, marked `legacy`."""
     out = {}
     for path in sorted(root.glob("*.json")):
         if path.name != INDEX and path.name not in index:
@@ -115,8 +111,7 @@ def _legacy(root: Path, index: dict[str, dict[str, Any]]) -> dict[str, dict[str,
 
 
 def _cached(out_dir: str | Path, want: Callable[[dict[str, Any]], bool]) -> dict[str, Path]:
-    """`{policy: cached file}` whose key `want` accepts; per policy the newest such file (a
-    keyed one over a legacy one)."""
+    """`{policy: newest cached file}` whose key `want` accepts (keyed over legacy)."""
     root = Path(out_dir) / "baselines"
     index = _index(root)
     found: dict[str, Path] = {}
@@ -130,9 +125,8 @@ def _cached(out_dir: str | Path, want: Callable[[dict[str, Any]], bool]) -> dict
 def run_baselines(
     out_dir: str | Path, source: str | Path | Run, evals: dict[int, EvalResult]
 ) -> dict[str, EvalResult]:
-    """The cached baselines that can stand beside a run's evals: the same test set and env as
-    the run's own config, and for `base` the model the run started from (a local run's preset
-    model and seed). A SkyRL run gets no `base`: its untrained model is its step-0 eval."""
+    """The cached baselines on a run's test set and env (and for `base`, a local run's starting
+    model; a SkyRL run's is its step-0 eval)."""
     if not evals:
         return {}
     run = open_run(source)

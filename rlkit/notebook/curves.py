@@ -1,7 +1,5 @@
 """Training curves from metrics.jsonl: the notebook's panels and the job monitor's live figure.
-
-Each panel takes every metric whose name matches, so new series appear without code changes;
-the warm start is shaded; a step's records are merged first (`rlkit.run.stability.merge_steps`).
+Each panel takes every metric whose name matches; the warm start is shaded.
 
     fig = curves.training_curves("runs/demo/local-tiny", run_id="demo")   # reward, loss, KL, ...
     fig = curves.stability_curves(run)       # entropy, clip fraction, zero-variance share, ...
@@ -115,8 +113,7 @@ def _mark_phases(axes: Sequence[Axes], spans: list[tuple[str, int, int]]) -> Non
 def training_curves(
     metrics: Sequence[Mapping[str, Any]] | str | Path | Run, *, run_id: str | None = None
 ) -> Figure:
-    """Reward, loss, KL, entropy and turns vs step (of a run, its dir, or its records); panels
-    without data are left out."""
+    """Reward, loss, KL, entropy and turns vs step (of a run, its dir, or its records)."""
     records = _records(metrics)
     if not records:
         raise UsageError("no metric records to plot: the run has not logged a step yet")
@@ -160,12 +157,8 @@ def _records(metrics: Sequence[Mapping[str, Any]] | str | Path | Run) -> list[di
 def stability_curves(
     metrics: Sequence[Mapping[str, Any]] | str | Path | Run, *, run_id: str | None = None
 ) -> Figure:
-    """The stability signals vs step (`rlkit.run.stability.SIGNALS`, either backend's names):
-    entropy (with the rollout solve rate on a second axis and the line below which its fall
-    is judged), clip fraction, zero-variance share, the rollout-trainer logprob gap (with its
-    limit), turns, response tokens and grad norm; signals the run does not log are left out.
-    The header names each warning, or says the entropy converged (fell as groups all succeed),
-    which is no warning."""
+    """The stability signals vs step (`rlkit.run.stability.SIGNALS`) with their thresholds; the
+    header names each warning, or says the entropy converged."""
     records = [with_derived(r) for r in _records(metrics)]
     found = resolve(records)
     if not found:
@@ -201,8 +194,8 @@ def stability_curves(
 
 
 def _entropy_context(ax: Axes, records: Sequence[Mapping[str, Any]]) -> None:
-    """The entropy panel's reading aids: the floor below which a fall is judged, and the rollout
-    solve rate (right axis) with the level that makes a fall convergence, not collapse."""
+    """The entropy panel's judging floor, and the rollout solve rate (right axis) with the level
+    that makes a fall convergence."""
     entropies = grpo_entropies(records)
     if entropies and entropies[0][1] > 0:
         floor = ENTROPY_COLLAPSE_FRACTION * entropies[0][1]
@@ -234,8 +227,7 @@ def live_curves(
     run_id: str | None = None,
     size_px: tuple[int, int] = (720, 300),
 ) -> Figure:
-    """The job monitor's figure, drawn at `size_px` at 100 dpi (the widget shows it at that
-    size, unscaled): rollout metrics plus the test-set evals with their intervals."""
+    """The job monitor's figure at `size_px` (100 dpi): rollout metrics and evals with intervals."""
     fig = PlotFigure(figsize=(size_px[0] / 100, size_px[1] / 100))
     ax = fig.add_subplot()
     keys = ("rollout/reward_mean", "rollout/solve_rate", "eval/solve_rate")
@@ -268,17 +260,15 @@ def live_curves(
 
 
 EARLY_STEPS = 50
-"""GRPO steps `signal_lines` summarises at each end of a run: its first (where a large
-learning rate moves the policy most) and its last."""
+"""GRPO steps `signal_lines` summarises at each end of a run."""
 
 READ_SIGNALS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("KL to the reference", ("loss/kl",)),
     ("clip fraction", SIGNALS["clip fraction"]),
     ("entropy", SIGNALS["entropy"]),
 )
-"""The signals whose healthy level depends on the model and its step size, so the notebook's
-captions read them from the run instead of quoting numbers (`loss/kl` on both backends: the
-local trainer's k3 estimate, SkyRL's `policy/policy_kl` through the bridge)."""
+"""The signals whose healthy level depends on the model and step size: captions read them from
+the run instead of quoting numbers."""
 
 
 @dataclass(frozen=True)
@@ -329,8 +319,6 @@ def signal_spans(metrics: Sequence[Mapping[str, Any]] | str | Path | Run) -> lis
 
 
 def signal_lines(metrics: Sequence[Mapping[str, Any]] | str | Path | Run) -> list[str]:
-    """One line per `READ_SIGNALS` signal with this run's own numbers over its GRPO steps: the
-    first step's value, the medians of the first and last `EARLY_STEPS`, the range (entropy:
-    the last as a share of the first, beside the line below which its fall is judged). What
-    notebook 04 prints under its stability figure, so its captions need quote no number."""
+    """One line per `READ_SIGNALS` signal with this run's numbers over its GRPO steps (first
+    value, medians of the first and last `EARLY_STEPS`, range): notebook 04's stability lines."""
     return [span.line() for span in signal_spans(metrics)]

@@ -1,10 +1,6 @@
-"""`rlkit demo` / `make demo`: notebooks 00-05 executed headless on the embedded default, and
-each executed notebook made ready to open (kernel-free players, trimmed widget state, trusted).
-
-    rlkit demo --out runs/demo            # local-tiny preset: ~8 min of training on 2 cores
-
-papermill runs them in order in a kernel of this interpreter with shared parameters, one local
-Ray head and one OUT (docs/notebooks.md lists what it leaves).
+"""`rlkit demo` / `make demo`: notebooks 00-05 executed by papermill on the embedded default (one
+kernel of this interpreter, one local Ray head, one OUT), each made ready to open: kernel-free
+players, trimmed widget state, trusted (docs/notebooks.md).
 """
 
 from __future__ import annotations
@@ -34,11 +30,8 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def kernel_config() -> dict:
-    """Kernels on local IPC sockets (no port, no unencrypted-TCP warning) under Jupyter's
-    runtime dir: the default path is relative to the kernel's cwd, and a killed demo left its
-    sockets in notebooks/. Each kernel gets a base name of its own: jupyter_client numbers the
-    sockets by the first free `BASE-N` on disk, so two processes starting kernels at once on one
-    base took the same sockets (a kernel that never answered, seen under pytest-xdist)."""
+    """Kernels on local IPC sockets under Jupyter's runtime dir, a socket base name each
+    (docs/decisions.md)."""
     from jupyter_core.paths import jupyter_runtime_dir
 
     runtime = Path(jupyter_runtime_dir())
@@ -64,8 +57,7 @@ def parameters(out_dir: str | Path, *, quick: bool, local_port: int) -> dict[str
 
 
 def ensure_kernel(name: str = KERNEL) -> str:
-    """A kernelspec `name` running this interpreter, in this environment's prefix (so papermill
-    and a JupyterLab started from this environment use the project's packages)."""
+    """A kernelspec `name` running this interpreter, in this environment's prefix."""
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
     try:
@@ -81,8 +73,8 @@ def ensure_kernel(name: str = KERNEL) -> str:
 
 
 def execute(name: str, out_dir: Path, params: dict[str, Any], *, kernel: str = KERNEL) -> Path:
-    """Execute notebooks/NAME.ipynb into OUT/notebooks/NAME.ipynb, as JupyterLab would run it
-    (kernel started in notebooks/), then make it ready to open (`ready_to_open`)."""
+    """Execute notebooks/NAME.ipynb into OUT/notebooks/NAME.ipynb (kernel started in
+    notebooks/), then `ready_to_open`."""
     import papermill
     from traitlets.config import Config
 
@@ -124,8 +116,7 @@ def ready_to_open(path: Path) -> None:
 
 
 def kernel_free_outputs(notebook: dict) -> int:
-    """Drop the widget view of every output that also has its HTML player, which plays with
-    no kernel (outputs with no HTML form keep their views); returns how many."""
+    """Drop the widget view of every output that also has its HTML player; returns how many."""
     changed = 0
     for cell in notebook.get("cells", []):
         for out in cell.get("outputs", []):
@@ -140,8 +131,7 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 MODEL_REF = "IPY_MODEL_"
 """How a widget's state names another widget (ipywidgets' `widget_serialization`)."""
 LINK_MODELS = frozenset({"LinkModel", "DirectionalLinkModel"})
-"""Models nothing refers to that still belong to what is shown: a `jslink` between two shown
-widgets (a Play driving its slider) lives only in the link's own state."""
+"""Models nothing refers to that still belong to what is shown (a Play-slider `jslink`)."""
 
 
 def _refs(value: object) -> set[str]:
@@ -155,9 +145,8 @@ def _refs(value: object) -> set[str]:
 
 
 def shown_widget_state(notebook: dict) -> tuple[int, int]:
-    """Keep in the notebook's saved widget state only the models an output shows: those its
-    widget views name, everything they refer to, and the links between them (a kernel saves
-    every widget it ever made); returns (kept, dropped)."""
+    """Keep in the saved widget state only the models an output shows, what they refer to and
+    the links between them; returns (kept, dropped)."""
     meta = notebook.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE)
     if not meta or not meta.get("state"):
         return 0, 0

@@ -1,8 +1,6 @@
-"""One captured GRPO group, rewards to advantages, worked by hand (notebook 03).
-
-Recomputes `A_i = (r_i - mean(r)) / (std(r) + 1e-6)` in numpy from a captured group's rewards
-(`rlkit.run.captures`) and names the rule that matches the advantages the loss used: plain
-GRPO, Dr. GRPO (mean-centred), a zero-variance group dropped, or the local fail advantage.
+"""One captured GRPO group worked by hand (notebook 03): `A_i = (r_i - mean(r)) / (std(r) + 1e-6)`
+recomputed in numpy, and the rule that matches the advantages the loss used named (GRPO, Dr.
+GRPO, a zero-variance group dropped, the local fail advantage).
 
     print(groups.worked_group(run).table())
 """
@@ -21,8 +19,7 @@ from rlkit.run.captures import CapturedEpisode
 from rlkit.run.reader import Run
 
 EPS = 1e-6
-"""Added to the group's std before dividing, as both backends do (a solved-by-all group would
-otherwise divide 0 by 0)."""
+"""Added to the group's std before dividing, as both backends do."""
 TOLERANCE = 1e-3
 """Captured advantages are float32 on the way to the file: agreement to this is a match."""
 
@@ -106,11 +103,8 @@ def _groups(episodes: Sequence[CapturedEpisode]) -> dict[int, list[CapturedEpiso
 
 
 def worked_group(run: Run, step: int | None = None, group: int | None = None) -> WorkedGroup:
-    """A captured group worked by hand. Without `step`, the newest captured step that has a
-    group whose rewards differ (the case the formula is about; late in a good run every group
-    solves alike, every advantage 0), else the newest; without `group`, that step's first such
-    group, else its first. A step the reader cannot give (damaged, or not brought from a
-    remote run) is passed over; when none can be read, the newest step's error is raised."""
+    """A captured group worked by hand: by default the newest step with a group whose rewards
+    differ (else the newest) and its first such group; unreadable steps are passed over."""
     steps = run.capture_steps()
     if not steps:
         raise UsageError(
@@ -155,9 +149,8 @@ def from_episodes(episodes: Sequence[CapturedEpisode], group: int | None = None)
 
 
 def worked_text(run_dir: str | Path, *, cluster: Any = None) -> str:
-    """Notebook 03's cell: the worked group of the run at `run_dir` (read through `cluster`
-    where this kernel cannot see it), or one line saying why there is none yet (a job still
-    before its first GRPO step, a run that captures nothing): the cell never fails on it."""
+    """Notebook 03's cell: the worked group of the run at `run_dir` (through `cluster` where not
+    visible), or one line saying why there is none yet: the cell never fails on it."""
     from rlkit.notebook.workbench import open_source
 
     try:

@@ -1,10 +1,6 @@
-"""The job monitor: a running job's status, progress, curves, log tail and newest captured
-rollouts in a notebook, with Stop and "Resubmit on failure" (`rlkit jobs watch --resubmit`).
-
-It polls a job handle (`status`, `logs`, `stop`) and the run it writes (`rlkit.run.open_run`)
-on a daemon thread, warns under the progress line when the run turns unstable
-(`rlkit.run.stability`), and reads a run this kernel cannot see through the cluster every
-`remote_every_s` (docs/reading-runs.md).
+"""The job monitor: a running job's status, progress, stability warning, curves, log tail and
+newest captured rollouts, with Stop and "Resubmit on failure", polled on a daemon thread (a run
+not visible here is read through the cluster: docs/reading-runs.md).
 """
 
 from __future__ import annotations
@@ -70,16 +66,10 @@ class MonitorSnapshot:
 
 
 class JobMonitor(widgets.VBox):
-    """Status, log tail, Stop button and reward/solve curves of a running job.
-
-    `refresh()` polls once; `start_polling()` refreshes every `refresh_s` on a daemon thread
-    until the job ends (or `stop_polling()`), so a notebook cell returns at once.
-
-    The "Resubmit on failure" switch (on when `resubmit` > 0) does what
-    `rlkit jobs watch --resubmit N` does: a FAILED job is submitted again as the same run, up
-    to "restarts" times, and the monitor follows the new job (it resumes from the run dir).
-    `resubmitter(job)` submits it; the default resubmits an rlkit `JobHandle` on its cluster.
-    """
+    """Status, log tail, Stop button and curves of a running job. `refresh()` polls once,
+    `start_polling()` every `refresh_s` until the job ends. "Resubmit on failure" (on when
+    `resubmit` > 0) resubmits a FAILED job as the same run (`rlkit jobs watch --resubmit N`),
+    through `resubmitter(job)` (default: on its cluster), and follows the new job."""
 
     def __init__(
         self,
@@ -105,21 +95,17 @@ class JobMonitor(widgets.VBox):
             value=resubmit or 3, min=0, max=100, description="restarts", layout={"width": "9em"}
         )
         self.restarts: list[str] = []
-        """One line per automatic restart, e.g. `restart 1/3: rlkit-a-1 FAILED; ...`."""
         self.run_dir = Path(run_dir)
         self.remote_every_s = remote_every_s
-        """How often a run this kernel cannot see is read through the cluster (a Ray job)."""
         self._remote: Run | None = None
         self._evals: dict = {}
         self._eval_steps: tuple[int, ...] = ()
         self._remote_at = float("-inf")
         self.note = ""
-        """One line on where the run is read from, when not from its files here."""
         self.refresh_s = refresh_s
         self.log_lines = log_lines
         self.status = "UNKNOWN"
         self.progress_line = ""
-        """The progress line as text (what `snapshot` saves)."""
         self.error: str | None = None
         self.status_label = widgets.HTML()
         self.log_view = widgets.Textarea(
@@ -127,17 +113,13 @@ class JobMonitor(widgets.VBox):
         )
         self.curves = widgets.Image(format="png", layout=widgets.Layout(width="720px"))
         self.progress = widgets.HTML()
-        """Phase, step of total, the latest eval with its interval, ETA (`notebook.progress`),
-        and the stability warning line when there is one."""
         self.warning = ""
-        """Entropy collapse or a large rollout-trainer logprob gap ('' when healthy), in one
-        line (`rlkit.run.stability`): the same for a local and a SkyRL run."""
+        """The stability warning line ('' when healthy)."""
         self.stop_button = widgets.Button(
             description="Stop job", button_style="danger", icon="stop"
         )
         self.stop_button.on_click(lambda _: self.stop_job())
         self.rollouts = RolloutsView()
-        """The newest captured training step's episodes (a run read remotely brings that step)."""
         self._plotted: tuple[int, int] | None = None
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
@@ -153,16 +135,15 @@ class JobMonitor(widgets.VBox):
         return self.status in TERMINAL
 
     def _repr_mimebundle_(self, **kwargs):
-        """The widget, with a text fallback that says it is the state when shown (a saved
-        notebook keeps that text; `snapshot` saves the final state)."""
+        """The widget, with a text fallback naming the state when shown."""
         bundle = super()._repr_mimebundle_(**kwargs)
         if bundle is not None:
             bundle["text/plain"] = f"job monitor, {self.status} when shown: {self.progress_line}"
         return bundle
 
     def snapshot(self) -> MonitorSnapshot:
-        """The monitor's state now as text and its curves as a PNG: what an executed notebook
-        saves after the job ended, beside the live widget whose saved text is its first state."""
+        """The monitor's state now as text and its curves as a PNG (what an executed notebook
+        saves after the job ended)."""
         self.refresh()
         lines = [f"job {getattr(self.handle, 'submission_id', self.handle)}: {self.status}"]
         lines += [self.progress_line, *self.restarts]
@@ -210,8 +191,7 @@ class JobMonitor(widgets.VBox):
         self.status = status_name(self.handle.status())
 
     def _read_run(self) -> Run | None:
-        """The run from its files here; else, on a remote cluster, through a Ray job there
-        (`open_run(run_dir, cluster)`), at most every `remote_every_s`."""
+        """The run from its files here, else through the cluster every `remote_every_s`."""
         cluster = getattr(self.handle, "cluster", None)
         local = cluster is None or getattr(cluster, "local_head", None) is not None
         if self.run_dir.is_dir() or local:

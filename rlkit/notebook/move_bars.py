@@ -1,8 +1,6 @@
-"""Move-probability bars: how sure the policy was of each of the four moves at each turn.
-
-One markup (`bars_html`) serves the live widget and the kernel-free player, whose script
-(`BARS_JS`) rewrites the same elements from each frame's `MoveBars.to_data()`. Where two
-checkpoints played one maze, `disagreement` says where they first chose differently.
+"""Move-probability bars (how sure the policy was of each move at each turn): one markup
+(`bars_html`) that the player's script (`BARS_JS`) rewrites per frame; `disagreement` says where
+two checkpoints first chose differently.
 """
 
 from __future__ import annotations
@@ -25,8 +23,7 @@ OTHER_RGB = (160, 160, 160)
 
 @dataclass(frozen=True)
 class MoveBars:
-    """One frame's bars: the four probabilities (or None; to 0.01%, as files keep them) and
-    the chosen move's index."""
+    """One frame's bars: the four probabilities (or None) and the chosen move's index."""
 
     probs: tuple[float, ...] | None
     chosen: int | None
@@ -101,8 +98,8 @@ function rlkitBars(el, d) {
 
 
 def first_disagreement(a: Trajectory, b: Trajectory) -> int | None:
-    """The first turn (0-based) where `a` and `b`, standing on the same cell, chose different
-    moves; None if they never did before either episode ended or their paths parted."""
+    """The first turn (0-based) where `a` and `b`, on the same cell, chose different moves;
+    None if they never did before an episode ended or their paths parted."""
     for i, (ta, tb) in enumerate(zip(a.turns, b.turns, strict=False)):
         if tuple(ta.pos_before) != tuple(tb.pos_before):
             return None

@@ -1,8 +1,5 @@
-"""Where a notebook's relative paths point: the same place from JupyterLab and from `make demo`.
-
-`home_path` resolves a relative path against $RLKIT_HOME, else the project root, whatever the
-kernel's working directory; the CLI reads relative paths from its own, so `cli_path_note` and
-`relative_rule` say which absolute path to give a notebook. Torch-free.
+"""Where a notebook's relative paths point: against $RLKIT_HOME, else the project root, whatever
+the kernel's working directory (the CLI reads them from its own: `cli_path_note`).
 """
 
 from __future__ import annotations
@@ -12,7 +9,6 @@ from pathlib import Path
 
 HOME_ENV = "RLKIT_HOME"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-"""The checkout holding the `rlkit` package and notebooks/ (rlkit/notebook/paths.py -> it)."""
 
 
 def home() -> Path:

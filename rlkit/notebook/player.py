@@ -1,10 +1,6 @@
-"""What a replay shows, and the HTML/JS player that plays it with no kernel.
-
-A pane is one episode: a PNG per frame (oracle's move blue, model's orange), an info line,
-the model's answer and the move-probability bars. `player_html` embeds every frame of one or
-more panes in a self-contained page with play/pause, step and a slider; the live widgets
-(`rlkit.notebook.widgets`) show the same `PaneFrames`, and put this player in their display
-bundle so an executed notebook plays as opened.
+"""What a replay shows, and the HTML/JS player that plays it with no kernel: a pane is one
+episode (a PNG a frame, oracle's move blue, model's orange; info line, answer, move bars);
+`player_html` embeds every frame of its panes in a self-contained page.
 
     html = player_html([replay_pane(traj, "step 40")], key_html=colour_key())
 """
@@ -33,8 +29,8 @@ MODEL_COLOUR = CHOSEN_RGB  # the model's arrow and its chosen move's probability
 def replay_frames(
     traj: Trajectory, style: RenderStyle = REPLAY_STYLE, *, display_px: int = 256
 ) -> list[bytes]:
-    """PNG per frame: frame i < T is the state before turn i with the oracle's move (blue) and
-    the model's first parsed move (orange); frame T is the final state. T = number of turns."""
+    """PNG per frame: frame i < T (turns) is the state before turn i with the oracle's and the
+    model's moves drawn; frame T is the final state."""
     frames = []
     for i, state in enumerate(replay_states(traj)):
         img = render(state, style)
@@ -67,8 +63,8 @@ class Caption:
 
 
 def replay_captions(traj: Trajectory, policy: str | None = None) -> list[Caption]:
-    """One caption per frame of `replay_frames` (same indexing); the end frame names `policy`
-    (default: the trajectory's own policy name)."""
+    """One caption per frame of `replay_frames`; the end frame names `policy` (else the
+    trajectory's)."""
     states = replay_states(traj)
     n = len(traj.turns)
     out = []
@@ -143,8 +139,7 @@ def replay_pane(
     style: RenderStyle = REPLAY_STYLE,
     display_px: int = 256,
 ) -> PaneFrames:
-    """`traj` as one pane: its frames, captions (the end one naming `policy`, else `label`,
-    else the trajectory's policy) and move-probability bars."""
+    """`traj` as one pane (the end caption names `policy`, else `label`)."""
     captions = replay_captions(traj, policy=policy or label or None)
     return PaneFrames(
         label,
@@ -204,7 +199,7 @@ def player_html(
     panes: Sequence[PaneFrames], interval_ms: int = 600, key_html: str = "", note_html: str = ""
 ) -> str:
     """A self-contained player for `panes` on one slider (a shorter episode holds its end),
-    with `note_html` above the panes and `key_html` (e.g. `colour_key()`) under them."""
+    `note_html` above them and `key_html` under them."""
     if not panes:
         raise ValueError("the player needs at least one pane")
     n = max(len(p.frames) for p in panes)

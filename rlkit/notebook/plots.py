@@ -1,8 +1,5 @@
-"""Figures for runs and evaluations: every function returns a matplotlib Figure.
-
-Figures use the object API (`PlotFigure`), never pyplot: no global state, no display needed,
-and a cell ending in a figure shows it as PNG (`_repr_png_`). Every solve rate is drawn with
-its stored 95% interval (`ci95`), so close checkpoints look as indistinguishable as they are.
+"""Figures for runs and evaluations, on matplotlib's object API (`PlotFigure`, never pyplot;
+a cell ending in one shows its PNG). Every solve rate is drawn with its stored 95% interval.
 
     fig = plots.solve_rate_curve(plots.load_run_evals("runs/demo/train"), baseline=0.4375)
 """
@@ -50,8 +47,7 @@ def png_width(png: bytes) -> int:
 
 
 def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The run's metrics.jsonl records (a run dir or the file itself, either backend's run:
-    `rlkit.run.run_or_none`); [] before the run dir exists."""
+    """The run's metrics.jsonl records (a run dir or the file); [] before the run dir exists."""
     path = Path(run_dir)
     run = run_or_none(path.parent if path.name == "metrics.jsonl" else path)
     return run.metrics() if run is not None else []
@@ -106,9 +102,8 @@ def legend_outside(ax: Axes, fontsize: float = 8) -> None:
 def distinct_series(
     series: Sequence[tuple[str, list[int], list[float]]],
 ) -> list[tuple[str, list[int], list[float]]]:
-    """Series with identical points drawn once, their names joined with ' = ' (with a 0/1
-    reward, rollout/reward_mean is rollout/solve_rate; without KL, loss/total is loss/policy):
-    a line drawn on top of an equal one would hide it and leave a legend entry for nothing."""
+    """Series with identical points drawn once, their names joined with ' = ' (a 0/1 reward's
+    mean is the solve rate): an equal line on top would hide the other."""
     out: list[tuple[str, list[int], list[float]]] = []
     for key, xs, ys in series:
         same = next((i for i, (_, x, y) in enumerate(out) if x == xs and y == ys), None)
@@ -205,11 +200,8 @@ def _labelled(evals: EvalResult | Evals) -> list[tuple[str, EvalResult]]:
 def by_difficulty(
     evals: EvalResult | Evals | Mapping[str, EvalResult], *, run_id: str | None = None
 ) -> Figure:
-    """Solve rate per shortest-path length with 95% bars (the mazes of each length clustered,
-    as `ci_method` says), one series per checkpoint/policy.
-
-    Dict keys label the series: ints read as steps, strings as given (e.g. {"base": r0, ...}).
-    """
+    """Solve rate per shortest-path length with 95% bars, one series per checkpoint or policy
+    (dict keys: ints read as steps, strings as given)."""
     labelled = _labelled(evals)
     if not labelled:
         raise UsageError("no eval results to plot: evaluate a checkpoint first")

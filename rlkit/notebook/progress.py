@@ -1,6 +1,5 @@
-"""Where a training run is, read from its run directory: phase, step of total, the latest eval
-with its interval, and an ETA. One reader for the terminal bar `make demo` shows while notebook
-03 trains (`follow_run`) and for the notebook's job monitor (`RunProgress.line`).
+"""Where a training run is (phase, step of total, latest eval, ETA), for `make demo`'s terminal
+bar (`follow_run`) and the job monitor (`RunProgress.line`).
 """
 
 from __future__ import annotations
@@ -22,27 +21,25 @@ PACE_WINDOW = 10
 @dataclass(frozen=True)
 class RunProgress:
     phase: str
-    """`starting` (nothing logged yet), `warm start` or `GRPO`."""
+    """`starting`, `warm start` or `GRPO`."""
     step: int
     """The latest global step logged (warm-start steps included)."""
     grpo_step: int
     """GRPO steps done (0 during the warm start)."""
     grpo_total: int | None
-    """GRPO steps the run's config asks for (None when run.json is not written yet)."""
+    """GRPO steps the run's config asks for (None before run.json)."""
     eval_step: int | None = None
     eval_rate: float | None = None
     eval_ci: tuple[float, float] | None = None
     eval_labels: tuple[str, ...] = ()
-    """The latest eval by protocol (`eval_labels`), for a run that logged its protocol."""
     elapsed_s: float = 0.0
     pace_s: float | None = None
     """Seconds per GRPO step over the last `PACE_WINDOW` steps (the basis of the ETA)."""
 
     @property
     def eta_s(self) -> float | None:
-        """Seconds of GRPO left at the recent pace (None before the first GRPO step). Early
-        GRPO steps cost the most (long failed episodes, every group trained) and later ones
-        ~4x less, so the pace since the start would overstate what is left ~2x mid-run."""
+        """Seconds of GRPO left at the recent pace (early steps cost ~4x later ones, so the pace
+        since the start would overstate it); None before the first GRPO step."""
         if not self.grpo_total or self.grpo_step < 1 or self.pace_s is None:
             return None
         return max(0.0, (self.grpo_total - self.grpo_step) * self.pace_s)
@@ -70,10 +67,8 @@ class RunProgress:
 
 
 def eval_labels(record: dict[str, Any]) -> tuple[str, ...]:
-    """An eval record's rates, each labelled with its protocol: "28/64 = 43.75% [31.4%, 56.7%]
-    (seed's protocol)" (exact interval), "60.2% [51.0%, 69.0%] (sampled, 4 a maze)", then each
-    other eval set's ("visgym-hard: ..."); () for a record of one set that did not log its
-    protocol (`eval/seed_protocol`: SkyRL's bridge logs it)."""
+    """An eval record's rates labelled by protocol ("28/64 = 43.75% [...] (seed's protocol)",
+    "60.2% [...] (sampled, 4 a maze)"), then each other set's; () without a protocol logged."""
     sets = sorted(
         k[len("eval/") : -len("_solve_rate")]
         for k in record
@@ -112,8 +107,8 @@ def _grpo_total(run: Run) -> int | None:
 def read_progress(
     source: str | Path | Run, records: list[dict[str, Any]] | None = None
 ) -> RunProgress:
-    """The run's progress from its metrics (pass `records` if already read) and config. A
-    SkyRL run's steps are all GRPO (its warm start, if any, built the model before step 0)."""
+    """The run's progress from its metrics (`records` if already read) and config (a SkyRL
+    run's steps are all GRPO)."""
     run = run_or_none(source)
     if run is None:
         return RunProgress("starting", 0, 0, None)
@@ -156,8 +151,8 @@ def read_progress(
 
 
 class RunFollower:
-    """Follows a run directory (metrics.jsonl every `poll_s`) until `stop()`: a tqdm bar of GRPO
-    steps on a terminal, else `RunProgress.line()` at most every `log_every_s` and at the end."""
+    """Follows a run directory every `poll_s` until `stop()`: a tqdm bar on a terminal, else
+    `RunProgress.line()` at most every `log_every_s` and at the end."""
 
     def __init__(
         self, run_dir: str | Path, *, poll_s: float = 2.0, log_every_s: float = 30.0, file=None

@@ -1,8 +1,5 @@
-"""What notebook 05 replays of a run (local or SkyRL): one maze at the last evaluated checkpoint,
-the same maze at GRPO's first one beside it, and the last checkpoint's failures by kind.
-
-    shown = replays.for_run(workbench.run_source(out_dir, preset, run_dir=RUN))
-    CheckpointDiffWidget(*shown.pair, labels=shown.labels)     # when shown.pair is not None
+"""What notebook 05 replays of a run: one maze at the last evaluated checkpoint, the same maze
+at GRPO's first beside it, and the last checkpoint's failures by kind.
 """
 
 from __future__ import annotations
@@ -27,8 +24,7 @@ from rlkit.run import Run, open_run
 
 @dataclass(frozen=True)
 class RunReplays:
-    """The episodes notebook 05 shows: maze `maze` at the last evaluated step and, when the run
-    has two evals, at GRPO's first (the paired test's `step_a`)."""
+    """Maze `maze` at the last evaluated step and, with two evals, at GRPO's first."""
 
     run: str
     maze: int
@@ -62,8 +58,8 @@ class RunReplays:
 
     @property
     def disagreement(self) -> str | None:
-        """One sentence: the turn where the two checkpoints, on the same cell of `maze`, first
-        chose differently, and each one's probability of its move there; None with one eval."""
+        """Where the two checkpoints first chose differently (`move_bars.disagreement`); None
+        with one eval."""
         pair = self.pair
         return None if pair is None else disagreement(*pair, self.labels)
 
@@ -77,9 +73,8 @@ class RunReplays:
 
 
 def for_run(source: str | Path | Run, *, maze: int | None = None) -> RunReplays:
-    """The replays of a run (a `Run`, or a local run dir, a SkyRL run dir or export dir). `maze`
-    None: one where GRPO's first checkpoint and the last disagree (`diff_maze`), maze 0 with one
-    eval."""
+    """The replays of a run; `maze` None: one where GRPO's first and last checkpoints differ
+    (`diff_maze`)."""
     run = open_run(source)
     evals = checkpoint_evals(run)
     if not evals:

@@ -1,11 +1,8 @@
-"""The workbench's report: which checkpoints make the table, the paired by-maze test of GRPO,
-the plain-text solve-rate table, the demo's one-line headline and its summary.json.
+"""The workbench's report: the checkpoints in the table, GRPO's paired by-maze test, the
+solve-rate table, rlkit's protocol beside the seed's (docs/statistics.md), the headline and
+summary.json.
 
-    paired = report.grpo_paired_test(evals, boundary)      # first GRPO checkpoint vs last
     print(report.solve_rate_table({**baselines, **report.milestones(evals, boundary)}))
-
-rlkit's protocol and the seed's (greedy, one sample a maze) stand side by side
-(`protocol_lines`; docs/statistics.md says when each applies).
 """
 
 from __future__ import annotations
@@ -56,8 +53,8 @@ class PairedTest:
 
 
 def grpo_paired_test(evals: Mapping[int, EvalResult], boundary: int | None) -> PairedTest:
-    """Did GRPO help? GRPO's first checkpoint (the warm-start boundary, or the first eval when
-    there was no warm start) against the last one, maze by maze."""
+    """Did GRPO help? Its first checkpoint (the warm-start boundary, else the first eval)
+    against the last, maze by maze."""
     steps = sorted(evals)
     if len(steps) < 2:
         raise UsageError(f"a paired test needs two evaluated checkpoints, found {len(steps)}")
@@ -66,8 +63,8 @@ def grpo_paired_test(evals: Mapping[int, EvalResult], boundary: int | None) -> P
 
 
 def solve_rate_table(rows: Mapping[str, EvalResult]) -> str:
-    """Plain-text table: solve rate, 95% CI, pass@k and how many episodes stand behind it; the
-    last line names the interval method (`ci_method`)."""
+    """Plain-text table: solve rate, 95% CI, pass@k and episodes; the last line names the
+    interval method."""
     if not rows:
         raise UsageError("solve_rate_table needs at least one eval result")
     width = max(len("policy"), *(len(n) for n in rows))
@@ -114,9 +111,8 @@ def _row(r: EvalResult) -> dict:
 def seed_protocol(
     evals: Mapping[int, EvalResult], greedy: EvalResult | None = None
 ) -> EvalResult | None:
-    """The result measured the seed's way: the last checkpoint's greedy eval when it followed
-    that protocol, else the last eval itself when it did (a SkyRL run's greedy one-sample
-    evals), else None."""
+    """The result measured the seed's way (`greedy` if it followed it, else the last eval if it
+    did), else None."""
     if greedy is not None and greedy.protocol == "seed":
         return greedy
     final = evals[max(evals)] if evals else None
@@ -124,8 +120,7 @@ def seed_protocol(
 
 
 def protocol_lines(evals: Mapping[int, EvalResult], greedy: EvalResult | None = None) -> list[str]:
-    """Two lines: the last checkpoint under rlkit's protocol and under the seed's (or how to
-    get the seed's where it was not measured)."""
+    """Two lines: the last checkpoint under rlkit's protocol and under the seed's."""
     if not evals:
         raise UsageError("no checkpoint evals yet: train first (notebook 03)")
     final = evals[max(evals)]
@@ -158,9 +153,8 @@ def build_summary(
     plots: list[str],
     greedy: EvalResult | None = None,
 ) -> dict:
-    """The demo's summary.json: baseline (untrained model) and final solve rate with CI, and the
-    paired by-maze test (its verdict in words, the difference with its interval); with
-    `greedy` (`final_greedy_eval`), the last checkpoint's greedy solve rate too."""
+    """The demo's summary.json: baseline and final solve rate with CI, the paired by-maze test,
+    and with `greedy` (`final_greedy_eval`) the greedy solve rate."""
     if not evals:
         raise UsageError("no checkpoint evals to summarise: train first (notebook 03)")
     final = evals[max(evals)]
@@ -202,8 +196,7 @@ def headline(
     paired: PairedTest | None,
     greedy: EvalResult | None = None,
 ) -> str:
-    """One line: base -> warm start -> final with their intervals (and the final greedy one),
-    then the paired verdict."""
+    """One line: base -> warm start -> final (and greedy) with intervals, then the verdict."""
     final_step = max(evals)
     parts = [f"base {_rate(base)}"]
     if boundary in evals and boundary != final_step:

@@ -1,10 +1,5 @@
-"""Training rollouts as replays: the episodes a run captured per step (`rlkit.run.captures`).
-
-`step_html` writes one step as a self-contained page (`rlkit rollouts RUN --export FILE.html`),
-one player per group; `RolloutsView` is the job monitor's panel, the newest step's episodes
-one at a time in a `ReplayWidget`. Both read either backend's captures.
-
-    Path("step.html").write_text(step_html("demo", 12, open_run(RUN).captures(12)))
+"""Captured training rollouts as replays: `step_html` writes one step as a page, a player per
+group (`rlkit rollouts RUN --export FILE.html`); `RolloutsView` is the job monitor's panel.
 """
 
 from __future__ import annotations
@@ -45,9 +40,7 @@ def by_group(episodes: Sequence[CapturedEpisode]) -> dict[int, list[CapturedEpis
 def step_html(
     run_name: str, step: int, episodes: Sequence[CapturedEpisode], *, display_px: int = 192
 ) -> str:
-    """A self-contained HTML page (no kernel, no external assets) playing one captured step:
-    a heading with the step's numbers, then one player per group with its samples side by
-    side."""
+    """A self-contained HTML page playing one captured step, one player per group."""
     if not episodes:
         raise ValueError(f"step {step} of {run_name} captured no episodes: nothing to play")
     title = f"{run_name}: training rollouts of step {step}"
@@ -73,11 +66,8 @@ def step_html(
 
 
 class RolloutsView(widgets.VBox):
-    """The newest captured training step of a run: a line with its numbers, a menu of its
-    episodes and the chosen one in a `ReplayWidget` (the eval replays' player, bars included).
-
-    `update(run)` re-reads only when a newer step was captured; the menu keeps the same group
-    and sample when the new step has them (the same position otherwise)."""
+    """The newest captured training step of a run: its numbers, a menu of its episodes and the
+    chosen one in a `ReplayWidget`; the menu keeps its group and sample across steps."""
 
     def __init__(self, *, display_px: int = 256) -> None:
         self.display_px = display_px
@@ -95,8 +85,8 @@ class RolloutsView(widgets.VBox):
         super().__init__([self.header, self.menu, self.player])
 
     def update(self, run: Run | None) -> bool:
-        """Show `run`'s newest captured step if it is not the one shown; True when it changed.
-        A damaged file is said in the header line (the rest of the monitor goes on)."""
+        """Show `run`'s newest captured step if new; True when it changed (a damaged file is
+        said in the header)."""
         steps = run.capture_steps() if run is not None else []
         if not steps or steps[-1] == self.step:
             return False

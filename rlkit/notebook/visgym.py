@@ -1,6 +1,5 @@
 """VisGym's maze_2d (the seed's own task) beside rlkit's mazes: pictures for notebook 01 and the
-seed's protocol for notebook 02. The seed's numbers were measured on VisGym's `maze_2d/easy`,
-so a reader must see which task and protocol produced which number.
+seed's protocol for notebook 02, so each number names its task and protocol.
 
     fig = visgym.side_by_side(4)             # rlkit's test | VisGym as VisGym draws it | tiny view
     result = visgym.seed_protocol(policy, "local-tiny-visgym")   # greedy, one sample a maze
@@ -36,9 +35,8 @@ SEED_TASK = (
 def side_by_side(
     n: int = 4, *, test_set: str = "test", preset: str = "local-tiny-visgym"
 ) -> Figure:
-    """Three rows of `n` mazes: rlkit's `test_set` (cells with walls between them), VisGym's
-    maze_2d/easy as VisGym draws it (walls are squares; blue agent, red target), and the same
-    mazes as the tiny model's `preset` shows them (VisGym's colours, 8 px a square)."""
+    """Three rows of `n` mazes: rlkit's `test_set`, VisGym's maze_2d/easy as VisGym draws it, and
+    the same mazes as the tiny model's `preset` shows them."""
     cells, squares = pinned_set(test_set)[:n], pinned_set("visgym-easy")[:n]
     visgym_style = env_for_set("visgym-easy").style
     tiny_style = train_preset(preset).task.env.style
@@ -64,8 +62,7 @@ def side_by_side(
 
 
 def set_facts(names: tuple[str, ...] = ("test", "visgym-easy", "visgym-hard")) -> list[dict]:
-    """Per pinned set: game, maze size, turn budget, shortest-path range, actions and the win
-    rule, so that the two games' numbers are never read as one."""
+    """Per pinned set: game, maze size, turn budget, shortest-path range, actions, win rule."""
     out = []
     for name in names:
         mazes, env = pinned_set(name), env_for_set(name)
@@ -86,9 +83,8 @@ def set_facts(names: tuple[str, ...] = ("test", "visgym-easy", "visgym-hard")) -
 
 
 def seed_protocol(policy: Policy, preset: str = "local-tiny-visgym") -> EvalResult:
-    """`policy` under the seed's protocol on `visgym-easy`: every maze, greedy, one sample a
-    maze, with the exact binomial interval (`EvalResult.headline`: "k/64 = x%"), played in the
-    env of the local `preset` (its view; VisGym's mazes, positions, rules and 18 turns)."""
+    """`policy` under the seed's protocol on `visgym-easy` (every maze, greedy, one sample, the
+    exact interval) in the env of the local `preset`."""
     task = train_preset(preset).task
     result, _ = evaluate(
         policy,
@@ -103,8 +99,7 @@ def seed_protocol(policy: Policy, preset: str = "local-tiny-visgym") -> EvalResu
 
 
 def seed_protocol_lines(out_dir: str | Path, preset: str = "local-tiny-visgym") -> str:
-    """The oracle and the untrained tiny model (`preset`'s base model, greedy) under the seed's
-    protocol, one line each as `rlkit eval --protocol seed` prints them."""
+    """The oracle and `preset`'s untrained model under the seed's protocol, one line each."""
     from rlkit.episodes.policies import scripted_policy
     from rlkit.notebook.workbench import base_model, model_policy
 

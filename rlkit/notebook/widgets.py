@@ -1,9 +1,6 @@
-"""Notebook widgets: episode replay, checkpoint diff, maze browser (ipywidgets 8).
-
-A replay widget shows the `PaneFrames` of `rlkit.notebook.player`, swapping pre-computed
-frames on a slider move, and also displays as that module's kernel-free HTML player. In a
-browser `Play` drives the slider through `jslink`; every widget also observes its slider in
-Python, so setting `.slider.value` from code or a test updates what is shown.
+"""Notebook widgets: episode replay, checkpoint diff, maze browser (ipywidgets 8). A replay
+shows `rlkit.notebook.player`'s `PaneFrames` on a slider (`Play` drives it through `jslink`) and
+displays as that module's kernel-free player too.
 
     w = ReplayWidget(trajs[3]); w.slider.value = 2; w.text.value   # the answer at turn 3
 """
@@ -27,11 +24,8 @@ from rlkit.notebook.plots import png_width
 
 
 class _Pane:
-    """Image + info line + move-probability bars + raw text for one episode; `show(i)` holds
-    the last frame past the end.
-
-    Its width is fixed (the picture's), so a neighbouring pane never moves as captions change.
-    """
+    """Image, info line, move bars and raw text of one episode, at the picture's fixed width;
+    `show(i)` holds the last frame past the end."""
 
     def __init__(self, traj: Trajectory, style: RenderStyle, display_px: int, label: str = ""):
         self.data = replay_pane(traj, label, style=style, display_px=display_px)
@@ -75,8 +69,7 @@ class _Replay(widgets.VBox):
         self.play = widgets.Play(min=0, max=n - 1, step=1, interval=interval_ms)
         self.slider = widgets.IntSlider(min=0, max=n - 1, description="frame")
         widgets.jslink((self.play, "value"), (self.slider, "value"))
-        # The Python-side mirror makes `play.value = k` work headless; in a browser it is a no-op
-        # because jslink has already set the slider to the same value.
+        # the Python-side mirror makes `play.value = k` work headless
         self.play.observe(lambda change: setattr(self.slider, "value", change["new"]), "value")
         self.slider.observe(lambda change: self._show(change["new"]), names="value")
         self._show(0)
@@ -121,8 +114,7 @@ class ReplayWidget(_Replay):
 
 
 class CheckpointDiffWidget(_Replay):
-    """The same maze played by two policies side by side on one slider, with a line saying
-    where (on the same cell) the two first chose differently and how sure each was."""
+    """The same maze played by two policies side by side on one slider, with `disagreement`."""
 
     def __init__(
         self,
