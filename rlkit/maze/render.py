@@ -202,15 +202,7 @@ def to_ascii(state: State) -> str:
         for c in range(maze.width):
             m = int(maze.walls[r, c])
             top.append("---+" if m & 1 else "   +")
-            ch = (
-                "@"
-                if (r, c) == state.pos
-                else "E"
-                if (r, c) == maze.exit
-                else "."
-                if (r, c) in visited
-                else " "
-            )
+            ch = {maze.exit: "E", state.pos: "@"}.get((r, c), "." if (r, c) in visited else " ")
             mid.append(f" {ch} " + ("|" if m & 2 else " "))
         lines += ["".join(top), "".join(mid)]
     lines.append("+" + "---+" * maze.width)
