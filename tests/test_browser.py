@@ -270,7 +270,7 @@ def test_an_executed_notebooks_replay_plays_with_no_kernel(trained_home, tmp_pat
 def check_bars_follow_the_frames(page: DevTools, counter: str) -> None:
     """From frame 2 to the end, one click at a time: the bars show each frame's recorded
     probabilities (the model's, from the run's eval), and they change as the player steps."""
-    from rlkit.notebook.move_bars import EPISODE_OVER, percent_text
+    from rlkit.notebook.player import EPISODE_OVER, percent_text
 
     data = page.evaluate(BARS_DATA)
     assert data[0]["p"] is not None, "the model's eval recorded no move probabilities"

@@ -230,7 +230,7 @@ def test_the_monitor_plays_the_newest_captured_training_step_as_steps_land(tmp_p
     from rlkit.episodes.policies import scripted_policy
     from rlkit.episodes.rollout import run_episodes
     from rlkit.maze.generation import generate
-    from rlkit.notebook.move_bars import bars_html
+    from rlkit.notebook.player import bars_html
     from rlkit.notebook.rollouts import episode_label
     from rlkit.notebook.widgets import ReplayWidget
     from rlkit.run.captures import write_step

@@ -32,7 +32,7 @@ from rlkit.model.build import build_tiny
 from rlkit.model.load import load
 from rlkit.model.policy import ModelPolicy
 from rlkit.notebook import widgets as w
-from rlkit.notebook.move_bars import EPISODE_OVER, NO_PROBS, disagreement, first_disagreement
+from rlkit.notebook.player import EPISODE_OVER, NO_PROBS, disagreement, first_disagreement
 from rlkit.notebook.replays import RunReplays
 from rlkit.run.skyrl_dumps import EvalEpisode, to_trajectory
 

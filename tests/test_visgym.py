@@ -340,8 +340,7 @@ def test_cli_eval_maze_and_data(tmp_path, capsys):
 def test_replays_play_a_squares_episode():
     """Replays (frames, move bars, rollouts' chosen-move odds) take `stop` and its notes."""
     from rlkit.cli.rollouts import p_chosen
-    from rlkit.notebook.move_bars import move_bars
-    from rlkit.notebook.player import replay_frames
+    from rlkit.notebook.player import move_bars, replay_frames
 
     (traj,) = run_episodes(
         scripted_policy("oracle"), pinned_set("visgym-easy")[:1], env_for_set("visgym-easy")

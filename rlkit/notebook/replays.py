@@ -10,7 +10,7 @@ from pathlib import Path
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.episodes.rollout import Trajectory
 from rlkit.errors import UsageError
-from rlkit.notebook.move_bars import disagreement
+from rlkit.notebook.player import disagreement
 from rlkit.notebook.report import grpo_paired_test
 from rlkit.notebook.workbench import (
     checkpoint_evals,
@@ -58,7 +58,7 @@ class RunReplays:
 
     @property
     def disagreement(self) -> str | None:
-        """Where the two checkpoints first chose differently (`move_bars.disagreement`); None
+        """Where the two checkpoints first chose differently (`player.disagreement`); None
         with one eval."""
         pair = self.pair
         return None if pair is None else disagreement(*pair, self.labels)

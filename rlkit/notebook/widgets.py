@@ -18,8 +18,14 @@ from rlkit.maze.core import MAX_SIZE, MIN_SIZE, Maze, difficulty
 from rlkit.maze.generation import ALGORITHMS, generate
 from rlkit.maze.render import RenderStyle, png_bytes, render, to_ascii
 from rlkit.maze.rules import initial
-from rlkit.notebook.move_bars import bars_html, disagreement
-from rlkit.notebook.player import REPLAY_STYLE, colour_key, player_html, replay_pane
+from rlkit.notebook.player import (
+    REPLAY_STYLE,
+    bars_html,
+    colour_key,
+    disagreement,
+    player_html,
+    replay_pane,
+)
 from rlkit.notebook.plots import png_width
 
 
