@@ -27,7 +27,8 @@ from transformers import Qwen3VLForConditionalGeneration
 from rlkit.cluster.skyrl.generator import DESYNC_METRIC, RlkitVLMGenerator, image_runs
 from rlkit.cluster.skyrl.overrides import build_overrides
 from rlkit.cluster.skyrl.preset_checks import check_budget
-from rlkit.cluster.skyrl.presets import get_preset, set_view
+from rlkit.cluster.skyrl.preset_sections import set_view
+from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.env.data import write_datasets
 from rlkit.env.maze_env import ENV_ID, register_env
 from rlkit.errors import UsageError

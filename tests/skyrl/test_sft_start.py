@@ -20,7 +20,8 @@ from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.entry import ensure_datasets, parse_args, record_run
 from rlkit.cluster.skyrl.generator import RlkitVLMGenerator
 from rlkit.cluster.skyrl.overrides import build_overrides
-from rlkit.cluster.skyrl.presets import get_preset, task_view
+from rlkit.cluster.skyrl.preset_sections import task_view
+from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.cluster.stage import STAGED_MARKER
 from rlkit.errors import UsageError
 from rlkit.maze import rules

@@ -70,7 +70,7 @@ def ensure_datasets(
     """Write the datasets once per run dir (a resume reads them back: a damaged file fails in
     one line here). `shares`: each training row's curriculum share (None: whole mazes); `cfg`:
     the env the rows carry (`task_view`; None: the set's view at `cell_px`)."""
-    from rlkit.cluster.skyrl.presets import set_view
+    from rlkit.cluster.skyrl.preset_sections import set_view
     from rlkit.env.data import read_rows, write_datasets
 
     out = Path(data_dir)
@@ -118,7 +118,7 @@ def ensure_init_model(model_dir: str, stop_at: float) -> Path:
 def add_eval_sets(data_dir: str, sky: SkyRLPreset) -> None:
     """With several eval sets: the others' rows appended to eval.parquet, and every row's turn
     budget in its `extra_info.max_turns` (`row_turns`), once a run."""
-    from rlkit.cluster.skyrl.presets import task_view
+    from rlkit.cluster.skyrl.preset_sections import task_view
     from rlkit.env.data import maze_row, read_rows, write_rows
     from rlkit.env.maze_env import ENV_ID
     from rlkit.maze.sets import pinned_set
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     sky, paths = job.sky, job.paths
     if paths is None:
         raise UsageError("give SkyRL's trainer.ckpt_path=RUN_DIR: the run dir holds the rows")
-    from rlkit.cluster.skyrl.presets import task_view
+    from rlkit.cluster.skyrl.preset_sections import task_view
 
     shares = curriculum_shares(sky)
     ensure_datasets(

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from rlkit.cluster.skyrl.presets import TINY_WARM, SkyRLPreset, model_state, task_view
+from rlkit.cluster.skyrl.preset_sections import model_state, task_view
+from rlkit.cluster.skyrl.presets import TINY_WARM, SkyRLPreset
 from rlkit.env.visgym_text import read_prompt_file
 from rlkit.model.budget_report import BudgetReport, budget_report
 from rlkit.model.budgets import QWEN_ASSUMED, TINY_ASSUMED

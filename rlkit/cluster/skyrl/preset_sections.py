@@ -1,13 +1,19 @@
 """The sections of a SkyRL preset (`rlkit.cluster.skyrl.presets.SkyRLPreset`), one frozen
-dataclass per concern. Leaf names stay unique across sections, so `--set prompts_per_node=16`
-needs no section (`rlkit.settings.apply_settings`). Why each default: docs/skyrl-integration.md."""
+dataclass per concern, and what a task and a start model mean here: the env a run's rows carry
+(`task_view`), how the model looks from this machine (`model_state`). Leaf names stay unique
+across sections, so `--set prompts_per_node=16` needs no section. Why each default:
+docs/skyrl-integration.md."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from rlkit.cluster.skyrl.instances import DEFAULT_INSTANCE
-from rlkit.env.maze_env import env_for_set
+from rlkit.cluster.stage import STAGED_MARKER
+from rlkit.env.maze_env import EnvConfig, env_for_set
+from rlkit.env.visgym_text import answer_view
+from rlkit.errors import UsageError
 from rlkit.model.config import Tuning
 from rlkit.train.config import WarmStartConfig
 
@@ -142,3 +148,38 @@ class SkyStorage:
     """Shared storage visible to every node; the run dir is `<runs_root>/<run name>`."""
     logger: str = "console"
     """SkyRL tracker: console, wandb (forward WANDB_API_KEY), tensorboard, mlflow."""
+
+
+def set_view(eval_set: str, cell_px: int | None = None) -> EnvConfig:
+    """The set's env config, its picture drawn at `cell_px` when given (walls scaled with it)."""
+    cfg = env_for_set(eval_set)
+    if cell_px is None or cell_px == cfg.style.cell_px:
+        return cfg
+    if not 4 <= cell_px <= 128:
+        raise UsageError(f"cell_px ({cell_px}) must be 4..128 pixels a square (None: the set's)")
+    wall = max(1, round(cfg.style.wall_px * cell_px / cfg.style.cell_px))
+    return replace(cfg, style=replace(cfg.style, cell_px=cell_px, wall_px=wall))
+
+
+def task_view(task: SkyTask) -> EnvConfig:
+    """The env config a run's rows carry: the set's view with the task's answer format, format
+    weight and prompt file (its text as the rules)."""
+    cfg = set_view(task.eval_set, task.cell_px)
+    return answer_view(cfg, task.answer_format, task.format_weight, task.prompt_file)
+
+
+def model_state(model_path: str) -> str:
+    """How the start model looks from here; a directory here that is no HF model is refused."""
+    path = Path(model_path)
+    if model_path.startswith("rlkit:"):
+        return "rlkit's own, built by the job"
+    if not model_path.startswith("/") or not path.exists():
+        return "a hub id or not visible here: the job loads it"
+    if not (path / "config.json").is_file():
+        raise UsageError(
+            f"model_path {model_path} has no config.json: give an HF model dir "
+            "(rlkit model stage MODEL --to DIR writes one)"
+        )
+    if (path / STAGED_MARKER).is_file():
+        return "staged and checked by rlkit model stage"
+    return "an HF dir not staged by rlkit model stage (its files are not checked)"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
 from rlkit.cluster.hang import HangRules
 from rlkit.cluster.skyrl.instances import (
@@ -30,10 +29,11 @@ from rlkit.cluster.skyrl.preset_sections import (
     SkyModel,
     SkyStorage,
     SkyTask,
+    model_state,
+    set_view,
+    task_view,
 )
-from rlkit.cluster.stage import STAGED_MARKER
-from rlkit.env.maze_env import EnvConfig, env_for_set
-from rlkit.env.visgym_text import answer_view
+from rlkit.env.maze_env import env_for_set
 from rlkit.errors import UsageError
 from rlkit.recipe import Recipe, check_capture
 from rlkit.settings import CaptureConfig, apply_settings, build_config, resolve_key
@@ -153,41 +153,6 @@ class SkyRLPreset:
         """vLLM's per-prompt image limit: one a turn plus the first, at most `history`."""
         every = self.turn_limit + 1
         return every if self.task.history is None else min(every, self.task.history)
-
-
-def set_view(eval_set: str, cell_px: int | None = None) -> EnvConfig:
-    """The set's env config, its picture drawn at `cell_px` when given (walls scaled with it)."""
-    cfg = env_for_set(eval_set)
-    if cell_px is None or cell_px == cfg.style.cell_px:
-        return cfg
-    if not 4 <= cell_px <= 128:
-        raise UsageError(f"cell_px ({cell_px}) must be 4..128 pixels a square (None: the set's)")
-    wall = max(1, round(cfg.style.wall_px * cell_px / cfg.style.cell_px))
-    return replace(cfg, style=replace(cfg.style, cell_px=cell_px, wall_px=wall))
-
-
-def task_view(task: SkyTask) -> EnvConfig:
-    """The env config a run's rows carry: the set's view with the task's answer format, format
-    weight and prompt file (its text as the rules)."""
-    cfg = set_view(task.eval_set, task.cell_px)
-    return answer_view(cfg, task.answer_format, task.format_weight, task.prompt_file)
-
-
-def model_state(model_path: str) -> str:
-    """How the start model looks from here; a directory here that is no HF model is refused."""
-    path = Path(model_path)
-    if model_path.startswith("rlkit:"):
-        return "rlkit's own, built by the job"
-    if not model_path.startswith("/") or not path.exists():
-        return "a hub id or not visible here: the job loads it"
-    if not (path / "config.json").is_file():
-        raise UsageError(
-            f"model_path {model_path} has no config.json: give an HF model dir "
-            "(rlkit model stage MODEL --to DIR writes one)"
-        )
-    if (path / STAGED_MARKER).is_file():
-        return "staged and checked by rlkit model stage"
-    return "an HF dir not staged by rlkit model stage (its files are not checked)"
 
 
 def refuse_known_traps(p: SkyRLPreset) -> None:
