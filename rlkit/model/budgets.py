@@ -22,18 +22,16 @@ from rlkit.maze.parsing import format_action, format_tuple
 from rlkit.model.action_tag import answer_length
 
 TURN_FRAMING = ("<|im_start|>user\n", "<|im_end|>\n")
-"""Qwen's chat framing of a message (the tiny template writes the same): header and end."""
+"""Qwen's chat framing of a message (header, end); the tiny template writes the same."""
 IMAGE_WRAP = "<|vision_start|><|image_pad|><|vision_end|>"
 """An image part in the template; the processor expands the pad to the image's tokens."""
 GENERATION_HEADER = "<|im_start|>assistant\n"
 ANSWER_TAIL = "\n"
 """What a re-render adds after a sampled answer's end of turn (`<|im_end|>` then a newline)."""
 ANSWER_ROOM = 4
-"""Tokens beyond the canonical answer a derived answer budget allows (a space, a stray token):
-an answer cut inside its tag is a parse failure, not a move."""
+"""Tokens beyond the canonical answer a derived answer budget allows (a space, a stray token)."""
 BAD_ANSWER = "<action>up, down</action>"
-"""An answer the env refuses with its longest feedback note ("2 moves given, ..."): the longest
-observation text an episode can show."""
+"""An answer the env refuses with its longest feedback note: the longest observation text."""
 _SPECIAL = re.compile(r"<\|[a-z_]+\|>")
 
 
@@ -53,8 +51,7 @@ class ImageProcessor:
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> ImageProcessor:
-        """From `preprocessor_config.json`: Qwen3-VL's `size` {shortest_edge, longest_edge} (areas,
-        despite the names) or Qwen2-VL's `min_pixels` / `max_pixels`."""
+        """From `preprocessor_config.json` (Qwen3-VL's `size` areas or Qwen2-VL's min/max_pixels)."""
         size = cfg.get("size") or {}
         return cls(
             patch=int(cfg.get("patch_size", 14)),
@@ -78,9 +75,8 @@ TINY = ImageProcessor(patch=8, merge=2, min_pixels=16 * 16, max_pixels=1024 * 10
 
 
 def smart_resize(height: int, width: int, p: ImageProcessor) -> tuple[int, int]:
-    """The (height, width) the processor resizes an image to: each side rounded to a multiple of
-    `p.factor`, then scaled (keeping the aspect) into [min_pixels, max_pixels]. The same rule and
-    float steps as transformers' `qwen2_vl.image_processing_pil_qwen2_vl.smart_resize`."""
+    """The (height, width) the processor resizes an image to: sides rounded to multiples of
+    `p.factor`, scaled into [min_pixels, max_pixels] (transformers' `smart_resize`, restated)."""
     if max(height, width) / min(height, width) > 200:
         raise UsageError(f"a {height}x{width} image is beyond the processor's 200:1 aspect limit")
     f = p.factor
@@ -121,11 +117,9 @@ class Assumed:
 
 
 QWEN_ASSUMED = Assumed(QWEN3VL, answer_tokens=8, stop_tokens=8, chars_per_token=3.0)
-"""Qwen3-VL-2B..32B: one processor config and one tokenizer (`<`, `action`, `>`, `up`, `</`,
-`action`, `>`, `<|im_end|>`; `stop` is one token too)."""
+"""Qwen3-VL-2B..32B: one processor config and one tokenizer (`stop` is one token too)."""
 TINY_ASSUMED = Assumed(TINY, answer_tokens=4, stop_tokens=6, chars_per_token=3.0)
-"""The tiny tokenizer adds `<action>`, `</action>` and the move words as whole tokens; its
-corpus is rlkit's cell game, so `stop` takes three."""
+"""The tiny tokenizer: `<action>`, `</action>` and the move words whole; `stop` takes three."""
 
 
 class Tokens:
@@ -157,9 +151,8 @@ class Tokens:
         return len(specials) + math.ceil(rest / self.assumed.chars_per_token)
 
     def answer_tokens(self, stop: bool = False, tuples: bool = False) -> int:
-        """The longest canonical answer, its end of turn included; with `stop` (the squares
-        game) `<action>stop</action>` counts too, which a tokenizer may spell longer; `tuples`:
-        VisGym's `('move', 0)` .. `('stop', 'stop')` instead (`visgym-sft`)."""
+        """The longest canonical answer with its end of turn; `stop` (squares game) counts
+        `<action>stop</action>` too, `tuples` VisGym's `('move', 0)` answers instead."""
         if tuples:
             return 1 + max(self.count(format_tuple(m)) for m in (*Action, STOP))
         if self._tok is None:
@@ -206,8 +199,7 @@ class TurnBudget:
     max_input_length: int
     max_model_len: int
     window: int | None = None
-    """Turns a prompt keeps (`history`: the system message and the last `window` observations
-    with the answers between them); None: the whole conversation."""
+    """Observations a prompt keeps (`history`); None: the whole conversation."""
 
     def kept(self, turn: int) -> int:
         """Observations in the prompt of `turn` (1-based)."""
@@ -215,52 +207,34 @@ class TurnBudget:
 
     def per_turn(self, answer: int | None = None) -> int:
         return (
-            self.observation
-            + self.header
-            + (self.answer if answer is None else answer)
-            + (self.tail)
+            self.observation + self.header + (self.answer if answer is None else answer) + self.tail
         )
 
     def prompt(self, turn: int, answer: int | None = None) -> int:
         """Tokens SkyRL sends before `turn` (1-based), answers of `answer` tokens before it."""
-        return (
-            self.system
-            + self.kept(turn) * self.per_turn(answer)
-            - ((self.answer if answer is None else answer) + self.tail)
-        )
+        answer = self.answer if answer is None else answer
+        return self.system + self.kept(turn) * self.per_turn(answer) - (answer + self.tail)
 
     def history(self, turn: int, answer: int | None = None) -> int:
-        """Tokens of the prompt of `turn` with its answer (the whole conversation without a
-        window)."""
+        """Tokens of the prompt of `turn` with its answer."""
         return self.system + self.kept(turn) * self.per_turn(answer)
 
     @property
     def worst_case(self) -> int:
-        """The last turn's prompt and answer at full-length answers: every turn played, nothing
-        cut (the whole episode without a window)."""
+        """The last turn's prompt and answer at full-length answers, every turn played."""
         return self.history(self.max_turns)
 
     def passes_at(self, answer: int | None = None) -> int | None:
         """The first turn after whose answer the history passes max_input_length, else None."""
-        return next(
-            (
-                t
-                for t in range(1, self.max_turns + 1)
-                if self.history(t, answer) > self.max_input_length
-            ),
-            None,
-        )
+        return self._first_over(self.history, answer)
 
     def cut_before(self, answer: int | None = None) -> int | None:
         """The turn SkyRL never starts (its prompt passes max_input_length), else None."""
-        return next(
-            (
-                t
-                for t in range(1, self.max_turns + 1)
-                if self.prompt(t, answer) > self.max_input_length
-            ),
-            None,
-        )
+        return self._first_over(self.prompt, answer)
+
+    def _first_over(self, tokens, answer: int | None) -> int | None:
+        turns = range(1, self.max_turns + 1)
+        return next((t for t in turns if tokens(t, answer) > self.max_input_length), None)
 
     def turns_that_fit(self, answer: int | None = None) -> int:
         cut = self.cut_before(answer)
@@ -293,8 +267,8 @@ class TurnBudget:
         return None
 
     def longest_answer_that_fits(self) -> int:
-        """The largest max_generate_length whose full-length answers play every turn (at least
-        the canonical answer's length, which `refusal` requires to fit)."""
+        """The largest max_generate_length whose full-length answers play every turn (>= the
+        canonical answer's length)."""
         kept = self.kept(self.max_turns)
         if kept < 2:
             return self.answer  # one observation a prompt: no answer is ever part of one
@@ -303,8 +277,7 @@ class TurnBudget:
         return max(self.canonical, min(self.answer, room))
 
     def warning(self) -> str | None:
-        """The turn at which full-length answers end an episode early, if any, and the two
-        settings that would let them play every turn."""
+        """Where full-length answers end an episode early, if they do, and the settings that fix it."""
         cut = self.cut_before()
         if cut is None:
             return None
@@ -335,8 +308,7 @@ def turn_budget(
     max_generate_length: int,
     window: int | None = None,
 ) -> TurnBudget:
-    """The budget of `ep` for a model whose tokens and processor are given; `window`: the
-    turns a prompt keeps (None: all)."""
+    """The budget of `ep` for a model whose tokens and processor are given."""
     head, end = TURN_FRAMING
     image = 0
     if ep.image is not None:
