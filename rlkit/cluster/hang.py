@@ -88,11 +88,8 @@ class HangRules:
 
 
 def start_hang_detection(rules: HangRules, env: Mapping[str, str] = os.environ) -> str:
-    """Register `rules` with HyperPod's monitoring agent; one line saying what happened.
-
-    Call it in the process whose stdout carries the step lines (SkyRL's trainer task), after
-    Ray is initialised there (the toolkit sends that process's Ray job and worker ids).
-    """
+    """Register `rules` with HyperPod's monitoring agent; one line saying what happened. Call it
+    in the process that prints the step lines, after Ray is initialised there."""
     if not rules.enabled:
         return "hang detection: off (stall minutes 0)"
     try:

@@ -94,10 +94,8 @@ def watch(
     stall_s: float | None = None,
     say: Callable[[str], None] = print,
 ) -> JobHandle:
-    """Follow `run_name` until its job ends and no restart is left; returns the last job.
-
-    Raises RlkitError when the run still failed after `resubmit` restarts (or the deadline).
-    """
+    """Follow `run_name` until its job ends and no restart is left; returns the last job, or
+    RlkitError when it still failed after `resubmit` restarts (or at the deadline)."""
     if resubmit < 0:
         raise RlkitError(f"--resubmit ({resubmit}) must be >= 0 restarts")
     deadline = None if timeout_s is None else time.monotonic() + timeout_s

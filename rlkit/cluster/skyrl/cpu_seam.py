@@ -108,11 +108,8 @@ def sync_non_persistent_buffers(model: torch.nn.Module, loaded_sd: dict) -> None
 
 
 def unpad_input(hidden_states: torch.Tensor, attention_mask: torch.Tensor, unused_mask=None):
-    """flash-attn's `bert_padding.unpad_input`: the tokens the mask keeps, packed.
-
-    Returns (packed (nnz, ...), indices (nnz,), cu_seqlens (batch + 1,), max_seqlen,
-    seqlens (batch,)) as flash-attn 2.8 does.
-    """
+    """flash-attn 2.8's `bert_padding.unpad_input`: (packed (nnz, ...), indices (nnz,),
+    cu_seqlens (batch + 1,), max_seqlen, seqlens (batch,)) of the tokens the mask keeps."""
     mask = attention_mask if unused_mask is None else attention_mask + unused_mask
     seqlens = mask.sum(dim=-1, dtype=torch.int32)
     used = attention_mask.sum(dim=-1, dtype=torch.int32)
@@ -226,9 +223,8 @@ def overrides(run_dir: str, attempt: str | None = None) -> list[str]:
 
 
 def __getattr__(name: str) -> Any:
-    """`CpuWorkerExtension`, built on first use: vLLM's worker process names it by path
-    (`worker_extension_cls`), and importing SkyRL's extension needs vLLM, which only that
-    process and the CPU preset's job have."""
+    """`CpuWorkerExtension`, built on first use (vLLM's worker names it by path; SkyRL's
+    extension needs vLLM, which only that process and the CPU job have)."""
     if name != "CpuWorkerExtension":
         raise AttributeError(name)
     from skyrl.backends.skyrl_train.inference_servers.new_inference_worker_wrap import (

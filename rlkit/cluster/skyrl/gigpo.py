@@ -41,9 +41,8 @@ def step_terms(
     recipe: Recipe,
 ) -> torch.Tensor:
     """(R,) float32: each row's step-level advantage, `gigpo_step_weight` x its anchor-group
-    advantage; rows are episodes' turns in order (an episode's last row ends it), `uids` name
-    each row's group (its maze), `row_rewards` (R,) each row's reward (the episode's on its last
-    row), `states` (R, 2) the square each row's answer was given on."""
+    advantage. Rows are episodes' turns in order; `uids`: each row's group (maze); `row_rewards`
+    (R,): the episode's reward on its last row; `states` (R, 2): the square each answer was on."""
     ends = [i for i, last in enumerate(is_last_step) if last]
     lengths = torch.tensor([b - a for a, b in zip([-1, *ends[:-1]], ends, strict=True)])
     codes = {u: i for i, u in enumerate(dict.fromkeys(uids))}

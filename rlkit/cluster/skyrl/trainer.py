@@ -29,17 +29,15 @@ _log = logging.getLogger(__name__)
 
 def export_due(step: int, hf_save_interval: int, steps_per_epoch: int, last_step: int) -> bool:
     """Whether SkyRL's `train` exports at `step` (trainer.py:457-460, 590-593): every
-    `hf_save_interval` steps, at every epoch end and at the run's last step; never if the
-    interval is <= 0."""
+    `hf_save_interval` (> 0) steps, at every epoch end and at the run's last step."""
     if hf_save_interval <= 0 or step <= 0:
         return False
     return step % hf_save_interval == 0 or step % steps_per_epoch == 0 or step == last_step
 
 
 def in_order(loader: StatefulDataLoader) -> StatefulDataLoader:
-    """`loader` rebuilt to read its dataset in order (SkyRL's training loader shuffles): the
-    rows of a curriculum are written in the order they are trained. Its saved state (SkyRL's
-    data.pt) resumes it at the row it reached."""
+    """`loader` rebuilt to read its dataset in order (SkyRL's shuffles), as a curriculum's rows
+    are written; its saved state (SkyRL's data.pt) resumes it at the row it reached."""
     return StatefulDataLoader(
         loader.dataset,
         batch_size=loader.batch_size,
@@ -135,10 +133,8 @@ class RlkitTrainer(RayPPOTrainer):
             self.train_dataloader = in_order(self.train_dataloader)
 
     def load_checkpoints(self) -> tuple[int, str | None]:
-        """SkyRL's load, then the loaded step's HF export if it is due and missing.
-
-        At the run's last step SkyRL's own end-of-run save writes the export a second time
-        (replaced atomically; only a job killed in its final save gets there)."""
+        """SkyRL's load, then the loaded step's HF export if it is due and missing (at the last
+        step SkyRL's end-of-run save writes it again, replaced atomically)."""
         step, path = super().load_checkpoints()
         if path is not None and self.export_missing(step):
             _log.info("global_step_%d has a checkpoint but no HF export: writing it", step)

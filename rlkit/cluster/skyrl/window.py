@@ -35,9 +35,8 @@ class WindowedLoop:
     `_step_pixels`, `_step_states` and SkyRL's loop attributes)."""
 
     def _attach_step_pixels(self, out: GeneratorOutput) -> None:
-        """Each step row's pixel values and grids (SkyRL's step-wise `generate` keeps one per
-        prompt, and a VLM's step-wise rows have none): rows are each trajectory's steps in
-        order, as `windowed_loop` recorded them."""
+        """Each step row's pixel values and grids, as `windowed_loop` recorded them (SkyRL's
+        step-wise `generate` gives a VLM's rows none)."""
         pixels, grids, states = [], [], []
         for tid in out["trajectory_ids"]:
             session = f"{tid.instance_id}_{tid.repetition_id}"
@@ -58,11 +57,9 @@ class WindowedLoop:
         session_id: str,
         cache_salt: str | None,
     ) -> StepWiseOutput:
-        """`agent_loop` under a history window: each turn one step row whose prompt is the
-        window (`TurnRenderer.window`), exactly the ids and pictures its engine was sent, and
-        whose response is the answer as sampled. The episode's reward (the sum of its turns')
-        sits on the last step's last token, where SkyRL's step-wise advantage reads it and
-        gives every step of the episode its value."""
+        """`agent_loop` under a history window: each turn one step row, its prompt the window
+        its engine was sent (`TurnRenderer.window`), its response the answer as sampled; the
+        episode's reward sits on the last step's last token (SkyRL's step-wise advantage)."""
         start_time = time.monotonic()
         try:
             env_extras["max_turns"] = row_turns(env_extras, self.max_turns)
