@@ -1,9 +1,9 @@
 """Preflight: before a multi-day run, one short job checks what the run needs and says how to fix
 what is missing (packages, GPUs, storage, the model, the token budget, Ray's version), one line
-a check (`format_checks`); `--gpu` adds `rlkit.cluster.gpu_checks`.
+a check (`format_checks`); `--gpu` adds `rlkit.cluster.gpu_checks`. What each reads:
+docs/decisions.md.
 
     rlkit preflight --address http://127.0.0.1:8265 --preset qwen3vl-8b [--gpu]
-What each check reads: docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from rlkit.cluster.checks import Check, budget_checks, tied_embeddings
 from rlkit.cluster.checks import config_json as _config_json
 from rlkit.cluster.checks import model_check as _model
-from rlkit.run.joblog import answer
+from rlkit.run.joblog import answer, log_tail
 
 if TYPE_CHECKING:
     from rlkit.cluster.client import Cluster
@@ -45,7 +45,7 @@ def _imports(module: str) -> str | None:
     out = subprocess.run(
         [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=300
     )
-    return None if out.returncode == 0 else (out.stderr.strip().splitlines() or ["?"])[-1]
+    return None if out.returncode == 0 else log_tail(out.stderr, 1)
 
 
 def _version(name: str) -> str | None:
@@ -106,8 +106,7 @@ def _run_probe(model: str, timeout_s: float) -> dict:
         return {"error": f"the GPU probe ran past {timeout_s * 4:.0f} s"}
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode or not lines:
-        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"the GPU probe exited {out.returncode}: {tail}"}
+        return {"error": f"the GPU probe exited {out.returncode}: {log_tail(out.stderr, 1)}"}
     return json.loads(lines[-1])
 
 
