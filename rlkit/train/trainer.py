@@ -191,23 +191,25 @@ class Trainer:
         (the checkpoint's policy/ holds the merged weights, for readers)."""
         m = self.cfg.model
         if m.lora_rank > 0:
-            base = self._start_policy(None if ckpt else loaded.model)
+            base = self._start_policy(None if ckpt else loaded)
             if ckpt is not None:
                 loaded.model = self._model_from(base, loaded.model)
         self.adapter = tune(loaded.model, m, seed=self.cfg.schedule.seed)
         if self.adapter is not None and ckpt is not None:
             load_adapter_weights(self.adapter, ckpt.path / "adapter")
 
-    def _start_policy(self, model: torch.nn.Module | None) -> Path:
-        """RUN/reference_policy: the policy as the GRPO phase starts, saved once from `model`
-        (the KL term's reference and LoRA's base; None: it must exist already)."""
+    def _start_policy(self, loaded: LoadedModel | None) -> Path:
+        """RUN/reference_policy: the policy as the GRPO phase starts, saved once from `loaded`
+        with its processor (the KL term's reference, LoRA's base, a model dir another run can
+        start GRPO from; None: it must exist already)."""
         ref_dir = self.run.path / "reference_policy"
-        if model is None and not (ref_dir / "config.json").exists():
+        if loaded is None and not (ref_dir / "config.json").exists():
             raise RlkitError(f"{ref_dir} is missing: a LoRA run resumes on the base it saved there")
         if not (ref_dir / "config.json").exists():
             tmp = self.run.path / ".reference_policy.tmp"
             with no_progress_bars():
-                model.save_pretrained(tmp)
+                loaded.model.save_pretrained(tmp)
+            loaded.processor.save_pretrained(tmp)
             os.replace(tmp, ref_dir)
         return ref_dir
 
@@ -223,7 +225,7 @@ class Trainer:
         it shares the policy's tokenizer and encoder caches."""
         loaded = self.learner.loaded
         ref = copy.copy(loaded)
-        ref.model = self._model_from(self._start_policy(loaded.model), loaded.model)
+        ref.model = self._model_from(self._start_policy(loaded), loaded.model)
         return ref
 
     # the run -----------------------------------------------------------------------------
@@ -322,6 +324,7 @@ class Trainer:
         metrics["train/lr"] = lr
         if done:
             s.phase, s.warm_start_end = "grpo", s.step
+            self._start_policy(self.learner.loaded)
             self._tune(self.learner.loaded, None)
             self.learner.opt = self._optimizer(self.learner.loaded)
             if self.cfg.grpo.aux_weight > 0:
