@@ -22,7 +22,7 @@ from rlkit.maze import rules
 from rlkit.maze.core import Action
 from rlkit.maze.parsing import format_action
 from rlkit.model.batching import VISION_TOKENS, AnswerSpec
-from rlkit.model.policy import check_sampling
+from rlkit.model.policy import check_sampling, cut_at_stop
 from rlkit.model.vllm_engine import VllmEngine, engine_limits, start_engine
 
 
@@ -135,10 +135,7 @@ class VllmPolicy:
         out = []
         for o in outs:
             gen = o.outputs[0]
-            ids = list(gen.token_ids)
-            end = next((i for i, t in enumerate(ids) if t in stops), None)
-            if end is not None:
-                ids = ids[: end + 1]
+            ids = cut_at_stop(list(gen.token_ids), stops)
             lps = [gen.logprobs[i][t].logprob for i, t in enumerate(ids)]
             text = tok.decode(ids, skip_special_tokens=True)
             out.append(Response(text, list(o.prompt_token_ids), ids, lps))
