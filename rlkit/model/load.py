@@ -172,10 +172,11 @@ def use_linear_patch_embed(model) -> None:
     """Compute a loaded Qwen3-VL's patch embedding as a matrix product (idempotent; the class
     is swapped, the `proj` weights kept, so state dicts and deep copies see no difference)."""
     embed = model.model.visual.patch_embed
+    if not isinstance(embed, Qwen3VLVisionPatchEmbed):
+        return
     conv = embed.proj
     if (
-        isinstance(embed, Qwen3VLVisionPatchEmbed)
-        and tuple(conv.kernel_size) == tuple(conv.stride)  # one window per output, no padding
+        tuple(conv.kernel_size) == tuple(conv.stride)  # one window per output, no padding
         and all(p == 0 for p in conv.padding)
         and all(d == 1 for d in conv.dilation)
         and conv.groups == 1
