@@ -1,8 +1,8 @@
 """What a local run carries from step to step, so that a resumed run equals an uninterrupted one:
-`TrainState` (saved in each checkpoint's trainer_state.pt beside the weights and optimizer) and
-the seed of every random draw, a pure function of the run's seed and where the run is
-(`seed_for`): the episodes of a step (`rollout_seed`) and the minibatch order of each epoch of
-its update (`shuffle_seed`).
+`TrainState` (saved in each checkpoint's trainer_state.pt beside the weights and optimizer), what
+is due after a step (`due`), and the seed of every random draw, a pure function of the run's seed
+and where the run is (`seed_for`): a step's episodes (`rollout_seed`), each epoch's minibatch
+order (`shuffle_seed`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlkit.errors import UsageError
+from rlkit.train.config import ScheduleConfig
 
 ROLLOUT, SHUFFLE = 1, 2
 """Stream tags: the key part after the run's seed, so that no two streams share a key."""
@@ -54,3 +55,26 @@ class TrainState:
     """The warm start's latest validation solve rate (None: none yet); it picks the BC phase."""
     elapsed_s: float = 0.0
     """Training wall time up to this state, summed over resumed segments (benchmarks)."""
+
+
+@dataclass(frozen=True)
+class Due:
+    """What follows a step: an eval of the pinned test set, a checkpoint."""
+
+    eval: bool
+    checkpoint: bool
+
+
+def due(s: TrainState, sched: ScheduleConfig) -> Due:
+    """What is due after the step `s` has just finished.
+
+    The warm-start boundary and the last GRPO step get both; otherwise evals come every
+    `eval_every` GRPO steps and checkpoints every `ckpt_every` global steps.
+    """
+    boundary = s.warm_start_end == s.step
+    last = s.grpo_steps >= sched.steps and s.phase == "grpo"
+    grpo_tick = s.phase == "grpo" and not boundary and s.grpo_steps > 0
+    return Due(
+        eval=boundary or last or (grpo_tick and s.grpo_steps % sched.eval_every == 0),
+        checkpoint=boundary or last or s.step % sched.ckpt_every == 0,
+    )

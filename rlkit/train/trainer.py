@@ -3,17 +3,9 @@
     rlkit train --preset local-tiny --run-dir runs/tiny            # resumes by default
     rlkit train --preset smoke --run-dir /tmp/r --address local    # the same, as a Ray job
 
-Loop: [warm start: behaviour cloning until a validation solve rate is reached] -> per step:
-sample mazes -> group rollouts (one batched model call per turn) -> group-relative advantages
--> a few groups' episodes captured under RUN/rollouts (`rlkit.run.captures`) -> minibatch
-updates over several epochs with importance ratios -> metrics -> eval on the pinned test set
-every N steps -> checkpoint every M steps. Every random draw is seeded from
-(seed, step), so a run killed and resumed from its last checkpoint equals an uninterrupted one.
-
-The trainer only coordinates: a GRPO step is `rlkit.train.step.grpo_step` (rollout -> score
--> samples -> update, top to bottom in one module, the math in `rlkit.train.grpo`), a warm-start
-step `rlkit.train.warmstart`'s functions, each tested without a Trainer; every phase is timed
-(`timing/rollout`, `capture`, `encode`, `update`, `validate`, `eval`, `checkpoint`).
+It coordinates the phases (a warm start, then GRPO steps: `rlkit.train.step.grpo_step`), evals
+and checkpoints; every random draw is seeded from (seed, step), so a resumed run equals an
+uninterrupted one. The loop, step by step: docs/local-trainer.md.
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +36,12 @@ from rlkit.run import captures
 from rlkit.run.checkpoints import Checkpoint
 from rlkit.run.rundir import RunDir
 from rlkit.train import faults
-from rlkit.train.config import ScheduleConfig, TrainConfig
+from rlkit.train.config import TrainConfig
 from rlkit.train.learner import Learner
 from rlkit.train.metrics import MetricsLogger
 from rlkit.train.run_config import check_resume, resume_config
 from rlkit.train.square_head import SquareHead, block_side, squares_update, tower_optimizer
-from rlkit.train.state import TrainState
+from rlkit.train.state import TrainState, due
 from rlkit.train.step import grpo_step
 from rlkit.train.warmstart import (
     bc_batch,
@@ -65,29 +57,6 @@ def torch_threads(threads: int | None) -> int:
     explicitly because a Ray job's entrypoint inherits OMP_NUM_THREADS=1 from Ray (it sets that
     in its workers), which left the demo's training job on one of two cores."""
     return threads or len(os.sched_getaffinity(0))
-
-
-@dataclass(frozen=True)
-class Due:
-    """What follows a step: an eval of the pinned test set, a checkpoint."""
-
-    eval: bool
-    checkpoint: bool
-
-
-def due(s: TrainState, sched: ScheduleConfig) -> Due:
-    """What is due after the step `s` has just finished.
-
-    The warm-start boundary and the last GRPO step get both; otherwise evals come every
-    `eval_every` GRPO steps and checkpoints every `ckpt_every` global steps.
-    """
-    boundary = s.warm_start_end == s.step
-    last = s.grpo_steps >= sched.steps and s.phase == "grpo"
-    grpo_tick = s.phase == "grpo" and not boundary and s.grpo_steps > 0
-    return Due(
-        eval=boundary or last or (grpo_tick and s.grpo_steps % sched.eval_every == 0),
-        checkpoint=boundary or last or s.step % sched.ckpt_every == 0,
-    )
 
 
 class Trainer:
