@@ -23,13 +23,7 @@ from rlkit.cluster.skyrl.move_probe import EngineProbe
 from rlkit.env.maze_env import maze_from_extras
 from rlkit.episodes.policies import MoveProbs
 from rlkit.recipe import Recipe, check_capture
-from rlkit.run.captures import (
-    CapturedEpisode,
-    drop_after,
-    pick_groups,
-    training_label,
-    write_step,
-)
+from rlkit.run.captures import CapturedEpisode, drop_after, pick_groups, training_label, write_step
 from rlkit.run.skyrl_dumps import EvalEpisode, to_trajectory
 from rlkit.settings import CaptureConfig
 from rlkit.train.grpo import estimate

@@ -100,12 +100,7 @@ class WindowedLoop:
                 gen_text, gen_ids, gen_logprobs, added_eos = self._answer_of(engine_output, params)
                 if self._capture is not None:
                     self._capture.turn(
-                        session_id,
-                        gen_text,
-                        episode.ids,
-                        gen_ids,
-                        episode.features(),
-                        cache_salt,
+                        session_id, gen_text, episode.ids, gen_ids, episode.features(), cache_salt
                     )
                 states.append(list(env.state.pos))  # the square the answer was given on
                 t = time.monotonic()
