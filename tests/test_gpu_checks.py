@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rlkit.cluster.checks import Check
 from rlkit.cluster.gpu_checks import (
     GPU_CHECKS,
     NCCL_FIX,
+    Check,
     bus_gbps,
     flash_verdict,
     nccl_verdict,

@@ -13,17 +13,16 @@ import pytest
 
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster import preflight as preflight_module
-from rlkit.cluster.checks import Check
-from rlkit.cluster.gpu_checks import GPU_CHECKS
+from rlkit.cluster.gpu_checks import GPU_CHECKS, Check
 from rlkit.cluster.preflight import (
     MARK,
-    _config_json,
     _storage,
     format_checks,
     preflight,
     tied_embeddings,
     with_client,
 )
+from rlkit.cluster.preflight import config_json as _config_json
 from rlkit.errors import RlkitError
 from rlkit.run.joblog import read_answer
 
@@ -152,7 +151,7 @@ def test_the_token_budget_is_reported(checks):
 
 
 def test_the_model_check_points_at_the_staged_copy(tmp_path: Path):
-    from rlkit.cluster.checks import model_check
+    from rlkit.cluster.preflight import model_check
     from rlkit.cluster.stage import STAGED_MARKER
 
     hub_id = "Org/Tiny-VL"

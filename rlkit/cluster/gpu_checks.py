@@ -1,14 +1,29 @@
-"""`rlkit preflight --gpu`: the verdicts of the checks that exercise the GPUs (NCCL all-reduce,
-flash-attn against SDPA, vLLM sleep/wake), each with its fix: thresholds, verdicts and report
-lines in plain Python, tested on CPU. The measuring is `scripts/gpu_probe.py`, which the
-preflight job runs on a GPU worker. What each check catches: docs/decisions.md.
+"""A preflight `Check`, and `rlkit preflight --gpu`: the checks that exercise the GPUs (NCCL
+all-reduce, flash-attn against SDPA, vLLM sleep/wake), each with its fix. Thresholds and verdicts
+are plain Python, tested on CPU; the measuring is `scripts/gpu_probe.py`, which `gpu_exercise`
+runs on a GPU worker. What each check catches: docs/decisions.md.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, replace
 from typing import Any
 
-from rlkit.cluster.checks import Check
+from rlkit.run.joblog import log_tail
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    """ok, warn (the run starts but something costs time or money), fail, or skip (not run
+    here, the detail says why)."""
+    detail: str
+    fix: str = ""
+
 
 NCCL_FLOOR_GBPS = 10.0
 """All-reduce bus bandwidth (nccl-tests' busbw) below which a node's GPUs are not talking over
@@ -118,3 +133,48 @@ def verdicts(probe: dict[str, Any]) -> list[Check]:
         else:
             out.append(judge(part))
     return out
+
+
+def alive_resources() -> list[dict]:
+    """Ray's resources of every alive node of the cluster this job runs on."""
+    import ray
+
+    ray.init(ignore_reinit_error=True, log_to_driver=False)
+    return [n["Resources"] for n in ray.nodes() if n["Alive"] and n["Resources"]]
+
+
+def gpus_by_node(alive: list[dict]) -> list[float]:
+    """Real GPUs of each node (a local head's logical GPUs, `LOGICAL_GPUS`, count none)."""
+    return [0 if r.get("accelerator_type:logical") else r.get("GPU", 0) for r in alive]
+
+
+def _run_probe(model: str, timeout_s: float) -> dict:
+    """On a GPU worker: `scripts/gpu_probe.py --json` (the job's working dir is the checkout)."""
+    from rlkit.cluster.workdir import project_root
+
+    script = project_root() / "scripts" / "gpu_probe.py"
+    argv = [sys.executable, str(script), "--json", "--model", model]
+    argv += ["--timeout", str(int(timeout_s))]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s * 4)
+    except subprocess.TimeoutExpired:
+        return {"error": f"the GPU probe ran past {timeout_s * 4:.0f} s"}
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode or not lines:
+        return {"error": f"the GPU probe exited {out.returncode}: {log_tail(out.stderr, 1)}"}
+    return json.loads(lines[-1])
+
+
+def gpu_exercise(model: str, timeout_s: float = 120.0) -> list[Check]:
+    """The GPU checks, or each skipped where there is no GPU (the preflight job's `--gpu`)."""
+    import ray
+
+    per_node = gpus_by_node(alive_resources())
+    if not sum(per_node):
+        return skipped("no GPU in this cluster, nothing to exercise")
+    gpus = int(max(per_node))
+    probe = ray.get(ray.remote(num_gpus=gpus)(_run_probe).remote(model, timeout_s))
+    if "error" in probe:
+        found = skipped(f"the probe did not report ({probe['error']})")
+        return [replace(c, status="fail") for c in found]
+    return verdicts(probe)

@@ -19,13 +19,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlkit.cluster.checks import Check, budget_checks, tied_embeddings
-from rlkit.cluster.checks import config_json as _config_json
-from rlkit.cluster.checks import model_check as _model
+from rlkit.cluster.gpu_checks import Check, alive_resources, gpu_exercise, gpus_by_node
+from rlkit.cluster.stage import MODELS_ROOT, staged_path, staged_record
 from rlkit.run.joblog import answer, log_tail
 
 if TYPE_CHECKING:
     from rlkit.cluster.client import Cluster
+    from rlkit.model.budget_report import BudgetReport
 
 MARK = "RLKIT_PREFLIGHT "
 RUNTIME_FIX = "run on rlkit's cluster runtime (deploy/Dockerfile, built by deploy/build-image.sh)"
@@ -81,52 +81,6 @@ def _gpu_probe() -> dict:
     return {"names": [n.strip() for n in names if n.strip()], "flash_attn": error or "imports"}
 
 
-def _alive_resources() -> list[dict]:
-    import ray
-
-    ray.init(ignore_reinit_error=True, log_to_driver=False)
-    return [n["Resources"] for n in ray.nodes() if n["Alive"] and n["Resources"]]
-
-
-def _gpus_per_node(alive: list[dict]) -> list[float]:
-    # a local head's logical GPUs (rlkit.cluster.localhead.LOGICAL_GPUS) are CPUs
-    return [0 if r.get("accelerator_type:logical") else r.get("GPU", 0) for r in alive]
-
-
-def _run_probe(model: str, timeout_s: float) -> dict:
-    """On a GPU worker: `scripts/gpu_probe.py --json` (the job's working dir is the checkout)."""
-    from rlkit.cluster.workdir import project_root
-
-    script = project_root() / "scripts" / "gpu_probe.py"
-    argv = [sys.executable, str(script), "--json", "--model", model]
-    argv += ["--timeout", str(int(timeout_s))]
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s * 4)
-    except subprocess.TimeoutExpired:
-        return {"error": f"the GPU probe ran past {timeout_s * 4:.0f} s"}
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    if out.returncode or not lines:
-        return {"error": f"the GPU probe exited {out.returncode}: {log_tail(out.stderr, 1)}"}
-    return json.loads(lines[-1])
-
-
-def gpu_exercise(model: str, timeout_s: float = 120.0) -> list[Check]:
-    """The GPU checks (`rlkit.cluster.gpu_checks`), or each skipped where there is no GPU."""
-    import ray
-
-    from rlkit.cluster.gpu_checks import skipped, verdicts
-
-    per_node = _gpus_per_node(_alive_resources())
-    if not sum(per_node):
-        return skipped("no GPU in this cluster, nothing to exercise")
-    gpus = int(max(per_node))
-    probe = ray.get(ray.remote(num_gpus=gpus)(_run_probe).remote(model, timeout_s))
-    if "error" in probe:
-        found = skipped(f"the probe did not report ({probe['error']})")
-        return [replace(c, status="fail") for c in found]
-    return verdicts(probe)
-
-
 def gpu_count(per_node: list[float], needed: int, per_pod: int, kinds: str) -> Check:
     """Whether the cluster's GPU nodes hold the run: `needed` GPUs in all, on nodes with at least
     `per_pod` each (SkyRL colocates a node's engines and policy shards in one pod)."""
@@ -148,8 +102,8 @@ def gpu_count(per_node: list[float], needed: int, per_pod: int, kinds: str) -> C
 def _gpus(gpus_needed: int, per_pod: int = 1) -> list[Check]:
     import ray
 
-    alive = _alive_resources()
-    per_node = _gpus_per_node(alive)
+    alive = alive_resources()
+    per_node = gpus_by_node(alive)
     total = sum(per_node)
     if not total:
         logical = sum(r.get("GPU", 0) for r in alive)
@@ -189,6 +143,120 @@ def _storage(runs_root: str, need_gb: float) -> Check:
     if free < need_gb:
         return Check("storage", "fail", detail, "free space on FSx or lower the run's exports")
     return Check("storage", "ok", detail)
+
+
+def budget_checks(report: BudgetReport) -> list[Check]:
+    """The token budget as preflight reports it: the checkpoint's own facts (where its files
+    are), the image as the processor sees it, and the budget: fail where the turn budget cannot
+    fit (the dry run refuses it too), warn where full-length answers cut episodes short."""
+    b = report.budget
+    lines = {ln.split(":", 1)[0]: ln.split(":", 1)[1].strip() for ln in report.lines()}
+    out = []
+    if report.model_dir is None:
+        out.append(Check("chat template", "skip", f"not read here: {report.where}"))
+    else:
+        template = report.template
+        out += [
+            Check(
+                "chat template",
+                "ok" if template else "fail",
+                template or f"{report.model_dir} has no chat template",
+                "" if template else "copy chat_template.json from the model's release",
+            ),
+            Check(
+                "stop ids",
+                "ok" if report.stops else "warn",
+                lines["stop ids"],
+                "" if report.stops else "add eos_token_id to generation_config.json",
+            ),
+            Check("generation defaults", "ok", lines["defaults"]),
+        ]
+    if "image" in lines:
+        out.append(Check("image tokens", "ok", lines["image"]))
+    detail = f"{lines['per turn']}; {lines['per episode']}"
+    refusal, warning = b.refusal(), b.warning()
+    if refusal:
+        return [*out, Check("token budget", "fail", detail, refusal)]
+    if warning:
+        need = b.prompt(b.max_turns)
+        fix = (
+            f"{warning}; to play every turn at full length set max_input_length >= {need}, "
+            "or lower max_generate_length"
+        )
+        return [*out, Check("token budget", "warn", detail, fix)]
+    return [*out, Check("token budget", "ok", detail)]
+
+
+def model_check(model: str, models_root: str = MODELS_ROOT) -> Check:
+    """Where the run's model comes from: a staged copy on shared storage (ok; verified when
+    `rlkit model stage` wrote its marker), this node's HF cache (ok), or the hub at job start
+    (warn, with the command that stages it, and a staged copy pointed at if one is there)."""
+    if model.startswith("/"):
+        if not (Path(model) / "config.json").is_file():
+            return Check(
+                "model",
+                "fail",
+                f"{model} has no config.json",
+                f"stage it there: rlkit model stage MODEL --to {model} --address ADDR",
+            )
+        record = staged_record(model)
+        if record is None:
+            return Check("model", "ok", f"{model} (shared storage; not staged by rlkit, unchecked)")
+        return Check(
+            "model",
+            "ok",
+            f"{model} (staged from {record['source']}, {record['bytes'] / 1e9:.1f} GB, verified)",
+        )
+    staged = staged_path(model, models_root)
+    if staged_record(staged) is not None:
+        return Check(
+            "model",
+            "warn",
+            f"{model} comes from the hub at job start, but a staged copy is at {staged}",
+            f"pass --model {staged}",
+        )
+    if config_json(model) is not None:
+        return Check("model", "ok", f"{model} in this node's HF cache")
+    return Check(
+        "model",
+        "warn",
+        f"{model} is not staged nor in this node's HF cache: every GPU pod downloads it at start",
+        f"stage it once: rlkit model stage {model} --to {staged} --address ADDR, then --model "
+        f"{staged}",
+    )
+
+
+def config_json(model: str) -> Path | None:
+    """The model's config.json on this node (at its path, or in the HF cache), else None."""
+    if model.startswith("/"):
+        path = Path(model) / "config.json"
+        return path if path.is_file() else None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json")
+    except Exception:  # noqa: BLE001 - no hub client: not cached
+        return None
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def tied_embeddings(config: dict) -> Check:
+    """Whether lm_head shares embed_tokens' matrix: SkyRL's FSDP2 init unties such a model and
+    rlkit ties it again (`rlkit.cluster.skyrl.fixes`). transformers ties by the top-level flag
+    (Qwen3-VL's default there: False), whatever text_config says."""
+    top = config.get("tie_word_embeddings")
+    text = (config.get("text_config") or {}).get("tie_word_embeddings")
+    if top:
+        return Check("tie_word_embeddings", "ok", "tied (re-tied after FSDP init by rlkit)")
+    if text:
+        return Check(
+            "tie_word_embeddings",
+            "warn",
+            "text_config says tied, the top level does not: transformers loads it untied",
+            "if the checkpoint has no lm_head.weight, set tie_word_embeddings: true at the top "
+            "of config.json",
+        )
+    return Check("tie_word_embeddings", "ok", "untied")
 
 
 BUDGET_FIELDS = ("eval_set", "max_turns", "max_input_length", "max_model_len")
@@ -234,8 +302,8 @@ def run_checks(
     ]
     checks += [_package(n, m) for n, m in PACKAGES.items()]
     checks += _gpus(gpus_needed, gpus_per_node)
-    checks += [_storage(runs_root, need_gb), _model(model)]
-    config = _config_json(model)
+    checks += [_storage(runs_root, need_gb), model_check(model)]
+    config = config_json(model)
     if config is not None:  # else the model check has said where it is not
         try:
             checks.append(tied_embeddings(json.loads(config.read_text())))
