@@ -47,8 +47,7 @@ _URL_CREDENTIALS = re.compile(r"(\w+://)[^/\s@]+@")
 
 
 def mask_url_credentials(text: str) -> str:
-    """`https://user:token@host/...` -> `https://***@host/...`: private index URLs in pip
-    options carry tokens as often as env vars do."""
+    """`https://user:token@host/...` -> `https://***@host/...` (pip index URLs carry tokens)."""
     return _URL_CREDENTIALS.sub(r"\1***@", text)
 
 
@@ -205,10 +204,9 @@ class Cluster:
     def _probe_python(self) -> str:
         """Ask the cluster for its Python version with a tiny job (a few seconds)."""
         code = "import json, platform; print('rlkit-python', json.dumps(platform.python_version()))"
+        probe = f'python -c "{code}"'
         sid = call(
-            self,
-            "submitting the Python probe",
-            lambda: self.client.submit_job(entrypoint=f'python -c "{code}"'),
+            self, "submitting the Python probe", lambda: self.client.submit_job(entrypoint=probe)
         )
         job = JobHandle(self, sid, run_name="python-probe")
         return answer(job, "rlkit-python ", "the Python probe printed no version", timeout_s=120)
@@ -228,8 +226,7 @@ class Cluster:
         pip: list[str] | None = None,
     ) -> JobHandle:
         """Submit `entrypoint` as job `rlkit-<run_name>-<n>`, shipping `working_dir` (default:
-        the project root, packed as Ray does, refused above Ray's limit); env var values never
-        appear in what rlkit prints."""
+        the project root, refused above Ray's limit); env var values are never printed."""
         existing = self.jobs()
         submission_id = next_submission_id(run_name, [j.submission_id for j in existing])
         root = Path(working_dir) if working_dir is not None else project_root()
@@ -240,8 +237,7 @@ class Cluster:
             runtime_env["pip"] = list(pip)
         meta = {"rlkit_run_name": run_name, **{k: str(v) for k, v in (metadata or {}).items()}}
         kwargs: dict[str, Any] = {}
-        # Ray's JobDetails do not report entrypoint resources: metadata keeps them for a
-        # resubmission (rlkit.cluster.watch)
+        # Ray's JobDetails do not report entrypoint resources: metadata keeps them for `watch`
         if num_cpus is not None:
             kwargs["entrypoint_num_cpus"] = meta["rlkit_num_cpus"] = num_cpus
         if num_gpus is not None:
@@ -272,9 +268,8 @@ class Cluster:
 
     def job_details(self, submission_id: str) -> Any:
         """Ray's JobDetails of one job: entrypoint, runtime env, metadata, resources."""
-        return call(
-            self, f"reading job {submission_id}", lambda: self.client.get_job_info(submission_id)
-        )
+        ask = self.client.get_job_info
+        return call(self, f"reading job {submission_id}", lambda: ask(submission_id))
 
     def job(self, submission_id: str) -> JobHandle:
         """A handle on a job by its submission id (as `rlkit jobs list` shows it)."""
@@ -302,8 +297,8 @@ def connect(
     start_local: bool = True,
 ) -> Cluster:
     """Connect to a Ray cluster's Jobs API; for the local head (no address, or `local`), start
-    it or reuse the one answering on `local_port` (only reuse, with `start_local=False`).
-    `timeout_s` bounds reaching an address; an unreachable one is a one-line `RlkitError`."""
+    it or reuse the one on `local_port` (only reuse: `start_local=False`); an address not
+    reached within `timeout_s` is a one-line `RlkitError`."""
     target = resolve_address(address)
     notes = list(target.notes)
     local_head = None
