@@ -1,7 +1,7 @@
 """SkyRL's known traps are refused in one line, before anything reaches a cluster: at the dry run,
 at a real submit (no head is reached: the address is a closed port), when writing a RayJob, and
 in the preset itself (so notebooks and `plan_training` refuse too). The preflight refusal is in
-tests/test_preflight.py. Why each is a trap: rlkit/cluster/skyrl/preset_checks.py. With TIS on,
+tests/test_preflight.py. Why each is a trap: docs/skyrl-integration.md (presets and their overrides). With TIS on,
 temperature and top-p other than 1 pass, and SkyRL's own validation accepts the command."""
 
 from __future__ import annotations
