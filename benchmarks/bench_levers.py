@@ -33,10 +33,11 @@ LEVERS: dict[str, dict] = {
     "curriculum": {"recipe.curriculum_steps": 60},
     "gigpo": {"recipe.advantage_estimator": "gigpo"},
     "squares": {"grpo.aux_weight": 1.0},
+    "hard": {"grpo.hard_share": 0.5},
 }
 """Each lever's switches on top of the preset: the difficulty curriculum (rlkit's, over the first
-half of the default 120 steps), GiGPO's step-level credit, and the warm start's per-square loss
-kept through GRPO."""
+half of the default 120 steps), GiGPO's step-level credit, the warm start's per-square loss
+kept through GRPO, and half of each step's mazes drawn among long-path ones (`grpo.hard_share`)."""
 
 
 def warm_start(preset_name: str, seed: int, root: Path, sets: dict) -> Path:

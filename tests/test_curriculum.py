@@ -14,6 +14,7 @@ from rlkit.errors import UsageError
 from rlkit.maze.core import difficulty, exit_distances, neighbours, shortest_path
 from rlkit.maze.sets import (
     curriculum_share,
+    draw_train_mazes,
     nearer_start,
     pinned_set,
     pinned_spec,
@@ -118,3 +119,19 @@ def test_a_resumed_run_trains_the_same_stages(tmp_path):
     # 4 mazes (the cursor after the step)
     expected = [(5, 4, 0.25), (6, 8, 0.4375), (7, 12, 0.625), (8, 16, 0.8125)]
     assert stages(split) == expected
+
+
+def test_a_hard_share_of_the_slots_takes_the_streams_next_long_path_mazes():
+    spec = pinned_spec("visgym-easy")
+    plain, end = draw_train_mazes(spec, 5, 8)
+    assert plain == train_mazes(spec, 5, 8) and end == 13
+    mazes, end = draw_train_mazes(spec, 5, 8, hard=0.5, min_path=14)
+    lengths = [difficulty(m).path_length for m in mazes]
+    assert all(n >= 14 for n in lengths[1::2]) and end > 13  # every other slot, short ones passed
+    assert (mazes, end) == draw_train_mazes(spec, 5, 8, hard=0.5, min_path=14)  # a pure function
+    assert mazes[0] == train_maze(spec, 5)
+    with pytest.raises(UsageError, match="lower grpo.hard_min_path") as e:
+        draw_train_mazes(spec, 0, 2, hard=1.0, min_path=80)
+    assert "\n" not in str(e.value)
+    with pytest.raises(UsageError, match="grpo.hard_share"):
+        preset("local-tiny-visgym").with_overrides({"grpo.hard_share": 1.5})

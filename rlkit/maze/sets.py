@@ -95,6 +95,33 @@ def train_mazes(spec: MazeSpec, start: int, n: int, share: float = 1.0) -> list[
     return [nearer_start(train_maze(spec, i), share) for i in range(start, start + n)]
 
 
+HARD_SEARCH = 1000
+"""Most stream mazes a long-path slot passes over before giving up."""
+
+
+def draw_train_mazes(
+    spec: MazeSpec, cursor: int, n: int, share: float = 1.0, *, hard: float = 0.0, min_path: int = 0
+) -> tuple[list[Maze], int]:
+    """`n` training mazes from stream index `cursor` on, and the cursor after the last one read.
+    A `hard` share of the slots, spread evenly, take the stream's next maze whose shortest path
+    has at least `min_path` moves (the shorter ones passed over); the others take the next maze.
+    Each is played from `nearer_start(maze, share)`."""
+    mazes = []
+    for k in range(n):
+        maze, cursor, passed = train_maze(spec, cursor), cursor + 1, 0
+        long_slot = math.floor((k + 1) * hard) > math.floor(k * hard)
+        while long_slot and len(shortest_path(maze)) - 1 < min_path:
+            passed += 1
+            if passed > HARD_SEARCH:
+                raise UsageError(
+                    f"none of {HARD_SEARCH} training mazes has a shortest path of {min_path} "
+                    "moves or more: lower grpo.hard_min_path"
+                )
+            maze, cursor = train_maze(spec, cursor), cursor + 1
+        mazes.append(nearer_start(maze, share))
+    return mazes, cursor
+
+
 def curriculum_share(step: int, steps: int | None, start: float) -> float:
     """Share of each training maze's shortest path played at GRPO step `step` (from 0): `start`
     growing linearly to 1 at step `steps`, 1 from then on and always when `steps` is None."""

@@ -190,6 +190,13 @@ class GRPOConfig:
     recovering after a wrong move (a tight budget ends such an episode at once). All tight:
     rollouts 2x cheaper, long paths solved, but greedy failed by bumping where it never
     trained; half and half learned fastest (90% at GRPO step 60 on seed 1)."""
+    hard_share: float = 0.0
+    """Share of each step's mazes (spread over the step) drawn among long-path mazes: the
+    stream's next maze whose shortest path has at least `hard_min_path` moves. 0: the stream
+    as it comes. Evals always play the pinned set."""
+    hard_min_path: int = 14
+    """Shortest-path moves a maze needs for a `hard_share` slot (VisGym's maze_2d/easy: 12 on a
+    straight way between the corners, 16 with a detour away from the target)."""
     aux_weight: float = 0.0
     """Weight of the warm start's per-square loss (`rlkit.train.square_head`) kept through GRPO:
     after each GRPO step, one step of it alone on the vision tower, over the warm start's
@@ -279,6 +286,11 @@ class TrainConfig:
             )
         if not 0.0 <= g.tight_fraction <= 1.0:
             raise UsageError(f"grpo.tight_fraction ({g.tight_fraction}) must be in [0, 1]")
+        if not 0.0 <= g.hard_share <= 1.0 or g.hard_min_path < 1:
+            raise UsageError(
+                f"grpo.hard_share ({g.hard_share}) must be in [0, 1] and grpo.hard_min_path "
+                f"({g.hard_min_path}) >= 1"
+            )
         if g.aux_weight < 0:
             raise UsageError(f"grpo.aux_weight ({g.aux_weight}) must be >= 0 (0: off)")
         if g.aux_weight > 0 and (self.model.lora_rank > 0 or self.model.freeze_vision != "none"):

@@ -23,7 +23,7 @@ from rlkit.episodes.policies import Policy
 from rlkit.episodes.rollout import Trajectory, run_episodes, turn_prompts
 from rlkit.errors import UsageError
 from rlkit.maze.core import Maze, exit_distances
-from rlkit.maze.sets import curriculum_share, train_mazes
+from rlkit.maze.sets import curriculum_share, draw_train_mazes
 from rlkit.model.chat import Encoded
 from rlkit.recipe import Recipe
 from rlkit.run import captures
@@ -91,8 +91,14 @@ def rollout_round(
     """The next `mazes_per_step` training mazes' groups of episodes; their maze indices
     start at `offset`, so that the groups of a step's rounds stay apart."""
     g, task = cfg.grpo, cfg.task
-    mazes = train_mazes(task.spec, state.cursor, g.mazes_per_step, curriculum(cfg, state))
-    state.cursor += g.mazes_per_step
+    mazes, state.cursor = draw_train_mazes(
+        task.spec,
+        state.cursor,
+        g.mazes_per_step,
+        curriculum(cfg, state),
+        hard=g.hard_share,
+        min_path=g.hard_min_path,
+    )
     trajs = run_episodes(
         policy,
         mazes,
