@@ -20,6 +20,7 @@ from rlkit.maze.sets import (
     pinned_spec,
     train_maze,
     train_mazes,
+    turns_to_solve,
 )
 from rlkit.recipe import Recipe
 from rlkit.train import step as st
@@ -121,7 +122,7 @@ def test_a_resumed_run_trains_the_same_stages(tmp_path):
     assert stages(split) == expected
 
 
-def test_a_hard_share_of_the_slots_takes_the_streams_next_long_path_mazes():
+def test_slots_pass_over_mazes_no_episode_can_solve_and_a_hard_share_over_short_ones():
     spec = pinned_spec("visgym-easy")
     plain, end = draw_train_mazes(spec, 5, 8)
     assert plain == train_mazes(spec, 5, 8) and end == 13
@@ -130,6 +131,9 @@ def test_a_hard_share_of_the_slots_takes_the_streams_next_long_path_mazes():
     assert all(n >= 14 for n in lengths[1::2]) and end > 13  # every other slot, short ones passed
     assert (mazes, end) == draw_train_mazes(spec, 5, 8, hard=0.5, min_path=14)  # a pure function
     assert mazes[0] == train_maze(spec, 5)
+    fits, end = draw_train_mazes(spec, 0, 40, max_turns=18)  # VisGym easy's budget
+    assert all(turns_to_solve(m) <= 18 for m in fits) and end > 40  # 20-move mazes passed over
+    assert max(turns_to_solve(train_maze(spec, i)) for i in range(end)) > 18
     with pytest.raises(UsageError, match="lower grpo.hard_min_path") as e:
         draw_train_mazes(spec, 0, 2, hard=1.0, min_path=80)
     assert "\n" not in str(e.value)

@@ -14,7 +14,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from rlkit.errors import UsageError
-from rlkit.maze.core import Maze, shortest_path
+from rlkit.maze.core import Maze, exit_distances, shortest_path
 from rlkit.maze.families import SETS, MazeSet, MazeSpec, maze_set
 
 TRAIN_SEED_BASE = 1_000_000
@@ -96,26 +96,43 @@ def train_mazes(spec: MazeSpec, start: int, n: int, share: float = 1.0) -> list[
 
 
 HARD_SEARCH = 1000
-"""Most stream mazes a long-path slot passes over before giving up."""
+"""Most stream mazes a slot passes over before giving up."""
+
+
+def turns_to_solve(maze: Maze) -> int:
+    """Turns the shortest way takes: its moves, and the closing `stop` of the squares game
+    (VisGym wins only by stopping on the target)."""
+    return int(exit_distances(maze)[maze.start]) + (maze.game == "squares")
 
 
 def draw_train_mazes(
-    spec: MazeSpec, cursor: int, n: int, share: float = 1.0, *, hard: float = 0.0, min_path: int = 0
+    spec: MazeSpec,
+    cursor: int,
+    n: int,
+    share: float = 1.0,
+    *,
+    max_turns: int | None = None,
+    hard: float = 0.0,
+    min_path: int = 0,
 ) -> tuple[list[Maze], int]:
     """`n` training mazes from stream index `cursor` on, and the cursor after the last one read.
-    A `hard` share of the slots, spread evenly, take the stream's next maze whose shortest path
-    has at least `min_path` moves (the shorter ones passed over); the others take the next maze.
-    Each is played from `nearer_start(maze, share)`."""
+    Mazes that take more than `max_turns` turns are passed over (no episode could solve them:
+    their groups would teach only failure). A `hard` share of the slots, spread evenly, also
+    pass over mazes whose shortest path has fewer than `min_path` moves. Each is played from
+    `nearer_start(maze, share)`."""
     mazes = []
     for k in range(n):
+        need = min_path if math.floor((k + 1) * hard) > math.floor(k * hard) else 0
         maze, cursor, passed = train_maze(spec, cursor), cursor + 1, 0
-        long_slot = math.floor((k + 1) * hard) > math.floor(k * hard)
-        while long_slot and len(shortest_path(maze)) - 1 < min_path:
+        while (max_turns is not None and turns_to_solve(maze) > max_turns) or (
+            len(shortest_path(maze)) - 1 < need
+        ):
             passed += 1
             if passed > HARD_SEARCH:
                 raise UsageError(
-                    f"none of {HARD_SEARCH} training mazes has a shortest path of {min_path} "
-                    "moves or more: lower grpo.hard_min_path"
+                    f"none of {HARD_SEARCH} training mazes has a shortest path of {need} moves or "
+                    f"more that fits {max_turns} turns: lower grpo.hard_min_path or raise the "
+                    "env's max_turns"
                 )
             maze, cursor = train_maze(spec, cursor), cursor + 1
         mazes.append(nearer_start(maze, share))

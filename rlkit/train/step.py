@@ -22,8 +22,8 @@ from rlkit.env.maze_env import EnvConfig
 from rlkit.episodes.policies import Policy
 from rlkit.episodes.rollout import Trajectory, run_episodes, turn_prompts
 from rlkit.errors import UsageError
-from rlkit.maze.core import Maze, exit_distances
-from rlkit.maze.sets import curriculum_share, draw_train_mazes
+from rlkit.maze.core import Maze
+from rlkit.maze.sets import curriculum_share, draw_train_mazes, turns_to_solve
 from rlkit.model.chat import Encoded
 from rlkit.recipe import Recipe
 from rlkit.run import captures
@@ -96,6 +96,7 @@ def rollout_round(
         state.cursor,
         g.mazes_per_step,
         curriculum(cfg, state),
+        max_turns=task.env.max_turns,
         hard=g.hard_share,
         min_path=g.hard_min_path,
     )
@@ -130,12 +131,8 @@ def turn_budgets(
     if slack is None:
         return None
     tight = round(tight_fraction * len(mazes))
-
-    def shortest(m: Maze) -> int:
-        return int(exit_distances(m)[m.start]) + (m.game == "squares")
-
     return [
-        min(env.max_turns, shortest(m) + slack) if i < tight else env.max_turns
+        min(env.max_turns, turns_to_solve(m) + slack) if i < tight else env.max_turns
         for i, m in enumerate(mazes)
     ]
 
