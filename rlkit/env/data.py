@@ -20,11 +20,11 @@ from rlkit.errors import UsageError
 from rlkit.maze.core import Maze, difficulty
 from rlkit.maze.sets import (
     MazeSpec,
+    draw_train_mazes,
     nearer_start,
     pinned_set,
     pinned_set_hash,
     pinned_spec,
-    train_mazes,
 )
 
 REQUIRED = ("prompt", "env_class", "data_source", "reward_spec", "extra_info")
@@ -76,7 +76,8 @@ def build_rows(
     mazes = pinned_set(eval_set)
     if n_eval is not None and not 1 <= n_eval <= len(mazes):
         raise UsageError(f"n_eval ({n_eval}) must be 1..{len(mazes)} ({eval_set} has that many)")
-    stream = train_mazes(spec, train_start, n_train)
+    # mazes no episode could solve within the env's turns are passed over, as in local GRPO
+    stream, _ = draw_train_mazes(spec, train_start, n_train, max_turns=cfg.max_turns)
     if shares is not None:
         stream = [nearer_start(m, s) for m, s in zip(stream, shares, strict=True)]
     train = [
