@@ -389,3 +389,17 @@ def test_skyrl_dumps_count_solved_by_the_same_rule():
         result = episodes_to_result(episodes, step=0, policy="skyrl")
     assert result.solve_rate == 0.5 and result.set == "visgym-easy"
     assert result.failures["stopped_off_target"] == 1
+
+
+def test_skyrl_training_rows_hold_only_mazes_an_episode_can_solve():
+    from rlkit.env.data import build_rows
+
+    cfg = env_for_set("visgym-easy")
+    train, _ = build_rows(
+        n_train=40, spec=pinned_spec("visgym-easy"), eval_set="visgym-easy", cfg=cfg
+    )
+    lengths = [row["extra_info"]["path_length"] for row in train]
+    assert len(train) == 40 and max(lengths) + 1 <= cfg.max_turns  # moves and the closing stop
+    assert (
+        max(difficulty(m).path_length for m in train_mazes(pinned_spec("visgym-easy"), 0, 40)) > 17
+    )
