@@ -11,7 +11,8 @@ there is resumed). Each final checkpoint plays the eval set by the seed's protoc
 episode a maze) and is compared with the baseline paired by maze (`rlkit.episodes.evaluate.
 compare`: the difference with its 95% interval and the sign-flip p-value). The report covers
 every lever whose run is on disk, so levers may train in separate processes. Writes
-`benchmarks/results/levers_{preset}_seed{N}.json` and prints a table for docs/benchmarks.md.
+`benchmarks/results/levers_{preset}_seed{N}[_{tag}].json` and prints a table for
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def report(root: Path, seed: int) -> dict:
             "mazes": r.n_mazes,
             "ci95": list(r.ci95),
             "train_s": train_seconds(runs[name]),
+            "git_sha": json.loads((runs[name] / "run.json").read_text()).get("git_sha"),
         }
         if base is not None and name != "baseline":
             p = compare(base, r)
@@ -130,6 +132,7 @@ def main() -> None:
     ap.add_argument("--run-root", type=Path, default=Path("runs/bench_levers"))
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--tag", default="", help="suffix of the results file: one per comparison")
     args = ap.parse_args()
     sets = dict(item.split("=", 1) for item in args.set)
     root = args.run_root / args.preset
@@ -140,7 +143,8 @@ def main() -> None:
     rows = report(root, args.seed)
     out = {"preset": args.preset, "seed": args.seed, "sets": sets, "machine": machine()}
     out["levers"] = rows
-    name = f"levers_{args.preset.replace('-', '_')}_seed{args.seed}.json"
+    tag = f"_{args.tag}" if args.tag else ""
+    name = f"levers_{args.preset.replace('-', '_')}_seed{args.seed}{tag}.json"
     (RESULTS / name).write_text(json.dumps(out, indent=1) + "\n")
     print(table(rows))
 
