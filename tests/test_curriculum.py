@@ -134,6 +134,8 @@ def test_slots_pass_over_mazes_no_episode_can_solve_and_a_hard_share_over_short_
     fits, end = draw_train_mazes(spec, 0, 40, max_turns=18)  # VisGym easy's budget
     assert all(turns_to_solve(m) <= 18 for m in fits) and end > 40  # 20-move mazes passed over
     assert max(turns_to_solve(train_maze(spec, i)) for i in range(end)) > 18
+    with pytest.raises(UsageError, match="a shortest way that fits 1 turns: raise task.env"):
+        draw_train_mazes(spec, 0, 1, max_turns=1)
     with pytest.raises(UsageError, match="lower grpo.hard_min_path") as e:
         draw_train_mazes(spec, 0, 2, hard=1.0, min_path=80)
     assert "\n" not in str(e.value)

@@ -209,6 +209,7 @@ def test_a_real_stall_on_the_smoke_preset_warns_no_gradient(tmp_path, capsys):
     overrides = {
         "warm_start.enabled": False,
         "task.env.max_turns": 1,
+        "grpo.solvable_only": False,  # else no maze of the stream is drawn at all
         "schedule.steps": 6,
         "schedule.eval_every": 6,
         "schedule.ckpt_every": 6,

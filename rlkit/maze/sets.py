@@ -129,10 +129,11 @@ def draw_train_mazes(
         ):
             passed += 1
             if passed > HARD_SEARCH:
+                want = f"a shortest path of {need} moves or more" if need else "a shortest way"
                 raise UsageError(
-                    f"none of {HARD_SEARCH} training mazes has a shortest path of {need} moves or "
-                    f"more that fits {max_turns} turns: lower grpo.hard_min_path or raise the "
-                    "env's max_turns"
+                    f"none of {HARD_SEARCH} training mazes has {want} that fits {max_turns} "
+                    "turns: raise task.env.max_turns, lower grpo.hard_min_path, or set "
+                    "grpo.solvable_only=false"
                 )
             maze, cursor = train_maze(spec, cursor), cursor + 1
         mazes.append(nearer_start(maze, share))

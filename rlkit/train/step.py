@@ -96,7 +96,7 @@ def rollout_round(
         state.cursor,
         g.mazes_per_step,
         curriculum(cfg, state),
-        max_turns=task.env.max_turns,
+        max_turns=task.env.max_turns if g.solvable_only else None,
         hard=g.hard_share,
         min_path=g.hard_min_path,
     )

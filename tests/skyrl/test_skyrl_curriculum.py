@@ -20,8 +20,9 @@ from rlkit.cluster.skyrl.experiment import RlkitExp
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides
 from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.env.data import read_rows
+from rlkit.env.maze_env import env_for_set
 from rlkit.maze.core import Maze, difficulty
-from rlkit.maze.sets import pinned_spec, train_mazes
+from rlkit.maze.sets import draw_train_mazes, pinned_spec
 from rlkit.recipe import Recipe
 
 
@@ -49,7 +50,8 @@ def test_each_row_is_written_at_its_steps_share(preset, tmp_path):
         str(tmp_path), preset.train_rows, preset.task.eval_set, 4, None, shares
     )
     rows = read_rows(train)
-    whole = train_mazes(pinned_spec(preset.task.eval_set), 0, preset.train_rows)
+    spec, turns = pinned_spec(preset.task.eval_set), env_for_set(preset.task.eval_set).max_turns
+    whole, _ = draw_train_mazes(spec, 0, preset.train_rows, max_turns=turns)
     for row, share, maze in zip(rows, shares, whole, strict=True):
         moved = Maze.from_dict(row["extra_info"]["maze"])
         expected = max(1, math.ceil(share * difficulty(maze).path_length))
