@@ -72,6 +72,12 @@ def train_seconds(run_dir: Path) -> float:
     return round(rows[-1]["timing/elapsed_s"], 1) if rows else 0.0
 
 
+def first_step_at(run_dir: Path, rate: float = 0.95) -> int | None:
+    """The first GRPO step whose sampled eval reached `rate` (None: never)."""
+    rows = RunDir(run_dir).read_metrics()
+    return next((r["step"] for r in rows if r.get("eval/solve_rate", 0.0) >= rate), None)
+
+
 def report(root: Path, seed: int) -> dict:
     """Every lever on disk: final greedy, paired against the baseline."""
     runs = {n: root / f"seed{seed}" / n for n in LEVERS}
@@ -88,6 +94,7 @@ def report(root: Path, seed: int) -> dict:
             "mazes": r.n_mazes,
             "ci95": list(r.ci95),
             "train_s": train_seconds(runs[name]),
+            "first_step_at_95": first_step_at(runs[name]),
             "git_sha": json.loads((runs[name] / "run.json").read_text()).get("git_sha"),
         }
         if base is not None and name != "baseline":
@@ -105,7 +112,7 @@ def report(root: Path, seed: int) -> dict:
 
 def table(rows: dict) -> str:
     lines = [
-        "| lever | final greedy | 95% interval | vs baseline, paired by maze | p | train s |",
+        "| lever | final greedy | 95% interval | vs baseline, paired by maze | p | 95% sampled at |",
         "|---|---|---|---|---|---|",
     ]
     for name, r in rows.items():
@@ -118,9 +125,8 @@ def table(rows: dict) -> str:
             )
             p = f"{vs['p_value']:.3g}"
         rate = f"{r['solved']}/{r['mazes']} = {r['greedy']:.1%}"
-        lines.append(
-            f"| {name} | {rate} | [{lo:.1%}, {hi:.1%}] | {paired} | {p} | {r['train_s']:.0f} |"
-        )
+        at = f"step {r['first_step_at_95']}" if r["first_step_at_95"] else "never"
+        lines.append(f"| {name} | {rate} | [{lo:.1%}, {hi:.1%}] | {paired} | {p} | {at} |")
     return "\n".join(lines)
 
 
