@@ -35,10 +35,12 @@ LEVERS: dict[str, dict] = {
     "gigpo": {"recipe.advantage_estimator": "gigpo"},
     "squares": {"grpo.aux_weight": 1.0},
     "hard": {"grpo.hard_share": 0.5},
+    "curriculum+hard": {"recipe.curriculum_steps": 60, "grpo.hard_share": 0.5},
 }
 """Each lever's switches on top of the preset: the difficulty curriculum (rlkit's, over the first
 half of the default 120 steps), GiGPO's step-level credit, the warm start's per-square loss
-kept through GRPO, and half of each step's mazes drawn among long-path ones (`grpo.hard_share`)."""
+kept through GRPO, half of each step's mazes drawn among long-path ones (`grpo.hard_share`),
+and the two levers that moved the seed's task most, together."""
 
 
 def warm_start(preset_name: str, seed: int, root: Path, sets: dict) -> Path:
