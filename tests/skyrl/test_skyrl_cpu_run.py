@@ -105,9 +105,12 @@ def test_training_moved_answers_the_way_their_advantages_asked(skyrl_cpu_run):
     """The learning check on SkyRL's path: every captured training episode re-scored under
     the step-1 policy (the run's init model) and the trained one (the last export). GRPO
     raised the answers of episodes with a positive advantage and lowered the others
-    (advantage-weighted shift > 0; solved episodes gained on their groups' failed ones), and
-    spent nothing on the observations the loss mask leaves out. Mutation runs (a flipped
-    advantage, a loss mask over the observations) fail it (rlkit.train.rescore)."""
+    (advantage-weighted shift > 0; solved episodes gained on their groups' failed ones); a
+    flipped advantage fails it (rlkit.train.rescore). The observations' shift is not compared
+    here: over this run's 3 steps it is as large as the answers' on some runs of the same code
+    (+0.079 against +0.066 nats/token on a fresh clone of 4b09ef3, while the same test passed
+    on this checkout), so that the mask keeps observations out is checked where it is
+    deterministic: tests/skyrl/test_generator.py (every observation token masked)."""
     run = skyrl_cpu_run.run_dir
     row = read_rows(run / "data" / "train.parquet")[0]
     env = EnvConfig.from_mapping(json.loads(row["extra_info"]["env"]))
@@ -115,7 +118,6 @@ def test_training_moved_answers_the_way_their_advantages_asked(skyrl_cpu_run):
     final = skyrl_cpu_run.export_dir / f"global_step_{STEPS}" / "policy"
     check = rescore(episodes, before=skyrl_cpu_run.model_dir, after=final, env=env)
     assert check.weighted > 0 and check.solved_gain > 0, check.summary()
-    assert abs(check.observation_weighted) < check.weighted, check.summary()
 
 
 def test_rlkit_plot_draws_the_skyrl_run(skyrl_cpu_run, tmp_path):
