@@ -125,7 +125,7 @@ def draw_train_mazes(
         need = min_path if math.floor((k + 1) * hard) > math.floor(k * hard) else 0
         maze, cursor, passed = train_maze(spec, cursor), cursor + 1, 0
         while (max_turns is not None and turns_to_solve(maze) > max_turns) or (
-            len(shortest_path(maze)) - 1 < need
+            need and turns_to_solve(maze) - (maze.game == "squares") < need
         ):
             passed += 1
             if passed > HARD_SEARCH:

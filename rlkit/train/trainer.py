@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from rlkit.env.maze_env import env_for_set
 from rlkit.episodes.evaluate import EVAL_SEED, EvalResult, evaluate
 from rlkit.errors import RlkitError, UsageError
+from rlkit.maze.core import Maze
 from rlkit.maze.rules import game_moves
 from rlkit.maze.sets import train_maze
 from rlkit.model.build import build_tiny
@@ -108,7 +109,7 @@ class Trainer:
         answer = AnswerSpec.from_loaded(loaded, maze.game) if m.constrained else None
         grpo = self.state.phase == "grpo"
         if (self.cfg.grpo if grpo else self.cfg.warm_start).aux_weight > 0:
-            self._square_head(loaded, saved or {})
+            self._square_head(loaded, maze, saved or {})
         self.learner = Learner(
             loaded, self._optimizer(loaded), answer=answer, temperature=m.temperature
         )
@@ -118,10 +119,10 @@ class Trainer:
             self.learner.ref = self._reference()
         return ckpt
 
-    def _square_head(self, loaded: LoadedModel, saved: dict) -> None:
-        """The per-square head (`saved`'s if any) and, in the GRPO phase, its own optimizer."""
+    def _square_head(self, loaded: LoadedModel, maze: Maze, saved: dict) -> None:
+        """The per-square head (`saved`'s if any) for `maze`'s layout and, in the GRPO phase,
+        its own optimizer."""
         if self.square_head is None:
-            maze = train_maze(self.cfg.task.spec, 0)
             block = block_side(loaded, self.cfg.task.env, maze)
             self.square_head = SquareHead(loaded, block, game_moves(maze), self.cfg.schedule.seed)
             if "square_head" in saved:
@@ -297,7 +298,7 @@ class Trainer:
             self._tune(self.learner.loaded, None)
             self.learner.opt = self._optimizer(self.learner.loaded)
             if self.cfg.grpo.aux_weight > 0:
-                self._square_head(self.learner.loaded, {})
+                self._square_head(self.learner.loaded, mazes[0], {})
             elif self.square_head is not None:
                 self.square_head.close()  # the warm start's alone
                 self.square_head = None
