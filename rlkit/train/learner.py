@@ -6,18 +6,23 @@ step): the model, its optimizer and, for GRPO, the frozen reference of the KL te
 `minibatch_loss` recomputes a minibatch's logprobs under the learner's current weights, masks
 what the policy did not choose (constrained mode: only the move word's token) and hands them to
 `rlkit.train.policy_losses.policy_loss` with each row's episode as its sequence;
-`with_reference` fills the reference's logprobs once per update.
+`with_reference` fills the reference's logprobs once per update; `start_policy` and
+`reference_of` save and reload that reference (RUN/reference_policy).
 """
 
 from __future__ import annotations
 
+import copy
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
+from rlkit.errors import RlkitError
 from rlkit.model.chat import Encoded
-from rlkit.model.load import LoadedModel
+from rlkit.model.load import LoadedModel, fast_vision, no_progress_bars
 from rlkit.model.policy import AnswerSpec, turn_logprobs
 from rlkit.recipe import Recipe
 from rlkit.train.policy_losses import PolicyLoss, policy_loss
@@ -127,3 +132,34 @@ def _rows(like: torch.Tensor, values: Sequence[Sequence[float]]) -> torch.Tensor
     for i, v in enumerate(values):
         out[i, : len(v)] = torch.tensor(v, dtype=out.dtype)
     return out
+
+
+def start_policy(run_dir: Path, loaded: LoadedModel | None) -> Path:
+    """RUN/reference_policy: the policy as the GRPO phase starts, saved once from `loaded`
+    with its processor (the KL term's reference, LoRA's base, a model dir another run can
+    start GRPO from; None: it must exist already)."""
+    ref_dir = run_dir / "reference_policy"
+    if loaded is None and not (ref_dir / "config.json").exists():
+        raise RlkitError(f"{ref_dir} is missing: a LoRA run resumes on the base it saved there")
+    if not (ref_dir / "config.json").exists():
+        tmp = run_dir / ".reference_policy.tmp"
+        with no_progress_bars():
+            loaded.model.save_pretrained(tmp)
+        loaded.processor.save_pretrained(tmp)
+        os.replace(tmp, ref_dir)
+    return ref_dir
+
+
+def model_like(path: Path, like: torch.nn.Module) -> torch.nn.Module:
+    """The model saved at `path`, on `like`'s device and dtype, in eval mode."""
+    with no_progress_bars():
+        model = type(like).from_pretrained(path, dtype=like.dtype)
+    return fast_vision(model.to(like.device).eval())
+
+
+def reference_of(loaded: LoadedModel, run_dir: Path) -> LoadedModel:
+    """The frozen post-warm-start policy the KL term pulls towards (saved once, reloaded); it
+    shares the policy's tokenizer and encoder caches."""
+    ref = copy.copy(loaded)
+    ref.model = model_like(start_policy(run_dir, loaded), loaded.model)
+    return ref

@@ -10,7 +10,6 @@ uninterrupted one. The loop, step by step: docs/local-trainer.md.
 
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 import sys
@@ -25,12 +24,12 @@ from tqdm.auto import tqdm
 
 from rlkit.env.maze_env import env_for_set
 from rlkit.episodes.evaluate import EVAL_SEED, EvalResult, evaluate
-from rlkit.errors import RlkitError, UsageError
+from rlkit.errors import UsageError
 from rlkit.maze.core import Maze
 from rlkit.maze.rules import game_moves
 from rlkit.maze.sets import train_maze
 from rlkit.model.build import build_tiny
-from rlkit.model.load import LoadedModel, fast_vision, load, no_progress_bars
+from rlkit.model.load import LoadedModel, load, no_progress_bars
 from rlkit.model.lora import load_adapter_weights, save_adapter, save_merged, trainable, tune
 from rlkit.model.policy import AnswerSpec, ModelPolicy
 from rlkit.run import captures
@@ -38,7 +37,7 @@ from rlkit.run.checkpoints import Checkpoint
 from rlkit.run.rundir import RunDir
 from rlkit.train import faults
 from rlkit.train.config import TrainConfig
-from rlkit.train.learner import Learner
+from rlkit.train.learner import Learner, model_like, reference_of, start_policy
 from rlkit.train.metrics import MetricsLogger
 from rlkit.train.run_config import check_resume, resume_config
 from rlkit.train.square_head import SquareHead, block_side, squares_update, tower_optimizer
@@ -116,7 +115,7 @@ class Trainer:
         if saved:
             self.learner.opt.load_state_dict(saved["optimizer"])
         if self.cfg.recipe.kl_in_loss > 0 and self.state.phase == "grpo":
-            self.learner.ref = self._reference()
+            self.learner.ref = reference_of(self.learner.loaded, self.run.path)
         return ckpt
 
     def _square_head(self, loaded: LoadedModel, maze: Maze, saved: dict) -> None:
@@ -157,46 +156,16 @@ class Trainer:
     def _tune(self, loaded: LoadedModel, ckpt: Checkpoint | None) -> None:
         """As the GRPO phase starts (or resumes): freeze the vision side and/or attach LoRA
         adapters (`model.lora_rank`, `model.freeze_vision`). LoRA's base is the policy at the
-        phase's start (`_start_policy`); a resumed run reloads it and its checkpoint's adapter
+        phase's start (`rlkit.train.learner.start_policy`); a resumed run reloads it and its checkpoint's adapter
         (the checkpoint's policy/ holds the merged weights, for readers)."""
         m = self.cfg.model
         if m.lora_rank > 0:
-            base = self._start_policy(None if ckpt else loaded)
+            base = start_policy(self.run.path, None if ckpt else loaded)
             if ckpt is not None:
-                loaded.model = self._model_from(base, loaded.model)
+                loaded.model = model_like(base, loaded.model)
         self.adapter = tune(loaded.model, m, seed=self.cfg.schedule.seed)
         if self.adapter is not None and ckpt is not None:
             load_adapter_weights(self.adapter, ckpt.path / "adapter")
-
-    def _start_policy(self, loaded: LoadedModel | None) -> Path:
-        """RUN/reference_policy: the policy as the GRPO phase starts, saved once from `loaded`
-        with its processor (the KL term's reference, LoRA's base, a model dir another run can
-        start GRPO from; None: it must exist already)."""
-        ref_dir = self.run.path / "reference_policy"
-        if loaded is None and not (ref_dir / "config.json").exists():
-            raise RlkitError(f"{ref_dir} is missing: a LoRA run resumes on the base it saved there")
-        if not (ref_dir / "config.json").exists():
-            tmp = self.run.path / ".reference_policy.tmp"
-            with no_progress_bars():
-                loaded.model.save_pretrained(tmp)
-            loaded.processor.save_pretrained(tmp)
-            os.replace(tmp, ref_dir)
-        return ref_dir
-
-    @staticmethod
-    def _model_from(path: Path, like: torch.nn.Module) -> torch.nn.Module:
-        """The model saved at `path`, on `like`'s device and dtype, in eval mode."""
-        with no_progress_bars():
-            model = type(like).from_pretrained(path, dtype=like.dtype)
-        return fast_vision(model.to(like.device).eval())
-
-    def _reference(self) -> LoadedModel:
-        """The frozen post-warm-start policy the KL term pulls towards (saved once, reloaded);
-        it shares the policy's tokenizer and encoder caches."""
-        loaded = self.learner.loaded
-        ref = copy.copy(loaded)
-        ref.model = self._model_from(self._start_policy(loaded), loaded.model)
-        return ref
 
     # the run -----------------------------------------------------------------------------
     def fit(self, *, stop_at_step: int | None = None) -> dict:
@@ -294,7 +263,7 @@ class Trainer:
         metrics["train/lr"] = lr
         if done:
             s.phase, s.warm_start_end = "grpo", s.step
-            self._start_policy(self.learner.loaded)
+            start_policy(self.run.path, self.learner.loaded)
             self._tune(self.learner.loaded, None)
             self.learner.opt = self._optimizer(self.learner.loaded)
             if self.cfg.grpo.aux_weight > 0:
@@ -303,7 +272,7 @@ class Trainer:
                 self.square_head.close()  # the warm start's alone
                 self.square_head = None
             if self.cfg.recipe.kl_in_loss > 0:
-                self.learner.ref = self._reference()
+                self.learner.ref = reference_of(self.learner.loaded, self.run.path)
         return metrics
 
     def _squares_step(self, lr: float) -> dict:
