@@ -89,9 +89,12 @@ def _small_cfg():
 
 def test_the_square_head_trains_beside_bc_then_on_through_grpo_and_resumes(tmp_path):
     """The dense loss joins BC (its own metric); with `grpo.aux_weight` it goes on after each
-    GRPO step as a step of its own; its head (and in GRPO its optimizer) is checkpointed, and a
-    run stopped mid warm start and again mid GRPO ends as an uninterrupted one."""
-    cfg = _small_cfg().with_overrides({"grpo.aux_weight": 1.0, "schedule.steps": 2})
+    GRPO step as steps of its own (`grpo.aux_steps`); its head (and in GRPO its optimizer) is
+    checkpointed, and a run stopped mid warm start and again mid GRPO ends as an uninterrupted
+    one."""
+    cfg = _small_cfg().with_overrides(
+        {"grpo.aux_weight": 1.0, "grpo.aux_steps": 2, "schedule.steps": 2}
+    )
     straight, split = tmp_path / "straight", tmp_path / "split"
     train(cfg, straight, progress=False)
     for stop, keys in ((2, {"square_head"}), (5, {"square_head", "tower_optimizer"})):
@@ -144,4 +147,10 @@ def test_the_grpo_square_step_moves_the_vision_tower_and_nothing_else(tmp_path):
 def test_the_grpo_square_loss_is_refused_on_a_fixed_tower(tuning):
     with pytest.raises(UsageError, match="grpo.aux_weight trains the vision tower") as e:
         _small_cfg().with_overrides({"grpo.aux_weight": 1.0, **tuning})
+    assert "\n" not in str(e.value)
+
+
+def test_a_square_step_count_under_one_is_refused_in_one_line():
+    with pytest.raises(UsageError, match=r"grpo.aux_steps \(0\) >= 1") as e:
+        _small_cfg().with_overrides({"grpo.aux_weight": 1.0, "grpo.aux_steps": 0})
     assert "\n" not in str(e.value)

@@ -276,21 +276,22 @@ class Trainer:
         return metrics
 
     def _squares_step(self, lr: float) -> dict:
-        """`grpo.aux_weight`: one step of the per-square loss on the warm start's next states."""
-        w, task, loaded = self.cfg.warm_start, self.cfg.task, self.learner.loaded
+        """`grpo.aux_weight`: `grpo.aux_steps` steps of the per-square loss, each on the warm
+        start's states of its own batch index (past every warm-start index: fresh mazes)."""
+        w, task, loaded, g = self.cfg.warm_start, self.cfg.task, self.learner.loaded, self.cfg.grpo
+        losses = []
         with self.log.timer("squares"):
-            prompts, _, mazes = bc_batch(
-                loaded, task.spec, task.env, self.state.step - 1, w, self.cfg.schedule.seed
-            )
-            batch = (prompts, mazes, task.env.style.pad)
-            return squares_update(
-                loaded,
-                self.square_head,
-                self.tower_opt,
-                batch,
-                weight=self.cfg.grpo.aux_weight,
-                lr=lr,
-            )
+            for i in range(g.aux_steps):
+                index = (self.state.step - 1) * g.aux_steps + i
+                prompts, _, mazes = bc_batch(
+                    loaded, task.spec, task.env, index, w, self.cfg.schedule.seed
+                )
+                batch = (prompts, mazes, task.env.style.pad)
+                out = squares_update(
+                    loaded, self.square_head, self.tower_opt, batch, weight=g.aux_weight, lr=lr
+                )
+                losses.append(out["loss/grpo_squares"])
+        return {"loss/grpo_squares": sum(losses) / len(losses)}
 
     def _policy(self, greedy: bool = False) -> ModelPolicy:
         m = self.cfg.model
