@@ -1,9 +1,5 @@
-"""Errors a user can act on.
-
-Every error rlkit raises on purpose says, in one line, what was wrong and what to do. The CLI
-prints such errors without a traceback: `UsageError` exits with code 2 (bad arguments or input),
-any other `RlkitError` with code 1 (the world was not as needed: a missing file, a dead cluster).
-"""
+"""Errors a user can act on, each one line saying what was wrong and what to do. The CLI prints
+them without a traceback: `UsageError` exits 2 (bad arguments or input), any other `RlkitError` 1."""
 
 
 class RlkitError(RuntimeError):

@@ -1,8 +1,5 @@
-"""Crash-safe file primitives: fsync, atomic replace, and an flock-based run lock.
-
-A kill at any instant leaves a file either old or new (write to a hidden sibling, fsync,
-rename, fsync the directory), and a lock that the kernel releases when its holder dies.
-"""
+"""Crash-safe file primitives: fsync, atomic replace (a kill leaves a file old or new), and an
+flock-based run lock the kernel releases when its holder dies."""
 
 from __future__ import annotations
 

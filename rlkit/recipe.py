@@ -1,10 +1,6 @@
-"""The GRPO recipe: every algorithm switch, named once under SkyRL 0.4.0's own key and value.
-
-The local trainer embeds a `Recipe` (`TrainConfig.recipe`) and so does every SkyRL preset
-(`SkyRLPreset.recipe`, turned into `trainer.algorithm.*` overrides by `skyrl_overrides()`); a
-switch a backend cannot honour is refused in one line (`refusals`). Defaults are SkyRL's
-`AlgorithmConfig` defaults. Each switch's paper, SkyRL key and refusals: docs/recipes.md#the-switches.
-"""
+"""The GRPO recipe (`Recipe`): every algorithm switch under SkyRL 0.4.0's own key, value and default,
+shared by both backends; a switch a backend cannot honour is refused in one line (`refusals`).
+Each switch's paper, SkyRL key and refusals: docs/recipes.md#the-switches."""
 
 from __future__ import annotations
 

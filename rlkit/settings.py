@@ -1,11 +1,6 @@
-"""Settings given as text, for every config (local sections, recipe switches, SkyRL presets):
-one `KEY=VALUE` parser, one override path (`apply_settings`), one builder from a recorded dict
-(`build_config`) and one coercion, so `true`, `none` and numbers mean the same everywhere.
-
-    parse_sets(["grpo.lr=1e-4", "steps=4"])              # {"grpo.lr": "1e-4", "steps": "4"}
-    apply_settings(cfg, {"grpo.lr": "1e-4", "steps": "4"})  # a new cfg: schedule.steps == 4
-    coerce_text("none", "schedule.keep", int)            # None
-"""
+"""Settings given as text, for every config: one `KEY=VALUE` parser (`parse_sets`), one override
+path (`apply_settings`), one builder from a recorded dict (`build_config`) and one coercion
+(`coerce_text`), so `true`, `none` and numbers mean the same everywhere: docs/cli.md#overriding-a-config."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Honest statistics for small evaluation sets (pure functions, hand-checkable): every solve
-rate carries a 95% interval, pass@k uses the unbiased estimator, and two checkpoints are
-compared maze by maze with an exact paired test.
-
-Interval (`CI_METHOD`): Wilson's on the design-effect adjusted sample size, the maze as the unit
-of evidence. Paired test (`PAIRED_METHOD`): an exact sign-flip test on per-maze differences.
-Why these, the formulas and what they assume: docs/statistics.md.
-"""
+"""Honest statistics for small evaluation sets (pure functions, hand-checkable): solve rates with a
+95% interval clustered by maze (`CI_METHOD`), unbiased pass@k, and an exact paired sign-flip test
+(`PAIRED_METHOD`). Why these and what they assume: docs/statistics.md."""
 
 from __future__ import annotations
 

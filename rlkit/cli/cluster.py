@@ -1,10 +1,5 @@
-"""`rlkit jobs`, `rlkit submit`, `rlkit preflight` and `rlkit model stage`: Ray jobs from a
-terminal, the same calls as the notebooks (`register` adds them to the main parser).
-
-    rlkit submit --preset qwen3vl-8b --address http://127.0.0.1:8265 --dry-run
-    rlkit submit --preset local-tiny --set grpo.lr=1e-4 --run-name tiny-a
-    rlkit jobs list|logs|stop|watch ... --address ADDR
-"""
+"""`rlkit jobs`, `rlkit submit`, `rlkit preflight` and `rlkit model stage`: Ray jobs from a terminal,
+the same calls as the notebooks (`register` adds them to the main parser). Usage: docs/cli.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""`rlkit eval`: a policy (scripted, or any Qwen3-VL checkpoint on HF's engine or vLLM) on a
-pinned set, by rlkit's protocol or the seed's, or a SkyRL run's own eval read from its dumps.
-
-    rlkit eval --policy oracle --set visgym-easy --protocol seed
-    rlkit eval --policy models/tiny --samples 4 --json --engine vllm
-    rlkit eval --dumps runs/skyrl/RUN --step 20
-"""
+"""`rlkit eval`: a scripted policy or any Qwen3-VL checkpoint (HF or vLLM) on a pinned set, by
+rlkit's protocol or the seed's, or a SkyRL run's own eval read from its dumps. Usage: docs/cli.md."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """The `rlkit` command: the same workflow as the notebooks, from a terminal or CI.
 
-    rlkit maze --size 5 --seed 3 --png maze.png
-    rlkit eval --policy oracle --set test --json
-    rlkit model tiny --out models/tiny
-    rlkit demo --out runs/demo
 A user's error prints one line: exit 2 for bad arguments or input, 1 when the world was not as
-needed (a missing file, an unreachable cluster). Every command: docs/cli.md.
-"""
+needed. Every command: docs/cli.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""`rlkit rollouts`: the training rollouts a run captured per step, from a terminal.
-
-    rlkit rollouts RUN                          # every captured step: episodes, groups, solved
-    rlkit rollouts RUN --step latest [--json]   # each episode's reward, advantage, moves, P(move)
-    rlkit rollouts RUN --export step.html       # the step as a kernel-free HTML player
-    rlkit rollouts /fsx/.../RUN --address ADDR  # read on the cluster by a small Ray job
-RUN is a local or a SkyRL run dir (both keep them in RUN/rollouts).
-"""
+"""`rlkit rollouts RUN`: the training rollouts a local or SkyRL run captured per step, listed, shown
+episode by episode or exported as an HTML player (`--address`: read on the cluster). Usage: docs/cli.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Which Ray cluster an address means: the local head rlkit starts or reuses on this machine
-(`rlkit.cluster.localhead`), or a Jobs API URL; `resolve_address` alone decides.
-
-None or "" (RAY_API_SERVER_ADDRESS / RAY_ADDRESS if set, else local), "local", http(s)://host:8265
-(never started by rlkit), sagemaker_ray://RAYCLUSTER/NS (HyperPod). Ray Client (`ray://`) is
-refused. Each form in full: docs/decisions.md.
-"""
+"""Which Ray cluster an address means (the local head, a Jobs API URL, or HyperPod's
+`sagemaker_ray://`); `resolve_address` alone decides. Each form: docs/decisions.md#what-an-address-means."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
-"""Reach a Ray cluster from a notebook or terminal and run rlkit's work on it as Ray jobs,
-always through Ray's Jobs API, never Ray Client (why: docs/decisions.md).
+"""Reach a Ray cluster and run rlkit's work on it as Ray jobs, through Ray's Jobs API, never Ray
+Client (why: docs/decisions.md#jobs-api-never-ray-client).
 
     cluster = connect()                 # local head; or "http://host:8265", "sagemaker_ray://rlkit/ray"
-    print(cluster.summary())
-    job = cluster.submit("smoke", "python -m rlkit.cli.main eval --policy oracle")
-    job.wait(600)
-"""
+    job = cluster.submit("smoke", "python -m rlkit.cli.main eval --policy oracle")"""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""A preflight `Check`, and `rlkit preflight --gpu`: the checks that exercise the GPUs (NCCL
-all-reduce, flash-attn against SDPA, vLLM sleep/wake), each with its fix. Thresholds and verdicts
-are plain Python, tested on CPU; the measuring is `scripts/gpu_probe.py`, which `gpu_exercise`
-runs on a GPU worker. What each check catches: docs/decisions.md.
-"""
+"""`rlkit preflight --gpu`: the checks that exercise the GPUs (NCCL, flash-attn, vLLM sleep/wake),
+judged in plain Python; `scripts/gpu_probe.py` measures. What each catches:
+docs/decisions.md#preflight-and-the-gpu-checks."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Hang detection on HyperPod: SageMaker's log rules watching the step lines rlkit prints.
-
-`HangRules` turns the `rlkit: step N` / `rlkit: training complete` lines into
-`toolkit-for-ray-on-sagemaker-ai` log rules (no step line for `minutes`, an OOM or NCCL watchdog
-line at once); HyperPod then notifies or cancels (`action`). Off HyperPod (no toolkit, no
-`HYPERPOD_JMA_HOST`) it is a no-op that says why. The rules in full: docs/decisions.md.
-"""
+"""Hang detection on HyperPod: SageMaker's log rules watching the step lines rlkit prints (a no-op
+off HyperPod). The rules: docs/decisions.md#healing-a-run-watch-hang-rules-rayjob."""
 
 from __future__ import annotations
 

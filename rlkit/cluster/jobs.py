@@ -1,10 +1,5 @@
-"""A Ray job of an rlkit run: its submission id, its record in a listing, and a handle on it.
-
-A run name maps to submission ids `rlkit-<run>-<n>`: resubmitting the same run (to resume it
-after a node replacement) gets the next n instead of colliding with the dead job's id, and
-`reattach` picks the highest n. A `JobHandle` watches one job through a Jobs API connection
-(`rlkit.cluster.jobs_api.JobsApi`, which a `Cluster` is): status, logs, a live tail, stop, wait.
-"""
+"""A Ray job of an rlkit run: its submission id (`rlkit-<run>-<n>`), its record in a listing, and a
+handle on it (status, logs, tail, stop, wait). Why numbered ids: docs/decisions.md#jobs-and-the-working-dir."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Talking to a Ray Jobs API without hanging: a timeout on every HTTP request, a wall-clock
-deadline on every call, and each failure as one line naming the address.
-
-Everything rlkit does on a cluster goes through Ray's Jobs API (HTTP on the dashboard port),
-never Ray Client: a job keeps running when the notebook's kernel dies. `open_client` reaches an
-address; `call` runs one request on a connection (`JobsApi`: a `Cluster`, or anything holding
-the same three attributes), which is all a job handle needs.
-"""
+"""Talking to a Ray Jobs API without hanging: a timeout on every HTTP request, a deadline on every
+call, each failure one line naming the address: docs/decisions.md#jobs-api-never-ray-client."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""Training as a Ray job, one path for every preset: `plan_training` resolves a preset (local or
-SkyRL) into a `TrainingPlan` (what runs, where; it prints itself), `launch_plan` submits it.
-`rlkit submit`, `rlkit train --address` and notebook 03 all go through the two.
+"""Training as a Ray job, one path for every preset: `plan_training` resolves a preset into a
+`TrainingPlan`, `launch_plan` submits it (`rlkit submit`, `rlkit train --address`, notebook 03).
 
-    plan = plan_training("local-tiny", "runs", address="local")
-    print(plan)
-    job = launch_plan(plan, connect("local", start_local=True))
-"""
+    job = launch_plan(plan_training("local-tiny", "runs", address="local"), connect("local"))"""
 
 from __future__ import annotations
 

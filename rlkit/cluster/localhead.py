@@ -1,8 +1,5 @@
-"""The local head: the Ray head rlkit starts, or reuses, on this machine (what the address
-`local`, or none, means: `rlkit.cluster.address`). It runs in a session and process group of
-its own, so it outlives the kernel that started it and stopping it ends nothing else; its
-dashboard (the Jobs API) listens on 127.0.0.1 only. Why not `--block`: docs/decisions.md.
-"""
+"""The local head: the Ray head rlkit starts, or reuses, on this machine, in a process group of its
+own (it outlives the kernel; stopping it ends nothing else): docs/decisions.md#the-local-head."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""Preflight: before a multi-day run, one short job checks what the run needs and says how to fix
-what is missing (packages, GPUs, storage, the model, the token budget, Ray's version), one line
-a check (`format_checks`); `--gpu` adds `rlkit.cluster.gpu_checks`. What each reads:
-docs/decisions.md.
+"""Preflight: one short job checks what a long run needs and says how to fix what is missing, one
+line a check (`--gpu` adds `gpu_checks`): docs/decisions.md#preflight-and-the-gpu-checks.
 
-    rlkit preflight --address http://127.0.0.1:8265 --preset qwen3vl-8b [--gpu]
-"""
+    rlkit preflight --address http://127.0.0.1:8265 --preset qwen3vl-8b [--gpu]"""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The KubeRay manifests of a SkyRL preset: the RayCluster (deploy/raycluster.yaml with its GPU
-worker group sized from the preset's instance and layout, EFA on every pod when the run spans
-nodes) and the RayJob built on it, the production way to heal a run with nobody watching.
-
-    rlkit submit --preset qwen3vl-8b --nodes 2 --raycluster runs/rlkit-2x8.raycluster.yaml
-    rlkit submit --preset qwen3vl-8b --run-name maze-a --rayjob runs/maze-a.rayjob.yaml --image URI
-What each sets and leaves out, and why: docs/decisions.md.
-"""
+"""The KubeRay manifests of a SkyRL preset: the RayCluster sized from its instance and layout, and
+the RayJob on it that heals a run with nobody watching. What each sets and why:
+docs/decisions.md#the-raycluster-manifest."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Stage a model once on shared storage, so no pod downloads it at job start: one small Ray job
-(`python -m rlkit.cluster.stage`, torch- and Ray-free) downloads or copies with resume, checks
-what landed and writes `STAGED_MARKER` last.
-
-    rlkit model stage Qwen/Qwen3-VL-8B-Instruct --to /fsx/models/Qwen3-VL-8B-Instruct --address ADDR
-Sources, checks and why: docs/decisions.md.
-"""
+"""Stage a model once on shared storage (one small Ray job, torch- and Ray-free): download or copy
+with resume, check, write `STAGED_MARKER` last. Why and the checks: docs/decisions.md#staging-a-model."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Follow a run's job and resubmit it when it fails: the interactive way to heal a run.
-
-    rlkit jobs watch RUN --resubmit 3 --address http://127.0.0.1:8265
-
-A FAILED job (or, with `stall_s`, one with no new step line for that long) is submitted again
-as it was and resumes from its last checkpoint; a STOPPED one is a person's decision and stays.
-How progress is judged: docs/decisions.md.
-"""
+"""Follow a run's job and resubmit it when it fails or stalls: `rlkit jobs watch RUN --resubmit 3`.
+How progress is judged: docs/decisions.md#healing-a-run-watch-hang-rules-rayjob."""
 
 from __future__ import annotations
 

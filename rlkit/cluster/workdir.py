@@ -1,9 +1,5 @@
-"""The working dir a job ships: the project checkout as Ray packs it, checked before it uploads.
-
-Ray packs a job's working dir honouring .gitignore and refuses one over 100 MiB only after
-packing; rlkit sizes it first, so a stray dataset fails in one clear line naming the largest
-files instead of inside Ray's upload. History, environments and run outputs never ship.
-"""
+"""The working dir a job ships, sized and checked before Ray packs it, so a stray dataset fails in
+one line naming the largest files: docs/decisions.md#jobs-and-the-working-dir."""
 
 from __future__ import annotations
 

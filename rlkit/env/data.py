@@ -1,10 +1,5 @@
-"""Datasets in SkyRL's row format (parquet): the training stream and the 64-maze eval split.
-
-A row is what SkyRL's generator hands to `skyrl_gym.make`: `prompt` (replaced by the env's
-`init`), `env_class` (`rlkit-maze`), `data_source`, `reward_spec`, and `extra_info.maze` (the maze
-as JSON). Under a curriculum (`Recipe.curriculum_steps`) training rows are written in the order
-they train, each from its share of the shortest path (`shares`).
-"""
+"""Datasets in SkyRL's row format (parquet): the training stream and the 64-maze eval split, each
+row's maze in `extra_info.maze`: docs/skyrl-integration.md#the-rows-and-the-env-envdatapy-envmaze_envpy."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The multi-turn maze env on skyrl-gym's `BaseTextEnv`, registered as `rlkit-maze`.
-
-SkyRL's generator and the local rollouts build it alike (`skyrl_gym.make("rlkit-maze", ...)`):
-`init` gives rules + first observation, each `step(model_text)` parses and plays a move and
-returns the next observation, the reward (1.0 only when solved) and `done`; a parse failure
-costs the turn, never an exception. The squares game's words: `rlkit.env.visgym_text`.
-"""
+"""The multi-turn maze env on skyrl-gym's `BaseTextEnv`, registered as `rlkit-maze` and built alike
+by SkyRL and the local rollouts; a parse failure costs the turn, never an exception:
+docs/skyrl-integration.md#the-rows-and-the-env-envdatapy-envmaze_envpy."""
 
 from __future__ import annotations
 

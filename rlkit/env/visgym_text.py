@@ -1,7 +1,5 @@
-"""What the squares game (VisGym's maze_2d) says to the model: its rules, the answer format, and
-the feedback after every turn, in rlkit's words for VisGym's facts and SkyRL's format line.
-Events, formats and the format score: docs/mazes.md#each-sets-picture-and-prompt.
-"""
+"""What the squares game (VisGym's maze_2d) says to the model: its rules, the answer format and the
+feedback after every turn: docs/mazes.md#each-sets-picture-and-prompt."""
 
 from __future__ import annotations
 

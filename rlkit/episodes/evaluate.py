@@ -1,9 +1,5 @@
 """Evaluation on a pinned test set: solve rate with its maze-clustered 95% interval, pass@k,
-difficulty, failures. `EvalResult` is the one result type for every source (scripted
-policies, local checkpoints, SkyRL eval dumps); every interval is `rlkit.stats.CI_METHOD`.
-
-    rlkit eval --policy oracle --set test --json
-"""
+difficulty, failures, as one `EvalResult` for every source: docs/mazes.md#evaluation."""
 
 from __future__ import annotations
 

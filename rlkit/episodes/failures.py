@@ -1,10 +1,5 @@
-"""Why an episode failed, judged against the BFS oracle (pure).
-
-Each unsolved episode gets the first kind that fits, in `KINDS` order: `format_error`,
-`stopped_off_target`, `never_stopped` (squares game), `loop`, `wall_bump`, `wrong_branch`,
-`timeout`; docs/mazes.md defines each. Squares kinds are judged on the replayed state, so
-SkyRL's dumps classify as local episodes do.
-"""
+"""Why an episode failed, judged against the BFS oracle (pure): the first kind in `KINDS` order
+that fits, judged on the replayed state so SkyRL's dumps classify alike: docs/mazes.md#failure-kinds."""
 
 from __future__ import annotations
 

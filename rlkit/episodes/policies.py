@@ -1,11 +1,6 @@
-"""Policies: anything that answers a batch of maze observations with text.
-
-Scripted policies (`random`, `oracle`, `eps-oracle:E`) write model-style answers through the
-same env and parser as a model; a model policy (`rlkit.model.policy`) also returns token ids
-and log-probabilities. A policy may report each move's probability (`Response.move_probs`, in
-`Action` order); scripted ones report none in the squares game, whose five actions four
-probabilities cannot describe.
-"""
+"""Policies: anything that answers a batch of maze observations with text. Scripted policies
+(`random`, `oracle`, `eps-oracle:E`) answer through the same env and parser as a model:
+docs/mazes.md#episodes-and-policies."""
 
 from __future__ import annotations
 

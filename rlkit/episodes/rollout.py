@@ -1,10 +1,5 @@
-"""Episodes: play policies on mazes through the env, batched, and record `Trajectory`s.
-
-`run_episodes` asks the policy once per turn for every live episode; `play_episode` is the
-plain loop it must match. Trajectories keep the maze spec and answers, no images (replays
-re-render), and per turn the move probabilities to `PROB_DECIMALS` places (None when not
-recorded). Solved is the game's rule (`Trajectory.won`), never the reward (docs/mazes.md).
-"""
+"""Episodes: play policies on mazes through the env, batched (`run_episodes`; `play_episode` is the
+plain loop it must match), and record `Trajectory`s: docs/mazes.md#episodes-and-policies."""
 
 from __future__ import annotations
 

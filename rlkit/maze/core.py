@@ -1,12 +1,6 @@
-"""Mazes: the frozen maze value, moves, BFS solving, difficulty and hashing (pure functions).
-
-A maze is a perfect maze on a `height x width` grid, one 4-bit wall mask per cell (N=1, E=2,
-S=4, W=8; a set bit is a wall). Two games share this value: `cells` (walls between cells, reach
-the exit) and `squares` (VisGym's maze_2d, stored as cells; `stop` on the target wins), so BFS,
-difficulty and the oracle run unchanged on both (docs/mazes.md).
-
-    difficulty(maze).path_length == len(shortest_path(maze)) - 1
-"""
+"""Mazes: the frozen maze value, moves, BFS solving, difficulty and hashing (pure functions). One
+4-bit wall mask per cell (N=1, E=2, S=4, W=8) holds both games, `cells` and VisGym's `squares`,
+so BFS and the oracle run unchanged on both: docs/mazes.md#the-maze-value-and-its-two-games."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Maze families: the one registry of named maze sets, each with everything that defines it.
-
-A `MazeSet` is a generator spec (`MazeSpec`), a size, its pinned combined hash and the task it
-is played under; everything that names a set reads this table, and an unknown name is a
-one-line error. Adding a set: docs/extending.md.
-"""
+"""Maze families: the one registry of named maze sets (`SETS`), each with its generator spec, size,
+pinned hash and task; an unknown name is a one-line error. Adding a set: docs/extending.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""Maze generation: perfect mazes from an explicit seed or `np.random.Generator`.
+"""Maze generation from an explicit seed or `np.random.Generator`, dispatched by name through
+`GENERATORS` (`wilson`, `dfs`, `visgym`): docs/mazes.md#generators.
 
-`wilson` (uniform spanning tree: many short dead ends), `dfs` (long corridors) and `visgym`
-(VisGym's maze_2d, `rlkit.maze.visgym`) are dispatched by name through `GENERATORS`; start and
-exit go to the corners or two random cells at least `min_path` apart. No global randomness.
-
-    >>> m = generate(4, 4, seed=0, placement="random", min_path=3)
-"""
+    >>> m = generate(4, 4, seed=0, placement="random", min_path=3)"""
 
 from __future__ import annotations
 

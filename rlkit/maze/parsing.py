@@ -1,10 +1,5 @@
-"""One parser from model text to moves: `parse_actions(text, mode, max_moves) -> (moves, error)`.
-
-It never raises and reads at most the last `MAX_CHARS` characters. Modes: `strict` (exactly one
-`<action>` tag), `relaxed` (the last tag, else the last bare move word), `visgym` (SkyRL's
-visgym recipe's reading, `stop` included) and `visgym-sft` (VisGym's own tuple answers); each
-mode's exact rule is in docs/mazes.md.
-"""
+"""One parser from model text to moves: `parse_actions(text, mode, max_moves) -> (moves, error)`,
+which never raises. Each mode's rule: docs/mazes.md#reading-an-answer-the-parse-modes."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Rendering: maze state -> PIL image, PNG bytes, data URI, or ASCII (pure; returns data).
-
-Images are assembled from cached per-wall-mask tiles with numpy. Views: `full` (the whole maze)
-and `ego` (an agent-centred window, padded so that one cell per vision patch tiles exactly). A
-`squares` maze is drawn as VisGym draws it (`rlkit.maze.render_squares`); docs/mazes.md says why.
-"""
+"""Rendering: maze state -> PIL image, PNG bytes, data URI, or ASCII (pure; returns data), in a
+`full` or agent-centred `ego` view from cached tiles: docs/mazes.md#pictures."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The squares game's picture and text, as VisGym's maze_2d draws them (pure; returns data).
-
-25 px squares on white, gray walls, a red target, the agent a blue disc drawn as pygame draws
-it; the disc VisGym leaves cut into the target once the agent has left is kept, since the model
-sees it (docs/mazes.md). `rlkit.maze.render` dispatches here for `Maze.game == "squares"`.
-"""
+"""The squares game's picture and text, pixel for pixel as VisGym's maze_2d draws them (pure;
+returns data): docs/mazes.md#pictures."""
 
 from __future__ import annotations
 

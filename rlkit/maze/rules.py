@@ -1,11 +1,6 @@
-"""The maze games' rules as pure functions on a frozen state (Gymnasium's functional style).
-
-`initial`, `transition`, `reward`, `terminal`, `solved` and `truncated` are shared by the env,
-the scripted policies, the renderer and the failure analysis, so all agree on an episode.
-`cells`: reaching the exit solves it; `squares` (VisGym): only `stop` on the target does.
-`solved(state)` is the rule both backends count by; the reward may be shaped and never decides
-(docs/mazes.md).
-"""
+"""The maze games' rules as pure functions on a frozen state (`initial`, `transition`, `reward`,
+`terminal`, `solved`, `truncated`), shared by everything that plays an episode. `solved` is what
+both backends count; the reward never decides: docs/mazes.md#the-rules-and-what-counts-as-solved."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Named maze sets: the pinned 64-maze test sets and the disjoint training stream.
-
-`pinned_set()` refuses a set whose combined hash moved (`rlkit.maze.families` pins it).
-Training maze `i` is a pure function of (spec, i) that skips test mazes, so a cursor is all a
-checkpoint needs to resume; a curriculum moves the start nearer the exit (`nearer_start`,
-`curriculum_share`) and stays a pure function of its arguments.
-"""
+"""Named maze sets: the pinned 64-maze test sets (`pinned_set` refuses a moved hash) and the
+disjoint training stream, a pure function of (spec, i): docs/mazes.md#sets-and-the-training-stream."""
 
 from __future__ import annotations
 

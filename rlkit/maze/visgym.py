@@ -1,10 +1,5 @@
-"""VisGym's maze_2d generator, square for square, with numpy and the standard library only.
-
-`reset(seed=s)` of `maze_2d/easy` (9x9 squares) or `maze_2d/hard` (11x11) is replayed draw for
-draw (`np.random.default_rng(s)`, then Wilson's walk on a seeded `random.Random`), so no
-gymnasium is needed; docs/mazes.md lists the steps, and `tests/test_visgym.py` pins both sets'
-hashes.
-"""
+"""VisGym's maze_2d generator replayed draw for draw with numpy and the standard library only (no
+gymnasium); the steps: docs/mazes.md#generators."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Where an answer names its move: the token position after its last `<action>`, by text.
-
-Token ids cannot tell: in Qwen's vocabulary `.<`, ` <` and `:<` are single tokens, and a
-tokenizer may merge `>` with the move word, so the tag is found in the decoded text and mapped
-back to token boundaries. The relaxed parser obeys the last tag, so the last one is read. Both
-backends' move probabilities (the local policy's free answers, SkyRL's capture probe) use it.
-"""
+"""Where an answer names its move: the token position after its last `<action>`, found in the
+decoded text. Why by text: docs/models-and-engines.md#where-an-answer-names-its-move-modelaction_tagpy-modelprompt_keyspy."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Model batches shared by sampling and training: padding, the forward pass, logprobs.
-
-`build_batch` left-pads rows and gathers each distinct image once; `response_logprobs` is the
-training forward; `turn_logprobs` and `choice_logits` run each distinct forward once. The free
-and constrained logprob definitions, which sampling and training share:
-docs/models-and-engines.md#batches-and-logprob-definitions-modelbatchingpy.
-"""
+"""Model batches shared by sampling and training: padding, the forward pass, logprobs. The free
+and constrained logprob definitions: docs/models-and-engines.md#batches-and-logprob-definitions-modelbatchingpy."""
 
 from __future__ import annotations
 
@@ -45,11 +40,8 @@ def mask_banned(logits: torch.Tensor, banned: list[int]) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class AnswerSpec:
-    """The constrained answer's tokens: forced prefix, one choice token, forced tail per word.
-
-    The choices are the game's actions in `rules.game_moves` order: the four moves of the cell
-    game (`Action` order, the move-probability contract), and `stop` fifth in the squares game
-    (VisGym's), whose only win is to stop on the target."""
+    """The constrained answer's tokens: forced prefix, one choice token, forced tail per word;
+    the choices in `rules.game_moves` order (the four moves, then `stop` in the squares game)."""
 
     prefix: tuple[int, ...]
     choices: tuple[int, ...]
@@ -111,8 +103,7 @@ class Batch:
     unique_grid_thw: torch.Tensor | None
     """(n_distinct, 3) patch grid per distinct image."""
     image_index: list[int]
-    """For each image placeholder in batch order, its distinct image (episodes of one maze
-    share most pictures: encoding each once cuts the vision tower's work several-fold)."""
+    """For each image placeholder in batch order, its distinct image (each encoded once)."""
     image_grid_thw: torch.Tensor | None
     """(n_images, 3) patch grid per image, batch order (multimodal rope positions)."""
     position_ids: torch.Tensor
@@ -138,8 +129,8 @@ class Batch:
 
 
 def forward_hidden(loaded: LoadedModel, batch: Batch) -> torch.Tensor:
-    """(B, L, H) last hidden states, as `Qwen3VLModel.forward` computes them, but with the
-    vision tower run once per distinct image (not once per image of every row)."""
+    """(B, L, H) last hidden states as `Qwen3VLModel.forward`, the vision tower run once per
+    distinct image."""
     vlm = loaded.model.model
     if batch.pixel_values is None:
         return vlm(
@@ -275,11 +266,9 @@ def response_logprobs(
     answer: AnswerSpec | None = None,
     mask_vision: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token (logprobs, entropy), each (B, R), of `batch.response_ids` (0 where masked).
-
-    Differentiable. `answer` selects the constrained definition (as the tokens were drawn);
-    `mask_vision=False` normalises over the whole vocabulary, as vLLM's `raw_logprobs` do.
-    """
+    """Per-token (logprobs, entropy), each (B, R), of `batch.response_ids` (0 where masked),
+    differentiable; `answer`: the constrained definition; `mask_vision=False`: over the whole
+    vocabulary, as vLLM's `raw_logprobs`."""
     b, r = batch.response_ids.shape
     length = batch.input_ids.shape[1]
     r_lens = batch.response_mask.sum(1, keepdim=True)
@@ -335,10 +324,9 @@ def turn_logprobs(
     temperature: float = 1.0,
     answer: AnswerSpec | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`response_logprobs` of `build_batch(prompts, responses)`, and its (B, R) response mask,
-    with each distinct forward computed once: constrained, rows that share a prompt share its
-    move-word distribution whatever move they chose; free, rows equal in prompt and response.
-    Gradients flow back through the shared rows (each row's loss term is its own)."""
+    """`response_logprobs` of `build_batch(prompts, responses)` and its (B, R) response mask,
+    each distinct forward (constrained: per prompt; free: per prompt and response) run once."""
+
     if len(responses) != len(prompts):
         raise UsageError(f"{len(prompts)} prompts but {len(responses)} responses")
     resp, mask = (t.to(loaded.device) for t in padded_responses(responses))

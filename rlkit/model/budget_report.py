@@ -1,10 +1,5 @@
-"""The budget printer: what the dry run and preflight say about a run's model and its tokens
-(template source, stop ids, sampling defaults, the set's image as the processor sees it, tokens
-per turn and episode, a one-line refusal naming the knob when the turn budget cannot fit).
-Torch-free; an example: docs/models-and-engines.md#token-budgets-modelbudgetspy.
-
-    budget_report("Qwen/Qwen3-VL-8B-Instruct", None, "visgym-easy", max_turns=18, ...).lines()
-"""
+"""The budget printer: what the dry run and preflight say about a run's model and its tokens,
+torch-free. An example: docs/models-and-engines.md#the-budget-report-modelbudget_reportpy."""
 
 from __future__ import annotations
 

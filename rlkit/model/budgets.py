@@ -1,10 +1,5 @@
 """Token budgets of a maze run before GPU-hours are spent, torch-free (the dry run reads them).
-
-A turn budget fits when `prompt(t) = system + t x observation + (t - 1) x (answer + framing) +
-header` (t the kept turns under a history window) stays under `max_input_length` up to
-`max_turns`; images, text and answers counted from the checkpoint's files or stated
-assumptions (`Assumed`): docs/models-and-engines.md#token-budgets-modelbudgetspy.
-"""
+The arithmetic and its assumptions: docs/models-and-engines.md#token-budgets-modelbudgetspy."""
 
 from __future__ import annotations
 

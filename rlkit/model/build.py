@@ -1,9 +1,5 @@
-"""Build the tiny Qwen3-VL offline: a ~0.7 M-parameter `Qwen3VLForConditionalGeneration` from a
-config (no download), its own byte-level BPE tokenizer (`rlkit.model.tokenizer`) and a Qwen2-VL
-image processor config, saved as a normal HF model directory (vLLM serves it as it is).
-
-    rlkit model tiny --out models/tiny
-"""
+"""Build the tiny Qwen3-VL offline (~0.7 M parameters, its own BPE tokenizer) as a normal HF
+model directory that vLLM serves as it is: `rlkit model tiny --out models/tiny`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Env messages -> Qwen3-VL inputs: the one formatting path (`ChatEncoder`), through the
-checkpoint's processor and its chat template (the processor's, as vLLM renders; a checkpoint
-whose two templates differ gets one warning), caching template text, ids and image patches:
-docs/models-and-engines.md#env-messages-to-model-inputs-modelchatpy.
-"""
+"""Env messages -> Qwen3-VL inputs: the one formatting path (`ChatEncoder`), with caches:
+docs/models-and-engines.md#env-messages-to-model-inputs-modelchatpy."""
 
 from __future__ import annotations
 

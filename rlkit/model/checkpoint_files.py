@@ -1,8 +1,5 @@
-"""What a checkpoint directory's own files say about generation, read without torch: the stop
-ids (`stop_ids`), its sampling defaults, which rlkit never applies (`sampling_defaults`), and the
-chat template's source file (`template_source`). Both engines, SkyRL's generator and the
-preflight read them here: docs/models-and-engines.md#a-checkpoints-own-files-modelcheckpoint_filespy.
-"""
+"""What a checkpoint directory's own files say about generation (stop ids, sampling defaults,
+template source), read without torch: docs/models-and-engines.md#a-checkpoints-own-files-modelcheckpoint_filespy."""
 
 from __future__ import annotations
 

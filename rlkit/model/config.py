@@ -11,13 +11,12 @@ MODEL_TYPE = "qwen3_vl"
 
 @dataclass(frozen=True)
 class TinyConfig:
-    """Shape of the tiny local Qwen3-VL (defaults: the shape that learned 3x3 mazes to ~90%
-    with a behaviour-cloning warm start and GRPO)."""
+    """Shape of the tiny Qwen3-VL; why: docs/models-and-engines.md#the-tiny-models-shape-modelconfigpy."""
 
     hidden: int = 128
-    """Text width: big enough to learn 3x3 mazes, small enough for ~450 turns/s on 2 cores."""
+    """Text width."""
     layers: int = 2
-    """Text decoder layers; the policy is mostly a readout of the image tokens."""
+    """Text decoder layers."""
     heads: int = 4
     """Query heads (head_dim 32)."""
     kv_heads: int = 2
@@ -29,24 +28,23 @@ class TinyConfig:
     mrope_section: tuple[int, int, int] = (8, 4, 4)
     """Rotary dims per (time, height, width); sums to head_dim / 2."""
     vision_depth: int = 2
-    """Vision blocks: one cell per patch leaves little for a deep vision tower to do."""
+    """Vision blocks."""
     vision_hidden: int = 64
     """Vision width; the merger projects it to the text width."""
     vision_heads: int = 4
     """Vision attention heads (head width 16)."""
     patch_size: int = 8
-    """8 px = one maze cell per patch with the default render style (the main learning lever)."""
+    """Patch side in px (8: one maze cell per patch with the default render style)."""
     merge: int = 2
     """2x2 patches merge into one image token: a 6x6-cell view becomes 9 tokens."""
     deepstack: tuple[int, ...] = (1,)
     """Vision layers whose features are also injected into the text stack (Qwen3-VL deepstack)."""
     vocab_size: int = 512
-    """BPE vocabulary before special and answer tokens; the env's texts need few merges."""
+    """BPE vocabulary before special and answer tokens."""
     max_image_px: int = 1024 * 1024
     """Largest image area before the processor downsizes (full-maze renders stay unscaled)."""
     tie_word_embeddings: bool = True
-    """lm_head shares embed_tokens' matrix, as in Qwen3-VL-2B (the smoke preset's model); False
-    builds the untied layout of the larger Qwen3-VL sizes (8B and up)."""
+    """lm_head shares embed_tokens' matrix, as Qwen3-VL-2B's; False: untied, as 8B and up."""
 
     def __post_init__(self) -> None:
         if sum(self.mrope_section) * 2 != self.head_dim:
@@ -65,9 +63,7 @@ VISION_PARTS = {
     "tower": r".*visual\.(blocks|patch_embed|pos_embed)(\..*)?",
     "tower+merger": r".*visual(\..*)?",
 }
-"""Qwen3-VL's module and parameter names (full match) a `freeze_vision` value freezes: the tower
-is the patch embedding, its positions and the vision blocks; the merger also takes the
-deepstack mergers (`model.visual.merger`, `model.visual.deepstack_merger_list`)."""
+"""Qwen3-VL's module and parameter names (full match) each `freeze_vision` value freezes."""
 TEXT_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 """The text decoder's linear layers, by their Qwen3-VL names."""
 VISION_LINEARS = ("qkv", "proj", "linear_fc1", "linear_fc2")
@@ -76,21 +72,17 @@ VISION_LINEARS = ("qkv", "proj", "linear_fc1", "linear_fc2")
 
 @dataclass(frozen=True)
 class Tuning:
-    """Which weights a run trains: every weight (the default), or LoRA adapters, with or without
-    the vision side frozen; the same fields on both backends (docs/recipes.md#lora-and-a-frozen-vision-tower)."""
+    """Which weights a run trains, on both backends: docs/recipes.md#lora-and-a-frozen-vision-tower."""
 
     lora_rank: int = 0
-    """LoRA rank (SkyRL's `lora.rank`): 0 trains every weight; > 0 trains only rank-r adapters
-    on `lora_targets` while every base weight stays as it was (8-64 are usual)."""
+    """LoRA rank (SkyRL's `lora.rank`): 0 trains every weight; > 0 only rank-r adapters."""
     lora_alpha: int = 16
     """LoRA scale (SkyRL's `lora.alpha`, its default): an adapter adds alpha / rank x B A."""
     lora_targets: str = "all-linear"
-    """Modules that get adapters (SkyRL's `lora.target_modules`): `all-linear`, every linear
-    layer but the output head (the vision tower's and merger's included, as peft reads it), or
-    comma-separated Qwen3-VL layer names (`TEXT_LINEARS`, `VISION_LINEARS`: `q_proj,v_proj`)."""
+    """Modules that get adapters (SkyRL's `lora.target_modules`): `all-linear` or comma-separated
+    Qwen3-VL layer names (`TEXT_LINEARS`, `VISION_LINEARS`)."""
     freeze_vision: str = "none"
-    """`none`, `tower` (patch embedding, positions, vision blocks) or `tower+merger` (the whole
-    vision side): those weights never change (no adapters with LoRA; out of the optimizer without)."""
+    """`none`, `tower` or `tower+merger`: the vision weights that never change."""
 
     def __post_init__(self) -> None:
         check_tuning(self)

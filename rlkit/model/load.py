@@ -1,9 +1,5 @@
-"""Load any Qwen3-VL checkpoint dir: rlkit's tiny one or a real one (e.g. Qwen3-VL-8B-Instruct
-on a GPU machine), through the same code path, with its own `AutoProcessor` and the one
-formatting path (`rlkit.model.chat.ChatEncoder`): env messages -> model inputs. Every model
-loaded runs its vision tower on two equal, faster computations (`fast_vision`):
-docs/models-and-engines.md#the-vision-tower-on-cpu-modelloadpy.
-"""
+"""Load any Qwen3-VL checkpoint dir (rlkit's tiny one or a real one) through one code path, its
+vision tower on faster equal computations: docs/models-and-engines.md#the-vision-tower-on-cpu-modelloadpy."""
 
 from __future__ import annotations
 

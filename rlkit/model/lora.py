@@ -1,9 +1,5 @@
-"""LoRA adapters and a frozen vision side on a loaded Qwen3-VL (`rlkit.model.config.Tuning`),
-with peft, as SkyRL's FSDP workers apply them. The model keeps its class and module paths; a
-checkpoint's `policy/` holds the merged weights, `adapter/` the adapter alone (for resuming).
-
-    adapter = tune(loaded.model, cfg.model, seed=0)   # in place; None when LoRA is off
-"""
+"""LoRA adapters and a frozen vision side on a loaded Qwen3-VL (`Tuning`), with peft, as SkyRL's
+FSDP workers apply them: docs/local-trainer.md#lora-and-a-frozen-vision-side-modellorapy."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The model policy: a Qwen3-VL checkpoint answering maze turns, batched (and `load_policy`).
-
-`ModelPolicy.act` answers every live episode with one batched call per turn, constrained (the
-next token drawn among the game's action words) or free (`generate` to a stop id), and records
-logprobs (`rlkit.model.batching`'s definitions) and move probabilities from logits it already
-computed: docs/models-and-engines.md#the-model-policy-modelpolicypy.
-"""
+"""The model policy: a Qwen3-VL checkpoint answering maze turns, batched (and `load_policy`):
+docs/models-and-engines.md#the-model-policy-modelpolicypy."""
 
 from __future__ import annotations
 

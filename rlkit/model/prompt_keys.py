@@ -1,8 +1,5 @@
-"""Which model rows are the same prompt: a prompt's key from its ids and its images' contents,
-and the distinct keys of many rows, so turns that repeat a prompt (a maze's episodes, 8 times on
-the first turn) share one forward (`rlkit.model.batching.turn_logprobs`, `choice_logits`) and a
-minibatch, whatever the image cache holds.
-"""
+"""Which model rows are the same prompt (ids and image contents), so turns that repeat a prompt
+share one forward and a minibatch: docs/models-and-engines.md#where-an-answer-names-its-move-modelaction_tagpy-modelprompt_keyspy."""
 
 from __future__ import annotations
 

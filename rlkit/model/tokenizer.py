@@ -1,7 +1,5 @@
-"""The tiny model's tokenizer: byte-level BPE trained offline on the env's own texts (`corpus`),
-with Qwen's special tokens by name; `<action>`, `</action>` and the four move words are single
-tokens, so a constrained answer is four tokens (Qwen's vocabulary: eight).
-"""
+"""The tiny model's tokenizer: byte-level BPE trained offline on the env's own texts; the action
+tags and move words are single tokens: docs/models-and-engines.md#the-tiny-models-tokenizer-modeltokenizerpy."""
 
 from __future__ import annotations
 

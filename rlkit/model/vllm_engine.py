@@ -1,11 +1,5 @@
-"""Starting vLLM for rlkit: a `vllm.LLM` on any Qwen3-VL checkpoint dir, sized for maze episodes.
-
-    engine = start_engine("runs/demo/global_step_40/policy", **engine_limits("test", history=1))
-
-In this process (the `uni` executor), its image limit sized from the history window and turn
-budget (`engine_limits`), processed logprobs, no checkpoint sampling defaults, rows with no
-token never drawn: docs/models-and-engines.md#starting-vllm-modelvllm_enginepy.
-"""
+"""Starting vLLM for rlkit: a `vllm.LLM` in this process on any Qwen3-VL checkpoint dir, sized
+for maze episodes: docs/models-and-engines.md#starting-vllm-modelvllm_enginepy."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""vLLM as rlkit's own inference engine: a `Policy` answering maze turns through `vllm.LLM.chat`.
-
-    engine = start_engine("runs/demo/global_step_40/policy", **engine_limits("test", history=1))
-    policy = VllmPolicy(engine, greedy=True)        # the Policy protocol, like ModelPolicy
-
-Constrained and free answers, logprobs, move probabilities and seeds as `ModelPolicy` records
-them: docs/models-and-engines.md#vllm-as-a-policy-modelvllm_policypy.
-"""
+"""vLLM as rlkit's own inference engine: a `Policy` answering maze turns through `vllm.LLM.chat`,
+recording what `ModelPolicy` records: docs/models-and-engines.md#vllm-as-a-policy-modelvllm_policypy."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""A vLLM logits processor that never lets a row without a token be drawn (imports vLLM).
-
-Rows from the tokenizer's length on (Qwen3-VL: 267 padding rows) get -inf before sampling, for
-every request; `start_engine` installs it by name and passes that length (`FIRST_ROW_KEY`):
-docs/models-and-engines.md#rows-without-a-token-modelvllm_rowspy.
-"""
+"""A vLLM logits processor that never lets a row without a token be drawn (imports vLLM):
+docs/models-and-engines.md#rows-without-a-token-modelvllm_rowspy."""
 
 from __future__ import annotations
 

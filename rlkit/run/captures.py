@@ -1,9 +1,5 @@
-"""Training rollouts captured per step on either backend: a few groups a step, one
-`CapturedEpisode` a line in RUN/rollouts/global_step_N.jsonl, written atomically, newest `keep`
-kept (what capture costs: docs/reading-runs.md).
-
-    write_step(run_dir, 12, pick_episodes(12, trajs, groups, advantages, n=2, seed=0), keep=50)
-"""
+"""Training rollouts captured per step on either backend: a few groups a step, one `CapturedEpisode`
+a line in RUN/rollouts/global_step_N.jsonl, newest `keep` kept: docs/reading-runs.md#what-capture-costs."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""A run directory's checkpoints: which exist, which are complete, which to keep. RUN/global_step_N/
-is complete when the marker (`MARKER`, written last) has reached its step and, for a local run,
-its manifest (each file's size and sha256) verifies; `RunDir.save_checkpoint` writes them.
-"""
+"""A run directory's checkpoints: which exist, which are complete (the marker reached the step and,
+locally, the manifest verifies), which to keep: docs/decisions.md#crash-safe-run-directories."""
 
 from __future__ import annotations
 

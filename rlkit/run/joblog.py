@@ -1,9 +1,5 @@
-"""What a Ray job says: its log's last lines, the JSON answer a job-as-function prints once on a
-tagged line (`answer`), its output followed live. `job`: any handle with `wait`, `logs`, `tail`,
-`submission_id` (`rlkit.cluster.jobs.JobHandle`); in run/ because `rlkit.run.remote` uses it.
-
-    record = answer(cluster.submit(name, entry), "RLKIT_STAGE ", "staging", timeout_s=600)
-"""
+"""What a Ray job says: its log's last lines, the JSON answer a job-as-function prints on a tagged
+line (`answer`), its output followed live; `job` is any `JobHandle`-like handle."""
 
 from __future__ import annotations
 

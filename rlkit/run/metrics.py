@@ -1,7 +1,5 @@
 """The run logger both backends log through: `log(step, metrics)` writes one fsynced line to
-RUN/metrics.jsonl (names grouped by prefix), sets Ray gauges under Ray (docs/decisions.md) and
-feeds any scalar writer a backend adds (the local trainer's TensorBoard).
-"""
+RUN/metrics.jsonl and sets Ray gauges under Ray: docs/decisions.md#metrics-and-ray-gauges."""
 
 from __future__ import annotations
 

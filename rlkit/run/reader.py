@@ -1,10 +1,7 @@
-"""One run, whichever backend wrote it: `open_run(path)` gives the same `Run` (`rlkit.run.backends`)
-for a local run, a SkyRL run and a run read through the cluster (docs/reading-runs.md).
+"""One run, whichever backend wrote it: `open_run(path)` gives the same `Run` for a local run, a
+SkyRL run and a run read through the cluster: docs/reading-runs.md.
 
-    run = open_run("runs/demo/local-tiny")       # or a SkyRL run dir, or its export dir
-    run.config(), run.metrics(), run.evals(), run.trajectories(step), run.checkpoints()
-    run = open_run("/fsx/rlkit/runs/RUN", cluster)   # not visible here: read by a small Ray job
-"""
+    run = open_run("runs/demo/local-tiny")       # or a SkyRL run dir, or its export dir"""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""A run read where its files are, for a kernel that cannot see them (Studio without /fsx):
-`read_run` submits this module as a small Ray job, which prints the run's `summary()` as one
-tagged JSON line, read back as a `SummaryRun`.
-"""
+"""A run read where its files are, for a kernel that cannot see them: `read_run` submits this module
+as a small Ray job whose one tagged JSON line comes back as a `SummaryRun`."""
 
 from __future__ import annotations
 

@@ -4,9 +4,7 @@
     RUN/global_step_N/                    a complete checkpoint + rlkit_manifest.json
     RUN/latest_ckpt_global_step.txt       the completion marker, written last
     RUN/evals/global_step_N.json, .lock   eval results; the one writer's flock
-    with run.lock(): run.init(...); run.resume(); run.save_checkpoint(step, save_fn)
-How a checkpoint survives a kill at any instant: docs/decisions.md.
-"""
+Why it survives a kill: docs/decisions.md#crash-safe-run-directories."""
 
 from __future__ import annotations
 

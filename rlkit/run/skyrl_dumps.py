@@ -1,10 +1,5 @@
-"""SkyRL's eval dumps (`<export_path>/dumped_evals/global_step_N_evals/*.jsonl`) read as the
-`EvalResult` and `Trajectory` the local evaluator gives, every answer replayed through `MazeEnv`
-(docs/reading-runs.md).
-
-    evals = read_eval_dumps(export_dir)             # {step: EvalResult}
-    trajs = read_eval_dump(export_dir, 10).trajectories(run_name)
-"""
+"""SkyRL's eval dumps (`<export_path>/dumped_evals/`) read as the `EvalResult` and `Trajectory` the
+local evaluator gives, every answer replayed through `MazeEnv`: docs/reading-runs.md."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Where a SkyRL run's files are: its run dir (SkyRL's ckpt_path: `global_step_N/`, the marker
-`latest_ckpt_global_step.txt`) and export dir (RUN/exports: HF exports, `dumped_evals/`).
-
-    sky = find_skyrl_run("/fsx/rlkit/runs/RUN")     # or ".../RUN/exports"; None: not SkyRL's
-    list_checkpoints(sky.run_dir, sky.export_dir)   # every step with a checkpoint or export
-"""
+"""Where a SkyRL run's files are: its run dir (SkyRL's ckpt_path) and export dir (RUN/exports: HF
+exports, `dumped_evals/`); `find_skyrl_run(path)` finds both, None when not SkyRL's."""
 
 from __future__ import annotations
 

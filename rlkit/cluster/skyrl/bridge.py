@@ -1,10 +1,5 @@
-"""SkyRL's metrics in rlkit's names: one dashboard, monitor and MLflow view for both backends.
-
-`MetricsBridge` renames each logged dict once (`rlkit_names`) into the run dir's `RunLogger`
-(RUN/metrics.jsonl, Ray gauges) and MLflow, adds each eval's interval and protocol from SkyRL's
-dump, and on a resume cuts metrics.jsonl back to the latest checkpoint:
-docs/skyrl-integration.md#the-metrics-bridge-bridgepy.
-"""
+"""SkyRL's metrics in rlkit's names (`MetricsBridge`): one run dir, dashboard and MLflow view for
+both backends: docs/skyrl-integration.md#the-metrics-bridge-bridgepy."""
 
 from __future__ import annotations
 

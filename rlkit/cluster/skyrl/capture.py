@@ -1,11 +1,6 @@
-"""Training rollouts of a SkyRL run, captured per step by rlkit's generator.
-
-A `Capturer` picks `capture_groups` of each training batch's groups (from the run's seed and the
-step), records their turns with the engine's move probabilities (`move_probe`) and writes
-RUN/rollouts/global_step_N.jsonl, each episode replayed through `MazeEnv` with the advantage
-SkyRL's loss gave it. A failed capture costs that step's file, never the run:
-docs/skyrl-integration.md#captured-rollouts-and-move-probabilities-capturepy-move_probepy.
-"""
+"""Training rollouts of a SkyRL run, a few groups a step captured by rlkit's generator into
+RUN/rollouts/; a failed capture costs that step's file, never the run:
+docs/skyrl-integration.md#captured-rollouts-and-move-probabilities-capturepy-move_probepy."""
 
 from __future__ import annotations
 

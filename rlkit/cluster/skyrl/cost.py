@@ -1,8 +1,5 @@
-"""What a SkyRL run will cost before it starts (the dry run's `cost` lines): GPUs paid and used,
-time to the first step, /fsx bytes, and GPU-hours as a range with its basis. Training time comes
-from `BENCH_RESULT` when a GPU has measured it, else `ASSUMED_TFLOPS`; rollouts and start-up are
-stated estimates; a node is billed whole. Details: docs/cluster.md#what-a-run-costs.
-"""
+"""What a SkyRL run will cost before it starts (the dry run's `cost` lines): GPUs, time to the
+first step, /fsx bytes, GPU-hours as a range with its basis: docs/cluster.md#what-a-run-costs."""
 
 from __future__ import annotations
 

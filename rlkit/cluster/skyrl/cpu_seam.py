@@ -1,10 +1,6 @@
-"""The device seam: what lets SkyRL's own trainer run on a CPU-only host (CPU presets only).
-
-Stand-ins for the few calls in SkyRL 0.4.0's FSDP2 workers, weight sync and vLLM servers that
-assume CUDA (each names the SkyRL line it replaces), installed only inside the SkyRL modules
-that make them and only when `RLKIT_SKYRL_DEVICE=cpu`; what config can say is in `overrides()`.
-The list and why: docs/skyrl-integration.md#the-cpu-device-seam-cpu_seampy.
-"""
+"""The device seam: stand-ins for the few CUDA-only calls in SkyRL 0.4.0, installed only when
+`RLKIT_SKYRL_DEVICE=cpu`, so SkyRL's own trainer runs on a CPU host. The list and why:
+docs/skyrl-integration.md#the-cpu-device-seam-cpu_seampy."""
 
 from __future__ import annotations
 

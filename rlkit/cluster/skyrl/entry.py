@@ -1,10 +1,5 @@
-"""The Ray-job entrypoint of a SkyRL run: write the datasets, register the maze env, run SkyRL.
-
-    python -m rlkit.cluster.skyrl.entry --preset qwen3vl-8b -- trainer.ckpt_path=/fsx/rlkit/runs/RUN ...
-
-`rlkit submit` builds the command (`overrides.entrypoint_command`: the preset as JSON, then
-SkyRL's overrides); docs/skyrl-integration.md#the-entry-entrypy.
-"""
+"""The Ray-job entrypoint of a SkyRL run: write the datasets, register the maze env, run SkyRL
+(`rlkit submit` builds its command): docs/skyrl-integration.md#the-entry-entrypy."""
 
 from __future__ import annotations
 

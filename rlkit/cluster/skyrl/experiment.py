@@ -1,10 +1,5 @@
-"""SkyRL's experiment with rlkit's pieces at its extension points (runs where SkyRL is).
-
-`RlkitExp` is SkyRL's `BasePPOExp`: `get_tracker` bridges metrics into the run dir
-(`BridgedTracking`), `get_generator` is `RlkitVLMGenerator`, `get_trainer` is `RlkitTrainer`,
-and SkyRL's tokenizer gets the processor's chat template (the one vLLM renders with):
-docs/skyrl-integration.md#the-experiment-experimentpy.
-"""
+"""SkyRL's experiment (`RlkitExp`, a `BasePPOExp`) with rlkit's tracker, generator, trainer and chat
+template at its extension points: docs/skyrl-integration.md#the-experiment-experimentpy."""
 
 from __future__ import annotations
 

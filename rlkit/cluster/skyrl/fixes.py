@@ -1,10 +1,5 @@
-"""rlkit's fixes to SkyRL 0.4.0, installed in every process of a SkyRL job by `install()`, and
-`on_import`, which patches a module as it is imported (the CPU seam's patches go the same way).
-
-One fix: FSDP2's init unties tied word embeddings (`FSDPStrategy._fsdp_init_model`), so the
-trainer trained one model while vLLM sampled another; `apply_fsdp2` is wrapped to tie them
-again before sharding and after every load. Why: docs/skyrl-integration.md#fixes-to-skyrl-fixespy-worker_setuppy.
-"""
+"""rlkit's fixes to SkyRL 0.4.0 (`install()`, `on_import`), installed in every process of a SkyRL
+job; why: docs/skyrl-integration.md#fixes-to-skyrl-fixespy-worker_setuppy."""
 
 from __future__ import annotations
 

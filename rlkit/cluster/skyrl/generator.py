@@ -1,11 +1,5 @@
-"""SkyRL's VLM generator, each turn's prompt the last one plus the answer as sampled.
-
-`RlkitVLMGenerator` never re-renders an answer (SkyRL's slice of a re-render lost image pads
-and ended a run), renders each picture once an episode (`render`), guards a sampled
-`<|image_pad|>` (`guard_placeholders`), captures a few training groups (`capture`) and, with a
-history window, trains each turn as a row of its own (`windowed_loop`). The why, measured:
-docs/skyrl-integration.md#the-generator-generatorpy-renderpy.
-"""
+"""SkyRL's VLM generator (`RlkitVLMGenerator`): each turn's prompt is the last one plus the answer
+as sampled, never a re-render. Why, measured: docs/skyrl-integration.md#the-generator-generatorpy-renderpy."""
 
 from __future__ import annotations
 

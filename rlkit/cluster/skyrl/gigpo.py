@@ -1,12 +1,6 @@
-"""GiGPO's step-level credit on SkyRL (`advantage_estimator=gigpo`, with a history window).
-
-SkyRL 0.4.0 has no such estimator, and its step-wise training gives every row (turn) of an
-episode the advantage of the episode's last row. `gigpo` is registered in SkyRL's
-`AdvantageEstimatorRegistry` as that episode level (SkyRL's GRPO), and `RlkitTrainer` adds the
-step level to each row: `gigpo_step_weight` times the row's discounted return centred in its
-anchor group (the rows of its maze's group that stood on the same square), as the local trainer
-computes it (`rlkit.train.grpo.step_credit`). rlkit's generator records each row's square.
-"""
+"""GiGPO's step-level credit on SkyRL (`advantage_estimator=gigpo`, with a history window): the
+episode level registered as SkyRL's GRPO, the step level added by `RlkitTrainer`:
+docs/recipes.md#step-level-credit-gigpo."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The cluster's hardware: HyperPod's `ml.g7e` sizes (RTX PRO 6000, 96 GiB each), what one
-worker pod of a size may take, and the layouts a size cannot hold. The numbers' sources:
-docs/cluster.md#the-mlg7e-table-and-its-sources.
-"""
+"""The cluster's hardware: HyperPod's `ml.g7e` sizes and what one worker pod may take. Sources:
+docs/cluster.md#the-mlg7e-table-and-its-sources."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The policy's move probabilities at a captured SkyRL turn, asked of the run's own engines.
-
-`EngineProbe` sends the turn's prompt plus the answer up to its last `<action>` for one token
-and the four move words' first-token logprobs (vLLM's `logprob_token_ids`, else the top 20),
-renormalised over the four; None where that cannot be read honestly:
-docs/skyrl-integration.md#captured-rollouts-and-move-probabilities-capturepy-move_probepy.
-"""
+"""The policy's move probabilities at a captured SkyRL turn, asked of the run's own engines
+(`EngineProbe`): docs/skyrl-integration.md#captured-rollouts-and-move-probabilities-capturepy-move_probepy."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""A SkyRL preset as what a Ray job runs: SkyRL's `key=value` overrides for one run (vLLM's
-engine arguments and a CPU host's changes among them), the run's paths on shared storage, and
-the shell command (`python -m rlkit.cluster.skyrl.entry ...`).
-
-    build_overrides(get_preset("qwen3vl-8b-6gpu"), "run-1")    # ["data.train_data=[...]", ...]
-"""
+"""A SkyRL preset as what a Ray job runs: SkyRL's `key=value` overrides, the run's paths on shared
+storage, and the shell command (`build_overrides(get_preset("qwen3vl-8b-6gpu"), "run-1")`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The sections of a SkyRL preset (`rlkit.cluster.skyrl.presets.SkyRLPreset`), one frozen
-dataclass per concern, and what a task and a start model mean here: the env a run's rows carry
-(`task_view`), how the model looks from this machine (`model_state`). Leaf names stay unique
-across sections, so `--set prompts_per_node=16` needs no section. Why each default:
-docs/skyrl-integration.md."""
+"""The sections of a SkyRL preset, one frozen dataclass per concern (leaf names unique across
+them, so `--set prompts_per_node=16` needs no section). Why each default: docs/skyrl-integration.md."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """SkyRL presets (`get_preset`) and every check a preset must pass before anything is submitted.
+The SkyRL traps refused here: docs/skyrl-integration.md#presets-and-their-overrides-presetspy-overridespy.
 
-A preset becomes SkyRL's own `key=value` overrides (`rlkit.cluster.skyrl.overrides`); the job runs
-`python -m rlkit.cluster.skyrl.entry --config PRESET_JSON -- <overrides...>`. The run dir
-(`/fsx/rlkit/runs/<run>`) is SkyRL's `ckpt_path`, laid out as a local run. The SkyRL traps refused
-here, and why: docs/skyrl-integration.md#presets-and-their-overrides-presetspy-overridespy.
-
-    rlkit submit --preset qwen3vl-8b-6gpu --address http://127.0.0.1:8265 --dry-run
-"""
+    rlkit submit --preset qwen3vl-8b-6gpu --address http://127.0.0.1:8265 --dry-run"""
 
 from __future__ import annotations
 

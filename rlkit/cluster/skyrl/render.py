@@ -1,9 +1,5 @@
-"""An episode's prompt built turn by turn, each picture sent to vLLM's render endpoint once.
-
-`TurnRenderer.start` renders the first prompt, `extend` appends the answer's sampled ids and
-the observation, `window` renders a history window whole; the result equals vLLM's render of
-the whole conversation (why: docs/skyrl-integration.md#the-generator-generatorpy-renderpy).
-"""
+"""An episode's prompt built turn by turn (`TurnRenderer`), each picture rendered by vLLM once; it
+equals vLLM's render of the whole conversation: docs/skyrl-integration.md#the-generator-generatorpy-renderpy."""
 
 from __future__ import annotations
 

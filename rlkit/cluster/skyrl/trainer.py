@@ -1,10 +1,5 @@
-"""SkyRL's trainer with rlkit's additions (`RlkitTrainer`, built by `RlkitExp.get_trainer`).
-
-It writes the HF export a killed job left out of its resumed step, prunes old checkpoints once
-on a one-node run, reads a curriculum's rows in order, runs the sampled eval after SkyRL's own
-(`eval_protocol=both`) and adds GiGPO's step level to step-wise rows. Why each, measured:
-docs/skyrl-integration.md#the-trainer-trainerpy-gigpopy.
-"""
+"""SkyRL's trainer with rlkit's additions (`RlkitTrainer`): the export a kill left out, pruning once,
+curriculum order, the sampled eval, GiGPO's step level: docs/skyrl-integration.md#the-trainer-trainerpy-gigpopy."""
 
 from __future__ import annotations
 

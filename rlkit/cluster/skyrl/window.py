@@ -1,11 +1,5 @@
-"""A history window in rlkit's SkyRL generator (`history`): every turn a row of its own.
-
-`WindowedLoop` is the part of `RlkitVLMGenerator` that plays an episode under a window: each
-turn's prompt is the system message and the last `history` observations (`TurnRenderer.window`),
-sent to vLLM and recorded as the row's prompt (SkyRL's step-wise rows), its pictures and square
-kept for the row; the episode's reward sits on its last row, the rows before it say
-`stop_reason` `next_turn`. Why: docs/skyrl-integration.md#the-generator-generatorpy-renderpy.
-"""
+"""A history window in rlkit's SkyRL generator (`WindowedLoop`): every turn a row of its own, the
+episode's reward on its last row: docs/skyrl-integration.md#the-generator-generatorpy-renderpy."""
 
 from __future__ import annotations
 

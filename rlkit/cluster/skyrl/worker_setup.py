@@ -1,9 +1,5 @@
-"""What every process of a SkyRL job runs first: rlkit's fixes, and on a CPU preset the
-device seam and a thread budget (`cpu_threads`).
-
-`runtime_env()` gives Ray this module's `setup` as the job's `worker_process_setup_hook`, so it
-runs in every actor and task SkyRL starts; why: docs/skyrl-integration.md#fixes-to-skyrl-fixespy-worker_setuppy.
-"""
+"""What every process of a SkyRL job runs first (Ray's `worker_process_setup_hook`): rlkit's fixes,
+and on a CPU preset the device seam and a thread budget: docs/skyrl-integration.md#fixes-to-skyrl-fixespy-worker_setuppy."""
 
 from __future__ import annotations
 
