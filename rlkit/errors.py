@@ -7,7 +7,5 @@ class RlkitError(RuntimeError):
 
 
 class UsageError(RlkitError, ValueError):
-    """Bad arguments, config values or input data (CLI exit code 2).
-
-    Subclasses ValueError so that library callers validating input can catch the usual type.
-    """
+    """Bad arguments, config values or input data (CLI exit code 2); a ValueError, so callers
+    validating input catch the usual type."""

@@ -97,10 +97,8 @@ def _check_counts(successes: Sequence[int], trials: Sequence[int]) -> None:
 
 
 def design_effect(successes: Sequence[int], trials: Sequence[int]) -> float:
-    """Variance of the pooled rate over its binomial variance, mazes as clusters (>= 1).
-
-    `successes[i]` of `trials[i]` episodes of maze i were solved. See the module docstring.
-    """
+    """Variance of the pooled rate over its binomial variance, mazes as clusters (>= 1);
+    `successes[i]` of `trials[i]` episodes of maze i were solved (docs/statistics.md)."""
     _check_counts(successes, trials)
     total, solved = sum(trials), sum(successes)
     if total == 0:
@@ -129,10 +127,8 @@ def maze_interval(per_maze: Sequence[Sequence[bool]], z: float = Z95) -> tuple[f
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """P(at least one of k draws without replacement from n samples with c correct is correct).
-
-    The unbiased estimator 1 - C(n-c, k) / C(n, k) (Chen et al. 2021).
-    """
+    """P(at least one of k draws without replacement from n samples with c correct is correct):
+    the unbiased estimator 1 - C(n-c, k) / C(n, k) (Chen et al. 2021)."""
     if not 1 <= k <= n:
         raise UsageError(f"pass@k needs 1 <= k ({k}) <= samples ({n})")
     if n - c < k:

@@ -24,9 +24,8 @@ class Check:
 
 
 NCCL_FLOOR_GBPS = 10.0
-"""All-reduce bus bandwidth (nccl-tests' busbw) below which a node's GPUs are not talking over
-PCIe Gen5 peer-to-peer as they should (each link carries ~50 GB/s; host-staged copies or
-sockets fall well under 10)."""
+"""All-reduce bus bandwidth in GB/s (nccl-tests' busbw) below which the nccl check fails (why:
+docs/decisions.md#preflight-and-the-gpu-checks)."""
 FLASH_TOLERANCE = 2e-2
 """Largest |flash-attn - SDPA| allowed on outputs and gradients (bf16, unit-scale inputs)."""
 SLEEP_FREES_SHARE = 0.8

@@ -291,9 +291,8 @@ def launch_plan(
     follow: bool = False,
 ) -> JobHandle | None:
     """Submit the plan as a Ray job, local and SkyRL presets alike; None for a dry run (nothing
-    submitted). `env_vars` are forwarded to the job (tokens for loggers, say), masked in
-    everything rlkit prints; `follow` prints the job's log until it ends. Submitting the same
-    run again resumes it from its latest checkpoint."""
+    submitted); `env_vars` reach the job, masked in everything rlkit prints; `follow` prints the
+    job's log until it ends. The same run submitted again resumes from its latest checkpoint."""
     if plan.dry_run:
         return None
     if cluster is None:

@@ -26,9 +26,8 @@ REQUIRED = ("prompt", "env_class", "data_source", "reward_spec", "extra_info")
 
 
 def _row_prompt(cfg: EnvConfig, maze: Maze) -> list[dict]:
-    """A text-only stand-in; the env's `init` replaces it with the rules and the picture. Its
-    rules are the env's for this maze (the VisGym prompt names the size), so SkyRL's prompt
-    length filter measures the system message the episode shows."""
+    """A text-only stand-in with the env's rules for this maze, which the env's `init`
+    replaces (why: docs/skyrl-integration.md#the-rows-and-the-env-envdatapy-envmaze_envpy)."""
     rules_text = system_prompt(cfg, maze)
     head = [{"role": "system", "content": rules_text}] if rules_text else []
     return [*head, {"role": "user", "content": COMPACT_TASK if not rules_text else "Your move?"}]

@@ -91,9 +91,8 @@ class EvalResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> EvalResult:
-        """Read `to_dict`'s JSON. Files written before `ci_method` existed hold flat Wilson
-        intervals; their intervals are recomputed from `per_maze` (flat ones are kept, and named
-        `FLAT_CI_METHOD`, only when a file has no per-maze results to recompute from)."""
+        """Read `to_dict`'s JSON; an older file's flat Wilson intervals are recomputed from
+        `per_maze`, or kept as `FLAT_CI_METHOD` when it has none."""
         try:
             d = {k: v for k, v in d.items() if k not in ("headline", "exact_ci_method")}
             d = {**d, "ci95": tuple(d["ci95"])}
@@ -255,9 +254,8 @@ def evaluate(
     n_mazes: int | None = None,
     protocol: str = "rlkit",
 ) -> tuple[EvalResult, list[Trajectory]]:
-    """Play every maze of the pinned set (or its first `n_mazes`, as a SkyRL preset's
-    `eval_mazes` does) `samples` times and summarise. `protocol="seed"` checks that the eval
-    is the seed's (every maze, greedy, one sample; `PROTOCOLS`)."""
+    """Play every maze of the pinned set (or its first `n_mazes`) `samples` times and summarise;
+    `protocol="seed"` checks the eval is the seed's (`PROTOCOLS`)."""
     check_protocol(protocol, samples=samples, mode=mode, n_mazes=n_mazes)
     mazes = pinned_set(set_name)
     if n_mazes is not None:

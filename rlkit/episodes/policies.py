@@ -99,8 +99,7 @@ class EpsOraclePolicy:
 
 
 def OraclePolicy() -> EpsOraclePolicy:  # noqa: N802 - reads as a class at call sites
-    """Always the BFS-optimal move (then `stop` on a squares maze's target): solves every maze
-    in the fewest turns."""
+    """Always the BFS-optimal move (then `stop` on a squares maze's target)."""
     return EpsOraclePolicy(0.0)
 
 

@@ -77,13 +77,12 @@ class Trajectory:
     budgets could differ per maze)."""
     won: bool | None = None
     """The game's verdict on the last state (`rules.solved`), set when the episode ends; None
-    in files written before it was kept (their reward was 1 exactly when solved) and absent
-    from files while None."""
+    (and absent from the file) in older files, whose reward was 1 exactly when solved."""
 
     @property
     def solved(self) -> bool:
-        """The game's success (see the module docstring), on either backend: `won`, never a
-        shaped reward (`rules.record_solved`)."""
+        """The game's success on either backend: `won`, never a shaped reward
+        (`rules.record_solved`)."""
         return rules.record_solved(self.won, self.reward)
 
     @property
@@ -161,9 +160,7 @@ def run_episodes(
     max_turns: Sequence[int] | None = None,
 ) -> list[Trajectory]:
     """Play `samples` episodes of every maze, all at once; results ordered maze-major.
-
-    `max_turns` gives each maze its own turn budget (training curricula); None: `cfg`'s.
-    """
+    `max_turns`: each maze's own turn budget (training curricula); None: `cfg`'s."""
     cfg = cfg or EnvConfig()
     if samples < 1:
         raise UsageError(f"samples ({samples}) must be >= 1")

@@ -77,12 +77,8 @@ OPPOSITE = {N: S, S: N, E: W, W: E}
 
 @dataclass(frozen=True, eq=False)
 class Maze:
-    """A maze spec: walls + start + exit (+ how it was made, for provenance only).
-
-    `walls` is a read-only (height, width) uint8 array of wall masks. Equality and hashing use
-    the canonical content (`content_hash`), so two mazes with the same walls and endpoints are
-    the same maze whatever seed or algorithm produced them.
-    """
+    """A maze spec: walls ((height, width) uint8 wall masks, read-only) + start + exit (+ how it
+    was made, provenance only); equal and hashed by content (`content_hash`), not by seed."""
 
     walls: np.ndarray | None
     start: Cell
@@ -238,9 +234,8 @@ def squares_from_text(text: str) -> np.ndarray:
 
 
 def open_border(walls: np.ndarray) -> tuple[Cell, Action] | None:
-    """The first edge cell (row-major) whose side facing out of the grid has no wall, and that
-    side; None when the outer wall is closed (every maze must be: moves are checked against
-    walls only, so an open edge lets `rules.transition` step off the grid)."""
+    """The first edge cell (row-major) whose outward side has no wall, and that side; None when
+    the outer wall is closed (every maze's must be: `rules.transition` checks walls only)."""
     h, w = walls.shape
     gaps = [
         ((r, c), action)

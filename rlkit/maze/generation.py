@@ -145,11 +145,8 @@ def generate(
     placement: str = "corners",
     min_path: int = 1,
 ) -> Maze:
-    """A perfect maze with start and exit placed by `placement`.
-
-    `corners`: start top-left, exit bottom-right. `random`: two distinct random cells whose
-    shortest path has at least `min_path` moves (resampled until it does).
-    """
+    """A perfect maze; `placement` `corners` (start top-left, exit bottom-right) or `random`
+    (two cells at least `min_path` moves apart, resampled until they are)."""
     check_size(height, width)
     gen = generator(algorithm)
     if gen.game == "squares":

@@ -85,10 +85,7 @@ _FLOOR, _TRAIL, _LAST, _EXIT, _AGENT, _OUT = range(6)
 
 @lru_cache(maxsize=64)
 def _atlas(style: RenderStyle) -> np.ndarray:
-    """(17 * 6, cp, cp, 3) uint8: every (wall mask, cell colour) tile, fully drawn, cached.
-
-    A render is then one gather (`atlas[tile_index]`) and one reshape.
-    """
+    """(17 * 6, cp, cp, 3) uint8: every (wall mask, cell colour) tile, drawn once (cached)."""
     walls = _wall_tiles(style.cell_px, style.wall_px)
     last = style.last if style.last is not None else style.trail
     colours = [style.floor, style.trail, last, style.exit, style.agent, style.outside]
@@ -215,11 +212,8 @@ def draw_arrow(
     origin: Cell = (0, 0),
     scale: int = 1,
 ) -> Image.Image:
-    """A copy of `img` with an arrow for `action` drawn from `cell` (e.g. the oracle's move).
-
-    `origin` is the maze cell drawn at the image's top-left (non-zero for ego views); `scale`
-    is the factor `img` was upscaled by.
-    """
+    """A copy of `img` with an arrow for `action` from `cell`; `origin`: the cell drawn at the
+    image's top-left (ego views), `scale`: the factor `img` was upscaled by."""
     out = img.copy()
     cp = style.cell_px * scale
     cy = (cell[0] - origin[0]) * cp + cp / 2

@@ -100,9 +100,8 @@ def solved(state: State) -> bool:
 
 
 def record_solved(won: bool | None, reward: float) -> bool:
-    """Whether a recorded episode counts as solved: the game's verdict (`solved` on its last
-    state) where the record keeps one; a record without one (a file written before verdicts
-    were kept, a hand-built record) reads its reward, which was 1 exactly when solved then."""
+    """Whether a recorded episode counts as solved: its kept verdict (`solved`), else (older
+    files, hand-built records) its reward, 1 exactly when solved."""
     if won is not None:
         return bool(won)
     return reward > 0

@@ -110,11 +110,9 @@ def draw_train_mazes(
     hard: float = 0.0,
     min_path: int = 0,
 ) -> tuple[list[Maze], int]:
-    """`n` training mazes from stream index `cursor` on, and the cursor after the last one read.
-    Mazes that take more than `max_turns` turns are passed over (no episode could solve them:
-    their groups would teach only failure). A `hard` share of the slots, spread evenly, also
-    pass over mazes whose shortest path has fewer than `min_path` moves. Each is played from
-    `nearer_start(maze, share)`."""
+    """`n` training mazes from stream index `cursor` on, and the cursor after the last one read,
+    each played from `nearer_start(maze, share)`; skipped: mazes longer than `max_turns`, and in
+    a `hard` share of the slots those shorter than `min_path` (docs/mazes.md#sets-and-the-training-stream)."""
     mazes = []
     for k in range(n):
         need = min_path if math.floor((k + 1) * hard) > math.floor(k * hard) else 0

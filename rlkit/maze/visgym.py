@@ -17,13 +17,8 @@ _DIRECTIONS = ((0, 1), (1, 0), (0, -1), (-1, 0))
 
 
 def wilson_grid(height: int, width: int, seed: int) -> np.ndarray:
-    """The inner grid, 1 = floor: a uniform spanning tree over the cells at even (row, col).
-
-    Draw order matters and is VisGym's: the first cell pops from the row-major list of
-    unvisited cells; each walk starts at a random unvisited cell and steps in a random direction
-    (redrawn until it stays on the grid) until it meets the tree; the loop-erased path (the last
-    direction recorded per cell) is then cut into the tree, cell and crossed square alike.
-    """
+    """The inner grid, 1 = floor: a uniform spanning tree over the cells at even (row, col),
+    drawn in VisGym's order (docs/mazes.md#generators)."""
     h, w = 2 * (height // 2) + 1, 2 * (width // 2) + 1
     rng = random.Random(seed)
     grid = np.zeros((h, w), dtype=np.uint8)
@@ -65,11 +60,8 @@ def corner_pairs(size: int) -> list[tuple[Cell, Cell]]:
 
 
 def generate_visgym(size: int, seed: int | np.random.Generator) -> Maze:
-    """The maze VisGym's `Maze2DEnv(maze_width=size, maze_height=size)` gives on `reset(seed)`.
-
-    An int seed is what `reset(seed=...)` takes; a Generator stands in for `np_random` as it
-    stands (training streams pass their own).
-    """
+    """The maze VisGym's `Maze2DEnv(maze_width=size, maze_height=size)` gives on `reset(seed)`;
+    a Generator stands in for its `np_random` (training streams pass their own)."""
     if isinstance(size, bool) or not isinstance(size, int | np.integer) or size % 2 == 0:
         raise UsageError(f"VisGym maze size must be an odd integer (9 easy, 11 hard), got {size!r}")
     if not 5 <= size <= 15:

@@ -47,8 +47,7 @@ def move_choices(tokenizer: Any, tail: str) -> tuple[int, ...] | None:
 
 def answer_length(tokenizer: Any) -> int:
     """Tokens in the longest canonical answer (`<action>WORD</action>` and the end of turn) in
-    this tokenizer: 4 with the tiny model's, 8 with Qwen's (`<`, `action`, `>`, `up`, `</`,
-    `action`, `>`, `<|im_end|>`). Answer budgets are checked against it, never a constant."""
+    this tokenizer (tiny: 4, Qwen: 8); answer budgets are checked against it."""
     return 1 + max(
         len(tokenizer.encode(format_action(a), add_special_tokens=False)) for a in Action
     )

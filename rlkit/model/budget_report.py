@@ -31,9 +31,8 @@ def set_episode(
     set_name: str, max_turns: int | None = None, cfg: EnvConfig | None = None
 ) -> Episode:
     """The texts and image size of `set_name`'s episodes under a turn budget (default: the
-    set's), from the env itself, built as SkyRL's generator builds it: on the set's first maze,
-    so the rules name its size as the env's do (the VisGym prompt states it). `cfg`: the env the
-    rows carry where it is not the set's own (a view drawn smaller)."""
+    set's), from the env on the set's first maze as SkyRL's generator builds it; `cfg`: the
+    env the rows carry where it is not the set's own."""
     cfg = cfg or env_for_set(set_name)
     maze = TEST_SETS[set_name].spec.maze(0)
     env = MazeEnv(cfg, {"maze": maze, "max_turns": max_turns})
@@ -147,8 +146,7 @@ def budget_report(
 ) -> BudgetReport:
     """The report for `model` playing `set_name`: from `model_dir`'s files when given (tokenizer,
     processor, generation config, template), else from `assumed` (`where` then says where the
-    checkpoint's own facts are read). A `max_generate_length` of
-    None is derived from the tokenizer (`derived_answer_length`)."""
+    checkpoint's own facts are read); a `max_generate_length` of None is derived (`derived_answer_length`)."""
     from rlkit.model.checkpoint_files import sampling_defaults, stop_ids, template_source
 
     tokens = Tokens(model_dir, assumed)

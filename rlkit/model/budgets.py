@@ -174,7 +174,7 @@ class Episode:
 
 @dataclass(frozen=True)
 class TurnBudget:
-    """Tokens of one episode under SkyRL's loop (the module docstring's arithmetic)."""
+    """Tokens of one episode under SkyRL's loop (docs/models-and-engines.md#token-budgets-modelbudgetspy)."""
 
     system: int
     """The system message with its framing (0 without one)."""

@@ -75,9 +75,8 @@ def chat_template(processor: ProcessorMixin) -> str:
 
 
 class LruCache(OrderedDict):
-    """A dict that forgets its least recently used entry past `size` (long runs see many
-    distinct images). Its values are pure functions of their keys, so what it holds changes
-    speed only, never a result (minibatch grouping keys prompts by content, not by object)."""
+    """A dict that forgets its least recently used entry past `size`; its values are pure
+    functions of their keys, so what it holds changes speed only, never a result."""
 
     def __init__(self, size: int) -> None:
         super().__init__()
@@ -97,11 +96,8 @@ class LruCache(OrderedDict):
 
 
 class ChatEncoder:
-    """Env messages -> `Encoded`, identical to the HF processor's output, with caches.
-
-    Image parts may be OpenAI `image_url` parts with a PNG data URI (what the env sends) or HF
-    `image` parts holding a PIL image or an (H, W, 3) uint8 array (a trainer's re-render).
-    """
+    """Env messages -> `Encoded`, identical to the HF processor's output, with caches; image
+    parts are `image_url` PNG data URIs (the env's) or `image` parts (PIL or (H, W, 3) uint8)."""
 
     def __init__(
         self, processor: ProcessorMixin, *, fast: bool = True, cache_size: int = 4096

@@ -181,9 +181,8 @@ def use_linear_patch_embed(model) -> None:
 
 
 def fast_vision(model: Qwen3VLForConditionalGeneration) -> Qwen3VLForConditionalGeneration:
-    """`model` with its vision tower on rlkit's faster, equal computations: one batched
-    attention call instead of a loop over images, the patch conv as one matrix product. Every
-    model rlkit runs goes through it (the KL reference too), so all compute alike."""
+    """`model` with its vision tower on rlkit's faster, equal computations (batched attention,
+    the patch conv as a matrix product); every model rlkit runs goes through it."""
     vision_cfg = model.config.vision_config
     if "flash" not in (vision_cfg._attn_implementation or ""):
         vision_cfg._attn_implementation = ATTENTION
@@ -194,10 +193,8 @@ def fast_vision(model: Qwen3VLForConditionalGeneration) -> Qwen3VLForConditional
 def load(
     path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
 ) -> LoadedModel:
-    """Load a Qwen3-VL checkpoint dir (tiny or real) in eval mode on `device`.
-
-    `dtype` defaults to float32 on CPU (exact logprob checks) and bfloat16 elsewhere.
-    """
+    """Load a Qwen3-VL checkpoint dir (tiny or real) in eval mode on `device`; `dtype` defaults
+    to float32 on CPU (exact logprob checks) and bfloat16 elsewhere."""
     p = check_checkpoint(path)
     if dtype is None:
         dtype = torch.float32 if str(device).startswith("cpu") else torch.bfloat16

@@ -23,8 +23,8 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 def tune(model: torch.nn.Module, t: Tuning, *, seed: int = 0) -> PeftModel | None:
     """Apply `t` to `model` in place: with `lora_rank` > 0 attach adapters (every base weight
     frozen, none on the frozen vision modules) and return peft's wrapper (for saving); else
-    freeze the vision modules `freeze_vision` names and return None. The adapters' random
-    init draws from a generator seeded by `seed`; the caller's torch RNG is left as it was."""
+    freeze the vision modules `freeze_vision` names and return None. Adapters are initialised
+    from `seed`, the caller's torch RNG untouched."""
     pattern = t.frozen_pattern
     model.zero_grad(set_to_none=True)  # a frozen weight's last gradient would count in clipping
     if t.lora_rank == 0:

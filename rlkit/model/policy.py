@@ -94,7 +94,7 @@ def check_sampling(temperature: float, top_p: float, max_new_tokens: int) -> Non
 
 
 class ModelPolicy:
-    """A Qwen3-VL checkpoint answering maze turns (see the module docstring for the modes)."""
+    """A Qwen3-VL checkpoint answering maze turns, constrained or free."""
 
     def __init__(
         self,

@@ -13,9 +13,8 @@ import torch
 from rlkit.model.chat import Encoded
 
 _DIGESTS: dict[int, tuple[weakref.ref, bytes]] = {}
-"""id(array) -> (a weak reference to it, its digest): each array is hashed once while it lives
-(the encoder hands out cached arrays again and again); the reference tells a live array from a
-dead one whose id was reused."""
+"""id(array) -> (a weak reference to it, its digest): each array hashed once while it lives (the
+reference tells a live array from a dead one whose id was reused)."""
 
 
 def image_digest(patches: np.ndarray) -> bytes:
@@ -38,9 +37,8 @@ def image_digest(patches: np.ndarray) -> bytes:
 
 
 def prompt_key(prompt: Encoded) -> tuple:
-    """A prompt's identity: its ids and its images' contents (`image_digest`), so equal prompts
-    get one key whether the encoder's cache handed out one array or re-encoded the image after
-    an eviction: which turns share a forward (and a minibatch) never depends on the cache."""
+    """A prompt's identity: its ids and its images' contents (`image_digest`), whatever the
+    encoder's cache holds."""
     return tuple(prompt.prompt_ids), tuple(image_digest(p) for p, _ in prompt.images)
 
 

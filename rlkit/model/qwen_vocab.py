@@ -52,8 +52,8 @@ MARKER = "tokenizer.json"
 
 def merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     """The merges (in rank order) that rebuild every multi-byte token from its bytes: for a
-    token of rank r, BPE over its bytes (lowest-rank join below r first) until two parts remain.
-    One merge a token, unlike transformers' `TikTokenConverter` (every split that is a token)."""
+    token of rank r, BPE over its bytes (lowest-rank join below r first) until two parts remain
+    (one merge a token; why: docs/decisions.md#models-mazes-and-the-base-modules)."""
     out = []
     for token, limit in sorted(ranks.items(), key=lambda kv: kv[1]):
         if len(token) < 2:

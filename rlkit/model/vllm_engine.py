@@ -21,15 +21,11 @@ from rlkit.model.checkpoint_files import stop_ids
 from rlkit.model.load import check_checkpoint, is_adapter_dir
 
 CPU_KV_CACHE_GB = 1.0
-"""KV cache on CPU when not given: vLLM's default there (a share of RAM less this process's
-RSS) fails inside a process that already holds other models; 1 GiB holds ~2 M tiny-model
-tokens."""
+"""KV cache in GiB on CPU when not given (why: docs/models-and-engines.md#starting-vllm-modelvllm_enginepy)."""
 MAX_MODEL_LEN = 8192
-"""Context cap (or the checkpoint's own limit, if lower): a 24-turn test-large episode with the
-whole history is ~25 images x 144 tokens; vLLM would otherwise reserve the model's full 256 k."""
+"""Context cap in tokens (or the checkpoint's own limit, if lower)."""
 GPU_MEMORY_UTILIZATION = 0.85
-"""Share of GPU memory vLLM may take (weights + activations + KV cache) when `kv_cache_gb` is
-not given."""
+"""Share of GPU memory vLLM may take (weights, activations, KV cache) without `kv_cache_gb`."""
 
 INSTALL_HINT = (
     "--engine vllm needs vLLM, which is not installed here: install vllm on a GPU machine (or "
@@ -103,9 +99,8 @@ class VllmEngine:
 
 @contextlib.contextmanager
 def _in_process_engine() -> Iterator[None]:
-    """Import and start vLLM in this process, and leave the process as it was (vLLM's CPU worker
-    stubs `torch.set_num_threads` for good); its logs go to stderr at WARNING unless the caller's
-    VLLM_LOGGING_* say otherwise (`rlkit eval --json` prints one JSON object)."""
+    """Import and start vLLM in this process and leave the process as it was, vLLM's logs on
+    stderr at WARNING unless the caller's VLLM_LOGGING_* say otherwise."""
     import torch
 
     quiet = {"VLLM_LOGGING_STREAM": "ext://sys.stderr", "VLLM_LOGGING_LEVEL": "WARNING"}

@@ -21,7 +21,7 @@ from rlkit.model.vllm_engine import VllmEngine, engine_limits, start_engine
 
 
 class VllmPolicy:
-    """A Qwen3-VL checkpoint answering maze turns through vLLM (see the module docstring)."""
+    """A Qwen3-VL checkpoint answering maze turns through vLLM."""
 
     def __init__(
         self,

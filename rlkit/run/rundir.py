@@ -169,10 +169,8 @@ class RunDir:
         return latest_complete(self.path, hashes=hashes, require_manifest=require_manifest)
 
     def save_checkpoint(self, step: int, write_fn: Callable[[Path], object]) -> Checkpoint:
-        """Save one checkpoint: write_fn(tmp_dir) writes the payload, then rlkit commits it.
-
-        Raises RlkitError when the disk is full; the previous checkpoint stays intact.
-        """
+        """Save one checkpoint: write_fn(tmp_dir) writes the payload, then rlkit commits it; a
+        full disk is an RlkitError and the previous checkpoint stays intact."""
         if step < 0:
             raise UsageError(f"step ({step}) must be >= 0")
         self.path.mkdir(parents=True, exist_ok=True)

@@ -200,7 +200,7 @@ def install_in_vllm_worker() -> None:
 
 def overrides(run_dir: str, attempt: str | None = None) -> list[str]:
     """SkyRL overrides a CPU run adds at each start: vLLM on CPU, delta weight sync in
-    directories of this attempt's own (see the module docstring)."""
+    directories of this attempt's own (docs/skyrl-integration.md#the-cpu-device-seam-cpu_seampy)."""
     attempt = attempt or time.strftime("%Y%m%d-%H%M%S")
     delta = Path(run_dir) / "delta" / attempt
     engine = "generator.inference_engine"

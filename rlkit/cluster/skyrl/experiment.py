@@ -108,9 +108,8 @@ class RlkitExp(BasePPOExp):
 
     def _prompts(self, files) -> PromptDataset:
         """SkyRL's datasets, their length filter run by as many processes as the run's
-        dataloader has workers (SkyRL fixes 8: ~40 s a dataset on a 2-core host for 16 rows,
-        and the CPU preset asks for 0 workers). SkyRL builds them in its `__init__`, right
-        after loading the tokenizer: the tokenizer gets the processor's template here."""
+        dataloader has workers (SkyRL fixes 8); the tokenizer gets the processor's template
+        here (docs/skyrl-integration.md#the-experiment-experimentpy)."""
         if not getattr(self, "_processor_template_set", False):  # once: it loads the processor
             self.tokenizer.chat_template = processor_template(self.cfg.trainer.policy.model.path)
             self._processor_template_set = True

@@ -21,8 +21,7 @@ _PATCHES: dict[str, list[Callable[[ModuleType], None]]] = {}
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
     """Finds the modules of `_PATCHES` with the other finders and patches each right after it
-    executes. Installing imports nothing: a Ray worker setup hook that imported SkyRL's worker
-    modules killed the worker (Ray 2.57)."""
+    executes; installing imports nothing (why: docs/skyrl-integration.md#fixes-to-skyrl-fixespy-worker_setuppy)."""
 
     def find_spec(self, name, path, target=None):
         if name not in _PATCHES:
