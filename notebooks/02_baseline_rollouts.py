@@ -46,7 +46,7 @@ replay_maze = 0  # test maze index to replay
 # %%
 from rlkit.notebook import baselines, plots, report, visgym, workbench
 from rlkit.notebook.paths import home_path
-from rlkit.notebook.widgets import ReplayWidget
+from rlkit.notebook.player import replay
 
 out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
 
@@ -67,12 +67,12 @@ fig
 # %% [markdown]
 # One episode of the base model, turn by turn. Blue arrow: the oracle's (shortest-path) move;
 # orange: the model's; when they agree only blue shows. The caption gives the parsed move, the
-# oracle's, and whether the agent moved or bumped into a wall. In an executed notebook this
-# is a player that needs no kernel; run the notebook for the live widget.
+# oracle's, and whether the agent moved or bumped into a wall. Press Play, step or drag the
+# slider: the player needs no kernel, so it plays in an executed notebook too.
 
 # %%
 trajs = baselines.baseline_trajectories(out_dir, report.BASE)
-ReplayWidget(workbench.episode(trajs, base[report.BASE], replay_maze))
+replay(workbench.episode(trajs, base[report.BASE], replay_maze))
 
 # %% [markdown]
 # Failure taxonomy: each failed episode gets the first kind that fits, in this order.

@@ -23,8 +23,8 @@
 # (`run_dir`: the episodes its evals dumped, replayed through rlkit's env).
 #
 # Colours: red agent, green exit, grey trail, dark grey the previous cell; blue arrow the
-# oracle's move, orange the model's (only blue when they agree). Executed notebooks carry a
-# player that runs in the browser with no kernel; run the notebook for the live widgets.
+# oracle's move, orange the model's (only blue when they agree). Each replay is a player that
+# runs in the browser with no kernel: it plays the same here and in an executed notebook.
 # Under each frame, four bars give the policy's probability of each move: a trained policy is
 # sure (one tall bar) where the maze leaves one good move, and spreads where two moves are
 # equally short. Failure kinds: the [glossary](../docs/glossary.md).
@@ -50,7 +50,7 @@ from IPython.display import HTML, display
 
 from rlkit.notebook import plots, replays, workbench
 from rlkit.notebook.paths import home_path
-from rlkit.notebook.widgets import CheckpointDiffWidget, ReplayWidget
+from rlkit.notebook.player import checkpoint_diff, replay
 
 out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
 source = workbench.run_source(
@@ -60,11 +60,11 @@ run = workbench.open_source(source, address=address)  # either backend, wherever
 shown = replays.for_run(run, maze=maze)  # scores a checkpoint without an eval, as 04 does
 print(run.describe())  # after that scoring: the same count of evals as 04's
 print(shown)
-ReplayWidget(shown.episode, label=shown.label)
+replay(shown.episode, label=shown.label)
 
 # %%
 pair = shown.pair  # None when the run has one evaluated step: nothing to compare
-CheckpointDiffWidget(*pair, labels=shown.labels) if pair else HTML("<p>one evaluated step</p>")
+checkpoint_diff(*pair, labels=shown.labels) if pair else HTML("<p>one evaluated step</p>")
 
 # %% [markdown]
 # The final checkpoint's failures by kind (02 defines the kinds), then one episode of each. Wall
@@ -84,7 +84,7 @@ fig
 
 # %%
 for kind, traj in shown.failures().items():
-    display(HTML(f"<h4>{kind}</h4>"), ReplayWidget(traj, label=shown.label))
+    display(HTML(f"<h4>{kind}</h4>"), replay(traj, label=shown.label))
 
 # %% [markdown]
 # **Next:** the same run on a real cluster. `deploy/README.md` builds the image, creates the

@@ -1,9 +1,11 @@
-"""Real browser checks: notebook 05 in JupyterLab, in headless Chromium over DevTools.
+"""Real browser checks of the replay player, in headless Chromium over DevTools.
 
-- Executed (as `make demo` writes it): with every kernel shut down, the replay's kernel-free
-  player steps to the next frame on a click, and its move-probability bars follow each frame.
+- A page, and the same player set as innerHTML (what `ipywidgets.HTML` does: no <script> runs):
+  it steps, its slider reaches the end, and a checkpoint diff's shorter episode holds its end.
+- Executed notebook 05 (as `make demo` writes it), in JupyterLab: with every kernel shut down,
+  the player steps to the next frame on a click, and its move-probability bars follow each frame.
 - Source (notebooks/05 as a user opens it, its default `out_dir` resolved against RLKIT_HOME):
-  run top to bottom in JupyterLab's own kernel, the ipywidgets Play button changes the frame.
+  run top to bottom in JupyterLab's own kernel, the player's Play button changes the frame.
 
 Screenshots go to RLKIT_SCREENSHOT_DIR, else runs/screenshots/ of the project (CI keeps them).
 
@@ -26,11 +28,6 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.slow
-
-REPLAY_IMAGE_JS = (
-    "Array.from(document.querySelectorAll('.jp-OutputArea-output .widget-image'))"
-    ".filter(img => img.naturalWidth > 0).length"
-)
 
 
 def _chromium() -> str:
@@ -100,11 +97,67 @@ BARS = (  # what the first player's four bars show now
     "note: p.querySelector('.rlkit-bar-note').textContent}; })()"
 )
 BARS_DATA = f"JSON.parse({FIRST_PLAYER}.querySelector('script.rlkit-data').textContent)[0].bars"
-WIDGET_REPLAY = (  # the first output holding a Play widget, and its maze image
-    "(() => { const o = Array.from(document.querySelectorAll('.jp-OutputArea-output'))"
-    ".find(o => o.querySelector('.widget-play') && o.querySelector('.widget-image'));"
-    " return o ? o : null; })()"
+
+
+PANES_SHOW = (  # the frame each pane of the first player shows now: its caption's, -1 if
+    # the picture is not that frame's
+    f"(() => {{ const p = {FIRST_PLAYER};"
+    " const d = JSON.parse(p.querySelector('script.rlkit-data').textContent);"
+    " const imgs = p.querySelectorAll('img.rlkit-frame');"
+    " return Array.from(p.querySelectorAll('.rlkit-info')).map((e, k) => {"
+    " const i = d[k].info.indexOf(e.textContent);"
+    " return imgs[k].src.endsWith(',' + d[k].frames[i]) ? i : -1; }); })()"
 )
+
+
+@pytest.mark.parametrize("as_widget", [False, True], ids=["page", "innerHTML"])
+def test_a_checkpoint_diff_plays_and_its_shorter_episode_holds_its_end(tmp_path, as_widget):
+    """Set as innerHTML, what `ipywidgets.HTML` does with its value (no <script> runs there),
+    the player plays as it does in a page."""
+    from rlkit.episodes.policies import Response, scripted_policy
+    from rlkit.episodes.rollout import run_episodes
+    from rlkit.maze.generation import generate
+    from rlkit.notebook.player import checkpoint_diff
+
+    class Lost:
+        name = "lost"
+
+        def act(self, states, messages, rngs):
+            return [Response("no idea") for _ in states]
+
+    maze = generate(4, 4, seed=3)
+    lost = run_episodes(Lost(), [maze])[0]
+    solved = run_episodes(scripted_policy("oracle"), [maze])[0]
+    html = checkpoint_diff(lost, solved, ("step 0", "step 40")).to_html()
+    n, short = len(lost.turns) + 1, len(solved.turns) + 1
+    assert n > short
+    if as_widget:
+        value = json.dumps(html).replace("</", "<\\/")  # "</script>" would end this script
+        html = (
+            f"<div id='w'></div><script>document.querySelector('#w').innerHTML = {value};</script>"
+        )
+    (tmp_path / "diff.html").write_text(f"<!doctype html><html><body>{html}</body></html>")
+    browser, page = chromium_on((tmp_path / "diff.html").as_uri(), tmp_path / "profile")
+    try:
+        wait_for(page, f"{FIRST_PLAYER}?.rlkitReady", "the player's script started", 60)
+        counter = f"{FIRST_PLAYER}.querySelector('.rlkit-counter').textContent"
+        assert page.evaluate(counter) == f"frame 1/{n}" and page.evaluate(PANES_SHOW) == [0, 0]
+        page.evaluate(f"{FIRST_PLAYER}.querySelector('.rlkit-next').click()")
+        assert page.evaluate(counter) == f"frame 2/{n}" and page.evaluate(PANES_SHOW) == [1, 1]
+        slider = f"{FIRST_PLAYER}.querySelector('.rlkit-slider')"
+        page.evaluate(f"{slider}.value = {n - 1}; {slider}.dispatchEvent(new Event('input'))")
+        assert page.evaluate(counter) == f"frame {n}/{n}"
+        assert page.evaluate(PANES_SHOW) == [n - 1, short - 1]  # the solved one holds its end
+        infos = (
+            f"Array.from({FIRST_PLAYER}.querySelectorAll('.rlkit-info')).map(e => e.textContent)"
+        )
+        ended = page.evaluate(infos)
+        assert "FAILED" in ended[0] and "SOLVED" in ended[1], ended
+        page.evaluate(f"{FIRST_PLAYER}.querySelector('.rlkit-play').click()")
+        assert page.evaluate(counter) == f"frame 1/{n}"  # Play at the end starts over
+        wait_for(page, f"{counter} !== 'frame 1/{n}'", "Play stepping on", 10)
+    finally:
+        _stop(browser)
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +169,33 @@ def trained_home(tmp_path_factory) -> Path:
     home = tmp_path_factory.mktemp("home")
     train(preset("smoke"), home / "runs" / "demo" / "local-tiny", progress=False)
     return home
+
+
+def chromium_on(url: str, profile: Path) -> tuple[subprocess.Popen, DevTools]:
+    """Headless Chromium showing `url`, and its one page over DevTools."""
+    browser = subprocess.Popen(
+        [
+            _chromium(),
+            *("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"),
+            *("--no-first-run", "--disable-background-networking"),
+            *("--disable-component-update", "--disable-sync"),
+            f"--user-data-dir={profile}",
+            "--remote-debugging-port=0",
+            "--window-size=1400,1800",
+            url,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    port_file = profile / "DevToolsActivePort"
+    deadline = time.monotonic() + 60
+    while not port_file.is_file() or not port_file.read_text().strip():
+        assert time.monotonic() < deadline, "chromium did not open its DevTools port"
+        time.sleep(0.3)
+    devtools_port = int(port_file.read_text().split()[0])
+    with urllib.request.urlopen(f"http://127.0.0.1:{devtools_port}/json/list") as r:
+        pages = [t for t in json.load(r) if t["type"] == "page"]
+    return browser, DevTools(pages[0]["webSocketDebuggerUrl"])
 
 
 class Lab:
@@ -168,30 +248,9 @@ class Lab:
             stderr=open(self.tmp / "lab.log", "w"),  # noqa: SIM115 - closed with the process
         )
         _wait_http(f"http://127.0.0.1:{self.port}/api/status?token={self.token}", 120)
-        profile = self.tmp / "chromium-profile"
-        self.browser = subprocess.Popen(
-            [
-                _chromium(),
-                *("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"),
-                *("--no-first-run", "--disable-background-networking"),
-                *("--disable-component-update", "--disable-sync"),
-                f"--user-data-dir={profile}",
-                "--remote-debugging-port=0",
-                "--window-size=1400,1800",
-                f"http://127.0.0.1:{self.port}/lab/tree/{rel}?token={self.token}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 60
-        while not port_file.is_file() or not port_file.read_text().strip():
-            assert time.monotonic() < deadline, "chromium did not open its DevTools port"
-            time.sleep(0.3)
-        devtools_port = int(port_file.read_text().split()[0])
-        with urllib.request.urlopen(f"http://127.0.0.1:{devtools_port}/json/list") as r:
-            pages = [t for t in json.load(r) if t["type"] == "page"]
-        return DevTools(pages[0]["webSocketDebuggerUrl"])
+        url = f"http://127.0.0.1:{self.port}/lab/tree/{rel}?token={self.token}"
+        self.browser, page = chromium_on(url, self.tmp / "chromium-profile")
+        return page
 
     def close(self) -> None:
         for proc in (self.browser, self.lab):
@@ -248,6 +307,7 @@ def test_an_executed_notebooks_replay_plays_with_no_kernel(trained_home, tmp_pat
         page.call("Runtime.evaluate", expression=f"{SESSION}.shutdown()", awaitPromise=True)
         wait_for(page, f"!{SESSION}?.session", "the notebook with no session", 60)
         assert lab.api("kernels") == [] and lab.api("sessions") == []
+        wait_for(page, f"{FIRST_PLAYER}.rlkitReady", "the player's script started", 60)
         frame = f"{FIRST_PLAYER}.querySelector('img.rlkit-frame').src"
         counter = f"{FIRST_PLAYER}.querySelector('.rlkit-counter').textContent"
         before, label = page.evaluate(frame), page.evaluate(counter)
@@ -291,7 +351,7 @@ def check_bars_follow_the_frames(page: DevTools, counter: str) -> None:
     screenshot(page, "05_executed_bars_last_frame.png")
 
 
-def test_a_source_notebook_runs_in_jupyterlab_and_its_widgets_play(trained_home, tmp_path, port):
+def test_a_source_notebook_runs_in_jupyterlab_and_its_replays_play(trained_home, tmp_path, port):
     """notebooks/05 with its defaults, in JupyterLab's kernel started in the notebook's folder
     (a copy, so the source keeps no outputs); RLKIT_HOME points at the trained run."""
     from rlkit.notebook.demo import NOTEBOOK_DIR, ensure_kernel
@@ -306,13 +366,14 @@ def test_a_source_notebook_runs_in_jupyterlab_and_its_widgets_play(trained_home,
         wait_for(page, f"{kernel}?.status === 'idle'", "an idle kernel for the notebook", 180)
         page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
         text = "document.body.innerText"
-        wait_for(page, f"!!{WIDGET_REPLAY} || {text}.includes('Traceback')", "a replay widget", 240)
+        wait_for(page, f"{PLAYER_JS} > 0 || {text}.includes('Traceback')", "a replay player", 240)
         assert "Traceback" not in page.evaluate(text), page.evaluate(text)[-3000:]
-        image = f"{WIDGET_REPLAY}.querySelector('.widget-image').src"
-        before = wait_for(page, image, "the replay's first frame", 60)
+        wait_for(page, f"{FIRST_PLAYER}.rlkitReady", "the player's script started", 60)
+        frame = f"{FIRST_PLAYER}.querySelector('img.rlkit-frame').src"
+        before = page.evaluate(frame)
         screenshot(page, "05_live_before_play.png")
-        page.evaluate(f"{WIDGET_REPLAY}.querySelector('.widget-play button').click()")
-        wait_for(page, f"{image} !== {json.dumps(before)}", "a new frame after Play", 30)
+        page.evaluate(f"{FIRST_PLAYER}.querySelector('.rlkit-play').click()")
+        wait_for(page, f"{frame} !== {json.dumps(before)}", "a new frame after Play", 30)
         screenshot(page, "05_live_after_play.png")
     finally:
         lab.close()

@@ -1,6 +1,8 @@
 """The job monitor widget: status, log tail, curves, progress, Stop and resubmission."""
 
 import io
+import json
+import re
 import time
 
 import pytest
@@ -185,7 +187,7 @@ def test_a_run_this_kernel_cannot_see_is_read_through_the_cluster_with_its_rollo
     # the newest captured step came with the summary: the player plays it, move bars included
     view = mon.rollouts
     assert view.step == 2 and len(view.episodes) == 4 and "(2 steps" in view.header.value
-    assert view.replay.pane.move_bars[0].probs == pytest.approx(
+    assert player_data(view)["bars"][0]["p"] == pytest.approx(
         view.episodes[0].trajectory.turns[0].move_probs, abs=1e-4
     )
     mon.refresh()
@@ -220,19 +222,28 @@ def test_job_monitor_warns_beside_its_progress_when_entropy_collapses(tmp_path, 
     assert f"warning: {mon.warning}" in mon.progress.value and "<code>" in mon.progress.value
 
 
+def player_data(view) -> dict:
+    """What the rollouts panel's player holds: its one pane's frames, captions and bars."""
+    m = re.search(
+        r"<script type='application/json' class='rlkit-data'>(.*?)</script>", view.player.value
+    )
+    assert m, "the panel holds no player"
+    (pane,) = json.loads(m.group(1))
+    return pane
+
+
 def _captured(step, trajs):
     from rlkit.run.captures import CapturedEpisode
 
     return [CapturedEpisode(step, t.maze_index, 0.5 - t.sample, t) for t in trajs]
 
 
-def test_the_monitor_plays_the_newest_captured_training_step_as_steps_land(tmp_path):
+def test_the_monitor_plays_the_newest_captured_training_step_as_steps_land(tmp_path, monkeypatch):
     from rlkit.episodes.policies import scripted_policy
     from rlkit.episodes.rollout import run_episodes
     from rlkit.maze.generation import generate
-    from rlkit.notebook.player import bars_html
+    from rlkit.notebook import rollouts
     from rlkit.notebook.rollouts import episode_label
-    from rlkit.notebook.widgets import ReplayWidget
     from rlkit.run.captures import write_step
 
     run = RunDir(tmp_path / "run")
@@ -247,28 +258,26 @@ def test_the_monitor_plays_the_newest_captured_training_step_as_steps_land(tmp_p
     assert view.step == 5 and len(view.menu.options) == 4
     assert "step 5: 4 episodes of 2 groups" in view.header.value and "(1 steps" in view.header.value
     first = view.episodes[0]
-    assert isinstance(view.replay, ReplayWidget) and view.replay.pane.label.startswith(
-        "step 5, group 0, sample 0: reward"
-    )
-    assert view.replay.pane.move_bars[0].probs == pytest.approx(
-        first.trajectory.turns[0].move_probs, abs=1e-4
-    )
-    view.replay.slider.value = 1  # the player scrubs as the eval replays do, bars too
-    assert view.replay.pane.bars.value == bars_html(view.replay.pane.move_bars[1])
-    assert view.replay.pane.move_bars[1].probs == pytest.approx(
-        first.trajectory.turns[1].move_probs, abs=1e-4
-    )
+    assert "<b>step 5, group 0, sample 0: reward" in view.player.value
+    pane = player_data(view)  # each turn's frame, answer and bars, as the eval replays have them
+    assert len(pane["frames"]) == len(first.trajectory.turns) + 1
+    assert pane["text"][:-1] == [t.text for t in first.trajectory.turns]
+    for turn, bars in zip(first.trajectory.turns, pane["bars"], strict=False):
+        assert bars["p"] == pytest.approx(turn.move_probs, abs=1e-4)
     view.menu.value = 3  # group 1, sample 1
     assert view.menu.index == 3 and view.menu.label == episode_label(view.episodes[3])
-    shown = view.replay
-    assert shown.pane.label.startswith("step 5, group 1, sample 1")
+    shown = view.player.value
+    assert "<b>step 5, group 1, sample 1" in shown
+    made = []
+    monkeypatch.setattr(rollouts, "replay", lambda *a, **k: made.append(a))
     mon.refresh()
-    assert view.replay is shown  # nothing new: not rebuilt
+    assert view.player.value == shown and made == []  # nothing new: not rebuilt
+    monkeypatch.undo()
     write_step(run.path, 6, _captured(6, run_episodes(policy, mazes, samples=2, seed=6)), keep=3)
     mon.refresh()
     assert view.step == 6 and "(2 steps" in view.header.value
     assert view.menu.value == view.menu.index == 3
-    assert view.replay.pane.label.startswith("step 6, group 1, sample 1")
+    assert "<b>step 6, group 1, sample 1" in view.player.value
     (run.path / "rollouts" / "global_step_7.jsonl").write_text("{torn\n")  # a damaged file
     mon.refresh()
     assert view.step == 6 and "global_step_7.jsonl:1 is not a captured episode" in view.header.value

@@ -1,8 +1,9 @@
 """Per-turn move probabilities: recorded by every policy that knows them, stored with the
-trajectories, drawn as four bars in the live replay, the kernel-free player and checkpoint diffs."""
+trajectories, drawn as four bars in the replay player and checkpoint diffs."""
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
@@ -31,8 +32,15 @@ from rlkit.model.action_tag import move_choices
 from rlkit.model.build import build_tiny
 from rlkit.model.load import load
 from rlkit.model.policy import ModelPolicy
-from rlkit.notebook import widgets as w
-from rlkit.notebook.player import EPISODE_OVER, NO_PROBS, disagreement, first_disagreement
+from rlkit.notebook.player import (
+    EPISODE_OVER,
+    NO_PROBS,
+    bars_html,
+    checkpoint_diff,
+    disagreement,
+    first_disagreement,
+    replay,
+)
 from rlkit.notebook.replays import RunReplays
 from rlkit.run.skyrl_dumps import EvalEpisode, to_trajectory
 
@@ -155,21 +163,20 @@ def test_free_answers_read_the_moves_odds_where_the_action_tag_opens(loaded):
     assert pol._free_move_probs(two, twice) == pytest.approx((1 / 7, 1 / 7, 1 / 7, 4 / 7))
 
 
-def test_live_and_kernel_free_replays_draw_the_bars_per_turn():
+def test_replays_draw_the_bars_per_turn():
     probs = (0.1, 0.2, 0.3, 0.4)
     traj = run_episodes(Fixed([Action.RIGHT, Action.DOWN], probs), [MAZE], SHORT)[0]
-    rw = w.ReplayWidget(traj)
-    assert "rlkit-bars" in rw.pane.bars.value and ">40%<" in rw.pane.bars.value
-    assert ">right</span>" in rw.pane.bars.value
-    rw.slider.value = rw.slider.max
-    assert EPISODE_OVER in rw.pane.bars.value
-    page = rw.to_html()
+    shown = replay(traj)
+    page = shown.to_html()
+    first = page.split("class='rlkit-bars'", 1)[1].split("</div></div>", 1)[0]  # frame 1's
+    assert ">40%<" in first and "font-weight:bold'>right</span>" in first
+    assert EPISODE_OVER in bars_html(shown.panes[0].bars[-1])  # the end frame's
     (pane,) = _data(page)
     assert [b["p"] for b in pane["bars"][:-1]] == [list(probs)] * len(traj.turns)
     assert [b["c"] for b in pane["bars"][:-1]] == [3, 1, 0, 0]  # right, down, then up
     assert pane["bars"][-1] == {"p": None, "c": None, "n": EPISODE_OVER}
     assert page.count("class='rlkit-bar-fill'") == 4 and "function rlkitBars" in page
-    assert "src=" not in page.split("rlkit-bars", 1)[1].split("</div></div>", 1)[0]  # no assets
+    assert "src=" not in first  # no assets
     # SkyRL's eval dumps hold answers, no move probabilities: the bars say none were recorded
     oracle = run_episodes(scripted_policy("oracle"), [MAZE])[0]
     dumped = EvalEpisode(
@@ -185,9 +192,9 @@ def test_live_and_kernel_free_replays_draw_the_bars_per_turn():
     )
     bare = to_trajectory(dumped, 0, "skyrl")
     assert bare.solved and all(u.move_probs is None for u in bare.turns)
-    rb = w.ReplayWidget(bare)
-    assert NO_PROBS in rb.pane.bars.value
-    assert {b["n"] for b in _data(rb.to_html())[0]["bars"][:-1]} == {NO_PROBS}
+    page = replay(bare).to_html()
+    assert NO_PROBS in page.split("<script", 1)[0]  # frame 1 as the page opens
+    assert {b["n"] for b in _data(page)[0]["bars"][:-1]} == {NO_PROBS}
 
 
 def test_checkpoint_diffs_say_where_the_two_disagreed_and_how_sure_each_was():
@@ -204,14 +211,14 @@ def test_checkpoint_diffs_say_where_the_two_disagreed_and_how_sure_each_was():
         assert "step 10 chose left at 62% (next: right at 28%)" in line
     else:
         assert "step 10 chose right at 28% (likeliest: left at 62%)" in line
-    dw = w.CheckpointDiffWidget(a, b, labels=("step 40", "step 10"))
-    assert dw.disagreement == line
-    dw.slider.value = 1  # each pane's bars at turn 2, its chosen move in bold
-    for pane, move in zip(dw.panes, (move_a, wrong.word), strict=True):
-        assert f"font-weight:bold'>{move}</span>" in pane.bars.value
-    panes = _data(dw.to_html())
+    diff = checkpoint_diff(a, b, labels=("step 40", "step 10"))
+    page = diff.to_html()
+    assert diff.note == line and "class='rlkit-disagreement'" in page
+    assert html.escape(line) in page.split("class='rlkit-pane'", 1)[0]  # above the panes
+    for pane, move in zip(diff.panes, (move_a, wrong.word), strict=True):
+        assert f"font-weight:bold'>{move}</span>" in bars_html(pane.bars[1])  # turn 2's bars
+    panes = _data(page)
     assert panes[0]["bars"][1]["c"] == Action[move_a.upper()] and panes[1]["bars"][1]["c"] == wrong
-    assert "rlkit-disagreement" in dw.to_html()
     assert disagreement(a, a, ("x", "y")).endswith("on every cell they shared.")
 
 

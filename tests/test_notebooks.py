@@ -95,8 +95,8 @@ def test_quick_demo_executes_every_notebook(ray_cluster, tmp_path, monkeypatch):
     assert "visgym-easy" in mazes and (out / "plots" / "visgym_beside_rlkit.png").is_file()
     seed = (out / "notebooks" / "02_baseline_rollouts.ipynb").read_text()
     assert "The seed's 43.75% is 28 of 64" in seed and "64/64 = 100.00%" in seed
-    # each saves the widget state of what it shows only: 05's replays are all kernel-free
-    # players (no state), 03 keeps its job monitor with one training-rollouts replay
+    # each saves the widget state of what it shows only: 05's replays are players, no widgets
+    # (no state); 03 keeps its job monitor, its training-rollouts player in one HTML widget
     for name in NOTEBOOKS:
         executed = nbformat.read(out / "notebooks" / f"{name}.ipynb", as_version=4)
         assert shown_widget_state(executed)[1] == 0, f"{name} saved widgets it does not show"
@@ -104,7 +104,8 @@ def test_quick_demo_executes_every_notebook(ray_cluster, tmp_path, monkeypatch):
     assert "widgets" not in replay["metadata"]
     monitor = json.loads((out / "notebooks" / "03_train_grpo.ipynb").read_text())
     models = monitor["metadata"]["widgets"][WIDGET_STATE]["state"].values()
-    assert [m["model_name"] for m in models].count("PlayModel") == 1
+    players = [m for m in models if "class='rlkit-player'" in str(m["state"].get("value"))]
+    assert [m["model_name"] for m in players] == ["HTMLModel"]
     # The cluster preset without an address is a dry run: the SkyRL command, nothing submitted.
     params = {"out_dir": str(out), "preset": "qwen3vl-8b-6gpu", "local_port": port}
     dry = execute("03_train_grpo", tmp_path / "dry", params, kernel=ensure_kernel())

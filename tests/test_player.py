@@ -5,8 +5,10 @@ import json
 import re
 from pathlib import Path
 
+import ipywidgets
 import nbformat
 import pytest
+from IPython.core.formatters import DisplayFormatter
 from nbformat.sign import NotebookNotary
 
 from rlkit.episodes.policies import Response, scripted_policy
@@ -17,12 +19,11 @@ from rlkit.notebook.demo import (
     NOTEBOOK_DIR,
     WIDGET_STATE,
     WIDGET_VIEW,
-    kernel_free_outputs,
     ready_to_open,
     shown_widget_state,
 )
 from rlkit.notebook.paths import HOME_ENV, home_path
-from rlkit.notebook.player import PaneFrames, player_html
+from rlkit.notebook.player import PaneFrames, Replay, checkpoint_diff, replay
 
 MAZE = generate(4, 4, seed=11)
 
@@ -36,14 +37,14 @@ def _data(page: str) -> list[dict]:
 def test_the_player_embeds_every_frame_and_caption_of_both_panes():
     oracle = run_episodes(scripted_policy("oracle"), [MAZE])[0]
     rand = run_episodes(scripted_policy("random"), [MAZE], seed=3)[0]
-    diff = w.CheckpointDiffWidget(oracle, rand, labels=("step 60", "step <220>"))
+    diff = checkpoint_diff(oracle, rand, labels=("step 60", "step <220>"))
     page = diff.to_html()
     panes = _data(page)
-    assert [len(p["frames"]) for p in panes] == [p.n_frames for p in diff.panes]
-    for pane, widget_pane in zip(panes, diff.panes, strict=True):
-        assert [base64.b64decode(f) for f in pane["frames"]] == widget_pane.frames
-        assert pane["info"] == [c.info for c in widget_pane.captions]
-    n = max(p.n_frames for p in diff.panes)
+    assert [len(p["frames"]) for p in panes] == [len(p.frames) for p in diff.panes]
+    for pane, shown in zip(panes, diff.panes, strict=True):
+        assert [base64.b64decode(f) for f in pane["frames"]] == list(shown.frames)
+        assert pane["info"] == list(shown.info) and pane["text"] == list(shown.text)
+    n = max(len(p.frames) for p in diff.panes)
     assert f"max='{n - 1}'" in page and f"frame 1/{n}" in page
     assert "step &lt;220&gt;" in page and "<220>" not in page  # labels are escaped
     # each end frame names its own checkpoint, not the policy dir both share
@@ -53,7 +54,7 @@ def test_the_player_embeds_every_frame_and_caption_of_both_panes():
         assert colour in page  # the colour key names agent, exit, oracle and model arrows
 
 
-def test_a_model_answer_cannot_end_the_players_script():
+def test_a_model_answer_cannot_end_the_players_data():
     class Sly:
         name = "sly"
 
@@ -61,31 +62,38 @@ def test_a_model_answer_cannot_end_the_players_script():
             return [Response("</script><b>x</b> up") for _ in states]
 
     traj = run_episodes(Sly(), [MAZE])[0]
-    page = w.ReplayWidget(traj).to_html()
-    assert page.count("</script>") == 2  # the data script's and the player's own end tags
+    page = replay(traj).to_html()
+    assert page.count("</script>") == 1  # the data script's own end tag
     assert _data(page)[0]["text"][0] == "</script><b>x</b> up"
 
 
-def test_replay_widgets_display_as_widget_and_player():
+def test_a_replay_is_a_cells_html_output_and_starts_without_a_script_element():
+    """No <script> runs in an `ipywidgets.HTML` (it sets innerHTML): the player starts from its
+    first frame's onload, once whatever the number of panes."""
     traj = run_episodes(scripted_policy("oracle"), [MAZE])[0]
-    bundle = w.ReplayWidget(traj)._repr_mimebundle_()
-    assert WIDGET_VIEW in bundle and "class='rlkit-player'" in bundle["text/html"]
+    r = replay(traj)
+    data, _ = DisplayFormatter().format(r)
+    assert data["text/html"] == r.to_html() and "class='rlkit-player'" in data["text/html"]
+    assert WIDGET_VIEW not in data
+    diff = checkpoint_diff(traj, traj, ("a", "b")).to_html()
+    assert diff.count("onload=") == 1 and "<script>" not in diff
+    assert ipywidgets.HTML(diff).value == diff  # as the job monitor shows its rollouts
     with pytest.raises(ValueError, match="one PNG"):
         PaneFrames("a", [b"png"], ["x", "y"], ["t"], 64)
     with pytest.raises(ValueError, match="at least one pane"):
-        player_html([])
+        Replay([])
 
 
 def test_executed_notebooks_keep_players_and_are_trusted(tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))  # a private trust db
     traj = run_episodes(scripted_policy("oracle"), [MAZE])[0]
-    replay = w.ReplayWidget(traj)._repr_mimebundle_()
-    browser = w.MazeBrowser()._repr_mimebundle_()  # no HTML form: stays a widget
+    shown, _ = DisplayFormatter().format(replay(traj))
+    browser = w.MazeBrowser()._repr_mimebundle_()  # a widget: drawn from its saved state
     nb = nbformat.v4.new_notebook()
     nb.cells.append(
         nbformat.v4.new_code_cell(
             outputs=[
-                nbformat.v4.new_output("display_data", data=replay),
+                nbformat.v4.new_output("display_data", data=shown),
                 nbformat.v4.new_output("display_data", data=browser),
             ]
         )
@@ -95,16 +103,13 @@ def test_executed_notebooks_keep_players_and_are_trusted(tmp_path, monkeypatch):
     ready_to_open(path)
     opened = nbformat.read(path, as_version=4)
     first, second = opened.cells[0].outputs
-    assert WIDGET_VIEW not in first.data and "rlkit-player" in first.data["text/html"]
-    assert WIDGET_VIEW in second.data
-    assert NotebookNotary().check_signature(opened)
-    assert kernel_free_outputs(opened) == 0  # idempotent
+    assert first.data["text/html"] == shown["text/html"] and WIDGET_VIEW in second.data
+    assert NotebookNotary().check_signature(opened)  # what lets JupyterLab start the player
 
 
 def saved_state(made: list) -> dict:
     """The widget state an executing kernel leaves in a notebook (nbclient's layout): every
     widget in `made` and all it holds, binary values moved to base64 buffers."""
-    import ipywidgets
     from ipywidgets.widgets.widget import _remove_buffers
 
     models, todo = {}, list(made)
@@ -133,31 +138,21 @@ def saved_state(made: list) -> dict:
 
 
 def test_executed_notebooks_save_the_widget_state_of_what_they_show_only(tmp_path, monkeypatch):
-    """A kernel saves every widget it made: the replays a job monitor replaced, and replays
-    whose output is now their HTML player, are dropped; a shown widget keeps all it holds,
-    the jslink between its Play and slider included."""
-    import ipywidgets
-    from ipywidgets.widgets.widget_link import Link
-
+    """A kernel saves every widget it made: players in widgets that no output shows are
+    dropped; a shown widget keeps all it holds (a monitor's panel, its player included)."""
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
     traj = run_episodes(scripted_policy("oracle"), [MAZE])[0]
-    replaced = [w.ReplayWidget(traj, label=f"step {s}") for s in range(3)]  # never shown now
-    as_player = w.ReplayWidget(traj)  # shown, as its kernel-free player
-    newest = w.ReplayWidget(traj, label="newest")
-    box = ipywidgets.VBox([newest])  # a monitor's panel
+    unshown = [ipywidgets.HTML(replay(traj, f"step {s}").to_html()) for s in range(3)]
+    newest = ipywidgets.HTML(replay(traj, "newest").to_html())
+    box = ipywidgets.VBox([ipywidgets.HTML("<b>rollouts</b>"), newest])  # a monitor's panel
     browser = w.MazeBrowser()
-    links = [
-        x
-        for x in ipywidgets.Widget.widgets.values()
-        if isinstance(x, Link) and x.source[0] is newest.play
-    ]
-    made = [*replaced, as_player, box, browser, *links]
+    made = [*unshown, box, browser]
     nb = nbformat.v4.new_notebook(metadata={"widgets": saved_state(made)})
     nb.cells.append(
         nbformat.v4.new_code_cell(
             outputs=[
                 nbformat.v4.new_output("display_data", data=x._repr_mimebundle_())
-                for x in (as_player, box, browser)
+                for x in (box, browser)
             ]
         )
     )
@@ -166,23 +161,24 @@ def test_executed_notebooks_save_the_widget_state_of_what_they_show_only(tmp_pat
     before = path.stat().st_size
     ready_to_open(path)
     kept = set(json.loads(path.read_text())["metadata"]["widgets"][WIDGET_STATE]["state"])
-    shown = saved_state([box, browser, *links])[WIDGET_STATE]["state"]
-    assert links and kept == set(shown)  # the newest replay's Play-slider link is kept
-    gone = saved_state([*replaced, as_player])[WIDGET_STATE]["state"]
+    shown = saved_state([box, browser])[WIDGET_STATE]["state"]
+    assert newest.model_id in kept and kept == set(shown)
+    gone = saved_state(unshown)[WIDGET_STATE]["state"]
     assert not kept & set(gone)
-    assert path.stat().st_size < before / 2  # four replays' frames left the file
+    assert path.stat().st_size < before / 2  # three players' frames left the file
     opened = nbformat.read(path, as_version=4)
     assert shown_widget_state(opened) == (len(kept), 0)  # idempotent
 
 
-def test_a_notebook_whose_widgets_all_became_players_saves_no_widget_state():
+def test_a_notebook_that_shows_no_widget_saves_no_widget_state():
     traj = run_episodes(scripted_policy("oracle"), [MAZE])[0]
-    replay = w.ReplayWidget(traj)
-    nb = nbformat.v4.new_notebook(metadata={"widgets": saved_state([replay])})
-    out = nbformat.v4.new_output("display_data", data=replay._repr_mimebundle_())
-    nb.cells.append(nbformat.v4.new_code_cell(outputs=[out]))
-    kernel_free_outputs(nb)
-    assert shown_widget_state(nb) == (0, len(saved_state([replay])[WIDGET_STATE]["state"]))
+    made = ipywidgets.HTML(replay(traj).to_html())  # made, then never shown
+    nb = nbformat.v4.new_notebook(metadata={"widgets": saved_state([made])})
+    shown, _ = DisplayFormatter().format(replay(traj))
+    nb.cells.append(
+        nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data=shown)])
+    )
+    assert shown_widget_state(nb) == (0, len(saved_state([made])[WIDGET_STATE]["state"]))
     assert "widgets" not in nb.metadata
 
 

@@ -1,5 +1,7 @@
-"""Widgets driven headless: set `.value`, check what they display (no browser, no kernel)."""
+"""What a replay shows (frames, captions, the player's panes) and the maze browser driven\nheadless: set `.value`, check what it displays (no browser, no kernel)."""
 
+import base64
+import html
 import io
 
 import numpy as np
@@ -72,33 +74,35 @@ def test_replay_frames_and_captions(solved, failed):
     assert has_colour(p.replay_frames(failed)[0], p.MODEL_COLOUR)
 
 
-def test_replay_widget_follows_slider_and_play(solved):
-    rw = w.ReplayWidget(solved)
-    assert rw.slider.max == len(solved.turns) == rw.play.max
-    assert rw.image.value == rw.frames[0] and rw.text.value == solved.turns[0].text
-    rw.slider.value = 2
-    assert rw.image.value == rw.frames[2] and rw.text.value == solved.turns[2].text
-    assert "turn 3/" in rw.info.value
-    rw.play.value = 1  # what a Play tick does; jslink would do it in a browser
-    assert rw.slider.value == 1 and rw.image.value == rw.frames[1]
-    rw.slider.value = rw.slider.max
-    assert "SOLVED" in rw.info.value and rw.text.value == ""
+def test_a_replay_holds_each_turns_frame_answer_and_caption_on_one_slider(solved):
+    r = p.replay(solved)
+    (pane,) = r.panes
+    page = r.to_html()
+    n = len(solved.turns) + 1  # a frame per turn, then the end
+    assert list(pane.frames) == p.replay_frames(solved) and f"max='{n - 1}'" in page
+    assert list(pane.text) == [t.text for t in solved.turns] + [""]
+    assert "turn 3/" in pane.info[2] and "SOLVED" in pane.info[-1]
+    # before any script runs the page shows frame 1: its picture, caption and answer
+    static = page.split("<script")[0]
+    assert f"src='data:image/png;base64,{base64.b64encode(pane.frames[0]).decode()}'" in static
+    assert html.escape(pane.info[0]) in static
+    assert f">{html.escape(solved.turns[0].text)}</pre>" in static
+    assert f"frame 1/{n}" in static
 
 
-def test_checkpoint_diff_holds_last_frame_of_shorter_episode(solved, failed):
-    dw = w.CheckpointDiffWidget(failed, solved, labels=("step 0", "step 40"))
-    short, long_ = dw.panes[1], dw.panes[0]
-    assert dw.slider.max == long_.n_frames - 1 > short.n_frames - 1
-    dw.slider.value = 1
-    assert short.image.value == short.frames[1] and long_.image.value == long_.frames[1]
-    dw.slider.value = dw.slider.max
-    assert short.image.value == short.frames[-1] and "SOLVED" in short.info.value
-    assert long_.image.value == long_.frames[-1] and "FAILED" in long_.info.value
+def test_checkpoint_diff_plays_both_episodes_on_the_longer_ones_slider(solved, failed):
+    """The shorter episode holding its end frame is the script's: tests/test_browser.py plays it."""
+    d = p.checkpoint_diff(failed, solved, labels=("step 0", "step 40"))
+    long_, short = d.panes
+    assert [long_.label, short.label] == ["step 0", "step 40"]
+    assert len(long_.frames) > len(short.frames)
+    assert f"max='{len(long_.frames) - 1}'" in d.to_html()
+    assert "SOLVED" in short.info[-1] and "FAILED" in long_.info[-1]
     other = run_episodes(scripted_policy("oracle"), [generate(4, 4, seed=4)])[0]
     with pytest.raises(UsageError, match="different mazes"):
-        w.CheckpointDiffWidget(solved, other)
+        p.checkpoint_diff(solved, other)
     with pytest.raises(UsageError, match="two names"):
-        w.CheckpointDiffWidget(solved, solved, labels=("only one",))
+        p.checkpoint_diff(solved, solved, labels=("only one",))
 
 
 def test_maze_browser_follows_controls():

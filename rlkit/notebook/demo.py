@@ -1,6 +1,6 @@
 """`rlkit demo` / `make demo`: notebooks 00-05 executed by papermill on the embedded default (one
-kernel of this interpreter, one local Ray head, one OUT), each made ready to open: kernel-free
-players, trimmed widget state, trusted (docs/notebooks.md).
+kernel of this interpreter, one local Ray head, one OUT), each made ready to open: trimmed
+widget state, trusted, so that its replay players run (docs/notebooks.md).
 """
 
 from __future__ import annotations
@@ -103,35 +103,20 @@ def execute(name: str, out_dir: Path, params: dict[str, Any], *, kernel: str = K
 
 
 def ready_to_open(path: Path) -> None:
-    """Kernel-free players for the replays, widget state only for what is shown, then trust
-    (`jupyter trust`, the same signature)."""
+    """Widget state only for what is shown, then trust (`jupyter trust`, the same signature):
+    what lets JupyterLab run the replay players with no kernel."""
     import nbformat
     from nbformat.sign import NotebookNotary
 
     nb = nbformat.read(path, as_version=4)
-    kernel_free_outputs(nb)
     shown_widget_state(nb)
     NotebookNotary().sign(nb)
     nbformat.write(nb, path)
 
 
-def kernel_free_outputs(notebook: dict) -> int:
-    """Drop the widget view of every output that also has its HTML player; returns how many."""
-    changed = 0
-    for cell in notebook.get("cells", []):
-        for out in cell.get("outputs", []):
-            data = out.get("data", {})
-            if WIDGET_VIEW in data and "text/html" in data:
-                del data[WIDGET_VIEW]
-                changed += 1
-    return changed
-
-
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 MODEL_REF = "IPY_MODEL_"
 """How a widget's state names another widget (ipywidgets' `widget_serialization`)."""
-LINK_MODELS = frozenset({"LinkModel", "DirectionalLinkModel"})
-"""Models nothing refers to that still belong to what is shown (a Play-slider `jslink`)."""
 
 
 def _refs(value: object) -> set[str]:
@@ -145,8 +130,8 @@ def _refs(value: object) -> set[str]:
 
 
 def shown_widget_state(notebook: dict) -> tuple[int, int]:
-    """Keep in the saved widget state only the models an output shows, what they refer to and
-    the links between them; returns (kept, dropped)."""
+    """Keep in the saved widget state only the models an output shows and what they refer to
+    (a kernel saves every widget it made, shown or not); returns (kept, dropped)."""
     meta = notebook.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE)
     if not meta or not meta.get("state"):
         return 0, 0
@@ -164,17 +149,10 @@ def shown_widget_state(notebook: dict) -> tuple[int, int]:
         if model not in keep:
             keep.add(model)
             todo += [m for m in _refs(state[model].get("state", {})) if m in state]
-    keep |= {
-        model
-        for model, entry in state.items()
-        if entry.get("model_name") in LINK_MODELS
-        and (ends := _refs(entry.get("state", {})))
-        and ends <= keep
-    }
     dropped = len(state) - len(keep)
     if keep:
         meta["state"] = {model: entry for model, entry in state.items() if model in keep}
-    else:  # every view became its HTML player (notebook 05): no widget state to save
+    else:  # no output shows a widget: no widget state to save
         del notebook["metadata"]["widgets"]
     return len(keep), dropped
 

@@ -1,9 +1,10 @@
-"""What a replay shows, and the HTML/JS player that plays it with no kernel: a pane is one
-episode (a PNG a frame, oracle's move blue, model's orange; info line, answer, move-probability
-bars); `player_html` embeds every frame of its panes in a self-contained page. `disagreement`
-says where two checkpoints first chose differently on one maze.
+"""What a replay shows, and the one player that plays it with no kernel, in a page, a notebook
+output or an `ipywidgets.HTML`: a pane is one episode (a PNG a frame, oracle's move blue, model's
+orange; info line, answer, move-probability bars); a `Replay` embeds every frame of its panes.
+`disagreement` says where two checkpoints first chose differently on one maze.
 
-    html = player_html([replay_pane(traj, "step 40")], key_html=colour_key())
+    replay(traj, "step 40")                                       # a cell's output
+    ipywidgets.HTML(checkpoint_diff(a, b, ("step 0", "step 40")).to_html())  # among widgets
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import base64
 import html
 import json
 import math
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlkit.episodes.failures import classify
 from rlkit.episodes.rollout import Trajectory, replay_states
+from rlkit.errors import UsageError
 from rlkit.maze.core import STOP, Action
 from rlkit.maze.core import optimal_action as oracle_action
 from rlkit.maze.render import RenderStyle, draw_arrow, ego_origin, png_bytes, render, upscale
@@ -244,17 +245,13 @@ class PaneFrames:
     width_px: int
     """Display width of the frames, in CSS pixels."""
     bars: Sequence[MoveBars] | None = None
-    """The policy's move probabilities per frame (`rlkit.notebook.move_bars`); None: no bars."""
+    """The policy's move probabilities per frame (`move_bars`); None: no bars."""
 
     def __post_init__(self) -> None:
         if not self.frames or not len(self.frames) == len(self.info) == len(self.text):
             raise ValueError("a pane needs one PNG, info line and text per frame (at least one)")
         if self.bars is not None and len(self.bars) != len(self.frames):
             raise ValueError(f"{len(self.bars)} move-bar sets for {len(self.frames)} frames")
-
-    @property
-    def captions(self) -> list[Caption]:
-        return [Caption(t, i) for t, i in zip(self.text, self.info, strict=True)]
 
 
 def replay_pane(
@@ -277,100 +274,147 @@ def replay_pane(
     )
 
 
+# The player's script is the first frame's `onload` handler, not a <script> element: a page, a
+# trusted notebook output and an `ipywidgets.HTML` (which sets innerHTML, so never runs a
+# <script>) all run it. It starts once per player, as the frame's src changes on every step.
 _SCRIPT = """
-(function () {
+var root = this.closest('.rlkit-player');
+if (root.rlkitReady) { return; }
+root.rlkitReady = true;
 BARS_JS
-  var root = document.currentScript.parentElement;
-  var panes = JSON.parse(root.querySelector('script.rlkit-data').textContent);
-  var n = Math.max.apply(null, panes.map(function (p) { return p.frames.length; }));
-  var slider = root.querySelector('.rlkit-slider');
-  var play = root.querySelector('.rlkit-play');
-  var counter = root.querySelector('.rlkit-counter');
-  var imgs = root.querySelectorAll('.rlkit-frame');
-  var infos = root.querySelectorAll('.rlkit-info');
-  var texts = root.querySelectorAll('.rlkit-text');
-  var boxes = root.querySelectorAll('.rlkit-pane');
-  var timer = null;
-  function show(i) {
-    i = Math.max(0, Math.min(n - 1, i));
-    slider.value = i;
-    counter.textContent = 'frame ' + (i + 1) + '/' + n;
-    panes.forEach(function (p, k) {
-      var j = Math.min(i, p.frames.length - 1);
-      imgs[k].src = 'data:image/png;base64,' + p.frames[j];
-      infos[k].textContent = p.info[j];
-      texts[k].textContent = p.text[j];
-      var el = boxes[k].querySelector('.rlkit-bars');
-      if (p.bars && el) { rlkitBars(el, p.bars[j]); }
-    });
-  }
-  function stop() { clearInterval(timer); timer = null; play.textContent = '\\u25b6 Play'; }
-  play.onclick = function () {
-    if (timer) { stop(); return; }
-    if (+slider.value >= n - 1) { show(0); }
-    play.textContent = 'Pause';
-    timer = setInterval(function () {
-      if (+slider.value >= n - 1) { stop(); } else { show(+slider.value + 1); }
-    }, INTERVAL);
-  };
-  root.querySelector('.rlkit-prev').onclick = function () { stop(); show(+slider.value - 1); };
-  root.querySelector('.rlkit-next').onclick = function () { stop(); show(+slider.value + 1); };
-  slider.oninput = function () { stop(); show(+slider.value); };
-  show(0);
-})();
+var panes = JSON.parse(root.querySelector('script.rlkit-data').textContent);
+var n = Math.max.apply(null, panes.map(function (p) { return p.frames.length; }));
+var slider = root.querySelector('.rlkit-slider');
+var play = root.querySelector('.rlkit-play');
+var counter = root.querySelector('.rlkit-counter');
+var imgs = root.querySelectorAll('.rlkit-frame');
+var infos = root.querySelectorAll('.rlkit-info');
+var texts = root.querySelectorAll('.rlkit-text');
+var boxes = root.querySelectorAll('.rlkit-pane');
+var timer = null;
+function show(i) {
+  i = Math.max(0, Math.min(n - 1, i));
+  slider.value = i;
+  counter.textContent = 'frame ' + (i + 1) + '/' + n;
+  panes.forEach(function (p, k) {
+    var j = Math.min(i, p.frames.length - 1);
+    imgs[k].src = 'data:image/png;base64,' + p.frames[j];
+    infos[k].textContent = p.info[j];
+    texts[k].textContent = p.text[j];
+    var el = boxes[k].querySelector('.rlkit-bars');
+    if (p.bars && el) { rlkitBars(el, p.bars[j]); }
+  });
+}
+function stop() { clearInterval(timer); timer = null; play.textContent = '\\u25b6 Play'; }
+play.onclick = function () {
+  if (timer) { stop(); return; }
+  if (+slider.value >= n - 1) { show(0); }
+  play.textContent = 'Pause';
+  timer = setInterval(function () {
+    if (+slider.value >= n - 1) { stop(); } else { show(+slider.value + 1); }
+  }, INTERVAL);
+};
+root.querySelector('.rlkit-prev').onclick = function () { stop(); show(+slider.value - 1); };
+root.querySelector('.rlkit-next').onclick = function () { stop(); show(+slider.value + 1); };
+slider.oninput = function () { stop(); show(+slider.value); };
 """
 
 
-def player_html(
-    panes: Sequence[PaneFrames], interval_ms: int = 600, key_html: str = "", note_html: str = ""
-) -> str:
-    """A self-contained player for `panes` on one slider (a shorter episode holds its end),
-    `note_html` above them and `key_html` under them."""
-    if not panes:
-        raise ValueError("the player needs at least one pane")
-    n = max(len(p.frames) for p in panes)
-    data = [
-        {
-            "frames": [base64.b64encode(f).decode("ascii") for f in p.frames],
-            "info": list(p.info),
-            "text": list(p.text),
-            "bars": None if p.bars is None else [b.to_data() for b in p.bars],
-        }
-        for p in panes
+@dataclass(frozen=True)
+class Replay:
+    """Episodes on one slider as a self-contained player (a shorter episode holds its end):
+    a cell shows it as its output; `ipywidgets.HTML(r.to_html())` puts it among widgets."""
+
+    panes: Sequence[PaneFrames]
+    note: str = ""
+    """A line above the panes: a checkpoint diff's `disagreement`."""
+    interval_ms: int = 600
+    """Play's time per frame."""
+
+    def __post_init__(self) -> None:
+        if not self.panes:
+            raise ValueError("the player needs at least one pane")
+
+    def to_html(self) -> str:
+        """The player: every frame embedded, the colour key under the panes."""
+        n = max(len(p.frames) for p in self.panes)
+        data = [
+            {
+                "frames": [base64.b64encode(f).decode("ascii") for f in p.frames],
+                "info": list(p.info),
+                "text": list(p.text),
+                "bars": None if p.bars is None else [b.to_data() for b in p.bars],
+            }
+            for p in self.panes
+        ]
+        script = _SCRIPT.replace("BARS_JS", BARS_JS).replace("INTERVAL", str(self.interval_ms))
+        boxes = "".join(
+            f"<div class='rlkit-pane' style='width:{p.width_px}px;flex:none'>"
+            f"<b>{html.escape(p.label)}</b><br>"
+            f"<img class='rlkit-frame' width='{p.width_px}' alt='maze frame' "
+            f"style='image-rendering:pixelated' "
+            + (f'onload="{html.escape(script)}" ' if k == 0 else "")
+            + f"src='data:image/png;base64,{data[k]['frames'][0]}'>"
+            f"<pre class='rlkit-info' style='white-space:pre-wrap;font-size:0.8em;margin:0.3em 0'>"
+            f"{html.escape(p.info[0])}</pre>"
+            f"{bars_html(p.bars[0]) if p.bars is not None else ''}"
+            f"<pre class='rlkit-text' style='white-space:pre-wrap;font-size:0.8em;margin:0;"
+            f"max-height:7em;overflow:auto;background:#f4f4f4'>{html.escape(p.text[0])}</pre>"
+            "</div>"
+            for k, p in enumerate(self.panes)
+        )
+        note = (
+            f"<div class='rlkit-disagreement' style='font-size:0.85em;margin:0.3em 0'>"
+            f"{html.escape(self.note)}</div>"
+            if self.note
+            else ""
+        )
+        button = "style='margin-right:0.4em'"
+        # "</" or "<!--" in a caption would end or derail the data script: "\u003c" is the same
+        # JSON string with no "<" in the page
+        payload = json.dumps(data).replace("<", "\\u003c")
+        return (
+            "<div class='rlkit-player'>"
+            "<div style='margin-bottom:0.4em'>"
+            f"<button class='rlkit-play' {button}>&#9654; Play</button>"
+            f"<button class='rlkit-prev' {button}>&#9664;</button>"
+            f"<button class='rlkit-next' {button}>&#9654;|</button>"
+            f"<input class='rlkit-slider' type='range' min='0' max='{n - 1}' value='0' "
+            f"style='width:14em;vertical-align:middle'> "
+            f"<span class='rlkit-counter'>frame 1/{n}</span></div>"
+            f"{note}<div style='display:flex;gap:24px;align-items:flex-start'>{boxes}</div>"
+            f"{colour_key()}"
+            f"<script type='application/json' class='rlkit-data'>{payload}</script></div>"
+        )
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+
+def replay(
+    traj: Trajectory, label: str = "", *, display_px: int = 256, interval_ms: int = 600
+) -> Replay:
+    """Step through one episode: frame, model answer, parsed and oracle move, move
+    probabilities, outcome."""
+    return Replay([replay_pane(traj, label, display_px=display_px)], interval_ms=interval_ms)
+
+
+def checkpoint_diff(
+    traj_a: Trajectory,
+    traj_b: Trajectory,
+    labels: Sequence[str] = ("A", "B"),
+    *,
+    display_px: int = 256,
+    interval_ms: int = 600,
+) -> Replay:
+    """The same maze played by two policies side by side on one slider, under the sentence
+    saying where they first chose differently (`disagreement`)."""
+    if len(labels) != 2:
+        raise UsageError(f"labels needs two names (one per episode), got {list(labels)}")
+    if traj_a.maze_obj != traj_b.maze_obj:
+        raise UsageError("the two episodes are on different mazes: pick the same maze index")
+    panes = [
+        replay_pane(t, label, display_px=display_px)
+        for t, label in zip((traj_a, traj_b), labels, strict=True)
     ]
-    boxes = "".join(
-        f"<div class='rlkit-pane' style='width:{p.width_px}px;flex:none'>"
-        f"<b>{html.escape(p.label)}</b><br>"
-        f"<img class='rlkit-frame' width='{p.width_px}' alt='maze frame' "
-        f"style='image-rendering:pixelated' "
-        f"src='data:image/png;base64,{data[k]['frames'][0]}'>"
-        f"<pre class='rlkit-info' style='white-space:pre-wrap;font-size:0.8em;margin:0.3em 0'>"
-        f"{html.escape(p.info[0])}</pre>"
-        f"{bars_html(p.bars[0]) if p.bars is not None else ''}"
-        f"<pre class='rlkit-text' style='white-space:pre-wrap;font-size:0.8em;margin:0;"
-        f"max-height:7em;overflow:auto;background:#f4f4f4'>{html.escape(p.text[0])}</pre>"
-        "</div>"
-        for k, p in enumerate(panes)
-    )
-    button = "style='margin-right:0.4em'"
-    # "</" or "<!--" in a caption would end or derail the data script: "\u003c" is the same
-    # JSON string with no "<" in the page
-    payload = json.dumps(data).replace("<", "\\u003c")
-    uid = secrets.token_hex(4)
-    return (
-        f"<div class='rlkit-player' id='rlkit-player-{uid}'>"
-        f"<div style='margin-bottom:0.4em'>"
-        f"<button class='rlkit-play' {button}>&#9654; Play</button>"
-        f"<button class='rlkit-prev' {button}>&#9664;</button>"
-        f"<button class='rlkit-next' {button}>&#9654;|</button>"
-        f"<input class='rlkit-slider' type='range' min='0' max='{n - 1}' value='0' "
-        f"style='width:14em;vertical-align:middle'> "
-        f"<span class='rlkit-counter'>frame 1/{n}</span></div>"
-        f"{note_html}"
-        f"<div style='display:flex;gap:24px;align-items:flex-start'>{boxes}</div>"
-        f"{key_html}"
-        f"<script type='application/json' class='rlkit-data'>{payload}</script>"
-        f"<script>{_SCRIPT.replace('BARS_JS', BARS_JS).replace('INTERVAL', str(int(interval_ms)))}"
-        "</script>"
-        "</div>"
-    )
+    return Replay(panes, disagreement(traj_a, traj_b, labels), interval_ms)

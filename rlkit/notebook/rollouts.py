@@ -11,8 +11,7 @@ from itertools import groupby
 import ipywidgets as widgets
 
 from rlkit.errors import RlkitError
-from rlkit.notebook.player import PaneFrames, colour_key, player_html, replay_pane
-from rlkit.notebook.widgets import ReplayWidget
+from rlkit.notebook.player import PaneFrames, Replay, replay, replay_pane
 from rlkit.run.captures import CapturedEpisode, summarize
 from rlkit.run.reader import Run
 
@@ -54,9 +53,7 @@ def step_html(
         head = f"group {group} (maze {maze}): rewards {rewards}"
         panes = [episode_pane(e, display_px=display_px) for e in eps]
         parts.append(f"<h3>{html.escape(head)}</h3>")
-        parts.append(
-            f"<div style='overflow-x:auto'>{player_html(panes, key_html=colour_key())}</div>"
-        )
+        parts.append(f"<div style='overflow-x:auto'>{Replay(panes).to_html()}</div>")
     body = "\n".join(parts)
     return (
         "<!doctype html>\n<html><head><meta charset='utf-8'>"
@@ -67,7 +64,8 @@ def step_html(
 
 class RolloutsView(widgets.VBox):
     """The newest captured training step of a run: its numbers, a menu of its episodes and the
-    chosen one in a `ReplayWidget`; the menu keeps its group and sample across steps."""
+    chosen one in the replay player (an `ipywidgets.HTML`, so it plays with no kernel too); the
+    menu keeps its group and sample across steps."""
 
     def __init__(self, *, display_px: int = 256) -> None:
         self.display_px = display_px
@@ -78,8 +76,7 @@ class RolloutsView(widgets.VBox):
         self.menu = widgets.Dropdown(
             options=[], description="episode", layout=widgets.Layout(width="28em")
         )
-        self.replay: ReplayWidget | None = None
-        self.player = widgets.Box()
+        self.player = widgets.HTML()
         self._quiet = False
         self.menu.observe(self._picked, names="value")
         super().__init__([self.header, self.menu, self.player])
@@ -132,5 +129,4 @@ class RolloutsView(widgets.VBox):
             return
         e = self.episodes[index]
         label = f"step {e.step}, {episode_label(e)}"
-        self.replay = ReplayWidget(e.trajectory, display_px=self.display_px, label=label)
-        self.player.children = (self.replay,)
+        self.player.value = replay(e.trajectory, label, display_px=self.display_px).to_html()
