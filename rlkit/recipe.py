@@ -58,8 +58,7 @@ class Recipe:
     KEY_NOUN = "recipe switch"  # what `rlkit.settings.resolve_key` calls an unknown one
 
     advantage_estimator: str = "grpo"
-    """How episode rewards become advantages: `grpo` (group-relative) or `gigpo` (rlkit's: plus
-    step-level credit among a group's turns on the same square; local trainer only)."""
+    """How episode rewards become advantages: `ADVANTAGE_ESTIMATORS` or rlkit's `gigpo`."""
     gigpo_step_weight: float = 1.0
     """GiGPO's omega: a turn's advantage is its episode's plus this times its step advantage."""
     gigpo_gamma: float = 0.95
@@ -71,19 +70,16 @@ class Recipe:
     eps_clip_high: float = 0.2
     """The ratio's upper clip bound is 1 + this (above eps_clip_low: DAPO's clip-higher)."""
     policy_loss_type: str = "regular"
-    """`regular` (PPO's clipped surrogate per token), `dual_clip` (a negative-advantage token's
-    loss capped at -A * clip_ratio_c), `gspo` (one ratio per episode, the geometric mean of its
-    tokens'), or SkyRL's other registered losses, which only SkyRL runs."""
+    """`regular` (PPO's clipped surrogate per token), `dual_clip`, `gspo` (one ratio per
+    episode), or SkyRL's other registered losses (SkyRL only)."""
     clip_ratio_c: float = 3.0
     """Dual-clip's cap (`dual_clip` only)."""
     loss_reduction: str = "token_mean"
-    """How token losses become one number: `token_mean` (every token alike), `sequence_mean`
-    (every episode alike), `seq_mean_token_sum_norm` (token sums / `max_seq_len`)."""
+    """How token losses become one number: `token_mean`, `sequence_mean`, `seq_mean_token_sum_norm`."""
     max_seq_len: int | None = None
     """Tokens an episode's sum is divided by under `seq_mean_token_sum_norm` (required there)."""
     kl_loss_coef: float = 0.001
-    """Weight of the KL penalty to the reference policy (0: off, no reference kept); a token
-    mean per episode, averaged over episodes."""
+    """Weight of the KL penalty to the reference policy (0: off, no reference kept)."""
     kl_estimator_type: str = "k3"
     """KL estimator from sampled-token logprobs: k1, k2, k3 (unbiased, >= 0) or abs."""
     kl_placement: str = "loss"
@@ -91,30 +87,26 @@ class Recipe:
     entropy_loss_coef: float = 0.0
     """Subtract this times the policy's token-mean entropy from the loss (0: off)."""
     tis_ratio_type: str | None = None
-    """Truncated importance sampling on the rollout engine's logprobs: `token` or `sequence`
-    weights, clipped above; None: off (it corrects the rollout/trainer gap vLLM opens)."""
+    """Truncated importance sampling on the rollout engine's logprobs: `token`, `sequence` or
+    None (off)."""
     token_tis_ratio_clip_high: float = 2.0
     """Cap on the token TIS weight."""
     sequence_tis_ratio_clip_high: float = 5.0
     """Cap on the sequence TIS weight."""
     dynamic_sampling_type: str | None = None
-    """`filter` (DAPO): draw more prompts until a full batch of groups whose rewards differ;
-    `replace` (POLARIS): swap zero-variance groups for copies of informative ones; None: off."""
+    """`filter` (DAPO: draw until a full batch of groups whose rewards differ), `replace`
+    (POLARIS) or None (off)."""
     max_sample_batches: int = 30
-    """Most batches a `filter` step draws (past it SkyRL stops; the local trainer trains on what
-    it has)."""
+    """Most batches a `filter` step draws."""
     zero_variance_filter: bool = False
     """Mask out groups whose episodes all got the same reward (a SkyRL preset refuses it)."""
     apply_overlong_filtering: bool = False
     """An episode whose last reply was cut (no end-of-turn token) leaves the loss (DAPO)."""
     fail_advantage: float | None = None
-    """rlkit's own: every episode of a group nobody solved gets this (negative) advantage
-    instead of 0 (negative-sample reinforcement; local only)."""
+    """rlkit's own: the (negative) advantage of every episode of a group nobody solved (local)."""
 
     curriculum_steps: int | None = None
-    """rlkit's difficulty curriculum: over the first this many steps each training maze starts
-    on its shortest path, the share kept growing linearly from `curriculum_start` to 1; None:
-    off. Evals always play the pinned set."""
+    """Steps of rlkit's difficulty curriculum (docs/recipes.md#difficulty-curriculum); None: off."""
     curriculum_start: float = 0.25
     """Share of each training maze's shortest path kept at the first step (at least one move)."""
 

@@ -43,8 +43,8 @@ def _from_environment() -> tuple[str, str] | None:
 
 
 def resolve_address(address: str | None) -> Address:
-    """Decide what `address` means (each form: docs/decisions.md); a Ray Client or scheme-less
-    address is a UsageError, sagemaker_ray:// without its toolkit an RlkitError, one line each."""
+    """Decide what `address` means (docs/decisions.md#what-an-address-means); a Ray Client or
+    scheme-less address is a UsageError, sagemaker_ray:// without its toolkit an RlkitError."""
     env = _from_environment()
     given = address.strip().rstrip("/") if address is not None else ""
     if not given:  # not given: the environment's address, else the local head

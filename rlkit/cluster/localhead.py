@@ -25,11 +25,11 @@ DEFAULT_DASHBOARD_PORT = 8265
 """Ray's own default: the local head's Jobs API is `http://127.0.0.1:8265`."""
 LOGICAL_GPUS = 2
 """Logical GPUs the local head offers (none real) for SkyRL's CPU preset, each with one more
-logical CPU (why: docs/decisions.md)."""
+logical CPU (why: docs/decisions.md#the-local-head)."""
 LEAN_ENV = "RLKIT_LEAN_RAY_DASHBOARD"
 """Set to 1 (the test suite does), a local head's dashboard loads `DASHBOARD_MODULES` only."""
 DASHBOARD_MODULES = ("JobHead", "NodeHead", "StateHead", "EventHead")
-"""The dashboard modules a lean local head loads (why each: docs/decisions.md)."""
+"""The dashboard modules a lean local head loads (why each: docs/decisions.md#the-local-head)."""
 IDLE_ENV = {"RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "METRICS_RECORD_INTERVAL_S": "60"}
 """Ray settings that slow what a local head does while idle (docs/decisions.md#cluster)."""
 _RAY_START = f"""# ray start, loading only the dashboard modules a local head needs

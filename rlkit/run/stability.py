@@ -29,7 +29,8 @@ ENTROPY = SIGNALS["entropy"]
 LOGPROB_GAP = SIGNALS["rollout-trainer logprob gap"][:1]  # the mean; the max is a spike detector
 
 ENTROPY_COLLAPSE_FRACTION = 0.2
-"""Judge the entropy once below this fraction of the first GRPO step's (docs/decisions.md)."""
+"""Judge the entropy once below this fraction of the first GRPO step's (why:
+docs/decisions.md#stability-thresholds)."""
 
 CONVERGED_SOLVE = 0.9
 """A fallen entropy is convergence at this rollout solve rate or more, else a collapse."""
@@ -54,7 +55,7 @@ def finite_number(value: object) -> float | None:
 
 def zero_variance_share(record: Mapping[str, Any]) -> float | None:
     """The share of a step's groups with zero reward variance: the count over `rollout/groups`,
-    else over the count plus `train/groups` (docs/decisions.md)."""
+    else over the count plus `train/groups` (docs/decisions.md#stability-thresholds)."""
     zero = finite_number(record.get("rollout/zero_variance_groups"))
     if zero is None:
         return None
@@ -168,7 +169,7 @@ def entropy_fall(records: Sequence[Mapping[str, Any]]) -> EntropyFall | None:
 def no_gradient(records: Sequence[Mapping[str, Any]]) -> str | None:
     """A warning when every group was zero-variance in each of the last `RECENT_STEPS` GRPO
     steps that logged the counts, at a rollout solve rate under `CONVERGED_SOLVE`; else None:
-    a collapse too fast for `entropy_fall` (docs/decisions.md)."""
+    a collapse too fast for `entropy_fall` (docs/decisions.md#notebooks-and-runs)."""
     grpo = [with_derived(r) for r in _grpo_steps(records)]
     counted = [r for r in grpo if finite_number(r.get(ZERO_VARIANCE_SHARE)) is not None]
     recent = counted[-RECENT_STEPS:]

@@ -39,7 +39,7 @@ class SkyLayout:
     nodes: int = 1
     """Policy and vLLM engines span this many nodes; batch sizes scale with it."""
     tensor_parallel_size: int = 1
-    """GPUs per vLLM engine (8B in bf16 fits one 96 GB GPU with its KV cache)."""
+    """GPUs per vLLM engine."""
     device: str = "cuda"
     """cuda, or cpu: SkyRL's own trainer on a CPU host through the device seam (`cpu_seam`)."""
     gpu_memory_utilization: float = 0.8
@@ -47,13 +47,11 @@ class SkyLayout:
     kv_cache_gb: float | None = None
     """vLLM's KV cache per engine in GiB; None: sized by `gpu_memory_utilization`."""
     mm_cache_gb: float = 2.0
-    """vLLM's multimodal cache per engine in GiB (host memory), so a picture is sent once an
-    episode; 0: off."""
+    """vLLM's multimodal cache per engine in GiB (host memory); 0: off."""
     attention_backend: str | None = None
     """vLLM attention backend, e.g. TRITON_ATTN for RTX PRO 6000 (sm_120)."""
     driver_memory_gb: int = 64
-    """Ray memory (GiB) SkyRL's trainer task reserves for the rollouts' pixels: keeps it off the
-    head pod."""
+    """Ray memory (GiB) SkyRL's trainer task reserves for the rollouts' pixels."""
     dataloader_workers: int | None = None
     """SkyRL's dataloader worker processes (None: SkyRL's 8)."""
 
@@ -65,13 +63,13 @@ class SkyBatch:
     group_size: int = 8
     """GRPO group: episodes sampled per maze."""
     prompts_per_node: int = 36
-    """Mazes per step per node (36 x 8 = 288 episodes split evenly over 2, 4, 6 or 8 GPUs)."""
+    """Mazes per step per node."""
     mini_batches: int = 3
     """Optimizer steps per training batch."""
     micro_batch_per_gpu: int = 4
     """Sequences per forward/backward on one GPU."""
     lr: float = 1.0e-6
-    """Learning rate (the recipe's, for full fine-tuning of an 8B model)."""
+    """Learning rate."""
     lr_schedule: str = "constant_with_warmup"
     """SkyRL's `optimizer_config.scheduler` (`LR_SCHEDULES`); `cosine` falls to 0 at the end."""
     temperature: float = 1.0
@@ -79,7 +77,7 @@ class SkyBatch:
     top_p: float = 1.0
     """Rollout nucleus sampling; only 1.0 unless TIS is on."""
     epochs: int = 1
-    """Passes over the rows; only 1 (SkyRL's resume is unsafe at an epoch boundary)."""
+    """Passes over the rows; only 1 (docs/skyrl-integration.md)."""
     steps: int = 140
     """GRPO steps: the run is one epoch of `steps x prompts per step` fresh rows."""
 
@@ -100,7 +98,7 @@ class SkyTask:
     max_input_length: int = 8192
     """Conversation tokens after which an episode is cut (stop_reason 'length')."""
     max_generate_length: int | None = 1024
-    """Tokens per answer; None: the canonical answer's length plus room (`generate_length`)."""
+    """Tokens per answer; None: derived from the tokenizer (`generate_length`)."""
     max_prompt_length: int = 2048
     answer_format: str = "visgym"
     """Squares game: `visgym` (`<action>up</action>`) or `visgym-sft` (VisGym's tuples)."""
