@@ -13,8 +13,7 @@ from rlkit.cluster.address import reach_advice, toolkit_reason, without_address_
 from rlkit.errors import RlkitError
 
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
-"""Seconds one Jobs API request may take. A submission uploads the working dir, which a busy
-head (a SkyRL run on the same cores) took over 10 s to accept."""
+"""Seconds one Jobs API request may take (why: docs/decisions.md#jobs-api-never-ray-client)."""
 
 
 class TimedJobClient(JobSubmissionClient):
