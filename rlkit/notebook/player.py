@@ -363,11 +363,9 @@ class Replay:
             "</div>"
             for k, p in enumerate(self.panes)
         )
-        note = (
-            f"<div class='rlkit-disagreement' style='font-size:0.85em;margin:0.3em 0'>"
+        note = self.note and (
+            "<div class='rlkit-disagreement' style='font-size:0.85em;margin:0.3em 0'>"
             f"{html.escape(self.note)}</div>"
-            if self.note
-            else ""
         )
         button = "style='margin-right:0.4em'"
         # "</" or "<!--" in a caption would end or derail the data script: "\u003c" is the same
@@ -391,12 +389,10 @@ class Replay:
         return self.to_html()
 
 
-def replay(
-    traj: Trajectory, label: str = "", *, display_px: int = 256, interval_ms: int = 600
-) -> Replay:
+def replay(traj: Trajectory, label: str = "", *, display_px: int = 256) -> Replay:
     """Step through one episode: frame, model answer, parsed and oracle move, move
     probabilities, outcome."""
-    return Replay([replay_pane(traj, label, display_px=display_px)], interval_ms=interval_ms)
+    return Replay([replay_pane(traj, label, display_px=display_px)])
 
 
 def checkpoint_diff(
@@ -405,7 +401,6 @@ def checkpoint_diff(
     labels: Sequence[str] = ("A", "B"),
     *,
     display_px: int = 256,
-    interval_ms: int = 600,
 ) -> Replay:
     """The same maze played by two policies side by side on one slider, under the sentence
     saying where they first chose differently (`disagreement`)."""
@@ -417,4 +412,4 @@ def checkpoint_diff(
         replay_pane(t, label, display_px=display_px)
         for t, label in zip((traj_a, traj_b), labels, strict=True)
     ]
-    return Replay(panes, disagreement(traj_a, traj_b, labels), interval_ms)
+    return Replay(panes, disagreement(traj_a, traj_b, labels))
