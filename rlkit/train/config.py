@@ -1,7 +1,6 @@
-"""Configuration of the local GRPO trainer: one dataclass per concern, each field saying why it
-has its value (`TrainConfig()` is `local-tiny`, the embedded default), and `--set` overrides.
-The named presets are `rlkit.train.presets`.
-"""
+"""Configuration of the local GRPO trainer: one dataclass per concern (`TrainConfig()` is
+`local-tiny`, the embedded default), `--set` overrides; the presets: `rlkit.train.presets`.
+How each default was found: docs/local-trainer.md#how-the-defaults-were-found-trainconfigpy."""
 
 from __future__ import annotations
 
@@ -27,10 +26,9 @@ RESUME_MAY_CHANGE: tuple[str, ...] = (
     "schedule.capture_groups",
     "schedule.capture_keep",
 )
-"""The fields a resumed run may change (recorded in run.json's `config_changes`): how long it
-runs, how often it checkpoints or evaluates, and how much of its rollouts it captures. Every other field is the recipe (what is
-trained, and how each eval measures it); changing one mid-run would give a curve no single
-config produced, so a resume refuses it."""
+"""The fields a resumed run may change (recorded in run.json's `config_changes`): its length,
+eval and checkpoint cadence, and capture. Every other field is the recipe (what is trained, how
+each eval measures it), which a resume refuses to change: one curve, one config."""
 
 
 @dataclass(frozen=True)
@@ -102,24 +100,19 @@ class WarmStartConfig:
     max_steps: int = 400
     """Upper bound on BC steps, whatever the validation solve rate."""
     stop_at: float = 0.40
-    """Stop once the sampled validation solve rate reaches this: partial skill, like the 8B's
-    43.75% starting point, so that GRPO has something to improve. The test set's rate at the
-    stop lies within a few points of it either way (a different set of mazes, each measured
-    with sampling noise), so the target sits below the 50% ceiling: at 0.42 without the fine
-    phase, seeds 1 and 2 started GRPO at 50.8% and 50.4% on the test set."""
+    """Stop once the sampled validation solve rate reaches this: partial skill (the 8B starts at
+    43.75%), so that GRPO has something to improve."""
     check_every: int = 5
     """BC steps between validation checks (before the fine phase)."""
     fine_from: float | None = 0.30
     """From a validation solve rate of this on, BC runs at `fine_lr` and validates after every
-    step. Near the target the solve rate turns sharply: at 1e-3, two steps took seeds 4-6 from
-    ~0.32 to 0.41-0.48, and the first GRPO checkpoint to 51% on the test set. None: one phase."""
+    step, so the stop is not overshot. None: one phase."""
     fine_lr: float = 2.5e-4
     """BC learning rate of the fine phase."""
     warmup_steps: int = 0
-    """BC steps over which the rate rises linearly to `lr` (a deep vision tower diverges at
-    1e-3 without it)."""
+    """BC steps over which the rate rises linearly to `lr` (0: none)."""
     val_samples: int = 4
-    """Episodes per validation maze: 64 x 1 is too noisy for a stop rule at 42%."""
+    """Episodes per validation maze (64 validation mazes)."""
     random_steps: int = 5
     """States are reached by up to this many random moves from the start (varied trails)."""
     states: str = "path"
@@ -153,74 +146,56 @@ BC_STATES = ("path", "open")
 @dataclass(frozen=True)
 class GRPOConfig:
     mazes_per_step: int = 64
-    """Distinct mazes per step (groups). Late in training most groups are all solved and teach
-    nothing: at 32 only ~7 groups a step were left and the curve swung +-4 points; 64 keeps
-    twice as many (seed 1: 88.7% -> 95.3% sampled at 160 GRPO steps, 87.5% -> 96.9% greedy)."""
+    """Distinct mazes per step (groups)."""
     group_size: int = 8
     """Episodes per maze; GRPO compares them with each other instead of using a critic."""
     epochs: int = 2
     """Passes over each rollout batch (importance ratios keep later passes honest)."""
     minibatch: int = 512
-    """Turns per optimizer step: whole episodes in a random order, as many as fit in this many
-    turns (a longer episode alone), as SkyRL shuffles its episode rows; turns of one
-    minibatch that share a prompt share one forward."""
+    """Turns per optimizer step: as many whole episodes, in a random order, as fit (a longer
+    episode alone); turns of one minibatch that share a prompt share one forward."""
     lr: float = 3e-4
     lr_late: float | None = 1e-4
-    """Rate from step `lr_late_from` on (None: constant). 3e-4 climbs fast but swings late;
-    dropping to 1e-4 let the probe settle above 90%."""
+    """Rate from step `lr_late_from` on (None: constant)."""
     lr_late_from: int = 50
-    """GRPO step at which `lr_late` takes over (the probe reached ~75% there)."""
+    """GRPO step at which `lr_late` takes over."""
     lr_end: float | None = 1e-6
     """With a value, from `lr_late_from` on the rate falls from `lr_late` (or `lr`) along a
-    half cosine to this at the last GRPO step (`schedule.steps`); None: it stays constant.
-    With `recipe.fail_advantage` the policy reaches ~95% by GRPO step ~80, and a constant 1e-4 then
-    swung the evals by up to 8 points (seed 0: 98.4% -> 90.6% in 10 steps). Decaying to 1e-5
-    held seed 0, but seeds 1 and 2 still moved 2-3 points over their last evals; to 1e-6 the
-    last three evals of seeds 0-2 stayed within 0.8 points (2 threads, 140 steps)."""
+    half cosine to this at the last GRPO step (`schedule.steps`); None: it stays constant."""
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     turn_slack: int | None = 0
-    """Rollouts get a maze's shortest path + this many turns (capped at `env.max_turns`);
-    None: `env.max_turns` for every maze. Evals always play the pinned env's budget. A tight
-    training budget makes a detour cost the reward: with 12 turns on a 3x3 maze most detours
-    still reach the exit, so a 0/1 reward barely separates a sharp policy from a wandering one."""
+    """Rollouts get a maze's shortest path + this many turns (capped at `env.max_turns`), so a
+    detour costs the reward; None: `env.max_turns` for every maze. Evals always play the
+    pinned env's budget."""
     tight_fraction: float = 0.5
-    """Share of each step's mazes played on the `turn_slack` budget; the others get the env's
-    `max_turns`. Tight budgets train sharp moves on the shortest path, the full one trains
-    recovering after a wrong move (a tight budget ends such an episode at once). All tight:
-    rollouts 2x cheaper, long paths solved, but greedy failed by bumping where it never
-    trained; half and half learned fastest (90% at GRPO step 60 on seed 1)."""
+    """Share of each step's mazes played on the `turn_slack` budget (sharp moves on the shortest
+    path); the others get the env's `max_turns` (recovering after a wrong move)."""
     solvable_only: bool = True
-    """Pass over training mazes whose shortest way takes more turns than the env allows: no
-    episode can solve them, so their groups teach only failure (VisGym easy: 8% of the stream).
-    False: the stream as it comes (runs before this switch)."""
+    """Pass over training mazes whose shortest way takes more turns than the env allows (no
+    episode can solve them). False: the stream as it comes (runs before this switch)."""
     hard_share: float = 0.0
     """Share of each step's mazes (spread over the step) drawn among long-path mazes: the
     stream's next maze whose shortest path has at least `hard_min_path` moves. 0: the stream
     as it comes. Evals always play the pinned set."""
     hard_min_path: int = 14
-    """Shortest-path moves a maze needs for a `hard_share` slot (VisGym's maze_2d/easy: 12 on a
-    straight way between the corners, 16 with a detour away from the target)."""
+    """Shortest-path moves a maze needs for a `hard_share` slot."""
     aux_weight: float = 0.0
     """Weight of the warm start's per-square loss (`rlkit.train.square_head`) kept through GRPO:
-    after each GRPO step, one step of it alone on the vision tower, over the warm start's
-    states of fresh mazes, at the step's learning rate. 0: off (the head ends with the warm
-    start)."""
+    steps of it alone on the vision tower after each GRPO step, at the step's learning rate.
+    0: off (the head ends with the warm start)."""
     aux_steps: int = 1
     """Steps of the per-square loss after each GRPO step (`aux_weight` > 0), each on its own
-    batch of fresh mazes: one costs ~2% of a local-tiny-visgym GRPO step, so several keep the
-    tower learning the maze's layout at the warm start's pace."""
+    batch of the warm start's states on fresh mazes."""
 
 
 @dataclass(frozen=True)
 class ScheduleConfig:
     steps: int = 160
-    """GRPO steps (warm-start steps come before and are counted separately). With the warm
-    start stopping near 40%, 140 steps left seed 1 on a 94-95% plateau (greedy 92.2%); 160
-    stay within 8 minutes of training on 2 cores (one forward per distinct prompt)."""
+    """GRPO steps (warm-start steps come before and are counted separately)."""
     eval_every: int = 10
     eval_samples: int = 4
-    """Episodes per test maze at each eval (k for pass@k; 64 x 1 cannot tell 90% from 95%)."""
+    """Episodes per test maze at each eval (k for pass@k)."""
     eval_greedy: bool = False
     """Greedy (argmax) instead of sampled evaluation."""
     eval_before_train: bool = True
@@ -231,12 +206,9 @@ class ScheduleConfig:
     threads: int | None = None
     """torch threads (None: every core this process may use, whatever OMP_NUM_THREADS says)."""
     capture_groups: int = CaptureConfig.groups
-    """`rlkit.settings.CaptureConfig.groups`. Cost per step, measured on 2 busy cores:
-    local-tiny (2 x 8 episodes, 6-9 turns) 14-26 KB and 6-17 ms of a ~6 s step; smoke (2 x 4
-    episodes, ~11 turns) 16-17 KB and 8-13 ms of a 0.15-0.3 s step (~170 bytes a turn; the time
-    is mostly the atomic write's fsyncs)."""
+    """`rlkit.settings.CaptureConfig.groups` (its cost: docs/reading-runs.md#what-capture-costs)."""
     capture_keep: int | None = CaptureConfig.keep
-    """`rlkit.settings.CaptureConfig.keep`: at the default, under ~1.3 MB for local-tiny."""
+    """`rlkit.settings.CaptureConfig.keep`."""
 
     def __post_init__(self) -> None:
         CaptureConfig(self.capture_groups, self.capture_keep)  # checked as on SkyRL
@@ -247,16 +219,9 @@ LOCAL_TINY_RECIPE = Recipe(
     zero_variance_filter=True,
     fail_advantage=-1.0,
 )
-"""The local trainer's default recipe (SkyRL's defaults but for three switches, each measured):
-- kl_loss_coef 0.05 to the post-warm-start policy steadied the late curve (seed 1 greedy
-  85.9% -> 93.8% with 32 mazes a step);
-- zero_variance_filter: groups whose episodes all got the same reward have zero advantage and
-  would only dilute the token mean;
-- fail_advantage -1: plain GRPO learns nothing from a group that no episode solved, so a state
-  where the policy is confidently wrong stays wrong once no sample escapes it (the last
-  failures were whole mazes lost 4 times in 4, a wrong first move into a loop the Markov
-  picture repeats). Seed 1, 160 GRPO steps, constant late rate: final 91.0% at -0.5, 96.1% at
-  -1.0 (89.1% without), for ~30% more turns trained on (early, many groups all fail)."""
+"""The local trainer's default recipe: SkyRL's defaults but KL 0.05 to the post-warm-start
+policy, the zero-variance filter and `fail_advantage` -1 (each measured:
+docs/recipes.md#defaults-and-recorded-configs)."""
 
 
 @dataclass(frozen=True)
