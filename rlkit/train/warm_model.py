@@ -1,11 +1,6 @@
-"""The tiny Qwen3-VL warm-started to write its own answers: a start for freely sampling trainers.
-
-    rlkit model tiny --out /tmp/rlkit-tiny --warm-start --stop-at 0.4 --seed 0
-
-Behaviour-clones the BFS oracle's whole canonical answer under the full-vocabulary softmax until
-the free sampled validation solve rate reaches `stop_at`, and saves the model dir with
-`rlkit_warm.json`: docs/local-trainer.md#the-free-warm-start-for-skyrl-trainwarm_modelpy.
-"""
+"""The tiny Qwen3-VL warm-started to write its own answers, a start for freely sampling trainers
+(`rlkit model tiny --out DIR --warm-start --stop-at 0.4`). How, and what `rlkit_warm.json`
+records: docs/local-trainer.md#the-free-warm-start-for-skyrl-trainwarmmodelpy."""
 
 from __future__ import annotations
 
@@ -50,38 +45,25 @@ RECORD = "rlkit_warm.json"
 
 @dataclass(frozen=True)
 class FreeWarmStart:
-    """The free-form warm start's recipe: the local BC schedule plus what writing costs."""
+    """The free-form warm start's recipe: the local BC schedule plus what writing costs (why
+    each default: docs/local-trainer.md#the-free-warm-start-for-skyrl-trainwarmmodelpy)."""
 
     bc: WarmStartConfig = field(
         default_factory=lambda: WarmStartConfig(
             max_steps=300, fine_from=0.30, fine_lr=5e-4, val_samples=1
         )
     )
-    """Batch, rates, stop rule and fine phase as the local warm start (`WarmStartConfig`'s
-    docstrings say why), except: `max_steps` counts the reading steps too (checks start after
-    them); `fine_lr` 5e-4, since at 2.5e-4 seed 0 took 13 checks from 0.32 to the stop, each a
-    free validation; and one episode per validation maze, on twice as many mazes
-    (`val_mazes`)."""
+    """Batch, rates, stop rule and fine phase as the local warm start, except: `max_steps` counts
+    the reading steps too (checks start after them); `fine_lr` 5e-4; and one episode per
+    validation maze, on twice as many mazes (`val_mazes`)."""
     val_mazes: int = 128
-    """Validation mazes per check, one episode each. A maze's episodes are alike (design effect
-    2.2-2.4 at 4 per maze, measured on seeds 0 and 1 at ~0.42): 128 x 1 is as precise as the
-    local 64 x 4 (effective sizes 128 and ~110) at half the cost (1.2-1.4 s against 2.8 s on
-    2 cores), and the checks were most of the time."""
+    """Validation mazes per check, one episode each."""
     read_steps: int = 30
-    """BC steps on the move word alone (the constrained loss) before whole answers. Cloning
-    whole answers from the start, the tiny model learns the fixed tokens first and only then
-    which move: seed 0 was still at chance (validation ~0.20) after 60 steps, 0.34 after 150,
-    where the move word alone reached 0.36 in 40. Read 30 steps, then write: 0.42 at step 60.
-    With every default, seeds 0-3 stopped after 48, 74, 106 and 104 steps."""
+    """BC steps on the move word alone (the constrained loss) before whole answers."""
     write_before_check: int = 10
-    """Writing steps before the first check: the format takes ~15, and a check of answers that
-    do not parse yet is the dearest (8 tokens a turn, every episode to its turn limit) and says
-    nothing (parse errors 0.8-0.95 after 5 writing steps on seeds 0-3)."""
+    """Writing steps (whole answers) before the first check."""
     embed_lr_scale: float = 10.0
-    """Learning-rate multiple of the (tied) token embeddings. At the trunk's rate the answer's
-    fixed tokens took ~50 steps to come out right (Adam moves each weight by ~lr a step and
-    their logits start near 0), and after 50 writing steps 15% of sampled answers still failed
-    to parse; at 10x, 20 writing steps brought parse errors under 2%."""
+    """Learning-rate multiple of the (tied) token embeddings."""
     max_new_tokens: int = 8
     """Answer budget of the validation's free sampling: SkyRL's CPU preset's
     `max_generate_length`. It must hold the canonical answer in the model's tokenizer

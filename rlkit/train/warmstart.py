@@ -1,16 +1,8 @@
 """Behaviour cloning on BFS-oracle moves: the warm start before GRPO (free functions).
 
-A randomly initialised VLM explores a maze no better than chance and GRPO alone stays flat;
-an instruct model starts with partial skill. Cloning the oracle's move from varied states (the
-start plus a few random moves, so trails vary; in the squares game points along the oracle's
-path too, and the target, where the oracle says `stop`) gives the tiny model that partial skill in
-seconds; the trainer stops it as soon as a validation solve rate reaches the target, so GRPO
-starts from a policy that is good but far from solved.
-
-Two policies, as `rlkit.model.batching` defines them: constrained (an `AnswerSpec`) clones only
-the move-word token, the rest of the answer being forced; free (`answer=None`, what SkyRL's
-vLLM samples) clones every token of the canonical answer `<action>WORD</action><|im_end|>`
-under the full-vocabulary softmax, so the model writes the format itself.
+Constrained (an `AnswerSpec`) clones only the move word's token; free (`answer=None`) every token
+of the canonical answer under the full-vocabulary softmax. Why and from which states:
+docs/local-trainer.md#the-warm-start-trainwarmstartpy.
 """
 
 from __future__ import annotations
@@ -62,9 +54,7 @@ def bc_states(
 
 
 STOP_SHARE = 0.25
-"""Share of a squares-game BC batch that stands on the target (the oracle's answer: `stop`).
-States along the oracle's path hold the target once in ~15, and a policy that walks onto the
-target but never stops scores 0 there."""
+"""Share of a squares-game BC batch that stands on the target (the oracle's answer: `stop`)."""
 
 
 def squares_bc_states(
@@ -74,7 +64,7 @@ def squares_bc_states(
     state a point along the oracle's path (on the target for `STOP_SHARE` of them) plus up to
     `random_steps` random moves, the answer the oracle's (`stop` on the target), the feedback
     the env would have shown after the last move (`visgym_text.feedback`), so that the cloned
-    prompt is a rollout's. A random start alone rarely reaches the target 12-16 moves away."""
+    prompt is a rollout's."""
     rng = np.random.default_rng([seed, step, 11])
     out = []
     for i in range(batch):
