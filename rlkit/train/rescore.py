@@ -1,10 +1,6 @@
-"""Did training move the policy the way GRPO says it should? Captured episodes re-scored.
-
-    check = rescore(read_step(run, 1), before=run / "init_model", after=export, env=cfg)
-    check.learned      # weighted > 0, solved_gain > 0, |observation_weighted| < weighted
-
-Works on either backend's captures (RUN/rollouts/); why it catches a sign error or a leaky
-mask: docs/local-trainer.md#re-scoring-captured-episodes-trainrescorepy.
+"""Did training move the policy the way GRPO says it should? Either backend's captured episodes
+(RUN/rollouts/) re-scored under two checkpoints (`rescore(...).learned`). Why it catches a sign
+error or a leaky mask: docs/local-trainer.md#re-scoring-captured-episodes-trainrescorepy.
 """
 
 from __future__ import annotations
@@ -115,9 +111,8 @@ LOGIT_BUDGET = 1 << 25
 """Logits (rows x scored tokens x vocabulary, ~512 scored tokens a row assumed) one forward may
 hold: the tiny model's ~520-word vocabulary scores 16 episodes a forward, Qwen's 151,936 one."""
 ROWS_PER_FORWARD = 16
-"""Most episodes a forward scores. The local learning check's 456 episodes under its two
-checkpoints took 13-15 s one a forward, 7-9 s sixteen a forward; 64 a forward was slower again
-(more padding)."""
+"""Most episodes a forward scores (why 16:
+docs/local-trainer.md#re-scoring-captured-episodes-trainrescorepy)."""
 
 
 def episodes_logprobs(
@@ -125,11 +120,9 @@ def episodes_logprobs(
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Log-probabilities under `loaded` of each episode's answer tokens and of its observation
     tokens (what follows the first answer and is not an answer: the later turns' text and
-    chat scaffolding; image placeholders left out), each in order. Each whole conversation
-    (SkyRL's multi-turn episode: each turn's prompt holds every earlier picture and answer) is
-    rebuilt through the env and scored in one forward, as SkyRL's trainer scores an episode,
-    the episodes left-padded into one batch; each answer is its text as the tokenizer writes
-    it."""
+    chat scaffolding; image placeholders left out), each in order. Each whole conversation is
+    rebuilt through the env and scored in one forward, as SkyRL's trainer scores an episode
+    (left-padded batches); each answer is its text as the tokenizer writes it."""
     tok = loaded.tokenizer
     prompts = [
         loaded.encoder.encode(turn_prompts(e.trajectory, env, history=None)[-1]) for e in episodes
