@@ -1,10 +1,6 @@
-"""One local GRPO step, top to bottom: rollout -> score -> samples -> update (`grpo_step`).
-
-The functions follow the step's order: `rollout_round`, `score` (advantages, kept episodes),
-`capture`, `turn_samples` (a row a model turn, its prompt re-encoded and checked), `update`
-(epochs of minibatches of whole episodes). Every draw comes from (seed, step[, round or
-epoch]), so a resumed run draws what an uninterrupted one would:
-docs/local-trainer.md#one-grpo-step-trainsteppy.
+"""One local GRPO step, top to bottom: rollout -> score -> samples -> update (`grpo_step`); the
+functions follow the step's order. Every draw comes from (seed, step[, round or epoch]), so a
+resumed run draws what an uninterrupted one would: docs/local-trainer.md#one-grpo-step-trainsteppy.
 """
 
 from __future__ import annotations
@@ -337,11 +333,7 @@ def minibatch_order(
     samples: Sequence[TurnSample], g: GRPOConfig, generator: torch.Generator
 ) -> list[list[int]]:
     """One epoch's minibatches of sample indices: whole episodes in a random order, as SkyRL
-    shuffles its episode rows. Turns that share a prompt still share one forward when they land
-    in one minibatch. Keeping such turns together as well (which joins a maze's episodes into
-    one unit, since they share their first prompt) filled each minibatch with whole groups of
-    few mazes: seed 1 of the learning benchmark then ended at 92.6% sampled, 93.8% greedy;
-    with whole episodes alone, 96.9% both (160 GRPO steps)."""
+    shuffles its episode rows (why: docs/local-trainer.md#one-grpo-step-trainsteppy)."""
     return grouped_minibatches([x.episode for x in samples], g.minibatch, generator)
 
 
