@@ -1,19 +1,7 @@
-"""Fault injection at named points of the trainer, for crash-and-resume tests.
-
-The trainer calls `point(name, step)` where a crash is most harmful: `rollout` (episodes
-sampled, nothing applied yet), `optimizer` (gradients computed, weights partly updated) and
-`checkpoint` (the policy written into the unfinished checkpoint, the trainer state not yet).
-Unless RLKIT_FAULT is set, `point` returns at once. RLKIT_FAULT holds `NAME@STEP:ACTION`:
-
-    RLKIT_FAULT=optimizer@6:kill        SIGKILL this process at its first `optimizer` of step 6
-    RLKIT_FAULT=checkpoint@6:pause=60   print a line to stderr, then sleep 60 s (a test kills it)
-    RLKIT_FAULT=optimizer@3:once-kill,optimizer@7:once-kill
-                                        several faults; `once-` fires each only the first time
-                                        any process reaches it (recorded in RLKIT_FAULT_STATE,
-                                        a directory), so a resubmitted run gets past it
-
-The pause line is `rlkit-fault: paused at NAME@STEP pid PID`, so a test (or a Ray job's log)
-knows the process is inside the point before it sends the signal.
+"""Fault injection at named points of the trainer, for crash-and-resume tests: `point(name, step)`
+returns at once unless RLKIT_FAULT names that point and step (`NAME@STEP:ACTION`, such as
+`optimizer@6:kill` or `checkpoint@6:pause=60`). The points, the actions and the pause line a test
+waits for: docs/local-trainer.md#fault-injection-trainfaultspy.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""GRPO math as small, pure tensor functions: advantages, loss reductions, KL.
-
-Registries under SkyRL's names that a `Recipe` switch looks up: `ESTIMATORS`
-(`advantage_estimator`; `gigpo`'s step level is `step_credit`), `REDUCTIONS` (`loss_reduction`),
-`KL_ESTIMATORS` (`kl_estimator_type`); tests/skyrl/test_objective.py checks them against SkyRL's
-`ppo_utils`. The textbook objective, how these differ from it and from SkyRL:
-docs/local-trainer.md#the-grpo-objective-traingrpopy.
-"""
+"""GRPO math as small, pure tensor functions: advantages, loss reductions, KL, each family a
+registry under SkyRL's names that a `Recipe` switch looks up (`ESTIMATORS`, `REDUCTIONS`,
+`KL_ESTIMATORS`), checked against SkyRL's `ppo_utils` by tests/skyrl/test_objective.py. The
+textbook objective and how these differ: docs/local-trainer.md#the-grpo-objective-traingrpopy."""
 
 from __future__ import annotations
 

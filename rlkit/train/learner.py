@@ -1,13 +1,7 @@
-"""The policy being trained and what it computes on training rows.
-
-`Learner` is what both local phases train (the warm start's behaviour cloning and the GRPO
-step): the model, its optimizer and, for GRPO, the frozen reference of the KL term. A
-`TurnSample` is one training row of a GRPO update (a model turn and its episode's advantage);
-`minibatch_loss` recomputes a minibatch's logprobs under the learner's current weights, masks
-what the policy did not choose (constrained mode: only the move word's token) and hands them to
-`rlkit.train.policy_losses.policy_loss` with each row's episode as its sequence;
-`with_reference` fills the reference's logprobs once per update; `start_policy` and
-`reference_of` save and reload that reference (RUN/reference_policy).
+"""The policy being trained and what it computes on training rows: `Learner` (the model, its
+optimizer and the KL term's frozen reference), which the warm start and the GRPO step both train;
+`TurnSample`, one row of a GRPO update; `minibatch_loss`; the reference's saving and reloading
+(RUN/reference_policy). The loss, step by step: docs/local-trainer.md#one-grpo-step-trainsteppy.
 """
 
 from __future__ import annotations

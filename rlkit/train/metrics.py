@@ -1,13 +1,6 @@
 """The local trainer's metrics logger: the run's logger (`rlkit.run.metrics`: metrics.jsonl and
-Ray gauges, shared with SkyRL's bridge) plus TensorBoard event files under RUN/tensorboard.
-
-TensorBoard needs torch (`torch.utils.tensorboard`), which is why it sits here, in the trainer's
-layer, and not in the run package both backends and the notebooks import:
-
-    with MetricsLogger(run, resume_step=ckpt.step if ckpt else None) as log:
-        with log.timer("rollout"):
-            ...
-        log.log(step, {"rollout/reward_mean": r})
+Ray gauges, shared with SkyRL's bridge) plus TensorBoard event files under RUN/tensorboard, which
+need torch and so live in the trainer's layer, not in the run package the notebooks import.
 """
 
 from __future__ import annotations

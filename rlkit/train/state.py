@@ -1,8 +1,6 @@
 """What a local run carries from step to step, so that a resumed run equals an uninterrupted one:
-`TrainState` (saved in each checkpoint's trainer_state.pt beside the weights and optimizer), what
-is due after a step (`due`), and the seed of every random draw, a pure function of the run's seed
-and where the run is (`seed_for`): a step's episodes (`rollout_seed`), each epoch's minibatch
-order (`shuffle_seed`).
+`TrainState` (each checkpoint's trainer_state.pt), what is due after a step (`due`), and every
+random draw's seed, a pure function of the run's seed and where the run is (`seed_for`).
 """
 
 from __future__ import annotations
