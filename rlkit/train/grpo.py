@@ -153,8 +153,7 @@ def nonzero_variance_mask(
 ) -> torch.Tensor:
     """Which episodes belong to a group whose rewards differ (spread max - min > tol).
 
-    rewards, group_ids: (B,). Returns (B,) bool. A group where every episode got the same reward
-    has zero advantage everywhere: it adds no gradient, only tokens to the `token_mean` count.
+    rewards, group_ids: (B,). Returns (B,) bool (a group of equal rewards has zero advantage).
     """
     if tol < 0:
         raise UsageError(f"tol ({tol}) must be >= 0: it is the reward spread treated as equal")

@@ -91,9 +91,7 @@ def minibatch_loss(learner: Learner, mb: Sequence[TurnSample], recipe: Recipe) -
 
 def with_reference(learner: Learner, samples: Sequence[TurnSample], size: int) -> list[TurnSample]:
     """`samples` with `ref_logprobs` filled from the frozen reference, in no-grad passes of
-    `size` rows; unchanged when there is no reference. The reference never changes during an
-    update, so computing it once instead of in every epoch's minibatches saves one forward per
-    sample and extra epoch."""
+    `size` rows, once per update (not per epoch); unchanged when there is no reference."""
     if learner.ref is None:
         return list(samples)
     out: list[TurnSample] = []
