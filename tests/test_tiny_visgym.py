@@ -150,7 +150,32 @@ def test_the_grpo_square_loss_is_refused_on_a_fixed_tower(tuning):
     assert "\n" not in str(e.value)
 
 
-def test_a_square_step_count_under_one_is_refused_in_one_line():
-    with pytest.raises(UsageError, match=r"grpo.aux_steps \(0\) >= 1") as e:
-        _small_cfg().with_overrides({"grpo.aux_weight": 1.0, "grpo.aux_steps": 0})
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"grpo.aux_weight": 1.0, "grpo.aux_steps": 0}, r"grpo.aux_steps \(0\) >= 1"),
+        ({"grpo.aux_weight": 1.0, "grpo.aux_lr": 0.0}, r"grpo.aux_lr \(0.0\) > 0"),
+        ({"warm_start.aux_weight": 0.0, "warm_start.tower_steps": 5}, "set warm_start.aux_weight"),
+    ],
+)
+def test_square_loss_settings_out_of_range_are_refused_in_one_line(changes, says):
+    with pytest.raises(UsageError, match=says) as e:
+        _small_cfg().with_overrides(changes)
     assert "\n" not in str(e.value)
+
+
+def test_tower_steps_train_the_square_loss_alone_before_bc(tmp_path):
+    """The first `tower_steps` warm-start steps move only the vision tower (and the head) and
+    validate nothing; behaviour cloning and its checks start after them."""
+    cfg = _small_cfg().with_overrides(
+        {"warm_start.tower_steps": 2, "warm_start.max_steps": 4, "grpo.aux_lr": 1e-4}
+    )
+    Trainer(cfg, tmp_path, progress=False).fit(stop_at_step=2)
+    init = load_file(str(tmp_path / "init_model" / "model.safetensors"))
+    after = load_file(str(tmp_path / "global_step_2" / "policy" / "model.safetensors"))
+    moved = {k for k in init if not torch.equal(init[k], after[k])}
+    assert moved and all(".visual." in f".{k}" for k in moved)
+    train(cfg, tmp_path, progress=False)
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    checked = [r["step"] for r in rows if "train/val_solve_rate" in r]
+    assert checked and min(checked) > 2

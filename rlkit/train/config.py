@@ -127,6 +127,9 @@ class WarmStartConfig:
     aux_weight: float = 0.0
     """Weight of the dense auxiliary loss (`rlkit.train.square_head`): every floor square's
     oracle answer predicted from the vision tower's last block. 0: off."""
+    tower_steps: int = 0
+    """Warm-start steps of the per-square loss alone (vision tower and head; needs
+    `aux_weight`) before behaviour cloning and its validation start."""
 
     def __post_init__(self) -> None:
         if self.states not in BC_STATES:
@@ -138,6 +141,11 @@ class WarmStartConfig:
             )
         if self.aux_weight < 0:
             raise UsageError(f"warm_start.aux_weight ({self.aux_weight}) must be >= 0 (0: off)")
+        if self.tower_steps < 0 or (self.tower_steps and not self.aux_weight):
+            raise UsageError(
+                f"warm_start.tower_steps ({self.tower_steps}) trains the per-square loss alone: "
+                "set warm_start.aux_weight > 0 with it, or tower_steps 0"
+            )
 
 
 BC_STATES = ("path", "open")
@@ -182,8 +190,10 @@ class GRPOConfig:
     """Shortest-path moves a maze needs for a `hard_share` slot."""
     aux_weight: float = 0.0
     """Weight of the warm start's per-square loss (`rlkit.train.square_head`) kept through GRPO:
-    steps of it alone on the vision tower after each GRPO step, at the step's learning rate.
-    0: off (the head ends with the warm start)."""
+    steps of it alone on the vision tower after each GRPO step. 0: off (the head ends with the
+    warm start)."""
+    aux_lr: float | None = None
+    """Learning rate of those steps (constant); None: the GRPO step's."""
     aux_steps: int = 1
     """Steps of the per-square loss after each GRPO step (`aux_weight` > 0), each on its own
     batch of the warm start's states on fresh mazes."""
@@ -264,10 +274,10 @@ class TrainConfig:
                 f"grpo.hard_share ({g.hard_share}) must be in [0, 1] and grpo.hard_min_path "
                 f"({g.hard_min_path}) >= 1"
             )
-        if g.aux_weight < 0 or g.aux_steps < 1:
+        if g.aux_weight < 0 or g.aux_steps < 1 or (g.aux_lr is not None and g.aux_lr <= 0):
             raise UsageError(
-                f"grpo.aux_weight ({g.aux_weight}) must be >= 0 (0: off) and grpo.aux_steps "
-                f"({g.aux_steps}) >= 1"
+                f"grpo.aux_weight ({g.aux_weight}) must be >= 0 (0: off), grpo.aux_steps "
+                f"({g.aux_steps}) >= 1 and grpo.aux_lr ({g.aux_lr}) > 0 or none"
             )
         if g.aux_weight > 0 and (self.model.lora_rank > 0 or self.model.freeze_vision != "none"):
             raise UsageError(

@@ -225,7 +225,7 @@ class Trainer:
             timer, policy = self.log.timer, self._policy()
             metrics = grpo_step(self.cfg, s, self.learner, policy, self.run.path, timer)
             if self.tower_opt is not None:
-                metrics |= self._squares_step(metrics["train/lr"])
+                metrics |= self._squares_step(self.cfg.grpo.aux_lr or metrics["train/lr"])
             s.grpo_steps += 1
         s.elapsed_s += time.perf_counter() - t0
         self.log.log(s.step, {**metrics, "train/phase": phase, "timing/elapsed_s": s.elapsed_s})
@@ -241,6 +241,8 @@ class Trainer:
         """One behaviour-cloning step; switches to GRPO when the warm start is done."""
         w, s, task = self.cfg.warm_start, self.state, self.cfg.task
         lr, check = bc_schedule(w, s.step, s.val_solve_rate)
+        tower = s.step <= w.tower_steps  # the per-square loss alone, no BC, no validation
+        check = check and not tower
         with self.log.timer("update"):
             prompts, actions, mazes = bc_batch(
                 self.learner.loaded, task.spec, task.env, s.step - 1, w, self.cfg.schedule.seed
@@ -250,7 +252,9 @@ class Trainer:
                 if self.square_head is None
                 else (self.square_head, w.aux_weight, mazes, task.env.style.pad)
             )
-            metrics = bc_update(self.learner, prompts, actions, lr=lr, step=s.step, aux=aux)
+            metrics = bc_update(
+                self.learner, prompts, actions, lr=lr, step=s.step, aux=aux, bc=not tower
+            )
         done = s.step >= w.max_steps
         if check:
             with self.log.timer("validate"):

@@ -242,11 +242,13 @@ def bc_update(
     lr: float,
     step: int,
     aux: tuple[SquareHead, float, Sequence[Maze], int] | None = None,
+    bc: bool = True,
 ) -> dict[str, float]:
     """One optimizer step of behaviour cloning at learning rate `lr` (times a parameter group's
     `lr_scale` where it has one) on the learner's policy (constrained: the move word; free: the
     whole answer); returns `loss/bc` and `train/bc_accuracy`. `aux`: (head, weight, the
-    prompts' mazes, the picture's pad) adds the dense per-square loss (`loss/bc_squares`)."""
+    prompts' mazes, the picture's pad) adds the dense per-square loss (`loss/bc_squares`);
+    with `bc` False (needs `aux`) that loss alone trains, BC's metrics still reported."""
     for group in learner.opt.param_groups:  # a group may run at a multiple (`lr_scale`)
         group["lr"] = lr * group.get("lr_scale", 1.0)
     learner.loaded.model.train()
@@ -255,7 +257,7 @@ def bc_update(
     if aux is not None:
         head, weight, mazes, pad = aux
         aux_loss = head.loss(prompts, mazes, pad)
-        loss = loss + weight * aux_loss
+        loss = (loss if bc else 0.0) + weight * aux_loss
         out["loss/bc_squares"] = float(aux_loss.detach())
     learner.opt.zero_grad()
     loss.backward()
