@@ -27,10 +27,10 @@ def prose(text: str) -> str:
 
 
 def slug(heading: str) -> str:
-    """GitHub's id for a heading: markup dropped, lower case, punctuation dropped, spaces to
-    hyphens."""
+    """GitHub's id for a heading: markup dropped, lower case, punctuation but `_` dropped,
+    spaces to hyphens."""
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link keeps its text
-    text = re.sub(r"[`*_]", "", text).strip().lower()
+    text = re.sub(r"[`*]", "", text).strip().lower()
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
@@ -55,6 +55,7 @@ def test_slugs_follow_github():
     assert slug("SkyRL's trainer on CPU: throughput and learning") == (
         "skyrls-trainer-on-cpu-throughput-and-learning"
     )
+    assert slug("Starting vLLM (`model/vllm_engine.py`)") == "starting-vllm-modelvllm_enginepy"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -77,3 +78,20 @@ def test_the_readme_links_every_docs_page():
     unlinked = [p.name for p in sorted((ROOT / "docs").glob("*.md")) if p.resolve() not in linked]
     assert not unlinked, f"docs pages the README does not link: {unlinked}"
     assert len(links(ROOT / "README.md")) > 10  # the parse is real
+
+
+CODE_POINTER = re.compile(r"docs/([\w-]+\.md)#([\w-]+)")
+
+
+def test_the_codes_pointers_into_docs_name_real_headings():
+    """A `docs/page.md#anchor` in rlkit/, benchmarks/ or scripts/ names a heading of that page:
+    prose moved out of the code stays findable from it."""
+    problems = []
+    for path in sorted(
+        p for d in ("rlkit", "benchmarks", "scripts") for p in (ROOT / d).rglob("*.py")
+    ):
+        for page, anchor in CODE_POINTER.findall(path.read_text()):
+            file = ROOT / "docs" / page
+            if not file.exists() or anchor not in anchors(file):
+                problems.append(f"{path.relative_to(ROOT)}: docs/{page}#{anchor}")
+    assert not problems, problems

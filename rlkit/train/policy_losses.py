@@ -1,7 +1,7 @@
 """GRPO's policy losses (`POLICY_LOSSES`, SkyRL's `policy_loss_type` names) and `policy_loss`,
 one mini-batch's loss under a `Recipe`: the surrogate with clip-higher, the reductions, the KL
 term and the entropy bonus of `rlkit.train.grpo`. Checked against SkyRL's own `ppo_utils`
-(tests/skyrl/test_objective.py); the differences: docs/local-trainer.md#the-policy-losses-trainpolicylossespy.
+(tests/skyrl/test_objective.py); the differences: docs/local-trainer.md#the-policy-losses-trainpolicy_lossespy.
 """
 
 from __future__ import annotations

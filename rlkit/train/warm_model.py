@@ -1,6 +1,6 @@
 """The tiny Qwen3-VL warm-started to write its own answers, a start for freely sampling trainers
 (`rlkit model tiny --out DIR --warm-start --stop-at 0.4`). How, and what `rlkit_warm.json`
-records: docs/local-trainer.md#the-free-warm-start-for-skyrl-trainwarmmodelpy."""
+records: docs/local-trainer.md#the-free-warm-start-for-skyrl-trainwarm_modelpy."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ RECORD = "rlkit_warm.json"
 @dataclass(frozen=True)
 class FreeWarmStart:
     """The free-form warm start's recipe: the local BC schedule plus what writing costs (why
-    each default: docs/local-trainer.md#the-free-warm-start-for-skyrl-trainwarmmodelpy)."""
+    each default: docs/local-trainer.md#the-free-warm-start-for-skyrl-trainwarm_modelpy)."""
 
     bc: WarmStartConfig = field(
         default_factory=lambda: WarmStartConfig(
