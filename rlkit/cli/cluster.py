@@ -82,22 +82,7 @@ def _submit(args: argparse.Namespace) -> int:
     from rlkit.cluster.skyrl.storage import storage_estimate
     from rlkit.settings import parse_sets
 
-    changes = {
-        k: v
-        for k, v in {
-            "nodes": args.nodes,
-            "instance_type": args.instance_type,
-            "gpus_per_node": args.gpus_per_node,
-            "model_path": args.model,
-            "logger": args.logger,
-            "runs_root": args.runs_root,
-            "attention_backend": args.attention_backend,
-            "fsx_budget_gb": args.fsx_budget_gb,
-            "hang_minutes": args.hang_minutes,
-            "hang_action": args.hang_action,
-        }.items()
-        if v is not None
-    }
+    changes = {k: v for k in args.skyrl_fields if (v := getattr(args, k)) is not None}
     if preset_backend(args.preset) == "local":  # the local trainer as a job: its own --set keys
         skyrl_only = [k for k in changes if k != "runs_root"]
         skyrl_only += [k for k in ("raycluster", "rayjob", "image") if getattr(args, k)]
@@ -190,6 +175,11 @@ def _preflight(args: argparse.Namespace) -> int:
     return 1 if any(c.status == "fail" for c in checks) else 0
 
 
+def repeated(p: argparse.ArgumentParser, flag: str, metavar: str, help_: str) -> None:
+    """A flag given any number of times, its values listed in order."""
+    p.add_argument(flag, action="append", default=[], metavar=metavar, help=help_)
+
+
 def add_stage_arguments(p: argparse.ArgumentParser) -> None:
     """`rlkit model stage MODEL --to DIR --address ADDR` (its `kind` is the `model` parser's)."""
     p.add_argument(
@@ -202,9 +192,7 @@ def add_stage_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--address", help="stage: Jobs API URL of the cluster (default: $RAY_ADDRESS, else local)"
     )
-    p.add_argument(
-        "--env", action="append", default=[], metavar="NAME", help="stage: forward, e.g. HF_TOKEN"
-    )
+    repeated(p, "--env", "NAME", "stage: forward, e.g. HF_TOKEN")
 
 
 def model_stage(args: argparse.Namespace) -> int:
@@ -278,39 +266,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--preset", required=True, choices=list(ALL_PRESETS))
     p.add_argument("--run-name", help="run dir and job name (default: the preset name)")
-    p.add_argument("--nodes", type=int, help="GPU nodes (batch sizes scale with it)")
-    p.add_argument("--instance-type", help="HyperPod GPU instance, e.g. ml.g7e.24xlarge")
-    p.add_argument(
-        "--gpus-per-node", type=int, help="GPUs the run takes per node (default: all of them)"
+    fields = []  # the flags that change the SkyRL preset field their dest names
+
+    def field(flag: str, **kw) -> None:
+        fields.append(p.add_argument(flag, **kw).dest)
+
+    field("--nodes", type=int, help="GPU nodes (batch sizes scale with it)")
+    field("--instance-type", help="HyperPod GPU instance, e.g. ml.g7e.24xlarge")
+    field("--gpus-per-node", type=int, help="GPUs the run takes per node (default: all of them)")
+    field(
+        "--model",
+        dest="model_path",
+        metavar="MODEL",
+        help="HF id or /fsx path of the starting model",
     )
-    p.add_argument("--model", help="HF id or /fsx path of the starting model")
-    p.add_argument("--logger", help="console, wandb, tensorboard or mlflow")
-    p.add_argument(
+    field("--logger", help="console, wandb, tensorboard or mlflow")
+    field(
         "--runs-root",
         help="where run dirs go (SkyRL: shared storage, default /fsx/rlkit/runs; local: runs)",
     )
-    p.add_argument("--attention-backend", help="vLLM attention backend, e.g. TRITON_ATTN")
-    p.add_argument(
-        "--fsx-budget-gb", type=float, help="refuse a run whose /fsx estimate exceeds this"
-    )
-    p.add_argument(
+    field("--attention-backend", help="vLLM attention backend, e.g. TRITON_ATTN")
+    field("--fsx-budget-gb", type=float, help="refuse a run whose /fsx estimate exceeds this")
+    field(
         "--hang-minutes", type=int, help="HyperPod: a run with no step for this long hangs (0=off)"
     )
-    p.add_argument("--hang-action", choices=("notify", "cancel"), help="HyperPod's hang response")
-    p.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="forward an env var (masked; with --rayjob, through the run's Kubernetes Secret)",
-    )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="change a preset field, e.g. steps=4 (SkyRLPreset) or grpo.lr=1e-4 (TrainConfig)",
-    )
+    field("--hang-action", choices=("notify", "cancel"), help="HyperPod's hang response")
+    help_ = "forward an env var (masked; with --rayjob, through the run's Kubernetes Secret)"
+    repeated(p, "--env", "NAME", help_)
+    help_ = "change a preset field, e.g. steps=4 (SkyRLPreset) or grpo.lr=1e-4 (TrainConfig)"
+    repeated(p, "--set", "FIELD=VALUE", help_)
     p.add_argument("--dry-run", action="store_true", help="print what would run; submit nothing")
     p.add_argument("--rayjob", metavar="FILE", help="write a KubeRay RayJob instead of submitting")
     p.add_argument("--backoff-limit", type=int, default=3, help="RayJob retries (new clusters)")
@@ -322,7 +306,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="URI",
         help="the runtime image for --raycluster/--rayjob (deploy/build-image.sh prints it)",
     )
-    p.set_defaults(func=_submit)
+    p.set_defaults(func=_submit, skyrl_fields=fields)
 
     p = subparsers.add_parser(
         "preflight", parents=[address], help="check the cluster has what a run needs (a short job)"

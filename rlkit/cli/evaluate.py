@@ -171,8 +171,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     )
     if args.out:
         result.save(args.out, trajs)
-    if args.json:
-        print(json.dumps(result.to_dict() if args.full else _brief(result.to_dict())))
+    if args.json:  # without --full, no per-maze rows (those go to --out)
+        d = result.to_dict()
+        print(json.dumps(d if args.full else {k: v for k, v in d.items() if k != "per_maze"}))
     else:
         print(result.summary())
         if any(result.failures.values()):
@@ -202,22 +203,16 @@ def _show_prompt(policy: str | None, set_name: str, cfg: EnvConfig) -> int:
     return 0
 
 
-def _brief(d: dict) -> dict:
-    """The JSON without per-maze rows (those go to --out)."""
-    return {k: v for k, v in d.items() if k != "per_maze"}
-
-
 def add_eval_parser(sub: argparse._SubParsersAction, sets: str) -> None:
     """The `eval` subcommand's arguments (`sets`: the registry's set names, for the help)."""
     e = sub.add_parser("eval", help="evaluate a policy on a test set")
     e.add_argument("--policy", help="random | oracle | eps-oracle:E | MODEL_DIR")
     e.add_argument(
         "--dumps",
-        default=None,
         help="instead of --policy: a SkyRL run (or its export dir); print its own eval of --step "
         "(default: the last) from its eval dumps, the seed's protocol when it ran greedy, 1 sample",
     )
-    e.add_argument("--step", type=int, default=None, help="with --dumps: the evaluated step")
+    e.add_argument("--step", type=int, help="with --dumps: the evaluated step")
     e.add_argument("--set", default="test", help=f"a named test set: {sets}")
     e.add_argument("--samples", type=int, default=1, help="episodes per maze (k for pass@k)")
     e.add_argument("--seed", type=int, default=0)
@@ -235,7 +230,7 @@ def add_eval_parser(sub: argparse._SubParsersAction, sets: str) -> None:
         default=24,
         help="with --free: answer budget in tokens (must hold the canonical answer)",
     )
-    e.add_argument("--mazes", type=int, default=None, help="only the set's first N mazes")
+    e.add_argument("--mazes", type=int, help="only the set's first N mazes")
     e.add_argument(
         "--protocol",
         default="rlkit",
@@ -249,9 +244,7 @@ def add_eval_parser(sub: argparse._SubParsersAction, sets: str) -> None:
         choices=["visgym", "visgym-sft"],
         help="squares sets: SkyRL's <action>up</action> or VisGym's ('move', 0) (SFT checkpoints)",
     )
-    e.add_argument(
-        "--prompt-file", default=None, help="squares sets: a text file replacing rlkit's rules"
-    )
+    e.add_argument("--prompt-file", help="squares sets: a text file replacing rlkit's rules")
     e.add_argument(
         "--show-prompt",
         action="store_true",
@@ -259,11 +252,10 @@ def add_eval_parser(sub: argparse._SubParsersAction, sets: str) -> None:
     )
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--full", action="store_true", help="with --json: include per-maze rows")
-    e.add_argument("--out", default=None, help="write the JSON and trajectories JSONL here")
+    e.add_argument("--out", help="write the JSON and trajectories JSONL here")
     e.add_argument("--device", default="cpu", help="torch device for a model policy (cuda on GPUs)")
     e.add_argument(
         "--address",
-        default=None,
         help="run the evaluation as a GPU Ray job on this cluster (SkyRL exports)",
     )
     e.add_argument("--gpus", type=float, default=1, help="with --address: GPUs for the job")
@@ -276,7 +268,6 @@ def add_eval_parser(sub: argparse._SubParsersAction, sets: str) -> None:
     e.add_argument(
         "--kv-cache-gb",
         type=float,
-        default=None,
         help="with --engine vllm: KV cache GiB (default 1 on CPU, 85%% of a GPU's memory)",
     )
     e.set_defaults(func=_cmd_eval)

@@ -155,12 +155,10 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(figure_png(fig))
     wrote = [out]
-    if args.curves:
-        Path(args.curves).write_bytes(figure_png(training_curves(run, run_id=run.name)))
-        wrote.append(args.curves)
-    if args.stability:
-        Path(args.stability).write_bytes(figure_png(stability_curves(run, run_id=run.name)))
-        wrote.append(args.stability)
+    for path, figure in ((args.curves, training_curves), (args.stability, stability_curves)):
+        if path:
+            Path(path).write_bytes(figure_png(figure(run, run_id=run.name)))
+            wrote.append(path)
     print("wrote " + " and ".join(map(str, wrote)))
     return 0
 
@@ -188,14 +186,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("maze", help="generate one maze and show it")
     m.add_argument("--size", type=int, default=5, help="rows (and columns unless --width)")
-    m.add_argument("--width", type=int, default=None)
+    m.add_argument("--width", type=int)
     m.add_argument("--seed", type=int, default=0, help="the generator's seed; with --set, the maze")
     m.add_argument("--algorithm", default="wilson", choices=ALGORITHMS)
     m.add_argument("--placement", default="corners", choices=["corners", "random"])
     m.add_argument("--min-path", type=int, default=1)
     m.add_argument("--cell-px", type=int, default=24)
-    m.add_argument("--png", default=None, help="also write the picture here")
-    m.add_argument("--set", default=None, help=f"a named set's maze --seed instead: {sets}")
+    m.add_argument("--png", help="also write the picture here")
+    m.add_argument("--set", help=f"a named set's maze --seed instead: {sets}")
     m.set_defaults(func=_cmd_maze)
 
     d = sub.add_parser("data", help="write SkyRL-format train/eval parquet files")
@@ -215,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
         "stage: download a model once to /fsx as a Ray job (rlkit/cluster/stage.py)",
     )
     mo.add_argument("--out", help="tiny, qwen-fixture: the directory to write")
-    from rlkit.cli.cluster import add_stage_arguments
+    from rlkit.cli.cluster import add_stage_arguments, repeated
 
     add_stage_arguments(mo)
     mo.add_argument("--seed", type=int, default=0)
@@ -228,7 +226,6 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument(
         "--stop-at",
         type=float,
-        default=None,
         help="with --warm-start: the validation solve rate to stop at (default: the local "
         "warm start's, warm_start.stop_at)",
     )
@@ -245,16 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
         "project root or $RLKIT_HOME: it prints the absolute path to give one when they differ)",
     )
     t.add_argument("--resume", default="latest", choices=["latest", "none"])
-    t.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config field, e.g. --set grpo.lr=1e-4 (repeatable)",
+    repeated(
+        t, "--set", "KEY=VALUE", "override a config field, e.g. --set grpo.lr=1e-4 (repeatable)"
     )
     t.add_argument(
         "--address",
-        default=None,
         help="submit as a Ray job, as rlkit submit does: 'local' (start/reuse a local head), "
         "http://HOST:8265, sagemaker_ray://...",
     )
@@ -264,10 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="solve rate across checkpoints (PNG)")
     pl.add_argument("--run-dir", required=True)
     pl.add_argument("--out", required=True, help="PNG path")
-    pl.add_argument("--curves", default=None, help="also write training curves to this PNG")
+    pl.add_argument("--curves", help="also write training curves to this PNG")
     pl.add_argument(
         "--stability",
-        default=None,
         help="also write the stability panels (entropy, clip fraction, ...) to this PNG",
     )
     pl.set_defaults(func=_cmd_plot)

@@ -18,17 +18,15 @@ ALL_STEPS = 10**6
 def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("rollouts", help="list or export the training rollouts a run captured")
     r.add_argument("run", help="a local or SkyRL run dir")
-    r.add_argument("--step", default=None, help="a captured step, or latest: its episodes")
+    r.add_argument("--step", help="a captured step, or latest: its episodes")
     r.add_argument("--json", action="store_true", help="print one JSON object")
     r.add_argument(
         "--export",
-        default=None,
         metavar="FILE.html",
         help="write the step (default: latest) as a kernel-free HTML player",
     )
     r.add_argument(
         "--address",
-        default=None,
         help="read RUN where the cluster's jobs see it (a Ray job there), e.g. /fsx from Studio",
     )
     r.set_defaults(func=cmd_rollouts)
