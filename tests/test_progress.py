@@ -4,7 +4,7 @@ import io
 import time
 
 from rlkit.notebook import monitor as m
-from rlkit.notebook.progress import follow_run, read_progress
+from rlkit.notebook.progress import RunFollower, read_progress
 from rlkit.run.rundir import RunDir
 from rlkit.train.presets import preset
 
@@ -76,7 +76,7 @@ def test_the_eta_follows_the_pace_of_the_last_ten_grpo_steps(tmp_path):
 def test_in_a_log_the_follower_writes_plain_lines(tmp_path):
     out = io.StringIO()
     run = _run(tmp_path, 0)
-    with follow_run(run.path, poll_s=0.05, file=out) as follower:
+    with RunFollower(run.path, poll_s=0.05, file=out) as follower:
         deadline = time.monotonic() + 10
         while follower.last is None and time.monotonic() < deadline:  # its first read
             time.sleep(0.02)
@@ -105,7 +105,7 @@ def test_on_a_terminal_it_is_a_tqdm_bar(tmp_path):
             return True
 
     out = Terminal()
-    with follow_run(_run(tmp_path, 2).path, poll_s=0.05, file=out):
+    with RunFollower(_run(tmp_path, 2).path, poll_s=0.05, file=out):
         time.sleep(0.3)
     text = out.getvalue()
     assert "\r" in text and "2/8" in text and "eval step 5: 50.0% [40.0%, 60.0%]" in text

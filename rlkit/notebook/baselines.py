@@ -131,11 +131,12 @@ def run_baselines(
         return {}
     run = open_run(source)
     ref = evals[max(evals)]
-    env = _run_env(run)
-    model = None
-    if run.backend == "local":
-        cfg = run_config(run)
-        model = baseline_key(BASE, cfg, samples=1, seed=0)["model"]
+    if run.backend == "local":  # its env and starting model, as a baseline's key records them
+        key = baseline_key(BASE, run_config(run), samples=1, seed=0)
+        env, model = key["env"], key["model"]
+    else:  # the env config the run's evals played, if its config recorded it
+        env, model = (run.config().get("datasets") or {}).get("env_config"), None
+        env = env if isinstance(env, dict) else None
 
     def fits(key: dict[str, Any]) -> bool:
         if key.get("test_set_hash") != ref.test_set_hash:
@@ -148,15 +149,6 @@ def run_baselines(
 
     found = {n: EvalResult.load(p) for n, p in _cached(out_dir, fits).items()}
     return {n: r for n, r in found.items() if r.n_mazes == ref.n_mazes}
-
-
-def _run_env(run: Run) -> dict[str, Any] | None:
-    """The env config the run's evals played, as its config recorded it (None: unknown)."""
-    config = run.config()
-    if run.backend == "local":
-        return json.loads(json.dumps(asdict(run_config(run).task.env), default=str))
-    env = (config.get("datasets") or {}).get("env_config")
-    return env if isinstance(env, dict) else None
 
 
 def baseline_trajectories(out_dir: str | Path, name: str) -> list[Trajectory]:

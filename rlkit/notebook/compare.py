@@ -20,7 +20,7 @@ from rlkit.errors import UsageError
 from rlkit.maze.sets import pinned_spec
 from rlkit.notebook.paths import home, relative_rule
 from rlkit.notebook.paths import home_path as _home_path
-from rlkit.notebook.plots import PlotFigure, by_difficulty, ci_methods, figure_header
+from rlkit.notebook.plots import PlotFigure, band_curve, by_difficulty, ci_methods, figure_header
 from rlkit.run.reader import Run, RunNotFound, is_run, open_run
 from rlkit.stats import PairedByMaze, clustered_wilson, paired_by_maze
 
@@ -333,17 +333,14 @@ def solve_rate_curves(
     for i, v in enumerate(views):
         color, steps = f"C{i}", sorted(v.evals)
         shift = (v.warm_start_end or 0) if align == "grpo" else 0
-        rates = [v.evals[s].solve_rate for s in steps]
-        lo, hi = [v.evals[s].ci95[0] for s in steps], [v.evals[s].ci95[1] for s in steps]
-        xs = [s - shift for s in steps]
-        by_step.fill_between(xs, lo, hi, color=color, alpha=0.18)
-        by_step.plot(xs, rates, "o-", color=color, ms=4, label=f"{v.label} ({v.run.backend})")
+        shown, xs = [v.evals[s] for s in steps], [s - shift for s in steps]
+        label = f"{v.label} ({v.run.backend})"
+        band_curve(by_step, xs, shown, "o-", 0.18, color=color, ms=4, label=label)
         if v.warm_start_end is not None and align == "step":
             by_step.axvline(v.warm_start_end, color=color, ls=":", lw=1)
         if v.wall_s:
             ws = [v.wall_s.get(s, _wall_before(v.wall_s, s)) for s in steps]
-            by_wall.fill_between(ws, lo, hi, color=color, alpha=0.18)
-            by_wall.plot(ws, rates, "o-", color=color, ms=4, label=v.label)
+            band_curve(by_wall, ws, shown, "o-", 0.18, color=color, ms=4, label=v.label)
         else:
             untimed.append(v.label)
     xlabel = "training step" if align == "step" else "GRPO step (0: end of warm start)"

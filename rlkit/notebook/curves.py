@@ -23,6 +23,7 @@ from rlkit.errors import UsageError
 from rlkit.notebook.plots import (
     PlotFigure,
     ci_methods,
+    ci_yerr,
     distinct_series,
     figure_header,
     legend_outside,
@@ -90,7 +91,17 @@ def phase_spans(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, in
     return spans
 
 
-def _mark_phases(axes: Sequence[Axes], spans: list[tuple[str, int, int]]) -> None:
+def _stacked(n: int, panel_in: float, extra_in: float) -> tuple[Figure, Sequence[Axes]]:
+    """A figure of `n` panels over one shared step axis."""
+    fig = PlotFigure(figsize=(10, panel_in * n + extra_in))
+    axes = fig.subplots(n, 1, sharex=True, squeeze=False)[:, 0]
+    axes[-1].set_xlabel("training step")
+    return fig, axes
+
+
+def _mark_phases(axes: Sequence[Axes], records: Sequence[Mapping[str, Any]]) -> None:
+    """Shade each non-GRPO phase (`phase_spans`), mark where each phase starts and name it."""
+    spans = phase_spans(records)
     for i, (phase, first, last) in enumerate(spans):
         end = spans[i + 1][1] if i + 1 < len(spans) else last
         for ax in axes:
@@ -128,19 +139,15 @@ def training_curves(
         raise UsageError(
             f"no plottable metrics (reward, loss, kl, entropy, turns) among keys {keys[:12]}"
         )
-    fig = PlotFigure(figsize=(10, 1.9 * len(panels) + 1.0))
-    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    fig, axes = _stacked(len(panels), 1.9, 1.0)
     for ax, (name, series) in zip(axes, panels, strict=True):
         for key, xs, ys in distinct_series(series):
             ax.plot(xs, ys, lw=1.3, marker="." if len(xs) < 40 else None, label=key)
         ax.set_ylabel(name, fontsize=9)
         ax.grid(alpha=0.3)
         legend_outside(ax)
-    axes[-1].set_xlabel("training step")
     fig.subplots_adjust(left=0.08, right=0.68)
-    spans = phase_spans(records)
-    if spans:
-        _mark_phases(list(axes), spans)
+    _mark_phases(axes, records)
     steps = [r["step"] for r in records if isinstance(r.get("step"), int)]
     detail = f"{len(records)} steps logged ({min(steps, default=0)}-{max(steps, default=0)})"
     figure_header(fig, "Training curves", run_id, detail)
@@ -166,8 +173,7 @@ def stability_curves(
             f"no stability metrics in this run (looked for {', '.join(SIGNALS)}): it has not "
             "logged a training step yet"
         )
-    fig = PlotFigure(figsize=(10, 1.7 * len(found) + 1.2))
-    axes = fig.subplots(len(found), 1, sharex=True, squeeze=False)[:, 0]
+    fig, axes = _stacked(len(found), 1.7, 1.2)
     for ax, (name, keys) in zip(axes, found.items(), strict=True):
         for key in keys:
             xs, ys = _series(records, key)
@@ -179,11 +185,8 @@ def stability_curves(
         ax.set_ylabel(textwrap.fill(name, 16), fontsize=8)
         ax.grid(alpha=0.3)
         legend_outside(ax, fontsize=7.5)
-    axes[-1].set_xlabel("training step")
     fig.subplots_adjust(left=0.08, right=0.66, hspace=0.15)
-    spans = phase_spans(records)
-    if spans:
-        _mark_phases(list(axes), spans)
+    _mark_phases(axes, records)
     warnings = [w.split(":")[0] for w in stability_warnings(records)]  # the full lines: monitor
     notes = [n.split(":")[0] for n in stability_notes(records)]
     detail = f"{len(records)} steps  |  " + (
@@ -210,14 +213,8 @@ def _entropy_context(ax: Axes, records: Sequence[Mapping[str, Any]]) -> None:
     solve.axhline(CONVERGED_SOLVE, color="0.55", lw=0.8, ls="-.")
     solve.set_ylim(-0.02, 1.05)
     solve.tick_params(labelsize=7)
-    ax.plot(
-        [],
-        [],
-        color="0.55",
-        lw=1,
-        ls=":",
-        label=f"{key} (right; converged >= {CONVERGED_SOLVE:.0%})",
-    )
+    label = f"{key} (right; converged >= {CONVERGED_SOLVE:.0%})"
+    ax.plot([], [], color="0.55", lw=1, ls=":", label=label)  # the legend's entry for it
 
 
 def live_curves(
@@ -225,28 +222,21 @@ def live_curves(
     evals: Mapping[int, EvalResult] | None = None,
     *,
     run_id: str | None = None,
-    size_px: tuple[int, int] = (720, 300),
 ) -> Figure:
-    """The job monitor's figure at `size_px` (100 dpi): rollout metrics and evals with intervals."""
-    fig = PlotFigure(figsize=(size_px[0] / 100, size_px[1] / 100))
+    """The job monitor's figure, 720x300 px at 100 dpi: rollout metrics and evals with intervals."""
+    fig = PlotFigure(figsize=(7.2, 3.0))
     ax = fig.add_subplot()
     keys = ("rollout/reward_mean", "rollout/solve_rate", "eval/solve_rate")
     records = merge_steps(metrics)
     series = [(k, *_series(records, k)) for k in keys]
     for key, xs, ys in distinct_series([s for s in series if s[1]]):
         ax.plot(xs, ys, lw=1.3, label=key)
-    for step, r in sorted((evals or {}).items()):
-        ax.errorbar(
-            [step],
-            [r.solve_rate],
-            yerr=[[max(0.0, r.solve_rate - r.ci95[0])], [max(0.0, r.ci95[1] - r.solve_rate)]],
-            fmt="ks",
-            ms=4,
-            capsize=3,
-            label=f"test set (95% CI, {ci_methods(list((evals or {}).values()))})"
-            if step == min(evals or {})
-            else None,
-        )
+    if evals:
+        steps, results = zip(*sorted(evals.items()), strict=True)
+        rates = [r.solve_rate for r in results]
+        yerr = ci_yerr(rates, [r.ci95 for r in results])
+        label = f"test set (95% CI, {ci_methods(results)})"
+        ax.errorbar(steps, rates, yerr=yerr, fmt="ks", ms=4, capsize=3, label=label)
     title = "Training progress" + (f": {run_id}" if run_id else "")
     ax.set_title(title, fontsize=10, loc="left")
     if not ax.lines and not ax.collections:

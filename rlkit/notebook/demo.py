@@ -123,10 +123,8 @@ def _refs(value: object) -> set[str]:
     if isinstance(value, str):
         return {value[len(MODEL_REF) :]} if value.startswith(MODEL_REF) else set()
     if isinstance(value, dict):
-        return set().union(*map(_refs, value.values())) if value else set()
-    if isinstance(value, list | tuple):
-        return set().union(*map(_refs, value)) if value else set()
-    return set()
+        value = list(value.values())
+    return set().union(*map(_refs, value)) if isinstance(value, list | tuple) else set()
 
 
 def shown_widget_state(notebook: dict) -> tuple[int, int]:
@@ -167,7 +165,7 @@ def run_demo(
     """Execute the notebooks in order; returns summary.json's content plus timings."""
     from rlkit.cluster.launch import plan_training
     from rlkit.cluster.localhead import free_port, start_local_head
-    from rlkit.notebook.progress import follow_run
+    from rlkit.notebook.progress import RunFollower
 
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -182,7 +180,7 @@ def run_demo(
             start = time.monotonic()
             print(f"[demo] {name} ...", flush=True)
             if name == TRAINING_NOTEBOOK:  # minutes of training: show where it is
-                with follow_run(plan_training(params["preset"], out).run_dir):
+                with RunFollower(plan_training(params["preset"], out).run_dir):
                     execute(name, out, params, kernel=kernel)
             else:
                 execute(name, out, params, kernel=kernel)

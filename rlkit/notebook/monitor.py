@@ -226,8 +226,7 @@ class JobMonitor(widgets.VBox):
         key = (len(metrics), len(evals))
         if key == self._plotted:
             return  # nothing new: skip re-drawing (the expensive part of a refresh)
-        figure = live_curves(metrics, evals, run_id=self.run_dir.name, size_px=(720, 300))
-        png = figure_png(figure, dpi=100)
+        png = figure_png(live_curves(metrics, evals, run_id=self.run_dir.name))
         self.curves.value = png
         self.curves.layout.width = f"{png_width(png)}px"  # its own size: never stretched
         self._plotted = key

@@ -162,19 +162,15 @@ def replay_frames(
     for i, state in enumerate(replay_states(traj)):
         img = render(state, style)
         scale = max(1, display_px // max(img.size))
-        img = upscale(img, scale)
-        origin = ego_origin(state, style)
-        words = traj.turns[i].actions if i < len(traj.turns) else []
-        if words and words[0] != STOP.word:  # `stop` (VisGym's game) has no direction to draw
-            model = Action[words[0].upper()]
-            img = draw_arrow(
-                img, state.pos, model, style, colour=MODEL_COLOUR, origin=origin, scale=scale
-            )
-        best = oracle_action(state.maze, state.pos)
-        if i < len(traj.turns) and best is not None:
-            img = draw_arrow(
-                img, state.pos, best, style, colour=ORACLE_COLOUR, origin=origin, scale=scale
-            )
+        img, origin = upscale(img, scale), ego_origin(state, style)
+        turn = i < len(traj.turns)  # the final frame has no move to draw
+        words = traj.turns[i].actions if turn else []
+        # `stop` (VisGym's game) has no direction to draw; the oracle's arrow goes on top
+        model = Action[words[0].upper()] if words and words[0] != STOP.word else None
+        best = oracle_action(state.maze, state.pos) if turn else None
+        for move, c in ((model, MODEL_COLOUR), (best, ORACLE_COLOUR)):
+            if move is not None:
+                img = draw_arrow(img, state.pos, move, style, colour=c, origin=origin, scale=scale)
         frames.append(png_bytes(img))
     return frames
 

@@ -53,7 +53,8 @@ def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return run.metrics() if run is not None else []
 
 
-def _by_step(evals: Evals) -> list[tuple[int, EvalResult]]:
+def _by_step(evals: Evals) -> tuple[tuple[int, ...], tuple[EvalResult, ...]]:
+    """(steps, results) by ascending step."""
     if isinstance(evals, Mapping):
         pairs = [(int(s), r) for s, r in evals.items()]
     else:
@@ -66,7 +67,7 @@ def _by_step(evals: Evals) -> list[tuple[int, EvalResult]]:
             pairs.append((r.step, r))
     if not pairs:
         raise UsageError("no eval results to plot: evaluate a checkpoint first")
-    return sorted(pairs, key=lambda p: p[0])
+    return tuple(zip(*sorted(pairs, key=lambda p: p[0]), strict=True))
 
 
 def _counts_line(results: Sequence[EvalResult]) -> str:
@@ -83,6 +84,23 @@ def _counts_line(results: Sequence[EvalResult]) -> str:
 def ci_methods(results: Sequence[EvalResult]) -> str:
     """The interval method(s) behind the results' bands, for a legend."""
     return ", ".join(sorted({r.ci_method for r in results}))
+
+
+def ci_yerr(rates: Sequence[float], cis: Sequence[Sequence[float]]) -> list[list[float]]:
+    """`errorbar`'s yerr for 95% intervals: the distances below and above each rate (never
+    negative: a bound at p=0 or 1 can sit a rounding error past the rate)."""
+    pairs = list(zip(rates, cis, strict=True))
+    return [[max(0.0, p - ci[0]) for p, ci in pairs], [max(0.0, ci[1] - p) for p, ci in pairs]]
+
+
+def band_curve(
+    ax: Axes, xs: Sequence, results: Sequence[EvalResult], fmt: str, alpha: float, **kw: Any
+) -> None:
+    """The results' solve rates at `xs`: a `fmt` line (`kw`: `Axes.plot`'s, `color` among them)
+    over the band of their stored 95% intervals (labelled `band`, when given)."""
+    lo, hi = [r.ci95[0] for r in results], [r.ci95[1] for r in results]
+    ax.fill_between(xs, lo, hi, alpha=alpha, color=kw["color"], label=kw.pop("band", None))
+    ax.plot(xs, [r.solve_rate for r in results], fmt, **kw)
 
 
 def figure_header(fig: Figure, title: str, run_id: str | None, detail: str) -> None:
@@ -128,29 +146,17 @@ def solve_rate_curve(
 ) -> Figure:
     """Solve rate vs step with 95% bands (the results' `ci_method`), a baseline line and the
     warm-start/GRPO boundary; `others`: the run's other eval sets, a curve a set."""
-    pairs = _by_step(evals)
-    steps = [s for s, _ in pairs]
-    rates = [r.solve_rate for _, r in pairs]
+    steps, results = _by_step(evals)
+    last_step, last = steps[-1], results[-1]
     fig = PlotFigure(figsize=(10, 4.2))
     ax = fig.add_subplot()
-    ax.fill_between(
-        steps,
-        [r.ci95[0] for _, r in pairs],
-        [r.ci95[1] for _, r in pairs],
-        alpha=0.25,
-        color="C0",
-        label=f"95% CI ({ci_methods([r for _, r in pairs])})",
-    )
-    last_step, last = pairs[-1]
     named = f"{last.set}, " if others else ""
-    ax.plot(steps, rates, "o-", color="C0", label=f"solve rate, {named}{last.protocol_label}")
+    label, band = f"solve rate, {named}{last.protocol_label}", f"95% CI ({ci_methods(results)})"
+    band_curve(ax, steps, results, "o-", 0.25, color="C0", label=label, band=band)
     for i, (name, other) in enumerate((others or {}).items(), start=2):
-        more = _by_step(other)
-        xs, color = [s for s, _ in more], f"C{i}"
-        lo, hi = [r.ci95[0] for _, r in more], [r.ci95[1] for _, r in more]
-        ax.fill_between(xs, lo, hi, alpha=0.15, color=color)
-        label = f"solve rate, {name}, {more[-1][1].protocol_label}"
-        ax.plot(xs, [r.solve_rate for _, r in more], "s--", color=color, label=label)
+        xs, more = _by_step(other)
+        label = f"solve rate, {name}, {more[-1].protocol_label}"
+        band_curve(ax, xs, more, "s--", 0.15, color=f"C{i}", label=label)
     high = last.solve_rate > 0.9  # near the top: below the point, else above it
     ax.annotate(  # left of the last point, so the label stays inside the axes
         f"{last.solve_rate:.1%}",
@@ -163,12 +169,8 @@ def solve_rate_curve(
     )
     if isinstance(baseline, EvalResult):
         ax.axhspan(*baseline.ci95, color="0.5", alpha=0.12)
-        ax.axhline(
-            baseline.solve_rate,
-            color="0.35",
-            ls="--",
-            label=f"baseline {baseline.policy}: {baseline.solve_rate:.1%}",
-        )
+        label = f"baseline {baseline.policy}: {baseline.solve_rate:.1%}"
+        ax.axhline(baseline.solve_rate, color="0.35", ls="--", label=label)
     elif baseline is not None:
         if not 0.0 <= baseline <= 1.0:
             raise UsageError(f"baseline ({baseline}) must be a solve rate in [0, 1]")
@@ -181,7 +183,7 @@ def solve_rate_curve(
     ax.grid(alpha=0.3)
     legend_outside(ax)
     fig.subplots_adjust(right=0.7)
-    figure_header(fig, title, run_id, _counts_line([r for _, r in pairs]))
+    figure_header(fig, title, run_id, _counts_line(results))
     return fig
 
 
@@ -212,17 +214,12 @@ def by_difficulty(
     ax = fig.add_subplot()
     width = 0.7 / len(labelled)
     for i, (label, r) in enumerate(labelled):
-        xs, ys, lo, hi = [], [], [], []
-        for n in lengths:
-            cell = r.by_path_length.get(str(n))
-            if cell is None:
-                continue
-            xs.append(n + (i - (len(labelled) - 1) / 2) * width)
-            ys.append(cell["solve_rate"])
-            # max(0, .): interval bounds at p=0 or 1 can sit a rounding error past the rate
-            lo.append(max(0.0, cell["solve_rate"] - cell["ci95"][0]))
-            hi.append(max(0.0, cell["ci95"][1] - cell["solve_rate"]))
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", capsize=3, ms=4, label=label)
+        shown = [n for n in lengths if str(n) in r.by_path_length]
+        cells = [r.by_path_length[str(n)] for n in shown]
+        xs = [n + (i - (len(labelled) - 1) / 2) * width for n in shown]
+        ys = [cell["solve_rate"] for cell in cells]
+        yerr = ci_yerr(ys, [cell["ci95"] for cell in cells])
+        ax.errorbar(xs, ys, yerr=yerr, fmt="o-", capsize=3, ms=4, label=label)
     first = labelled[0][1].by_path_length
     ax.set_xticks(lengths)
     ax.set_xticklabels([f"{n}\n({first.get(str(n), {}).get('episodes', 0)} ep)" for n in lengths])
@@ -262,9 +259,8 @@ def failure_breakdown(
     ax.tick_params(axis="x", labelsize=8)
     if isinstance(result, EvalResult):
         heading = title or f"Failures of {result.policy}"
-        detail = f"{failed} of {result.n_mazes * result.samples} episodes failed; " + _counts_line(
-            [result]
-        )
+        episodes = result.n_mazes * result.samples
+        detail = f"{failed} of {episodes} episodes failed; {_counts_line([result])}"
     else:
         heading, detail = title or "Failures", f"{failed} failed episodes"
     figure_header(fig, heading, None, detail)

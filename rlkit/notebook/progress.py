@@ -1,5 +1,5 @@
 """Where a training run is (phase, step of total, latest eval, ETA), for `make demo`'s terminal
-bar (`follow_run`) and the job monitor (`RunProgress.line`).
+bar (`with RunFollower(run_dir): ...`) and the job monitor (`RunProgress.line`).
 """
 
 from __future__ import annotations
@@ -226,8 +226,3 @@ class RunFollower:
                     return
         finally:
             bar.close()
-
-
-def follow_run(run_dir: str | Path, **kwargs) -> RunFollower:
-    """`with follow_run(run_dir): ...` shows the run's progress bar while the block runs."""
-    return RunFollower(run_dir, **kwargs)

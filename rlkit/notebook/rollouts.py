@@ -95,21 +95,15 @@ class RolloutsView(widgets.VBox):
             return False
         if not episodes:
             return False
-        keep = self.menu.value
-        kept = self.episodes[keep] if keep is not None and keep < len(self.episodes) else None
+        keep = self.menu.value  # the same group and sample if the new step has it, else the index
+        shown = [(e.group, e.trajectory.sample) for e in self.episodes]
+        new = [(e.group, e.trajectory.sample) for e in episodes]
+        was = shown[keep] if keep is not None and keep < len(shown) else None
+        index = new.index(was) if was in new else min(keep or 0, len(episodes) - 1)
         self.step, self.episodes = step, episodes
         self.header.value = (
             f"<b>training rollouts</b> ({len(steps)} steps captured): "
             f"{html.escape(summarize(episodes, step).line())}"
-        )
-        index = next(
-            (
-                i
-                for i, e in enumerate(episodes)
-                if kept is not None
-                and (e.group, e.trajectory.sample) == (kept.group, kept.trajectory.sample)
-            ),
-            min(keep or 0, len(episodes) - 1),
         )
         options = [(episode_label(e), i) for i, e in enumerate(episodes)]
         self._quiet = True  # one replay per update, not one per option change

@@ -51,11 +51,9 @@ def side_by_side(
         for c, img in enumerate(images):
             ax = axes[r, c]
             ax.imshow(img, interpolation="nearest")
-            ax.set_xticks([])
-            ax.set_yticks([])
+            ax.set(xticks=[], yticks=[])
             ax.set_title(f"#{c} {img.width}x{img.height}px", fontsize=7)
-            if c == 0:
-                ax.set_ylabel(label, fontsize=8)
+        axes[r, 0].set_ylabel(label, fontsize=8)
     detail = "the first mazes of each set; above each, the picture's size in pixels"
     figure_header(fig, "rlkit's mazes beside VisGym's maze_2d", None, detail)
     return fig

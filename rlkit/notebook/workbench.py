@@ -88,13 +88,8 @@ def evaluate_cached(
     path = Path(path)
     if path.is_file():
         cached = EvalResult.load(path)
-        if (
-            cached.samples == samples
-            and cached.mode == mode
-            and cached.protocol == protocol
-            and cached.test_set_hash == pinned_set_hash(task.eval_set)
-            and cached.trajectories
-        ):
+        key = (cached.samples, cached.mode, cached.protocol, cached.test_set_hash)
+        if key == (samples, mode, protocol, pinned_set_hash(task.eval_set)) and cached.trajectories:
             return cached, cached.load_trajectories(path)
     result, trajs = evaluate(
         make_policy(),
