@@ -192,8 +192,6 @@ class GRPOConfig:
     """Weight of the warm start's per-square loss (`rlkit.train.square_head`) kept through GRPO:
     steps of it alone on the vision tower after each GRPO step. 0: off (the head ends with the
     warm start)."""
-    aux_lr: float | None = None
-    """Learning rate of those steps (constant); None: the GRPO step's."""
     aux_steps: int = 1
     """Steps of the per-square loss after each GRPO step (`aux_weight` > 0), each on its own
     batch of the warm start's states on fresh mazes."""
@@ -274,10 +272,10 @@ class TrainConfig:
                 f"grpo.hard_share ({g.hard_share}) must be in [0, 1] and grpo.hard_min_path "
                 f"({g.hard_min_path}) >= 1"
             )
-        if g.aux_weight < 0 or g.aux_steps < 1 or (g.aux_lr is not None and g.aux_lr <= 0):
+        if g.aux_weight < 0 or g.aux_steps < 1:
             raise UsageError(
-                f"grpo.aux_weight ({g.aux_weight}) must be >= 0 (0: off), grpo.aux_steps "
-                f"({g.aux_steps}) >= 1 and grpo.aux_lr ({g.aux_lr}) > 0 or none"
+                f"grpo.aux_weight ({g.aux_weight}) must be >= 0 (0: off) and grpo.aux_steps "
+                f"({g.aux_steps}) >= 1"
             )
         if g.aux_weight > 0 and (self.model.lora_rank > 0 or self.model.freeze_vision != "none"):
             raise UsageError(

@@ -102,7 +102,6 @@ def _local_tiny_visgym() -> TrainConfig:
             lr_late_from=60,
             aux_weight=1.0,
             aux_steps=8,
-            aux_lr=3e-4,
         ),
         schedule=replace(base.schedule, steps=160, eval_samples=2),
     )

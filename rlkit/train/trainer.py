@@ -225,7 +225,7 @@ class Trainer:
             timer, policy = self.log.timer, self._policy()
             metrics = grpo_step(self.cfg, s, self.learner, policy, self.run.path, timer)
             if self.tower_opt is not None:
-                metrics |= self._squares_step(self.cfg.grpo.aux_lr or metrics["train/lr"])
+                metrics |= self._squares_step(metrics["train/lr"])
             s.grpo_steps += 1
         s.elapsed_s += time.perf_counter() - t0
         self.log.log(s.step, {**metrics, "train/phase": phase, "timing/elapsed_s": s.elapsed_s})
