@@ -134,7 +134,7 @@ def test_the_grpo_square_step_moves_the_vision_tower_and_nothing_else(tmp_path):
     before = {k: v.clone() for k, v in loaded.model.state_dict().items()}
     opt = tower_optimizer(loaded, head)
     out = squares_update(
-        loaded, head, opt, (prompts, mazes, cfg.task.env.style.pad), weight=1.0, lr=1e-3
+        loaded, head, opt, [(prompts, mazes, cfg.task.env.style.pad)], weight=1.0, lr=1e-3
     )
     assert np.isfinite(out["loss/grpo_squares"])
     after = loaded.model.state_dict()

@@ -131,26 +131,28 @@ def squares_update(
     loaded: LoadedModel,
     head: SquareHead,
     opt: torch.optim.Optimizer,
-    batch: tuple[Sequence[Encoded], Sequence[Maze], int],
+    batches: Sequence[tuple[Sequence[Encoded], Sequence[Maze], int]],
     *,
     weight: float,
     lr: float,
 ) -> dict[str, float]:
     """One optimizer step of the per-square loss alone (times `weight`, at `lr`) on the
-    pictures of `batch` (prompts, their mazes, the picture's pad): the vision tower runs once
-    per distinct picture and the language model not at all."""
-    prompts, mazes, pad = batch
+    pictures of each batch (prompts, their mazes, the picture's pad), their mean loss: the
+    vision tower runs once per distinct picture and the language model not at all."""
     for group in opt.param_groups:
         group["lr"] = lr
-    inputs = build_batch(loaded, prompts)
     loaded.model.train()
-    loaded.model.model.get_image_features(
-        inputs.pixel_values, inputs.unique_grid_thw, return_dict=True
-    )
-    loss = head.loss(prompts, mazes, pad)
-    opt.zero_grad()
-    (weight * loss).backward()
-    opt.step()
+    losses = []
+    for prompts, mazes, pad in batches:
+        inputs = build_batch(loaded, prompts)
+        loaded.model.model.get_image_features(
+            inputs.pixel_values, inputs.unique_grid_thw, return_dict=True
+        )
+        loss = head.loss(prompts, mazes, pad)
+        opt.zero_grad()
+        (weight * loss).backward()
+        opt.step()
+        losses.append(float(loss.detach()))
     opt.zero_grad()  # the policy's optimizer shares the tower: leave it no stale gradient
     loaded.model.eval()
-    return {"loss/grpo_squares": float(loss.detach())}
+    return {"loss/grpo_squares": sum(losses) / len(losses)}

@@ -283,19 +283,16 @@ class Trainer:
         """`grpo.aux_weight`: `grpo.aux_steps` steps of the per-square loss, each on the warm
         start's states of its own batch index (past every warm-start index: fresh mazes)."""
         w, task, loaded, g = self.cfg.warm_start, self.cfg.task, self.learner.loaded, self.cfg.grpo
-        losses = []
+        first, pad = (self.state.step - 1) * g.aux_steps, task.env.style.pad
         with self.log.timer("squares"):
-            for i in range(g.aux_steps):
-                index = (self.state.step - 1) * g.aux_steps + i
-                prompts, _, mazes = bc_batch(
-                    loaded, task.spec, task.env, index, w, self.cfg.schedule.seed
-                )
-                batch = (prompts, mazes, task.env.style.pad)
-                out = squares_update(
-                    loaded, self.square_head, self.tower_opt, batch, weight=g.aux_weight, lr=lr
-                )
-                losses.append(out["loss/grpo_squares"])
-        return {"loss/grpo_squares": sum(losses) / len(losses)}
+            batches = [
+                bc_batch(loaded, task.spec, task.env, first + i, w, self.cfg.schedule.seed)
+                for i in range(g.aux_steps)
+            ]
+            batches = [(prompts, mazes, pad) for prompts, _, mazes in batches]
+            return squares_update(
+                loaded, self.square_head, self.tower_opt, batches, weight=g.aux_weight, lr=lr
+            )
 
     def _policy(self, greedy: bool = False) -> ModelPolicy:
         m = self.cfg.model
