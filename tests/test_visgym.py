@@ -22,8 +22,7 @@ from rlkit.errors import UsageError
 from rlkit.maze import rules
 from rlkit.maze.core import STOP, Action, Maze, difficulty
 from rlkit.maze.parsing import VISGYM_MAX_CHARS, parse_actions
-from rlkit.maze.render import image_from_data_uri, render_array, to_ascii
-from rlkit.maze.render_squares import disc_mask
+from rlkit.maze.render import disc_mask, image_from_data_uri, render_array, to_ascii
 from rlkit.maze.sets import TRAIN_SEED_BASE, pinned_set, pinned_set_hash, pinned_spec, train_mazes
 
 EASY_HASH = "77603d3d07ddd54ec92c199cb7b9c377a1d936fc5f58c3e3c5b3248184e37d4a"

@@ -1,10 +1,12 @@
 """Maze generation from an explicit seed or `np.random.Generator`, dispatched by name through
-`GENERATORS` (`wilson`, `dfs`, `visgym`): docs/mazes.md#generators.
+`GENERATORS` (`wilson`, `dfs`, `visgym`: VisGym's maze_2d replayed draw for draw, without
+gymnasium): docs/mazes.md#generators.
 
     >>> m = generate(4, 4, seed=0, placement="random", min_path=3)"""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,7 +23,6 @@ from rlkit.maze.core import (
     distances_from,
     neighbours,
 )
-from rlkit.maze.visgym import generate_visgym
 
 PLACEMENTS = ("corners", "random")
 
@@ -98,6 +99,70 @@ def _dfs(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
         seen[nb] = True
         stack.append(nb)
     return walls
+
+
+_DIRECTIONS = ((0, 1), (1, 0), (0, -1), (-1, 0))
+"""VisGym's walk directions 0..3, in its order (a different order, a different maze)."""
+
+
+def wilson_grid(height: int, width: int, seed: int) -> np.ndarray:
+    """VisGym's inner grid, 1 = floor: a uniform spanning tree over the cells at even (row, col),
+    drawn in VisGym's order (docs/mazes.md#generators)."""
+    h, w = 2 * (height // 2) + 1, 2 * (width // 2) + 1
+    rng = random.Random(seed)
+    grid = np.zeros((h, w), dtype=np.uint8)
+    unvisited: list[Cell] = [(r, c) for r in range(0, h, 2) for c in range(0, w, 2)]
+    in_tree: set[Cell] = set()
+
+    def inside(cell: Cell, d: int) -> bool:
+        r, c = cell[0] + 2 * _DIRECTIONS[d][0], cell[1] + 2 * _DIRECTIONS[d][1]
+        return 0 <= r < h and 0 <= c < w
+
+    first = unvisited.pop(rng.randint(0, len(unvisited) - 1))
+    in_tree.add(first)
+    grid[first] = 1
+    while unvisited:
+        start = unvisited[rng.randint(0, len(unvisited) - 1)]
+        path: dict[Cell, int] = {}
+        cell = start
+        while cell not in in_tree:
+            d = rng.randint(0, 3)
+            while not inside(cell, d):
+                d = rng.randint(0, 3)
+            path[cell] = d  # overwriting a revisited cell's direction erases the loop
+            cell = (cell[0] + 2 * _DIRECTIONS[d][0], cell[1] + 2 * _DIRECTIONS[d][1])
+        cell = start
+        while cell not in in_tree:
+            in_tree.add(cell)
+            unvisited.remove(cell)
+            grid[cell] = 1
+            dr, dc = _DIRECTIONS[path[cell]]
+            grid[cell[0] + dr, cell[1] + dc] = 1
+            cell = (cell[0] + 2 * dr, cell[1] + 2 * dc)
+    return grid
+
+
+def generate_visgym(size: int, seed: int | np.random.Generator) -> Maze:
+    """The maze VisGym's `Maze2DEnv(maze_width=size, maze_height=size)` gives on `reset(seed)`;
+    a Generator stands in for its `np_random` (training streams pass their own)."""
+    if isinstance(size, bool) or not isinstance(size, int | np.integer) or size % 2 == 0:
+        raise UsageError(f"VisGym maze size must be an odd integer (9 easy, 11 hard), got {size!r}")
+    if not 5 <= size <= 15:
+        raise UsageError(f"VisGym maze size ({size}) must be in [5, 15]: rlkit grids hold 16")
+    rng = _rng(seed)
+    int_seed = None if isinstance(seed, np.random.Generator) else int(seed)
+    inner = wilson_grid(size - 2, size - 2, int(rng.integers(2**32)))
+    squares = np.ones((size, size), dtype=bool)
+    squares[1:-1, 1:-1] = inner == 0
+    lo, hi = 1, size - 2  # VisGym's four (agent, target) pairs of opposite corners, in its order
+    corners = [
+        ((lo, lo), (hi, hi)),
+        ((hi, hi), (lo, lo)),
+        ((hi, lo), (lo, hi)),
+        ((lo, hi), (hi, lo)),
+    ]
+    agent, target = corners[int(rng.integers(0, 4))]
+    return Maze(None, agent, target, int_seed, "visgym", squares=squares)
 
 
 @dataclass(frozen=True)

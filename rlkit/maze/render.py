@@ -1,5 +1,6 @@
 """Rendering: maze state -> PIL image, PNG bytes, data URI, or ASCII (pure; returns data), in a
-`full` or agent-centred `ego` view from cached tiles: docs/mazes.md#pictures."""
+`full` or agent-centred `ego` view from cached tiles; a squares maze pixel for pixel as VisGym's
+maze_2d draws it: docs/mazes.md#pictures."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from PIL import Image, ImageDraw
 
 from rlkit.errors import UsageError
 from rlkit.maze.core import Action, Cell, Maze
-from rlkit.maze.render_squares import squares_array, squares_ascii
 from rlkit.maze.rules import State
 
 RGB = tuple[int, int, int]
@@ -112,29 +112,80 @@ def _colour_index(state: State, style: RenderStyle) -> np.ndarray:
     return idx
 
 
+@lru_cache(maxsize=16)
+def disc_mask(px: int) -> np.ndarray:
+    """(px, px) bool: the agent's disc inside its square, drawn as pygame fills a circle of
+    integer radius px // 4 about the pixel corner (px // 2, px // 2): the midpoint algorithm's
+    spans, row y0 + k covering columns x0 - w .. x0 + w - 1."""
+    radius, c0 = int(px / 4), int(px / 2)
+    half: dict[int, int] = {}
+
+    def span(dy: int, w: int) -> None:
+        half[dy] = max(half.get(dy, 0), w)
+
+    f, ddf_x, ddf_y, x, y = 1 - radius, 0, -2 * radius, 0, radius
+    while x < y:
+        if f >= 0:
+            y -= 1
+            ddf_y += 2
+            f += ddf_y
+        x += 1
+        ddf_x += 2
+        f += ddf_x + 1
+        if f >= 0:
+            span(y - 1, x)
+            span(-y, x)
+        span(x - 1, y)
+        span(-x, y)
+    mask = np.zeros((px, px), dtype=bool)
+    for dy, w in half.items():
+        r = c0 + dy
+        if 0 <= r < px:
+            mask[r, max(0, c0 - w) : min(px, c0 + w)] = True
+    mask.setflags(write=False)
+    return mask
+
+
+def _squares_array(state: State, style: RenderStyle) -> np.ndarray:
+    """The state as VisGym draws it, `style.pad` wall squares added right and below."""
+    maze, px = state.maze, style.cell_px
+    idx = np.where(maze.squares, 1, 0).astype(np.intp)
+    idx[maze.exit] = 2
+    idx = np.pad(idx, ((0, style.pad), (0, style.pad)), constant_values=1)
+    palette = np.array([style.floor, style.wall, style.exit], dtype=np.uint8)
+    img = np.repeat(np.repeat(palette[idx], px, axis=0), px, axis=1)
+    disc = disc_mask(px)
+    if state.pos != maze.exit and maze.exit in state.trail:  # VisGym's white trace (docs/)
+        r, c = maze.exit
+        img[r * px : (r + 1) * px, c * px : (c + 1) * px][disc] = style.floor
+    r, c = state.pos
+    img[r * px : (r + 1) * px, c * px : (c + 1) * px][disc] = style.agent
+    return img
+
+
+def _squares_ascii(state: State) -> str:
+    """Text view, one character a square: `#` wall, `.` floor, `o` visited, `A` agent, `T`
+    target (VisGym's letters)."""
+    maze = state.maze
+    chars = np.where(maze.squares, "#", ".")
+    for cell in state.visited:
+        if not maze.squares[cell]:
+            chars[cell] = "o"
+    chars[maze.exit] = "T"
+    chars[state.pos] = "A"
+    return "\n".join("".join(row) for row in chars)
+
+
 def render_array(state: State, style: RenderStyle = RenderStyle()) -> np.ndarray:
     """The state as an (H, W, 3) uint8 array (the fast path the local trainer feeds the model)."""
     if state.maze.game == "squares":
-        img = squares_array(state, style.cell_px, style.floor, style.wall, style.exit, style.agent)
-        if not style.pad:
-            return img
-        h, w, _ = img.shape
-        out = np.empty((h + style.pad * style.cell_px, w + style.pad * style.cell_px, 3), np.uint8)
-        out[:] = style.wall
-        out[:h, :w] = img
-        return out
+        return _squares_array(state, style)
     tiles = state.maze.walls.astype(np.intp) * 6 + _colour_index(state, style)
-    if style.view == "ego":
-        r = style.ego_radius
-        n_even = 2 * r + 1 + (2 * r + 1) % 2
-        window = np.full((n_even, n_even), _OUTSIDE * 6 + _OUT, dtype=np.intp)
-        pr, pc = state.pos
-        h, w = tiles.shape
-        r0, c0 = pr - r, pc - r  # maze cell at the window's top-left
-        rs, cs = max(0, r0), max(0, c0)
-        re, ce = min(h, r0 + n_even), min(w, c0 + n_even)
-        window[rs - r0 : re - r0, cs - c0 : ce - c0] = tiles[rs:re, cs:ce]
-        tiles = window
+    if style.view == "ego":  # (2r+1) cells padded to an even 2r+2, outside cells beyond the border
+        r, (pr, pc) = style.ego_radius, state.pos
+        n = 2 * r + 2
+        padded = np.pad(tiles, n, constant_values=_OUTSIDE * 6 + _OUT)
+        tiles = padded[pr - r + n : pr - r + 2 * n, pc - r + n : pc - r + 2 * n]
     img = _atlas(style)[tiles]  # (h, w, cp, cp, 3)
     h, w, cp = tiles.shape[0], tiles.shape[1], style.cell_px
     return img.transpose(0, 2, 1, 3, 4).reshape(h * cp, w * cp, 3)
@@ -184,9 +235,9 @@ def image_from_data_uri(uri: str) -> Image.Image:
 
 def to_ascii(state: State) -> str:
     """Text view: '+---+' walls, '@' agent, 'E' exit, '.' visited cells (squares: one
-    character a square, `render_squares.squares_ascii`)."""
+    character a square, `_squares_ascii`)."""
     if state.maze.game == "squares":
-        return squares_ascii(state)
+        return _squares_ascii(state)
     maze = state.maze
     visited = state.visited
     lines = []
