@@ -40,6 +40,10 @@ class Action(IntEnum):
     def wall_bit(self) -> int:
         return _WALL_BITS[self]
 
+    def step(self, cell: Cell) -> Cell:
+        """The cell one move from `cell` in this direction (walls not checked)."""
+        return (cell[0] + _DELTAS[self][0], cell[1] + _DELTAS[self][1])
+
 
 class Stop(Enum):
     """VisGym's fifth action: end the episode here (only the `squares` game accepts it). Kept out
@@ -236,17 +240,12 @@ def squares_from_text(text: str) -> np.ndarray:
 def open_border(walls: np.ndarray) -> tuple[Cell, Action] | None:
     """The first edge cell (row-major) whose outward side has no wall, and that side; None when
     the outer wall is closed (every maze's must be: `rules.transition` checks walls only)."""
-    h, w = walls.shape
+    grid = set(np.ndindex(walls.shape))
     gaps = [
-        ((r, c), action)
-        for action, cells in (
-            (Action.UP, [(0, c) for c in range(w)]),
-            (Action.DOWN, [(h - 1, c) for c in range(w)]),
-            (Action.LEFT, [(r, 0) for r in range(h)]),
-            (Action.RIGHT, [(r, w - 1) for r in range(h)]),
-        )
-        for r, c in cells
-        if not walls[r, c] & action.wall_bit
+        (cell, action)
+        for cell in grid
+        for action in Action
+        if action.step(cell) not in grid and not walls[cell] & action.wall_bit
     ]
     return min(gaps, default=None)
 
@@ -263,11 +262,10 @@ def _cell(value, shape: tuple[int, int], name: str) -> Cell:
 
 def neighbours(cell: Cell, h: int, w: int):
     """(wall bit, neighbour cell) for each side of `cell` that faces another cell of the grid."""
-    r, c = cell
-    for bit, (dr, dc) in ((N, (-1, 0)), (S, (1, 0)), (W, (0, -1)), (E, (0, 1))):
-        rr, cc = r + dr, c + dc
-        if 0 <= rr < h and 0 <= cc < w:
-            yield bit, (rr, cc)
+    for action in Action:
+        r, c = action.step(cell)
+        if 0 <= r < h and 0 <= c < w:
+            yield action.wall_bit, (r, c)
 
 
 def distances_from(walls: np.ndarray, target: Cell) -> np.ndarray:
@@ -295,22 +293,13 @@ def exit_distances(maze: Maze) -> np.ndarray:
     return cached
 
 
-def optimal_actions(maze: Maze, cell: Cell) -> list[Action]:
-    """Every move from `cell` that lies on a shortest path to the exit (one in a perfect maze)."""
-    dist = exit_distances(maze)
-    out = []
-    for a in Action:
-        if maze.can_move(cell, a):
-            nb = (cell[0] + a.delta[0], cell[1] + a.delta[1])
-            if dist[nb] == dist[cell] - 1:
-                out.append(a)
-    return out
-
-
 def optimal_action(maze: Maze, cell: Cell) -> Action | None:
-    """The BFS-optimal move from `cell`, or None at the exit."""
-    acts = optimal_actions(maze, cell)
-    return acts[0] if acts else None
+    """The BFS-optimal move from `cell` (the first in `Action` order), or None at the exit."""
+    dist = exit_distances(maze)
+    for action in Action:
+        if maze.can_move(cell, action) and dist[action.step(cell)] == dist[cell] - 1:
+            return action
+    return None
 
 
 def shortest_path(maze: Maze, start: Cell | None = None) -> list[Cell]:
@@ -321,7 +310,7 @@ def shortest_path(maze: Maze, start: Cell | None = None) -> list[Cell]:
         a = optimal_action(maze, cell)
         if a is None:
             raise UsageError(f"cell {cell} cannot reach the exit: the maze is not connected")
-        cell = (cell[0] + a.delta[0], cell[1] + a.delta[1])
+        cell = a.step(cell)
         path.append(cell)
     return path
 

@@ -41,11 +41,6 @@ def initial(maze: Maze) -> State:
     return State(maze=maze, pos=maze.start, trail=(maze.start,))
 
 
-def step_cell(cell: Cell, action: Action) -> Cell:
-    dr, dc = action.delta
-    return (cell[0] + dr, cell[1] + dc)
-
-
 def transition(state: State, actions: Sequence[Move]) -> State:
     """Play one turn: apply `actions` in order (stopping at the exit, or at `stop`); none
     means a parse error. `stop` counts as a turn's answer but not as a move."""
@@ -66,7 +61,7 @@ def transition(state: State, actions: Sequence[Move]) -> State:
         if not state.maze.can_move(pos, action):
             bumps += 1
             continue
-        pos = step_cell(pos, action)
+        pos = action.step(pos)
         revisits += pos in seen
         seen.add(pos)
         trail.append(pos)
