@@ -15,8 +15,9 @@ from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 from rlkit.env import visgym_text
 from rlkit.errors import UsageError
 from rlkit.maze import rules
-from rlkit.maze.core import Action, Maze
-from rlkit.maze.families import SETS, VISGYM_STYLE, MazeSet
+from rlkit.maze.core import Maze
+from rlkit.maze.families import SETS
+from rlkit.maze.families import VISGYM_STYLE as VISGYM_STYLE  # re-exported: one picture for both
 from rlkit.maze.parsing import PARSERS, parse_actions
 from rlkit.maze.render import RenderStyle, state_data_uri, to_ascii
 
@@ -51,18 +52,17 @@ class EnvConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.max_turns <= 1000:
             raise UsageError(f"max_turns ({self.max_turns}) must be in [1, 1000]")
-        if self.observation not in OBSERVATIONS:
-            raise UsageError(
-                f"unknown observation {self.observation!r}: use {', '.join(OBSERVATIONS)}"
-            )
         if not 1 <= self.moves_per_turn <= 8:
             raise UsageError(f"moves_per_turn ({self.moves_per_turn}) must be in [1, 8]")
-        if self.parser not in PARSERS:
-            raise UsageError(f"unknown parser {self.parser!r}: use {', '.join(PARSERS)}")
-        if self.prompt_style not in PROMPT_STYLES:
-            raise UsageError(
-                f"unknown prompt_style {self.prompt_style!r}: use {', '.join(PROMPT_STYLES)}"
-            )
+        for name, options in (
+            ("observation", OBSERVATIONS),
+            ("parser", PARSERS),
+            ("prompt_style", PROMPT_STYLES),
+        ):
+            if getattr(self, name) not in options:
+                raise UsageError(
+                    f"unknown {name} {getattr(self, name)!r}: use {', '.join(options)}"
+                )
         visgym_text.check_answer(self)
 
     @classmethod
@@ -100,25 +100,19 @@ class EnvConfig:
         return d
 
 
-def set_env_config(entry: MazeSet) -> EnvConfig:
-    """The env config a registered set's entry names: its turn budget and env fields."""
-    return EnvConfig(max_turns=entry.max_turns, **entry.env)
+def env_for_set(name: str) -> EnvConfig:
+    """The env config a named test set is evaluated (and its family trained) under: its turn
+    budget and env fields, read from the registry (`rlkit.maze.families.SETS`) at each call."""
+    if name not in SETS:
+        raise UsageError(f"no env config for maze set {name!r}: use one of {', '.join(SETS)}")
+    return EnvConfig(max_turns=SETS[name].max_turns, **SETS[name].env)
 
 
-SET_ENV: dict[str, EnvConfig] = {name: set_env_config(entry) for name, entry in SETS.items()}
-"""The env each pinned set is played under, from the registry (`rlkit.maze.families.SETS`);
-each set's picture and budget: docs/mazes.md#each-sets-picture-and-prompt."""
+SET_ENV: dict[str, EnvConfig] = {name: env_for_set(name) for name in SETS}
+"""The env each pinned set is played under (docs/mazes.md#each-sets-picture-and-prompt)."""
 
 QWEN3VL_IMAGE = {"patch": 16, "merge": 2, "min_pixels": 65536, "max_pixels": 16777216}
 """Qwen3-VL's image processor (2B-32B): sides to multiples of 32 px, area in [min, max]."""
-
-
-def env_for_set(name: str) -> EnvConfig:
-    """The env config a named test set is evaluated (and its family trained) under: read from
-    the registry (`rlkit.maze.families.SETS`), so a set registered after import has one too."""
-    if name not in SETS:
-        raise UsageError(f"no env config for maze set {name!r}: use one of {', '.join(SETS)}")
-    return set_env_config(SETS[name])
 
 
 COMPACT_TASK = "Go to the green exit."
@@ -332,13 +326,9 @@ class MazeEnv(BaseTextEnv):
         }
 
     def get_metrics(self) -> dict[str, float]:
-        s = self.state
+        meta = self.metadata()
         return {
-            "solved": float(self.solved),
-            "turns": float(s.turns),
-            "wall_bumps": float(s.bumps),
-            "revisits": float(s.revisits),
-            "parse_errors": float(s.parse_errors),
+            k: float(meta[k]) for k in ("solved", "turns", "wall_bumps", "revisits", "parse_errors")
         }
 
     @staticmethod
@@ -365,18 +355,3 @@ def make_env(maze: Maze, cfg: EnvConfig | None = None) -> MazeEnv:
     """Build through skyrl-gym's registry, the same path SkyRL takes."""
     register_env()
     return skyrl_gym.make(ENV_ID, env_config=cfg or EnvConfig(), extras={"maze": maze})
-
-
-__all__ = [
-    "ENV_ID",
-    "SET_ENV",
-    "VISGYM_STYLE",
-    "Action",
-    "EnvConfig",
-    "MazeEnv",
-    "env_for_set",
-    "make_env",
-    "prompt_messages",
-    "register_env",
-    "system_prompt",
-]

@@ -141,15 +141,6 @@ def answer_view[C](
     return replace(cfg, format_weight=format_weight, rules=rules)
 
 
-def parse_failure(error: str, answer_format: str = "visgym") -> str:
-    ask = (
-        "Answer with ('move', D), D one of 0=right, 1=up, 2=left, 3=down, or ('stop', 'stop')."
-        if answer_format == "visgym-sft"
-        else f"Finish with <action>ACTION</action>, ACTION one of {ACTIONS_LINE}."
-    )
-    return f"Your answer could not be read ({error}), so the turn is lost and nothing moved. {ask}"
-
-
 def feedback(
     before: rules.State,
     after: rules.State,
@@ -160,7 +151,14 @@ def feedback(
     """One turn's feedback: what happened, in a sentence the model reads beside the picture
     (and the trajectory keeps as the turn's note)."""
     if error:
-        return parse_failure(error, answer_format)
+        ask = (
+            "Answer with ('move', D), D one of 0=right, 1=up, 2=left, 3=down, or ('stop', 'stop')."
+            if answer_format == "visgym-sft"
+            else f"Finish with <action>ACTION</action>, ACTION one of {ACTIONS_LINE}."
+        )
+        return (
+            f"Your answer could not be read ({error}), so the turn is lost and nothing moved. {ask}"
+        )
     if after.stopped:
         if rules.solved(after):
             return "You stopped on the red target square: solved."
