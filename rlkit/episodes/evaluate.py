@@ -13,6 +13,7 @@ from rlkit.episodes.failures import KINDS, failure_counts
 from rlkit.episodes.policies import Policy
 from rlkit.episodes.rollout import Trajectory, load_trajectories, run_episodes, save_trajectories
 from rlkit.errors import UsageError
+from rlkit.fsio import atomic_write_text
 from rlkit.maze.core import Maze, difficulty
 from rlkit.maze.sets import pinned_set, pinned_set_hash
 from rlkit.stats import (
@@ -113,9 +114,7 @@ class EvalResult:
         if trajs is not None:
             tpath = save_trajectories(path.with_suffix(".trajectories.jsonl"), trajs)
             self.trajectories = tpath.name
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
-        tmp.replace(path)
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
         return path
 
     @classmethod
@@ -208,20 +207,19 @@ def summarize(
                 "solved": solved,
             }
         )
-    flat = [s for m in per_maze for s in m["solved"]]
-    n_solved = sum(flat)
-    pak = {}
-    for k in sorted({1, samples} | ({2, 4, 8} & set(range(1, samples + 1)))):
-        pak[f"pass@{k}"] = sum(pass_at_k(samples, sum(m["solved"]), k) for m in per_maze) / len(
-            mazes
-        )
+    episodes = [m["solved"] for m in per_maze]
+    n_solved = sum(map(sum, episodes))
+    pak = {
+        f"pass@{k}": sum(pass_at_k(samples, sum(e), k) for e in episodes) / len(mazes)
+        for k in sorted({1, samples} | ({2, 4, 8} & set(range(1, samples + 1))))
+    }
     return EvalResult(
         policy=policy,
         set=set_name,
         n_mazes=len(mazes),
         samples=samples,
-        solve_rate=n_solved / len(flat),
-        ci95=maze_interval([m["solved"] for m in per_maze]),
+        solve_rate=n_solved / len(trajs),
+        ci95=maze_interval(episodes),
         ci_method=CI_METHOD,
         test_set_hash=pinned_set_hash(set_name),
         pass_at_k=pak,
@@ -231,7 +229,7 @@ def summarize(
         mode=mode,
         step=step,
         protocol=protocol,
-        exact_ci95=clopper_pearson(n_solved, len(flat)) if samples == 1 else None,
+        exact_ci95=clopper_pearson(n_solved, len(trajs)) if samples == 1 else None,
     )
 
 

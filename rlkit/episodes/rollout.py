@@ -14,9 +14,9 @@ from tqdm.auto import tqdm
 from rlkit.env.maze_env import EnvConfig, MazeEnv, make_env
 from rlkit.episodes.policies import MoveProbs, Policy, Response
 from rlkit.errors import UsageError
+from rlkit.fsio import atomic_write_text
 from rlkit.maze import rules
 from rlkit.maze.core import Maze, move_from_word
-from rlkit.maze.parsing import parse_actions
 
 
 @dataclass
@@ -44,10 +44,10 @@ PROB_DECIMALS = 4
 def _stored_turn(t: Turn) -> dict:
     """A turn as its JSON holds it: probabilities rounded, and no key at all when absent (as
     files from before they existed read)."""
-    d = {k: v for k, v in vars(t).items() if not (k == "note" and v is None)}
-    if t.move_probs is None:
-        return {k: v for k, v in d.items() if k != "move_probs"}
-    return {**d, "move_probs": [round(float(x), PROB_DECIMALS) for x in t.move_probs]}
+    d = {k: v for k, v in vars(t).items() if v is not None or k not in ("note", "move_probs")}
+    if t.move_probs is not None:
+        d["move_probs"] = [round(float(x), PROB_DECIMALS) for x in t.move_probs]
+    return d
 
 
 def _read_probs(p: object) -> MoveProbs | None:
@@ -132,20 +132,31 @@ def episode_rngs(seed: int, n: int) -> list[np.random.Generator]:
     return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n)]
 
 
-def _record(env: MazeEnv, resp: Response, before: tuple[int, int], out: dict) -> Turn:
-    moves, err = parse_actions(resp.text, env.cfg.parser, env.cfg.moves_per_turn)
-    return Turn(
-        resp.text,
-        [a.word for a in moves],
-        err,
-        before,
-        env.state.pos,
-        resp.prompt_ids,
-        resp.response_ids,
-        resp.logprobs,
-        resp.move_probs,
-        out["metadata"].get("feedback"),
+def _play_turn(env: MazeEnv, resp: Response, conv: list[dict], traj: Trajectory) -> bool:
+    """Step `env` with one answer: the turn recorded in `traj`, the exchange added to `conv`,
+    and the ending in `traj` when it ends the episode (then True)."""
+    before = env.state.pos
+    out = env.step(resp.text)
+    meta = out["metadata"]
+    traj.turns.append(
+        Turn(
+            resp.text,
+            meta["actions"],
+            meta["parse_error"],
+            before,
+            env.state.pos,
+            resp.prompt_ids,
+            resp.response_ids,
+            resp.logprobs,
+            resp.move_probs,
+            meta.get("feedback"),
+        )
     )
+    conv += [{"role": "assistant", "content": resp.text}, *out["observations"]]
+    if out["done"]:
+        traj.reward, traj.won = float(out["reward"]), env.solved
+        traj.terminated, traj.truncated = env.terminated, env.truncated
+    return out["done"]
 
 
 def run_episodes(
@@ -189,14 +200,7 @@ def run_episodes(
         )
         still = []
         for j, resp in zip(live, responses, strict=True):
-            before = envs[j].state.pos
-            out = envs[j].step(resp.text)
-            trajs[j].turns.append(_record(envs[j], resp, before, out))
-            convs[j] += [{"role": "assistant", "content": resp.text}, *out["observations"]]
-            if out["done"]:
-                trajs[j].reward = float(out["reward"])
-                trajs[j].terminated, trajs[j].truncated = envs[j].terminated, envs[j].truncated
-                trajs[j].won = envs[j].solved
+            if _play_turn(envs[j], resp, convs[j], trajs[j]):
                 bar.update(1)
             else:
                 still.append(j)
@@ -220,17 +224,7 @@ def play_episode(
     done = False
     while not done:
         (resp,) = policy.act([env.state], [history_window(conv, history)], [rng])
-        before = env.state.pos
-        out = env.step(resp.text)
-        traj.turns.append(_record(env, resp, before, out))
-        conv += [{"role": "assistant", "content": resp.text}, *out["observations"]]
-        done = out["done"]
-    traj.reward, traj.terminated, traj.truncated, traj.won = (
-        float(out["reward"]),
-        env.terminated,
-        env.truncated,
-        env.solved,
-    )
+        done = _play_turn(env, resp, conv, traj)
     return traj
 
 
@@ -265,11 +259,7 @@ def replay_states(traj: Trajectory) -> list[rules.State]:
 def save_trajectories(path: str | Path, trajs: Iterable[Trajectory]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w") as f:
-        for t in trajs:
-            f.write(t.to_json() + "\n")
-    tmp.replace(path)
+    atomic_write_text(path, "".join(t.to_json() + "\n" for t in trajs))
     return path
 
 
