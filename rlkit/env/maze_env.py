@@ -59,10 +59,8 @@ class EnvConfig:
             ("parser", PARSERS),
             ("prompt_style", PROMPT_STYLES),
         ):
-            if getattr(self, name) not in options:
-                raise UsageError(
-                    f"unknown {name} {getattr(self, name)!r}: use {', '.join(options)}"
-                )
+            if (value := getattr(self, name)) not in options:
+                raise UsageError(f"unknown {name} {value!r}: use {', '.join(options)}")
         visgym_text.check_answer(self)
 
     @classmethod

@@ -51,11 +51,6 @@ class Policy(Protocol):
         ...
 
 
-def _probs(state: rules.State, probs: MoveProbs) -> MoveProbs | None:
-    """`probs` where four moves are the whole choice (cells), None where `stop` is a fifth."""
-    return probs if state.maze.game == "cells" else None
-
-
 class RandomPolicy:
     """Uniformly random answers among the game's actions: the floor any policy must beat."""
 
@@ -66,7 +61,8 @@ class RandomPolicy:
         for s, rng in zip(states, rngs, strict=True):
             options = rules.game_moves(s.maze)
             move = options[int(rng.integers(len(options)))]
-            out.append(Response(format_action(move), move_probs=_probs(s, UNIFORM)))
+            probs = UNIFORM if s.maze.game == "cells" else None  # four moves: the whole choice
+            out.append(Response(format_action(move), move_probs=probs))
         return out
 
 

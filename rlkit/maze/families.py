@@ -82,8 +82,7 @@ SETS: dict[str, MazeSet] = {
         "f94993d2e31e5bd8db898d4f17da8bc3a81d01518dd18f62525a6d2515e076cc",
         "The local default: 64 Wilson 3x3-cell mazes, random start/exit >= 2 moves apart, "
         "seeds 0..63. The tiny VLM is trained and judged on this family.",
-        max_turns=12,
-        # the tiny model's agent-centred 8 px cells and compact prompt: EnvConfig's defaults
+        max_turns=12,  # and EnvConfig's defaults: the tiny model's ego view, compact prompt
     ),
     "test-large": MazeSet(
         MazeSpec(6, 6, "wilson", "random", 6),
@@ -92,9 +91,7 @@ SETS: dict[str, MazeSet] = {
         "The cluster set: 64 Wilson 6x6-cell mazes, random start/exit >= 6 moves apart, seeds "
         "0..63, for Qwen3-VL-8B runs.",
         max_turns=24,
-        # the whole 6x6 maze at 64 px a cell: 384 x 384 px, which Qwen3-VL's processor keeps as
-        # it is, each cell exactly 2 x 2 merged image tokens (at 32 px it was upscaled to 256 px
-        # and cell edges fell inside tokens)
+        # 64 px a cell: 2 x 2 merged image tokens each (docs/mazes.md#each-sets-picture-and-prompt)
         env={"prompt_style": "full", "style": RenderStyle(view="full", cell_px=64, wall_px=4)},
     ),
     "visgym-easy": MazeSet(
@@ -103,8 +100,7 @@ SETS: dict[str, MazeSet] = {
         "77603d3d07ddd54ec92c199cb7b9c377a1d936fc5f58c3e3c5b3248184e37d4a",
         "The seed's task: VisGym's maze_2d/easy (9x9 squares), exactly what reset(seed=i) gives "
         "for i in 0..63 (SkyRL's visgym eval rows); shortest paths 12-16 moves.",
-        # SkyRL's recipe: the oracle's path plus `stop` always fits
-        max_turns=18,
+        max_turns=18,  # SkyRL's recipe: the oracle's path plus `stop` always fits
         env=_VISGYM_ENV,
     ),
     "visgym-hard": MazeSet(
@@ -113,9 +109,7 @@ SETS: dict[str, MazeSet] = {
         "f109157ab283c81ab421ec6d9d4b5812f628a491975fee0a483f60a2896d8c77",
         "VisGym's maze_2d/hard (11x11 squares), reset(seed=i) for i in 0..63; shortest paths "
         "16-32 moves.",
-        # the VisGym paper's budget: 18 would leave 29 of 64 unsolvable, 30 leaves seed 21
-        # (32 moves + stop), so even the oracle solves 63/64
-        max_turns=30,
+        max_turns=30,  # the VisGym paper's budget (docs/mazes.md#each-sets-picture-and-prompt)
         env=_VISGYM_ENV,
     ),
 }

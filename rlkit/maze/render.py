@@ -13,7 +13,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from rlkit.errors import UsageError
-from rlkit.maze.core import Action, Cell, Maze
+from rlkit.maze.core import Action, Cell, E, Maze, N, S, W
 from rlkit.maze.rules import State
 
 RGB = tuple[int, int, int]
@@ -66,18 +66,14 @@ class RenderStyle:
 @lru_cache(maxsize=64)
 def _wall_tiles(cell_px: int, wall_px: int) -> np.ndarray:
     """(17, cell_px, cell_px) bool: True where a wall pixel is, for each 4-bit mask (+ outside)."""
-    tiles = np.zeros((17, cell_px, cell_px), dtype=bool)
-    for mask in range(16):
-        t = tiles[mask]
-        if mask & 1:
-            t[:wall_px, :] = True
-        if mask & 4:
-            t[-wall_px:, :] = True
-        if mask & 8:
-            t[:, :wall_px] = True
-        if mask & 2:
-            t[:, -wall_px:] = True
-    return tiles
+    mask = np.arange(17)[:, None, None]  # 16 & every wall bit is 0: outside draws no wall
+    row, col = np.indices((cell_px, cell_px))
+    return (
+        (mask & N > 0) & (row < wall_px)
+        | (mask & S > 0) & (row >= cell_px - wall_px)
+        | (mask & W > 0) & (col < wall_px)
+        | (mask & E > 0) & (col >= cell_px - wall_px)
+    )
 
 
 _FLOOR, _TRAIL, _LAST, _EXIT, _AGENT, _OUT = range(6)
