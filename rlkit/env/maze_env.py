@@ -128,23 +128,15 @@ def system_prompt(cfg: EnvConfig, maze: Maze | None = None) -> str:
         return ""
     if cfg.prompt_style.startswith("visgym"):
         return visgym_text.rules_text(cfg.max_turns, maze, cfg.prompt_style, cfg.format_weight > 0)
-    many = (
-        f" You may give up to {cfg.moves_per_turn} moves in one tag, separated by commas."
-        if cfg.moves_per_turn > 1
-        else ""
-    )
+    seen = "get the maze as text" if cfg.observation == "text" else "see the maze"
+    many = f" You may give up to {cfg.moves_per_turn} moves in one tag, separated by commas."
     return (
-        "You are solving a maze one move at a time. "
-        + (
-            "Each turn you see the maze: "
-            if cfg.observation != "text"
-            else "Each turn you get the maze as text: "
-        )
-        + "the red square (@ in text) is you, the green square (E) is the exit, black lines are "
+        f"You are solving a maze one move at a time. Each turn you {seen}: "
+        "the red square (@ in text) is you, the green square (E) is the exit, black lines are "
         "walls you cannot cross, grey cells are where you have already been. Answer each turn "
         "with one move inside action tags: <action>up</action>, <action>down</action>, "
         "<action>left</action> or <action>right</action>. You may think briefly before the tag."
-        + many
+        + (many if cfg.moves_per_turn > 1 else "")
         + f" Reach the exit within {cfg.max_turns} turns."
     )
 

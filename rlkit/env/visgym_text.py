@@ -65,23 +65,18 @@ def rules_text(
     `answer_format` `visgym-sft` asks for VisGym's tuples instead of SkyRL's tags; `tagged`
     (a format reward is paid) asks for the observation, justification and action tags."""
     size = f"{maze.height}x{maze.width} " if maze is not None else ""
-    return (
+    sft = answer_format == "visgym-sft"
+    text = (
         f"You are in a {size}grid maze seen from above, one square at a time. Gray squares are "
         "walls, white squares are open floor, the blue circle is you and the red square is the "
         "target. Each turn choose one action: move one square left, right, up or down, or stop. "
         "A move into a wall leaves you where you were. Stop ends the game at once, and you win "
         "only if you stop while standing on the red square; reaching it without stopping is not "
-        f"enough. You have {max_turns} turns. "
-        + (TUPLE_LINE if answer_format == "visgym-sft" else FORMAT_LINE)
-        + (
-            " "
-            + TAGGED_LINE.format(
-                action="('move', D)" if answer_format == "visgym-sft" else "ACTION"
-            )
-            if tagged
-            else ""
-        )
+        f"enough. You have {max_turns} turns. " + (TUPLE_LINE if sft else FORMAT_LINE)
     )
+    if tagged:
+        text += " " + TAGGED_LINE.format(action="('move', D)" if sft else "ACTION")
+    return text
 
 
 MAX_PROMPT_CHARS = 20000
