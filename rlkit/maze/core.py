@@ -338,7 +338,5 @@ def difficulty(maze: Maze) -> Difficulty:
     moves = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(path, path[1:], strict=False)]
     turns = sum(m1 != m2 for m1, m2 in zip(moves, moves[1:], strict=False))
     junctions = sum(open_degree(maze, c) >= 3 for c in path[:-1])
-    dead = sum(
-        open_degree(maze, (r, c)) == 1 for r in range(maze.height) for c in range(maze.width)
-    )
+    dead = sum(open_degree(maze, cell) == 1 for cell in np.ndindex(maze.walls.shape))
     return Difficulty(len(path) - 1, turns, junctions, dead)

@@ -4,6 +4,7 @@ disjoint training stream, a pure function of (spec, i): docs/mazes.md#sets-and-t
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from dataclasses import replace
 from functools import lru_cache
@@ -74,15 +75,11 @@ def train_maze(spec: MazeSpec, index: int) -> Maze:
     """Training maze number `index` of `spec`'s stream, never one of a test set's mazes."""
     if index < 0:
         raise UsageError(f"training maze index must be >= 0, got {index}")
-    excluded = _excluded(spec)
-    seed = TRAIN_SEED_BASE + index
-    maze = spec.maze(seed)
-    attempt = 0
-    while maze.content_hash in excluded:  # small grids repeat; re-draw from a salted seed
-        attempt += 1
-        seed = TRAIN_SEED_BASE + index + attempt * 1_000_003_000
-        maze = spec.maze(seed)
-    return maze
+    for attempt in itertools.count():  # small grids repeat a test maze: re-draw, salted
+        maze = spec.maze(TRAIN_SEED_BASE + index + attempt * 1_000_003_000)
+        if maze.content_hash not in _excluded(spec):
+            return maze
+    raise AssertionError("unreachable")
 
 
 def train_mazes(spec: MazeSpec, start: int, n: int, share: float = 1.0) -> list[Maze]:
