@@ -46,7 +46,6 @@ TORCH_FREE = (
     "cluster/skyrl/overrides.py",
     "cluster/skyrl/preset_checks.py",
     "cluster/skyrl/instances.py",
-    "cluster/skyrl/storage.py",
 )
 """What a Studio kernel that only drives the cluster imports (tests/skyrl/test_torch_free_client.py)."""
 KNOWN_CIRCLES: tuple[set[str], ...] = ()

@@ -22,7 +22,7 @@ _.get_eval_dataset
 _.get_trainer
 
 # SkyRL's config field, set on the sampled eval's copy and read by SkyRL's `evaluate`
-# (rlkit.cluster.skyrl.trainer.sampled_eval_cfg)
+# (rlkit.cluster.skyrl.experiment.sampled_eval_cfg)
 _.eval_n_samples_per_prompt
 
 # Ray's `worker_process_setup_hook`, named by path (rlkit.cluster.skyrl.worker_setup)

@@ -79,7 +79,7 @@ def _submit(args: argparse.Namespace) -> int:
     from rlkit.cluster.client import mask_env
     from rlkit.cluster.launch import launch_plan, plan_line, plan_training, pod_summary
     from rlkit.cluster.presets import preset_backend
-    from rlkit.cluster.skyrl.storage import storage_estimate
+    from rlkit.cluster.skyrl.preset_checks import storage_estimate
     from rlkit.settings import parse_sets
 
     changes = {k: v for k in args.skyrl_fields if (v := getattr(args, k)) is not None}

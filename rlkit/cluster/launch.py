@@ -17,10 +17,15 @@ from rlkit.cluster.client import Cluster, connect
 from rlkit.cluster.jobs import JobHandle, run_slug
 from rlkit.cluster.presets import preset_backend
 from rlkit.cluster.skyrl import presets as skyrl
-from rlkit.cluster.skyrl import storage
 from rlkit.cluster.skyrl.cost import estimate_cost
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides, entrypoint_command
-from rlkit.cluster.skyrl.preset_checks import check_budget, eval_plan, start_plan
+from rlkit.cluster.skyrl.preset_checks import (
+    check_budget,
+    check_storage,
+    eval_plan,
+    start_plan,
+    storage_estimate,
+)
 from rlkit.errors import RlkitError, UsageError
 from rlkit.run import joblog
 from rlkit.settings import parse_sets
@@ -217,7 +222,7 @@ class TrainingPlan:
         lines = [
             plan_line("resources", f"driver {self.driver_cpus} CPU; {task}; {gpus}"),
             plan_line("workers", pod_summary(sky)),
-            plan_line("storage", storage.storage_estimate(sky).summary()),
+            plan_line("storage", storage_estimate(sky).summary()),
         ]
         if self.budget is not None and sky.layout.device != "cpu":
             lines += estimate_cost(sky, self.budget.budget).lines()
@@ -265,7 +270,7 @@ def plan_training(
         )
     base = skyrl.get_preset(preset)
     sky = skyrl.get_preset(preset, **(skyrl_changes or {}))
-    storage.check_storage(sky)  # a run that would fill /fsx is refused before it starts
+    check_storage(sky)  # a run that would fill /fsx is refused before it starts
     budget = check_budget(sky)  # so is a turn budget that cannot fit its token limits
     paths = RunPaths.for_run(sky, name)
     command = entrypoint_command(sky, name, preset)

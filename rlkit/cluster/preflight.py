@@ -347,8 +347,8 @@ def preflight(
 
     import ray
 
+    from rlkit.cluster.skyrl.preset_checks import storage_estimate
     from rlkit.cluster.skyrl.presets import get_preset
-    from rlkit.cluster.skyrl.storage import storage_estimate
 
     sky = get_preset(preset, **changes)
     argv = ["python", "-m", "rlkit.cluster.preflight", "--model", sky.model.model_path]

@@ -22,9 +22,8 @@ from vllm import AsyncEngineArgs
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.entry import ensure_datasets
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides
-from rlkit.cluster.skyrl.preset_checks import generate_length
+from rlkit.cluster.skyrl.preset_checks import generate_length, storage_estimate
 from rlkit.cluster.skyrl.presets import PRESETS, get_preset
-from rlkit.cluster.skyrl.storage import storage_estimate
 from rlkit.settings import apply_settings
 
 

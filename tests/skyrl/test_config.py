@@ -21,8 +21,8 @@ from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.entry import parse_args
 from rlkit.cluster.skyrl.instances import G7E
 from rlkit.cluster.skyrl.overrides import build_overrides
+from rlkit.cluster.skyrl.preset_checks import storage_estimate
 from rlkit.cluster.skyrl.presets import LR_SCHEDULES, PRESETS, get_preset
-from rlkit.cluster.skyrl.storage import storage_estimate
 from rlkit.errors import UsageError
 from rlkit.recipe import LOCAL_REDUCTIONS
 from rlkit.train.presets import preset as train_preset

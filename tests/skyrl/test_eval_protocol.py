@@ -22,10 +22,10 @@ from skyrl.train.utils.trainer_utils import build_dataloader
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.bridge import MetricsBridge
 from rlkit.cluster.skyrl.entry import ensure_datasets, parse_args
+from rlkit.cluster.skyrl.experiment import RlkitTrainer, sampled_eval_cfg
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides
 from rlkit.cluster.skyrl.preset_checks import eval_plan
 from rlkit.cluster.skyrl.presets import get_preset
-from rlkit.cluster.skyrl.trainer import RlkitTrainer, sampled_eval_cfg
 from rlkit.env.data import read_rows
 from rlkit.errors import UsageError
 from rlkit.maze.core import Action, Maze, shortest_path

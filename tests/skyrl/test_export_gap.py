@@ -23,12 +23,11 @@ from skyrl.train.dataset import PromptDataset
 from skyrl.train.trainer import RayPPOTrainer
 from skyrl.train.utils.trainer_utils import cleanup_old_checkpoints
 
-from rlkit.cluster.skyrl import trainer as trainer_module
+from rlkit.cluster.skyrl import experiment as trainer_module
 from rlkit.cluster.skyrl.entry import ensure_datasets
-from rlkit.cluster.skyrl.experiment import RlkitExp
+from rlkit.cluster.skyrl.experiment import RlkitExp, RlkitTrainer, export_due
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides
 from rlkit.cluster.skyrl.presets import get_preset
-from rlkit.cluster.skyrl.trainer import RlkitTrainer, export_due
 from rlkit.model.load import check_checkpoint
 from rlkit.run.skyrl_layout import list_checkpoints
 

@@ -14,10 +14,11 @@ from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
 from skyrl.train.config import SkyRLTrainConfig
 from skyrl.train.utils import validate_cfg
 
-from rlkit.cluster.skyrl.gigpo import STATES_KEY, register_gigpo, step_terms
+from rlkit.cluster.skyrl.entry import register_gigpo
+from rlkit.cluster.skyrl.experiment import RlkitTrainer, step_terms
 from rlkit.cluster.skyrl.overrides import build_overrides
 from rlkit.cluster.skyrl.presets import get_preset
-from rlkit.cluster.skyrl.trainer import RlkitTrainer
+from rlkit.cluster.skyrl.window import STATES_KEY
 from rlkit.errors import UsageError
 from rlkit.recipe import Recipe
 from rlkit.train import grpo

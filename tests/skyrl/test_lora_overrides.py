@@ -14,8 +14,8 @@ from skyrl.train.utils import validate_cfg
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl import cpu_seam
 from rlkit.cluster.skyrl.overrides import build_overrides, model_overrides
+from rlkit.cluster.skyrl.preset_checks import storage_estimate
 from rlkit.cluster.skyrl.presets import get_preset
-from rlkit.cluster.skyrl.storage import storage_estimate
 from rlkit.errors import UsageError
 from rlkit.model.build import build_tiny
 from rlkit.model.config import Tuning

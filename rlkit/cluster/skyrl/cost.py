@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlkit.cluster.skyrl.preset_checks import storage_estimate
 from rlkit.cluster.skyrl.presets import SkyRLPreset
-from rlkit.cluster.skyrl.storage import storage_estimate
 from rlkit.cluster.workdir import project_root
 
 BENCH_RESULT = project_root() / "benchmarks" / "results" / "gpu_step.json"

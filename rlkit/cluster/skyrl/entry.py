@@ -19,6 +19,10 @@ from rlkit.settings import parse_sets
 if TYPE_CHECKING:
     from rlkit.env.maze_env import EnvConfig
 
+GIGPO = "gigpo"
+"""The estimator rlkit registers with SkyRL: its episode level is SkyRL's GRPO, its step level
+`experiment.step_terms`."""
+
 
 @dataclass(frozen=True)
 class Job:
@@ -171,12 +175,22 @@ def record_run(cfg, job: Job, overrides: list[str]) -> dict:
     return config
 
 
+def register_gigpo() -> None:
+    """SkyRL's registry knows `gigpo` (idempotent: its episode level is SkyRL's GRPO)."""
+    from skyrl.backends.skyrl_train.utils.ppo_utils import (
+        AdvantageEstimatorRegistry,
+        compute_grpo_outcome_advantage,
+    )
+
+    if GIGPO not in AdvantageEstimatorRegistry.list_available():
+        AdvantageEstimatorRegistry.register(GIGPO, compute_grpo_outcome_advantage)
+
+
 def _run_skyrl(cfg, sky: SkyRLPreset, rows_in_order: bool = False) -> None:
     """Body of the Ray task: register the env (and `gigpo`) and the hang rules (the step lines
     come from this process) here, then run SkyRL's experiment as `sky` asks; `rows_in_order`:
     a curriculum, rows not shuffled."""
     from rlkit.cluster.skyrl.experiment import RlkitExp
-    from rlkit.cluster.skyrl.gigpo import GIGPO, register_gigpo
     from rlkit.env.maze_env import register_env
 
     register_env()
@@ -257,9 +271,7 @@ def main(argv: list[str] | None = None) -> int:
 
         cpu_seam.install()  # this driver builds vLLM's arguments, as SkyRL's workers do
         overrides = [*overrides, *cpu_seam.overrides(paths.run_dir)]
-    if sky.recipe.advantage_estimator == "gigpo":  # SkyRL's validate_cfg looks it up
-        from rlkit.cluster.skyrl.gigpo import register_gigpo
-
+    if sky.recipe.advantage_estimator == GIGPO:  # SkyRL's validate_cfg looks it up
         register_gigpo()
     cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
     validate_cfg(cfg)

@@ -12,9 +12,11 @@ import skyrl_gym
 from skyrl.train.generators.base import GeneratorOutput
 from skyrl.train.generators.skyrl_gym_generator import StepWiseOutput, TrajectoryOutput
 
-from rlkit.cluster.skyrl.gigpo import STATES_KEY
 from rlkit.cluster.skyrl.render import EpisodePrompt
 from rlkit.run.skyrl_dumps import NEXT_TURN
+
+STATES_KEY = "rlkit_states"
+"""The generator output's (and training input metadata's) list of each row's (row, col)."""
 
 
 def row_turns(env_extras: dict, limit: int) -> int:
