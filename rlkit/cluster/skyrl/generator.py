@@ -3,15 +3,13 @@ as sampled, never a re-render. Why, measured: docs/skyrl-integration.md#the-gene
 
 from __future__ import annotations
 
-import copy
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from http import HTTPStatus
 from typing import Any
 from uuid import uuid4
 
 import aiohttp
-import skyrl_gym
 from skyrl.backends.skyrl_train.inference_servers.base import InferenceEngineInput
 from skyrl.backends.skyrl_train.inference_servers.utils import resolve_policy_model_name
 from skyrl.train.generators import skyrl_vlm_generator
@@ -24,7 +22,7 @@ from rlkit.cluster.skyrl.capture import Capturer, StepCapture
 from rlkit.cluster.skyrl.move_probe import EngineProbe
 from rlkit.cluster.skyrl.overrides import MM_CACHE_KWARG
 from rlkit.cluster.skyrl.render import EpisodePrompt, TurnRenderer, runs
-from rlkit.cluster.skyrl.window import WindowedLoop, last_steps, row_turns
+from rlkit.cluster.skyrl.window import WindowedLoop, last_steps
 from rlkit.settings import CaptureConfig
 
 IMAGE_PAD = "<|image_pad|>"
@@ -212,21 +210,13 @@ class RlkitVLMGenerator(WindowedLoop, SkyRLVLMGymGenerator):
                 cache_salt,
             )
         try:
-            env_extras["max_turns"] = row_turns(env_extras, self.max_turns)
-            env_config = getattr(self.skyrl_gym_cfg, env_class, dict())
-            env = skyrl_gym.make(env_class, env_config=env_config, extras=env_extras)
-            conversation = copy.deepcopy(prompt)
-            conversation, _ = await self._run_in_executor_if_available(env.init, conversation)
+            env, conversation, params = await self.start_env(
+                prompt, env_class, env_extras, sampling_params
+            )
             t = time.monotonic()
             episode = await self.renderer.start(conversation, session_id)
             self._timed("render", t)
             prompt_ids = episode.ids
-
-            params = (
-                sampling_params
-                if sampling_params is not None
-                else asdict(self.generator_cfg.sampling_params)
-            )
             logprobs: list[float] | None = [] if params.get("logprobs") is not None else None
             response_ids: list[int] = []
             loss_mask: list[int] = []
@@ -234,25 +224,17 @@ class RlkitVLMGenerator(WindowedLoop, SkyRLVLMGymGenerator):
             stop_reason, done = "stop", False
 
             while not done:
-                input_ids = episode.ids
-                if len(input_ids) > max_input_length:
+                if len(episode.ids) > max_input_length:
                     stop_reason = "length"
                     break
-
-                t = time.monotonic()
-                engine_output = await self.engine_turn(episode, session_id, params, cache_salt)
-                self._timed("engine", t)
-                self._turns += 1
-                stop_reason = engine_output["stop_reasons"][0]
-                gen_text, gen_ids, gen_logprobs, added_eos = self._answer_of(engine_output, params)
-
-                if self._capture is not None:  # a captured episode's turn (others: ignored)
-                    self._capture.turn(
-                        session_id, gen_text, input_ids, gen_ids, episode.features(), cache_salt
-                    )
-                t = time.monotonic()
-                step = await self._run_in_executor_if_available(env.step, gen_text)
-                self._timed("env", t)
+                (
+                    stop_reason,
+                    gen_text,
+                    gen_ids,
+                    gen_logprobs,
+                    added_eos,
+                    step,
+                ) = await self.play_turn(env, episode, session_id, params, cache_salt)
                 done = step["done"]
                 conversation.append({"role": "assistant", "content": gen_text})
                 response_ids.extend(gen_ids)

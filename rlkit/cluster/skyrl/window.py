@@ -43,6 +43,37 @@ class WindowedLoop:
         out["pixel_values"], out["image_grid_thw"] = pixels, grids
         out[STATES_KEY] = states  # each row's square: GiGPO's anchor state
 
+    async def start_env(
+        self, prompt, env_class: str, env_extras: dict[str, Any], sampling_params: dict | None
+    ) -> tuple[Any, list[dict], dict[str, Any]]:
+        """(env, conversation, sampling params) of a new episode: the env made with its row's
+        turn budget (`row_turns`) and initialised on a copy of `prompt`."""
+        env_extras["max_turns"] = row_turns(env_extras, self.max_turns)
+        env_config = getattr(self.skyrl_gym_cfg, env_class, dict())
+        env = skyrl_gym.make(env_class, env_config=env_config, extras=env_extras)
+        conversation, _ = await self._run_in_executor_if_available(env.init, copy.deepcopy(prompt))
+        if sampling_params is None:
+            sampling_params = asdict(self.generator_cfg.sampling_params)
+        return env, conversation, sampling_params
+
+    async def play_turn(
+        self, env, episode: EpisodePrompt, session_id: str, params: dict, cache_salt: str | None
+    ) -> tuple[str, str, list[int], list | None, bool, dict]:
+        """One turn: the engine's answer to `episode` (`engine_turn`), recorded if the episode is
+        captured, then played in `env`; (stop reason, text, sampled ids, their logprobs, whether
+        an end of turn was appended, the env's step)."""
+        t = time.monotonic()
+        engine_output = await self.engine_turn(episode, session_id, params, cache_salt)
+        self._timed("engine", t)
+        self._turns += 1
+        text, ids, logprobs, added_eos = self._answer_of(engine_output, params)
+        if self._capture is not None:  # a captured episode's turn (others: ignored)
+            self._capture.turn(session_id, text, episode.ids, ids, episode.features(), cache_salt)
+        t = time.monotonic()
+        step = await self._run_in_executor_if_available(env.step, text)
+        self._timed("env", t)
+        return engine_output["stop_reasons"][0], text, ids, logprobs, added_eos, step
+
     async def windowed_loop(
         self,
         prompt,
@@ -58,19 +89,8 @@ class WindowedLoop:
         episode's reward sits on the last step's last token (SkyRL's step-wise advantage)."""
         start_time = time.monotonic()
         try:
-            env_extras["max_turns"] = row_turns(env_extras, self.max_turns)
-            env = skyrl_gym.make(
-                env_class,
-                env_config=getattr(self.skyrl_gym_cfg, env_class, dict()),
-                extras=env_extras,
-            )
-            conversation, _ = await self._run_in_executor_if_available(
-                env.init, copy.deepcopy(prompt)
-            )
-            params = (
-                sampling_params
-                if sampling_params is not None
-                else asdict(self.generator_cfg.sampling_params)
+            env, conversation, params = await self.start_env(
+                prompt, env_class, env_extras, sampling_params
             )
             cache = EpisodePrompt(ids=[])  # the episode's pictures, rendered once each
             steps: list[TrajectoryOutput] = []
@@ -89,25 +109,15 @@ class WindowedLoop:
                         states.append(list(env.state.pos))
                     steps[-1].stop_reason = "length"
                     break
-                t = time.monotonic()
-                engine_output = await self.engine_turn(episode, session_id, params, cache_salt)
-                self._timed("engine", t)
-                self._turns += 1
-                gen_text, gen_ids, gen_logprobs, added_eos = self._answer_of(engine_output, params)
-                if self._capture is not None:
-                    self._capture.turn(
-                        session_id, gen_text, episode.ids, gen_ids, episode.features(), cache_salt
-                    )
-                states.append(list(env.state.pos))  # the square the answer was given on
-                t = time.monotonic()
-                step = await self._run_in_executor_if_available(env.step, gen_text)
-                self._timed("env", t)
+                states.append(list(env.state.pos))  # the square the answer is given on
+                stop, gen_text, gen_ids, gen_logprobs, added_eos, step = await self.play_turn(
+                    env, episode, session_id, params, cache_salt
+                )
                 done = step["done"]
                 total += float(step["reward"])
                 conversation.append({"role": "assistant", "content": gen_text})
                 if not done:
                     conversation.extend(step["observations"])
-                stop = engine_output["stop_reasons"][0]
                 steps.append(self._step(episode, gen_ids, gen_logprobs, stop, added_eos))
                 pixels.append(episode.pixels())
             for row in steps[:-1]:  # how a dump's reader finds an episode's rows
