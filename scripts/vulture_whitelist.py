@@ -25,7 +25,7 @@ _.get_trainer
 # (rlkit.cluster.skyrl.experiment.sampled_eval_cfg)
 _.eval_n_samples_per_prompt
 
-# Ray's `worker_process_setup_hook`, named by path (rlkit.cluster.skyrl.worker_setup)
+# Ray's `worker_process_setup_hook`, named by path (rlkit.cluster.skyrl.fixes.setup)
 setup
 
 # vLLM: `--logits-processors rlkit.model.vllm_rows:NoTokenRows` and its LogitsProcessor methods

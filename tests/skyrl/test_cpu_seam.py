@@ -16,9 +16,9 @@ from skyrl.train.utils import validate_cfg
 
 from rlkit.cluster.skyrl import cpu_seam
 from rlkit.cluster.skyrl.entry import parse_args
+from rlkit.cluster.skyrl.fixes import DEVICE_ENV, THREAD_ENV, cpu_threads, runtime_env
 from rlkit.cluster.skyrl.overrides import build_overrides, device_overrides, entrypoint_command
 from rlkit.cluster.skyrl.presets import PRESETS, get_preset
-from rlkit.cluster.skyrl.worker_setup import DEVICE_ENV, THREAD_ENV, cpu_threads, runtime_env
 from rlkit.settings import apply_settings
 
 GPU_PRESETS = [name for name, p in PRESETS.items() if p.layout.device != "cpu"]
@@ -82,8 +82,8 @@ def test_a_gpu_job_imports_none_of_the_seam():
         "    sys.modules[name] = mod = types.ModuleType(name)\n"
         "    mod.__spec__ = m.ModuleSpec(name, None)\n"
         "    mod.pad_input = mod.unpad_input = None\n"
-        "from rlkit.cluster.skyrl import worker_setup, entry\n"
-        "worker_setup.setup()\n"
+        "from rlkit.cluster.skyrl import fixes, entry\n"
+        "fixes.setup()\n"
         f"{SKYRL_MODULES}\n"
         f"mods = [sys.modules[m] for m in {cpu_seam.TORCH_USERS!r}]\n"
         "assert all(m.torch is torch for m in mods)\n"
@@ -96,8 +96,8 @@ def test_a_gpu_job_imports_none_of_the_seam():
 def test_a_cpu_job_gets_skyrl_modules_patched_as_they_are_imported():
     out = python(
         "import sys\n"
-        "from rlkit.cluster.skyrl import worker_setup\n"
-        "worker_setup.setup()\n"
+        "from rlkit.cluster.skyrl import fixes\n"
+        "fixes.setup()\n"
         # installing imports none of SkyRL's worker modules (a Ray setup hook that did died)
         "assert not any(m in sys.modules for m in __import__('rlkit.cluster.skyrl.cpu_seam', "
         "fromlist=['x']).TORCH_USERS)\n"

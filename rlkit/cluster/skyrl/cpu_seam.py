@@ -1,6 +1,6 @@
 """The device seam: stand-ins for the few CUDA-only calls in SkyRL 0.4.0, installed only when
-`RLKIT_SKYRL_DEVICE=cpu`, so SkyRL's own trainer runs on a CPU host. The list and why:
-docs/skyrl-integration.md#the-cpu-device-seam-cpu_seampy."""
+`RLKIT_SKYRL_DEVICE=cpu` (`fixes.install_cpu_seam`), so SkyRL's own trainer runs on a CPU host.
+The list and why: docs/skyrl-integration.md#the-cpu-device-seam-cpu_seampy."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
-from rlkit.cluster.skyrl.fixes import on_import
 
 _SKYRL = "skyrl.backends.skyrl_train"
 TORCH_USERS = (
@@ -122,7 +120,7 @@ def pad_input(hidden_states: torch.Tensor, indices: torch.Tensor, batch: int, se
     return out.reshape(batch, seqlen, *hidden_states.shape[1:])
 
 
-def _flash_attn_padding() -> None:
+def flash_attn_padding() -> None:
     """Register the two padding helpers as `flash_attn.bert_padding` unless flash-attn is
     really installed."""
     try:
@@ -177,19 +175,6 @@ PATCHES = {
     "vllm_router.router_args": _router_defaults,
 }
 """Module -> what changes in it, applied as it is imported (`fixes.on_import`)."""
-
-
-_INSTALLED = False
-
-
-def install() -> None:
-    """Install the seam in this process (idempotent); Ray calls it in every worker of a CPU
-    preset's job through `worker_setup`."""
-    global _INSTALLED
-    if not _INSTALLED:
-        _flash_attn_padding()
-        on_import(PATCHES)
-        _INSTALLED = True
 
 
 def install_in_vllm_worker() -> None:

@@ -215,7 +215,7 @@ def init_ray(cfg, device: str, initialize_ray) -> None:
     runtime_env it hands `ray.init` carrying rlkit's worker setup hook and the device."""
     import ray
 
-    from rlkit.cluster.skyrl.worker_setup import runtime_env
+    from rlkit.cluster.skyrl.fixes import runtime_env
 
     real_init = ray.init
     placement = cfg.trainer.placement
@@ -268,8 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         ensure_init_model(paths.init_model_dir, sky.model.warm_start_to)
     if sky.layout.device == "cpu":
         from rlkit.cluster.skyrl import cpu_seam
+        from rlkit.cluster.skyrl.fixes import install_cpu_seam
 
-        cpu_seam.install()  # this driver builds vLLM's arguments, as SkyRL's workers do
+        install_cpu_seam()  # this driver builds vLLM's arguments, as SkyRL's workers do
         overrides = [*overrides, *cpu_seam.overrides(paths.run_dir)]
     if sky.recipe.advantage_estimator == GIGPO:  # SkyRL's validate_cfg looks it up
         register_gigpo()
