@@ -299,26 +299,10 @@ class RlkitExp(BasePPOExp):
             return super().get_generator(cfg, tokenizer, inference_engine_client)
         return build_generator(cfg, tokenizer, inference_engine_client, self.capture, self.history)
 
-    def get_trainer(
-        self,
-        cfg,
-        tracker,
-        tokenizer,
-        train_dataset,
-        eval_dataset,
-        inference_engine_client,
-        generator,
-        colocate_pg,
-    ) -> RayPPOTrainer:
+    def get_trainer(self, **skyrl_args) -> RayPPOTrainer:
+        """`RlkitTrainer` on the arguments SkyRL passes by name (cfg, tracker, datasets, ...)."""
         return RlkitTrainer(
-            cfg=cfg,
-            tracker=tracker,
-            tokenizer=tokenizer,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            inference_engine_client=inference_engine_client,
-            generator=generator,
-            colocate_pg=colocate_pg,
+            **skyrl_args,
             rows_in_order=self.rows_in_order,
             sampled_eval=self.sampled_eval,
             gigpo=self.gigpo,

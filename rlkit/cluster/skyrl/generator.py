@@ -227,16 +227,10 @@ class RlkitVLMGenerator(WindowedLoop, SkyRLVLMGymGenerator):
                 if len(episode.ids) > max_input_length:
                     stop_reason = "length"
                     break
-                (
-                    stop_reason,
-                    gen_text,
-                    gen_ids,
-                    gen_logprobs,
-                    added_eos,
-                    step,
-                ) = await self.play_turn(env, episode, session_id, params, cache_salt)
+                stop_reason, gen_ids, gen_logprobs, added_eos, step = await self.play_turn(
+                    env, episode, conversation, session_id, params, cache_salt
+                )
                 done = step["done"]
-                conversation.append({"role": "assistant", "content": gen_text})
                 response_ids.extend(gen_ids)
                 loss_mask.extend([1] * (len(gen_ids) - added_eos) + [0] * added_eos)
                 if logprobs is not None:

@@ -57,11 +57,17 @@ class WindowedLoop:
         return env, conversation, sampling_params
 
     async def play_turn(
-        self, env, episode: EpisodePrompt, session_id: str, params: dict, cache_salt: str | None
-    ) -> tuple[str, str, list[int], list | None, bool, dict]:
+        self,
+        env,
+        episode: EpisodePrompt,
+        conversation: list[dict],
+        session_id: str,
+        params: dict,
+        cache_salt: str | None,
+    ) -> tuple[str, list[int], list | None, bool, dict]:
         """One turn: the engine's answer to `episode` (`engine_turn`), recorded if the episode is
-        captured, then played in `env`; (stop reason, text, sampled ids, their logprobs, whether
-        an end of turn was appended, the env's step)."""
+        captured, played in `env` and appended to `conversation`; (stop reason, sampled ids,
+        their logprobs, whether an end of turn was appended, the env's step)."""
         t = time.monotonic()
         engine_output = await self.engine_turn(episode, session_id, params, cache_salt)
         self._timed("engine", t)
@@ -72,7 +78,8 @@ class WindowedLoop:
         t = time.monotonic()
         step = await self._run_in_executor_if_available(env.step, text)
         self._timed("env", t)
-        return engine_output["stop_reasons"][0], text, ids, logprobs, added_eos, step
+        conversation.append({"role": "assistant", "content": text})
+        return engine_output["stop_reasons"][0], ids, logprobs, added_eos, step
 
     async def windowed_loop(
         self,
@@ -110,12 +117,11 @@ class WindowedLoop:
                     steps[-1].stop_reason = "length"
                     break
                 states.append(list(env.state.pos))  # the square the answer is given on
-                stop, gen_text, gen_ids, gen_logprobs, added_eos, step = await self.play_turn(
-                    env, episode, session_id, params, cache_salt
+                stop, gen_ids, gen_logprobs, added_eos, step = await self.play_turn(
+                    env, episode, conversation, session_id, params, cache_salt
                 )
                 done = step["done"]
                 total += float(step["reward"])
-                conversation.append({"role": "assistant", "content": gen_text})
                 if not done:
                     conversation.extend(step["observations"])
                 steps.append(self._step(episode, gen_ids, gen_logprobs, stop, added_eos))
