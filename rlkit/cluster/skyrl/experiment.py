@@ -130,6 +130,8 @@ def driver_node() -> str:
 
 
 class RlkitTrainer(RayPPOTrainer):
+    """SkyRL's trainer with rlkit's additions, each an override of the SkyRL method it extends."""
+
     def __init__(
         self,
         *args,
@@ -163,9 +165,8 @@ class RlkitTrainer(RayPPOTrainer):
         step = step_terms(meta["uids"][:n], meta["is_last_step"][:n], rewards, states, self.gigpo)
         adv = data["advantages"]
         adv[:n] += step.to(adv.dtype)[:, None] * data["response_mask"][:n].to(adv.dtype)
-        self.all_metrics["policy/gigpo_step_abs_mean"] = float(
-            step.abs().mean()
-        )  # rlkit: loss/gigpo_step_abs_mean
+        # the bridge logs it as loss/gigpo_step_abs_mean
+        self.all_metrics["policy/gigpo_step_abs_mean"] = float(step.abs().mean())
         return data
 
     async def eval(self, vllm_metrics_scraper=None) -> dict[str, float]:
