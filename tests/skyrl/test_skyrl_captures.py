@@ -36,9 +36,8 @@ from test_generator import preset_config, replay, session_of
 
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.bridge import rlkit_names
-from rlkit.cluster.skyrl.capture import Capturer
+from rlkit.cluster.skyrl.capture import Capturer, top_logprobs
 from rlkit.cluster.skyrl.generator import RlkitVLMGenerator, build_capturer
-from rlkit.cluster.skyrl.move_probe import top_logprobs
 from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.env.maze_env import ENV_ID, maze_from_extras
 from rlkit.errors import UsageError

@@ -25,9 +25,9 @@ from skyrl.train.dataset import PromptDataset
 from skyrl.train.utils import validate_cfg
 
 from rlkit.cli.main import main as rlkit_main
+from rlkit.cluster.skyrl.capture import EngineProbe
 from rlkit.cluster.skyrl.entry import parse_args
 from rlkit.cluster.skyrl.generator import RlkitVLMGenerator
-from rlkit.cluster.skyrl.move_probe import EngineProbe
 from rlkit.cluster.skyrl.overrides import build_overrides
 from rlkit.cluster.skyrl.presets import PRESETS, get_preset
 from rlkit.maze import rules

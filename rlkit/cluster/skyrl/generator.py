@@ -18,8 +18,7 @@ from skyrl.train.generators.skyrl_gym_generator import TrajectoryOutput
 from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
 from skyrl.utils.tok import get_processor
 
-from rlkit.cluster.skyrl.capture import Capturer, StepCapture
-from rlkit.cluster.skyrl.move_probe import EngineProbe
+from rlkit.cluster.skyrl.capture import Capturer, EngineProbe, StepCapture
 from rlkit.cluster.skyrl.overrides import MM_CACHE_KWARG
 from rlkit.cluster.skyrl.render import EpisodePrompt, TurnRenderer, runs
 from rlkit.cluster.skyrl.window import WindowedLoop, last_steps
