@@ -37,6 +37,8 @@ _log = logging.getLogger(__name__)
 
 
 class BridgedTracking(Tracking):
+    """SkyRL's `Tracking`, each logged step also handed to rlkit's `MetricsBridge`."""
+
     def __init__(self, *args, bridge: MetricsBridge, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.bridge = bridge
@@ -92,7 +94,7 @@ def step_terms(
 
 
 def export_due(step: int, hf_save_interval: int, steps_per_epoch: int, last_step: int) -> bool:
-    """Whether SkyRL's `train` exports at `step` (trainer.py:457-460, 590-593): every
+    """Whether SkyRL's `train` exports at `step` (its trainer.py:457-460, 590-593): every
     `hf_save_interval` (> 0) steps, at every epoch end and at the run's last step."""
     if hf_save_interval <= 0 or step <= 0:
         return False
