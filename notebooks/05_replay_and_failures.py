@@ -48,7 +48,7 @@ maze = None  # test maze index; None: one where the two checkpoints disagree
 # %%
 from IPython.display import HTML, display
 
-from rlkit.notebook import plots, replays, workbench
+from rlkit.notebook import plots, workbench
 from rlkit.notebook.paths import home_path
 from rlkit.notebook.player import checkpoint_diff, replay
 
@@ -57,7 +57,7 @@ source = workbench.run_source(
     out_dir, preset, run_name=run_name, run_dir=run_dir, skyrl_export=skyrl_export
 )
 run = workbench.open_source(source, address=address)  # either backend, wherever its files are
-shown = replays.for_run(run, maze=maze)  # scores a checkpoint without an eval, as 04 does
+shown = workbench.run_replays(run, maze=maze)  # scores a checkpoint without an eval, as 04 does
 print(run.describe())  # after that scoring: the same count of evals as 04's
 print(shown)
 replay(shown.episode, label=shown.label)

@@ -41,7 +41,7 @@ from rlkit.notebook.player import (
     first_disagreement,
     replay,
 )
-from rlkit.notebook.replays import RunReplays
+from rlkit.notebook.workbench import RunReplays
 from rlkit.run.skyrl_dumps import EvalEpisode, to_trajectory
 
 MAZE = generate(4, 4, seed=3)

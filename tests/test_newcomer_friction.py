@@ -73,7 +73,7 @@ def test_rlkit_eval_labels_a_run_checkpoint_with_run_and_step(tmp_path, monkeypa
     ("notebook", "scoring"),
     [
         ("04_solve_rate_across_checkpoints.py", "workbench.checkpoint_evals(run)"),
-        ("05_replay_and_failures.py", "replays.for_run(run"),  # it calls checkpoint_evals
+        ("05_replay_and_failures.py", "workbench.run_replays(run"),  # it calls checkpoint_evals
     ],
 )
 def test_notebooks_04_and_05_count_a_runs_evals_after_scoring_its_unscored_checkpoints(

@@ -1,7 +1,6 @@
-"""What a replay shows, and the one player that plays it with no kernel, in a page, a notebook
-output or an `ipywidgets.HTML`: a pane is one episode (a PNG a frame, oracle's move blue, model's
-orange; info line, answer, move-probability bars); a `Replay` embeds every frame of its panes.
-`disagreement` says where two checkpoints first chose differently on one maze.
+"""The replay player, which plays with no kernel in a page, a cell's output or an
+`ipywidgets.HTML`: a pane is one episode (a PNG a frame, oracle's move blue, model's orange,
+info line, answer, move-probability bars); a `Replay` embeds every frame of its panes.
 
     replay(traj, "step 40")                                       # a cell's output
     ipywidgets.HTML(checkpoint_diff(a, b, ("step 0", "step 40")).to_html())  # among widgets
@@ -26,8 +25,8 @@ from rlkit.maze.render import RenderStyle, draw_arrow, ego_origin, png_bytes, re
 MOVES = tuple(a.word for a in Action)
 NO_PROBS = "no probabilities recorded"
 EPISODE_OVER = "episode over: no move"
-CHOSEN_RGB = (245, 140, 20)
-"""The model arrow's orange in the replay frames."""
+ORACLE_COLOUR = (40, 90, 230)
+MODEL_COLOUR = (245, 140, 20)
 OTHER_RGB = (160, 160, 160)
 
 
@@ -41,8 +40,7 @@ class MoveBars:
 
     def to_data(self) -> dict:
         """Compact JSON for the kernel-free player."""
-        p = None if self.probs is None else list(self.probs)
-        return {"p": p, "c": self.chosen, "n": self.note}
+        return {"p": self.probs, "c": self.chosen, "n": self.note}
 
 
 def move_bars(traj: Trajectory) -> list[MoveBars]:
@@ -70,7 +68,7 @@ def bars_html(bars: MoveBars) -> str:
     for k, move in enumerate(MOVES):
         p = 0.0 if bars.probs is None else bars.probs[k]
         chosen = k == bars.chosen and bars.probs is not None
-        colour = CHOSEN_RGB if chosen else OTHER_RGB
+        colour = MODEL_COLOUR if chosen else OTHER_RGB
         rows.append(
             "<div class='rlkit-bar' style='display:flex;align-items:center;height:13px'>"
             f"<span class='rlkit-bar-move' style='width:3.4em;"
@@ -104,12 +102,11 @@ function rlkitBars(el, d) {
   }
   el.querySelector('.rlkit-bar-note').textContent = d.n;
 }
-""".replace("CHOSEN", f"rgb{CHOSEN_RGB}").replace("OTHER", f"rgb{OTHER_RGB}")
+""".replace("CHOSEN", f"rgb{MODEL_COLOUR}").replace("OTHER", f"rgb{OTHER_RGB}")
 
 
 def first_disagreement(a: Trajectory, b: Trajectory) -> int | None:
-    """The first turn (0-based) where `a` and `b`, on the same cell, chose different moves;
-    None if they never did before an episode ended or their paths parted."""
+    """The first turn (0-based) where `a` and `b` chose differently on one cell; None if none."""
     for i, (ta, tb) in enumerate(zip(a.turns, b.turns, strict=False)):
         if tuple(ta.pos_before) != tuple(tb.pos_before):
             return None
@@ -135,8 +132,7 @@ def _sureness(turn, label: str) -> str:
 
 
 def disagreement(a: Trajectory, b: Trajectory, labels: Sequence[str]) -> str:
-    """One sentence: where the two episodes first chose differently on the same cell, and how
-    sure each policy was of its move there."""
+    """One sentence: where the episodes first chose differently on one cell, how sure of it each."""
     i = first_disagreement(a, b)
     if i is None:
         return f"{labels[0]} and {labels[1]} chose the same move on every cell they shared."
@@ -149,15 +145,13 @@ def disagreement(a: Trajectory, b: Trajectory, labels: Sequence[str]) -> str:
 
 
 REPLAY_STYLE = RenderStyle(view="full", cell_px=16, last=(90, 90, 90))
-ORACLE_COLOUR = (40, 90, 230)
-MODEL_COLOUR = CHOSEN_RGB  # the model's arrow and its chosen move's probability bar
 
 
 def replay_frames(
     traj: Trajectory, style: RenderStyle = REPLAY_STYLE, *, display_px: int = 256
 ) -> list[bytes]:
-    """PNG per frame: frame i < T (turns) is the state before turn i with the oracle's and the
-    model's moves drawn; frame T is the final state."""
+    """A PNG per turn (the state before it, the oracle's and the model's moves drawn), then the
+    final state's."""
     frames = []
     for i, state in enumerate(replay_states(traj)):
         img = render(state, style)
@@ -186,8 +180,7 @@ class Caption:
 
 
 def replay_captions(traj: Trajectory, policy: str | None = None) -> list[Caption]:
-    """One caption per frame of `replay_frames`; the end frame names `policy` (else the
-    trajectory's)."""
+    """One caption per frame of `replay_frames`; the end names `policy` (else the trajectory's)."""
     states = replay_states(traj)
     n = len(traj.turns)
     out = []
@@ -230,14 +223,12 @@ def colour_key(style: RenderStyle = REPLAY_STYLE) -> str:
 
 @dataclass(frozen=True)
 class PaneFrames:
-    """One episode as the player shows it: a PNG and two caption lines per frame."""
+    """One episode as the player shows it: per frame a PNG, a `Caption`'s info and text."""
 
     label: str
     frames: Sequence[bytes]
     info: Sequence[str]
-    """One line per frame: turn, parsed move, oracle move, or the outcome."""
     text: Sequence[str]
-    """The model's raw answer per frame."""
     width_px: int
     """Display width of the frames, in CSS pixels."""
     bars: Sequence[MoveBars] | None = None
@@ -270,9 +261,8 @@ def replay_pane(
     )
 
 
-# The player's script is the first frame's `onload` handler, not a <script> element: a page, a
-# trusted notebook output and an `ipywidgets.HTML` (which sets innerHTML, so never runs a
-# <script>) all run it. It starts once per player, as the frame's src changes on every step.
+# The script is the first frame's `onload`, not a <script>: a page, a trusted output and an
+# `ipywidgets.HTML` (innerHTML never runs a <script>) all run it; it starts once per player.
 _SCRIPT = """
 var root = this.closest('.rlkit-player');
 if (root.rlkitReady) { return; }
@@ -364,8 +354,7 @@ class Replay:
             f"{html.escape(self.note)}</div>"
         )
         button = "style='margin-right:0.4em'"
-        # "</" or "<!--" in a caption would end or derail the data script: "\u003c" is the same
-        # JSON string with no "<" in the page
+        # "</" or "<!--" in a caption would end the data script: "\u003c" is the same JSON string
         payload = json.dumps(data).replace("<", "\\u003c")
         return (
             "<div class='rlkit-player'>"
@@ -386,8 +375,7 @@ class Replay:
 
 
 def replay(traj: Trajectory, label: str = "", *, display_px: int = 256) -> Replay:
-    """Step through one episode: frame, model answer, parsed and oracle move, move
-    probabilities, outcome."""
+    """Step through one episode (`replay_pane`)."""
     return Replay([replay_pane(traj, label, display_px=display_px)])
 
 
@@ -398,8 +386,7 @@ def checkpoint_diff(
     *,
     display_px: int = 256,
 ) -> Replay:
-    """The same maze played by two policies side by side on one slider, under the sentence
-    saying where they first chose differently (`disagreement`)."""
+    """One maze played by two policies side by side on one slider, under their `disagreement`."""
     if len(labels) != 2:
         raise UsageError(f"labels needs two names (one per episode), got {list(labels)}")
     if traj_a.maze_obj != traj_b.maze_obj:

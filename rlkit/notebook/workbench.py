@@ -10,6 +10,7 @@ from __future__ import annotations
 import platform
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,9 @@ from rlkit.episodes.rollout import Trajectory
 from rlkit.errors import UsageError
 from rlkit.maze.sets import pinned_set_hash
 from rlkit.notebook.paths import home_path
+from rlkit.notebook.player import disagreement
 from rlkit.notebook.plots import figure_png
+from rlkit.notebook.report import grpo_paired_test
 from rlkit.run.reader import LocalRun, Run, open_run, run_or_none
 from rlkit.train.config import TaskConfig, TrainConfig
 from rlkit.train.presets import preset as train_preset
@@ -305,6 +308,78 @@ def failure_examples(trajs: list[Trajectory]) -> dict[str, Trajectory]:
 def eval_trajectories(source: str | Path | Run, step: int) -> list[Trajectory]:
     """The episodes the eval of `step` played, in its EvalResult's order (`episode` picks one)."""
     return open_run(source).trajectories(step)
+
+
+@dataclass(frozen=True)
+class RunReplays:
+    """What notebook 05 replays: maze `maze` at the last evaluated step and, with two evals, at
+    GRPO's first (`run_replays`)."""
+
+    run: str
+    maze: int
+    last: EvalResult
+    last_trajs: list[Trajectory] = field(repr=False)
+    first: EvalResult | None = None
+    """None when the run has one eval: nothing to compare with."""
+    first_trajs: list[Trajectory] = field(default_factory=list, repr=False)
+
+    @property
+    def label(self) -> str:
+        return f"step {self.last.step}"
+
+    @property
+    def labels(self) -> tuple[str, str]:
+        """The diff's two panes: GRPO's first step, then the last."""
+        first = self.first.step if self.first is not None else None
+        return f"step {first}", self.label
+
+    @property
+    def episode(self) -> Trajectory:
+        """Sample 0 of `maze` at the last step."""
+        return episode(self.last_trajs, self.last, self.maze)
+
+    @property
+    def pair(self) -> tuple[Trajectory, Trajectory] | None:
+        """Sample 0 of `maze` at GRPO's first step and at the last; None with one eval."""
+        if self.first is None:
+            return None
+        return episode(self.first_trajs, self.first, self.maze), self.episode
+
+    @property
+    def disagreement(self) -> str | None:
+        """Where the two checkpoints first chose differently (`player.disagreement`)."""
+        pair = self.pair
+        return None if pair is None else disagreement(*pair, self.labels)
+
+    def failures(self) -> dict[str, Trajectory]:
+        """The last step's first failed episode of each kind (`failure_examples`)."""
+        return failure_examples(self.last_trajs)
+
+    def __str__(self) -> str:
+        than = f", against step {self.first.step}" if self.first is not None else ""
+        return f"{self.run}: maze {self.maze} at step {self.last.step}{than}"
+
+
+def run_replays(source: str | Path | Run, *, maze: int | None = None) -> RunReplays:
+    """The replays of a run; `maze` None: one where GRPO's first and last checkpoints differ
+    (`diff_maze`)."""
+    run = open_run(source)
+    evals = checkpoint_evals(run)
+    if not evals:
+        raise UsageError(f"{run.name} has no evaluated checkpoint yet: train first (notebook 03)")
+    if len(evals) == 1:
+        ((step, last),) = evals.items()
+        return RunReplays(run.name, maze or 0, last, eval_trajectories(run, step))
+    paired = grpo_paired_test(evals, run.warm_start_end())
+    first, last = evals[paired.step_a], evals[paired.step_b]
+    return RunReplays(
+        run.name,
+        diff_maze(first, last) if maze is None else maze,
+        last,
+        eval_trajectories(run, paired.step_b),
+        first,
+        eval_trajectories(run, paired.step_a),
+    )
 
 
 def save_png(fig: Figure, out_dir: str | Path, name: str) -> Path:

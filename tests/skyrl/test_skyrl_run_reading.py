@@ -17,7 +17,7 @@ from rlkit.cli.main import main
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.episodes.failures import classify
 from rlkit.errors import UsageError
-from rlkit.notebook import baselines, replays, workbench
+from rlkit.notebook import baselines, workbench
 from rlkit.notebook.report import BASE
 from rlkit.run.skyrl_layout import SkyRLRun, find_skyrl_run
 
@@ -91,7 +91,7 @@ def test_a_skyrl_run_gets_the_cached_baselines_on_its_test_set_but_not_the_local
 
 
 def test_replays_of_a_skyrl_run_pair_its_first_and_last_eval(skyrl_run_dir, tmp_path):
-    shown = replays.for_run(skyrl_run_dir)
+    shown = workbench.run_replays(skyrl_run_dir)
     steps = sorted(workbench.checkpoint_evals(skyrl_run_dir))
     assert (
         shown.labels == (f"step {steps[0]}", f"step {steps[-1]}")
@@ -106,7 +106,7 @@ def test_replays_of_a_skyrl_run_pair_its_first_and_last_eval(skyrl_run_dir, tmp_
     exports = shutil.copytree(skyrl_run_dir / "exports", tmp_path / "one-eval" / "exports")
     for step in steps[:-1]:
         shutil.rmtree(exports / "dumped_evals" / f"global_step_{step}_evals")
-    alone = replays.for_run(exports.parent, maze=1)
+    alone = workbench.run_replays(exports.parent, maze=1)
     assert alone.pair is None and alone.maze == 1 and alone.label == f"step {steps[-1]}"
     assert alone.episode.maze_obj.content_hash == alone.last.per_maze[1]["hash"]
 
