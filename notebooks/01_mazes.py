@@ -47,7 +47,7 @@ from rlkit.maze.core import difficulty
 from rlkit.maze.sets import pinned_set
 from rlkit.notebook import plots, visgym, workbench
 from rlkit.notebook.paths import home_path
-from rlkit.notebook.widgets import maze_browser, maze_view
+from rlkit.notebook.widgets import MazeBrowser, maze_view
 
 out_dir = home_path(out_dir)  # relative: against the project root, as `make demo` runs
 
@@ -74,7 +74,7 @@ sorted(Counter(difficulty(m).path_length for m in mazes).items())
 # exit go) and see it as the model would.
 
 # %%
-maze_browser(size=browser_size)
+MazeBrowser(size=browser_size)
 
 # %% [markdown]
 # ASCII vs image: the same maze as text and as pixels.

@@ -106,7 +106,7 @@ def test_checkpoint_diff_plays_both_episodes_on_the_longer_ones_slider(solved, f
 
 
 def test_maze_browser_follows_controls():
-    mb = w.maze_browser(size=4, seed=1)
+    mb = w.MazeBrowser(size=4, seed=1)
     maze, png, text, stats = w.maze_view(4, 1, cell_px=w.browser_cell_px(4))
     assert mb.maze == maze and mb.image.value == png and "4x4 wilson seed 1" in mb.stats.value
     # drawn at its display size (~480 px), shown pixel for pixel; every toggle group labelled

@@ -18,8 +18,7 @@ from matplotlib.figure import Figure
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.errors import UsageError
 from rlkit.maze.sets import pinned_spec
-from rlkit.notebook.paths import home, relative_rule
-from rlkit.notebook.paths import home_path as _home_path
+from rlkit.notebook.paths import home, home_path, relative_rule
 from rlkit.notebook.plots import PlotFigure, band_curve, by_difficulty, ci_methods, figure_header
 from rlkit.run.reader import Run, RunNotFound, is_run, open_run
 from rlkit.stats import PairedByMaze, clustered_wilson, paired_by_maze
@@ -63,7 +62,7 @@ def resolve_run(spec: str | Path | Run) -> Run:
     under HOME/runs ("smoke" for runs/demo/smoke)."""
     if isinstance(spec, Run):
         return spec
-    path = _home_path(spec)
+    path = home_path(spec)
     relative = not Path(spec).expanduser().is_absolute()
     if path.exists() or len(Path(spec).parts) != 1:
         if relative and not path.exists():
@@ -84,8 +83,8 @@ def resolve_run(spec: str | Path | Run) -> Run:
 
 
 def wall_clock(records: Sequence[Mapping[str, Any]]) -> dict[int, float]:
-    """Step -> training seconds to the end of that step: `timing/elapsed_s` (local, warm start
-    included) else the sum of `timing/step` (SkyRL's); {} when the run logged neither."""
+    """`RunView.wall_s`: `timing/elapsed_s` (local, warm start included), else the sum of
+    `timing/step` (SkyRL's)."""
     if any("timing/elapsed_s" in r for r in records):
         key, cumulative = "timing/elapsed_s", True
     elif any("timing/step" in r for r in records):
@@ -174,8 +173,7 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        """E.g. "final checkpoints (...): seed 2 solves 7 mazes seed 1 fails and fails 1 that
-        seed 1 solves; p=0.07, not significant at 5% (...)"."""
+        """The mazes each solves that the other fails, the p-value and the 95% interval."""
         t, a, b = self.test, self.label_a, self.label_b
         head = f"{self.which} checkpoints ({a} step {self.step_a}, {b} step {self.step_b})"
         if t.b_better == 0 and t.a_better == 0:

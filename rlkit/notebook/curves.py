@@ -1,5 +1,6 @@
 """Training curves from metrics.jsonl: the notebook's panels and the job monitor's live figure.
-Each panel takes every metric whose name matches; the warm start is shaded.
+Each panel takes every metric whose name matches (renamed or extra series appear without code
+changes); the warm start is shaded.
 
     fig = curves.training_curves("runs/demo/local-tiny", run_id="demo")   # reward, loss, KL, ...
     fig = curves.stability_curves(run)       # entropy, clip fraction, zero-variance share, ...
@@ -52,8 +53,6 @@ def _base(key: str) -> str:
     return key.rsplit("/", 1)[-1]
 
 
-# Each panel takes every metric whose name matches, so renamed or extra series (eval/ next to
-# rollout/, loss/kl next to loss/approx_kl_old) appear without code changes.
 PANELS: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("reward / solve rate", lambda k: _base(k) in {"reward", "reward_mean", "solve_rate", "solve"}),
     (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +96,10 @@ def match_rule(rewards: Sequence[float], captured: Sequence[float]) -> str:
     return "other"
 
 
-def _groups(episodes: Sequence[CapturedEpisode]) -> dict[int, list[CapturedEpisode]]:
-    out: dict[int, list[CapturedEpisode]] = {}
-    for e in episodes:
-        out.setdefault(e.group, []).append(e)
-    return out
+def by_group(episodes: Sequence[CapturedEpisode]) -> dict[int, list[CapturedEpisode]]:
+    """{group: its episodes by sample}, groups ascending."""
+    ordered = sorted(episodes, key=lambda e: (e.group, e.trajectory.sample))
+    return {g: list(eps) for g, eps in groupby(ordered, key=lambda e: e.group)}
 
 
 def worked_group(run: Run, step: int | None = None, group: int | None = None) -> WorkedGroup:
@@ -128,20 +128,20 @@ def worked_group(run: Run, step: int | None = None, group: int | None = None) ->
 def mixed_groups(episodes: Sequence[CapturedEpisode]) -> list[int]:
     """The groups, ascending, whose episodes did not all get one reward."""
     return sorted(
-        g for g, eps in _groups(episodes).items() if len({e.trajectory.reward for e in eps}) > 1
+        g for g, eps in by_group(episodes).items() if len({e.trajectory.reward for e in eps}) > 1
     )
 
 
 def from_episodes(episodes: Sequence[CapturedEpisode], group: int | None = None) -> WorkedGroup:
     """`worked_group` on one step's captured episodes."""
-    by_group = _groups(episodes)
-    if not by_group:
+    groups = by_group(episodes)
+    if not groups:
         raise UsageError("the step captured no episodes: pick another step")
     if group is None:
-        group = (mixed_groups(episodes) or sorted(by_group))[0]
-    if group not in by_group:
-        raise UsageError(f"the step captured groups {sorted(by_group)}, not {group}")
-    eps = by_group[group]
+        group = (mixed_groups(episodes) or list(groups))[0]
+    if group not in groups:
+        raise UsageError(f"the step captured groups {list(groups)}, not {group}")
+    eps = groups[group]
     rewards = tuple(float(e.trajectory.reward) for e in eps)
     captured = tuple(float(e.advantage) for e in eps)
     rule = RULES[match_rule(rewards, captured)]

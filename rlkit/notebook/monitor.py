@@ -9,6 +9,7 @@ import html
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -51,12 +52,13 @@ def _resubmit_on_its_cluster(job: JobLike) -> JobLike:
     return resubmit_job(cluster, job)
 
 
+@dataclass(frozen=True)
 class MonitorSnapshot:
     """A job monitor's state frozen as text and a PNG of its curves: shown by Jupyter as the
     image with the text as its fallback."""
 
-    def __init__(self, text: str, png: bytes) -> None:
-        self.text, self.png = text, png
+    text: str
+    png: bytes
 
     def __repr__(self) -> str:
         return self.text

@@ -13,6 +13,7 @@ from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from PIL import Image
 
 from rlkit.episodes.evaluate import EvalResult
 from rlkit.episodes.failures import KINDS
@@ -40,10 +41,8 @@ def figure_png(fig: Figure, dpi: int = 100) -> bytes:
 
 
 def png_width(png: bytes) -> int:
-    """A PNG's width in pixels, from its IHDR chunk."""
-    if png[:8] != b"\x89PNG\r\n\x1a\n" or len(png) < 24:
-        raise ValueError("not a PNG")
-    return int.from_bytes(png[16:20], "big")
+    """A PNG's width in pixels."""
+    return Image.open(io.BytesIO(png)).width
 
 
 def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -244,17 +243,8 @@ def failure_breakdown(
     fig = PlotFigure(figsize=(6.5, 3.6))
     ax = fig.add_subplot()
     bars = ax.bar(kinds, values, color=[f"C{i}" for i in range(len(kinds))])
-    for bar, v in zip(bars, values, strict=True):
-        share = f" ({v / failed:.0%})" if failed else ""
-        ax.annotate(
-            f"{v}{share}",
-            (bar.get_x() + bar.get_width() / 2, v),
-            ha="center",
-            va="bottom",
-            fontsize=8,
-            xytext=(0, 2),
-            textcoords="offset points",
-        )
+    labels = [f"{v} ({v / failed:.0%})" if failed else str(v) for v in values]
+    ax.bar_label(bars, labels, padding=2, fontsize=8)
     ax.set(ylabel="failed episodes", ylim=(0, max(values + [1]) * 1.2))
     ax.tick_params(axis="x", labelsize=8)
     if isinstance(result, EvalResult):

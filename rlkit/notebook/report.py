@@ -123,16 +123,13 @@ def protocol_lines(evals: Mapping[int, EvalResult], greedy: EvalResult | None = 
     """Two lines: the last checkpoint under rlkit's protocol and under the seed's."""
     if not evals:
         raise UsageError("no checkpoint evals yet: train first (notebook 03)")
-    final = evals[max(evals)]
-    seed = seed_protocol(evals, greedy)
-    if final.protocol == "seed":
-        rlkit = "rlkit's protocol: not measured (this run's evals were greedy, one sample a maze)"
-    else:
-        rlkit = f"rlkit's protocol: {final.summary()}"
-    if seed is None:
-        how = "rlkit eval --protocol seed --policy <its export>"
-        return [rlkit, f"the seed's protocol: not measured for this run ({how})"]
-    return [rlkit, f"the seed's protocol: {seed.summary()}"]
+    final, seed = evals[max(evals)], seed_protocol(evals, greedy)
+    ours = "not measured (this run's evals were greedy, one sample a maze)"
+    if final.protocol != "seed":
+        ours = final.summary()
+    how = "rlkit eval --protocol seed --policy <its export>"
+    theirs = seed.summary() if seed is not None else f"not measured for this run ({how})"
+    return [f"rlkit's protocol: {ours}", f"the seed's protocol: {theirs}"]
 
 
 def _protocols(evals: Mapping[int, EvalResult], greedy: EvalResult | None) -> dict:

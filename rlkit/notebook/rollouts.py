@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from itertools import groupby
 
 import ipywidgets as widgets
 
 from rlkit.errors import RlkitError
+from rlkit.notebook.groups import by_group
 from rlkit.notebook.player import PaneFrames, Replay, replay, replay_pane
 from rlkit.run.captures import CapturedEpisode, summarize
 from rlkit.run.reader import Run
@@ -28,12 +28,6 @@ def episode_pane(e: CapturedEpisode, *, display_px: int = 192) -> PaneFrames:
     """One episode as a pane of the kernel-free player, labelled with its reward and advantage."""
     label = f"sample {e.trajectory.sample}: reward {e.trajectory.reward:g}, adv {e.advantage:+.2f}"
     return replay_pane(e.trajectory, label, policy=f"step {e.step}", display_px=display_px)
-
-
-def by_group(episodes: Sequence[CapturedEpisode]) -> dict[int, list[CapturedEpisode]]:
-    """{group: its episodes by sample}, groups ascending."""
-    ordered = sorted(episodes, key=lambda e: (e.group, e.trajectory.sample))
-    return {g: list(eps) for g, eps in groupby(ordered, key=lambda e: e.group)}
 
 
 def step_html(

@@ -1,7 +1,7 @@
 """The maze browser (ipywidgets 8): size, seed, generator and start/exit controls over a
 generated maze, drawn as an image or as ASCII. Replays are `rlkit.notebook.player`'s.
 
-    maze_browser(size=6, seed=3)
+    MazeBrowser(size=6, seed=3)
 """
 
 from __future__ import annotations
@@ -95,8 +95,3 @@ class MazeBrowser(widgets.VBox):
         ascii_view = self.view.value == "ASCII"
         self.image.layout.display = "none" if ascii_view else None
         self.ascii.layout.display = None if ascii_view else "none"
-
-
-def maze_browser(size: int = 5, seed: int = 0, algorithm: str = "wilson") -> MazeBrowser:
-    """An interactive maze browser for notebook 01."""
-    return MazeBrowser(size, seed, algorithm)

@@ -73,11 +73,11 @@ def test_workbench_steps_without_a_model_need_no_torch(tmp_path):
     code = textwrap.dedent(f"""
         from rlkit.maze.sets import pinned_set
         from rlkit.notebook import baselines, plots, workbench
-        from rlkit.notebook.widgets import maze_browser, maze_view
+        from rlkit.notebook.widgets import MazeBrowser, maze_view
         assert workbench.kernel_report()["ray"] != "missing"
         png = plots.figure_png(plots.maze_gallery(pinned_set("test")[:4]))
         assert png.startswith(b"\\x89PNG")
-        maze_browser(size=5)
+        MazeBrowser(size=5)
         maze_view(5, seed=0)
         evals = baselines.baseline_evals({str(tmp_path)!r}, "local-tiny", samples=1, policies=("oracle",))
         print(evals["oracle"].solve_rate)
