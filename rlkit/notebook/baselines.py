@@ -31,10 +31,6 @@ INDEX = "index.json"
 """OUT/baselines/index.json: each cached baseline's file and the key it was evaluated under."""
 
 
-def _slug(name: str) -> str:
-    return name.replace(":", "_").replace("/", "_")
-
-
 def baseline_key(name: str, cfg: TrainConfig, *, samples: int, seed: int) -> dict[str, Any]:
     """The cache key of a baseline: the policy (for `base`, the model's shape, sampling and
     seed), the test set and env, samples per maze and the eval seed."""
@@ -51,8 +47,10 @@ def baseline_key(name: str, cfg: TrainConfig, *, samples: int, seed: int) -> dic
     return json.loads(json.dumps(key, default=str))
 
 
-def _key_hash(key: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+def _cache_file(name: str, key: dict[str, Any]) -> str:
+    """NAME-HASH.json: the policy's name as a file name, then a hash of its `baseline_key`."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{name.replace(':', '_').replace('/', '_')}-{digest}.json"
 
 
 def _index(root: Path) -> dict[str, dict[str, Any]]:
@@ -86,7 +84,7 @@ def baseline_evals(
         else:
             make = lambda n=name: scripted_policy(n)  # noqa: E731
         key = baseline_key(name, cfg, samples=samples, seed=seed)
-        file = f"{_slug(name)}-{_key_hash(key)}.json"
+        file = _cache_file(name, key)
         results[name], _ = evaluate_cached(
             root / file, make, samples=samples, task=cfg.task, seed=seed, label=name
         )

@@ -145,12 +145,11 @@ def training_curves(
         ax.set_ylabel(name, fontsize=9)
         ax.grid(alpha=0.3)
         legend_outside(ax)
-    fig.subplots_adjust(left=0.08, right=0.68)
+    fig.subplots_adjust(left=0.08, right=0.68, hspace=0.15)
     _mark_phases(axes, records)
     steps = [r["step"] for r in records if isinstance(r.get("step"), int)]
     detail = f"{len(records)} steps logged ({min(steps, default=0)}-{max(steps, default=0)})"
     figure_header(fig, "Training curves", run_id, detail)
-    fig.subplots_adjust(hspace=0.15)
     return fig
 
 

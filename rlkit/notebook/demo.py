@@ -40,8 +40,7 @@ def kernel_config() -> dict:
     return {"KernelManager": {"transport": "ipc", "ip": str(base)}}
 
 
-PROJECT_ROOT = project_root()
-NOTEBOOK_DIR = PROJECT_ROOT / "notebooks"
+NOTEBOOK_DIR = project_root() / "notebooks"
 
 
 def parameters(out_dir: str | Path, *, quick: bool, local_port: int) -> dict[str, Any]:
