@@ -38,8 +38,7 @@ class RunProgress:
 
     @property
     def eta_s(self) -> float | None:
-        """Seconds of GRPO left at the recent pace (early steps cost ~4x later ones, so the pace
-        since the start would overstate it); None before the first GRPO step."""
+        """Seconds of GRPO left at `pace_s` (docs/decisions.md); None before GRPO's first step."""
         if not self.grpo_total or self.grpo_step < 1 or self.pace_s is None:
             return None
         return max(0.0, (self.grpo_total - self.grpo_step) * self.pace_s)
