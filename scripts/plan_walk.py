@@ -71,7 +71,7 @@ def walk(preset: str, **kwargs) -> Walk:
     out = Walk()
     in_import = [0]
 
-    def profile(frame, event, arg):
+    def profile(frame, event, _arg):
         if event not in ("call", "return"):
             return
         code = frame.f_code

@@ -77,8 +77,13 @@ def _forwarded_env(names: list[str]) -> dict[str, str]:
 
 def _submit(args: argparse.Namespace) -> int:
     from rlkit.cluster.client import mask_env
-    from rlkit.cluster.launch import launch_plan, plan_line, plan_training, pod_summary
-    from rlkit.cluster.presets import preset_backend
+    from rlkit.cluster.launch import (
+        launch_plan,
+        plan_line,
+        plan_training,
+        pod_summary,
+        preset_backend,
+    )
     from rlkit.cluster.skyrl.preset_checks import storage_estimate
     from rlkit.settings import parse_sets
 
@@ -259,12 +264,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             p.add_argument("--follow", action="store_true", help="stream until the job ends")
         p.set_defaults(func=func)
 
-    from rlkit.cluster.presets import PRESETS as ALL_PRESETS
+    from rlkit.train.presets import PRESETS as LOCAL_PRESETS
 
     p = subparsers.add_parser(
         "submit", parents=[address], help="launch a GRPO run (a local or SkyRL preset) as a Ray job"
     )
-    p.add_argument("--preset", required=True, choices=list(ALL_PRESETS))
+    p.add_argument("--preset", required=True, choices=[*LOCAL_PRESETS, *PRESETS])
     p.add_argument("--run-name", help="run dir and job name (default: the preset name)")
     fields = []  # the flags that change the SkyRL preset field their dest names
 

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Protocol
 from rlkit.cluster.address import resolve_address
 from rlkit.cluster.client import Cluster, connect
 from rlkit.cluster.jobs import JobHandle, run_slug
-from rlkit.cluster.presets import preset_backend
 from rlkit.cluster.skyrl import presets as skyrl
 from rlkit.cluster.skyrl.cost import estimate_cost
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides, entrypoint_command
@@ -27,19 +26,36 @@ from rlkit.cluster.skyrl.preset_checks import (
     storage_estimate,
 )
 from rlkit.errors import RlkitError, UsageError
+from rlkit.recipe import local_set_args
 from rlkit.run import joblog
 from rlkit.settings import parse_sets
+from rlkit.train.presets import PRESETS as LOCAL_PRESETS
 from rlkit.train.presets import preset as load_preset
 
 if TYPE_CHECKING:
     from rlkit.model.budget_report import BudgetReport
+
+PRESETS: dict[str, str] = {
+    **{name: "local" for name in LOCAL_PRESETS},
+    **{name: "skyrl" for name in skyrl.PRESETS},
+}
+"""Every preset name -> the backend it trains on: `local` (`rlkit.train.presets`, a `TrainConfig`
+each) or `skyrl` (`rlkit.cluster.skyrl.presets`, a `SkyRLPreset` each)."""
+
+
+def preset_backend(name: str) -> str:
+    """`local` or `skyrl` (`PRESETS`); an unknown name is a one-line UsageError naming all."""
+    if name not in PRESETS:
+        raise UsageError(f"unknown preset {name!r}: use one of {', '.join(PRESETS)}")
+    return PRESETS[name]
 
 
 def training_entrypoint(
     preset: str, run_dir: str | Path, *, resume: str = "latest", overrides: Sequence[str] = ()
 ) -> str:
     """The shell command the job runs (validated here, before anything is submitted)."""
-    load_preset(preset)  # unknown presets fail now, not minutes later on the cluster
+    if preset not in LOCAL_PRESETS:
+        load_preset(preset)  # its one-line error now, not minutes later on the cluster
     parts = ["python", "-m", "rlkit.cli.main", "train", "--preset", preset]
     parts += ["--run-dir", str(run_dir), "--resume", resume]
     for key, value in parse_sets(overrides).items():
@@ -247,17 +263,20 @@ def plan_training(
     skyrl_changes: Mapping[str, object] | None = None,
     overrides: Sequence[str] = (),
     resume: str = "latest",
+    recipe: Mapping[str, object] | None = None,
 ) -> TrainingPlan:
     """Resolve a preset name into a plan: local presets train in OUT/RUN_NAME (`overrides`:
     `rlkit train --set` arguments, checked now), SkyRL presets in their runs_root (changed by
-    `skyrl_changes`, e.g. {"nodes": 2})."""
+    `skyrl_changes`, e.g. {"nodes": 2}); `recipe` switches (`rlkit.recipe`) change either. A
+    switch the backend cannot honour is refused here."""
     name = run_slug(run_name or preset)
+    recipe = dict(recipe or {})
     if preset_backend(preset) == "local":
+        overrides = [*overrides, *local_set_args(recipe)]  # each switch checked by name
         base = load_preset(preset)
         cfg = base.with_overrides(parse_sets(overrides))  # refused here, in one line
         run_dir = (Path(out_dir) / name).resolve()
         command = training_entrypoint(preset, run_dir, resume=resume, overrides=overrides)
-        recipe = cfg.recipe.changes(base.recipe)
         return TrainingPlan(
             preset,
             name,
@@ -265,16 +284,16 @@ def plan_training(
             command,
             address,
             overrides=tuple(overrides),
-            recipe=recipe,
+            recipe=cfg.recipe.changes(base.recipe),
             tuning=cfg.model.describe(),
         )
-    base = skyrl.get_preset(preset)
-    sky = skyrl.get_preset(preset, **(skyrl_changes or {}))
+    switches = {f"recipe.{k.removeprefix('recipe.')}": v for k, v in recipe.items()}
+    sky = skyrl.get_preset(preset, **{**(skyrl_changes or {}), **switches})
+    base = skyrl.PRESETS[preset]
     check_storage(sky)  # a run that would fill /fsx is refused before it starts
     budget = check_budget(sky)  # so is a turn budget that cannot fit its token limits
     paths = RunPaths.for_run(sky, name)
     command = entrypoint_command(sky, name, preset)
-    recipe = sky.recipe.changes(base.recipe)
     return TrainingPlan(
         preset,
         name,
@@ -283,7 +302,7 @@ def plan_training(
         address,
         sky,
         budget=budget,
-        recipe=recipe,
+        recipe=sky.recipe.changes(base.recipe),
         tuning=sky.model.describe(),
     )
 

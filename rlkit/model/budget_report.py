@@ -9,8 +9,8 @@ from typing import Any
 
 from rlkit.env.maze_env import EnvConfig, MazeEnv, env_for_set
 from rlkit.errors import UsageError
-from rlkit.maze import rules
-from rlkit.maze.render import render_array
+from rlkit.maze.core import Maze
+from rlkit.maze.render import RenderStyle
 from rlkit.maze.sets import TEST_SETS
 from rlkit.model.budgets import (
     BAD_ANSWER,
@@ -44,9 +44,19 @@ def set_episode(
     if isinstance(first[-1]["content"], list) and any(
         p.get("type") in ("image", "image_url") for p in first[-1]["content"]
     ):
-        image = render_array(rules.initial(maze), cfg.style).shape[:2]
+        image = picture_size(maze, cfg.style)
     sft = cfg.parser == "visgym-sft"
     return Episode(system, tuple(texts), image, stop=maze.game == "squares", tuples=sft)
+
+
+def picture_size(maze: Maze, style: RenderStyle) -> tuple[int, int]:
+    """(height, width) in px of `maze`'s picture in `style`, as `render_array` draws it."""
+    if maze.game == "squares":
+        return (maze.height + style.pad) * style.cell_px, (maze.width + style.pad) * style.cell_px
+    if style.view == "ego":  # an even window of cells around the agent
+        side = (2 * style.ego_radius + 2) * style.cell_px
+        return side, side
+    return maze.height * style.cell_px, maze.width * style.cell_px
 
 
 def _window(b: TurnBudget) -> str:

@@ -146,20 +146,10 @@ def plan_run(
     """Notebook 03's plan for `preset` with `recipe` switches (`rlkit.recipe`) changed and, for a
     SkyRL preset, `skyrl` preset fields; nothing is submitted. A switch the backend cannot
     honour is refused here."""
-    from rlkit.cluster import launch  # imports Ray: only when planning
-    from rlkit.cluster.presets import preset_backend
-    from rlkit.recipe import local_set_args
+    from rlkit.cluster.launch import plan_training  # imports Ray: only when planning
 
-    recipe = dict(recipe or {})
     where = {"address": address, "run_name": run_name}
-    if preset_backend(preset) == "local":
-        args = local_set_args(recipe) if recipe else []
-        return launch.plan_training(preset, out_dir, **where, overrides=args)
-    changes = {
-        **(skyrl or {}),
-        **{f"recipe.{k.removeprefix('recipe.')}": v for k, v in recipe.items()},
-    }
-    return launch.plan_training(preset, out_dir, **where, skyrl_changes=changes)
+    return plan_training(preset, out_dir, **where, skyrl_changes=skyrl, recipe=recipe)
 
 
 def run_config(run: Run | str | Path) -> TrainConfig:
