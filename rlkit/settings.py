@@ -31,17 +31,6 @@ RENAMED: dict[str, str] = {
 """Old keys -> their recipe switch: setting one is a one-line error naming the new one."""
 
 
-def check_renamed(key: str) -> None:
-    """A one-line UsageError when the recipe vocabulary renamed `key` (`RENAMED`)."""
-    if key in RENAMED:
-        new = RENAMED[key]
-        raise UsageError(
-            f"setting {key!r} is now {new!r} (rlkit.recipe.Recipe, SkyRL's names, which both "
-            f"backends share): by plain name it is now the recipe switch "
-            f"{new.removeprefix('recipe.')!r}"
-        )
-
-
 def parse_sets(items: Iterable[str], what: str = "--set") -> dict[str, str]:
     """`KEY=VALUE` items (`--set`, a notebook's settings, SkyRL's overrides) -> {key: text}, the
     last of a repeated key winning; an item without `=` (or a Hydra `+key`) is a one-line
@@ -109,13 +98,16 @@ def apply_settings[C](config: C, changes: Mapping[str, Any]) -> C:
         current = getattr(parent, name)
         if is_dataclass(current):
             if not isinstance(value, type(current)):
+                names = [f"{'.'.join(path)}.{f.name}, ..." for f in fields(current)]
                 raise UsageError(
                     f"config key {key!r} is a section: set one of its fields "
-                    f"({_example(current, '.'.join(path))})"
+                    f"({names[0] if names else '.'.join(path)})"
                 )
             node.setdefault(name, _Node())[_BASE] = value
         else:
-            node[name] = _coerce_field(parent, name, value, key)
+            annotation = next(f.type for f in fields(parent) if f.name == name)
+            kind, nullable = annotation_kind(annotation)
+            node[name] = coerce_text(value, key, kind, nullable=nullable)
     return _rebuild(config, tree) if tree else config
 
 
@@ -153,7 +145,13 @@ def resolve_key(config: Any, key: str) -> str:
     first, else a bare name matching one field's name (or its section's and its own joined with
     `_`). A key the recipe renamed, an unknown key (with a did-you-mean) and an ambiguous bare
     name are one-line UsageErrors."""
-    check_renamed(key)
+    if key in RENAMED:
+        new = RENAMED[key]
+        raise UsageError(
+            f"setting {key!r} is now {new!r} (rlkit.recipe.Recipe, SkyRL's names, which both "
+            f"backends share): by plain name it is now the recipe switch "
+            f"{new.removeprefix('recipe.')!r}"
+        )
     noun = getattr(type(config), "KEY_NOUN", "config key")
     head = key.split(".", 1)[0]
     if "." in key or head in {f.name for f in fields(config)}:
@@ -219,17 +217,6 @@ def _paths(obj: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
         if is_dataclass(value):
             out += _paths(value, (*prefix, f.name))
     return out
-
-
-def _example(section: Any, prefix: str) -> str:
-    names = [f.name for f in fields(section)]
-    return f"{prefix}.{names[0]}, ..." if names else prefix
-
-
-def _coerce_field(section: Any, name: str, value: Any, key: str) -> Any:
-    annotation = next(f.type for f in fields(section) if f.name == name)
-    kind, nullable = annotation_kind(annotation)
-    return coerce_text(value, key, kind, nullable=nullable)
 
 
 def _rebuild(obj: Any, node: _Node) -> Any:

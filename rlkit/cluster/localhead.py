@@ -159,19 +159,16 @@ def _start_lock(port: int, timeout_s: float) -> Iterator[None]:
     under way and reuses its head (filelock's flock, released however its holder exits)."""
     path = _state_file(port).with_suffix(".lock")
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(path)
     try:
-        lock.acquire(timeout=timeout_s, poll_interval=0.2)
+        lock = FileLock(path).acquire(timeout=timeout_s, poll_interval=0.2)
     except Timeout:
         raise RlkitError(
             f"another process has been starting the local Ray head on 127.0.0.1:{port} "
             f"for over {timeout_s:.0f} s; see {_state_file(port).with_suffix('.log')} "
             "or pass connect(local_port=...) a free port"
         ) from None
-    try:
+    with lock:
         yield
-    finally:
-        lock.release()
 
 
 def start_local_head(

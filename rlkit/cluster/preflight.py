@@ -225,16 +225,10 @@ def model_check(model: str, models_root: str = MODELS_ROOT) -> Check:
 
 def config_json(model: str) -> Path | None:
     """The model's config.json on this node (at its path, or in the HF cache), else None."""
-    if model.startswith("/"):
-        path = Path(model) / "config.json"
-        return path if path.is_file() else None
-    try:
-        from huggingface_hub import try_to_load_from_cache
+    from rlkit.cluster.skyrl.preset_checks import model_files
 
-        cached = try_to_load_from_cache(model, "config.json")
-    except Exception:  # noqa: BLE001 - no hub client: not cached
-        return None
-    return Path(cached) if isinstance(cached, str) else None
+    found = model_files(model)
+    return found / "config.json" if found else None
 
 
 def tied_embeddings(config: dict) -> Check:

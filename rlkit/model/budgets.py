@@ -62,9 +62,7 @@ class ImageProcessor:
         )
 
 
-QWEN3VL = ImageProcessor(**{k: QWEN3VL_IMAGE[k] for k in ("patch", "merge")},
-                         min_pixels=QWEN3VL_IMAGE["min_pixels"],
-                         max_pixels=QWEN3VL_IMAGE["max_pixels"])  # fmt: skip
+QWEN3VL = ImageProcessor(**QWEN3VL_IMAGE)
 TINY = ImageProcessor(patch=8, merge=2, min_pixels=16 * 16, max_pixels=1024 * 1024)
 """rlkit's tiny model (`rlkit.model.config.TinyConfig`, `rlkit.model.build`): patch 8, merge 2."""
 
