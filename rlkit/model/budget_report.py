@@ -173,17 +173,13 @@ def budget_report(
         or derived_answer_length(tokens, ep.stop, ep.tuples),
         window=history,
     )
+    report = BudgetReport(model, None, assumed, set_name, processor, ep.image, budget)
     if model_dir is None:
-        report = BudgetReport(model, None, assumed, set_name, processor, ep.image, budget)
         return replace(report, where=where) if where else report
-    return BudgetReport(
-        model,
-        str(model_dir),
-        None,
-        set_name,
-        processor,
-        ep.image,
-        budget,
+    return replace(
+        report,
+        model_dir=str(model_dir),
+        assumed=None,
         template=template_source(model_dir),
         stops=stop_ids(model_dir),
         overridden=tuple(sampling_defaults(model_dir).items()),

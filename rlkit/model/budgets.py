@@ -126,10 +126,6 @@ class Tokens:
 
             self._tok = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
 
-    @property
-    def exact(self) -> bool:
-        return self._tok is not None
-
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Ids as a transformers tokenizer returns them (what `answer_length` calls)."""
         if self._tok is None:
