@@ -265,22 +265,16 @@ def coerce_switches(recipe: Recipe, changes: Mapping[str, Any]) -> dict[str, Any
 
 
 def _local_refusals(r: Recipe) -> list[str]:
-    out = []
-    if r.advantage_estimator not in LOCAL_ADVANTAGE_ESTIMATORS:
-        out.append(
-            f"recipe.advantage_estimator={r.advantage_estimator}: the local trainer has "
-            f"{', '.join(LOCAL_ADVANTAGE_ESTIMATORS)} only (SkyRL runs it)"
+    out = [
+        f"recipe.{name}={getattr(r, name)}: the local trainer has {', '.join(allowed)} only "
+        "(SkyRL runs it)"
+        for name, allowed in (
+            ("advantage_estimator", LOCAL_ADVANTAGE_ESTIMATORS),
+            ("policy_loss_type", LOCAL_POLICY_LOSSES),
+            ("loss_reduction", LOCAL_REDUCTIONS),
         )
-    if r.policy_loss_type not in LOCAL_POLICY_LOSSES:
-        out.append(
-            f"recipe.policy_loss_type={r.policy_loss_type}: the local trainer has "
-            f"{', '.join(LOCAL_POLICY_LOSSES)} (SkyRL runs it)"
-        )
-    if r.loss_reduction not in LOCAL_REDUCTIONS:
-        out.append(
-            f"recipe.loss_reduction={r.loss_reduction}: the local trainer has "
-            f"{', '.join(LOCAL_REDUCTIONS)} (SkyRL runs it)"
-        )
+        if getattr(r, name) not in allowed
+    ]
     if r.kl_loss_coef > 0 and r.kl_placement == "reward":
         out.append(
             "recipe.kl_placement=reward: the local trainer puts KL in the loss only "
