@@ -59,10 +59,12 @@ def _binom_cdf(k: int, n: int, p: float) -> float:
     return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
 
 
-def _solve_p(f: Callable[[float], float], target: float, rising: bool) -> float:
-    """The p in [0, 1] where the monotone f(p) crosses `target` (bisection to ~1e-18)."""
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
+def _solve(
+    f: Callable[[float], float], target: float, rising: bool, hi: float = 1.0, steps: int = 60
+) -> float:
+    """The x in [0, hi] where the monotone f(x) crosses `target` (bisection, `steps` halvings)."""
+    lo = 0.0
+    for _ in range(steps):
         mid = (lo + hi) / 2
         if (f(mid) < target) == rising:
             lo = mid
@@ -82,9 +84,9 @@ def clopper_pearson(successes: int, n: int, level: float = 0.95) -> tuple[float,
     # p at which seeing <= successes has probability a
     lo, hi = 0.0, 1.0
     if successes > 0:
-        lo = _solve_p(lambda p: 1 - _binom_cdf(successes - 1, n, p), a, rising=True)
+        lo = _solve(lambda p: 1 - _binom_cdf(successes - 1, n, p), a, rising=True)
     if successes < n:
-        hi = _solve_p(lambda p: _binom_cdf(successes, n, p), a, rising=False)
+        hi = _solve(lambda p: _binom_cdf(successes, n, p), a, rising=False)
     return (lo, hi)
 
 
@@ -161,11 +163,7 @@ def t_quantile(df: int, level: float = 0.95) -> float:
             total += term
         return s * total
 
-    lo, hi = 0.0, 1e3
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if central(mid) < level else (lo, mid)
-    return (lo + hi) / 2
+    return _solve(central, level, rising=True, hi=1e3, steps=200)
 
 
 def sign_flip_p_value(diffs: Sequence[int]) -> float:

@@ -12,7 +12,7 @@ from rlkit.episodes.evaluate import EvalResult
 from rlkit.errors import UsageError
 from rlkit.notebook import workbench
 from rlkit.notebook.progress import read_progress
-from rlkit.run.reader import open_run
+from rlkit.run import open_run
 from rlkit.train.presets import preset
 from rlkit.train.trainer import train
 

@@ -20,7 +20,7 @@ from rlkit.model.config import VISION_PARTS, Tuning
 from rlkit.model.load import is_adapter_dir, load
 from rlkit.model.lora import trainable, tune
 from rlkit.notebook.workbench import checkpoint_evals
-from rlkit.run.reader import open_run
+from rlkit.run import open_run
 from rlkit.train.presets import preset
 from rlkit.train.trainer import Trainer, train
 from rlkit.train.update_check import UpdateCheck, check_update

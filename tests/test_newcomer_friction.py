@@ -12,7 +12,7 @@ from rlkit.cli import evaluate as eval_cli
 from rlkit.cli import main as cli
 from rlkit.episodes.policies import scripted_policy
 from rlkit.notebook import compare, paths
-from rlkit.run.reader import RunNotFound
+from rlkit.run import RunNotFound
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -22,7 +22,7 @@ from rlkit.maze.core import STOP, shortest_path
 from rlkit.maze.parsing import format_action
 from rlkit.maze.sets import pinned_set, pinned_spec
 from rlkit.notebook import report
-from rlkit.run.reader import open_run
+from rlkit.run import open_run
 from rlkit.run.skyrl_dumps import eval_greedy, read_eval_dumps
 
 SEED_HEADLINE = "28/64 = 43.75% [31.4%, 56.7%]"

@@ -89,7 +89,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from rlkit.episodes.evaluate import check_protocol, evaluate
 
     if args.dumps:
-        from rlkit.run.reader import run_eval
+        from rlkit.run import run_eval
 
         result = run_eval(args.dumps, args.step, args.protocol)
         print(json.dumps(result.to_dict()) if args.json else result.summary())

@@ -144,7 +144,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_plot(args: argparse.Namespace) -> int:
     from rlkit.notebook.curves import stability_curves, training_curves
     from rlkit.notebook.plots import figure_png, solve_rate_curve
-    from rlkit.run.reader import open_run
+    from rlkit.run import open_run
 
     run = open_run(args.run_dir)  # a local run, a SkyRL run dir or its export dir
     evals = run.evals()

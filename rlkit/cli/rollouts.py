@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _open(args: argparse.Namespace, captured: int):
-    from rlkit.run.reader import is_run, open_run
+    from rlkit.run import is_run, open_run
 
     path = args.run
     if args.address is not None:  # notes go to stderr, so --json stays one object

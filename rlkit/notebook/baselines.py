@@ -21,7 +21,7 @@ from rlkit.fsio import atomic_write_text
 from rlkit.maze.sets import pinned_set_hash
 from rlkit.notebook.report import BASE
 from rlkit.notebook.workbench import base_model, evaluate_cached, model_policy, run_config
-from rlkit.run.reader import Run, open_run
+from rlkit.run import Run, open_run
 from rlkit.train.config import TrainConfig
 from rlkit.train.presets import preset as train_preset
 

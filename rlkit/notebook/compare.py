@@ -20,7 +20,7 @@ from rlkit.errors import UsageError
 from rlkit.maze.sets import pinned_spec
 from rlkit.notebook.paths import home, home_path, relative_rule
 from rlkit.notebook.plots import PlotFigure, band_curve, by_difficulty, ci_methods, figure_header
-from rlkit.run.reader import Run, RunNotFound, is_run, open_run
+from rlkit.run import Run, RunNotFound, is_run, open_run
 from rlkit.stats import PairedByMaze, clustered_wilson, paired_by_maze
 
 ALPHA = 0.05

@@ -30,7 +30,7 @@ from rlkit.notebook.plots import (
     legend_outside,
     load_metrics,
 )
-from rlkit.run.reader import Run
+from rlkit.run import Run
 from rlkit.run.stability import (
     CONVERGED_SOLVE,
     ENTROPY_COLLAPSE_FRACTION,

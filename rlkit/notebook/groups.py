@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from rlkit.errors import RlkitError, UsageError
+from rlkit.run import Run
 from rlkit.run.captures import CapturedEpisode
-from rlkit.run.reader import Run
 
 EPS = 1e-6
 """Added to the group's std before dividing, as both backends do."""

@@ -20,7 +20,7 @@ from rlkit.notebook.curves import live_curves
 from rlkit.notebook.plots import figure_png, png_width
 from rlkit.notebook.progress import read_progress
 from rlkit.notebook.rollouts import RolloutsView
-from rlkit.run.reader import Run, open_run, run_or_none
+from rlkit.run import Run, open_run, run_or_none
 from rlkit.run.stability import warning_line
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})

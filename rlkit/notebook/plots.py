@@ -20,7 +20,7 @@ from rlkit.episodes.failures import KINDS
 from rlkit.errors import UsageError
 from rlkit.maze.core import Maze, difficulty
 from rlkit.maze.render import RenderStyle, render_maze
-from rlkit.run.reader import run_or_none
+from rlkit.run import run_or_none
 
 Evals = Sequence[EvalResult] | Mapping[int, EvalResult]
 GALLERY_STYLE = RenderStyle(view="full", cell_px=16)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.errors import RlkitError
-from rlkit.run.reader import Run, run_or_none
+from rlkit.run import Run, run_or_none
 
 PACE_WINDOW = 10
 """GRPO steps the ETA's pace is measured over."""

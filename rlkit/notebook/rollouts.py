@@ -12,8 +12,8 @@ import ipywidgets as widgets
 from rlkit.errors import RlkitError
 from rlkit.notebook.groups import by_group
 from rlkit.notebook.player import PaneFrames, Replay, replay, replay_pane
+from rlkit.run import Run
 from rlkit.run.captures import CapturedEpisode, summarize
-from rlkit.run.reader import Run
 
 
 def episode_label(e: CapturedEpisode) -> str:

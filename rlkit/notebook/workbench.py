@@ -27,7 +27,8 @@ from rlkit.notebook.paths import home_path
 from rlkit.notebook.player import disagreement
 from rlkit.notebook.plots import figure_png
 from rlkit.notebook.report import grpo_paired_test
-from rlkit.run.reader import LocalRun, Run, open_run, run_or_none
+from rlkit.run import Run, open_run, run_or_none
+from rlkit.run.backends import LocalRun
 from rlkit.train.config import TaskConfig, TrainConfig
 from rlkit.train.presets import preset as train_preset
 from rlkit.train.run_config import config_from_dict

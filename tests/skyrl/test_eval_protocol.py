@@ -32,7 +32,7 @@ from rlkit.maze.core import Action, Maze, shortest_path
 from rlkit.maze.parsing import format_action
 from rlkit.notebook import report, workbench
 from rlkit.notebook.progress import read_progress
-from rlkit.run.reader import open_run
+from rlkit.run import open_run
 from rlkit.run.rundir import RunDir
 from rlkit.run.skyrl_dumps import read_eval_dump
 

@@ -22,7 +22,7 @@ from rlkit.env.data import read_rows
 from rlkit.errors import UsageError
 from rlkit.notebook import compare, plots, workbench
 from rlkit.notebook.progress import read_progress
-from rlkit.run.reader import open_run
+from rlkit.run import open_run
 from rlkit.run.rundir import RunDir
 
 CELLS, SAMPLED = "qwen3vl-8b", {"eval_protocol": "sampled"}

@@ -16,7 +16,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from rlkit.model import checkpoint_files
-from rlkit.run.reader import open_run
+from rlkit.run import open_run
 from rlkit.run.skyrl_dumps import read_eval_dumps
 
 pytestmark = pytest.mark.timeout(900)

@@ -44,8 +44,8 @@ from rlkit.errors import UsageError
 from rlkit.maze.core import Action, Maze
 from rlkit.maze.parsing import parse_actions
 from rlkit.model.action_tag import move_choices, probe_point
+from rlkit.run import open_run
 from rlkit.run.captures import capture_steps, pick_groups, read_step, step_path
-from rlkit.run.reader import open_run
 from rlkit.run.rundir import RunDir
 from rlkit.settings import CaptureConfig
 
