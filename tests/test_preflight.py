@@ -24,7 +24,7 @@ from rlkit.cluster.preflight import (
 )
 from rlkit.cluster.preflight import config_json as _config_json
 from rlkit.errors import RlkitError
-from rlkit.run.joblog import read_answer
+from rlkit.run.remote import read_answer
 
 
 @pytest.fixture(scope="module")

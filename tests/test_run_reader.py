@@ -13,8 +13,7 @@ from rlkit.notebook import workbench
 from rlkit.run import RunNotFound, open_run
 from rlkit.run.backends import LocalRun, SummaryRun
 from rlkit.run.captures import CapturedEpisode, pick_episodes, step_path, write_step
-from rlkit.run.joblog import read_answer
-from rlkit.run.remote import TAG, main
+from rlkit.run.remote import TAG, main, read_answer
 from rlkit.run.rundir import RunDir
 
 STABILITY = {"loss/entropy": 1.2, "loss/clip_fraction": 0.05, "loss/grad_norm": 0.8}

@@ -8,7 +8,7 @@ import os
 import sys
 
 from rlkit.errors import UsageError
-from rlkit.run.joblog import follow
+from rlkit.run.remote import follow
 
 
 def cli_connect(args: argparse.Namespace, *, start_local: bool = False):
@@ -25,46 +25,33 @@ def cli_connect(args: argparse.Namespace, *, start_local: bool = False):
 def _jobs_list(args: argparse.Namespace) -> int:
     cluster = cli_connect(args)
     records = cluster.jobs()
+    from rlkit.cluster.jobs import format_jobs, records_for_run
+
     if args.run:
-        from rlkit.cluster.jobs import records_for_run
-
         records = records_for_run(args.run, records)
-    from rlkit.cluster.jobs import format_jobs
-
     print(format_jobs(records, cluster.address))
     return 0
 
 
-def _handle(args: argparse.Namespace):
+def _job(args: argparse.Namespace) -> int:
+    """`rlkit jobs status|logs|stop JOB`: a submission id, or a run name for its newest job."""
     cluster = cli_connect(args)
-    if args.job.startswith("rlkit-") or args.job.startswith("raysubmit_"):
-        return cluster.job(args.job)
-    return cluster.reattach(args.job)  # a run name: its newest job
-
-
-def _jobs_status(args: argparse.Namespace) -> int:
-    job = _handle(args)
-    print(f"{job.submission_id} {job.status().value}")
-    return 0
-
-
-def _jobs_logs(args: argparse.Namespace) -> int:
-    job = _handle(args)
-    if not args.follow:
+    if args.job.startswith(("rlkit-", "raysubmit_")):
+        job = cluster.job(args.job)
+    else:
+        job = cluster.reattach(args.job)
+    if args.jobs_command == "status":
+        print(f"{job.submission_id} {job.status().value}")
+    elif args.jobs_command == "stop":
+        stopped = job.stop()
+        print(f"{job.submission_id}: {'stop requested' if stopped else 'had already ended'}")
+    elif not args.follow:
         print(job.logs(), end="")
-        return 0
-
-    try:
-        follow(job, lambda chunk: print(chunk, end="", flush=True))
-    except KeyboardInterrupt:
-        print(f"\nstopped following; the job runs on (rlkit jobs stop {job.submission_id})")
-    return 0
-
-
-def _jobs_stop(args: argparse.Namespace) -> int:
-    job = _handle(args)
-    stopped = job.stop()
-    print(f"{job.submission_id}: {'stop requested' if stopped else 'had already ended'}")
+    else:
+        try:
+            follow(job, lambda chunk: print(chunk, end="", flush=True))
+        except KeyboardInterrupt:
+            print(f"\nstopped following; the job runs on (rlkit jobs stop {job.submission_id})")
     return 0
 
 
@@ -253,16 +240,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="stop (and resubmit) a job with no new step line (no output before its first) this long",
     )
     p.set_defaults(func=_jobs_watch)
-    for name, func, help_ in (
-        ("status", _jobs_status, "a job's status"),
-        ("logs", _jobs_logs, "a job's output"),
-        ("stop", _jobs_stop, "stop a job"),
+    for name, help_ in (
+        ("status", "a job's status"),
+        ("logs", "a job's output"),
+        ("stop", "stop a job"),
     ):
         p = sub.add_parser(name, parents=[address], help=help_)
         p.add_argument("job", help="submission id (rlkit-RUN-N) or run name (its newest job)")
         if name == "logs":
             p.add_argument("--follow", action="store_true", help="stream until the job ends")
-        p.set_defaults(func=func)
+        p.set_defaults(func=_job)
 
     from rlkit.train.presets import PRESETS as LOCAL_PRESETS
 

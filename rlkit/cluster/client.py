@@ -26,7 +26,7 @@ from rlkit.cluster.localhead import (
 )
 from rlkit.cluster.workdir import project_root, quiet_packaging, working_dir_runtime_env
 from rlkit.errors import RlkitError
-from rlkit.run.joblog import answer
+from rlkit.run.remote import answer
 
 __all__ = ["Cluster", "ClusterSummary", "connect"]
 

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rlkit.run.joblog import log_tail
+from rlkit.run.remote import log_tail
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from rlkit.cluster.skyrl.preset_checks import (
 )
 from rlkit.errors import RlkitError, UsageError
 from rlkit.recipe import local_set_args
-from rlkit.run import joblog
+from rlkit.run import remote
 from rlkit.settings import parse_sets
 from rlkit.train.presets import PRESETS as LOCAL_PRESETS
 from rlkit.train.presets import preset as load_preset
@@ -119,7 +119,7 @@ def submit_eval(
         metadata={"policy": policy, "out": out, "kind": "eval", "engine": engine},
     )
     if follow:
-        joblog.follow(handle, _print)
+        remote.follow(handle, _print)
     return handle
 
 
@@ -337,7 +337,7 @@ def launch_plan(
         num_cpus=plan.driver_cpus,
     )
     if follow:
-        joblog.follow(handle, _print)
+        remote.follow(handle, _print)
     return handle
 
 
@@ -349,5 +349,5 @@ def finish(job: JobHandle, monitor: Refreshable | None, timeout_s: float) -> str
         monitor.stop_polling()
         monitor.refresh()
     if status != "SUCCEEDED":
-        raise RlkitError(f"job {job.submission_id} ended {status}: {joblog.log_tail(job.logs())}")
+        raise RlkitError(f"job {job.submission_id} ended {status}: {remote.log_tail(job.logs())}")
     return status

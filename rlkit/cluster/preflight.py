@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from rlkit.cluster.gpu_checks import Check, alive_resources, gpu_exercise, gpus_by_node
 from rlkit.cluster.stage import MODELS_ROOT, staged_path, staged_record
-from rlkit.run.joblog import answer, log_tail
+from rlkit.run.remote import answer, log_tail
 
 if TYPE_CHECKING:
     from rlkit.cluster.client import Cluster

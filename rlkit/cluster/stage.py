@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlkit.errors import RlkitError, UsageError
-from rlkit.run.joblog import answer, follow
+from rlkit.run.remote import answer, follow
 
 if TYPE_CHECKING:
     from rlkit.cluster.client import Cluster

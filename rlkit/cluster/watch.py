@@ -12,7 +12,7 @@ from ray.job_submission import JobStatus
 from rlkit.cluster.hang import STEP_PREFIX
 from rlkit.cluster.jobs import TERMINAL, JobHandle
 from rlkit.errors import RlkitError
-from rlkit.run.joblog import log_tail
+from rlkit.run.remote import log_tail
 
 if TYPE_CHECKING:
     from rlkit.cluster.client import Cluster

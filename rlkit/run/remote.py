@@ -1,26 +1,71 @@
-"""A run read where its files are, for a kernel that cannot see them: `read_run` submits this module
-as a small Ray job whose one tagged JSON line comes back as a `SummaryRun`."""
+"""Ray jobs that answer: a job's log's last lines, the JSON answer a job-as-function prints on a
+tagged line (`answer`), its output followed live (`job`: any `JobHandle`-like handle); and a run
+read where its files are, for a kernel that cannot see them: `read_run` submits this module as a
+small Ray job whose one tagged JSON line comes back as a `SummaryRun`."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rlkit.errors import RlkitError, UsageError
 from rlkit.run.backends import SummaryRun, open_here
-from rlkit.run.joblog import answer
+
+
+def log_tail(logs: str, n: int = 3) -> str:
+    """The last `n` lines of a job's log on one line ("no output" when it printed nothing)."""
+    return "; ".join(logs.strip().splitlines()[-n:]) or "no output"
+
+
+def read_answer(logs: str, tag: str, what: str) -> Any:
+    """The JSON after `tag` on the log's last line starting with it; RlkitError `what: <the log's
+    last lines>` when there is none."""
+    lines = [ln for ln in logs.splitlines() if ln.startswith(tag)]
+    if not lines:
+        raise RlkitError(f"{what}: {log_tail(logs)}")
+    try:
+        return json.loads(lines[-1][len(tag) :])
+    except ValueError as e:
+        raise RlkitError(f"{what}: its answer is not JSON ({e})") from e
+
+
+def answer(
+    job: Any, tag: str, what: str, *, timeout_s: float, poll_s: float = 1.0, failed_ok: bool = False
+) -> Any:
+    """Wait for `job` to end and return its tagged answer (`read_answer`); a job that did not
+    succeed is an RlkitError naming its last lines, unless `failed_ok` (its answer says why)."""
+    status = job.wait(timeout_s, poll_s=poll_s)
+    status = str(getattr(status, "value", status))
+    logs = job.logs()
+    ended = f"{what}: job {job.submission_id} ended {status}"
+    if status != "SUCCEEDED" and not failed_ok:
+        raise RlkitError(f"{ended}: {log_tail(logs)}")
+    return read_answer(logs, tag, ended if status != "SUCCEEDED" else what)
+
+
+def follow(job: Any, write: Callable[[str], object], *, hide: str | None = None) -> None:
+    """Pass the job's output to `write` as it comes, until the job ends; with `hide`, line by
+    line, leaving out the lines that start with it (a tagged answer)."""
+
+    async def loop() -> None:
+        async for chunk in job.tail():
+            if hide is None:
+                write(chunk)
+                continue
+            for line in chunk.splitlines():
+                if not line.startswith(hide):
+                    write(line)
+
+    asyncio.run(loop())
+
 
 TAG = "rlkit-run-summary "
-
-
-def summary_line(path: str, captured: int = 1) -> str:
-    return TAG + json.dumps(open_here(path).summary(captured), allow_nan=False)
-
-
 READ_TIMEOUT_S = 180.0
 
 
@@ -48,7 +93,8 @@ def main(argv: list[str]) -> int:
     if args.captured < 0:
         parser.error(f"--captured ({args.captured}) must be >= 0")
     try:
-        print(summary_line(args.run_dir, args.captured), flush=True)
+        summary = open_here(args.run_dir).summary(args.captured)
+        print(TAG + json.dumps(summary, allow_nan=False), flush=True)
     except RlkitError as e:
         print(f"rlkit: {e}", file=sys.stderr, flush=True)
         return 1
