@@ -2,7 +2,7 @@
 
     python scripts/check_layers.py [ROOT]      # ROOT defaults to this checkout's rlkit/
 
-Rules (the map is in rlkit/__init__.py):
+Rules (the map: rlkit/__init__.py and docs/layout.md):
 - a package imports only from packages below it, its own package, and the base modules
   (errors, fsio, stats, settings, recipe), which import nothing of rlkit but each other;
 - torch, torchvision and transformers only in model/ and train/ (peft only in model/); torch

@@ -57,9 +57,8 @@ def load_policy(
 
 
 def checkpoint_of(path: str | Path) -> tuple[str, int] | None:
-    """(run name, step) when `path` is a run checkpoint's model (RUN/global_step_N/policy
-    locally, RUN/exports/global_step_N/policy SkyRL's, or the global_step_N dir itself), else
-    None."""
+    """(run name, step) of a run checkpoint's model (RUN/global_step_N/policy, SkyRL's
+    RUN/exports/global_step_N/policy, or the global_step_N dir itself); else None."""
     from rlkit.run.checkpoints import STEP_DIR
 
     p = Path(path).resolve()

@@ -176,8 +176,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from rlkit.cli import cluster, rollouts
     from rlkit.maze.families import set_names  # the registry: every --set name, every algorithm
     from rlkit.maze.generation import ALGORITHMS
+    from rlkit.train.presets import PRESETS as LOCAL_PRESETS
 
     sets = ", ".join(set_names())
     p = argparse.ArgumentParser(prog="rlkit", description=__doc__.split("\n")[0])
@@ -213,9 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
         "stage: download a model once to /fsx as a Ray job (rlkit/cluster/stage.py)",
     )
     mo.add_argument("--out", help="tiny, qwen-fixture: the directory to write")
-    from rlkit.cli.cluster import add_stage_arguments, repeated
-
-    add_stage_arguments(mo)
+    cluster.add_stage_arguments(mo)
     mo.add_argument("--seed", type=int, default=0)
     mo.add_argument(
         "--warm-start",
@@ -232,8 +232,6 @@ def build_parser() -> argparse.ArgumentParser:
     mo.set_defaults(func=_cmd_model)
 
     t = sub.add_parser("train", help="GRPO training on the local backend (or as a Ray job)")
-    from rlkit.train.presets import PRESETS as LOCAL_PRESETS
-
     t.add_argument("--preset", required=True, help=" | ".join(LOCAL_PRESETS))
     t.add_argument(
         "--run-dir",
@@ -242,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
         "project root or $RLKIT_HOME: it prints the absolute path to give one when they differ)",
     )
     t.add_argument("--resume", default="latest", choices=["latest", "none"])
-    repeated(
+    cluster.repeated(
         t, "--set", "KEY=VALUE", "override a config field, e.g. --set grpo.lr=1e-4 (repeatable)"
     )
     t.add_argument(
@@ -262,8 +260,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write the stability panels (entropy, clip fraction, ...) to this PNG",
     )
     pl.set_defaults(func=_cmd_plot)
-
-    from rlkit.cli import cluster, rollouts
 
     rollouts.register(sub)
     cluster.register(sub)

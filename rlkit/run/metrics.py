@@ -96,7 +96,7 @@ class ScalarWriter(Protocol):
     def close(self) -> object: ...
 
 
-class RunLogger:
+class RunLogger(contextlib.AbstractContextManager):
     """Writes each step's metrics to RUN/metrics.jsonl, `scalars` and Ray gauges (`ray_gauges`
     None: when `ray_connected`; False: never)."""
 
@@ -162,9 +162,6 @@ class RunLogger:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-
-    def __enter__(self) -> RunLogger:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
