@@ -242,14 +242,12 @@ class SkyRLRunReader(Run):
         return self.where.run_dir
 
     def evals(self) -> dict[int, EvalResult]:
-        if not (self.where.export_dir / "dumped_evals").is_dir():
-            return {}  # nothing evaluated yet
-        by_set = self.evals_by_set()
+        by_set = self.evals_by_set()  # {} while nothing is evaluated
         return next(iter(by_set.values())) if by_set else {}
 
     def evals_by_set(self) -> dict[str, dict[int, EvalResult]]:
         if not (self.where.export_dir / "dumped_evals").is_dir():
-            return {}
+            return {}  # nothing evaluated yet
         greedy = eval_greedy(self.config())  # SkyRL's default greedy eval: the seed's protocol
         by_set = read_eval_dumps_by_set(self.where.export_dir, policy=self.name, greedy=greedy)
         first = ((self.config().get("entry") or {}).get("task") or {}).get("eval_set")
