@@ -254,8 +254,7 @@ def add_eval_parser(sub: argparse._SubParsersAction, sets: str) -> None:
     e.add_argument("--out", help="write the JSON and trajectories JSONL here")
     e.add_argument("--device", default="cpu", help="torch device for a model policy (cuda on GPUs)")
     e.add_argument(
-        "--address",
-        help="run the evaluation as a GPU Ray job on this cluster (SkyRL exports)",
+        "--address", help="run the evaluation as a GPU Ray job on this cluster (SkyRL exports)"
     )
     e.add_argument("--gpus", type=float, default=1, help="with --address: GPUs for the job")
     e.add_argument(

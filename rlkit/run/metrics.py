@@ -101,11 +101,7 @@ class RunLogger(contextlib.AbstractContextManager):
     None: when `ray_connected`; False: never)."""
 
     def __init__(
-        self,
-        run: RunDir,
-        *,
-        scalars: ScalarWriter | None = None,
-        ray_gauges: bool | None = None,
+        self, run: RunDir, *, scalars: ScalarWriter | None = None, ray_gauges: bool | None = None
     ):
         self.run = run
         self._pending: dict[str, float] = {}
