@@ -28,8 +28,10 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from rlkit.notebook.demo import PROJECT_ROOT, execute
+from rlkit.cluster.workdir import project_root
+from rlkit.notebook.demo import execute
 
+PROJECT_ROOT = project_root()
 HEAVY = re.compile(
     r"^(torch|torchvision|torchaudio|triton|transformers|vllm.*|nvidia-.*|flash-attn)$"
 )
