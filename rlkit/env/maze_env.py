@@ -5,7 +5,7 @@ docs/skyrl-integration.md#the-rows-and-the-env-envdatapy-envmaze_envpy."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -15,7 +15,7 @@ from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 from rlkit.env import visgym_text
 from rlkit.errors import UsageError
 from rlkit.maze import rules
-from rlkit.maze.core import Maze
+from rlkit.maze.core import Maze, Move
 from rlkit.maze.families import SETS
 from rlkit.maze.families import VISGYM_STYLE as VISGYM_STYLE  # re-exported: one picture for both
 from rlkit.maze.parsing import PARSERS, parse_actions
@@ -141,8 +141,9 @@ def system_prompt(cfg: EnvConfig, maze: Maze | None = None) -> str:
     )
 
 
-def observation_message(state: rules.State, cfg: EnvConfig, note: str = "") -> dict:
-    """The user message showing `state`: text, image part, or both."""
+def observation_text(state: rules.State, cfg: EnvConfig, note: str = "") -> str:
+    """The text of the user message showing `state` (its picture aside): the note, the task or
+    the turns left, and the ASCII grid for a text observation."""
     left = cfg.max_turns - state.turns
     ask = "Your action?" if cfg.prompt_style.startswith("visgym") else "Your move?"
     text = (note + " " if note else "") + (
@@ -150,8 +151,12 @@ def observation_message(state: rules.State, cfg: EnvConfig, note: str = "") -> d
         if cfg.prompt_style == "compact"
         else f"Turns left: {left}. {ask}"
     )
-    if cfg.observation in ("text", "both"):
-        text = f"{text}\n{to_ascii(state)}"
+    return f"{text}\n{to_ascii(state)}" if cfg.observation in ("text", "both") else text
+
+
+def observation_message(state: rules.State, cfg: EnvConfig, note: str = "") -> dict:
+    """The user message showing `state`: text, image part, or both."""
+    text = observation_text(state, cfg, note)
     if cfg.observation == "text":
         return {"role": "user", "content": text}
     image = {"type": "image_url", "image_url": {"url": state_data_uri(state, cfg.style)}}
@@ -163,6 +168,42 @@ def prompt_messages(state: rules.State, cfg: EnvConfig, note: str = "") -> list[
     rules_text = system_prompt(cfg, state.maze)
     head = [{"role": "system", "content": rules_text}] if rules_text else []
     return [*head, observation_message(state, cfg, note)]
+
+
+def turn_note(
+    before: rules.State, after: rules.State, moves: Sequence[Move], error: str | None, parser: str
+) -> str:
+    """What the env says beside the next observation: the squares game's feedback on every
+    turn, a cell maze's refusal of an unreadable answer ("" otherwise)."""
+    if after.maze.game == "squares":
+        return visgym_text.feedback(before, after, moves, error, parser)
+    return f"Invalid answer ({error}). Reply like <action>up</action>." if error else ""
+
+
+def check_game(cfg: EnvConfig, maze: Maze) -> None:
+    """Refuse the squares game's parser, rules or format reward on a cell maze."""
+    squares_only = cfg.parser.startswith("visgym") or cfg.rules is not None or cfg.format_weight
+    if squares_only and maze.game == "cells":
+        raise UsageError(
+            f"parser {cfg.parser!r} (reads `stop`), a prompt file and format_weight are for "
+            "the squares game: rlkit's cell mazes take the relaxed or strict parser"
+        )
+
+
+def episode_texts(maze: Maze, cfg: EnvConfig, answer: str) -> tuple[str, list[str]]:
+    """The env's words in an episode of `maze` whose first answer is `answer`, no picture drawn:
+    the system prompt ("" for none) and the observation texts, the first and the one after
+    `answer` (none where it ends the episode)."""
+    check_game(cfg, maze)
+    state = rules.initial(maze)
+    moves, error = parse_actions(answer, cfg.parser, cfg.moves_per_turn)
+    after = rules.transition(state, moves)
+    texts = [observation_text(state, cfg)]
+    if not (rules.terminal(after) or rules.truncated(after, cfg.max_turns)):
+        texts.append(
+            observation_text(after, cfg, turn_note(state, after, moves, error, cfg.parser))
+        )
+    return system_prompt(cfg, maze), texts
 
 
 def maze_from_extras(extras: Mapping[str, Any] | None) -> Maze:
@@ -225,12 +266,7 @@ class MazeEnv(BaseTextEnv):
         self.cfg = cfg
         self.max_turns = cfg.max_turns
         self.maze = maze_from_extras(extras)
-        squares_only = cfg.parser.startswith("visgym") or cfg.rules is not None or cfg.format_weight
-        if squares_only and self.maze.game == "cells":
-            raise UsageError(
-                f"parser {cfg.parser!r} (reads `stop`), a prompt file and format_weight are for "
-                "the squares game: rlkit's cell mazes take the relaxed or strict parser"
-            )
+        check_game(cfg, self.maze)
         self.state = rules.initial(self.maze)
         self._formatted = 0.0
 
@@ -255,13 +291,9 @@ class MazeEnv(BaseTextEnv):
         done, w = self.done, self.cfg.format_weight
         self._formatted += visgym_text.format_share([action]) if w else 0.0
         meta = {**self.metadata(), "actions": [a.word for a in moves], "parse_error": error}
-        note = ""
+        note = turn_note(before, self.state, moves, error, self.cfg.parser)
         if self.maze.game == "squares":
-            note = meta["feedback"] = visgym_text.feedback(
-                before, self.state, moves, error, self.cfg.parser
-            )
-        elif error:
-            note = f"Invalid answer ({error}). Reply like <action>up</action>."
+            meta["feedback"] = note
         obs = [] if done else [observation_message(self.state, self.cfg, note)]
         return BaseTextEnvStepOutput(
             observations=obs,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rlkit.env.maze_env import EnvConfig, MazeEnv, env_for_set
+from rlkit.env.maze_env import EnvConfig, env_for_set, episode_texts
 from rlkit.errors import UsageError
 from rlkit.maze.core import Maze
 from rlkit.maze.render import RenderStyle
@@ -31,20 +31,13 @@ def set_episode(
     set_name: str, max_turns: int | None = None, cfg: EnvConfig | None = None
 ) -> Episode:
     """The texts and image size of `set_name`'s episodes under a turn budget (default: the
-    set's), from the env on the set's first maze as SkyRL's generator builds it; `cfg`: the
-    env the rows carry where it is not the set's own."""
+    set's), the env's own words (`episode_texts`) on the set's first maze; `cfg`: the env the
+    rows carry where it is not the set's own."""
     cfg = cfg or env_for_set(set_name)
+    cfg = cfg if max_turns is None else replace(cfg, max_turns=max_turns)
     maze = TEST_SETS[set_name].spec.maze(0)
-    env = MazeEnv(cfg, {"maze": maze, "max_turns": max_turns})
-    first, _ = env.init()
-    refused = env.step(BAD_ANSWER)["observations"]
-    system = next((m["content"] for m in first if m["role"] == "system"), "")
-    texts = [_text(m) for m in (first[-1], *refused)]
-    image = None
-    if isinstance(first[-1]["content"], list) and any(
-        p.get("type") in ("image", "image_url") for p in first[-1]["content"]
-    ):
-        image = picture_size(maze, cfg.style)
+    system, texts = episode_texts(maze, cfg, BAD_ANSWER)
+    image = None if cfg.observation == "text" else picture_size(maze, cfg.style)
     sft = cfg.parser == "visgym-sft"
     return Episode(system, tuple(texts), image, stop=maze.game == "squares", tuples=sft)
 
@@ -65,13 +58,6 @@ def _window(b: TurnBudget) -> str:
     return (
         f" (history window {b.window}: a prompt keeps the last {b.window} of {b.max_turns} turns)"
     )
-
-
-def _text(message: dict) -> str:
-    content = message["content"]
-    if isinstance(content, str):
-        return content
-    return "".join(p["text"] for p in content if p.get("type") == "text")
 
 
 @dataclass(frozen=True)
