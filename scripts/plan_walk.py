@@ -1,7 +1,7 @@
 """How far notebook 03's plan walks through rlkit (issue 53, item 6): runs `plan_run` (a dry run,
 no cluster) under `sys.setprofile` and prints the rlkit files its calls enter, in order.
 
-    python scripts/plan_walk.py [PRESET ...]     # default: local-tiny and qwen3vl-8b
+    python scripts/plan_walk.py [PRESET ...]     # default: local-tiny, qwen3vl-8b, skyrl-tiny-cpu
 
 A stay is a run of calls in one file; a return is a stay in a file the walk had left earlier; a
 climb is a stay in a higher layer than the one before (scripts/check_layers.py: BASE, then ORDER).
@@ -27,6 +27,7 @@ WATCHED = {
     "apply_settings": "settings applied",
     "maze_env.py:__init__": "env construction",
     "render_array": "maze renderer",
+    "turn_budget": "token budget",
 }
 """Function (or `file:function`) -> what its runs count as."""
 
@@ -101,7 +102,7 @@ def walk(preset: str, **kwargs) -> Walk:
 
 
 def main(argv: list[str]) -> int:
-    for preset in argv or ["local-tiny", "qwen3vl-8b"]:
+    for preset in argv or ["local-tiny", "qwen3vl-8b", "skyrl-tiny-cpu"]:
         w = walk(preset)
         print(f"{preset}: {w.summary()}")
         print("  " + " > ".join(s.removesuffix(".py") for s in w.stays))

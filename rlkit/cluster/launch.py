@@ -248,7 +248,8 @@ class TrainingPlan:
         if self.budget is not None:
             lines += self.budget.lines()
         lines.append("SkyRL overrides:")
-        return lines + [f"  {o}" for o in build_overrides(sky, self.run_name)]
+        answer = None if self.budget is None else self.budget.budget.answer
+        return lines + [f"  {o}" for o in build_overrides(sky, self.run_name, answer)]
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
@@ -293,7 +294,7 @@ def plan_training(
     check_storage(sky)  # a run that would fill /fsx is refused before it starts
     budget = check_budget(sky)  # so is a turn budget that cannot fit its token limits
     paths = RunPaths.for_run(sky, name)
-    command = entrypoint_command(sky, name, preset)
+    command = entrypoint_command(sky, name, preset, budget.budget.answer)
     return TrainingPlan(
         preset,
         name,

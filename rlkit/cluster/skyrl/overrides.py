@@ -50,12 +50,13 @@ def model_location(preset: SkyRLPreset, paths: RunPaths) -> str:
     return paths.init_model_dir if preset.model.model_path == TINY_WARM else preset.model.model_path
 
 
-def build_overrides(preset: SkyRLPreset, run_name: str) -> list[str]:
-    """SkyRL `key=value` overrides for one run of `preset` (SkyRL's config key names)."""
+def build_overrides(preset: SkyRLPreset, run_name: str, answer: int | None = None) -> list[str]:
+    """SkyRL `key=value` overrides for one run of `preset` (SkyRL's config key names); `answer`:
+    tokens per answer where the caller holds the preset's budget, else `generate_length`."""
     p, paths = preset, RunPaths.for_run(preset, run_name)
     train_batch = p.prompts_per_step
     engines = p.num_gpus // p.layout.tensor_parallel_size
-    answer = generate_length(p)  # derived from the model's tokenizer where the preset says None
+    answer = generate_length(p) if answer is None else answer
     return [
         # data: rows from rlkit.env.data (env_class rlkit-maze, maze spec in extra_info)
         f"data.train_data=['{paths.data_dir}/train.parquet']",
@@ -157,14 +158,15 @@ def eval_overrides(p: SkyRLPreset, answer: int) -> list[str]:
     ]
 
 
-def entrypoint_command(preset: SkyRLPreset, run_name: str, preset_name: str | None = None) -> str:
+def entrypoint_command(
+    preset: SkyRLPreset, run_name: str, preset_name: str | None = None, answer: int | None = None
+) -> str:
     """The shell command the Ray job runs: the preset as JSON (`--config`), then SkyRL's
-    overrides; `preset_name` goes to the run's run.json."""
+    overrides (`answer`: as `build_overrides`); `preset_name` goes to the run's run.json."""
     ours = ["--preset", preset_name] if preset_name else []
     ours += ["--config", preset.to_json()]
-    return shlex.join(
-        ["python", "-m", ENTRY_MODULE, *ours, "--", *build_overrides(preset, run_name)]
-    )
+    overrides = build_overrides(preset, run_name, answer)
+    return shlex.join(["python", "-m", ENTRY_MODULE, *ours, "--", *overrides])
 
 
 def device_overrides(p: SkyRLPreset) -> list[str]:
