@@ -13,6 +13,7 @@ from rlkit.maze.core import Maze
 from rlkit.maze.render import RenderStyle
 from rlkit.maze.sets import TEST_SETS
 from rlkit.model.budgets import (
+    ANSWER_ROOM,
     BAD_ANSWER,
     QWEN_ASSUMED,
     Assumed,
@@ -20,7 +21,6 @@ from rlkit.model.budgets import (
     ImageProcessor,
     Tokens,
     TurnBudget,
-    derived_answer_length,
     preprocessor,
     smart_resize,
     turn_budget,
@@ -142,7 +142,8 @@ def budget_report(
 ) -> BudgetReport:
     """The report for `model` playing `set_name`: from `model_dir`'s files when given (tokenizer,
     processor, generation config, template), else from `assumed` (`where` then says where the
-    checkpoint's own facts are read); a `max_generate_length` of None is derived (`derived_answer_length`)."""
+    checkpoint's own facts are read); a `max_generate_length` of None is derived: the canonical
+    answer plus `ANSWER_ROOM`."""
     from rlkit.model.checkpoint_files import sampling_defaults, stop_ids, template_source
 
     tokens = Tokens(model_dir, assumed)
@@ -156,7 +157,7 @@ def budget_report(
         max_input_length=max_input_length,
         max_model_len=max_model_len,
         max_generate_length=max_generate_length
-        or derived_answer_length(tokens, ep.stop, ep.tuples),
+        or tokens.answer_tokens(ep.stop, ep.tuples) + ANSWER_ROOM,
         window=history,
     )
     report = BudgetReport(model, None, assumed, set_name, processor, ep.image, budget)

@@ -320,11 +320,6 @@ def turn_budget(
     )
 
 
-def derived_answer_length(tokens: Tokens, stop: bool = False, tuples: bool = False) -> int:
-    """An answer budget from the tokenizer: the canonical answer plus `ANSWER_ROOM`."""
-    return tokens.answer_tokens(stop, tuples) + ANSWER_ROOM
-
-
 def preprocessor(model_dir: str | Path) -> ImageProcessor | None:
     """The checkpoint's image processor numbers, None without `preprocessor_config.json`."""
     path = Path(model_dir) / "preprocessor_config.json"
