@@ -30,9 +30,10 @@ from rlkit.maze import rules
 from rlkit.maze.core import exit_distances
 from rlkit.maze.rules import game_moves
 from rlkit.maze.sets import pinned_set, train_maze
+from rlkit.model.batching import AnswerSpec, choice_logits
 from rlkit.model.build import build_tiny
 from rlkit.model.load import load
-from rlkit.model.policy import AnswerSpec, ModelPolicy, choice_logits
+from rlkit.model.policy import ModelPolicy
 from rlkit.settings import parse_sets
 from rlkit.train.learner import Learner
 from rlkit.train.presets import preset

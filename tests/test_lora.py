@@ -1,5 +1,5 @@
 """LoRA and a frozen vision side on the local backend (`rlkit.model.config.Tuning`,
-`rlkit.model.lora`): frozen weights keep every bit over GRPO steps, a LoRA run trains its
+`rlkit.model.load`): frozen weights keep every bit over GRPO steps, a LoRA run trains its
 adapters only, resumes exactly, and its checkpoints load wherever a checkpoint is read (the run
 reader, `rlkit eval`, notebook 04's scoring); an adapter dir as SkyRL exports it loads merged;
 bad values are one line."""
@@ -17,8 +17,7 @@ from rlkit.cli import main as cli
 from rlkit.errors import RlkitError, UsageError
 from rlkit.model.build import build_tiny
 from rlkit.model.config import VISION_PARTS, Tuning
-from rlkit.model.load import is_adapter_dir, load
-from rlkit.model.lora import trainable, tune
+from rlkit.model.load import is_adapter_dir, load, trainable, tune
 from rlkit.notebook.workbench import checkpoint_evals
 from rlkit.run import open_run
 from rlkit.train.presets import preset

@@ -8,9 +8,9 @@ from transformers import AutoProcessor
 
 from rlkit.env.maze_env import EnvConfig, prompt_messages
 from rlkit.maze.sets import pinned_spec
+from rlkit.model.batching import distinct, image_digest, prompt_key
 from rlkit.model.build import build_tiny
 from rlkit.model.chat import ChatEncoder
-from rlkit.model.prompt_keys import distinct, image_digest, prompt_key
 from rlkit.train.learner import TurnSample
 from rlkit.train.warmstart import bc_states
 

@@ -22,12 +22,17 @@ from rlkit.errors import RlkitError, UsageError
 from rlkit.maze.render import image_from_data_uri
 from rlkit.maze.sets import pinned_set
 from rlkit.model.batching import build_batch, response_logprobs
+from rlkit.model.build import corpus
 from rlkit.model.chat import ChatEncoder
 from rlkit.model.load import load
 from rlkit.model.qwen_files import qwen_text_files
-from rlkit.model.qwen_fixture import GENERATION, build_qwen_fixture
-from rlkit.model.qwen_vocab import ADDED_TOKENS, bytes_to_unicode, merges_from_ranks
-from rlkit.model.tokenizer import corpus
+from rlkit.model.qwen_fixture import (
+    ADDED_TOKENS,
+    GENERATION,
+    build_qwen_fixture,
+    bytes_to_unicode,
+    merges_from_ranks,
+)
 
 
 @pytest.fixture(scope="module")

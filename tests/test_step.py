@@ -12,9 +12,10 @@ import torch
 from rlkit.episodes.rollout import Trajectory, Turn, run_episodes
 from rlkit.errors import UsageError
 from rlkit.maze.sets import train_mazes
+from rlkit.model.batching import AnswerSpec
 from rlkit.model.build import build_tiny
 from rlkit.model.load import load
-from rlkit.model.policy import AnswerSpec, ModelPolicy
+from rlkit.model.policy import ModelPolicy
 from rlkit.train import step as st
 from rlkit.train.config import LOCAL_TINY_RECIPE, GRPOConfig, ScheduleConfig
 from rlkit.train.learner import Learner, TurnSample, minibatch_loss, with_reference

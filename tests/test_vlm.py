@@ -12,16 +12,10 @@ from rlkit.episodes.rollout import episode_rngs, history_window, play_episode, r
 from rlkit.errors import UsageError
 from rlkit.maze.parsing import parse_actions
 from rlkit.maze.sets import pinned_set
+from rlkit.model.batching import build_batch, forward_hidden, response_logprobs, turn_logprobs
 from rlkit.model.build import build_tiny
 from rlkit.model.load import load
-from rlkit.model.policy import (
-    ModelPolicy,
-    build_batch,
-    forward_hidden,
-    load_policy,
-    response_logprobs,
-    turn_logprobs,
-)
+from rlkit.model.policy import ModelPolicy, load_policy
 
 SHORT = EnvConfig(max_turns=4)
 
@@ -134,7 +128,7 @@ def test_sampled_logprobs_equal_training_forward(loaded, mazes, constrained):
 def test_turn_logprobs_run_each_distinct_forward_once_with_equal_values_and_gradients(
     loaded, mazes, constrained
 ):
-    from rlkit.model.prompt_keys import distinct, prompt_key
+    from rlkit.model.batching import distinct, prompt_key
 
     pol = ModelPolicy(loaded, constrained=constrained, max_new_tokens=4)
     trajs = run_episodes(pol, mazes[:3], EnvConfig(max_turns=2), samples=4, seed=5, history=1)

@@ -17,10 +17,10 @@ from rlkit.errors import UsageError
 from rlkit.maze.core import Action
 from rlkit.maze.parsing import parse_actions
 from rlkit.maze.sets import pinned_set, pinned_spec
-from rlkit.model.batching import banned_ids, build_batch
+from rlkit.model.batching import AnswerSpec, banned_ids, build_batch
 from rlkit.model.build import build_tiny
 from rlkit.model.load import load
-from rlkit.model.policy import AnswerSpec, ModelPolicy
+from rlkit.model.policy import ModelPolicy
 from rlkit.train import warm_model
 from rlkit.train.config import WarmStartConfig
 from rlkit.train.warm_model import RECORD, FreeWarmStart, warm_tiny_model

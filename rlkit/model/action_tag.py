@@ -1,5 +1,5 @@
 """Where an answer names its move: the token position after its last `<action>`, found in the
-decoded text. Why by text: docs/models-and-engines.md#where-an-answer-names-its-move-modelaction_tagpy-modelprompt_keyspy."""
+decoded text. Why by text: docs/models-and-engines.md#where-an-answer-names-its-move-modelaction_tagpy."""
 
 from __future__ import annotations
 

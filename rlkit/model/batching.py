@@ -1,9 +1,12 @@
-"""Model batches shared by sampling and training: padding, the forward pass, logprobs. The free
-and constrained logprob definitions: docs/models-and-engines.md#batches-and-logprob-definitions-modelbatchingpy."""
+"""Model batches shared by sampling and training: padding, the forward pass, logprobs, each
+distinct prompt (ids and image contents) run once. The free and constrained logprob definitions:
+docs/models-and-engines.md#batches-and-logprob-definitions-modelbatchingpy."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import weakref
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,7 +16,49 @@ from rlkit.errors import UsageError
 from rlkit.maze.core import GAMES, STOP, Action, Move
 from rlkit.model.chat import Encoded
 from rlkit.model.load import LoadedModel
-from rlkit.model.prompt_keys import distinct, image_digest, prompt_key
+
+_DIGESTS: dict[int, tuple[weakref.ref, bytes]] = {}
+"""id(array) -> (a weak reference to it, its digest): each array hashed once while it lives (the
+reference tells a live array from a dead one whose id was reused)."""
+
+
+def image_digest(patches: np.ndarray) -> bytes:
+    """A digest of an image's patch values, shape and dtype: equal content, equal digest,
+    whichever array object holds it."""
+    key = id(patches)
+    hit = _DIGESTS.get(key)
+    if hit is not None and hit[0]() is patches:
+        return hit[1]
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{patches.dtype}{patches.shape}".encode())
+    h.update(np.ascontiguousarray(patches).tobytes())
+    digest = h.digest()
+    try:
+        ref = weakref.ref(patches, lambda _, k=key: _DIGESTS.pop(k, None))
+    except TypeError:  # an array view without weakref support: hashed every time
+        return digest
+    _DIGESTS[key] = (ref, digest)
+    return digest
+
+
+def prompt_key(prompt: Encoded) -> tuple:
+    """A prompt's identity: its ids and its images' contents (`image_digest`), whatever the
+    encoder's cache holds."""
+    return tuple(prompt.prompt_ids), tuple(image_digest(p) for p, _ in prompt.images)
+
+
+def distinct(keys: Sequence[Hashable]) -> tuple[list[int], torch.Tensor]:
+    """The first row of each distinct key (in order of appearance) and, for every row, the
+    index of its key among those: rows == [rows[i] for i in index] up to equal keys."""
+    slots: dict[Hashable, int] = {}
+    first, index = [], []
+    for row, key in enumerate(keys):
+        if key not in slots:
+            slots[key] = len(first)
+            first.append(row)
+        index.append(slots[key])
+    return first, torch.tensor(index, dtype=torch.long)
+
 
 VISION_TOKENS = (
     "<|vision_start|>",
@@ -222,20 +267,13 @@ def build_batch(
     dev = loaded.device
     image_id = loaded.model.config.image_token_id
     pv = unique_grid = grid = None
-    slot: dict[bytes, int] = {}  # image content -> distinct index
-    distinct, index = [], []
-    for p in prompts:
-        for patches, g in p.images:
-            key = image_digest(patches)
-            if key not in slot:
-                slot[key] = len(distinct)
-                distinct.append((patches, g))
-            index.append(slot[key])
-    if distinct:
+    images = [image for p in prompts for image in p.images]
+    first, index = distinct([image_digest(patches) for patches, _ in images])
+    if first:
         dtype = loaded.model.dtype
-        pv = torch.from_numpy(np.concatenate([p for p, _ in distinct])).to(dev, dtype)
-        unique_grid = torch.from_numpy(np.stack([g for _, g in distinct])).to(dev)
-        grid = unique_grid[index]
+        pv = torch.from_numpy(np.concatenate([images[i][0] for i in first])).to(dev, dtype)
+        unique_grid = torch.from_numpy(np.stack([images[i][1] for i in first])).to(dev)
+        grid = unique_grid[index.to(dev)]
     ids_t = torch.from_numpy(ids).to(dev)
     return Batch(
         ids_t,
@@ -243,7 +281,7 @@ def build_batch(
         (ids_t == image_id).long(),
         pv,
         unique_grid,
-        index,
+        index.tolist(),
         grid,
         torch.from_numpy(pos).to(dev),
         resp.to(dev),

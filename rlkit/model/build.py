@@ -1,20 +1,129 @@
-"""Build the tiny Qwen3-VL offline (~0.7 M parameters, its own BPE tokenizer) as a normal HF
-model directory that vLLM serves as it is: `rlkit model tiny --out models/tiny`."""
+"""Build the tiny Qwen3-VL offline (~0.7 M parameters) as a normal HF model directory that vLLM
+serves as it is (`rlkit model tiny --out models/tiny`), with its own tokenizer: a byte-level BPE
+trained on the env's own texts, the action tags and move words single tokens
+(docs/models-and-engines.md#the-tiny-models-tokenizer-modelbuildpy)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
-from transformers import PreTrainedTokenizerBase, Qwen3VLConfig, Qwen3VLForConditionalGeneration
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+    Qwen3VLConfig,
+    Qwen3VLForConditionalGeneration,
+)
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
     Qwen2VLImageProcessorPil,
 )
 
-from rlkit.model.config import TinyConfig
+from rlkit.env.maze_env import EnvConfig, MazeEnv, observation_message, system_prompt
+from rlkit.maze import rules
+from rlkit.maze.core import Action
+from rlkit.maze.generation import generate
+from rlkit.maze.parsing import format_action
+from rlkit.maze.render import to_ascii
+from rlkit.model.config import SPECIAL_TOKENS, TinyConfig
 from rlkit.model.load import no_progress_bars
+
+ANSWER_TOKENS = ("<action>", "</action>", *(a.word for a in Action))
+"""Added as whole tokens: the constrained sampler chooses among the move-word tokens only."""
+
+# Qwen's template, reduced to what the env sends: string or content-part messages, images as
+# OpenAI `image_url` parts or HF `image` parts, each becoming vision_start + image_pad + vision_end
+# (the encoder expands the pad to the image's token count, as Qwen's processor does).
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['content'] is string -%}{{- message['content'] -}}"
+    "{%- else -%}{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'text' -%}{{- part['text'] -}}"
+    "{%- elif part['type'] in ('image', 'image_url') -%}"
+    "{{- '<|vision_start|><|image_pad|><|vision_end|>' -}}"
+    "{%- endif -%}{%- endfor -%}{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+_BAD_ANSWERS = (
+    "",
+    "hello",
+    "<action></action>",
+    "<action>jump</action>",
+    "<action>up, left</action>",
+    "<action>up</action><action>up</action>",
+)
+
+
+def corpus() -> list[str]:
+    """Every text the env can show or expect, over its prompt styles and observation modes."""
+    maze = generate(3, 3, 0)
+    # Roles and answers recur every turn: weight them so each becomes one or two tokens.
+    texts = [format_action(a) for a in Action] * 16 + ["system\n", "user\n", "assistant\n"] * 64
+    for style in ("compact", "full"):
+        for obs in ("image", "text", "both"):
+            for moves in (1, 2, 3):
+                for max_turns in (12, 18, 24):
+                    cfg = EnvConfig(
+                        max_turns=max_turns,
+                        observation=obs,
+                        moves_per_turn=moves,
+                        prompt_style=style,
+                    )
+                    texts.append(system_prompt(cfg))
+            cfg = EnvConfig(observation=obs, prompt_style=style)
+            state = rules.initial(maze)
+            for turn in range(cfg.max_turns):
+                msg = observation_message(replace(state, turns=turn), cfg)
+                texts += _texts_of(msg)
+            for parser in ("strict", "relaxed"):
+                env = MazeEnv(replace(cfg, parser=parser), {"maze": maze})
+                env.init()
+                for bad in _BAD_ANSWERS:
+                    out = env.step(bad)
+                    for m in out["observations"]:
+                        texts += _texts_of(m)
+    texts.append(to_ascii(rules.initial(generate(6, 6, 1))))
+    return texts
+
+
+def _texts_of(message: dict) -> list[str]:
+    content = message["content"]
+    if isinstance(content, str):
+        return [content]
+    return [p["text"] for p in content if p.get("type") == "text"]
+
+
+def build_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
+    """Train the byte-level BPE (milliseconds) and wrap it as an HF fast tokenizer."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus() * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=CHAT_TEMPLATE,
+        padding_side="left",
+        model_max_length=32768,
+    )
+    fast.add_tokens(list(ANSWER_TOKENS))
+    for word in ANSWER_TOKENS:
+        if len(fast(word)["input_ids"]) != 1:
+            raise RuntimeError(f"tokenizer split {word!r}: the constrained answer needs it whole")
+    return fast
 
 
 def _hf_config(cfg: TinyConfig, vocab: int, tok: PreTrainedTokenizerBase) -> Qwen3VLConfig:
@@ -61,8 +170,6 @@ def _hf_config(cfg: TinyConfig, vocab: int, tok: PreTrainedTokenizerBase) -> Qwe
 def build_tiny(out_dir: str | Path, *, seed: int = 0, config: TinyConfig | None = None) -> Path:
     """Build, randomly initialise (seeded, inside `fork_rng`: the caller's torch RNG is left as
     it was) and save the tiny Qwen3-VL with its tokenizer."""
-    from rlkit.model.tokenizer import build_tokenizer  # training the BPE imports the env's texts
-
     cfg = config or TinyConfig()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

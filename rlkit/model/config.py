@@ -8,6 +8,24 @@ from rlkit.errors import UsageError
 
 MODEL_TYPE = "qwen3_vl"
 
+SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+"""Qwen2/3-VL's special tokens, in Qwen's order (their ids follow the BPE's as one block)."""
+
 
 @dataclass(frozen=True)
 class TinyConfig:
@@ -85,7 +103,30 @@ class Tuning:
     """`none`, `tower` or `tower+merger`: the vision weights that never change."""
 
     def __post_init__(self) -> None:
-        check_tuning(self)
+        if self.lora_rank < 0:
+            raise UsageError(
+                f"lora_rank ({self.lora_rank}) must be >= 0 (0: LoRA off, every weight trains)"
+            )
+        if not self.lora_alpha > 0:
+            raise UsageError(f"lora_alpha ({self.lora_alpha}) must be > 0: it scales the adapters")
+        if self.freeze_vision not in FREEZE_VISION:
+            raise UsageError(
+                f"freeze_vision {self.freeze_vision!r}: use one of {', '.join(FREEZE_VISION)}"
+            )
+        targets = self.target_modules
+        if isinstance(targets, list):
+            known = TEXT_LINEARS + VISION_LINEARS
+            unknown = [n for n in targets if n not in known]
+            if unknown or not targets:
+                raise UsageError(
+                    f"lora_targets {self.lora_targets!r}: {', '.join(unknown) or 'no name'} is not a "
+                    f"Qwen3-VL linear layer; use all-linear or names among {', '.join(known)}"
+                )
+            if self.freeze_vision == "tower+merger" and not set(targets) & set(TEXT_LINEARS):
+                raise UsageError(
+                    f"lora_targets {self.lora_targets!r} names only vision layers, which "
+                    "freeze_vision=tower+merger keeps free of adapters: name a text layer too"
+                )
 
     @property
     def target_modules(self) -> str | list[str]:
@@ -108,31 +149,3 @@ class Tuning:
             f"rank {self.lora_rank}, alpha {self.lora_alpha}, targets {self.lora_targets}"
             f"{frozen}; base weights frozen"
         )
-
-
-def check_tuning(t: Tuning) -> None:
-    """A one-line UsageError for a `Tuning` value no backend can apply."""
-    if t.lora_rank < 0:
-        raise UsageError(
-            f"lora_rank ({t.lora_rank}) must be >= 0 (0: LoRA off, every weight trains)"
-        )
-    if not t.lora_alpha > 0:
-        raise UsageError(f"lora_alpha ({t.lora_alpha}) must be > 0: it scales the adapters")
-    if t.freeze_vision not in FREEZE_VISION:
-        raise UsageError(
-            f"freeze_vision {t.freeze_vision!r}: use one of {', '.join(FREEZE_VISION)}"
-        )
-    targets = t.target_modules
-    if isinstance(targets, list):
-        known = TEXT_LINEARS + VISION_LINEARS
-        unknown = [n for n in targets if n not in known]
-        if unknown or not targets:
-            raise UsageError(
-                f"lora_targets {t.lora_targets!r}: {', '.join(unknown) or 'no name'} is not a "
-                f"Qwen3-VL linear layer; use all-linear or names among {', '.join(known)}"
-            )
-        if t.freeze_vision == "tower+merger" and not set(targets) & set(TEXT_LINEARS):
-            raise UsageError(
-                f"lora_targets {t.lora_targets!r} names only vision layers, which "
-                "freeze_vision=tower+merger keeps free of adapters: name a text layer too"
-            )

@@ -18,17 +18,11 @@ from rlkit.maze import rules
 from rlkit.maze.parsing import format_action
 from rlkit.model.action_tag import move_choices, probe_point
 from rlkit.model.batching import (
-    VISION_TOKENS,
     AnswerSpec,
-    Batch,
     banned_ids,
     build_batch,
     choice_logits,
-    forward_hidden,
     mask_banned,
-    prompt_positions,
-    response_logprobs,
-    turn_logprobs,
 )
 from rlkit.model.chat import Encoded
 from rlkit.model.load import LoadedModel, load
@@ -263,19 +257,3 @@ def load_policy(name_or_path: str | Path, **kw) -> Policy:
         )
     device, dtype = kw.pop("device", "cpu"), kw.pop("dtype", None)
     return ModelPolicy(load(name, device=device, dtype=dtype), **kw)
-
-
-__all__ = [
-    "VISION_TOKENS",
-    "AnswerSpec",
-    "Batch",
-    "ModelPolicy",
-    "banned_ids",
-    "build_batch",
-    "forward_hidden",
-    "load_policy",
-    "prompt_positions",
-    "response_logprobs",
-    "sample_rows",
-    "turn_logprobs",
-]

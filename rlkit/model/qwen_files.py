@@ -5,7 +5,6 @@ docs/models-and-engines.md#qwens-files-from-pypi-modelqwen_filespy."""
 from __future__ import annotations
 
 import base64
-import fcntl
 import hashlib
 import json
 import os
@@ -18,7 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from filelock import FileLock
+
 from rlkit.errors import RlkitError, UsageError
+from rlkit.fsio import atomic_write_text
 
 CACHE_ENV = "RLKIT_CACHE"
 """Root of rlkit's per-machine cache (default `~/.cache/rlkit`)."""
@@ -155,23 +157,13 @@ def _template_entry(raw: bytes, where: str) -> dict:
     raise RlkitError(f"{where} names no {TEMPLATE_MODEL} family: {_FIX}")
 
 
-def _write(path: Path, data: bytes) -> None:
-    """Atomically: a reader (another test worker) never sees half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep a shared cache from other users
-    os.replace(tmp, path)
-
-
 def build_once(final: Path, build: Callable[[Path], None], *, marker: str) -> Path:
     """`final` (a cache dir), built by `build(tmp_dir)` unless it already holds `marker`: one
     process builds (a lock file beside it) into a sibling renamed into place when done."""
     if (final / marker).is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    with open(final.parent / f".{final.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with FileLock(final.parent / f".{final.name}.lock"):
         if (final / marker).is_file():
             return final
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
@@ -199,8 +191,11 @@ def fetch(directory: Path) -> QwenTextFiles:
         raw = _member(_download(XINFERENCE, xinf_dir), TEMPLATE_MEMBER)
         entry = _template_entry(raw, f"{XINFERENCE}:{TEMPLATE_MEMBER}")
         _check_template(entry, f"{XINFERENCE}:{TEMPLATE_MEMBER}")
-    _write(directory / TEMPLATE_FILE, json.dumps(entry, indent=1).encode())
-    _write(directory / TIKTOKEN_FILE, tiktoken)
+    # atomically (another test worker never reads half a file), readable by every user
+    atomic_write_text(directory / TEMPLATE_FILE, json.dumps(entry, indent=1))
+    atomic_write_text(directory / TIKTOKEN_FILE, tiktoken.decode("ascii"))  # base64 and ranks
+    for name in (TEMPLATE_FILE, TIKTOKEN_FILE):
+        (directory / name).chmod(0o644)
     return QwenTextFiles(directory / TIKTOKEN_FILE, directory / TEMPLATE_FILE)
 
 

@@ -1,5 +1,7 @@
 """A fixture checkpoint with Qwen3-VL-8B-Instruct's real text side on small random weights, built
-offline: docs/models-and-engines.md#the-qwen-fixture-checkpoint-modelqwen_fixturepy."""
+offline: Qwen's tokenizer rebuilt from the BPE ranks `rlkit.model.qwen_files` fetches, Qwen's
+chat template, Qwen's published file layout. Details:
+docs/models-and-engines.md#the-qwen-fixture-checkpoint-modelqwen_fixturepy."""
 
 from __future__ import annotations
 
@@ -9,11 +11,144 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import GenerationConfig, Qwen3VLConfig, Qwen3VLForConditionalGeneration
+from tokenizers import AddedToken, processors
+from transformers import (
+    GenerationConfig,
+    Qwen2Tokenizer,
+    Qwen3VLConfig,
+    Qwen3VLForConditionalGeneration,
+)
+from transformers.convert_slow_tokenizer import bytes_to_unicode  # GPT-2's byte -> char table
 
+from rlkit.model.config import SPECIAL_TOKENS
 from rlkit.model.load import no_progress_bars
-from rlkit.model.qwen_files import QWEN_AGENT, XINFERENCE, build_once, cache_root, qwen_text_files
-from rlkit.model.qwen_vocab import qwen_tokenizer_dir
+from rlkit.model.qwen_files import (
+    QWEN_AGENT,
+    XINFERENCE,
+    QwenTextFiles,
+    build_once,
+    cache_root,
+    qwen_text_files,
+    text_dir,
+)
+
+TOKENIZER_VERSION = "tokenizer-v1"
+"""Cache key of the converted files: bump it when the conversion or the files written change."""
+FIRST_ADDED_ID = 151643
+ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
+    *((t, True) for t in SPECIAL_TOKENS),
+    *(
+        (t, False)
+        for t in (
+            "<tool_call>",
+            "</tool_call>",
+            "<|fim_prefix|>",
+            "<|fim_middle|>",
+            "<|fim_suffix|>",
+            "<|fim_pad|>",
+            "<|repo_name|>",
+            "<|file_sep|>",
+            "<tool_response>",
+            "</tool_response>",
+            "<think>",
+            "</think>",
+        )
+    ),
+)
+"""(token, special) from id FIRST_ADDED_ID on, in id order, flags as Qwen's tokenizer_config."""
+MODEL_MAX_LENGTH = 262144
+"""Qwen3-VL's context (its tokenizer_config's model_max_length)."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
+
+
+def merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
+    """The merges (in rank order) that rebuild every multi-byte token from its bytes: for a
+    token of rank r, BPE over its bytes (lowest-rank join below r first) until two parts remain
+    (one merge a token; why: docs/decisions.md#models-mazes-and-the-base-modules)."""
+    out = []
+    for token, limit in sorted(ranks.items(), key=lambda kv: kv[1]):
+        if len(token) < 2:
+            continue
+        parts = [token[i : i + 1] for i in range(len(token))]
+        while len(parts) > 2:
+            best, at = limit, -1
+            for i in range(len(parts) - 1):
+                r = ranks.get(parts[i] + parts[i + 1])
+                if r is not None and r < best:
+                    best, at = r, i
+            if at < 0:
+                break
+            parts[at : at + 2] = [parts[at] + parts[at + 1]]
+        if len(parts) != 2:
+            raise ValueError(f"token {token!r} (rank {limit}) is not the merge of two tokens")
+        out.append((parts[0], parts[1]))
+    return out
+
+
+def write_tokenizer_files(out_dir: Path, files: QwenTextFiles) -> None:
+    """The four tokenizer files Qwen ships, into `out_dir`: Qwen2Tokenizer on the ranks (eos
+    `<|im_end|>`, pad `<|endoftext|>`, no bos) and tokenizer_config.json as Qwen publishes it
+    (no chat template: Qwen's VL repos keep that in chat_template.json)."""
+    ranks = files.ranks()
+    table = bytes_to_unicode()
+
+    def spell(b: bytes) -> str:
+        return "".join(table[x] for x in b)
+
+    vocab = {spell(t): r for t, r in sorted(ranks.items(), key=lambda kv: kv[1])}
+    merges = [(spell(a), spell(b)) for a, b in merges_from_ranks(ranks)]
+    added = {
+        FIRST_ADDED_ID + i: AddedToken(t, special=s, normalized=False)
+        for i, (t, s) in enumerate(ADDED_TOKENS)
+    }
+    settings = {
+        "bos_token": None,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|im_end|>",
+        "errors": "replace",
+        "model_max_length": MODEL_MAX_LENGTH,
+        "pad_token": "<|endoftext|>",
+        "split_special_tokens": False,
+        "unk_token": None,
+    }
+    tok = Qwen2Tokenizer(
+        vocab=vocab,
+        merges=merges,
+        added_tokens_decoder=added,  # added in id order from len(vocab) = 151643 on
+        extra_special_tokens=list(SPECIAL_TOKENS[1:]),
+        **settings,
+    )
+    # Qwen's tokenizer.json: a byte-level post-processor that keeps offsets untrimmed
+    tok.backend_tokenizer.post_processor = processors.ByteLevel(
+        add_prefix_space=False, trim_offsets=False, use_regex=False
+    )
+    got = tok.convert_tokens_to_ids([t for t, _ in ADDED_TOKENS])
+    if got != list(range(FIRST_ADDED_ID, FIRST_ADDED_ID + len(ADDED_TOKENS))):
+        raise RuntimeError(f"Qwen's added tokens landed at {got[:3]}..., not {FIRST_ADDED_ID}...")
+    config = {
+        "add_bos_token": False,
+        "add_prefix_space": False,
+        "added_tokens_decoder": {str(i): t.__getstate__() for i, t in added.items()},
+        "additional_special_tokens": list(SPECIAL_TOKENS[1:]),
+        "tokenizer_class": "Qwen2Tokenizer",
+        **settings,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    lines = ["#version: 0.2", *(f"{a} {b}" for a, b in merges)]
+    (out_dir / "merges.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+    tok.backend_tokenizer.save(str(out_dir / TOKENIZER_FILES[0]))  # last: marks the dir done
+
+
+def qwen_tokenizer_dir() -> Path:
+    """The cached dir with Qwen3-VL's four tokenizer files (built on first use, ~3 s)."""
+    files = qwen_text_files()
+    key = f"{TOKENIZER_VERSION}-tf{transformers.__version__}"  # its writer's file format
+    return build_once(
+        text_dir() / key, lambda d: write_tokenizer_files(d, files), marker=TOKENIZER_FILES[0]
+    )
+
 
 FIXTURE_VERSION = "qwen-fixture-v1"
 """Cache key of the builder: bump it when what build_qwen_fixture writes changes."""
@@ -57,7 +192,6 @@ VIDEO_PREPROCESSOR = {
     "video_processor_type": "Qwen3VLVideoProcessor",
 }
 """video_preprocessor_config.json, the processor's third part (AutoProcessor loads it too)."""
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
 
 
 def fixture_config() -> Qwen3VLConfig:

@@ -67,14 +67,6 @@ def _environ(**values: str) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def _import_vllm():
-    try:
-        import vllm
-    except ImportError:
-        raise UsageError(INSTALL_HINT) from None
-    return vllm
-
-
 @dataclass
 class VllmEngine:
     """A started `vllm.LLM` with what the policy needs beside it."""
@@ -141,7 +133,10 @@ def start_engine(
     if kv_cache_gb is not None and not kv_cache_gb > 0:
         raise UsageError(f"kv_cache_gb ({kv_cache_gb}) must be > 0")
     with _in_process_engine():
-        vllm = _import_vllm()
+        try:
+            import vllm
+        except ImportError:
+            raise UsageError(INSTALL_HINT) from None
         from transformers import AutoTokenizer
         from vllm.platforms import current_platform
 

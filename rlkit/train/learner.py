@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 
 from rlkit.errors import RlkitError
+from rlkit.model.batching import AnswerSpec, turn_logprobs
 from rlkit.model.chat import Encoded
 from rlkit.model.load import LoadedModel, fast_vision, no_progress_bars
-from rlkit.model.policy import AnswerSpec, turn_logprobs
 from rlkit.recipe import Recipe
 from rlkit.train.policy_losses import PolicyLoss, policy_loss
 

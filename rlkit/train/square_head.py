@@ -21,10 +21,9 @@ from rlkit.env.maze_env import EnvConfig
 from rlkit.errors import UsageError
 from rlkit.maze import rules
 from rlkit.maze.core import Maze
-from rlkit.model.batching import build_batch
+from rlkit.model.batching import build_batch, image_digest
 from rlkit.model.chat import Encoded
 from rlkit.model.load import LoadedModel
-from rlkit.model.prompt_keys import image_digest
 
 IGNORE = -100
 """A label the loss skips: walls and the pad."""

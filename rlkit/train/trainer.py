@@ -28,10 +28,19 @@ from rlkit.errors import UsageError
 from rlkit.maze.core import Maze
 from rlkit.maze.rules import game_moves
 from rlkit.maze.sets import train_maze
+from rlkit.model.batching import AnswerSpec
 from rlkit.model.build import build_tiny
-from rlkit.model.load import LoadedModel, load, no_progress_bars
-from rlkit.model.lora import load_adapter_weights, save_adapter, save_merged, trainable, tune
-from rlkit.model.policy import AnswerSpec, ModelPolicy
+from rlkit.model.load import (
+    LoadedModel,
+    load,
+    load_adapter_weights,
+    no_progress_bars,
+    save_adapter,
+    save_merged,
+    trainable,
+    tune,
+)
+from rlkit.model.policy import ModelPolicy
 from rlkit.run import captures
 from rlkit.run.checkpoints import Checkpoint
 from rlkit.run.rundir import RunDir

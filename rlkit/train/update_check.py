@@ -25,8 +25,7 @@ from rlkit.maze.sets import pinned_spec, train_mazes
 from rlkit.model.batching import AnswerSpec, choice_logits, turn_logprobs
 from rlkit.model.build import build_tiny
 from rlkit.model.config import TinyConfig, Tuning
-from rlkit.model.load import LoadedModel, load
-from rlkit.model.lora import trainable, tune
+from rlkit.model.load import LoadedModel, load, trainable, tune
 from rlkit.model.policy import ModelPolicy
 from rlkit.recipe import Recipe
 from rlkit.run.captures import CapturedEpisode

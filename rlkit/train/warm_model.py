@@ -19,10 +19,11 @@ from rlkit.env.maze_env import env_for_set
 from rlkit.errors import UsageError
 from rlkit.maze.sets import pinned_spec
 from rlkit.model.action_tag import check_answer_budget
+from rlkit.model.batching import AnswerSpec
 from rlkit.model.build import build_tiny
 from rlkit.model.config import TinyConfig
 from rlkit.model.load import load, no_progress_bars
-from rlkit.model.policy import AnswerSpec, ModelPolicy
+from rlkit.model.policy import ModelPolicy
 from rlkit.train.config import WarmStartConfig
 from rlkit.train.learner import Learner
 from rlkit.train.warmstart import (

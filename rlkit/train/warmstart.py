@@ -21,9 +21,9 @@ from rlkit.maze import rules
 from rlkit.maze.core import Action, Maze, Move, exit_distances, optimal_action, shortest_path
 from rlkit.maze.parsing import format_action
 from rlkit.maze.sets import MazeSpec, train_maze
+from rlkit.model.batching import AnswerSpec, turn_logprobs
 from rlkit.model.chat import Encoded
 from rlkit.model.load import LoadedModel
-from rlkit.model.policy import AnswerSpec, turn_logprobs
 from rlkit.train import faults
 from rlkit.train.config import WarmStartConfig
 from rlkit.train.learner import Learner

@@ -69,7 +69,7 @@ def split_space(tok: PreTrainedTokenizerBase, text: str, rep: int) -> list[int]:
 def byte_spelled(tok: PreTrainedTokenizerBase, text: str, rep: int) -> list[int]:
     """One byte-level token per UTF-8 byte of the text (a character of several bytes is several
     tokens, none of which decodes alone): needs a byte-level BPE, as Qwen's is."""
-    from rlkit.model.qwen_vocab import bytes_to_unicode
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     table = bytes_to_unicode()
     return [tok.convert_tokens_to_ids(table[b]) for b in text.encode()]

@@ -19,8 +19,7 @@ from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.errors import UsageError
 from rlkit.model.build import build_tiny
 from rlkit.model.config import Tuning
-from rlkit.model.load import load
-from rlkit.model.lora import tune
+from rlkit.model.load import load, tune
 
 TUNINGS = [
     {"lora_rank": 32},
