@@ -48,8 +48,7 @@ class LoadedModel:
     path: Path
     encoder: ChatEncoder = field(init=False)
     positions: LruCache = field(init=False)
-    """Multimodal rope positions per distinct (prompt ids, image grids): a handful of distinct
-    prompts per run, while the model's own computation is a Python loop per row."""
+    """Multimodal rope positions per distinct (prompt ids, image grids), computed once each."""
 
     def __post_init__(self) -> None:
         self.encoder = ChatEncoder(self.processor)
@@ -215,8 +214,7 @@ def load(
 
 
 ADAPTER_CONFIG = "adapter_config.json"
-"""peft's adapter config: with no weights beside it, the dir is a LoRA adapter (SkyRL's export
-of a LoRA run: adapter, config and processor)."""
+"""peft's adapter config: beside no weights, it marks a LoRA adapter dir (SkyRL's LoRA export)."""
 
 
 def is_adapter_dir(path: Path) -> bool:
@@ -242,9 +240,8 @@ def _weights(p: Path, dtype: torch.dtype) -> Qwen3VLForConditionalGeneration:
 
 
 def processor_template(model_path: str | Path) -> str:
-    """The chat template vLLM renders `model_path`'s prompts with: its processor's (a local dir
-    or a hub id; one warning when the tokenizer's own differs). For code that loads a bare
-    tokenizer (SkyRL's experiment), so it renders what the engines render."""
+    """The chat template vLLM renders `model_path`'s prompts with (a local dir or a hub id), for
+    code that loads a bare tokenizer (SkyRL's experiment): its processor's, as `chat_template`."""
     return chat_template(AutoProcessor.from_pretrained(model_path))
 
 
@@ -261,10 +258,9 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
 def tune(model: torch.nn.Module, t: Tuning, *, seed: int = 0) -> PeftModel | None:
-    """Apply `t` to `model` in place: with `lora_rank` > 0 attach adapters (every base weight
-    frozen, none on the frozen vision modules) and return peft's wrapper (for saving); else
-    freeze the vision modules `freeze_vision` names and return None. Adapters are initialised
-    from `seed`, the caller's torch RNG untouched."""
+    """Apply `t` to `model` in place: with `lora_rank` > 0 attach adapters seeded by `seed` (the
+    caller's torch RNG untouched; base weights frozen, none on the frozen vision modules) and
+    return peft's wrapper; else freeze the vision modules `freeze_vision` names, return None."""
     pattern = t.frozen_pattern
     model.zero_grad(set_to_none=True)  # a frozen weight's last gradient would count in clipping
     if t.lora_rank == 0:

@@ -1,6 +1,5 @@
-"""A fixture checkpoint with Qwen3-VL-8B-Instruct's real text side on small random weights, built
-offline: Qwen's tokenizer rebuilt from the BPE ranks `rlkit.model.qwen_files` fetches, Qwen's
-chat template, Qwen's published file layout. Details:
+"""A fixture checkpoint with Qwen3-VL-8B-Instruct's real text side (its tokenizer rebuilt from the
+BPE ranks `rlkit.model.qwen_files` fetches) on small random weights, in Qwen's published layout:
 docs/models-and-engines.md#the-qwen-fixture-checkpoint-modelqwen_fixturepy."""
 
 from __future__ import annotations
@@ -153,10 +152,6 @@ def qwen_tokenizer_dir() -> Path:
 FIXTURE_VERSION = "qwen-fixture-v1"
 """Cache key of the builder: bump it when what build_qwen_fixture writes changes."""
 MARKER = "rlkit_fixture.json"
-IMAGE_TOKEN_ID = 151655
-VIDEO_TOKEN_ID = 151656
-VISION_START_ID = 151652
-VISION_END_ID = 151653
 EMBEDDING_ROWS = 151936
 """Qwen3-VL's embedding rows: 151,669 tokens padded up to a multiple of 128."""
 GENERATION = {
@@ -196,6 +191,7 @@ VIDEO_PREPROCESSOR = {
 
 def fixture_config() -> Qwen3VLConfig:
     """Qwen3-VL-8B-Instruct's config, shrunk: same ids, rope scheme and vocabulary rows."""
+    ids = {t: FIRST_ADDED_ID + i for i, (t, _) in enumerate(ADDED_TOKENS)}
     return Qwen3VLConfig(
         text_config={
             "vocab_size": EMBEDDING_ROWS,
@@ -214,7 +210,7 @@ def fixture_config() -> Qwen3VLConfig:
                 "mrope_interleaved": True,
             },
             "bos_token_id": GENERATION["bos_token_id"],
-            "eos_token_id": 151645,
+            "eos_token_id": ids["<|im_end|>"],
             "pad_token_id": GENERATION["pad_token_id"],
         },
         vision_config={
@@ -229,10 +225,10 @@ def fixture_config() -> Qwen3VLConfig:
             "num_position_embeddings": 2304,  # Qwen's 48 x 48 learned grid, interpolated
             "deepstack_visual_indexes": [1],
         },
-        image_token_id=IMAGE_TOKEN_ID,
-        video_token_id=VIDEO_TOKEN_ID,
-        vision_start_token_id=VISION_START_ID,
-        vision_end_token_id=VISION_END_ID,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=True,  # halves the 151,936-row matrix on disk
     )
 

@@ -169,9 +169,7 @@ def start_engine(
             "distributed_executor_backend": "uni",
         }
         if cpu:
-            # vLLM 0.32 on CPU: a seeded request whose prefill is split over two steps crashes
-            # the engine ("CPU Generator does not use offset"), so every prompt is prefilled in
-            # one step there (measured: 256 seeded prompts at once)
+            # every prompt prefilled in one step: vLLM 0.32 crashes on a split seeded one (docs)
             kw["enable_chunked_prefill"] = False
             kw["max_num_batched_tokens"] = max(kw["max_model_len"], 4096)
         if kv_cache_gb is not None:

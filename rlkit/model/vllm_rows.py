@@ -14,22 +14,22 @@ FIRST_ROW_KEY = "rlkit_first_row_without_token"
 """`additional_config` key: the first row with no token (the tokenizer's length)."""
 
 
-def first_row_without_token(vllm_config: Any) -> int:
-    extra = vllm_config.additional_config
-    if isinstance(extra, dict) and extra.get(FIRST_ROW_KEY) is not None:
-        return int(extra[FIRST_ROW_KEY])
-    from transformers import AutoTokenizer
-
-    model = vllm_config.model_config
-    tok = AutoTokenizer.from_pretrained(model.tokenizer, trust_remote_code=model.trust_remote_code)
-    return len(tok)
-
-
 class NoTokenRows(LogitsProcessor):
     """-inf on the logits of every row the tokenizer has no token for (see the module)."""
 
     def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
-        self.first = first_row_without_token(vllm_config)
+        extra = vllm_config.additional_config
+        if isinstance(extra, dict) and extra.get(FIRST_ROW_KEY) is not None:
+            self.first = int(extra[FIRST_ROW_KEY])
+            return
+        from transformers import AutoTokenizer
+
+        model = vllm_config.model_config
+        self.first = len(
+            AutoTokenizer.from_pretrained(
+                model.tokenizer, trust_remote_code=model.trust_remote_code
+            )
+        )
 
     def is_argmax_invariant(self) -> bool:
         return False  # a padding row may hold the largest logit: greedy requests need it too
