@@ -17,9 +17,7 @@ from transformers import (
     Qwen3VLConfig,
     Qwen3VLForConditionalGeneration,
 )
-from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-    Qwen2VLImageProcessorPil,
-)
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from rlkit.env.maze_env import EnvConfig, MazeEnv, observation_message, system_prompt
 from rlkit.maze import rules

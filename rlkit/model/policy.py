@@ -17,13 +17,7 @@ from rlkit.errors import UsageError
 from rlkit.maze import rules
 from rlkit.maze.parsing import format_action
 from rlkit.model.action_tag import move_choices, probe_point
-from rlkit.model.batching import (
-    AnswerSpec,
-    banned_ids,
-    build_batch,
-    choice_logits,
-    mask_banned,
-)
+from rlkit.model.batching import AnswerSpec, banned_ids, build_batch, choice_logits, mask_banned
 from rlkit.model.chat import Encoded
 from rlkit.model.load import LoadedModel, load
 
