@@ -66,21 +66,12 @@ class QwenTextFiles:
     """JSON {"chat_template", "stop_token_ids", "source"} cut from the xinference wheel."""
 
     def ranks(self) -> dict[bytes, int]:
-        """Token bytes -> rank (= token id), all 151,643 of them."""
-        return read_ranks(self.tiktoken.read_bytes())
+        """Token bytes -> rank (= token id), all 151,643 of them (a `base64(token) rank` a line)."""
+        lines = [line.split() for line in self.tiktoken.read_bytes().splitlines() if line]
+        return {base64.b64decode(token): int(rank) for token, rank in lines}
 
     def chat_template(self) -> str:
         return json.loads(self.template.read_text())["chat_template"]
-
-
-def read_ranks(data: bytes) -> dict[bytes, int]:
-    """Parse tiktoken's format: one `base64(token) rank` per line."""
-    ranks = {}
-    for line in data.splitlines():
-        if line:
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
-    return ranks
 
 
 def _check_tiktoken(data: bytes, where: str) -> None:

@@ -52,21 +52,6 @@ def engine_limits(set_name: str, history: int | None = 1) -> dict[str, Any]:
     return {"max_images": n_images, "image_size": size}
 
 
-@contextlib.contextmanager
-def _environ(**values: str) -> Iterator[None]:
-    """Set environment variables for a block only (subprocesses started later see the old ones)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 @dataclass
 class VllmEngine:
     """A started `vllm.LLM` with what the policy needs beside it."""
@@ -91,17 +76,25 @@ class VllmEngine:
 
 @contextlib.contextmanager
 def _in_process_engine() -> Iterator[None]:
-    """Import and start vLLM in this process and leave the process as it was, vLLM's logs on
-    stderr at WARNING unless the caller's VLLM_LOGGING_* say otherwise."""
+    """Import and start vLLM in this process and leave the process as it was (its environment
+    too: subprocesses started later see the old one), vLLM's logs on stderr at WARNING unless
+    the caller's VLLM_LOGGING_* say otherwise."""
     import torch
 
     quiet = {"VLLM_LOGGING_STREAM": "ext://sys.stderr", "VLLM_LOGGING_LEVEL": "WARNING"}
-    quiet = {k: os.environ.get(k, v) for k, v in quiet.items()}
+    values = {k: os.environ.get(k, v) for k, v in quiet.items()}
+    values["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    saved = {k: os.environ.get(k) for k in values}
     set_threads, threads = torch.set_num_threads, torch.get_num_threads()
+    os.environ.update(values)
     try:
-        with _environ(VLLM_ENABLE_V1_MULTIPROCESSING="0", **quiet):
-            yield
+        yield
     finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         torch.set_num_threads = set_threads
         torch.set_num_threads(threads)
 
