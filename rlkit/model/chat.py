@@ -111,11 +111,9 @@ class ChatEncoder:
         self.template = chat_template(processor)
         self._mean = np.asarray(ip.image_mean, np.float32).reshape(3, 1, 1)
         self._std = np.asarray(ip.image_std, np.float32).reshape(3, 1, 1)
-        self._texts, self._ids, self._images = (
-            LruCache(256),
-            LruCache(cache_size),
-            LruCache(cache_size),
-        )
+        self._texts = LruCache(256)
+        self._ids = LruCache(cache_size)
+        self._images = LruCache(cache_size)
 
     def chat_text(self, messages: list[dict]) -> tuple[str, list[ImageLike]]:
         """The chat-template text (one image pad per image) and the images, in order."""
@@ -200,16 +198,14 @@ class ChatEncoder:
             out = self.image_processor(images=[Image.fromarray(arr)], return_tensors="np")
             return out["pixel_values"], out["image_grid_thw"][0]
         # float64 rescale then float32, as transformers does: bit-equal patches
-        x = (arr.transpose(2, 0, 1) * np.float64(self.image_processor.rescale_factor)).astype(
-            np.float32
-        )
+        scale = np.float64(self.image_processor.rescale_factor)
+        x = (arr.transpose(2, 0, 1) * scale).astype(np.float32)
         x = (x - self._mean) / self._std
         p, m, gh, gw = self.patch, self.merge, h // self.patch, w // self.patch
         x = x.reshape(3, gh // m, m, p, gw // m, m, p).transpose(1, 4, 2, 5, 0, 3, 6)
         x = np.broadcast_to(x[:, :, :, :, :, None], (*x.shape[:5], self.tp, p, p))
-        return np.ascontiguousarray(x.reshape(gh * gw, 3 * self.tp * p * p)), np.array(
-            [1, gh, gw], np.int64
-        )
+        patches = np.ascontiguousarray(x.reshape(gh * gw, 3 * self.tp * p * p))
+        return patches, np.array([1, gh, gw], np.int64)
 
 
 def _to_pil(image: ImageLike) -> Image.Image:

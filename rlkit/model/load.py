@@ -248,9 +248,8 @@ def processor_template(model_path: str | Path) -> str:
 def template_text(path: str | Path, messages: list[dict]) -> tuple[str, int]:
     """`messages` as the checkpoint's own processor renders them for generation (one image pad
     per image, as `rlkit eval --show-prompt` prints them) and how many images they hold."""
-    text, images = ChatEncoder(AutoProcessor.from_pretrained(check_checkpoint(path))).chat_text(
-        messages
-    )
+    processor = AutoProcessor.from_pretrained(check_checkpoint(path))
+    text, images = ChatEncoder(processor).chat_text(messages)
     return text, len(images)
 
 

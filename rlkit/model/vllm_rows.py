@@ -25,11 +25,10 @@ class NoTokenRows(LogitsProcessor):
         from transformers import AutoTokenizer
 
         model = vllm_config.model_config
-        self.first = len(
-            AutoTokenizer.from_pretrained(
-                model.tokenizer, trust_remote_code=model.trust_remote_code
-            )
+        tok = AutoTokenizer.from_pretrained(
+            model.tokenizer, trust_remote_code=model.trust_remote_code
         )
+        self.first = len(tok)
 
     def is_argmax_invariant(self) -> bool:
         return False  # a padding row may hold the largest logit: greedy requests need it too
