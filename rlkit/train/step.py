@@ -1,6 +1,6 @@
-"""One local GRPO step, top to bottom: rollout -> score -> samples -> update (`grpo_step`); the
-functions follow the step's order. Every draw comes from (seed, step[, round or epoch]), so a
-resumed run draws what an uninterrupted one would: docs/local-trainer.md#one-grpo-step-trainsteppy.
+"""One local GRPO step, top to bottom: rollout -> score -> samples -> update (`grpo_step`), and
+what a run carries between steps (`TrainState`, `due`). Every draw is seeded from (seed, step[,
+round or epoch]) (`seed_for`), so a resumed run draws what an uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -26,9 +26,64 @@ from rlkit.run import captures
 from rlkit.train import faults, grpo
 from rlkit.train.config import GRPOConfig, ScheduleConfig, TrainConfig
 from rlkit.train.learner import Learner, TurnSample, minibatch_loss, with_reference
-from rlkit.train.state import TrainState, rollout_seed, shuffle_seed
 
-# the step -----------------------------------------------------------------------------------
+ROLLOUT, SHUFFLE = 1, 2
+"""Stream tags: the key part after the run's seed, so that no two streams share a key."""
+
+
+def seed_for(*parts: int) -> int:
+    """A 64-bit seed from a key of non-negative ints; the key's length is part of it
+    (SeedSequence pads with zeros: (s, t) and (s, t, 0) would be one seed)."""
+    if any(int(p) < 0 for p in parts):
+        raise UsageError(f"seed key {parts} must be non-negative ints (SeedSequence entropy)")
+    key = [*map(int, parts), len(parts)]
+    return int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0])
+
+
+def rollout_seed(seed: int, step: int, round_: int = 0) -> int:
+    """Seed of the episodes sampled at global step `step`, in its dynamic-sampling round `round_`."""
+    return seed_for(seed, ROLLOUT, step) if round_ == 0 else seed_for(seed, ROLLOUT, step, round_)
+
+
+def shuffle_seed(seed: int, step: int, epoch: int) -> int:
+    """Seed of the minibatch order of epoch `epoch` of the update at global step `step`."""
+    return seed_for(seed, SHUFFLE, step, epoch)
+
+
+@dataclass
+class TrainState:
+    """Everything besides weights and optimizer that a resume needs (saved in trainer_state.pt)."""
+
+    step: int = 0
+    phase: str = "warm_start"
+    grpo_steps: int = 0
+    warm_start_end: int | None = None
+    cursor: int = 0
+    """Index of the next training maze in the stream: no maze replayed or skipped on resume."""
+    val_solve_rate: float | None = None
+    """The warm start's latest validation solve rate (None: none yet); it picks the BC phase."""
+    elapsed_s: float = 0.0
+    """Training wall time up to this state (s), summed over resumed segments."""
+
+
+@dataclass(frozen=True)
+class Due:
+    """What follows a step: an eval of the pinned test set, a checkpoint."""
+
+    eval: bool
+    checkpoint: bool
+
+
+def due(s: TrainState, sched: ScheduleConfig) -> Due:
+    """What is due after step `s`: both at the warm-start boundary and the last GRPO step; else
+    an eval every `eval_every` GRPO steps and a checkpoint every `ckpt_every` global steps."""
+    boundary = s.warm_start_end == s.step
+    last = s.grpo_steps >= sched.steps and s.phase == "grpo"
+    grpo_tick = s.phase == "grpo" and not boundary and s.grpo_steps > 0
+    return Due(
+        eval=boundary or last or (grpo_tick and s.grpo_steps % sched.eval_every == 0),
+        checkpoint=boundary or last or s.step % sched.ckpt_every == 0,
+    )
 
 
 def grpo_step(
@@ -40,8 +95,7 @@ def grpo_step(
     timer: Callable[[str], AbstractContextManager],
 ) -> dict:
     """One GRPO step at global step `state.step` (its mazes from `state.cursor` on, which it
-    advances); returns the step's metrics. `policy` samples the episodes (the learner's model);
-    `timer(name)` times each phase (`timing/rollout`, `capture`, `encode`, `update`)."""
+    advances); returns its metrics. `timer(name)` times each phase."""
     g, task, recipe, sched = cfg.grpo, cfg.task, cfg.recipe, cfg.schedule
     stops = learner.loaded.stop_ids
     trajs: list[Trajectory] = []
@@ -78,14 +132,10 @@ def grpo_step(
     }
 
 
-# 1. rollout ---------------------------------------------------------------------------------
-
-
 def rollout_round(
     policy: Policy, cfg: TrainConfig, state: TrainState, round_: int, offset: int
 ) -> list[Trajectory]:
-    """The next `mazes_per_step` training mazes' groups of episodes; their maze indices
-    start at `offset`, so that the groups of a step's rounds stay apart."""
+    """The next `mazes_per_step` training mazes' groups of episodes, maze indices from `offset`."""
     g, task = cfg.grpo, cfg.task
     mazes, state.cursor = draw_train_mazes(
         task.spec,
@@ -109,9 +159,8 @@ def rollout_round(
 
 
 def curriculum(cfg: TrainConfig, state: TrainState) -> float:
-    """Share of each training maze's shortest path played at this GRPO step (1: the task's own
-    mazes), by the recipe's `curriculum_steps` and `curriculum_start`: a pure function of the
-    step, so a resumed run plays the same stage."""
+    """Share of each training maze's shortest path played at this GRPO step (1: the whole maze),
+    a pure function of the step and the recipe's `curriculum_steps` and `curriculum_start`."""
     r = cfg.recipe
     return curriculum_share(state.grpo_steps, r.curriculum_steps, r.curriculum_start)
 
@@ -119,11 +168,9 @@ def curriculum(cfg: TrainConfig, state: TrainState) -> float:
 def turn_budgets(
     mazes: Sequence[Maze], env: EnvConfig, slack: int | None, tight_fraction: float = 1.0
 ) -> list[int] | None:
-    """Per-maze turn budgets of a GRPO rollout: the first `tight_fraction` of the mazes (they
-    come from a shuffled stream) get their shortest path + `slack`, at most the env's
-    `max_turns`, the rest the env's budget; None (every maze the env's) when `slack` is None.
-    A squares maze's shortest path counts its closing `stop` (one more turn: VisGym wins only
-    by stopping on the target)."""
+    """Per-maze turn budgets: the first `tight_fraction` of the mazes get their shortest path
+    (a squares maze's closing `stop` counted) + `slack`, at most the env's `max_turns`, the rest
+    `max_turns`; None (every maze `max_turns`) when `slack` is None."""
     if slack is None:
         return None
     tight = round(tight_fraction * len(mazes))
@@ -135,14 +182,11 @@ def turn_budgets(
 
 def enough_groups(scores: Scores, recipe: Recipe, batch_groups: int, rounds: int) -> bool:
     """Whether a step's rollout may stop after `rounds` rounds: always without dynamic sampling;
-    with `filter`, once `batch_groups` groups enter the loss or `max_sample_batches` rounds are
-    drawn (SkyRL stops the run there; the local trainer trains on what it has)."""
+    with `filter`, once `batch_groups` groups enter the loss or after `max_sample_batches`
+    rounds (SkyRL stops the run there; the local trainer trains on what it has)."""
     if recipe.dynamic_sampling_type != "filter" or rounds >= recipe.max_sample_batches:
         return True
     return kept_groups(scores) >= batch_groups
-
-
-# 2. score -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -156,11 +200,9 @@ class Scores:
     informative: torch.Tensor
     """bool: the episode's group has rewards that differ (its advantages are not all zero)."""
     keep: torch.Tensor
-    """bool: the episode's turns enter the loss (`informative`, or every episode when the
-    zero-variance filter is off)."""
+    """bool: the episode's turns enter the loss."""
     turn_advantages: torch.Tensor | None = None
-    """(N,) one advantage per turn, episode then turn order (`gigpo`: `grpo.step_credit`);
-    None: each turn takes its episode's."""
+    """(N,) one advantage per turn (`gigpo`); None: each turn takes its episode's."""
 
 
 def score(
@@ -171,14 +213,10 @@ def score(
     batch_groups: int | None = None,
 ) -> Scores:
     """Advantages of `trajs` by the recipe's estimator, and which episodes the loss keeps:
-    - `zero_variance_filter` (or dynamic sampling's `filter`) drops the groups whose episodes
-      all got the same reward, else every episode is kept;
-    - `fail_advantage`: the episodes of groups that no episode solved get it and are kept;
-    - `apply_overlong_filtering`: an episode whose last reply ends on none of the checkpoint's
-      `stop_ids` (it was cut) is dropped, its reward still in its group's baseline (SkyRL masks
-      its loss the same way);
-    - `dynamic_sampling_type=filter` with `batch_groups`: only the first `batch_groups` kept
-      groups (in maze order) stay, as SkyRL truncates to its train batch."""
+    `zero_variance_filter` (or dynamic sampling) drops groups of equal rewards;
+    `fail_advantage` goes to every episode of an unsolved group, kept;
+    `apply_overlong_filtering` drops an episode cut before a stop id (its reward still in the
+    baseline); dynamic sampling with `batch_groups` keeps the first that many groups."""
     rewards = torch.tensor([t.reward for t in trajs])
     groups = torch.tensor([t.maze_index for t in trajs])
     adv = grpo.estimate(rewards, groups, recipe)
@@ -204,8 +242,7 @@ def score(
 
 
 def overlong(trajs: Sequence[Trajectory], stop_ids: Sequence[int] | None) -> torch.Tensor:
-    """(B,) bool: the episode's last reply ends on none of `stop_ids` (cut at the token limit:
-    SkyRL's stop_reason other than "stop")."""
+    """(B,) bool: the episode's last reply ends on none of `stop_ids` (cut at the token limit)."""
     if not stop_ids:
         raise UsageError("overlong filtering needs the checkpoint's stop token ids (stop_ids)")
     last = [t.turns[-1].response_ids if t.turns else None for t in trajs]
@@ -225,11 +262,9 @@ def capture(
     sched: ScheduleConfig,
     policy: str,
 ) -> dict:
-    """Write `sched.capture_groups` of the step's groups (picked from the run's seed and the
-    step) to RUN/rollouts, each episode with the advantage its loss used (0 where the loss
-    dropped it) and named `policy` (`captures.training_label`); returns what it cost
-    (`rollout/capture_episodes`, `_bytes`: SkyRL's bridge logs the same names), {} when
-    capture is off."""
+    """Write `sched.capture_groups` of the step's groups to RUN/rollouts, each episode with the
+    advantage its loss used (0 where dropped) and named `policy`; returns the capture's size
+    metrics ({} when capture is off)."""
     if sched.capture_groups == 0:
         return {}
     adv = scores.advantages
@@ -243,9 +278,6 @@ def capture(
     return {"rollout/capture_episodes": len(picked), "rollout/capture_bytes": path.stat().st_size}
 
 
-# 3. samples ---------------------------------------------------------------------------------
-
-
 def turn_samples(
     trajs: Sequence[Trajectory],
     scores: Scores,
@@ -254,18 +286,14 @@ def turn_samples(
     *,
     history: int | None = 1,
 ) -> list[TurnSample]:
-    """One row per model turn of every kept episode (`scores.keep`), in episode then turn order,
-    with its episode's advantage (or its own: `scores.turn_advantages`).
-
-    A kept episode's turns stay even when its advantage is 0: with the zero-variance filter off
-    they count in the reduction's denominators, as that setting means (SkyRL keeps them too).
-    `encode` turns a turn's messages (replayed through the env, `turn_prompts`) into model
-    input, as the rollout did; a prompt that encodes differently from the sampled one raises.
-    """
+    """One row per model turn of every kept episode, in episode then turn order, with its
+    episode's advantage (or its own: `scores.turn_advantages`); a zero advantage stays (it
+    counts in the reductions' denominators). Each prompt is re-encoded and must equal the
+    sampled one."""
     out = []
     per_turn = None if scores.turn_advantages is None else scores.turn_advantages.tolist()
     kept = zip(trajs, scores.advantages.tolist(), scores.keep.tolist(), strict=True)
-    first = 0  # the episode's first turn in `per_turn`
+    first = 0
     for episode, (traj, a, k) in enumerate(kept):
         n, first = len(traj.turns), first + len(traj.turns)
         if not k:
@@ -282,9 +310,6 @@ def turn_samples(
     return out
 
 
-# 4. update ----------------------------------------------------------------------------------
-
-
 def update(
     learner: Learner,
     samples: Sequence[TurnSample],
@@ -295,12 +320,8 @@ def update(
     seed: int,
     step: int,
 ) -> dict[str, float]:
-    """`g.epochs` passes over `samples` at learning rate `lr`, one optimizer step per minibatch
-    (gradient clipped to `g.max_grad_norm`); returns every metric averaged over the minibatches
-    ({} when there are no samples).
-
-    seed, step: the run's seed and the global step, which fix each epoch's minibatch order.
-    """
+    """`g.epochs` passes over `samples` at rate `lr`, one clipped optimizer step per minibatch
+    (their order from `seed` and global `step`); returns the metrics' means ({}: no samples)."""
     if not samples:
         return {}
     for group in learner.opt.param_groups:
@@ -332,17 +353,15 @@ def update(
 def minibatch_order(
     samples: Sequence[TurnSample], g: GRPOConfig, generator: torch.Generator
 ) -> list[list[int]]:
-    """One epoch's minibatches of sample indices: whole episodes in a random order, as SkyRL
-    shuffles its episode rows (why: docs/local-trainer.md#one-grpo-step-trainsteppy)."""
+    """One epoch's minibatches of sample indices: whole episodes in a random order."""
     return grouped_minibatches([x.episode for x in samples], g.minibatch, generator)
 
 
 def grouped_minibatches(
     keys: Sequence[Hashable], size: int, generator: torch.Generator
 ) -> list[list[int]]:
-    """Sample indices grouped by key (`keys[i]` is sample i's), the groups in a random order,
-    packed into minibatches of at most `size` samples without cutting a group (one larger than
-    `size` fills a minibatch alone)."""
+    """Sample indices grouped by `keys`, the groups in a random order, packed whole into
+    minibatches of at most `size` (a larger group alone)."""
     members: dict[Hashable, list[int]] = {}
     for i, k in enumerate(keys):
         members.setdefault(k, []).append(i)
@@ -356,12 +375,8 @@ def grouped_minibatches(
     return out
 
 
-# the step's numbers -------------------------------------------------------------------------
-
-
 def rollout_metrics(trajs: Sequence[Trajectory], scores: Scores, n_groups: int) -> dict:
-    """The `rollout/` metrics of a batch of `n_groups` mazes' episodes (the zero-variance
-    count is a fact of the rollout, whether the filter drops those groups or not)."""
+    """The `rollout/` metrics of a batch of `n_groups` mazes' episodes."""
     informative = len(set(scores.groups[scores.informative].tolist()))
     return {
         "rollout/reward_mean": float(scores.rewards.mean()),

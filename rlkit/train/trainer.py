@@ -1,15 +1,12 @@
-"""The local GRPO trainer: rlkit's compact counterpart of a SkyRL run, CPU- or one-GPU-sized.
+"""The local GRPO trainer, CPU- or one-GPU-sized: it coordinates a warm start, then GRPO steps
+(`rlkit.train.step.grpo_step`), evals and checkpoints; a resumed run equals an uninterrupted one.
 
     rlkit train --preset local-tiny --run-dir runs/tiny            # resumes by default
-    rlkit train --preset smoke --run-dir /tmp/r --address local    # the same, as a Ray job
-
-It coordinates the phases (a warm start, then GRPO steps: `rlkit.train.step.grpo_step`), evals
-and checkpoints; every random draw is seeded from (seed, step), so a resumed run equals an
-uninterrupted one. The loop, step by step: docs/local-trainer.md.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -43,15 +40,14 @@ from rlkit.model.load import (
 from rlkit.model.policy import ModelPolicy
 from rlkit.run import captures
 from rlkit.run.checkpoints import Checkpoint
+from rlkit.run.metrics import RunLogger
 from rlkit.run.rundir import RunDir
 from rlkit.train import faults
 from rlkit.train.config import TrainConfig
 from rlkit.train.learner import Learner, model_like, reference_of, start_policy
-from rlkit.train.metrics import MetricsLogger
 from rlkit.train.run_config import check_resume, resume_config
 from rlkit.train.square_head import SquareHead, block_side, squares_update, tower_optimizer
-from rlkit.train.state import TrainState, due
-from rlkit.train.step import grpo_step
+from rlkit.train.step import TrainState, due, grpo_step
 from rlkit.train.warmstart import (
     bc_batch,
     bc_schedule,
@@ -60,17 +56,43 @@ from rlkit.train.warmstart import (
     validation_episodes,
 )
 
+_log = logging.getLogger(__name__)
+
 
 def torch_threads(threads: int | None) -> int:
-    """The torch thread count of a run: `threads`, or every core this process may use. Set
-    explicitly because a Ray job's entrypoint inherits OMP_NUM_THREADS=1 from Ray (it sets that
-    in its workers), which left the demo's training job on one of two cores."""
+    """`threads`, or every core this process may use (a Ray job inherits OMP_NUM_THREADS=1)."""
     return threads or len(os.sched_getaffinity(0))
 
 
+class MetricsLogger(RunLogger):
+    """The run's logger (`rlkit.run.metrics.RunLogger`) plus TensorBoard event files under
+    RUN/tensorboard when `tensorboard` and `torch.utils.tensorboard` imports; events after
+    `resume_step` (a resumed run's checkpoint step) are purged."""
+
+    def __init__(
+        self,
+        run: RunDir,
+        *,
+        tensorboard: bool = True,
+        ray_gauges: bool | None = None,
+        resume_step: int | None = None,
+    ):
+        writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                _log.info("TensorBoard off (%s): metrics go to metrics.jsonl only", e)
+            else:
+                purge = resume_step + 1 if resume_step is not None else None
+                path = str(run.path / "tensorboard")
+                writer = SummaryWriter(log_dir=path, purge_step=purge, flush_secs=10)
+        super().__init__(run, scalars=writer, ray_gauges=ray_gauges)
+
+
 class Trainer:
-    """Coordinates the phases: a GRPO step is `rlkit.train.step.grpo_step`, a warm-start step
-    `rlkit.train.warmstart`'s, the episodes `rlkit.episodes.rollout`'s."""
+    """Coordinates the phases: GRPO steps (`rlkit.train.step`), warm-start steps
+    (`rlkit.train.warmstart`), evals and checkpoints."""
 
     def __init__(
         self,
@@ -81,9 +103,8 @@ class Trainer:
         progress: bool = True,
         overrides: Mapping[str, Any] | None = None,
     ) -> None:
-        """`overrides`: the `--set` changes the caller made to its preset; on a resume they
-        apply on top of the run's recorded config (run.json). None: every field where `cfg`
-        differs from its preset counts as one (`rlkit.train.run_config.resume_config`)."""
+        """`overrides`: the caller's `--set` changes, applied on a resume to the run's recorded
+        config (None: `cfg`'s differences from its preset, `run_config.resume_config`)."""
         if resume not in ("latest", "none"):
             raise UsageError(f"--resume {resume!r}: use latest or none")
         self.cfg, self.resume_mode, self.progress = cfg, resume, progress
@@ -92,13 +113,12 @@ class Trainer:
         self.state = TrainState(phase="warm_start" if cfg.warm_start.enabled else "grpo")
         self.learner: Learner | None = None
         self.square_head: SquareHead | None = None
-        """The per-square auxiliary head while its phase's `aux_weight` > 0, else None."""
+        """The per-square auxiliary head while its phase's `aux_weight` > 0."""
         self.tower_opt: torch.optim.Optimizer | None = None
-        """Its GRPO-phase optimizer (`grpo.aux_weight` > 0), else None."""
+        """Its GRPO-phase optimizer (`grpo.aux_weight` > 0)."""
         self.adapter = None
-        """peft's wrapper of the policy while LoRA trains (`model.lora_rank` > 0), else None."""
+        """peft's wrapper of the policy while LoRA trains (`model.lora_rank` > 0)."""
 
-    # setup -------------------------------------------------------------------------------
     def _restore(self) -> Checkpoint | None:
         ckpt = self.run.resume() if self.resume_mode == "latest" else None
         if self.resume_mode == "latest":  # steps after it are trained (and captured) again,
@@ -128,8 +148,7 @@ class Trainer:
         return ckpt
 
     def _square_head(self, loaded: LoadedModel, maze: Maze, saved: dict) -> None:
-        """The per-square head (`saved`'s if any) for `maze`'s layout and, in the GRPO phase,
-        its own optimizer."""
+        """The per-square head (`saved`'s if any) and, in the GRPO phase, its optimizer."""
         if self.square_head is None:
             block = block_side(loaded, self.cfg.task.env, maze)
             self.square_head = SquareHead(loaded, block, game_moves(maze), self.cfg.schedule.seed)
@@ -146,8 +165,6 @@ class Trainer:
             return Path(m.init)
         path = self.run.path / "init_model"
         if not (path / "config.json").exists() or not (path / "preprocessor_config.json").exists():
-            # Built aside and renamed in: a start killed mid-build must not leave a half model
-            # that every later resume would trip over.
             tmp = self.run.path / ".init_model.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
             build_tiny(tmp, seed=self.cfg.schedule.seed, config=m.tiny)
@@ -164,9 +181,7 @@ class Trainer:
 
     def _tune(self, loaded: LoadedModel, ckpt: Checkpoint | None) -> None:
         """As the GRPO phase starts (or resumes): freeze the vision side and/or attach LoRA
-        adapters (`model.lora_rank`, `model.freeze_vision`). LoRA's base is the policy at the
-        phase's start (`rlkit.train.learner.start_policy`); a resumed run reloads it and its checkpoint's adapter
-        (the checkpoint's policy/ holds the merged weights, for readers)."""
+        adapters on the phase's start policy (a resume reloads it and the checkpoint's adapter)."""
         m = self.cfg.model
         if m.lora_rank > 0:
             base = start_policy(self.run.path, None if ckpt else loaded)
@@ -176,13 +191,9 @@ class Trainer:
         if self.adapter is not None and ckpt is not None:
             load_adapter_weights(self.adapter, ckpt.path / "adapter")
 
-    # the run -----------------------------------------------------------------------------
     def fit(self, *, stop_at_step: int | None = None) -> dict:
         """Train to the configured number of steps (resuming if possible); returns a summary.
-
-        `stop_at_step` pauses after that global step (a later `fit` resumes from the last
-        checkpoint): train in slices from a notebook, or test that resuming changes nothing.
-        """
+        `stop_at_step` pauses after that global step (a later `fit` resumes)."""
         torch.set_num_threads(torch_threads(self.cfg.schedule.threads))
         with self.run.lock():
             info = self.run.init(
@@ -200,10 +211,8 @@ class Trainer:
             ckpt = self._restore()
             if changes:
                 self.run.record_config(cfg.to_dict(), changes, step=ckpt.step if ckpt else 0)
-            if ckpt is not None:  # says which checkpoint a restarted job really continues from
-                print(
-                    f"resuming {self.run.path} from {ckpt.path.name}", file=sys.stderr, flush=True
-                )
+            if ckpt is not None:
+                print(f"resuming {self.run.path} from {ckpt.path.name}", file=sys.stderr)
             with MetricsLogger(self.run, resume_step=ckpt.step if ckpt else None) as log:
                 self.log = log
                 if ckpt is None and self.cfg.schedule.eval_before_train:
@@ -245,7 +254,6 @@ class Trainer:
             self._checkpoint(s.step)
         return phase
 
-    # phases ------------------------------------------------------------------------------
     def _bc_step(self) -> dict:
         """One behaviour-cloning step; switches to GRPO when the warm start is done."""
         w, s, task = self.cfg.warm_start, self.state, self.cfg.task
@@ -289,8 +297,7 @@ class Trainer:
         return metrics
 
     def _squares_step(self, lr: float) -> dict:
-        """`grpo.aux_weight`: `grpo.aux_steps` steps of the per-square loss, each on the warm
-        start's states of its own batch index (past every warm-start index: fresh mazes)."""
+        """`grpo.aux_steps` steps of the per-square loss, on fresh warm-start batch indices."""
         w, task, loaded, g = self.cfg.warm_start, self.cfg.task, self.learner.loaded, self.cfg.grpo
         first, pad = (self.state.step - 1) * g.aux_steps, task.env.style.pad
         with self.log.timer("squares"):
@@ -309,7 +316,6 @@ class Trainer:
             self.learner.loaded, temperature=m.temperature, greedy=greedy, constrained=m.constrained
         )
 
-    # eval and checkpoints -----------------------------------------------------------------
     def _evaluate(self, step: int) -> EvalResult:
         task = self.cfg.task
         with self.log.timer("eval"):
@@ -328,8 +334,8 @@ class Trainer:
         return result
 
     def _eval_set(self, step: int, name: str) -> EvalResult:
-        """One pinned set's eval, saved: `task.eval_set` in the run's env at RUN/evals/, another
-        (`task.eval_sets`) in the same env with its own turn budget at RUN/evals/<set>/."""
+        """One pinned set's eval, saved at RUN/evals/ (another set: its own turn budget, at
+        RUN/evals/<set>/)."""
         sched, task = self.cfg.schedule, self.cfg.task
         env, path = task.env, self.run.eval_path(step)
         if name != task.eval_set:
@@ -352,32 +358,24 @@ class Trainer:
     def _checkpoint(self, step: int) -> None:
         def write(d: Path) -> None:
             pol, loaded = d / "policy", self.learner.loaded
-            if self.adapter is not None:  # merged for readers, the adapter to resume
+            if self.adapter is not None:
                 save_merged(self.adapter, pol)
                 save_adapter(self.adapter, d / "adapter")
             else:
-                with no_progress_bars():  # one line per checkpoint in logs, not a progress bar
+                with no_progress_bars():
                     loaded.model.save_pretrained(pol)
-            loaded.processor.save_pretrained(pol)  # tokenizer, image processor, template
+            loaded.processor.save_pretrained(pol)
             faults.point("checkpoint", step)
-            torch.save(
-                {
-                    "state": asdict(self.state),
-                    "optimizer": self.learner.opt.state_dict(),
-                    "config": self.cfg.to_dict(),
-                    **(
-                        {"square_head": self.square_head.state_dict()}
-                        if self.square_head is not None
-                        else {}
-                    ),
-                    **(
-                        {"tower_optimizer": self.tower_opt.state_dict()}
-                        if self.tower_opt is not None
-                        else {}
-                    ),
-                },
-                d / "trainer_state.pt",
-            )
+            saved = {
+                "state": asdict(self.state),
+                "optimizer": self.learner.opt.state_dict(),
+                "config": self.cfg.to_dict(),
+            }
+            if self.square_head is not None:
+                saved["square_head"] = self.square_head.state_dict()
+            if self.tower_opt is not None:
+                saved["tower_optimizer"] = self.tower_opt.state_dict()
+            torch.save(saved, d / "trainer_state.pt")
 
         with self.log.timer("checkpoint"):
             self.run.save_checkpoint(step, write)
@@ -402,8 +400,7 @@ def train(
     progress: bool | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> dict:
-    """Run (or resume) a local training run; returns the summary. A resume trains with the
-    run's recorded config plus `overrides` (see `Trainer`)."""
+    """Run (or resume) a local training run (`Trainer`); returns the summary."""
     if progress is None:
         progress = os.isatty(2)
     return Trainer(cfg, run_dir, resume=resume, progress=progress, overrides=overrides).fit()
