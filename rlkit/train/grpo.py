@@ -1,7 +1,6 @@
-"""GRPO math as small, pure tensor functions: advantages, loss reductions, KL, each family a
-registry under SkyRL's names that a `Recipe` switch looks up (`ESTIMATORS`, `REDUCTIONS`,
-`KL_ESTIMATORS`), checked against SkyRL's `ppo_utils` by tests/skyrl/test_objective.py. The
-textbook objective and how these differ: docs/local-trainer.md#the-grpo-objective-traingrpopy."""
+"""GRPO math as small, pure tensor functions: advantages, loss reductions, KL, each a registry
+under SkyRL's `ppo_utils` names that a `Recipe` switch looks up (`ESTIMATORS`, `REDUCTIONS`,
+`KL_ESTIMATORS`). How they differ from the textbook: docs/local-trainer.md."""
 
 from __future__ import annotations
 
@@ -12,11 +11,9 @@ import torch
 from rlkit.errors import UsageError
 from rlkit.recipe import Recipe
 
-# advantages ---------------------------------------------------------------------------------
 
-
-def _check_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Validate episode-level inputs; return (inverse index into groups, number of groups)."""
+def _check_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Validate episode-level inputs; return (inverse index into groups, each group's size)."""
     if rewards.ndim != 1 or group_ids.ndim != 1:
         raise UsageError(
             f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must be 1-D "
@@ -36,7 +33,21 @@ def _check_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch
         raise UsageError(
             f"group_size ({int(counts.min())}) must be >= 2: GRPO compares episodes within a group"
         )
-    return inverse, int(counts.numel())
+    return inverse, counts
+
+
+def _centred(
+    r: torch.Tensor, inverse: torch.Tensor, counts: torch.Tensor, norm_by_std: bool, eps: float
+) -> torch.Tensor:
+    """float64 `r - mean` of its group, or `(r - mean) / (std + eps)` (unbiased std)."""
+    n = counts.numel()
+    sums = torch.zeros(n, dtype=torch.float64).index_add_(0, inverse, r)
+    centred = r - (sums / counts)[inverse]
+    if norm_by_std:
+        sq = torch.zeros(n, dtype=torch.float64).index_add_(0, inverse, centred**2)
+        std = torch.sqrt(sq / (counts - 1).clamp(min=1))
+        centred = centred / (std[inverse] + eps)
+    return centred
 
 
 def group_advantages(
@@ -46,22 +57,10 @@ def group_advantages(
     norm_by_std: bool = True,
     eps: float = 1e-6,
 ) -> torch.Tensor:
-    """Group-relative advantage of each episode.
-
-    rewards: (B,) float, one outcome reward per episode. group_ids: (B,) int, episodes of the same
-    maze share an id (any integers, any order). Returns (B,) float:
-    `r_i - mean_g` or, with `norm_by_std`, `(r_i - mean_g) / (std_g + eps)` with the unbiased std.
-    """
-    inverse, n_groups = _check_groups(rewards, group_ids)
-    r = rewards.detach().to(torch.float64)
-    counts = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inverse, torch.ones_like(r))
-    sums = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inverse, r)
-    means = sums / counts
-    centred = r - means[inverse]
-    if norm_by_std:
-        sq = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inverse, centred**2)
-        std = torch.sqrt(sq / (counts - 1))
-        centred = centred / (std[inverse] + eps)
+    """Group-relative advantage of each episode: rewards (B,) float, group_ids (B,) int (one id
+    a maze) -> (B,) `r_i - mean_g`, or with `norm_by_std` `(r_i - mean_g) / (std_g + eps)`."""
+    inverse, counts = _check_groups(rewards, group_ids)
+    centred = _centred(rewards.detach().double(), inverse, counts, norm_by_std, eps)
     return centred.to(rewards.dtype if rewards.is_floating_point() else torch.float32)
 
 
@@ -71,7 +70,7 @@ def _grpo(rewards: torch.Tensor, group_ids: torch.Tensor, recipe: Recipe) -> tor
 
 ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor, Recipe], torch.Tensor]] = {
     "grpo": _grpo,
-    "gigpo": _grpo,  # its episode level; `step_credit` adds the step level per turn
+    "gigpo": _grpo,  # its episode level; `step_credit` adds the step level
 }
 """Advantage estimators under SkyRL's names: `fn(rewards (B,), group_ids (B,), recipe) -> (B,)`."""
 
@@ -87,11 +86,8 @@ def estimate(rewards: torch.Tensor, group_ids: torch.Tensor, recipe: Recipe) -> 
 
 
 def discounted_returns(rewards: torch.Tensor, lengths: torch.Tensor, gamma: float) -> torch.Tensor:
-    """Each turn's discounted return when an episode's one reward comes at its end.
-
-    rewards: (B,) float. lengths: (B,) int, turns per episode. Returns (N,), N = lengths.sum(),
-    in episode then turn order: turn t (from 0) of a T-turn episode gets gamma**(T-1-t) * r.
-    """
+    """Each turn's discounted return, an episode's one reward at its end: rewards (B,), lengths
+    (B,) turns per episode -> (N,) in episode then turn order, turn t of T: gamma**(T-1-t) * r."""
     episode = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
     first = torch.cumsum(lengths, 0) - lengths
     to_go = (lengths[episode] - 1 - (torch.arange(episode.numel()) - first[episode])).double()
@@ -101,21 +97,11 @@ def discounted_returns(rewards: torch.Tensor, lengths: torch.Tensor, gamma: floa
 def anchor_advantages(
     returns: torch.Tensor, anchors: torch.Tensor, *, norm_by_std: bool = True, eps: float = 1e-6
 ) -> torch.Tensor:
-    """GiGPO's step advantage: each turn's return centred within its anchor group.
-
-    returns: (N,) float. anchors: (N,) or (N, K) int; turns with equal rows form a group.
-    Returns (N,) float64: `R_t - mean` or, with `norm_by_std`, `(R_t - mean) / (std + eps)`
-    (unbiased std, as `group_advantages`); a turn alone in its group gets 0.
-    """
+    """GiGPO's step advantage: returns (N,) centred within anchor groups (anchors (N,) or (N, K)
+    int, equal rows a group) as `group_advantages`, float64; a turn alone in its group gets 0."""
     keys = anchors.reshape(anchors.shape[0], -1)
     _, inverse, counts = torch.unique(keys, dim=0, return_inverse=True, return_counts=True)
-    r = returns.double()
-    sums = torch.zeros(counts.numel(), dtype=torch.float64).index_add_(0, inverse, r)
-    centred = r - (sums / counts)[inverse]
-    if norm_by_std:
-        sq = torch.zeros(counts.numel(), dtype=torch.float64).index_add_(0, inverse, centred**2)
-        std = torch.sqrt(sq / (counts - 1).clamp(min=1))
-        centred = centred / (std[inverse] + eps)
+    centred = _centred(returns.double(), inverse, counts, norm_by_std, eps)
     return torch.where(counts[inverse] > 1, centred, torch.zeros_like(centred))
 
 
@@ -127,15 +113,10 @@ def step_credit(
     states: torch.Tensor,
     recipe: Recipe,
 ) -> torch.Tensor:
-    """GiGPO's per-turn advantage A_t = A_episode + omega * A_step (Feng et al. 2025, arXiv
-    2505.10978): a turn's anchor group is the turns of its episode's group (same maze) that
-    stand on the same state.
-
-    episode_adv, rewards, group_ids, lengths: (B,) (lengths: turns per episode). states:
-    (N,) or (N, K) int, each turn's state key (the agent's square) in episode then turn order.
-    Returns (N,) float32. omega, gamma and the std division: the recipe's `gigpo_step_weight`,
-    `gigpo_gamma`, `grpo_norm_by_std`.
-    """
+    """GiGPO's per-turn advantage A_t = A_episode + omega * A_step (arXiv 2505.10978), a turn's
+    anchor group the turns of its maze's group on the same state. episode_adv, rewards,
+    group_ids, lengths: (B,); states: (N,) or (N, K) int state keys, episode then turn order.
+    Returns (N,) float32; omega, gamma: the recipe's `gigpo_step_weight`, `gigpo_gamma`."""
     episode = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
     if states.shape[0] != episode.numel():
         raise UsageError(
@@ -151,10 +132,7 @@ def step_credit(
 def nonzero_variance_mask(
     rewards: torch.Tensor, group_ids: torch.Tensor, *, tol: float = 1e-6
 ) -> torch.Tensor:
-    """Which episodes belong to a group whose rewards differ (spread max - min > tol).
-
-    rewards, group_ids: (B,). Returns (B,) bool (a group of equal rewards has zero advantage).
-    """
+    """(B,) bool: the episode's group has rewards that differ (max - min > tol)."""
     if tol < 0:
         raise UsageError(f"tol ({tol}) must be >= 0: it is the reward spread treated as equal")
     hi, lo, inverse = _group_range(rewards, group_ids)
@@ -162,8 +140,7 @@ def nonzero_variance_mask(
 
 
 def unsolved_group_mask(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-    """Which episodes belong to a group where no episode scored (every reward <= 0): with the
-    0/1 solve reward, the mazes whose whole group failed. rewards, group_ids: (B,) -> (B,) bool."""
+    """(B,) bool: no episode of the episode's group scored (every reward <= 0)."""
     hi, _, inverse = _group_range(rewards, group_ids)
     return (hi <= 0)[inverse]
 
@@ -172,7 +149,8 @@ def _group_range(
     rewards: torch.Tensor, group_ids: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per group (max, min) of the rewards, and each episode's group position."""
-    inverse, n_groups = _check_groups(rewards, group_ids)
+    inverse, counts = _check_groups(rewards, group_ids)
+    n_groups = counts.numel()
     r = rewards.detach().to(torch.float64)
     hi = torch.full((n_groups,), -torch.inf, dtype=torch.float64).scatter_reduce(
         0, inverse, r, reduce="amax"
@@ -181,9 +159,6 @@ def _group_range(
         0, inverse, r, reduce="amin"
     )
     return hi, lo, inverse
-
-
-# loss reductions ----------------------------------------------------------------------------
 
 
 def _sequence_tokens(m: torch.Tensor, seq_ids: torch.Tensor | None) -> tuple[torch.Tensor, int]:
@@ -237,13 +212,10 @@ def reduction_weights(
 ) -> torch.Tensor:
     """Per-token weights w (B, T) such that `(token_loss * w).sum()` is the chosen reduction.
 
-    mask: (B, T), 1 where a token carries loss. seq_ids: (B,) int, rows with the same id are
-    parts of one sequence (the turns of one episode); None makes each row its own sequence.
-    With m = mask, S the number of sequences and n_i the loss tokens of row i's sequence:
-    - token_mean:              w = m / max(1, sum(m))            (seq_ids change nothing)
-    - sequence_mean:           w_i = m_i / (S * max(1, n_i))
-    - seq_mean_token_sum_norm: w = m / (S * max_seq_len)   (max_seq_len required)
-    Compute the weights on the whole optimiser mini-batch, then slice them for micro-batches.
+    mask (B, T): 1 where a token carries loss; seq_ids (B,): rows of one sequence (an episode's
+    turns; None: each row). With S sequences and n_i the loss tokens of row i's sequence:
+    token_mean w = m / max(1, sum(m)); sequence_mean w_i = m_i / (S * max(1, n_i));
+    seq_mean_token_sum_norm w = m / (S * max_seq_len).
     """
     m = mask.to(torch.float32) if not mask.is_floating_point() else mask
     if m.ndim != 2:
@@ -263,8 +235,8 @@ def reduce_loss(
     max_seq_len: int | None = None,
     seq_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Reduce a (B, T) per-token loss to a scalar; masked tokens never contribute (even NaN).
-    seq_ids (B,): which rows form one sequence (see `reduction_weights`)."""
+    """Reduce a (B, T) per-token loss to a scalar by `reduction_weights`; masked tokens never
+    contribute (even NaN)."""
     if token_loss.shape != mask.shape:
         raise UsageError(
             f"token_loss {tuple(token_loss.shape)} and mask {tuple(mask.shape)} must match"
@@ -286,14 +258,10 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
 def episode_mean(
     values: torch.Tensor, mask: torch.Tensor, seq_ids: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """The token mean of `values` (B, T) within each sequence (rows sharing a `seq_ids` entry:
-    the turns of one episode; None: each row), averaged over sequences: SkyRL's reduction of
-    its KL term (`masked_mean(kl, mask, dim=-1).mean()` over episode rows)."""
+    """The token mean of `values` (B, T) within each sequence (`seq_ids`; None: each row),
+    averaged over sequences: SkyRL's reduction of its KL term."""
     w = reduction_weights(mask, "sequence_mean", seq_ids=seq_ids).to(values.dtype)
     return torch.where(mask.bool(), values * w, torch.zeros_like(values)).sum()
-
-
-# KL -----------------------------------------------------------------------------------------
 
 
 def _k3(delta: torch.Tensor) -> torch.Tensor:
@@ -313,11 +281,9 @@ KL_ESTIMATORS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 def kl_estimate(
     logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k3"
 ) -> torch.Tensor:
-    """Per-token estimate of KL(pi || pi_ref) from sampled-token logprobs; shapes (B, T) -> (B, T).
-
-    With d = ref_logprobs - logprobs: k1 = -d, abs = |d|, k2 = d^2 / 2, k3 = exp(d) - d - 1
-    (unbiased and always >= 0). k3 clamps d to [-20, 20] and the result to [-10, 10], as SkyRL.
-    """
+    """Per-token KL(pi || pi_ref) from sampled-token logprobs, (B, T) -> (B, T), by `estimator`
+    with d = ref_logprobs - logprobs: k1 = -d, abs = |d|, k2 = d^2 / 2, k3 = exp(d) - d - 1
+    (d clamped to [-20, 20], the result to [-10, 10], as SkyRL)."""
     if logprobs.shape != ref_logprobs.shape:
         raise UsageError(
             f"logprobs {tuple(logprobs.shape)} and ref_logprobs {tuple(ref_logprobs.shape)} "
