@@ -1,6 +1,5 @@
-"""Configuration of the local GRPO trainer: one dataclass per concern (`TrainConfig()` is
-`local-tiny`, the embedded default), `--set` overrides; the presets: `rlkit.train.presets`.
-How each default was found: docs/local-trainer.md#how-the-defaults-were-found-trainconfigpy."""
+"""Configuration of the local GRPO trainer: one dataclass per concern, `TrainConfig()` the
+`local-tiny` preset. How each default was found: docs/local-trainer.md."""
 
 from __future__ import annotations
 
@@ -26,9 +25,7 @@ RESUME_MAY_CHANGE: tuple[str, ...] = (
     "schedule.capture_groups",
     "schedule.capture_keep",
 )
-"""The fields a resumed run may change (recorded in run.json's `config_changes`): its length,
-eval and checkpoint cadence, and capture. Every other field is the recipe (what is trained, how
-each eval measures it), which a resume refuses to change: one curve, one config."""
+"""The fields a resume may change (run.json's `config_changes`); the rest is the recipe."""
 
 
 @dataclass(frozen=True)
@@ -42,14 +39,13 @@ class TaskConfig:
     eval_set: str = "test"
     """Pinned 64-maze set for every checkpoint's evaluation."""
     eval_sets: str | None = None
-    """Other pinned sets every eval also plays, comma-separated (SkyRL's `eval_sets`), in this
-    env with each set's own turn budget: RUN/evals/<set>/, logged as `eval/<set>_solve_rate`."""
+    """Other pinned sets every eval also plays, comma-separated, each on its own turn budget."""
     history: int | None = 1
     """Turns of history the model sees: 1 = Markov (the picture shows the trail), None = all."""
     prompt_file: str | None = None
-    """Squares game: a text file whose text replaces rlkit's rules (`env.rules`, in run.json)."""
+    """Squares game: a text file whose text replaces rlkit's rules (`env.rules`)."""
     prompt_sha256: str | None = None
-    """The prompt file's sha256, set from it (run.json records it beside the text)."""
+    """The prompt file's sha256, set from it."""
 
     @property
     def other_eval_sets(self) -> tuple[str, ...]:
@@ -59,15 +55,14 @@ class TaskConfig:
 
     def __post_init__(self) -> None:
         game = env_for_set(self.eval_set).parser.startswith("visgym")
-        for name in self.other_eval_sets:  # an unknown set fails in env_for_set
+        for name in self.other_eval_sets:
             if env_for_set(name).parser.startswith("visgym") != game:
                 raise UsageError(
                     f"task.eval_sets: {name} is another game than task.eval_set "
                     f"{self.eval_set}: evaluate sets of the game the run trains on"
                 )
         if self.prompt_file is not None and self.prompt_sha256 is None:
-            # a new config reads the file; one read back from run.json keeps the text it
-            # recorded (the file may have changed since, or be absent where the run is read)
+            # a config read back from run.json keeps the text it recorded
             text, digest = read_prompt_file(self.prompt_file)
             object.__setattr__(self, "env", replace(self.env, rules=text))
             object.__setattr__(self, "prompt_sha256", digest)
@@ -75,8 +70,7 @@ class TaskConfig:
 
 @dataclass(frozen=True)
 class ModelConfig(Tuning):
-    """The policy model; `Tuning`'s fields (`lora_rank`, `lora_alpha`, `lora_targets`,
-    `freeze_vision`) say which of its weights the GRPO phase trains."""
+    """The policy model; `Tuning`'s fields say which weights the GRPO phase trains."""
 
     init: str = "tiny"
     """`tiny` builds the offline tiny Qwen3-VL (seeded) in RUN/init_model; else a checkpoint dir."""
@@ -90,8 +84,7 @@ class ModelConfig(Tuning):
 
 @dataclass(frozen=True)
 class WarmStartConfig:
-    """Behaviour cloning on BFS-oracle moves before GRPO: the local stand-in for starting from
-    an instruct model with partial skill (a random-init VLM is flat under GRPO alone)."""
+    """Behaviour cloning on BFS-oracle moves before GRPO (a random-init VLM is flat under GRPO)."""
 
     enabled: bool = True
     batch: int = 128
@@ -100,13 +93,11 @@ class WarmStartConfig:
     max_steps: int = 400
     """Upper bound on BC steps, whatever the validation solve rate."""
     stop_at: float = 0.40
-    """Stop once the sampled validation solve rate reaches this: partial skill (the 8B starts at
-    43.75%), so that GRPO has something to improve."""
+    """Stop once the sampled validation solve rate reaches this (partial skill for GRPO)."""
     check_every: int = 5
     """BC steps between validation checks (before the fine phase)."""
     fine_from: float | None = 0.30
-    """From a validation solve rate of this on, BC runs at `fine_lr` and validates after every
-    step, so the stop is not overshot. None: one phase."""
+    """From this validation solve rate on, BC runs at `fine_lr` and validates every step."""
     fine_lr: float = 2.5e-4
     """BC learning rate of the fine phase."""
     warmup_steps: int = 0
@@ -116,20 +107,17 @@ class WarmStartConfig:
     random_steps: int = 5
     """States are reached by up to this many random moves from the start (varied trails)."""
     states: str = "path"
-    """Squares game: `path` (points along the oracle's path, then random moves) or `open`
-    (floor squares drawn uniformly from fresh mazes, `per_maze` each, with the feedback a move
-    into the square or a bump there shows)."""
+    """Squares game: `path` (along the oracle's path, then random moves) or `open` (floor
+    squares drawn uniformly, `per_maze` a maze)."""
     per_maze: int = 8
     """`open` states: squares drawn from each maze."""
     curriculum_steps: int | None = None
-    """`open` states: BC steps over which the largest distance to the target a state may have
-    grows from 2 to every square (near the target first). None: every square from the start."""
+    """`open` states: BC steps over which the states' largest distance to the target grows
+    from 2 to every square (None: every square from the start)."""
     aux_weight: float = 0.0
-    """Weight of the dense auxiliary loss (`rlkit.train.square_head`): every floor square's
-    oracle answer predicted from the vision tower's last block. 0: off."""
+    """Weight of the per-square auxiliary loss (`rlkit.train.square_head`); 0: off."""
     tower_steps: int = 0
-    """Warm-start steps of the per-square loss alone (vision tower and head; needs
-    `aux_weight`) before behaviour cloning and its validation start."""
+    """Warm-start steps of the per-square loss alone (needs `aux_weight`) before BC starts."""
 
     def __post_init__(self) -> None:
         if self.states not in BC_STATES:
@@ -160,41 +148,34 @@ class GRPOConfig:
     epochs: int = 2
     """Passes over each rollout batch (importance ratios keep later passes honest)."""
     minibatch: int = 512
-    """Turns per optimizer step: as many whole episodes, in a random order, as fit (a longer
-    episode alone); turns of one minibatch that share a prompt share one forward."""
+    """Turns per optimizer step, as many whole episodes as fit (a longer episode alone)."""
     lr: float = 3e-4
     lr_late: float | None = 1e-4
     """Rate from step `lr_late_from` on (None: constant)."""
     lr_late_from: int = 50
     """GRPO step at which `lr_late` takes over."""
     lr_end: float | None = 1e-6
-    """With a value, from `lr_late_from` on the rate falls from `lr_late` (or `lr`) along a
-    half cosine to this at the last GRPO step (`schedule.steps`); None: it stays constant."""
+    """From `lr_late_from` on the rate falls along a half cosine to this at the last GRPO step
+    (None: constant)."""
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     turn_slack: int | None = 0
-    """Rollouts get a maze's shortest path + this many turns (capped at `env.max_turns`), so a
-    detour costs the reward; None: `env.max_turns` for every maze. Evals always play the
-    pinned env's budget."""
+    """Rollout turn budget: a maze's shortest path + this many turns, at most `env.max_turns`
+    (None: `env.max_turns`); evals play the pinned env's budget."""
     tight_fraction: float = 0.5
-    """Share of each step's mazes played on the `turn_slack` budget (sharp moves on the shortest
-    path); the others get the env's `max_turns` (recovering after a wrong move)."""
+    """Share of each step's mazes played on the `turn_slack` budget; the others get `max_turns`."""
     solvable_only: bool = True
-    """Pass over training mazes whose shortest way takes more turns than the env allows (no
-    episode can solve them). False: the stream as it comes (runs before this switch)."""
+    """Pass over training mazes whose shortest way takes more turns than the env allows."""
     hard_share: float = 0.0
-    """Share of each step's mazes (spread over the step) drawn among long-path mazes: the
-    stream's next maze whose shortest path has at least `hard_min_path` moves. 0: the stream
-    as it comes. Evals always play the pinned set."""
+    """Share of each step's mazes drawn among those whose shortest path has at least
+    `hard_min_path` moves (0: the stream as it comes)."""
     hard_min_path: int = 14
     """Shortest-path moves a maze needs for a `hard_share` slot."""
     aux_weight: float = 0.0
-    """Weight of the warm start's per-square loss (`rlkit.train.square_head`) kept through GRPO:
-    steps of it alone on the vision tower after each GRPO step. 0: off (the head ends with the
-    warm start)."""
+    """Weight of the per-square loss kept through GRPO, on the vision tower after each GRPO
+    step (0: off)."""
     aux_steps: int = 1
-    """Steps of the per-square loss after each GRPO step (`aux_weight` > 0), each on its own
-    batch of the warm start's states on fresh mazes."""
+    """Steps of the per-square loss after each GRPO step, each on a fresh warm-start batch."""
 
 
 @dataclass(frozen=True)
@@ -212,14 +193,14 @@ class ScheduleConfig:
     """Complete checkpoints kept (the newest; the marker's one is never deleted)."""
     seed: int = 0
     threads: int | None = None
-    """torch threads (None: every core this process may use, whatever OMP_NUM_THREADS says)."""
+    """torch threads (None: every core this process may use)."""
     capture_groups: int = CaptureConfig.groups
-    """`rlkit.settings.CaptureConfig.groups` (its cost: docs/reading-runs.md#what-capture-costs)."""
+    """`rlkit.settings.CaptureConfig.groups`."""
     capture_keep: int | None = CaptureConfig.keep
     """`rlkit.settings.CaptureConfig.keep`."""
 
     def __post_init__(self) -> None:
-        CaptureConfig(self.capture_groups, self.capture_keep)  # checked as on SkyRL
+        CaptureConfig(self.capture_groups, self.capture_keep)
 
 
 LOCAL_TINY_RECIPE = Recipe(
@@ -227,9 +208,8 @@ LOCAL_TINY_RECIPE = Recipe(
     zero_variance_filter=True,
     fail_advantage=-1.0,
 )
-"""The local trainer's default recipe: SkyRL's defaults but KL 0.05 to the post-warm-start
-policy, the zero-variance filter and `fail_advantage` -1 (each measured:
-docs/recipes.md#defaults-and-recorded-configs)."""
+"""SkyRL's defaults but KL 0.05, the zero-variance filter and `fail_advantage` -1
+(docs/recipes.md#defaults-and-recorded-configs)."""
 
 
 @dataclass(frozen=True)
@@ -282,7 +262,7 @@ class TrainConfig:
                 "grpo.aux_weight trains the vision tower, which LoRA or freeze_vision keep "
                 "fixed: set grpo.aux_weight 0, or model.lora_rank 0 and freeze_vision none"
             )
-        self.recipe.check_local()  # a switch the local trainer cannot honour: one line
+        self.recipe.check_local()
         w = self.warm_start
         if not (w.lr > 0 and w.fine_lr > 0):
             raise UsageError(f"warm_start.lr ({w.lr}) and fine_lr ({w.fine_lr}) must be > 0")
@@ -302,16 +282,13 @@ class TrainConfig:
         return asdict(self)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> TrainConfig:
-        """`{"grpo.lr": 1e-4, "recipe.eps_clip_high": 0.28}` -> a new config (CLI `--set`),
-        through `rlkit.settings.apply_settings`: dotted keys or unique bare names (`steps`),
-        every check run once on the result, so `--set` order never matters; a key the recipe
-        renamed (`rlkit.settings.RENAMED`) is a one-line error naming the new one."""
+        """`{"grpo.lr": 1e-4, "steps": 8}` -> a new config (CLI `--set`, dotted keys or unique
+        bare names; `rlkit.settings.apply_settings`)."""
         return apply_settings(self, overrides)
 
 
 def apply_recipe(cfg: TrainConfig, changes: Mapping[str, Any] | Recipe) -> TrainConfig:
-    """`cfg` with recipe `changes` (switch -> value, strings coerced; or a whole Recipe), checked
-    for the local trainer: `apply_recipe(preset("local-tiny"), {"eps_clip_high": 0.28})`."""
+    """`cfg` with recipe `changes` (switch -> value, strings coerced; or a whole Recipe)."""
     if isinstance(changes, Recipe):
         return apply_settings(cfg, {"recipe": changes})
     return apply_settings(

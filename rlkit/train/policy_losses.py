@@ -1,7 +1,6 @@
 """GRPO's policy losses (`POLICY_LOSSES`, SkyRL's `policy_loss_type` names) and `policy_loss`,
-one mini-batch's loss under a `Recipe`: the surrogate with clip-higher, the reductions, the KL
-term and the entropy bonus of `rlkit.train.grpo`. Checked against SkyRL's own `ppo_utils`
-(tests/skyrl/test_objective.py); the differences: docs/local-trainer.md#the-policy-losses-trainpolicy_lossespy.
+one mini-batch's loss under a `Recipe` (surrogate, reduction, KL term, entropy bonus); how they
+differ from SkyRL's `ppo_utils`: docs/local-trainer.md#the-policy-losses-trainpolicy_lossespy.
 """
 
 from __future__ import annotations
@@ -36,13 +35,9 @@ def clipped_surrogate(
     eps_clip_low: float = 0.2,
     eps_clip_high: float = 0.2,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token PPO clipped surrogate loss (to minimise), with clip-higher.
-
-    logprobs, old_logprobs: (B, T) log pi(token) under the current / rollout-time policy.
-    advantages: (B,) per episode or (B, T) per token. Returns `(loss, clipped)`, both (B, T):
-    `loss = -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A)` and `clipped` marks tokens where
-    the clipped branch was taken (its gradient is zero there).
-    """
+    """Per-token PPO clipped surrogate loss with clip-higher: logprobs, old_logprobs (B, T),
+    advantages (B,) or (B, T) -> `(loss, clipped)` (B, T), `loss = -min(rho A, clip(rho,
+    1-eps_low, 1+eps_high) A)`, `clipped` where the clipped branch (no gradient) was taken."""
     if eps_clip_low < 0 or eps_clip_high < 0 or eps_clip_low >= 1:
         raise UsageError(
             f"eps_clip_low ({eps_clip_low}) must be in [0, 1) and eps_clip_high ({eps_clip_high})"
@@ -54,10 +49,13 @@ def clipped_surrogate(
             "must have the same shape"
         )
     adv = _as_token_tensor(advantages, logprobs).to(logprobs.dtype)
-    # Clamping the log-ratio keeps exp finite for tokens whose probability collapsed.
-    ratio = torch.exp(torch.clamp(logprobs - old_logprobs, -20.0, 20.0))
+    ratio = torch.exp(torch.clamp(logprobs - old_logprobs, -20.0, 20.0))  # exp stays finite
+    return _clip(ratio, adv, eps_clip_low, eps_clip_high)
+
+
+def _clip(ratio: torch.Tensor, adv: torch.Tensor, low: float, high: float) -> tuple:
     surr = ratio * adv
-    surr_clipped = ratio.clamp(1.0 - eps_clip_low, 1.0 + eps_clip_high) * adv
+    surr_clipped = ratio.clamp(1.0 - low, 1.0 + high) * adv
     return -torch.min(surr, surr_clipped), surr_clipped < surr
 
 
@@ -93,11 +91,7 @@ def _gspo(logprobs, old_logprobs, adv, mask, recipe: Recipe, seq_ids=None) -> tu
     counts = zeros.index_add(0, inverse, m.sum(-1))
     seq_log_ratio = (sums / counts.clamp(min=1.0))[inverse].unsqueeze(-1)
     log_w = torch.clamp(logprobs - logprobs.detach() + seq_log_ratio.detach(), max=10.0)
-    ratio = torch.exp(log_w)
-    surr = ratio * adv
-    lo, hi = 1.0 - recipe.eps_clip_low, 1.0 + recipe.eps_clip_high
-    surr_clipped = ratio.clamp(lo, hi) * adv
-    return -torch.min(surr, surr_clipped), surr_clipped < surr
+    return _clip(torch.exp(log_w), adv, recipe.eps_clip_low, recipe.eps_clip_high)
 
 
 POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
@@ -132,10 +126,7 @@ def policy_loss(
     `loss_reduction`, + `kl_in_loss` * KL to the reference - `entropy_loss_coef` * entropy.
 
     logprobs, old_logprobs, mask, ref_logprobs, entropy: (B, T); advantages: (B,) or (B, T);
-    seq_ids: (B,) which rows form one sequence (an episode) in the reduction, the KL term and
-    GSPO's ratio (None: each row). Metrics: loss/total, loss/policy, loss/kl (when a reference
-    is given), loss/clip_fraction, loss/ratio_mean, loss/approx_kl_old (k3 of the rollout
-    policy against the current one).
+    seq_ids (B,): rows of one sequence (an episode; None: each row). Metrics under `loss/`.
     """
     kl_coef, entropy_coef = recipe.kl_in_loss, recipe.entropy_loss_coef
     if kl_coef > 0 and ref_logprobs is None:

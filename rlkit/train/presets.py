@@ -1,7 +1,6 @@
-"""The local trainer's named presets: `local-tiny` (the embedded default), `smoke` (a few seconds,
-for tests and `rlkit demo --quick`) and `local-tiny-visgym` (the seed's task on the tiny model).
+"""The local trainer's presets: `local-tiny` (the default), `smoke` (a few seconds, for tests and
+`rlkit demo --quick`) and `local-tiny-visgym` (the seed's task on the tiny model).
 
-    rlkit train --preset local-tiny --run-dir runs/tiny
     cfg = preset("smoke").with_overrides({"schedule.steps": 8})
 """
 
@@ -34,8 +33,7 @@ def _smoke() -> TrainConfig:
         warm_start=WarmStartConfig(
             batch=32, max_steps=4, stop_at=1.0, check_every=2, val_samples=1, fine_from=None
         ),
-        # plain GRPO on the env's full budget, no KL: an untrained model's 4 x 4 episodes
-        # rarely score on a tight budget, and a smoke run must train on its few steps
+        # plain GRPO on the env's full budget, no KL: a smoke run must train on its few steps
         grpo=GRPOConfig(
             mazes_per_step=4,
             group_size=4,
@@ -58,19 +56,16 @@ VISGYM_TINY_ENV = replace(
     prompt_style="compact",
     style=replace(SET_ENV["visgym-easy"].style, cell_px=8, pad=1),
 )
-"""VisGym's maze_2d/easy for the tiny model: the same mazes, positions, rules (`stop` on the
-target wins), 18 turns, parser and feedback; VisGym's picture and colours at 8 px a square with
-a one-square wall border right and below (80 x 80 px: each 16 px patch holds one cell and its
-passages, 25 image tokens), and the compact prompt line. Why: docs/benchmarks.md."""
+"""VisGym's maze_2d/easy for the tiny model: its mazes, rules, 18 turns, parser and feedback;
+its picture at 8 px a square plus a one-square border (80 x 80 px, 25 image tokens), and the
+compact prompt line. Why: docs/benchmarks.md."""
 
 VISGYM_TINY = TinyConfig(merge=1, patch_size=16, vision_depth=8)
-"""The tiny model for the seed's task: a vision tower of 8 blocks over 25 patches, where the
-way to the target is worked out (the text side reads the agent's square)."""
+"""The tiny model for the seed's task: a vision tower of 8 blocks over 25 patches."""
 
 
 def _local_tiny_visgym() -> TrainConfig:
-    """The embedded default on the seed's task (`benchmarks/bench_learning.py --preset
-    local-tiny-visgym`): VisGym's maze_2d/easy, evaluated on `visgym-easy` (seeds 0..63)."""
+    """The default on the seed's task: VisGym's maze_2d/easy, evaluated on `visgym-easy`."""
     base = TrainConfig()
     return TrainConfig(
         name="local-tiny-visgym",
@@ -78,9 +73,8 @@ def _local_tiny_visgym() -> TrainConfig:
             spec=pinned_spec("visgym-easy"), env=VISGYM_TINY_ENV, eval_set="visgym-easy"
         ),
         model=ModelConfig(tiny=VISGYM_TINY),
-        # the vision tower first learns every floor square's oracle answer (the per-square
-        # loss alone), then BC on open squares, near the target first, stops at 25% validation;
-        # the per-square loss goes on beside GRPO (docs/benchmarks.md)
+        # the per-square loss alone, then BC on open squares near the target first, stopping
+        # at 25% validation; the per-square loss goes on beside GRPO (docs/benchmarks.md)
         warm_start=replace(
             base.warm_start,
             states="open",
