@@ -1,6 +1,5 @@
 """Did training move the policy the way GRPO says it should? Either backend's captured episodes
-(RUN/rollouts/) re-scored under two checkpoints (`rescore(...).learned`). Why it catches a sign
-error or a leaky mask: docs/local-trainer.md#re-scoring-captured-episodes-trainrescorepy.
+(RUN/rollouts/) re-scored under two checkpoints (`rescore(...).learned`; docs/local-trainer.md).
 """
 
 from __future__ import annotations
@@ -27,14 +26,13 @@ class EpisodeShift:
     """One captured episode: its group, advantage, outcome and answers' log-probability change."""
 
     group: tuple[int, int]
-    """(step, group): GRPO compared this episode with the others of its group."""
+    """(step, group)."""
     advantage: float
     solved: bool
     shift: float
     """Mean over its answers' tokens of log p_after - log p_before (nats a token)."""
     observation_shift: float = 0.0
-    """The same over its observation tokens (the later turns' text and scaffolding), which
-    GRPO's loss mask leaves out: they move only through the weights they share."""
+    """The same over its observation tokens, which GRPO's loss mask leaves out."""
 
 
 @dataclass(frozen=True)
@@ -49,22 +47,19 @@ class Rescore:
 
     @property
     def weighted(self) -> float:
-        """Mean of advantage x shift over the episodes: positive when training moved answers
-        the way their advantages asked."""
+        """Mean of advantage x shift over the episodes (> 0: answers moved as asked)."""
         return sum(e.advantage * e.shift for e in self.episodes) / max(1, len(self.episodes))
 
     @property
     def observation_weighted(self) -> float:
-        """Advantage x observation shift, averaged like `weighted`: near zero when the loss
-        mask keeps the observations out; as large as `weighted` when it lets them in."""
+        """Advantage x observation shift, averaged like `weighted` (near 0 behind the mask)."""
         return sum(e.advantage * e.observation_shift for e in self.episodes) / max(
             1, len(self.episodes)
         )
 
     @property
     def z(self) -> float:
-        """The weighted shift in standard errors, groups as the unit (episodes of a group
-        share a maze and a baseline): t = mean / (sd / sqrt(n)) over the groups' sums."""
+        """The weighted shift in standard errors over the groups' sums: mean / (sd / sqrt(n))."""
         sums = self._by_group()
         if len(sums) < 2:
             return 0.0
@@ -74,8 +69,8 @@ class Rescore:
 
     @property
     def solved_gain(self) -> float:
-        """Solved episodes' mean shift minus failed ones', within groups holding both, averaged
-        over those groups (nats a token); 0 when no group holds both."""
+        """Solved episodes' mean shift minus failed ones' within a group, averaged over the
+        groups holding both (nats a token; 0: none)."""
         groups: dict[tuple[int, int], list[EpisodeShift]] = defaultdict(list)
         for e in self.episodes:
             groups[e.group].append(e)
@@ -89,9 +84,8 @@ class Rescore:
 
     @property
     def learned(self) -> bool:
-        """The policy moved as GRPO asks: answers the way their advantages asked, solved
-        episodes gaining on their groups' failed ones, and the observations, which the loss
-        mask leaves out, moving less than the answers."""
+        """Answers moved as their advantages asked, solved episodes gained on failed ones,
+        and the observations moved less than the answers."""
         return (
             self.weighted > 0
             and self.solved_gain > 0
@@ -108,21 +102,17 @@ class Rescore:
 
 
 LOGIT_BUDGET = 1 << 25
-"""Logits (rows x scored tokens x vocabulary, ~512 scored tokens a row assumed) one forward may
-hold: the tiny model's ~520-word vocabulary scores 16 episodes a forward, Qwen's 151,936 one."""
+"""Logits (rows x ~512 scored tokens x vocabulary) one forward may hold."""
 ROWS_PER_FORWARD = 16
-"""Most episodes a forward scores (why 16:
-docs/local-trainer.md#re-scoring-captured-episodes-trainrescorepy)."""
+"""Most episodes a forward scores."""
 
 
 def episodes_logprobs(
     loaded: LoadedModel, episodes: Sequence[CapturedEpisode], env: EnvConfig
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Log-probabilities under `loaded` of each episode's answer tokens and of its observation
-    tokens (what follows the first answer and is not an answer: the later turns' text and
-    chat scaffolding; image placeholders left out), each in order. Each whole conversation is
-    rebuilt through the env and scored in one forward, as SkyRL's trainer scores an episode
-    (left-padded batches); each answer is its text as the tokenizer writes it."""
+    tokens (after the first answer, not an answer, no image placeholder), each in order; each
+    whole conversation rebuilt through the env and scored in one forward, as SkyRL does."""
     tok = loaded.tokenizer
     prompts = [
         loaded.encoder.encode(turn_prompts(e.trajectory, env, history=None)[-1]) for e in episodes
@@ -152,9 +142,8 @@ def episodes_logprobs(
 def _scored_positions(
     loaded: LoadedModel, header: list[int], ids: list[int], first: int
 ) -> tuple[list, list]:
-    """Positions in a left-padded row (its tokens from `first` on) of the answer tokens (each
-    after a `header`, the generation header's ids) and the observation tokens
-    `episodes_logprobs` scores."""
+    """Positions in a left-padded row (tokens from `first` on) of the answer tokens (each after
+    a generation `header`) and the observation tokens."""
     starts = [i + len(header) for i in range(first, len(ids)) if ids[i : i + len(header)] == header]
     answers = []  # each answer runs from its header to its end of turn (the last: to the end)
     for i in starts:
@@ -177,8 +166,7 @@ def rescore(
     """`episodes` scored under the checkpoints `before` and `after` (dirs or loaded models):
     each episode's mean per-token change over all its answers' tokens."""
     a, b = (m if isinstance(m, LoadedModel) else load(m) for m in (before, after))
-    # an answer holding the image placeholder got no gradient (SkyRL: rlkit's generator zeroes
-    # its loss mask) and cannot be re-encoded as text
+    # an answer holding the image placeholder got no gradient and cannot be re-encoded
     pad = a.encoder.image_pad
     scored = [
         e

@@ -1,5 +1,5 @@
-"""A run's recorded config read back (run.json's `config`): the renames the recipe made, the
-config a resume trains with, and which changes a resume may make. Torch-free, like the config."""
+"""A run's recorded config (run.json's `config`) read back: the recipe's renames, the config a
+resume trains with, and which changes a resume may make. Torch-free."""
 
 from __future__ import annotations
 
@@ -15,9 +15,7 @@ from rlkit.train.presets import PRESETS, preset
 
 def upgrade_config_dict(config: Mapping[str, Any]) -> dict[str, Any]:
     """A run.json `config` as this version writes it: the keys `RENAMED` replaced move into
-    `recipe` (the old trainer's `min_informative` becomes dynamic_sampling_type=filter when it
-    asked for `mazes_per_step` groups, the one case with the same meaning; otherwise a one-line
-    UsageError)."""
+    `recipe` (`min_informative` becomes dynamic_sampling_type=filter where it meant the same)."""
     out = json.loads(json.dumps(dict(config)))
     grpo = out.get("grpo")
     if not isinstance(grpo, dict) or "recipe" in out:
@@ -45,9 +43,8 @@ def upgrade_config_dict(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def config_from_dict(config: Mapping[str, Any], where: str = "run.json") -> TrainConfig:
-    """The TrainConfig a run recorded (run.json's `config`, `TrainConfig.to_dict()` form), read
-    back: every section rebuilt, missing fields at their defaults (a run.json older than the
-    field), an unknown or invalid key a one-line UsageError naming `where`."""
+    """The TrainConfig a run recorded (`TrainConfig.to_dict()` form), missing fields at their
+    defaults, an unknown or invalid key a one-line UsageError naming `where`."""
     try:
         return build_config(TrainConfig, upgrade_config_dict(config))
     except UsageError as e:
@@ -59,10 +56,8 @@ def resume_config(
     cfg: TrainConfig,
     explicit: Mapping[str, Any] | None = None,
 ) -> TrainConfig:
-    """The config a resume trains with: the run's recorded one (`saved`, run.json's `config`;
-    None: `cfg`) with the `explicit` changes applied on top (`--set key=value`; None: every
-    field where `cfg` differs from its preset, what the caller changed). `check_resume` then
-    refuses any explicit change a resume may not make."""
+    """The config a resume trains with: the recorded one (`saved`; None: `cfg`) with the
+    `explicit` changes on top (`--set`; None: every field where `cfg` differs from its preset)."""
     if not saved:
         return cfg
     saved = upgrade_config_dict(saved)
@@ -84,9 +79,8 @@ def resume_config(
 def config_changes(
     old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = ""
 ) -> dict[str, tuple[Any, Any]]:
-    """Dotted key -> (old, new) for every field whose value differs between two `to_dict()`
-    configs, compared as JSON (run.json's form). A field only one side has (a run.json older
-    than the field) is not compared."""
+    """Dotted key -> (old, new) for every field both `to_dict()` configs have and whose values
+    differ as JSON."""
     old, new = json.loads(json.dumps(old)), json.loads(json.dumps(new))
     out: dict[str, tuple[Any, Any]] = {}
     for key in old.keys() & new.keys():
@@ -99,8 +93,8 @@ def config_changes(
 
 
 def check_resume(saved: Mapping[str, Any] | None, cfg: TrainConfig, where: str) -> dict:
-    """The changes from run `where`'s saved config (run.json; None: not recorded) to `cfg`, if
-    each is one a resume may change (`RESUME_MAY_CHANGE`); else a one-line UsageError naming them."""
+    """The changes from run `where`'s saved config (None: not recorded) to `cfg` if a resume may
+    make each (`RESUME_MAY_CHANGE`); else a one-line UsageError naming them."""
     changes = config_changes(upgrade_config_dict(saved), cfg.to_dict()) if saved else {}
     fixed = [f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items() if k not in RESUME_MAY_CHANGE]
     if fixed:

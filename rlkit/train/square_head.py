@@ -1,12 +1,7 @@
-"""The warm start's dense auxiliary loss (`warm_start.aux_weight`): every square's oracle answer.
-
-A behaviour-cloning step labels one square a picture (the agent's); a linear head on the vision
-tower's last block also predicts the oracle's answer from every floor square of the maze (its
-next shortest-path move, `stop` on the target), ~30 labels a picture instead of 1. The policy
-stays the unchanged Qwen3-VL forward; with `grpo.aux_weight` the loss goes on through GRPO as a
-step of its own on the vision tower (`squares_update`), never inside the policy's loss.
-Needs one vision patch per square block (merge 1, `patch_size` a multiple of the square's px,
-the picture's squares a multiple of the block: the tiny VisGym preset pads 9 to 10).
+"""The warm start's dense auxiliary loss (`warm_start.aux_weight`): a linear head on the vision
+tower's last block predicts the oracle's answer on every floor square of the picture, never
+inside the policy's loss; with `grpo.aux_weight` it goes on through GRPO (`squares_update`).
+Needs whole squares per vision patch and whole patches per picture, merge 1.
 """
 
 from __future__ import annotations
@@ -30,8 +25,7 @@ IGNORE = -100
 
 
 def block_side(loaded: LoadedModel, env: EnvConfig, maze: Maze) -> int:
-    """Squares per side of one vision patch, or a one-line refusal of a layout the head cannot
-    label (a patch must hold whole squares and the picture whole patches, one token each)."""
+    """Squares per side of one vision patch, or a one-line refusal of a layout it cannot label."""
     vision = loaded.model.config.vision_config
     patch, px = vision.patch_size, env.style.cell_px
     side = maze.height + env.style.pad
@@ -68,7 +62,7 @@ def _grid_labels(maze: Maze, side: int, block: int, choices: tuple) -> np.ndarra
     for r, c in np.argwhere(~maze.squares):
         state = rules.State(maze=maze, pos=(int(r), int(c)), trail=((int(r), int(c)),))
         grid[r, c] = choices.index(rules.best_move(state))
-    g = side // block  # patch order: row-major patches, row-major squares inside each
+    g = side // block  # row-major patches, row-major squares inside each
     return grid.reshape(g, block, g, block).transpose(0, 2, 1, 3).reshape(-1, block * block)
 
 
@@ -100,9 +94,8 @@ class SquareHead(nn.Module):
         self._hook.remove()
 
     def loss(self, prompts: Sequence[Encoded], mazes: Sequence[Maze], pad: int) -> torch.Tensor:
-        """Cross-entropy over the floor squares of the pictures the last forward saw: the
-        distinct images in order of first appearance, as `rlkit.model.batching.build_batch`
-        gathers them."""
+        """Cross-entropy over the floor squares of the distinct pictures the last forward saw,
+        in order of first appearance (as `build_batch` gathers them)."""
         if self._out is None:
             raise RuntimeError("SquareHead.loss before a forward pass of the model")
         labels, seen = [], set()
@@ -135,9 +128,8 @@ def squares_update(
     weight: float,
     lr: float,
 ) -> dict[str, float]:
-    """One optimizer step of the per-square loss alone (times `weight`, at `lr`) on the
-    pictures of each batch (prompts, their mazes, the picture's pad), their mean loss: the
-    vision tower runs once per distinct picture and the language model not at all."""
+    """One optimizer step of the per-square loss alone (times `weight`, at `lr`) per batch of
+    (prompts, mazes, pad), the vision tower alone; returns their mean loss."""
     for group in opt.param_groups:
         group["lr"] = lr
     loaded.model.train()
@@ -152,6 +144,6 @@ def squares_update(
         (weight * loss).backward()
         opt.step()
         losses.append(float(loss.detach()))
-    opt.zero_grad()  # the policy's optimizer shares the tower: leave it no stale gradient
+    opt.zero_grad()  # the policy's optimizer shares the tower: no stale gradient
     loaded.model.eval()
     return {"loss/grpo_squares": sum(losses) / len(losses)}

@@ -194,7 +194,6 @@ class Trainer:
     def fit(self, *, stop_at_step: int | None = None) -> dict:
         """Train to the configured number of steps (resuming if possible); returns a summary.
         `stop_at_step` pauses after that global step (a later `fit` resumes)."""
-        torch.set_num_threads(torch_threads(self.cfg.schedule.threads))
         with self.run.lock():
             info = self.run.init(
                 preset=self.cfg.name,
@@ -205,12 +204,11 @@ class Trainer:
             if self.resume_mode == "latest":  # the run's own config, with this call's changes
                 self.cfg = resume_config(info.get("config"), self.cfg, self.overrides)
                 self.run.keep = self.cfg.schedule.keep
-                torch.set_num_threads(torch_threads(self.cfg.schedule.threads))
-            cfg = self.cfg
-            changes = check_resume(info.get("config"), cfg, str(self.run.path))
+            torch.set_num_threads(torch_threads(self.cfg.schedule.threads))
+            changes = check_resume(info.get("config"), self.cfg, str(self.run.path))
             ckpt = self._restore()
             if changes:
-                self.run.record_config(cfg.to_dict(), changes, step=ckpt.step if ckpt else 0)
+                self.run.record_config(self.cfg.to_dict(), changes, step=ckpt.step if ckpt else 0)
             if ckpt is not None:
                 print(f"resuming {self.run.path} from {ckpt.path.name}", file=sys.stderr)
             with MetricsLogger(self.run, resume_step=ckpt.step if ckpt else None) as log:
@@ -319,19 +317,17 @@ class Trainer:
     def _evaluate(self, step: int) -> EvalResult:
         task = self.cfg.task
         with self.log.timer("eval"):
-            result = self._eval_set(step, task.eval_set)
-            others = {name: self._eval_set(step, name) for name in task.other_eval_sets}
-        lo, hi = result.ci95
-        metrics = {"eval/solve_rate": result.solve_rate, "eval/ci_low": lo, "eval/ci_high": hi}
-        for name, other in others.items():
-            low, high = other.ci95
-            metrics[f"eval/{name}_solve_rate"] = other.solve_rate
-            metrics |= {f"eval/{name}_ci_low": low, f"eval/{name}_ci_high": high}
-        self.log.log(step, metrics | {"train/phase": self.state.phase})
-        if self.progress:
-            for r in (result, *others.values()):
+            names = (task.eval_set, *task.other_eval_sets)
+            results = {name: self._eval_set(step, name) for name in names}
+        metrics = {}
+        for name, r in results.items():
+            key = "eval/" if name == task.eval_set else f"eval/{name}_"
+            lo, hi = r.ci95
+            metrics |= {f"{key}solve_rate": r.solve_rate, f"{key}ci_low": lo, f"{key}ci_high": hi}
+            if self.progress:
                 tqdm.write(f"step {step}: {r.summary()}")
-        return result
+        self.log.log(step, metrics | {"train/phase": self.state.phase})
+        return results[task.eval_set]
 
     def _eval_set(self, step: int, name: str) -> EvalResult:
         """One pinned set's eval, saved at RUN/evals/ (another set: its own turn budget, at

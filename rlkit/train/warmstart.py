@@ -1,8 +1,6 @@
-"""Behaviour cloning on BFS-oracle moves: the warm start before GRPO (free functions).
-
-Constrained (an `AnswerSpec`) clones only the move word's token; free (`answer=None`) every token
-of the canonical answer under the full-vocabulary softmax. Why and from which states:
-docs/local-trainer.md#the-warm-start-trainwarmstartpy.
+"""Behaviour cloning on BFS-oracle moves, the warm start before GRPO: constrained (an
+`AnswerSpec`) it clones the move word's token, free (`answer=None`) every token of the canonical
+answer. Which states and why: docs/local-trainer.md#the-warm-start-trainwarmstartpy.
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ from rlkit.train.square_head import SquareHead
 BC_STREAM = 20_000_000
 """Training-stream index where BC mazes start (apart from GRPO's cursor and validation)."""
 VALIDATION_STREAM = 30_000_000
-"""Training-stream index of the validation mazes for the warm-start stop rule (never the test set)."""
+"""Training-stream index of the validation mazes of the warm start's stop rule."""
 
 
 def bc_states(
@@ -60,11 +58,9 @@ STOP_SHARE = 0.25
 def squares_bc_states(
     spec: MazeSpec, step: int, batch: int, random_steps: int, seed: int
 ) -> list[tuple[rules.State, Move, str]]:
-    """`batch` (state, oracle answer, feedback) triples of the squares game (VisGym's): the
-    state a point along the oracle's path (on the target for `STOP_SHARE` of them) plus up to
-    `random_steps` random moves, the answer the oracle's (`stop` on the target), the feedback
-    the env would have shown after the last move (`visgym_text.feedback`), so that the cloned
-    prompt is a rollout's."""
+    """`batch` (state, oracle answer, feedback) triples of the squares game: a point along the
+    oracle's path (the target for `STOP_SHARE`) plus up to `random_steps` random moves, with the
+    feedback the env would have shown after the last move."""
     rng = np.random.default_rng([seed, step, 11])
     out = []
     for i in range(batch):
@@ -93,14 +89,13 @@ def open_square_states(
     max_distance: int | None = None,
 ) -> list[tuple[rules.State, Move, str]]:
     """`batch` (state, oracle answer, feedback) triples of the squares game on floor squares
-    drawn uniformly, `per_maze` from each fresh maze (within `max_distance` moves of the target
-    when given), the target among them about once a maze; the feedback one a rollout would show
-    there (a move in from a neighbour, a bump, or none). A pure function of its arguments."""
+    drawn uniformly, `per_maze` from each fresh maze (within `max_distance` of the target when
+    given), the target about once a maze."""
     rng = np.random.default_rng([seed, step, 13])
     out: list[tuple[rules.State, Move, str]] = []
     k = 0
     while len(out) < batch:
-        maze = train_maze(spec, BC_STREAM + step * batch + k)  # k < batch: a state a maze
+        maze = train_maze(spec, BC_STREAM + step * batch + k)
         k += 1
         dist = exit_distances(maze)
         floor = [(int(r), int(c)) for r, c in np.argwhere(~maze.squares)]
@@ -116,7 +111,7 @@ def open_square_states(
 def square_states(
     maze: Maze, squares: Sequence[tuple[int, int]], rng: np.random.Generator
 ) -> list[tuple[rules.State, Move, str]]:
-    """(state, oracle answer, feedback) on each of `squares`, reached as `_arrived` says."""
+    """(state, oracle answer, feedback) on each of `squares`, arrived at as in a rollout."""
     out = []
     for pos in squares:
         state, note = _arrived(maze, pos, rng)
@@ -132,7 +127,7 @@ def _arrived(maze: Maze, pos: tuple[int, int], rng: np.random.Generator) -> tupl
     if u < 0.75:
         came = []
         for a in Action:
-            q = step_back(pos, a)
+            q = (pos[0] - a.delta[0], pos[1] - a.delta[1])  # where a move `a` into `pos` began
             if not maze.squares[q] and maze.can_move(q, a):
                 came.append((q, a))
         if came:
@@ -149,15 +144,9 @@ def _arrived(maze: Maze, pos: tuple[int, int], rng: np.random.Generator) -> tupl
     return here, ""
 
 
-def step_back(pos: tuple[int, int], a: Action) -> tuple[int, int]:
-    """The square a move `a` into `pos` came from."""
-    dr, dc = a.delta
-    return pos[0] - dr, pos[1] - dc
-
-
 def bc_distance(w: WarmStartConfig, step: int) -> int | None:
-    """The largest distance to the target of BC step `step`'s states (0-based) under
-    `curriculum_steps`: from 2, growing linearly to cover every square; None: no limit."""
+    """The largest distance to the target of BC step `step`'s states (0-based): from 2, growing
+    linearly over `curriculum_steps` to every square; None: no limit."""
     if w.curriculum_steps is None or step >= w.curriculum_steps:
         return None
     return 2 + (CURRICULUM_REACH * step) // w.curriculum_steps
@@ -175,9 +164,7 @@ def bc_batch(
     w: WarmStartConfig,
     seed: int,
 ) -> tuple[list[Encoded], list[Move], list[Maze]]:
-    """One BC step's encoded prompts, oracle answers and mazes, by game and `w.states`: the cell
-    game's `bc_states` (Markov prompts of the first turn's kind), `squares_bc_states` (along
-    the path, with the turn's feedback and `stop` on the target) or `open_square_states`."""
+    """One BC step's encoded prompts, oracle answers and mazes, by game and `w.states`."""
     if train_maze(spec, BC_STREAM).game == "squares":
         if w.states == "open":
             triples = open_square_states(
@@ -200,8 +187,7 @@ def encode_states(
 
 
 def answer_ids(loaded: LoadedModel, action: Move) -> list[int]:
-    """The canonical free-form answer's tokens: `format_action(action)` and the end of turn
-    (4 tokens with the tiny tokenizer, 8 with Qwen's: `rlkit.model.action_tag.answer_length`)."""
+    """The canonical free-form answer's tokens: `format_action(action)` and the end of turn."""
     text = format_action(action)
     return [*loaded.tokenizer(text, add_special_tokens=False)["input_ids"], loaded.eos_id]
 
@@ -213,11 +199,8 @@ def bc_loss(
     actions: Sequence[Move],
     temperature: float = 1.0,
 ) -> tuple[torch.Tensor, float]:
-    """Cross-entropy of the oracle's answer, and its accuracy (share of answers the policy's
-    argmax would reproduce: every cloned token above probability 1/2).
-
-    `answer` set: the constrained policy, only the move word's token. None: the free policy,
-    the mean over every token of the canonical answer (`answer_ids`)."""
+    """Cross-entropy of the oracle's answer (`answer` set: the move word's token; None: every
+    token of `answer_ids`), and the share of answers whose every token is above 1/2."""
     if answer is not None:
         responses = [answer.response(a) for a in actions]
     else:
@@ -244,12 +227,10 @@ def bc_update(
     aux: tuple[SquareHead, float, Sequence[Maze], int] | None = None,
     bc: bool = True,
 ) -> dict[str, float]:
-    """One optimizer step of behaviour cloning at learning rate `lr` (times a parameter group's
-    `lr_scale` where it has one) on the learner's policy (constrained: the move word; free: the
-    whole answer); returns `loss/bc` and `train/bc_accuracy`. `aux`: (head, weight, the
-    prompts' mazes, the picture's pad) adds the dense per-square loss (`loss/bc_squares`);
-    with `bc` False (needs `aux`) that loss alone trains, BC's metrics still reported."""
-    for group in learner.opt.param_groups:  # a group may run at a multiple (`lr_scale`)
+    """One optimizer step of behaviour cloning at `lr` (times a group's `lr_scale`); returns
+    `loss/bc` and `train/bc_accuracy`. `aux` (head, weight, mazes, pad) adds the per-square
+    loss (`loss/bc_squares`); with `bc` False that loss alone trains."""
+    for group in learner.opt.param_groups:
         group["lr"] = lr * group.get("lr_scale", 1.0)
     learner.loaded.model.train()
     loss, acc = bc_loss(learner.loaded, learner.answer, prompts, actions, learner.temperature)
@@ -268,18 +249,13 @@ def bc_update(
 
 
 def bc_schedule(w: WarmStartConfig, step: int, val_rate: float | None) -> tuple[float, bool]:
-    """(learning rate, whether to validate after it) of BC step `step` (1-based), given the
-    last validation solve rate (None before the first): `w.lr` after a linear warmup over
-    `w.warmup_steps`; from `w.fine_from` on, `w.fine_lr` and a check after every step, so the
-    stop is approached gently; the last step always checks."""
+    """(learning rate, whether to validate after it) of BC step `step` (1-based) given the last
+    validation solve rate: `w.lr` after a linear warmup; from `w.fine_from` on, `w.fine_lr` and
+    a check every step; the last step always checks."""
     fine = w.fine_from is not None and val_rate is not None and val_rate >= w.fine_from
     check = step % (1 if fine else w.check_every) == 0 or step >= w.max_steps
     warm = min(1.0, step / w.warmup_steps) if w.warmup_steps else 1.0
     return (w.fine_lr if fine else w.lr * warm), check
-
-
-def validation_mazes(spec: MazeSpec, n: int = 64) -> list[Maze]:
-    return [train_maze(spec, VALIDATION_STREAM + i) for i in range(n)]
 
 
 def validation_episodes(
@@ -291,11 +267,10 @@ def validation_episodes(
     mazes: int = 64,
     history: int | None = 1,
 ) -> list[Trajectory]:
-    """`samples` episodes of `policy` on each of the first `mazes` validation mazes (the eval
-    seed): what the warm start's stop rule reads, never a test set."""
+    """`samples` episodes of `policy` on each of the first `mazes` validation mazes."""
     return run_episodes(
         policy,
-        validation_mazes(spec, mazes),
+        [train_maze(spec, VALIDATION_STREAM + i) for i in range(mazes)],
         env,
         samples=samples,
         seed=EVAL_SEED,
