@@ -1,7 +1,6 @@
-"""The policy being trained and what it computes on training rows: `Learner` (the model, its
-optimizer and the KL term's frozen reference), which the warm start and the GRPO step both train;
-`TurnSample`, one row of a GRPO update; `minibatch_loss`; the reference's saving and reloading
-(RUN/reference_policy). The loss, step by step: docs/local-trainer.md#one-grpo-step-trainsteppy.
+"""The policy being trained (`Learner`: model, optimizer, the KL term's frozen reference), which
+the warm start and the GRPO step both train; `TurnSample`, one row of a GRPO update, and its
+`minibatch_loss`; the phase's start policy saved and reloaded (RUN/reference_policy).
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ class Learner:
     ref: LoadedModel | None = None
     """The frozen reference policy of the KL term (None when the recipe has no KL in the loss)."""
     temperature: float = 1.0
-    """The rollout's sampling temperature: logprobs must use the same one (on-policy ratios)."""
+    """The rollout's sampling temperature, which logprobs use too."""
 
 
 @dataclass
@@ -46,10 +45,9 @@ class TurnSample:
     """Per response token, log pi_old as recorded while sampling."""
     advantage: float
     episode: int
-    """Index of its episode in the rollout batch: the sequence of the per-episode reductions."""
+    """Index of its episode in the rollout batch (its sequence in the reductions)."""
     ref_logprobs: list[float] | None = None
-    """Per response token, log pi_ref (the KL term's frozen reference), once computed for the
-    update (`with_reference`); None: not computed."""
+    """Per response token, log pi_ref (`with_reference`); None: not computed."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +62,7 @@ class MinibatchLoss:
 def minibatch_loss(learner: Learner, mb: Sequence[TurnSample], recipe: Recipe) -> MinibatchLoss:
     """The GRPO loss of `mb` under the learner's current weights (differentiable)."""
     answer = learner.answer
-    logp, entropy, mask = _logprobs(learner.loaded, learner, mb)
+    logp, entropy, mask = row_logprobs(learner.loaded, learner, mb)
     old = _rows(logp, [x.old_logprobs for x in mb])
     mask = mask.float()
     if answer is not None:  # constrained: only the move word was chosen by the policy
@@ -75,7 +73,7 @@ def minibatch_loss(learner: Learner, mb: Sequence[TurnSample], recipe: Recipe) -
         ref = _rows(logp, [x.ref_logprobs for x in mb])
     elif learner.ref is not None:
         with torch.no_grad():
-            ref, _, _ = _logprobs(learner.ref, learner, mb)
+            ref, _, _ = row_logprobs(learner.ref, learner, mb)
     out = policy_loss(
         logp,
         old,
@@ -90,25 +88,23 @@ def minibatch_loss(learner: Learner, mb: Sequence[TurnSample], recipe: Recipe) -
 
 
 def with_reference(learner: Learner, samples: Sequence[TurnSample], size: int) -> list[TurnSample]:
-    """`samples` with `ref_logprobs` filled from the frozen reference, in no-grad passes of
-    `size` rows, once per update (not per epoch); unchanged when there is no reference."""
+    """`samples` with `ref_logprobs` from the frozen reference (if any), in passes of `size`."""
     if learner.ref is None:
         return list(samples)
     out: list[TurnSample] = []
     for lo in range(0, len(samples), size):
         chunk = samples[lo : lo + size]
         with torch.no_grad():
-            ref, _, _ = _logprobs(learner.ref, learner, chunk)
+            ref, _, _ = row_logprobs(learner.ref, learner, chunk)
         for x, row in zip(chunk, ref.tolist(), strict=True):
             out.append(replace(x, ref_logprobs=row[: len(x.response_ids)]))
     return out
 
 
-def _logprobs(
+def row_logprobs(
     model: LoadedModel, learner: Learner, rows: Sequence[TurnSample]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(logprobs, entropy, response mask), each (B, R), of the rows' replies under `model`
-    (the policy or its reference), as the rollout defined them."""
+    """(logprobs, entropy, response mask), each (B, R), of the rows' replies under `model`."""
     return turn_logprobs(
         model,
         [x.prompt for x in rows],
@@ -127,9 +123,8 @@ def _rows(like: torch.Tensor, values: Sequence[Sequence[float]]) -> torch.Tensor
 
 
 def start_policy(run_dir: Path, loaded: LoadedModel | None) -> Path:
-    """RUN/reference_policy: the policy as the GRPO phase starts, saved once from `loaded`
-    with its processor (the KL term's reference, LoRA's base, a model dir another run can
-    start GRPO from; None: it must exist already)."""
+    """RUN/reference_policy: the policy as the GRPO phase starts (the KL term's reference,
+    LoRA's base), saved once from `loaded` (None: it must exist already)."""
     ref_dir = run_dir / "reference_policy"
     if loaded is None and not (ref_dir / "config.json").exists():
         raise RlkitError(f"{ref_dir} is missing: a LoRA run resumes on the base it saved there")
@@ -150,8 +145,7 @@ def model_like(path: Path, like: torch.nn.Module) -> torch.nn.Module:
 
 
 def reference_of(loaded: LoadedModel, run_dir: Path) -> LoadedModel:
-    """The frozen post-warm-start policy the KL term pulls towards (saved once, reloaded); it
-    shares the policy's tokenizer and encoder caches."""
+    """The frozen post-warm-start policy the KL term pulls towards, sharing `loaded`'s encoder."""
     ref = copy.copy(loaded)
     ref.model = model_like(start_policy(run_dir, loaded), loaded.model)
     return ref

@@ -1,8 +1,6 @@
-"""Does the GRPO update point the right way? The real `score` and `update` on scripted episodes.
-
-Eps-oracles' episodes (the same on every CPU) pass, as a model's constrained answers, through the
-trainer's own `score`, `turn_samples` and `update`; `check_update(recipe).failures()` lists what
-went wrong. What it asserts and why it holds on any machine: docs/tests.md#learning-checks.
+"""Does the GRPO update point the right way? Eps-oracles' episodes, as a model's constrained
+answers, through the trainer's own `score`, `turn_samples` and `update`;
+`check_update(recipe).failures()` lists what went wrong (docs/tests.md#learning-checks).
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from rlkit.episodes.rollout import Trajectory, replay_states, run_episodes
 from rlkit.maze import rules
 from rlkit.maze.parsing import format_action
 from rlkit.maze.sets import pinned_spec, train_mazes
-from rlkit.model.batching import AnswerSpec, choice_logits, turn_logprobs
+from rlkit.model.batching import AnswerSpec, choice_logits
 from rlkit.model.build import build_tiny
 from rlkit.model.config import TinyConfig, Tuning
 from rlkit.model.load import LoadedModel, load, trainable, tune
@@ -31,19 +29,17 @@ from rlkit.recipe import Recipe
 from rlkit.run.captures import CapturedEpisode
 from rlkit.train.config import GRPOConfig
 from rlkit.train.grpo import group_advantages
-from rlkit.train.learner import Learner, TurnSample
+from rlkit.train.learner import Learner, TurnSample, row_logprobs
 from rlkit.train.rescore import Rescore, rescore
 from rlkit.train.step import score, turn_budgets, turn_samples, update
 
 EPSILONS = (0.2, 0.3, 0.4)
-"""Exploration rates of the scripted players, one a maze (played on the shortest path's turn
-budget, where nearly every group mixes solved and failed episodes)."""
+"""Exploration rates of the scripted players, one a maze (on the shortest path's turn budget)."""
 
 
 class ScriptedAnswers:
-    """A scripted policy's moves written as `loaded`'s constrained answers: each response
-    holds the answer's token ids and the log-probability the model gives that move (at
-    `temperature`), as `ModelPolicy` records a move it sampled."""
+    """A scripted policy's moves written as `loaded`'s constrained answers, each with the
+    log-probability the model gives that move (at `temperature`), as `ModelPolicy` records it."""
 
     def __init__(self, loaded: LoadedModel, scripted: Policy, temperature: float = 1.0) -> None:
         self.loaded, self.scripted, self.temperature = loaded, scripted, temperature
@@ -56,7 +52,9 @@ class ScriptedAnswers:
         out: list[Response | None] = [None] * len(states)
         for game in dict.fromkeys(s.maze.game for s in states):  # one forward a game
             rows = [i for i, s in enumerate(states) if s.maze.game == game]
-            spec = self._spec(game)
+            if game not in self._specs:
+                self._specs[game] = AnswerSpec.from_loaded(self.loaded, game)
+            spec = self._specs[game]
             words = [format_action(m) for m in spec.moves]
             with torch.no_grad():
                 logits = choice_logits(self.loaded, [encoded[i] for i in rows], spec).float()
@@ -68,44 +66,33 @@ class ScriptedAnswers:
                 out[i] = Response(picks[i].text, list(encoded[i].prompt_ids), ids, lps)
         return out  # type: ignore[return-value]  # every row answered by its game's spec
 
-    def _spec(self, game: str) -> AnswerSpec:
-        if game not in self._specs:
-            self._specs[game] = AnswerSpec.from_loaded(self.loaded, game)
-        return self._specs[game]
-
 
 @dataclass(frozen=True)
 class UpdateCheck:
     """What `check_update` measured."""
 
     shift: Rescore | None
-    """The batch's episodes of groups with both outcomes re-scored before and after the
-    updates, each weighted by its outcome against its group's mean reward (None: no group
-    has both)."""
+    """Episodes re-scored before and after the updates, weighted by reward minus the group's
+    mean (None: no group has both outcomes)."""
     trained: Rescore | None
-    """The episodes the loss trained on, each weighted by the advantage the loss gave it (as
-    `RUN/rollouts` captures them); None when every such advantage was 0."""
+    """Episodes re-scored, weighted by the advantage the loss gave them (None: all 0)."""
     greedy_before: float
     greedy_after: float
-    """Share of the batch's turns whose greedy move is the oracle's (BFS-shortest), before
-    and after the updates."""
+    """Share of the batch's turns whose greedy move is the oracle's, before and after."""
     solved_before: float
     solved_after: float
-    """Share of the batch's mazes one greedy episode solves, before and after (reported, never
-    asserted)."""
+    """Share of the batch's mazes one greedy episode solves (reported, never asserted)."""
     kl_before: float
     kl_after: float
-    """Mean KL of the move distribution to the starting policy's over the batch's turns,
-    before and after the KL-only updates (advantages set to zero); 0 before them when the
-    GRPO updates left the policy where it began (nothing for the KL term to pull back)."""
+    """Mean KL of the move distribution to the starting policy's, before and after the
+    KL-only updates (advantages zero)."""
 
     MIN_GAIN = 0.05
     """Solved minus failed (nats a token) below which the update did not move answers."""
     MIN_AGREEMENT = 0.0
-    """Least rise in the greedy moves' agreement with the oracle (it must rise)."""
+    """Least rise in the greedy moves' agreement with the oracle."""
     MAX_OBSERVATIONS = 0.25
-    """Most the observations may move with the loss's advantages, as a share of what the
-    answers moved with them."""
+    """Most the observations may move with the advantages, as a share of the answers' move."""
     MAX_KL_RATIO = 0.75
     """Most the KL-only updates may leave of the KL they started from."""
 
@@ -136,11 +123,9 @@ class UpdateCheck:
 
     def summary(self) -> str:
         t = self.trained
-        seen = (
-            "no advantage"
-            if t is None
-            else f"{t.weighted:+.4f}, observations {t.observation_weighted:+.4f}"
-        )
+        seen = "no advantage"
+        if t is not None:
+            seen = f"{t.weighted:+.4f}, observations {t.observation_weighted:+.4f}"
         return (
             f"{self.shift.summary() if self.shift else 'no group with both outcomes'}; with the loss's advantages: answers {seen}; "
             f"greedy moves the oracle's {self.greedy_before:.1%} -> "
@@ -163,13 +148,10 @@ def check_update(
     workdir: str | Path | None = None,
     tuning: Tuning | None = None,
 ) -> UpdateCheck:
-    """Build the tiny model of `seed`, let eps-oracles (`EPSILONS`, one a maze) play `mazes`
-    training mazes of the `test` family `group_size` times each, score the batch by `recipe`
-    and run `steps` GRPO updates on it at `lr` (each step's old log-probabilities those of the
-    policy it starts from, as if the same episodes had been sampled again); then `steps`
-    updates with every advantage 0 and the KL to the starting policy at `kl_coef`.
-    `workdir`: where the model is built (a temporary directory by default); `tuning`: which
-    weights train (LoRA adapters, a frozen vision side), as the trainer's GRPO phase sets it."""
+    """On the tiny model of `seed`, eps-oracles play `mazes` training mazes `group_size` times
+    each; `steps` GRPO updates at `lr` on the batch scored by `recipe` (old log-probabilities
+    re-taken each step), then `steps` with every advantage 0 and the KL at `kl_coef`.
+    `workdir`: where the model is built; `tuning`: which weights train."""
     env = env or EnvConfig()
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         loaded = load(build_tiny(Path(tmp) / "model", seed=seed, config=tiny))
@@ -180,7 +162,7 @@ def check_update(
     tune(loaded.model, tuning or Tuning(), seed=seed)
     opt = torch.optim.AdamW(trainable(loaded.model), lr=lr, weight_decay=g.weight_decay)
     learner = Learner(loaded, opt, answer=spec)
-    learner.ref = start if recipe.kl_in_loss > 0 else None  # as the trainer sets it
+    learner.ref = start if recipe.kl_in_loss > 0 else None
     batch = train_mazes(pinned_spec("test"), 0, mazes)
     trajs = _scripted_groups(loaded, batch, env, group_size, seed)
     scores = score(trajs, recipe, stop_ids=loaded.stop_ids)
@@ -196,9 +178,8 @@ def check_update(
     for step in range(steps):
         update(learner, _on_policy(learner, samples), g, recipe, lr=lr, seed=seed, step=step)
     after = (_agreement(learner, samples, best), _solved(loaded, batch, env))
-    # re-scored against the outcome (reward minus the group's mean) for the solved answers'
-    # gain, whatever `score` said: the check must also catch a scoring that zeroes or flips
-    # the advantages; and against the advantages the loss used for the observations
+    # weighted by the outcome, whatever `score` said (it must catch a scoring that zeroes or
+    # flips the advantages), and by the advantages the loss used
     outcome = group_advantages(scores.rewards, scores.groups, norm_by_std=False)
     used = torch.where(scores.keep, scores.advantages, torch.zeros_like(scores.advantages))
     shift, trained = (_rescored(trajs, w, start, loaded, env) for w in (outcome, used))
@@ -221,8 +202,7 @@ def _rescored(
     after: LoadedModel,
     env: EnvConfig,
 ) -> Rescore | None:
-    """The episodes of nonzero weight re-scored under both models, each with its weight as
-    its advantage; None when every weight is 0."""
+    """The episodes of nonzero weight re-scored under both models, the weight as advantage."""
     episodes = [
         CapturedEpisode(0, t.maze_index, w, t)
         for t, w in zip(trajs, weights.tolist(), strict=True)
@@ -234,8 +214,7 @@ def _rescored(
 def _scripted_groups(
     loaded: LoadedModel, mazes: Sequence, env: EnvConfig, group_size: int, seed: int
 ) -> list[Trajectory]:
-    """`group_size` episodes of each maze, maze i played by the eps-oracle `EPSILONS[i % n]`;
-    the groups numbered by maze."""
+    """`group_size` episodes of each maze, maze i played by the eps-oracle `EPSILONS[i % n]`."""
     out: list[Trajectory] = []
     for j, eps in enumerate(EPSILONS):
         picked = list(range(j, len(mazes), len(EPSILONS)))
@@ -251,30 +230,16 @@ def _scripted_groups(
 
 def _on_policy(learner: Learner, samples: Sequence[TurnSample]) -> list[TurnSample]:
     """`samples` with their old log-probabilities those of the learner's current policy."""
-    logp = _answer_logprobs(learner.loaded, learner, samples)
+    with torch.no_grad():
+        logp, _, _ = row_logprobs(learner.loaded, learner, samples)
     return [
         replace(x, old_logprobs=row[: len(x.response_ids)])
         for x, row in zip(samples, logp.tolist(), strict=True)
     ]
 
 
-def _answer_logprobs(
-    model: LoadedModel, learner: Learner, samples: Sequence[TurnSample]
-) -> torch.Tensor:
-    with torch.no_grad():
-        logp, _, _ = turn_logprobs(
-            model,
-            [x.prompt for x in samples],
-            [x.response_ids for x in samples],
-            temperature=learner.temperature,
-            answer=learner.answer,
-        )
-    return logp
-
-
 def _kl(learner: Learner, samples: Sequence[TurnSample]) -> float:
-    """Mean over the samples' turns of KL(policy || reference) between their move
-    distributions (exact: a sum over the answer's choices)."""
+    """Mean over the samples' turns of the exact KL(policy || reference) of their moves."""
     prompts = [x.prompt for x in samples]
     with torch.no_grad():
         now, ref = (

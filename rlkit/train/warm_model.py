@@ -1,6 +1,5 @@
 """The tiny Qwen3-VL warm-started to write its own answers, a start for freely sampling trainers
-(`rlkit model tiny --out DIR --warm-start --stop-at 0.4`). How, and what `rlkit_warm.json`
-records: docs/local-trainer.md#the-free-warm-start-for-skyrl-trainwarm_modelpy."""
+(`rlkit model tiny --out DIR --warm-start --stop-at 0.4`; docs/local-trainer.md)."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ from rlkit.train.warmstart import (
 )
 
 EVAL_SET = "test"
-"""The set whose env (and maze family) the model is warm-started on: SkyRL's CPU preset
-(`skyrl-tiny-cpu`) evaluates on it."""
+"""The set whose env and maze family the model is warm-started on (SkyRL's CPU preset's)."""
 
 RECORD = "rlkit_warm.json"
 """Beside the weights: seed, recipe, steps, the validation solve rate reached, why it stopped."""
@@ -46,17 +44,14 @@ RECORD = "rlkit_warm.json"
 
 @dataclass(frozen=True)
 class FreeWarmStart:
-    """The free-form warm start's recipe: the local BC schedule plus what writing costs (why
-    each default: docs/local-trainer.md#the-free-warm-start-for-skyrl-trainwarm_modelpy)."""
+    """The free-form warm start's recipe: the local BC schedule plus the writing steps."""
 
     bc: WarmStartConfig = field(
         default_factory=lambda: WarmStartConfig(
             max_steps=300, fine_from=0.30, fine_lr=5e-4, val_samples=1
         )
     )
-    """Batch, rates, stop rule and fine phase as the local warm start, except: `max_steps` counts
-    the reading steps too (checks start after them); `fine_lr` 5e-4; and one episode per
-    validation maze, on twice as many mazes (`val_mazes`)."""
+    """The local warm start's schedule; `max_steps` counts the reading steps too."""
     val_mazes: int = 128
     """Validation mazes per check, one episode each."""
     read_steps: int = 30
@@ -66,9 +61,8 @@ class FreeWarmStart:
     embed_lr_scale: float = 10.0
     """Learning-rate multiple of the (tied) token embeddings."""
     max_new_tokens: int = 8
-    """Answer budget of the validation's free sampling: SkyRL's CPU preset's
-    `max_generate_length`. It must hold the canonical answer in the model's tokenizer
-    (`rlkit.model.action_tag.answer_length`: 4 tokens with the tiny one, checked once loaded)."""
+    """Answer budget (tokens) of the validation's free sampling: SkyRL's CPU preset's
+    `max_generate_length`, checked to hold the canonical answer."""
 
     def __post_init__(self) -> None:
         if self.write_before_check < 0:
@@ -97,15 +91,10 @@ def warm_tiny_model(
     progress: bool | None = None,
 ) -> Path:
     """Build the tiny model (seeded), warm-start it free-form until its free sampled validation
-    solve rate reaches `stop_at` (or `recipe.bc.max_steps` run out), save it to `out_dir`, and
-    return that path.
-
-    `stop_at` replaces `recipe.bc.stop_at` (None: keep it, the local warm start's target).
-    Deterministic for a seed on a given thread count
-    (`threads`, default every core this process may use). `out_dir` must be absent, empty or a
-    model dir (replaced); the model is built aside and renamed in, never left half written.
-    `progress`: a bar on stderr (default: when stderr is a terminal), else plain lines.
-    """
+    solve rate reaches `stop_at` (None: `recipe.bc.stop_at`) or `recipe.bc.max_steps` run out,
+    and save it to `out_dir` (absent, empty or a model dir, replaced); returns that path.
+    Deterministic for a seed and `threads` (default every core); `progress`: a bar on stderr
+    (default: when stderr is a terminal), else plain lines."""
     recipe = recipe or FreeWarmStart()
     stop_at = recipe.bc.stop_at if stop_at is None else stop_at
     if not 0.0 < stop_at <= 1.0:
@@ -137,8 +126,7 @@ def warm_tiny_model(
 
 
 def embed_scaled_adamw(model: torch.nn.Module, lr: float, embed_scale: float) -> torch.optim.AdamW:
-    """AdamW with the token embeddings in a group of their own at `embed_scale` x `lr` (its
-    `lr_scale`, which `bc_update` keeps when it sets the rate)."""
+    """AdamW with the token embeddings at `embed_scale` x `lr` (their group's `lr_scale`)."""
     embed = model.get_input_embeddings().weight
     rest = [p for p in model.parameters() if p is not embed]
     groups = [
@@ -149,8 +137,7 @@ def embed_scaled_adamw(model: torch.nn.Module, lr: float, embed_scale: float) ->
 
 
 def _warm_start(model_dir: Path, r: FreeWarmStart, seed: int, progress: bool) -> dict:
-    """Read then write (see `FreeWarmStart`) the model in `model_dir`, saving its weights there;
-    returns the record's training part."""
+    """Read then write the model in `model_dir`, saving its weights; returns the record's part."""
     w, spec, env = r.bc, pinned_spec(EVAL_SET), env_for_set(EVAL_SET)
     loaded = load(model_dir)
     check_answer_budget(loaded.tokenizer, r.max_new_tokens, "max_new_tokens")
@@ -164,7 +151,7 @@ def _warm_start(model_dir: Path, r: FreeWarmStart, seed: int, progress: bool) ->
     while step < w.max_steps and stopped != "rate":
         step += 1
         if step > r.read_steps:
-            learner.answer = None  # from now on whole answers, every token
+            learner.answer = None  # whole answers from now on
         lr, check = bc_schedule(w, step, rate)
         t = time.perf_counter()
         pairs = bc_states(spec, step - 1, w.batch, w.random_steps, seed)
@@ -182,21 +169,13 @@ def _warm_start(model_dir: Path, r: FreeWarmStart, seed: int, progress: bool) ->
         checks.append({"step": step, "lr": lr, "val_solve_rate": rate, "val_parse_errors": errors})
         checks[-1] |= metrics
         stopped = "rate" if rate >= w.stop_at else stopped
-        _say(
+        tqdm.write(  # above the bar, or a plain line
             f"step {step}: validation solve rate {rate:.3f} (stop at {w.stop_at:g}), "
             f"parse errors {errors:.3f}, loss {metrics['loss/bc']:.3f}, lr {lr:g}",
-            bar if progress else None,
+            file=sys.stderr,
         )
     bar.close()
     with no_progress_bars():
-        loaded.model.save_pretrained(model_dir)  # tokenizer and processor stay build_tiny's
+        loaded.model.save_pretrained(model_dir)
     timing = {k: round(v, 1) for k, v in spent.items()}
     return dict(steps=step, val_solve_rate=rate, stopped=stopped, checks=checks, timing=timing)
-
-
-def _say(line: str, bar: tqdm | None) -> None:
-    """A check's line: above the progress bar, or a plain line on stderr (logs)."""
-    if bar is not None:
-        bar.write(line, file=sys.stderr)
-    else:
-        print(line, file=sys.stderr, flush=True)
