@@ -14,6 +14,7 @@ import time
 ENV_VAR = "RLKIT_FAULT"
 STATE_VAR = "RLKIT_FAULT_STATE"
 POINTS = ("rollout", "optimizer", "checkpoint")
+ACTIONS = ("kill", "pause")
 
 
 def parse(spec: str) -> tuple[str, int, str, float]:
@@ -27,9 +28,6 @@ def parse(spec: str) -> tuple[str, int, str, float]:
             f"(once-kill, once-pause=S to fire once) with NAME one of {', '.join(POINTS)}"
         )
     return name, int(step), kind, float(seconds or 0)
-
-
-ACTIONS = ("kill", "pause")
 
 
 def _fired_before(name: str, step: int) -> bool:

@@ -262,11 +262,9 @@ class Trainer:
             prompts, actions, mazes = bc_batch(
                 self.learner.loaded, task.spec, task.env, s.step - 1, w, self.cfg.schedule.seed
             )
-            aux = (
-                None
-                if self.square_head is None
-                else (self.square_head, w.aux_weight, mazes, task.env.style.pad)
-            )
+            aux = None
+            if self.square_head is not None:
+                aux = (self.square_head, w.aux_weight, mazes, task.env.style.pad)
             metrics = bc_update(
                 self.learner, prompts, actions, lr=lr, step=s.step, aux=aux, bc=not tower
             )
@@ -324,9 +322,10 @@ class Trainer:
             key = "eval/" if name == task.eval_set else f"eval/{name}_"
             lo, hi = r.ci95
             metrics |= {f"{key}solve_rate": r.solve_rate, f"{key}ci_low": lo, f"{key}ci_high": hi}
-            if self.progress:
-                tqdm.write(f"step {step}: {r.summary()}")
         self.log.log(step, metrics | {"train/phase": self.state.phase})
+        if self.progress:
+            for r in results.values():
+                tqdm.write(f"step {step}: {r.summary()}")
         return results[task.eval_set]
 
     def _eval_set(self, step: int, name: str) -> EvalResult:
