@@ -210,7 +210,9 @@ class Trainer:
             if changes:
                 self.run.record_config(self.cfg.to_dict(), changes, step=ckpt.step if ckpt else 0)
             if ckpt is not None:
-                print(f"resuming {self.run.path} from {ckpt.path.name}", file=sys.stderr)
+                print(
+                    f"resuming {self.run.path} from {ckpt.path.name}", file=sys.stderr, flush=True
+                )
             with MetricsLogger(self.run, resume_step=ckpt.step if ckpt else None) as log:
                 self.log = log
                 if ckpt is None and self.cfg.schedule.eval_before_train:
