@@ -31,10 +31,8 @@ def test_forbidden_imports_fail_lint(tmp_path: Path):
         "train/config.py": "import transformers\n",  # a torch-free config
         "episodes/evaluate.py": "import matplotlib\n",  # plotting outside notebook/
         "env/data.py": "import ray\n",
-        "train/trainer.py": "import ray
-",  # the trainer's gauges are the run package's now
-        "run/__init__.py": "import torch
-",  # the run reader stays torch-free (Studio reads it)
+        "train/trainer.py": "import ray\n",  # the trainer's gauges are the run package's now
+        "run/__init__.py": "import torch\n",  # the run reader stays torch-free (Studio reads it)
         "model/policy.py": "def f():\n    from vllm import LLM\n",  # vllm outside its module
         "cluster/skyrl/presets.py": "import torch\n",  # the presets a torch-free client reads
     }
