@@ -140,9 +140,9 @@ def write_tokenizer_files(out_dir: Path, files: QwenTextFiles) -> None:
     tok.backend_tokenizer.save(str(out_dir / TOKENIZER_FILES[0]))  # last: marks the dir done
 
 
-def qwen_tokenizer_dir() -> Path:
+def qwen_tokenizer_dir(*, download: bool = True) -> Path:
     """The cached dir with Qwen3-VL's four tokenizer files (built on first use, ~3 s)."""
-    files = qwen_text_files()
+    files = qwen_text_files(download=download)
     key = f"{TOKENIZER_VERSION}-tf{transformers.__version__}"  # its writer's file format
     return build_once(
         text_dir() / key, lambda d: write_tokenizer_files(d, files), marker=TOKENIZER_FILES[0]
