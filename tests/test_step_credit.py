@@ -16,6 +16,7 @@ from rlkit.errors import UsageError
 from rlkit.maze.sets import pinned_spec, train_mazes
 from rlkit.model.chat import Encoded
 from rlkit.recipe import Recipe
+from rlkit.run import captures
 from rlkit.train import grpo
 from rlkit.train import step as st
 from rlkit.train.config import apply_recipe
@@ -153,3 +154,42 @@ def test_the_switch_is_checked_and_refused_with_skyrls_dynamic_sampling():
         Recipe(gigpo_step_weight=-1.0)
     cfg = apply_recipe(preset("smoke"), {"advantage_estimator": "gigpo", "gigpo_gamma": "0.9"})
     assert cfg.recipe.gigpo_gamma == 0.9
+
+
+def _hand_worked_with_a_dropped_group() -> list[Trajectory]:
+    """The hand-worked group of maze 7, and maze 8 solved twice: equal rewards (the zero-variance
+    filter drops it) but unequal returns on (0, 0)."""
+    return [
+        _episode(7, 1.0, [(0, 0), (0, 1)]),
+        _episode(7, 0.0, [(0, 0), (1, 0), (0, 0)]),
+        _episode(8, 1.0, [(0, 0)]),
+        _episode(8, 1.0, [(0, 0), (0, 1)]),
+    ]
+
+
+def test_a_gigpo_capture_round_trips_the_turn_advantages_its_loss_used(tmp_path):
+    trajs = _hand_worked_with_a_dropped_group()
+    scores = st.score(trajs, replace(GIGPO, zero_variance_filter=True))
+    # Expected: maze 8's returns on (0, 0) are {1, 0.5}, mean 0.75 -> [+0.25 | -0.25, 0]
+    assert scores.turn_advantages[5:].tolist() == pytest.approx([0.25, -0.25, 0.0])
+    assert scores.keep.tolist() == [True, True, False, False]
+    sched = replace(preset("smoke").schedule, capture_groups=2)
+    st.capture(tmp_path, 3, trajs, scores, sched, "r@3")
+    back = captures.read_step(tmp_path, 3)
+    per_turn = scores.turn_advantages.tolist()
+    assert [e.turn_advantages for e in back] == [
+        pytest.approx(per_turn[0:2]),
+        pytest.approx(per_turn[2:5]),
+        (0.0,),  # maze 8 dropped by the loss: 0 on every turn
+        (0.0, 0.0),
+    ]
+    assert [e.advantage for e in back] == [0.5, -0.5, 0.0, 0.0]
+
+
+def test_a_grpo_capture_has_no_turn_advantages(tmp_path):
+    trajs = _hand_worked_with_a_dropped_group()
+    scores = st.score(trajs, replace(GIGPO, advantage_estimator="grpo"))
+    st.capture(tmp_path, 3, trajs, scores, preset("smoke").schedule, "r@3")
+    text = captures.step_path(tmp_path, 3).read_text()
+    assert "turn_advantages" not in text
+    assert all(e.turn_advantages is None for e in captures.read_step(tmp_path, 3))

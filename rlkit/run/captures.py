@@ -27,11 +27,16 @@ class CapturedEpisode:
     group: int
     """Its group (the maze's index in the step's batch): GRPO compares within it."""
     advantage: float
-    """The advantage the loss gave its tokens (0 for a group the loss dropped)."""
+    """The episode's GRPO advantage (0 for a group the loss dropped): under grpo the one the loss
+    gave its tokens; under gigpo each turn's differs (`turn_advantages`)."""
     trajectory: Trajectory
+    turn_advantages: tuple[float, ...] | None = None
+    """Under gigpo the advantage the loss gave each turn (0 where dropped); None otherwise."""
 
     def to_dict(self) -> dict:
         head = {"step": self.step, "group": self.group, "advantage": self.advantage}
+        if self.turn_advantages is not None:
+            head["turn_advantages"] = list(self.turn_advantages)
         return {**head, "trajectory": _slim(self.trajectory)}
 
     def to_json(self) -> str:
@@ -39,11 +44,13 @@ class CapturedEpisode:
 
     @classmethod
     def from_dict(cls, d: dict) -> CapturedEpisode:
+        per_turn = d.get("turn_advantages")
         return cls(
             int(d["step"]),
             int(d["group"]),
             float(d["advantage"]),
             Trajectory.from_dict(d["trajectory"]),
+            None if per_turn is None else tuple(float(a) for a in per_turn),
         )
 
 
@@ -94,19 +101,39 @@ def pick_episodes(
     *,
     n: int,
     seed: int,
+    turn_advantages: Sequence[float] | None = None,
 ) -> list[CapturedEpisode]:
     """Every episode of `n` of a step's groups (`pick_groups`), in batch order, with its group and
-    advantage (0: dropped by the loss); the three lists hold one entry an episode."""
+    advantage (0: dropped by the loss); the three lists hold one entry an episode. Under gigpo
+    `turn_advantages` holds one a turn, episode then turn order."""
     if not len(trajectories) == len(groups) == len(advantages):
         raise UsageError(
             f"{len(trajectories)} trajectories, {len(groups)} groups and {len(advantages)} "
             "advantages: give one of each per episode"
         )
+    per_turn = _by_episode(trajectories, turn_advantages)
     picked = set(pick_groups(groups, n, seed=seed, step=step))
     return [
-        CapturedEpisode(int(step), int(g), float(a), t)
-        for t, g, a in zip(trajectories, groups, advantages, strict=True)
+        CapturedEpisode(int(step), int(g), float(a), t, p)
+        for t, g, a, p in zip(trajectories, groups, advantages, per_turn, strict=True)
         if int(g) in picked
+    ]
+
+
+def _by_episode(
+    trajectories: Sequence[Trajectory], turn_values: Sequence[float] | None
+) -> list[tuple[float, ...] | None]:
+    """Per-turn values (episode then turn order) cut into one tuple an episode (None: none)."""
+    lengths = [len(t.turns) for t in trajectories]
+    if turn_values is None:
+        return [None] * len(lengths)
+    if sum(lengths) != len(turn_values):
+        raise UsageError(
+            f"{len(turn_values)} turn advantages for {sum(lengths)} turns: give one a turn"
+        )
+    ends = np.cumsum(lengths).tolist()
+    return [
+        tuple(float(v) for v in turn_values[e - n : e]) for n, e in zip(lengths, ends, strict=True)
     ]
 
 

@@ -262,17 +262,19 @@ def capture(
     sched: ScheduleConfig,
     policy: str,
 ) -> dict:
-    """Write `sched.capture_groups` of the step's groups to RUN/rollouts, each episode with the
-    advantage its loss used (0 where dropped) and named `policy`; returns the capture's size
-    metrics ({} when capture is off)."""
+    """Write `sched.capture_groups` of the step's groups to RUN/rollouts, named `policy`, each
+    episode with the advantage its loss used (0 where dropped; under gigpo each turn's too);
+    returns the capture's size metrics ({} when capture is off)."""
     if sched.capture_groups == 0:
         return {}
-    adv = scores.advantages
-    used = torch.where(scores.keep, adv, torch.zeros_like(adv)).tolist()
+    used = torch.where(scores.keep, scores.advantages, 0.0).tolist()
+    own, lengths = scores.turn_advantages, torch.tensor([len(t.turns) for t in trajs])
+    turns_kept = scores.keep.repeat_interleave(lengths)
+    per_turn = None if own is None else torch.where(turns_kept, own, 0.0).tolist()
     named = [replace(t, policy=policy) for t in trajs]
-    groups = scores.groups.tolist()
+    groups, n = scores.groups.tolist(), sched.capture_groups
     picked = captures.pick_episodes(
-        step, named, groups, used, n=sched.capture_groups, seed=sched.seed
+        step, named, groups, used, n=n, seed=sched.seed, turn_advantages=per_turn
     )
     path = captures.write_step(run_dir, step, picked, keep=sched.capture_keep)
     return {"rollout/capture_episodes": len(picked), "rollout/capture_bytes": path.stat().st_size}
