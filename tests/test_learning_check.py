@@ -18,15 +18,21 @@ import torch
 
 from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.env.maze_env import EnvConfig
-from rlkit.episodes.policies import OraclePolicy
+from rlkit.episodes.policies import EpsOraclePolicy, OraclePolicy
 from rlkit.episodes.rollout import run_episodes, turn_prompts
 from rlkit.maze.sets import pinned_spec, train_mazes
 from rlkit.model.batching import AnswerSpec, choice_logits
 from rlkit.model.build import build_tiny
 from rlkit.model.load import load
+from rlkit.run.captures import CapturedEpisode
 from rlkit.train.presets import preset
-from rlkit.train.rescore import EpisodeShift, Rescore
-from rlkit.train.update_check import ScriptedAnswers, UpdateCheck, check_update
+from rlkit.train.rescore import EpisodeShift, Rescore, rescore
+from rlkit.train.update_check import (
+    ScriptedAnswers,
+    UpdateCheck,
+    _turns_rescored,
+    check_update,
+)
 
 RECIPES = {
     "local-tiny": preset("local-tiny").recipe,  # the embedded default's
@@ -94,3 +100,25 @@ def test_each_way_an_update_goes_wrong_is_named(changes, says):
         assert failures == []
     else:
         assert any(says in f for f in failures), failures
+
+
+def test_under_gigpo_the_trained_rescoring_weights_each_turn_by_its_own(tmp_path):
+    before, after = (load(build_tiny(tmp_path / n, seed=s)) for n, s in (("a", 0), ("b", 1)))
+    mazes, env = train_mazes(pinned_spec("test"), 0, 2), EnvConfig()
+    trajs = run_episodes(ScriptedAnswers(before, EpsOraclePolicy(0.5)), mazes, env, samples=2)
+    weights = [[(i + 1) * (-1) ** k for k in range(len(t.turns))] for i, t in enumerate(trajs)]
+    weights[0] = [0.0] * len(trajs[0].turns)  # an episode the loss dropped
+    got = _turns_rescored(trajs, weights, before, after, env)
+    assert [e.advantage for e in got.episodes] == [a for w in weights[1:] for a in w]
+    # each turn's answer shift, weighted by its tokens, is its episode's shift
+    plain = rescore(
+        [CapturedEpisode(0, 0, 1.0, t) for t in trajs[1:]], before=before, after=after, env=env
+    )
+    it = iter(got.episodes)
+    for t, whole in zip(trajs[1:], plain.episodes, strict=True):
+        sizes = [len(before.tokenizer.encode(u.text, add_special_tokens=False)) for u in t.turns]
+        turns = [next(it) for _ in t.turns]
+        mean = sum(n * e.shift for n, e in zip(sizes, turns, strict=True)) / sum(sizes)
+        assert mean == pytest.approx(whole.shift, abs=1e-5)
+        obs = [e.observation_shift for e in turns]
+        assert obs == pytest.approx([whole.observation_shift] * len(turns))

@@ -21,6 +21,7 @@ from rlkit.train import grpo
 from rlkit.train import step as st
 from rlkit.train.config import apply_recipe
 from rlkit.train.presets import preset
+from rlkit.train.update_check import loss_weights
 
 GIGPO = Recipe(advantage_estimator="gigpo", grpo_norm_by_std=False, gigpo_gamma=0.5)
 
@@ -193,3 +194,18 @@ def test_a_grpo_capture_has_no_turn_advantages(tmp_path):
     text = captures.step_path(tmp_path, 3).read_text()
     assert "turn_advantages" not in text
     assert all(e.turn_advantages is None for e in captures.read_step(tmp_path, 3))
+
+
+def test_the_update_check_weights_each_turn_by_its_loss_advantage():
+    trajs = _hand_worked_with_a_dropped_group()
+    gigpo = st.score(trajs, replace(GIGPO, zero_variance_filter=True))
+    # Expected: maze 7's turns as in the hand-worked group; maze 8 dropped -> 0
+    assert loss_weights(trajs, gigpo) == [
+        pytest.approx([0.5 + 1 / 3, 0.5]),
+        pytest.approx([-0.5 - 1 / 6, -0.5, -0.5 - 1 / 6]),
+        [0.0],
+        [0.0, 0.0],
+    ]
+    grpo_ = st.score(trajs, replace(GIGPO, advantage_estimator="grpo", zero_variance_filter=True))
+    # Expected: under grpo each turn its episode's advantage
+    assert loss_weights(trajs, grpo_) == [[0.5] * 2, [-0.5] * 3, [0.0], [0.0] * 2]

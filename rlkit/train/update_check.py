@@ -30,8 +30,15 @@ from rlkit.run.captures import CapturedEpisode
 from rlkit.train.config import GRPOConfig
 from rlkit.train.grpo import group_advantages
 from rlkit.train.learner import Learner, TurnSample, row_logprobs
-from rlkit.train.rescore import Rescore, rescore
-from rlkit.train.step import score, turn_budgets, turn_samples, update
+from rlkit.train.rescore import (
+    LOGIT_BUDGET,
+    ROWS_PER_FORWARD,
+    EpisodeShift,
+    Rescore,
+    episodes_logprobs,
+    rescore,
+)
+from rlkit.train.step import Scores, score, turn_budgets, turn_samples, update
 
 EPSILONS = (0.2, 0.3, 0.4)
 """Exploration rates of the scripted players, one a maze (on the shortest path's turn budget)."""
@@ -75,7 +82,8 @@ class UpdateCheck:
     """Episodes re-scored before and after the updates, weighted by reward minus the group's
     mean (None: no group has both outcomes)."""
     trained: Rescore | None
-    """Episodes re-scored, weighted by the advantage the loss gave them (None: all 0)."""
+    """Episodes re-scored, weighted by the advantage the loss gave them (under gigpo one entry a
+    turn, weighted by the turn's; None: all 0)."""
     greedy_before: float
     greedy_after: float
     """Share of the batch's turns whose greedy move is the oracle's, before and after."""
@@ -182,7 +190,11 @@ def check_update(
     # flips the advantages), and by the advantages the loss used
     outcome = group_advantages(scores.rewards, scores.groups, norm_by_std=False)
     used = torch.where(scores.keep, scores.advantages, torch.zeros_like(scores.advantages))
-    shift, trained = (_rescored(trajs, w, start, loaded, env) for w in (outcome, used))
+    shift = _rescored(trajs, outcome, start, loaded, env)
+    if scores.turn_advantages is None:
+        trained = _rescored(trajs, used, start, loaded, env)
+    else:  # gigpo: each turn weighted by its own advantage
+        trained = _turns_rescored(trajs, loss_weights(trajs, scores), start, loaded, env)
     learner.ref = start
     kl_only = replace(recipe, kl_loss_coef=kl_coef, kl_placement="loss")
     still = [replace(x, advantage=0.0) for x in samples]
@@ -209,6 +221,50 @@ def _rescored(
         if w != 0.0
     ]
     return rescore(episodes, before=before, after=after, env=env) if episodes else None
+
+
+def loss_weights(trajs: Sequence[Trajectory], scores: Scores) -> list[list[float]]:
+    """Each episode's turns' advantages as the loss gave them (0 where it dropped the episode):
+    under gigpo each turn's own, else its episode's."""
+    lengths = [len(t.turns) for t in trajs]
+    per_turn = torch.tensor(lengths)
+    if scores.turn_advantages is None:
+        used = torch.where(scores.keep, scores.advantages, 0.0).repeat_interleave(per_turn)
+    else:
+        used = torch.where(scores.keep.repeat_interleave(per_turn), scores.turn_advantages, 0.0)
+    return [x.tolist() for x in used.split(lengths)]
+
+
+def _turns_rescored(
+    trajs: Sequence[Trajectory],
+    weights: Sequence[Sequence[float]],
+    before: LoadedModel,
+    after: LoadedModel,
+    env: EnvConfig,
+) -> Rescore | None:
+    """Each turn of nonzero weight re-scored under both models, one `EpisodeShift` a turn, its
+    weight as advantage: its answer's shift, and its episode's observations' (the context it
+    shares with the episode's other turns)."""
+    pad = before.encoder.image_pad
+    picked = [
+        (t, w)
+        for t, w in zip(trajs, weights, strict=True)
+        if any(w) and not any(pad in u.text for u in t.turns)
+    ]
+    episodes = [CapturedEpisode(0, t.maze_index, 1.0, t) for t, _ in picked]
+    n = max(1, min(ROWS_PER_FORWARD, LOGIT_BUDGET // (512 * before.model.lm_head.out_features)))
+    chunks = [episodes[i : i + n] for i in range(0, len(episodes), n)]
+    old, new = ([x for c in chunks for x in episodes_logprobs(m, c, env)] for m in (before, after))
+    out = []
+    for (t, w), (a0, o0), (a1, o1) in zip(picked, old, new, strict=True):
+        sizes = [len(before.tokenizer.encode(u.text, add_special_tokens=False)) for u in t.turns]
+        if sum(sizes) != a0.numel():
+            raise RuntimeError(f"answers of {sizes} tokens re-scored as {a0.numel()} tokens")
+        obs = float((o1 - o0).mean()) if o0.numel() else 0.0
+        for a, d in zip(w, (a1 - a0).split(sizes), strict=True):
+            if a != 0.0 and d.numel():
+                out.append(EpisodeShift((0, t.maze_index), a, t.solved, float(d.mean()), obs))
+    return Rescore(out) if out else None
 
 
 def _scripted_groups(
