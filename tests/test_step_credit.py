@@ -15,6 +15,7 @@ from rlkit.episodes.rollout import Trajectory, Turn, run_episodes, turn_prompts
 from rlkit.errors import UsageError
 from rlkit.maze.sets import pinned_spec, train_mazes
 from rlkit.model.chat import Encoded
+from rlkit.notebook.rollouts import episode_label
 from rlkit.recipe import Recipe
 from rlkit.run import captures
 from rlkit.train import grpo
@@ -185,6 +186,7 @@ def test_a_gigpo_capture_round_trips_the_turn_advantages_its_loss_used(tmp_path)
         (0.0, 0.0),
     ]
     assert [e.advantage for e in back] == [0.5, -0.5, 0.0, 0.0]
+    assert episode_label(back[0]).endswith("advantage +0.50 (turns +0.50 to +0.83)")
 
 
 def test_a_grpo_capture_has_no_turn_advantages(tmp_path):

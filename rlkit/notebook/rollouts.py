@@ -17,10 +17,13 @@ from rlkit.run.captures import CapturedEpisode, summarize
 
 
 def episode_label(e: CapturedEpisode) -> str:
-    """`group 3, sample 1: reward 1, advantage +0.71`: what the trainer saw of an episode."""
+    """`group 3, sample 1: reward 1, advantage +0.71`: what the trainer saw of an episode (under
+    gigpo its turns' range too: `(turns -0.20 to +1.05)`)."""
+    turns = e.turn_advantages
+    spread = f" (turns {min(turns):+.2f} to {max(turns):+.2f})" if turns else ""
     return (
         f"group {e.group}, sample {e.trajectory.sample}: reward {e.trajectory.reward:g}, "
-        f"advantage {e.advantage:+.2f}"
+        f"advantage {e.advantage:+.2f}{spread}"
     )
 
 
