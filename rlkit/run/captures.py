@@ -27,8 +27,8 @@ class CapturedEpisode:
     group: int
     """Its group (the maze's index in the step's batch): GRPO compares within it."""
     advantage: float
-    """The episode's GRPO advantage (0 for a group the loss dropped): under grpo the one the loss
-    gave its tokens; under gigpo each turn's differs (`turn_advantages`)."""
+    """The episode-level advantage (0 for a group the loss dropped): under grpo the one the loss
+    gave its tokens; under gigpo each turn's adds its step term (`turn_advantages`)."""
     trajectory: Trajectory
     turn_advantages: tuple[float, ...] | None = None
     """Under gigpo the advantage the loss gave each turn (0 where dropped); None otherwise."""
