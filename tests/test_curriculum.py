@@ -26,7 +26,7 @@ from rlkit.recipe import Recipe
 from rlkit.train import step as st
 from rlkit.train.config import apply_recipe
 from rlkit.train.presets import preset
-from rlkit.train.step import TrainState
+from rlkit.train.state import TrainState
 from rlkit.train.trainer import Trainer, train
 
 

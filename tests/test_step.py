@@ -20,16 +20,8 @@ from rlkit.train import step as st
 from rlkit.train.config import LOCAL_TINY_RECIPE, GRPOConfig, ScheduleConfig
 from rlkit.train.learner import Learner, TurnSample, minibatch_loss, with_reference
 from rlkit.train.presets import preset
-from rlkit.train.step import (
-    TrainState,
-    due,
-    grouped_minibatches,
-    minibatch_order,
-    rollout_seed,
-    seed_for,
-    shuffle_seed,
-    update,
-)
+from rlkit.train.state import TrainState, due, rollout_seed, seed_for, shuffle_seed
+from rlkit.train.step import grouped_minibatches, minibatch_order, update
 
 
 def _traj(maze_index: int, reward: float, turns: int = 1) -> Trajectory:

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import sys
@@ -40,14 +39,15 @@ from rlkit.model.load import (
 from rlkit.model.policy import ModelPolicy
 from rlkit.run import captures
 from rlkit.run.checkpoints import Checkpoint
-from rlkit.run.metrics import RunLogger
 from rlkit.run.rundir import RunDir
 from rlkit.train import faults
 from rlkit.train.config import TrainConfig
 from rlkit.train.learner import Learner, model_like, reference_of, start_policy
+from rlkit.train.metrics import MetricsLogger
 from rlkit.train.run_config import check_resume, resume_config
 from rlkit.train.square_head import SquareHead, block_side, squares_update, tower_optimizer
-from rlkit.train.step import TrainState, due, grpo_step
+from rlkit.train.state import TrainState, due
+from rlkit.train.step import grpo_step
 from rlkit.train.warmstart import (
     bc_batch,
     bc_schedule,
@@ -56,38 +56,10 @@ from rlkit.train.warmstart import (
     validation_episodes,
 )
 
-_log = logging.getLogger(__name__)
-
 
 def torch_threads(threads: int | None) -> int:
     """`threads`, or every core this process may use (a Ray job inherits OMP_NUM_THREADS=1)."""
     return threads or len(os.sched_getaffinity(0))
-
-
-class MetricsLogger(RunLogger):
-    """The run's logger (`rlkit.run.metrics.RunLogger`) plus TensorBoard event files under
-    RUN/tensorboard when `tensorboard` and `torch.utils.tensorboard` imports; events after
-    `resume_step` (a resumed run's checkpoint step) are purged."""
-
-    def __init__(
-        self,
-        run: RunDir,
-        *,
-        tensorboard: bool = True,
-        ray_gauges: bool | None = None,
-        resume_step: int | None = None,
-    ):
-        writer = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as e:
-                _log.info("TensorBoard off (%s): metrics go to metrics.jsonl only", e)
-            else:
-                purge = resume_step + 1 if resume_step is not None else None
-                path = str(run.path / "tensorboard")
-                writer = SummaryWriter(log_dir=path, purge_step=purge, flush_secs=10)
-        super().__init__(run, scalars=writer, ray_gauges=ray_gauges)
 
 
 class Trainer:
