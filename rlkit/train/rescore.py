@@ -156,6 +156,17 @@ def _scored_positions(
     return answers, [i for i in range(starts[0], len(ids)) if i not in taken and ids[i] != pad]
 
 
+def both_logprobs(
+    episodes: Sequence[CapturedEpisode], a: LoadedModel, b: LoadedModel, env: EnvConfig
+) -> tuple[list, list]:
+    """`episodes_logprobs` under `a` and under `b`, a chunk of episodes a forward (its logits
+    within `LOGIT_BUDGET`)."""
+    rows = max(1, min(ROWS_PER_FORWARD, LOGIT_BUDGET // (512 * a.model.lm_head.out_features)))
+    chunks = [episodes[i : i + rows] for i in range(0, len(episodes), rows)]
+    befores, afters = ([x for c in chunks for x in episodes_logprobs(m, c, env)] for m in (a, b))
+    return befores, afters
+
+
 def rescore(
     episodes: Sequence[CapturedEpisode],
     *,
@@ -179,10 +190,7 @@ def rescore(
             "(schedule.capture_groups / --set capture_groups=N) or train on mazes the policy "
             "sometimes solves"
         )
-    rows = max(1, min(ROWS_PER_FORWARD, LOGIT_BUDGET // (512 * a.model.lm_head.out_features)))
-    chunks = [scored[i : i + rows] for i in range(0, len(scored), rows)]
-    befores = [x for c in chunks for x in episodes_logprobs(a, c, env)]
-    afters = [x for c in chunks for x in episodes_logprobs(b, c, env)]
+    befores, afters = both_logprobs(scored, a, b, env)
     out = []
     for e, (old, old_obs), (new, new_obs) in zip(scored, befores, afters, strict=True):
         shift = float((new - old).mean()) if old.numel() else 0.0

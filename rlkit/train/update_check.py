@@ -30,14 +30,7 @@ from rlkit.run.captures import CapturedEpisode
 from rlkit.train.config import GRPOConfig
 from rlkit.train.grpo import group_advantages
 from rlkit.train.learner import Learner, TurnSample, row_logprobs
-from rlkit.train.rescore import (
-    LOGIT_BUDGET,
-    ROWS_PER_FORWARD,
-    EpisodeShift,
-    Rescore,
-    episodes_logprobs,
-    rescore,
-)
+from rlkit.train.rescore import EpisodeShift, Rescore, both_logprobs, rescore
 from rlkit.train.step import Scores, score, turn_budgets, turn_samples, update
 
 EPSILONS = (0.2, 0.3, 0.4)
@@ -252,9 +245,7 @@ def _turns_rescored(
         if any(w) and not any(pad in u.text for u in t.turns)
     ]
     episodes = [CapturedEpisode(0, t.maze_index, 1.0, t) for t, _ in picked]
-    n = max(1, min(ROWS_PER_FORWARD, LOGIT_BUDGET // (512 * before.model.lm_head.out_features)))
-    chunks = [episodes[i : i + n] for i in range(0, len(episodes), n)]
-    old, new = ([x for c in chunks for x in episodes_logprobs(m, c, env)] for m in (before, after))
+    old, new = both_logprobs(episodes, before, after, env)
     out = []
     for (t, w), (a0, o0), (a1, o1) in zip(picked, old, new, strict=True):
         sizes = [len(before.tokenizer.encode(u.text, add_special_tokens=False)) for u in t.turns]
