@@ -13,12 +13,10 @@ from dataclasses import dataclass
 from rlkit.errors import RlkitError, UsageError
 
 LOCAL = "local"
-"""The address that names the local head (`None` does too when the environment names none)."""
 LOCAL_ALIASES = (LOCAL, "auto")
-"""Spellings of the local head: rlkit's own, and Ray's ("the cluster on this machine")."""
+"""Spellings of the local head: rlkit's own, and Ray's."""
 ADDRESS_ENV_VARS = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
-"""Ray reads these before any explicit address, silently (ray.dashboard.utils); rlkit applies
-them only when no address is given, and says so."""
+"""Ray reads these silently; rlkit applies them only when no address is given, and says so."""
 
 
 @dataclass(frozen=True)
@@ -31,21 +29,16 @@ class Address:
 
     @property
     def local(self) -> bool:
-        """True when this means the Ray head on this machine (started or reused by rlkit)."""
         return self.url is None
 
     def __str__(self) -> str:
         return self.url or "the local Ray head (on this machine, started if needed)"
 
 
-def _from_environment() -> tuple[str, str] | None:
-    return next(((k, os.environ[k]) for k in ADDRESS_ENV_VARS if os.environ.get(k)), None)
-
-
 def resolve_address(address: str | None) -> Address:
     """Decide what `address` means (docs/decisions.md#what-an-address-means); a Ray Client or
     scheme-less address is a UsageError, sagemaker_ray:// without its toolkit an RlkitError."""
-    env = _from_environment()
+    env = next(((k, os.environ[k]) for k in ADDRESS_ENV_VARS if os.environ.get(k)), None)
     given = address.strip().rstrip("/") if address is not None else ""
     if not given:  # not given: the environment's address, else the local head
         if env is None:
@@ -83,11 +76,11 @@ def _check_url(address: str) -> str:
         )
     if scheme == "sagemaker_ray":
         sagemaker_target(address)  # a missing RayCluster name is refused here, in one line
-    if scheme == "sagemaker_ray" and importlib.util.find_spec("sagemaker_ray") is None:
-        raise RlkitError(
-            f"{address} needs the toolkit-for-ray-on-sagemaker-ai package: "
-            "pip install 'rlkit[sagemaker]' (or port-forward the head and use http://)"
-        )
+        if importlib.util.find_spec("sagemaker_ray") is None:
+            raise RlkitError(
+                f"{address} needs the toolkit-for-ray-on-sagemaker-ai package: "
+                "pip install 'rlkit[sagemaker]' (or port-forward the head and use http://)"
+            )
     if scheme not in ("http", "https", "sagemaker_ray"):
         raise UsageError(
             f"{address}: unknown scheme {scheme}://; use http(s)://, sagemaker_ray:// or {LOCAL}"
@@ -97,8 +90,7 @@ def _check_url(address: str) -> str:
 
 @contextlib.contextmanager
 def without_address_env() -> Iterator[None]:
-    """Hide RAY_ADDRESS & co. while Ray's client resolves an explicit address, or while a local
-    head starts (Ray would point it at the cluster they name)."""
+    """Hide RAY_ADDRESS & co. while Ray's client resolves an explicit address."""
     saved = {k: os.environ.pop(k) for k in ADDRESS_ENV_VARS if k in os.environ}
     try:
         yield
@@ -110,9 +102,8 @@ SAGEMAKER_PREFIX = "sagemaker_ray://"
 
 
 def sagemaker_target(address: str) -> tuple[str, str]:
-    """(RayCluster name, namespace) of a `sagemaker_ray://NAME/NAMESPACE` address, as the toolkit
-    reads it (`toolkit_for_ray_on_sagemaker_ai.job_submission._address`: no namespace means
-    `default`). A first part with a dot is the toolkit's other form, a dashboard hostname."""
+    """(RayCluster name, namespace) of `sagemaker_ray://NAME/NAMESPACE`, as the toolkit reads it
+    (no namespace means `default`)."""
     rest = address.removeprefix(SAGEMAKER_PREFIX).strip().rstrip("/")
     name, _, namespace = rest.partition("/")
     if not name:
@@ -123,9 +114,7 @@ def sagemaker_target(address: str) -> tuple[str, str]:
     return name, namespace or "default"
 
 
-# The toolkit's own failure messages (its _token_provider / _kubeconfig), mapped to what is
-# missing on this side or the cluster's. The endpoint API answers 404 both for a RayCluster
-# that is not there and when the endpoint operator (its RayDashboardConnection API) is not.
+# The toolkit's failure messages, mapped to what is missing (its 404 means either).
 _SAGEMAKER_CAUSES = (
     (
         "Resource not found",
@@ -165,15 +154,13 @@ _TOOLKIT_KUBECONFIG_COMMAND = re.compile(
 
 
 def toolkit_reason(error: str) -> str:
-    """The toolkit's failure message without the command it appends, `aws eks update-kubeconfig
-    --cluster-name <cluster>`: the AWS CLI's flag is `--name`, and `reach_advice` names the
-    right command once."""
+    """The toolkit's failure message without its wrong `aws eks update-kubeconfig --cluster-name`
+    hint (the flag is `--name`; `reach_advice` names the right command)."""
     return _TOOLKIT_KUBECONFIG_COMMAND.sub("", error).rstrip() or error
 
 
 def reach_advice(address: str, error: str = "") -> str:
-    """What to check when `address` does not answer, in a few words; for sagemaker_ray://, what
-    is missing, read from the toolkit's `error`."""
+    """What to check when `address` does not answer (sagemaker_ray://: read from `error`)."""
     if address.startswith(SAGEMAKER_PREFIX):
         name, ns = sagemaker_target(address)
         for marker, advice in _SAGEMAKER_CAUSES:

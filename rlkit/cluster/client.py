@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import platform
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ __all__ = ["Cluster", "ClusterSummary", "connect"]
 
 
 SUBMIT_DEADLINE_S = 300.0
-"""Submitting uploads the working dir (up to 100 MiB): slower links need minutes, not 20 s."""
+"""Submitting uploads the working dir (up to 100 MiB): slow links need minutes."""
 
 
 def mask_env(env_vars: dict[str, str]) -> dict[str, str]:
@@ -65,7 +65,7 @@ def describe_submission(
 
 @dataclass(frozen=True)
 class ClusterSummary:
-    """What a cluster has and runs, in a form a person reads at a glance."""
+    """What a cluster has and runs, readable at a glance."""
 
     address: str
     nodes_alive: int
@@ -78,9 +78,9 @@ class ClusterSummary:
     cluster_ray: str
     client_python: str
     cluster_python: str | None
-    """None unless probed: the Jobs API does not report it, finding out costs a small job."""
+    """None unless probed (it costs a small job)."""
     notes: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = ()
 
     def _lines(self) -> list[tuple[str, str]]:
         gpus = ", ".join(f"{n:g}x {t}" for t, n in sorted(self.gpus.items())) or "none"
@@ -120,25 +120,17 @@ def _python_minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
+@dataclass(repr=False, eq=False)
 class Cluster:
     """A connection to one Ray cluster's Jobs API. Create it with `connect()`."""
 
-    def __init__(
-        self,
-        client: JobSubmissionClient,
-        address: str,
-        *,
-        notes: list[str] | None = None,
-        local_head: LocalHead | None = None,
-        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-    ) -> None:
-        self.client = client
-        self.address = address
-        self.notes = list(notes or [])
-        self.local_head = local_head
-        self.request_timeout_s = request_timeout_s
-        self.last_submission: str | None = None
-        """What the last `submit` sent, printable (env var values masked)."""
+    client: JobSubmissionClient
+    address: str
+    notes: list[str]
+    local_head: LocalHead | None
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    last_submission: str | None = None
+    """What the last `submit` sent, printable (env var values masked)."""
 
     def __repr__(self) -> str:
         return f"Cluster({self.address!r})"
@@ -199,7 +191,6 @@ class Cluster:
         return r.json()["data"]["result"]["result"]
 
     def _probe_python(self) -> str:
-        """Ask the cluster for its Python version with a tiny job (a few seconds)."""
         code = "import json, platform; print('rlkit-python', json.dumps(platform.python_version()))"
         probe = f'python -c "{code}"'
         sid = call(
@@ -224,8 +215,7 @@ class Cluster:
     ) -> JobHandle:
         """Submit `entrypoint` as job `rlkit-<run_name>-<n>`, shipping `working_dir` (default:
         the project root, refused above Ray's limit); env var values are never printed."""
-        existing = self.jobs()
-        submission_id = next_submission_id(run_name, [j.submission_id for j in existing])
+        submission_id = next_submission_id(run_name, [j.submission_id for j in self.jobs()])
         root = Path(working_dir) if working_dir is not None else project_root()
         runtime_env = working_dir_runtime_env(root)
         if runtime_env_vars:
@@ -241,8 +231,7 @@ class Cluster:
             kwargs["entrypoint_num_gpus"] = meta["rlkit_num_gpus"] = num_gpus
         meta = {k: str(v) for k, v in meta.items()}
         self.last_submission = describe_submission(submission_id, entrypoint, runtime_env, meta)
-        # Uploading the working dir may take longer than one request; the deadline covers it.
-        with quiet_packaging():
+        with quiet_packaging():  # uploading the working dir: SUBMIT_DEADLINE_S, not a request's
             sid = call(
                 self,
                 f"submitting {submission_id}",
@@ -313,4 +302,4 @@ def connect(
         notes.append(local_head.describe())
         url = local_head.dashboard_url
     client = open_client(url, timeout_s)
-    return Cluster(client, url, notes=notes, local_head=local_head)
+    return Cluster(client, url, notes, local_head)

@@ -17,21 +17,19 @@ from rlkit.run.remote import log_tail
 class Check:
     name: str
     status: str
-    """ok, warn (the run starts but something costs time or money), fail, or skip (not run
-    here, the detail says why)."""
+    """ok, warn (the run starts but wastes time or money), fail, or skip (the detail says why)."""
     detail: str
     fix: str = ""
 
 
 NCCL_FLOOR_GBPS = 10.0
-"""All-reduce bus bandwidth in GB/s (nccl-tests' busbw) below which the nccl check fails (why:
-docs/decisions.md#preflight-and-the-gpu-checks)."""
+"""All-reduce bus bandwidth in GB/s (nccl-tests' busbw) below which the nccl check fails."""
 FLASH_TOLERANCE = 2e-2
 """Largest |flash-attn - SDPA| allowed on outputs and gradients (bf16, unit-scale inputs)."""
 SLEEP_FREES_SHARE = 0.8
 """Of the memory a vLLM engine holds awake, what one sleep must give back."""
 LEAK_GIB = 1.0
-"""Growth of the awake engine's memory over the cycles that counts as an allocator leak."""
+"""Growth of the awake engine's memory over the cycles that counts as a leak."""
 GPU_CHECKS = ("nccl all-reduce", "flash-attn vs sdpa", "vllm sleep/wake")
 NCCL_FIX = (
     "NCCL over PCIe P2P hangs or crawls with IOMMU/ACS on: set NCCL_P2P_DISABLE=1 in the worker "
@@ -50,8 +48,7 @@ def skipped(reason: str) -> list[Check]:
 
 
 def bus_gbps(nbytes: int, seconds: float, ranks: int) -> float:
-    """nccl-tests' bus bandwidth of an all-reduce: algbw = bytes / time, x 2(n-1)/n, the share
-    of the data each link carries (so it compares with a link's speed at any rank count)."""
+    """nccl-tests' bus bandwidth of an all-reduce in GB/s: bytes / time x 2(n-1)/n."""
     return nbytes / seconds * 2 * (ranks - 1) / ranks / 1e9
 
 
@@ -90,8 +87,7 @@ def flash_verdict(m: dict[str, Any], tolerance: float = FLASH_TOLERANCE) -> Chec
 
 
 def vllm_verdict(m: dict[str, Any]) -> Check:
-    """From the probe's {"answers": [first, after cycle 1, ...], "awake_gib": [...],
-    "asleep_gib": [...]} (GPU memory in use, per cycle) or {"error"}."""
+    """From the probe's {"answers", "awake_gib", "asleep_gib"} (one per cycle) or {"error"}."""
     name = GPU_CHECKS[2]
     if "error" in m:
         return Check(name, "fail", f"failed: {m['error']}", VLLM_FIX)
@@ -118,8 +114,7 @@ def vllm_verdict(m: dict[str, Any]) -> Check:
 
 
 def verdicts(probe: dict[str, Any]) -> list[Check]:
-    """Every GPU check from one probe report (`scripts/gpu_probe.py --json`); a part the probe
-    did not run (absent from the report) is skipped with the probe's reason."""
+    """Every GPU check from one `scripts/gpu_probe.py --json` report; a part not run is skipped."""
     judges = {"nccl": nccl_verdict, "flash": flash_verdict, "vllm": vllm_verdict}
     out = []
     for (key, judge), name in zip(judges.items(), GPU_CHECKS, strict=True):
@@ -141,12 +136,12 @@ def alive_resources() -> list[dict]:
 
 
 def gpus_by_node(alive: list[dict]) -> list[float]:
-    """Real GPUs of each node (a local head's logical GPUs, `LOGICAL_GPUS`, count none)."""
+    """Real GPUs of each node (a local head's logical GPUs count none)."""
     return [0 if r.get("accelerator_type:logical") else r.get("GPU", 0) for r in alive]
 
 
 def _run_probe(model: str, timeout_s: float) -> dict:
-    """On a GPU worker: `scripts/gpu_probe.py --json` (the job's working dir is the checkout)."""
+    """On a GPU worker: `scripts/gpu_probe.py --json`'s report."""
     from rlkit.cluster.workdir import project_root
 
     script = project_root() / "scripts" / "gpu_probe.py"

@@ -30,14 +30,11 @@ class HangRules:
     """A SkyRL preset's `hang` section: `hang_minutes`, `hang_start_minutes`, `hang_action`."""
 
     minutes: int = 30
-    """No step line for this long declares a hang; 0 turns hang detection off. Longer than the
-    slowest step plus its eval."""
+    """No step line for this long is a hang (0: off); longer than the slowest step + eval."""
     start_minutes: int = 60
-    """Time allowed from the job's start to its first step line: model download, vLLM
-    start-up, the step-0 eval."""
+    """Allowed until the first step line (model download, vLLM start, step-0 eval)."""
     action: str = "notify"
-    """What HyperPod does on a hang: `notify` (an event) or `cancel` (the job fails and is
-    resubmitted)."""
+    """On a hang: `notify` (an event) or `cancel` (the job fails and is resubmitted)."""
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
@@ -84,7 +81,7 @@ class HangRules:
 
 def start_hang_detection(rules: HangRules, env: Mapping[str, str] = os.environ) -> str:
     """Register `rules` with HyperPod's monitoring agent; one line saying what happened. Call it
-    in the process that prints the step lines, after Ray is initialised there."""
+    in the process that prints the step lines, after `ray.init`."""
     if not rules.enabled:
         return "hang detection: off (stall minutes 0)"
     try:

@@ -90,7 +90,7 @@ class JobHandle:
 
     def __init__(self, cluster: JobsApi, submission_id: str, *, run_name: str | None = None):
         self.cluster = cluster
-        """The connection the job was found on (a `Cluster`, which can also resubmit it)."""
+        """The connection the job was found on."""
         self.submission_id = submission_id
         self.run_name = run_name
 
@@ -98,7 +98,6 @@ class JobHandle:
         return f"JobHandle({self.submission_id!r} on {self.cluster.address})"
 
     def _ask(self, what: str, method: str):
-        """The Jobs API client's `method` on this job (`call`: a deadline, one-line errors)."""
         ask = getattr(self.cluster.client, method)
         return call(self.cluster, f"{what} {self.submission_id}", lambda: ask(self.submission_id))
 
@@ -130,9 +129,8 @@ class JobHandle:
     async def tail(
         self, *, idle_s: float = 30.0, retry_s: float = 2.0, max_retries: int = 30
     ) -> AsyncIterator[str]:
-        """Yield the job's output as it appears, until the job ends; a dropped connection is
-        reopened (Ray's stream restarts from the first byte: what was yielded is skipped), a
-        stream idle for `idle_s` is checked against the job's status."""
+        """Yield the job's output as it appears, until the job ends; a dropped stream is reopened
+        (skipping what was yielded), one idle for `idle_s` is checked against the job's status."""
         sent = 0
         failures = 0
         while True:

@@ -17,8 +17,7 @@ DEFAULT_REQUEST_TIMEOUT_S = 30.0
 
 
 class TimedJobClient(JobSubmissionClient):
-    """Ray's Jobs client with a timeout on every HTTP request (Ray's has none: a head that never
-    answers would hang a cell forever)."""
+    """Ray's Jobs client with a timeout on every HTTP request (Ray's has none)."""
 
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
 
@@ -73,8 +72,7 @@ def call[T](api: JobsApi, what: str, fn: Callable[[], T], *, deadline_s: float |
 
 
 def open_client(url: str, timeout_s: float) -> TimedJobClient:
-    """Ray's Jobs client on `url`, reached within `timeout_s`; RlkitError in one line naming the
-    address and what to check when it cannot be."""
+    """Ray's Jobs client on `url` within `timeout_s`, else a one-line RlkitError on what to check."""
 
     def make_client() -> TimedJobClient:
         with without_address_env():

@@ -39,8 +39,7 @@ PRESETS: dict[str, str] = {
     **{name: "local" for name in LOCAL_PRESETS},
     **{name: "skyrl" for name in skyrl.PRESETS},
 }
-"""Every preset name -> the backend it trains on: `local` (`rlkit.train.presets`, a `TrainConfig`
-each) or `skyrl` (`rlkit.cluster.skyrl.presets`, a `SkyRLPreset` each)."""
+"""Every preset name -> its backend: `local` (`rlkit.train.presets`) or `skyrl` (`.skyrl.presets`)."""
 
 
 def preset_backend(name: str) -> str:
@@ -100,8 +99,8 @@ def submit_eval(
     kv_cache_gb: float | None = None,
     follow: bool = False,
 ) -> JobHandle:
-    """Evaluate a checkpoint (e.g. a SkyRL HF export on /fsx) with rlkit's evaluator as a Ray
-    job: pass@k, failures and trajectories land in `out`; `engine` "vllm" runs vLLM in the job."""
+    """Evaluate a checkpoint (e.g. a SkyRL HF export on /fsx) as a Ray job: pass@k, failures and
+    trajectories land in `out`; `engine` "vllm" runs vLLM in the job."""
     if samples < 1 or gpus < 0:
         raise UsageError(f"samples ({samples}) must be >= 1 and gpus ({gpus}) >= 0")
     if engine not in ("hf", "vllm"):
@@ -134,13 +133,9 @@ class Refreshable(Protocol):
     def refresh(self) -> object: ...
 
 
-LABEL_WIDTH = 15
-"""Width of a plan line's `label:` (the budget's and the cost's lines are laid out the same)."""
-
-
 def plan_line(label: str, value: object) -> str:
     """One line of a printed plan: `plan_line("run dir", path)` -> `run dir:       /...`."""
-    return f"{label + ':':<{LABEL_WIDTH}}{value}"
+    return f"{label + ':':<15}{value}"
 
 
 def pod_summary(sky: skyrl.SkyRLPreset) -> str:
@@ -167,25 +162,24 @@ def _hang_summary(sky: skyrl.SkyRLPreset) -> str:
 
 @dataclass(frozen=True)
 class TrainingPlan:
-    """What `rlkit submit` and notebook 03 submit: a local or SkyRL preset, where, and how;
-    `str(plan)` is its one printed form."""
+    """What `rlkit submit` and notebook 03 submit; `str(plan)` is its one printed form."""
 
     preset: str
     run_name: str
     run_dir: str
     command: str
     address: str | None
-    """As given (`rlkit.cluster.address`: None or `local` is the local head)."""
+    """As given (None or `local` is the local head)."""
     sky: skyrl.SkyRLPreset | None = None
-    """Set for cluster (SkyRL) presets."""
+    """Set for SkyRL presets."""
     overrides: tuple[str, ...] = ()
     """A local preset's `--set KEY=VALUE` arguments (its command carries them)."""
     budget: BudgetReport | None = None
-    """A SkyRL preset's token budget (checked: a turn budget that cannot fit is refused)."""
+    """A SkyRL preset's token budget (checked)."""
     recipe: Mapping[str, object] = field(default_factory=dict)
-    """The recipe switches (`rlkit.recipe`) this plan changes from its preset's own."""
+    """The recipe switches this plan changes from its preset's own."""
     tuning: str = ""
-    """Which weights train (LoRA, a frozen vision side: `rlkit.model.config.Tuning.describe`)."""
+    """Which weights train (`rlkit.model.config.Tuning.describe`)."""
 
     @property
     def backend(self) -> str:
@@ -199,15 +193,13 @@ class TrainingPlan:
 
     @property
     def driver_cpus(self) -> int | None:
-        """CPUs the job's driver reserves (None: Ray's default; 0 on a CPU host, where it only
-        waits and SkyRL's placement group takes the CPUs)."""
+        """CPUs the job's driver reserves (None: Ray's default; 0 on a CPU host, where it waits)."""
         if self.sky is None:
             return None
         return 0 if self.sky.layout.device == "cpu" else 1
 
     def lines(self) -> list[str]:
-        """The plan, one `label: value` line each; SkyRL presets add resources, workers,
-        storage, cost, hang rule, token budget and overrides."""
+        """The plan, one `label: value` line each (SkyRL presets add theirs)."""
         if self.dry_run:
             need = self.sky.num_gpus
             where = f"no cluster: dry run (the preset needs {need} GPUs, the local head has none)"
@@ -267,9 +259,8 @@ def plan_training(
     recipe: Mapping[str, object] | None = None,
 ) -> TrainingPlan:
     """Resolve a preset name into a plan: local presets train in OUT/RUN_NAME (`overrides`:
-    `rlkit train --set` arguments, checked now), SkyRL presets in their runs_root (changed by
-    `skyrl_changes`, e.g. {"nodes": 2}); `recipe` switches (`rlkit.recipe`) change either. A
-    switch the backend cannot honour is refused here."""
+    `rlkit train --set` arguments), SkyRL presets in their runs_root (changed by `skyrl_changes`,
+    e.g. {"nodes": 2}); `recipe` switches change either. What cannot be honoured is refused."""
     name = run_slug(run_name or preset)
     recipe = dict(recipe or {})
     if preset_backend(preset) == "local":
@@ -315,9 +306,8 @@ def launch_plan(
     env_vars: Mapping[str, str] | None = None,
     follow: bool = False,
 ) -> JobHandle | None:
-    """Submit the plan as a Ray job, local and SkyRL presets alike; None for a dry run (nothing
-    submitted); `env_vars` reach the job, masked in everything rlkit prints; `follow` prints the
-    job's log until it ends. The same run submitted again resumes from its latest checkpoint."""
+    """Submit the plan as a Ray job (None for a dry run); `env_vars` reach the job, masked in all
+    rlkit prints; `follow` prints its log until it ends. Submitted again, a run resumes."""
     if plan.dry_run:
         return None
     if cluster is None:
@@ -343,8 +333,7 @@ def launch_plan(
 
 
 def finish(job: JobHandle, monitor: Refreshable | None, timeout_s: float) -> str:
-    """Block until the job ends, show its final state in the monitor; RlkitError unless it
-    succeeded (so a headless run of notebook 03 fails loudly)."""
+    """Block until the job ends and show it in the monitor; RlkitError unless it succeeded."""
     status = job.wait(timeout_s, poll_s=1.0).value
     if monitor is not None:
         monitor.stop_polling()

@@ -24,8 +24,7 @@ from rlkit.errors import RlkitError
 DEFAULT_DASHBOARD_PORT = 8265
 """Ray's own default: the local head's Jobs API is `http://127.0.0.1:8265`."""
 LOGICAL_GPUS = 2
-"""Logical GPUs the local head offers (none real) for SkyRL's CPU preset, each with one more
-logical CPU (why: docs/decisions.md#the-local-head)."""
+"""Logical GPUs the local head offers (none real) for SkyRL's CPU preset, each with a CPU more."""
 LEAN_ENV = "RLKIT_LEAN_RAY_DASHBOARD"
 """Set to 1 (the test suite does), a local head's dashboard loads `DASHBOARD_MODULES` only."""
 DASHBOARD_MODULES = ("JobHead", "NodeHead", "StateHead", "EventHead")
@@ -45,10 +44,9 @@ services.start_ray_process = start_dashboard_modules
 sys.argv[0] = "ray"
 sys.exit(main())
 """
-"""`ray start` with the dashboard on `DASHBOARD_MODULES` only (its `--modules-to-load`, which
-the CLI lacks; tests/test_localhead_idle.py notices a Ray where this stops working)."""
+"""`ray start` with the dashboard's `--modules-to-load`, which the CLI lacks."""
 LOCAL_HEAD_START_TIMEOUT_S = 240.0
-"""A cold head on two busy cores takes ~40 s; Ray's own 30 s module deadline is too short."""
+"""Seconds a local head may take to start (Ray's own 30 s is too short on busy cores)."""
 
 
 def _state_file(port: int) -> Path:
@@ -93,11 +91,6 @@ def _group_members(pgid: int) -> list[bytes]:
     return out
 
 
-def _is_our_group(pgid: int | None) -> bool:
-    """Guard against a recycled id: the group must still hold Ray processes."""
-    return pgid is not None and any(b"ray" in cmd for cmd in _group_members(pgid))
-
-
 @dataclass
 class LocalHead:
     """A Ray head on this machine, with its dashboard (the Jobs API) on 127.0.0.1 only."""
@@ -127,7 +120,8 @@ class LocalHead:
     def stop(self, timeout_s: float = 3.0) -> None:
         """Stop this head and its jobs (SIGTERM, then SIGKILL after `timeout_s`); other Ray
         instances on the machine are left alone, and a run resumes from its last checkpoint."""
-        if not _is_our_group(self.pgid):
+        # a recycled id is not ours: the group must still hold Ray processes
+        if self.pgid is None or not any(b"ray" in cmd for cmd in _group_members(self.pgid)):
             raise RlkitError(
                 f"the head at {self.dashboard_url} was not started by rlkit or is already down; "
                 "stop a foreign head with `ray stop`"
@@ -181,7 +175,10 @@ def start_local_head(
     CPUs for jobs, default this machine's, plus `LOGICAL_GPUS` GPUs and a CPU for each); a call
     that finds a start under way waits for it (up to `timeout_s`) and reuses that head."""
     with _start_lock(port, timeout_s):
-        return _start_or_reuse(port, num_cpus, timeout_s)
+        running = find_local_head(port)
+        if running is not None:
+            return running
+        return _start(port, num_cpus, timeout_s)
 
 
 def find_local_head(port: int = DEFAULT_DASHBOARD_PORT) -> LocalHead | None:
@@ -196,25 +193,20 @@ def find_local_head(port: int = DEFAULT_DASHBOARD_PORT) -> LocalHead | None:
     )
 
 
-def _start_or_reuse(port: int, num_cpus: int | None, timeout_s: float) -> LocalHead:
+def _start(port: int, num_cpus: int | None, timeout_s: float) -> LocalHead:
     url = f"http://127.0.0.1:{port}"
     state = _state_file(port)
-    running = find_local_head(port)
-    if running is not None:
-        return running
     if _port_taken(port):
         raise RlkitError(
             f"127.0.0.1:{port} is taken by something that is not a Ray dashboard; "
             "pass connect(local_port=...) a free port"
         )
     ray_cli = Path(sys.executable).parent / "ray"
-    lean = os.environ.get(LEAN_ENV) == "1"
-    cmd = [
-        *(
-            (sys.executable, "-c", _RAY_START)
-            if lean
-            else (str(ray_cli) if ray_cli.exists() else "ray",)
-        ),
+    if os.environ.get(LEAN_ENV) == "1":
+        cmd = [sys.executable, "-c", _RAY_START]
+    else:
+        cmd = [str(ray_cli) if ray_cli.exists() else "ray"]
+    cmd += [
         *("start", "--head", "--disable-usage-stats"),
         *("--include-dashboard", "true", "--dashboard-host", "127.0.0.1"),
         *("--dashboard-port", str(port), "--port", str(free_port())),
@@ -229,7 +221,8 @@ def _start_or_reuse(port: int, num_cpus: int | None, timeout_s: float) -> LocalH
         *("--resources", json.dumps({"accelerator_type:logical": 1})),  # the summary's GPU type
     ]
     cmd += ["--num-cpus", str((num_cpus or os.cpu_count() or 1) + LOGICAL_GPUS)]
-    env = dict(os.environ)
+    # without RAY_ADDRESS & co.: Ray would point the head at the cluster they name
+    env = {k: v for k, v in os.environ.items() if k not in ADDRESS_ENV_VARS}
     env.update(
         IDLE_ENV,
         RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=str(timeout_s),
@@ -239,8 +232,6 @@ def _start_or_reuse(port: int, num_cpus: int | None, timeout_s: float) -> LocalH
         # Job entrypoints say `python`: make that this interpreter, which has rlkit's deps.
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
     )
-    for k in ADDRESS_ENV_VARS:
-        env.pop(k, None)
     state.parent.mkdir(parents=True, exist_ok=True)
     log_path = state.with_suffix(".log")
     deadline = time.monotonic() + timeout_s

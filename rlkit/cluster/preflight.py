@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -68,11 +70,8 @@ def _gpu_probe() -> dict:
     """On a GPU worker: the GPUs the driver sees, and whether flash-attn imports with CUDA."""
     names: list[str] = []
     if shutil.which("nvidia-smi"):
-        smi = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-        )
+        query = ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]
+        smi = subprocess.run(query, capture_output=True, text=True)
         names = smi.stdout.split("\n") if smi.returncode == 0 else []
     error = _imports("flash_attn")
     return {"names": [n.strip() for n in names if n.strip()], "flash_attn": error or "imports"}
@@ -87,32 +86,24 @@ def gpu_count(per_node: list[float], needed: int, per_pod: int, kinds: str) -> C
     if usable >= needed:
         return Check("gpus", "ok", detail)
     if total >= needed:
+        fix = f"each node must hold {per_pod} GPUs: set gpus_per_node or use larger nodes"
         return Check(
-            "gpus",
-            "fail",
-            f"{detail}: only {usable:g} on nodes with {per_pod} or more",
-            f"each node must hold {per_pod} GPUs: set gpus_per_node or use larger nodes",
+            "gpus", "fail", f"{detail}: only {usable:g} on nodes with {per_pod} or more", fix
         )
     return Check("gpus", "fail", detail, f"the run needs {needed}: add GPU nodes")
 
 
-def _gpus(gpus_needed: int, per_pod: int = 1) -> list[Check]:
+def _gpus(gpus_needed: int, per_pod: int) -> list[Check]:
     import ray
 
     alive = alive_resources()
     per_node = gpus_by_node(alive)
-    total = sum(per_node)
-    if not total:
+    if not sum(per_node):
         logical = sum(r.get("GPU", 0) for r in alive)
         note = f"; {logical:g} logical GPUs of a CPU host" if logical else ""
-        return [
-            Check(
-                "gpus",
-                "fail",
-                f"no GPU in this cluster ({len(per_node)} node(s), CPU only{note})",
-                f"the run needs {gpus_needed} GPUs: scale up the GPU worker group",
-            )
-        ]
+        detail = f"no GPU in this cluster ({len(per_node)} node(s), CPU only{note})"
+        fix = f"the run needs {gpus_needed} GPUs: scale up the GPU worker group"
+        return [Check("gpus", "fail", detail, fix)]
     probe = ray.get(ray.remote(num_gpus=1)(_gpu_probe).remote())
     kinds = ", ".join(sorted(set(probe["names"]))) or "type not reported"
     out = [gpu_count(per_node, gpus_needed, per_pod, kinds)]
@@ -129,12 +120,8 @@ def _storage(runs_root: str, need_gb: float) -> Check:
         with tempfile.NamedTemporaryFile(dir=root, prefix=".preflight-"):
             pass
     except OSError as e:
-        return Check(
-            "storage",
-            "fail",
-            f"{root} not writable ({e.strerror})",
-            "mount FSx at /fsx on every pod",
-        )
+        fix = "mount FSx at /fsx on every pod"
+        return Check("storage", "fail", f"{root} not writable ({e.strerror})", fix)
     free = shutil.disk_usage(root).free / 1e9
     detail = f"{root}: {free:.0f} GB free, the run needs ~{need_gb:.0f} GB"
     if free < need_gb:
@@ -143,9 +130,8 @@ def _storage(runs_root: str, need_gb: float) -> Check:
 
 
 def budget_checks(report: BudgetReport) -> list[Check]:
-    """The token budget as preflight reports it: the checkpoint's own facts (where its files
-    are), the image as the processor sees it, and the budget: fail where the turn budget cannot
-    fit (the dry run refuses it too), warn where full-length answers cut episodes short."""
+    """The checkpoint's facts, the image's tokens and the token budget: fail where the turn budget
+    cannot fit, warn where full-length answers cut episodes short."""
     b = report.budget
     lines = {ln.split(":", 1)[0]: ln.split(":", 1)[1].strip() for ln in report.lines()}
     out = []
@@ -185,33 +171,21 @@ def budget_checks(report: BudgetReport) -> list[Check]:
 
 
 def model_check(model: str, models_root: str = MODELS_ROOT) -> Check:
-    """Where the run's model comes from: a staged copy on shared storage (ok; verified when
-    `rlkit model stage` wrote its marker), this node's HF cache (ok), or the hub at job start
-    (warn, with the command that stages it, and a staged copy pointed at if one is there)."""
+    """Where the run's model comes from: shared storage or this node's HF cache (ok), or the hub
+    at job start (warn, with the command that stages it)."""
     if model.startswith("/"):
         if not (Path(model) / "config.json").is_file():
-            return Check(
-                "model",
-                "fail",
-                f"{model} has no config.json",
-                f"stage it there: rlkit model stage MODEL --to {model} --address ADDR",
-            )
+            fix = f"stage it there: rlkit model stage MODEL --to {model} --address ADDR"
+            return Check("model", "fail", f"{model} has no config.json", fix)
         record = staged_record(model)
         if record is None:
             return Check("model", "ok", f"{model} (shared storage; not staged by rlkit, unchecked)")
-        return Check(
-            "model",
-            "ok",
-            f"{model} (staged from {record['source']}, {record['bytes'] / 1e9:.1f} GB, verified)",
-        )
+        source, gb = record["source"], record["bytes"] / 1e9
+        return Check("model", "ok", f"{model} (staged from {source}, {gb:.1f} GB, verified)")
     staged = staged_path(model, models_root)
     if staged_record(staged) is not None:
-        return Check(
-            "model",
-            "warn",
-            f"{model} comes from the hub at job start, but a staged copy is at {staged}",
-            f"pass --model {staged}",
-        )
+        detail = f"{model} comes from the hub at job start, but a staged copy is at {staged}"
+        return Check("model", "warn", detail, f"pass --model {staged}")
     if config_json(model) is not None:
         return Check("model", "ok", f"{model} in this node's HF cache")
     return Check(
@@ -232,9 +206,8 @@ def config_json(model: str) -> Path | None:
 
 
 def tied_embeddings(config: dict) -> Check:
-    """Whether lm_head shares embed_tokens' matrix: SkyRL's FSDP2 init unties such a model and
-    rlkit ties it again (`rlkit.cluster.skyrl.fixes`). transformers ties by the top-level flag
-    (Qwen3-VL's default there: False), whatever text_config says."""
+    """Whether lm_head shares embed_tokens' matrix (transformers reads only the top-level flag;
+    SkyRL's FSDP2 init unties it, `rlkit.cluster.skyrl.fixes` ties it again)."""
     top = config.get("tie_word_embeddings")
     text = (config.get("text_config") or {}).get("tie_word_embeddings")
     if top:
@@ -256,8 +229,7 @@ BUDGET_FIELDS += ("max_generate_length",)
 
 
 def _budget(model: str, fields: dict) -> list[Check]:
-    """The preset's token budget from the checkpoint's files on this node (a path, or the HF
-    cache); where they are not, from the assumed values, as the dry run computed it."""
+    """The preset's token budget from the checkpoint's files on this node, else assumed values."""
     from rlkit.cluster.skyrl.preset_checks import model_files, preset_budget
     from rlkit.cluster.skyrl.presets import TINY_WARM, SkyRLPreset
     from rlkit.settings import apply_settings
@@ -276,13 +248,11 @@ def run_checks(
     runs_root: str,
     need_gb: float,
     gpus_needed: int,
-    gpu: bool = False,
-    gpus_per_node: int = 1,
-    budget: dict | None = None,
+    gpu: bool,
+    gpus_per_node: int,
+    budget: dict | None,
 ) -> list[Check]:
     """Everything checked inside the cluster's runtime (the job's body)."""
-    import platform
-
     import ray
 
     py = platform.python_version()
@@ -337,8 +307,6 @@ def preflight(
 ) -> list[Check]:
     """Submit the checks as a short job for `preset` (with `changes`, e.g. model_path=...);
     `gpu` adds the checks that exercise the GPUs."""
-    import shlex
-
     import ray
 
     from rlkit.cluster.skyrl.preset_checks import storage_estimate
@@ -346,12 +314,8 @@ def preflight(
 
     sky = get_preset(preset, **changes)
     argv = ["python", "-m", "rlkit.cluster.preflight", "--model", sky.model.model_path]
-    argv += [
-        "--runs-root",
-        sky.storage.runs_root,
-        "--need-gb",
-        f"{storage_estimate(sky).total_gb:.0f}",
-    ]
+    need_gb = f"{storage_estimate(sky).total_gb:.0f}"
+    argv += ["--runs-root", sky.storage.runs_root, "--need-gb", need_gb]
     argv += ["--gpus", str(sky.num_gpus), "--gpus-per-node", str(sky.node_gpus)]
     argv += ["--budget", json.dumps({k: getattr(sky.task, k) for k in BUDGET_FIELDS})]
     argv += ["--gpu"] if gpu else []
@@ -365,20 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", required=True)
     p.add_argument("--runs-root", required=True)
     p.add_argument("--need-gb", type=float, required=True)
-    p.add_argument("--gpus", type=int, required=True)
+    p.add_argument("--gpus", dest="gpus_needed", type=int, required=True)
     p.add_argument("--gpus-per-node", type=int, default=1)
     p.add_argument("--gpu", action="store_true", help="also exercise the GPUs")
     p.add_argument("--budget", type=json.loads, help="the preset's token-budget fields (JSON)")
-    a = p.parse_args(argv)
-    checks = run_checks(
-        a.model,
-        a.runs_root,
-        a.need_gb,
-        a.gpus,
-        gpu=a.gpu,
-        gpus_per_node=a.gpus_per_node,
-        budget=a.budget,
-    )
+    checks = run_checks(**vars(p.parse_args(argv)))
     print(MARK + json.dumps([asdict(c) for c in checks]), flush=True)
     return 0
 

@@ -13,9 +13,9 @@ from typing import Any
 from rlkit.errors import RlkitError, UsageError
 
 MAX_WORKING_DIR_BYTES = 100 * 2**20
-"""Ray refuses working dirs above 100 MiB; rlkit compares the unpacked size, a safe bound."""
+"""Ray refuses working dirs above 100 MiB (rlkit compares the unpacked size, a safe bound)."""
 WORKING_DIR_EXCLUDES = [".git", ".venv", "runs", "**/__pycache__", "*.egg-info"]
-"""Never shipped, even if .gitignore misses them: history, environments, run outputs."""
+"""Never shipped, even if .gitignore misses them."""
 
 
 def project_root() -> Path:
@@ -25,33 +25,18 @@ def project_root() -> Path:
 
 def _shipped_files(root: Path) -> list[Path]:
     """Files Ray would pack: git's view of .gitignore when root is a checkout, else a walk."""
+    git = ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
     try:
-        out = subprocess.run(
-            [
-                "git",
-                "-C",
-                str(root),
-                "ls-files",
-                "-z",
-                "--cached",
-                "--others",
-                "--exclude-standard",
-            ],
-            capture_output=True,
-            check=True,
-            timeout=30,
-        ).stdout
+        out = subprocess.run(git, capture_output=True, check=True, timeout=30).stdout
         files = [root / p for p in out.decode().split("\0") if p]
     except (OSError, subprocess.SubprocessError):
         files = [p for p in root.rglob("*") if p.is_file()]
     skip = {".git", ".venv", "runs", "__pycache__"}
-    return [
-        f
-        for f in files
-        if f.is_file()
-        and not skip.intersection(f.relative_to(root).parts)
-        and not any(part.endswith(".egg-info") for part in f.relative_to(root).parts)
-    ]
+
+    def shipped(parts: tuple[str, ...]) -> bool:
+        return not skip.intersection(parts) and not any(p.endswith(".egg-info") for p in parts)
+
+    return [f for f in files if f.is_file() and shipped(f.relative_to(root).parts)]
 
 
 def working_dir_runtime_env(root: Path, *, limit: int = MAX_WORKING_DIR_BYTES) -> dict[str, Any]:
@@ -83,8 +68,7 @@ PACKAGING_LOGGERS = {
 
 @contextlib.contextmanager
 def quiet_packaging() -> Iterator[None]:
-    """Ray's per-file packaging INFO lines off while a working dir uploads (warnings stay): the
-    printed submission (`rlkit.cluster.client.describe_submission`) already says what ships."""
+    """Ray's per-file packaging INFO lines off while a working dir uploads (warnings stay)."""
     saved = {name: logging.getLogger(name).level for name in PACKAGING_LOGGERS}
     for name, level in PACKAGING_LOGGERS.items():
         logging.getLogger(name).setLevel(level)
