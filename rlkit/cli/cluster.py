@@ -103,7 +103,8 @@ def _submit(args: argparse.Namespace) -> int:
         print(plan_line("start it", f"kubectl apply -n ray -f {out}"))
         return 0
     if args.rayjob:
-        from rlkit.cluster.raycluster import rayjob, secret_command, write_rayjob
+        from rlkit.cluster.raycluster import rayjob, secret_command
+        from rlkit.cluster.raycluster import write_manifest as write_rayjob
 
         manifest = rayjob(
             plan.sky,

@@ -40,14 +40,6 @@ def mask_env(env_vars: dict[str, str]) -> dict[str, str]:
     return {k: "***" for k in env_vars}
 
 
-_URL_CREDENTIALS = re.compile(r"(\w+://)[^/\s@]+@")
-
-
-def mask_url_credentials(text: str) -> str:
-    """`https://user:token@host/...` -> `https://***@host/...` (pip index URLs carry tokens)."""
-    return _URL_CREDENTIALS.sub(r"\1***@", text)
-
-
 def describe_submission(
     submission_id: str, entrypoint: str, runtime_env: dict[str, Any], metadata: dict[str, str]
 ) -> str:
@@ -57,8 +49,9 @@ def describe_submission(
     if runtime_env.get("env_vars"):
         masked = mask_env(runtime_env["env_vars"])
         lines.append("env_vars:      " + " ".join(f"{k}={v}" for k, v in masked.items()))
-    if runtime_env.get("pip"):
-        lines.append("pip:           " + mask_url_credentials(" ".join(runtime_env["pip"])))
+    if runtime_env.get("pip"):  # index URLs carry tokens: https://user:token@host -> ***@host
+        pip = re.sub(r"(\w+://)[^/\s@]+@", r"\1***@", " ".join(runtime_env["pip"]))
+        lines.append("pip:           " + pip)
     lines.append("metadata:      " + " ".join(f"{k}={v}" for k, v in metadata.items()))
     return "\n".join(lines)
 
@@ -116,10 +109,6 @@ class ClusterSummary:
         return f"<table>{rows}</table>"
 
 
-def _python_minor(version: str) -> str:
-    return ".".join(version.split(".")[:2])
-
-
 @dataclass(repr=False, eq=False)
 class Cluster:
     """A connection to one Ray cluster's Jobs API. Create it with `connect()`."""
@@ -161,7 +150,7 @@ class Cluster:
                 f"Ray differs: client {ray.__version__}, cluster {cluster_ray}; "
                 f"pip install ray[default]=={cluster_ray} in this environment"
             )
-        if cluster_python and _python_minor(cluster_python) != _python_minor(client_python):
+        if cluster_python and cluster_python.split(".")[:2] != client_python.split(".")[:2]:
             warnings.append(
                 f"Python differs: client {client_python}, cluster {cluster_python}; "
                 "pickled objects and pinned wheels may not travel between them"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from rlkit.run.remote import log_tail
@@ -167,6 +167,6 @@ def gpu_exercise(model: str, timeout_s: float = 120.0) -> list[Check]:
     gpus = int(max(per_node))
     probe = ray.get(ray.remote(num_gpus=gpus)(_run_probe).remote(model, timeout_s))
     if "error" in probe:
-        found = skipped(f"the probe did not report ({probe['error']})")
-        return [replace(c, status="fail") for c in found]
+        why = f"skipped: the probe did not report ({probe['error']})"
+        return [Check(name, "fail", why) for name in GPU_CHECKS]
     return verdicts(probe)

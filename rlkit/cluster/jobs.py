@@ -51,11 +51,8 @@ class JobRecord:
     message: str | None
 
     def __str__(self) -> str:
-        started = (
-            time.strftime("%Y-%m-%d %H:%M", time.localtime(self.start_time / 1000))
-            if self.start_time
-            else "-"
-        )
+        when = time.localtime(self.start_time / 1000) if self.start_time else None
+        started = time.strftime("%Y-%m-%d %H:%M", when) if when else "-"
         return f"{self.submission_id:<32} {self.status:<10} {started:<16} {self.entrypoint[:60]}"
 
 

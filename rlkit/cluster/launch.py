@@ -263,39 +263,26 @@ def plan_training(
     e.g. {"nodes": 2}); `recipe` switches change either. What cannot be honoured is refused."""
     name = run_slug(run_name or preset)
     recipe = dict(recipe or {})
+    sky: skyrl.SkyRLPreset | None = None
+    budget: BudgetReport | None = None
     if preset_backend(preset) == "local":
-        overrides = [*overrides, *local_set_args(recipe)]  # each switch checked by name
+        overrides = (*overrides, *local_set_args(recipe))  # each switch checked by name
         base = load_preset(preset)
         cfg = base.with_overrides(parse_sets(overrides))  # refused here, in one line
-        run_dir = (Path(out_dir) / name).resolve()
+        run_dir = str((Path(out_dir) / name).resolve())
         command = training_entrypoint(preset, run_dir, resume=resume, overrides=overrides)
-        return TrainingPlan(
-            preset,
-            name,
-            str(run_dir),
-            command,
-            address,
-            overrides=tuple(overrides),
-            recipe=cfg.recipe.changes(base.recipe),
-            tuning=cfg.model.describe(),
-        )
-    switches = {f"recipe.{k.removeprefix('recipe.')}": v for k, v in recipe.items()}
-    sky = skyrl.get_preset(preset, **{**(skyrl_changes or {}), **switches})
-    base = skyrl.PRESETS[preset]
-    check_storage(sky)  # a run that would fill /fsx is refused before it starts
-    budget = check_budget(sky)  # so is a turn budget that cannot fit its token limits
-    paths = RunPaths.for_run(sky, name)
-    command = entrypoint_command(sky, name, preset, budget.budget.answer)
+        changes, tuning = cfg.recipe.changes(base.recipe), cfg.model.describe()
+    else:
+        switches = {f"recipe.{k.removeprefix('recipe.')}": v for k, v in recipe.items()}
+        sky = skyrl.get_preset(preset, **{**(skyrl_changes or {}), **switches})
+        check_storage(sky)  # a run that would fill /fsx is refused before it starts
+        budget = check_budget(sky)  # so is a turn budget that cannot fit its token limits
+        run_dir = RunPaths.for_run(sky, name).run_dir
+        command = entrypoint_command(sky, name, preset, budget.budget.answer)
+        changes, tuning = sky.recipe.changes(skyrl.PRESETS[preset].recipe), sky.model.describe()
+        overrides = ()
     return TrainingPlan(
-        preset,
-        name,
-        paths.run_dir,
-        command,
-        address,
-        sky,
-        budget=budget,
-        recipe=sky.recipe.changes(base.recipe),
-        tuning=sky.model.describe(),
+        preset, name, run_dir, command, address, sky, tuple(overrides), budget, changes, tuning
     )
 
 

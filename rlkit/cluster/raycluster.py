@@ -50,7 +50,7 @@ def raycluster(
     preset: SkyRLPreset, template: str | Path = CLUSTER_TEMPLATE, *, image: str | None = None
 ) -> dict[str, Any]:
     """The RayCluster manifest (a dict) whose worker group fits `preset` on its instance type;
-    `image` (a registry URI, e.g. what deploy/build-image.sh printed) in every container."""
+    `image` (a registry URI) in every container."""
     pod = preset.pod
     if pod is None:
         raise UsageError(
@@ -165,7 +165,3 @@ def secret_command(run_name: str, env: Sequence[str], namespace: str = "ray") ->
     """The kubectl line that puts this shell's values of `env` into the run's Secret."""
     literals = " ".join(f'--from-literal={n}="${n}"' for n in env)
     return f"kubectl create secret generic {env_secret(run_name)} -n {namespace} {literals}"
-
-
-def write_rayjob(path: str | Path, manifest: dict[str, Any]) -> Path:
-    return write_manifest(path, manifest)

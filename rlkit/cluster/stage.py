@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import struct
 import sys
@@ -47,9 +48,8 @@ def parse_source(source: str) -> tuple[str, str]:
 
 def staged_record(path: str | Path) -> dict | None:
     """The stage record of a staged, verified model directory, else None."""
-    marker = Path(path) / STAGED_MARKER
     try:
-        return json.loads(marker.read_text())
+        return json.loads((Path(path) / STAGED_MARKER).read_text())
     except (OSError, ValueError):
         return None
 
@@ -62,7 +62,7 @@ def _say(text: str) -> None:
 
 
 def _progress(dest: Path, total: int, stop: threading.Event) -> None:
-    """Print bytes under `dest` (partial downloads included) every PROGRESS_EVERY_S."""
+    """Print bytes under `dest` (partial files included) every PROGRESS_EVERY_S."""
     start = time.monotonic()
     while not stop.wait(PROGRESS_EVERY_S):
         done = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
@@ -71,8 +71,7 @@ def _progress(dest: Path, total: int, stop: threading.Event) -> None:
 
 
 def _copy_dir(src: Path, dest: Path) -> dict[str, int]:
-    """Copy `src` into `dest`, resuming: a file already there at its size is kept, one cut
-    short is copied again (through NAME.part, renamed when whole). Returns {file: size}."""
+    """Copy `src` into `dest`, keeping files already there at their size; {file: size}."""
     if not (src / "config.json").is_file():
         raise RlkitError(f"{src} holds no config.json: not a model directory")
     sizes = {
@@ -83,15 +82,14 @@ def _copy_dir(src: Path, dest: Path) -> dict[str, int]:
     total, done = sum(sizes.values()), 0
     for i, (name, size) in enumerate(sizes.items(), 1):
         target = dest / name
+        done += size
         if target.is_file() and target.stat().st_size == size:
-            done += size
             _say(f"{name}: already here ({i}/{len(sizes)} files)")
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         part = target.with_name(target.name + ".part")
         shutil.copyfile(src / name, part)
         part.replace(target)
-        done += size
         _say(f"{name}: {i}/{len(sizes)} files, {done / 1e9:.2f} of {total / 1e9:.2f} GB")
     return sizes
 
@@ -116,10 +114,7 @@ def _hub_download(repo: str, dest: Path, revision: str | None) -> dict[str, int]
     sizes = {s.rfilename: int(s.size or 0) for s in info.siblings}
     _say(f"{repo}@{info.sha[:12]}: {len(sizes)} files, {sum(sizes.values()) / 1e9:.2f} GB")
     stop = threading.Event()
-    watcher = threading.Thread(
-        target=_progress, args=(dest, sum(sizes.values()), stop), daemon=True
-    )
-    watcher.start()
+    threading.Thread(target=_progress, args=(dest, sum(sizes.values()), stop), daemon=True).start()
     try:
         snapshot_download(repo, revision=info.sha, local_dir=dest)
     finally:
@@ -128,8 +123,7 @@ def _hub_download(repo: str, dest: Path, revision: str | None) -> dict[str, int]
 
 
 def safetensors_problem(path: Path) -> str | None:
-    """None when the file is as long as its header says (8-byte length, JSON header, data to the
-    largest end offset), else what is wrong: a cut download fails here."""
+    """None when the file is as long as its header says, else what is wrong (a cut download)."""
     size = path.stat().st_size
     with path.open("rb") as f:
         head = f.read(8)
@@ -215,10 +209,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def stage_entrypoint(source: str, dest: str, revision: str | None = None) -> str:
-    """The job's command, checked here: a known source form and an absolute destination (the
-    job runs in a shipped copy of the checkout, where a relative path would land)."""
-    import shlex
-
+    """The job's command, checked here: a known source form and an absolute destination."""
     parse_source(source)
     if not dest.startswith("/"):
         raise UsageError(
@@ -238,8 +229,8 @@ def stage_model(
     echo: Callable[[str], object] | None = print,
     timeout_s: float = 6 * 3600,
 ) -> dict:
-    """Run the stage job on `cluster`, echo its log as it comes, return its record; RlkitError
-    in one line when it fails or the model does not verify."""
+    """Run the stage job on `cluster`, echo its log, return its record; RlkitError in one line
+    when it fails or the model does not verify."""
     entry = stage_entrypoint(source, dest, revision)
     name = f"stage-{dest.rstrip('/').split('/')[-1]}"
     job = cluster.submit(

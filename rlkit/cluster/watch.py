@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ray.job_submission import JobStatus
 
@@ -18,28 +18,22 @@ if TYPE_CHECKING:
     from rlkit.cluster.client import Cluster
 
 
-def _same_submission(cluster: Cluster, job: JobHandle) -> dict[str, Any]:
-    """What `cluster.submit` needs to submit `job`'s run again."""
-    info = cluster.job_details(job.submission_id)
-    meta = dict(info.metadata or {})
-    cpus, gpus = meta.get("rlkit_num_cpus"), meta.get("rlkit_num_gpus")
-    return {
-        "entrypoint": info.entrypoint,
-        "runtime_env_vars": dict((info.runtime_env or {}).get("env_vars") or {}),
-        "metadata": {k: v for k, v in meta.items() if not k.startswith("rlkit_")},
-        "num_cpus": float(cpus) if cpus is not None else None,
-        "num_gpus": float(gpus) if gpus is not None else None,
-    }
-
-
 def resubmit_job(cluster: Cluster, job: JobHandle, run_name: str | None = None) -> JobHandle:
     """Submit `job`'s run again, as it was submitted; the new job resumes from the run dir."""
-    name = run_name or job.run_name
-    if not name:
-        name = (cluster.job_details(job.submission_id).metadata or {}).get("rlkit_run_name")
+    info = cluster.job_details(job.submission_id)
+    meta = dict(info.metadata or {})
+    name = run_name or job.run_name or meta.get("rlkit_run_name")
     if not name:
         raise RlkitError(f"{job.submission_id} was not submitted by rlkit: no run to resubmit")
-    return cluster.submit(name, **_same_submission(cluster, job))
+    cpus, gpus = meta.get("rlkit_num_cpus"), meta.get("rlkit_num_gpus")
+    return cluster.submit(
+        name,
+        info.entrypoint,
+        runtime_env_vars=dict((info.runtime_env or {}).get("env_vars") or {}),
+        metadata={k: v for k, v in meta.items() if not k.startswith("rlkit_")},
+        num_cpus=float(cpus) if cpus is not None else None,
+        num_gpus=float(gpus) if gpus is not None else None,
+    )
 
 
 def restart_line(restarts: int, limit: int, old: JobHandle, new: JobHandle, how: str) -> str:
