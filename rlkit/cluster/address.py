@@ -57,9 +57,7 @@ def resolve_address(address: str | None) -> Address:
     notes = ()
     if env is not None and env[1].strip().rstrip("/") != given:
         notes = (f"ignoring {env[0]}={env[1]} from the environment: {given} was given",)
-    if given.lower() in LOCAL_ALIASES:
-        return Address(None, notes)
-    return Address(_check_url(given), notes)
+    return Address(None if given.lower() in LOCAL_ALIASES else _check_url(given), notes)
 
 
 def _check_url(address: str) -> str:

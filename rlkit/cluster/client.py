@@ -124,8 +124,6 @@ class Cluster:
     def __repr__(self) -> str:
         return f"Cluster({self.address!r})"
 
-    # -- what the cluster is ---------------------------------------------------------------
-
     def summary(self, *, probe_python: bool = False) -> ClusterSummary:
         """Nodes, GPUs by type, CPUs, memory and versions; warns on a Ray/Python mismatch."""
         nodes = call(self, "listing nodes", self._list_nodes)
@@ -187,8 +185,6 @@ class Cluster:
         )
         job = JobHandle(self, sid, run_name="python-probe")
         return answer(job, "rlkit-python ", "the Python probe printed no version", timeout_s=120)
-
-    # -- jobs ------------------------------------------------------------------------------
 
     def submit(
         self,

@@ -7,7 +7,7 @@ import asyncio
 import re
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ray.job_submission import JobDetails, JobStatus
 
@@ -82,14 +82,14 @@ def records_for_run(run_name: str, records: list[JobRecord]) -> list[JobRecord]:
     return [r for _, r in sorted(mine, key=lambda t: t[0])]
 
 
+@dataclass(repr=False, eq=False)
 class JobHandle:
     """One submitted job: status, logs, live tail, stop, wait."""
 
-    def __init__(self, cluster: JobsApi, submission_id: str, *, run_name: str | None = None):
-        self.cluster = cluster
-        """The connection the job was found on."""
-        self.submission_id = submission_id
-        self.run_name = run_name
+    cluster: JobsApi
+    """The connection the job was found on."""
+    submission_id: str
+    run_name: str | None = field(default=None, kw_only=True)
 
     def __repr__(self) -> str:
         return f"JobHandle({self.submission_id!r} on {self.cluster.address})"

@@ -150,16 +150,6 @@ def pod_summary(sky: skyrl.SkyRLPreset) -> str:
     )
 
 
-def _hang_summary(sky: skyrl.SkyRLPreset) -> str:
-    rules = sky.hang
-    if not rules.enabled:
-        return "off (--hang-minutes 0)"
-    return (
-        f"on HyperPod, {rules.action} after {rules.minutes} min without a step line "
-        f"({rules.start_minutes} min to the first); off elsewhere"
-    )
-
-
 @dataclass(frozen=True)
 class TrainingPlan:
     """What `rlkit submit` and notebook 03 submit; `str(plan)` is its one printed form."""
@@ -194,9 +184,7 @@ class TrainingPlan:
     @property
     def driver_cpus(self) -> int | None:
         """CPUs the job's driver reserves (None: Ray's default; 0 on a CPU host, where it waits)."""
-        if self.sky is None:
-            return None
-        return 0 if self.sky.layout.device == "cpu" else 1
+        return None if self.sky is None else 0 if self.sky.layout.device == "cpu" else 1
 
     def lines(self) -> list[str]:
         """The plan, one `label: value` line each (SkyRL presets add theirs)."""
@@ -236,7 +224,11 @@ class TrainingPlan:
             lines += estimate_cost(sky, self.budget.budget).lines()
         lines.append(plan_line("start", start_plan(sky)))
         lines.append(plan_line("eval", eval_plan(sky)))
-        lines.append(plan_line("hang rule", _hang_summary(sky)))
+        hang = (
+            f"on HyperPod, {sky.hang.action} after {sky.hang.minutes} min without a step line "
+            f"({sky.hang.start_minutes} min to the first); off elsewhere"
+        )
+        lines.append(plan_line("hang rule", hang if sky.hang.enabled else "off (--hang-minutes 0)"))
         if self.budget is not None:
             lines += self.budget.lines()
         lines.append("SkyRL overrides:")

@@ -69,12 +69,19 @@ def _port_taken(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _dashboard_answers(url: str, timeout_s: float = 2.0) -> bool:
+def _dashboard_answers(url: str, *, node_alive: bool = False) -> bool:
+    """Whether a Ray dashboard answers at `url` (`node_alive`: and the head's node is up, which
+    registers after the dashboard answers; jobs need it)."""
     import requests
 
     try:
-        return "ray_version" in requests.get(f"{url}/api/version", timeout=timeout_s).json()
-    except Exception:  # noqa: BLE001 - anything but a Ray answer means "not a Ray head"
+        if "ray_version" not in requests.get(f"{url}/api/version", timeout=2.0).json():
+            return False
+        if not node_alive:
+            return True
+        nodes = requests.get(f"{url}/api/v0/nodes?detail=1", timeout=2.0).json()
+        return any(n.get("state") == "ALIVE" for n in nodes["data"]["result"]["result"])
+    except Exception:  # noqa: BLE001 - anything but a Ray answer means "not (yet) a Ray head"
         return False
 
 
@@ -134,17 +141,6 @@ class LocalHead:
                 os.killpg(self.pgid, signal.SIGKILL)
             self._gone_within(10.0)
         _state_file(self.port).unlink(missing_ok=True)
-
-
-def _node_alive(url: str, timeout_s: float = 2.0) -> bool:
-    """The dashboard answers before the head's node registers; jobs need the node."""
-    import requests
-
-    try:
-        r = requests.get(f"{url}/api/v0/nodes?detail=1", timeout=timeout_s)
-        return any(n.get("state") == "ALIVE" for n in r.json()["data"]["result"]["result"])
-    except Exception:  # noqa: BLE001 - not ready yet, whatever the reason
-        return False
 
 
 @contextlib.contextmanager
@@ -244,7 +240,7 @@ def _start(port: int, num_cpus: int | None, timeout_s: float) -> LocalHead:
             url, port, proc.pid, started=True, log_path=log_path, metrics_port=metrics_port
         )
         # `ray start` returns once the head runs; its processes stay in the group it leads.
-        while not (_dashboard_answers(url) and _node_alive(url)):
+        while not _dashboard_answers(url, node_alive=True):
             failed = proc.poll() not in (None, 0)
             if failed or time.monotonic() > deadline:
                 break
