@@ -267,9 +267,8 @@ def connect(
     local_num_cpus: int | None = None,
     start_local: bool = True,
 ) -> Cluster:
-    """Connect to a Ray cluster's Jobs API; for the local head (no address, or `local`), start
-    it or reuse the one on `local_port` (only reuse: `start_local=False`); an address not
-    reached within `timeout_s` is a one-line `RlkitError`."""
+    """Connect to a Ray cluster's Jobs API (the local head: started or reused on `local_port`;
+    only reused with `start_local=False`); one not reached in `timeout_s` is an RlkitError."""
     target = resolve_address(address)
     notes = list(target.notes)
     local_head = None

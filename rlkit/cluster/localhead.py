@@ -167,9 +167,8 @@ def start_local_head(
     num_cpus: int | None = None,
     timeout_s: float = LOCAL_HEAD_START_TIMEOUT_S,
 ) -> LocalHead:
-    """Reuse the Ray head answering on 127.0.0.1:`port`, or start one there (with `num_cpus`
-    CPUs for jobs, default this machine's, plus `LOGICAL_GPUS` GPUs and a CPU for each); a call
-    that finds a start under way waits for it (up to `timeout_s`) and reuses that head."""
+    """Reuse the Ray head on 127.0.0.1:`port`, or start one there (`num_cpus` for jobs, default
+    this machine's, plus `LOGICAL_GPUS` with a CPU each), waiting for a start under way."""
     with _start_lock(port, timeout_s):
         running = find_local_head(port)
         if running is not None:

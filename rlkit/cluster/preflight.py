@@ -106,11 +106,10 @@ def _gpus(gpus_needed: int, per_pod: int) -> list[Check]:
         return [Check("gpus", "fail", detail, fix)]
     probe = ray.get(ray.remote(num_gpus=1)(_gpu_probe).remote())
     kinds = ", ".join(sorted(set(probe["names"]))) or "type not reported"
-    out = [gpu_count(per_node, gpus_needed, per_pod, kinds)]
     fa = probe["flash_attn"]
     ok = fa == "imports"
-    out.append(Check("flash-attn (GPU)", "ok" if ok else "fail", fa, "" if ok else RUNTIME_FIX))
-    return out
+    flash = Check("flash-attn (GPU)", "ok" if ok else "fail", fa, "" if ok else RUNTIME_FIX)
+    return [gpu_count(per_node, gpus_needed, per_pod, kinds), flash]
 
 
 def _storage(runs_root: str, need_gb: float) -> Check:
