@@ -95,13 +95,9 @@ def vllm_verdict(m: dict[str, Any]) -> Check:
     cycles = len(answers) - 1
     changed = [i for i, a in enumerate(answers[1:], 1) if a != answers[0]]
     if changed:
-        return Check(
-            name,
-            "fail",
-            f"the greedy answer changed after cycle {changed[0]} of {cycles}: "
-            f"{answers[0]!r} -> {answers[changed[0]]!r}",
-            VLLM_FIX,
-        )
+        first, then = answers[0], answers[changed[0]]
+        detail = f"the greedy answer changed after cycle {changed[0]} of {cycles}: "
+        return Check(name, "fail", f"{detail}{first!r} -> {then!r}", VLLM_FIX)
     freed = min(1 - s / a for a, s in zip(awake, asleep, strict=True)) if awake else 0.0
     growth = awake[-1] - awake[0] if awake else 0.0
     detail = (

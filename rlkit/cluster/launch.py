@@ -35,10 +35,7 @@ from rlkit.train.presets import preset as load_preset
 if TYPE_CHECKING:
     from rlkit.model.budget_report import BudgetReport
 
-PRESETS: dict[str, str] = {
-    **{name: "local" for name in LOCAL_PRESETS},
-    **{name: "skyrl" for name in skyrl.PRESETS},
-}
+PRESETS = dict.fromkeys(LOCAL_PRESETS, "local") | dict.fromkeys(skyrl.PRESETS, "skyrl")
 """Every preset name -> its backend: `local` (`rlkit.train.presets`) or `skyrl` (`.skyrl.presets`)."""
 
 
