@@ -6,6 +6,7 @@ Client (why: docs/decisions.md#jobs-api-never-ray-client).
 
 from __future__ import annotations
 
+import functools
 import platform
 import re
 from dataclasses import dataclass
@@ -216,19 +217,10 @@ class Cluster:
             kwargs["entrypoint_num_gpus"] = meta["rlkit_num_gpus"] = num_gpus
         meta = {k: str(v) for k, v in meta.items()}
         self.last_submission = describe_submission(submission_id, entrypoint, runtime_env, meta)
+        kwargs.update(entrypoint=entrypoint, submission_id=submission_id, runtime_env=runtime_env)
+        submit = functools.partial(self.client.submit_job, metadata=meta, **kwargs)
         with quiet_packaging():  # uploading the working dir: SUBMIT_DEADLINE_S, not a request's
-            sid = call(
-                self,
-                f"submitting {submission_id}",
-                lambda: self.client.submit_job(
-                    entrypoint=entrypoint,
-                    submission_id=submission_id,
-                    runtime_env=runtime_env,
-                    metadata=meta,
-                    **kwargs,
-                ),
-                deadline_s=SUBMIT_DEADLINE_S,
-            )
+            sid = call(self, f"submitting {submission_id}", submit, deadline_s=SUBMIT_DEADLINE_S)
         return JobHandle(self, sid, run_name=run_name)
 
     def jobs(self) -> list[JobRecord]:
