@@ -207,11 +207,9 @@ def config_json(model: str) -> Path | None:
 def tied_embeddings(config: dict) -> Check:
     """Whether lm_head shares embed_tokens' matrix (transformers reads only the top-level flag;
     SkyRL's FSDP2 init unties it, `rlkit.cluster.skyrl.fixes` ties it again)."""
-    top = config.get("tie_word_embeddings")
-    text = (config.get("text_config") or {}).get("tie_word_embeddings")
-    if top:
+    if config.get("tie_word_embeddings"):
         return Check("tie_word_embeddings", "ok", "tied (re-tied after FSDP init by rlkit)")
-    if text:
+    if (config.get("text_config") or {}).get("tie_word_embeddings"):
         return Check(
             "tie_word_embeddings",
             "warn",
