@@ -1,5 +1,5 @@
 """Baselines beside a run: scripted policies and the untrained model, evaluated once (notebook 02)
-and cached under OUT/baselines/ by what makes them differ (notebook 04 draws only those that fit).
+and cached under OUT/baselines/ by what makes them differ (notebook 04 draws those that fit).
 
     beside = baselines.run_baselines("runs/demo", run, evals)      # those that fit this run
 """
@@ -10,11 +10,12 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from rlkit.episodes.evaluate import EvalResult
-from rlkit.episodes.policies import Policy, scripted_policy
+from rlkit.episodes.policies import scripted_policy
 from rlkit.episodes.rollout import Trajectory
 from rlkit.errors import UsageError
 from rlkit.fsio import atomic_write_text
@@ -32,8 +33,8 @@ INDEX = "index.json"
 
 
 def baseline_key(name: str, cfg: TrainConfig, *, samples: int, seed: int) -> dict[str, Any]:
-    """The cache key of a baseline: the policy (for `base`, the model's shape, sampling and
-    seed), the test set and env, samples per maze and the eval seed."""
+    """A baseline's cache key: the policy (for `base`, the model and its seed), the test set, the
+    env, samples per maze and the eval seed."""
     key: dict[str, Any] = {
         "policy": name,
         "test_set_hash": pinned_set_hash(cfg.task.eval_set),
@@ -47,14 +48,8 @@ def baseline_key(name: str, cfg: TrainConfig, *, samples: int, seed: int) -> dic
     return json.loads(json.dumps(key, default=str))
 
 
-def _cache_file(name: str, key: dict[str, Any]) -> str:
-    """NAME-HASH.json: the policy's name as a file name, then a hash of its `baseline_key`."""
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-    return f"{name.replace(':', '_').replace('/', '_')}-{digest}.json"
-
-
 def _index(root: Path) -> dict[str, dict[str, Any]]:
-    """OUT/baselines/index.json: cached file name -> its key, in the order they were written."""
+    """Cached file name -> its key, in the order they were written."""
     try:
         return json.loads((root / INDEX).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -71,20 +66,19 @@ def baseline_evals(
     seed: int = 0,
     policies: tuple[str, ...] = (*SCRIPTED_BASELINES, BASE),
 ) -> dict[str, EvalResult]:
-    """Scripted policies and the untrained model (`base`) on the training preset's test set,
-    cached under OUT/baselines/ by `baseline_key`."""
+    """Scripted policies and the untrained model (`base`) on the preset's test set, cached."""
     cfg = train_preset(preset)
     root = Path(out_dir) / "baselines"
     index = _index(root)
     results = {}
     for name in policies:
         if name == BASE:
-            model_dir = base_model(preset, out_dir)
-            make: Callable[[], Policy] = lambda d=model_dir: model_policy(d, cfg)  # noqa: E731
+            make = partial(model_policy, base_model(preset, out_dir), cfg)
         else:
-            make = lambda n=name: scripted_policy(n)  # noqa: E731
+            make = partial(scripted_policy, name)
         key = baseline_key(name, cfg, samples=samples, seed=seed)
-        file = _cache_file(name, key)
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+        file = f"{name.replace(':', '_').replace('/', '_')}-{digest}.json"
         results[name], _ = evaluate_cached(
             root / file, make, samples=samples, task=cfg.task, seed=seed, label=name
         )
@@ -99,12 +93,8 @@ def _legacy(root: Path, index: dict[str, dict[str, Any]]) -> dict[str, dict[str,
     out = {}
     for path in sorted(root.glob("*.json")):
         if path.name != INDEX and path.name not in index:
-            result = EvalResult.load(path)
-            out[path.name] = {
-                "policy": result.policy,
-                "test_set_hash": result.test_set_hash,
-                "legacy": True,
-            }
+            r = EvalResult.load(path)
+            out[path.name] = {"policy": r.policy, "test_set_hash": r.test_set_hash, "legacy": True}
     return out
 
 
@@ -123,8 +113,7 @@ def _cached(out_dir: str | Path, want: Callable[[dict[str, Any]], bool]) -> dict
 def run_baselines(
     out_dir: str | Path, source: str | Path | Run, evals: dict[int, EvalResult]
 ) -> dict[str, EvalResult]:
-    """The cached baselines on a run's test set and env (and for `base`, a local run's starting
-    model; a SkyRL run's is its step-0 eval)."""
+    """The cached baselines on a run's test set and env (`base`: a local run's starting model)."""
     if not evals:
         return {}
     run = open_run(source)
@@ -150,7 +139,7 @@ def run_baselines(
 
 
 def baseline_trajectories(out_dir: str | Path, name: str) -> list[Trajectory]:
-    """The episodes `baseline_evals` recorded for one baseline (its newest cached evaluation)."""
+    """The episodes of one baseline's newest cached evaluation."""
     path = _cached(out_dir, lambda key: key["policy"] == name).get(name)
     if path is None:
         raise UsageError(f"no cached baseline {name!r} under {out_dir}: run notebook 02 first")

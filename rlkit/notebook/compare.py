@@ -1,5 +1,5 @@
-"""Several runs side by side (notebook 06): curves, difficulty, paired tests on the mazes both
-evaluated (by hash) and the samples both have (docs/reading-runs.md: reading a verdict).
+"""Several runs side by side (notebook 06): curves, difficulty, paired tests on the mazes and
+samples both have (docs/reading-runs.md: reading a verdict).
 
     views = compare.load_runs(["runs/demo/local-tiny", "runs/demo/smoke"], labels=["tiny", "smoke"])
     for c in compare.compare_runs(views):         # final vs final, best vs best, maze by maze
@@ -31,7 +31,7 @@ RUNS_DIR = "runs"
 
 @dataclass(frozen=True)
 class RunView:
-    """One run as the comparison reads it: its evals and how long training took to reach them."""
+    """One run as the comparison reads it: its evals and the training time to reach them."""
 
     label: str
     run: Run
@@ -46,8 +46,7 @@ class RunView:
 
     @property
     def best_step(self) -> int:
-        """The highest solve rate among trained checkpoints (the latest of equals), picked on
-        the test set: a best-vs-best verdict is optimistic."""
+        """The best trained checkpoint (the latest of equals), picked on the test set."""
         trained = [s for s in self.evals if s > 0] or list(self.evals)
         return max(trained, key=lambda s: (self.evals[s].solve_rate, s))
 
@@ -58,14 +57,13 @@ class RunView:
 
 
 def resolve_run(spec: str | Path | Run) -> Run:
-    """A run from a path (relative: to the project root / $RLKIT_HOME) or a bare name found once
-    under HOME/runs ("smoke" for runs/demo/smoke)."""
+    """A run from a path (relative: to `home()`) or a bare name found once under HOME/runs
+    ("smoke" for runs/demo/smoke)."""
     if isinstance(spec, Run):
         return spec
     path = home_path(spec)
-    relative = not Path(spec).expanduser().is_absolute()
     if path.exists() or len(Path(spec).parts) != 1:
-        if relative and not path.exists():
+        if not path.exists() and not Path(spec).expanduser().is_absolute():
             raise RunNotFound(f"no run at {path}: {relative_rule()}")
         return open_run(path)
     root = home() / RUNS_DIR
@@ -83,8 +81,7 @@ def resolve_run(spec: str | Path | Run) -> Run:
 
 
 def wall_clock(records: Sequence[Mapping[str, Any]]) -> dict[int, float]:
-    """`RunView.wall_s`: `timing/elapsed_s` (local, warm start included), else the sum of
-    `timing/step` (SkyRL's)."""
+    """`RunView.wall_s`: `timing/elapsed_s` (local), else the sum of `timing/step` (SkyRL)."""
     if any("timing/elapsed_s" in r for r in records):
         key, cumulative = "timing/elapsed_s", True
     elif any("timing/step" in r for r in records):
@@ -106,8 +103,7 @@ def load_runs(
     labels: Sequence[str] | None = None,
     eval_set: str | None = None,
 ) -> list[RunView]:
-    """Every run with its evals, labelled by name unless `labels`; `eval_set`: the set compared
-    (None: each run's first)."""
+    """Every run with its evals of `eval_set` (None: each run's first), labelled by name."""
     if isinstance(runs, str | Path):
         raise UsageError("runs: give a list of run dirs, e.g. ['runs/a', 'runs/b']")
     if labels is not None and len(labels) != len(runs):
@@ -135,7 +131,7 @@ def load_runs(
 
 def paired_outcomes(a: EvalResult, b: EvalResult) -> tuple[list[list[bool]], list[list[bool]]]:
     """A's and B's outcomes on the mazes both evaluated (by hash, A's order), the first k samples
-    each (k: the smaller count), for `rlkit.stats.paired_by_maze`."""
+    of each (k: the smaller count)."""
 
     def keyed(r: EvalResult) -> dict[str, list[bool]]:
         return {m.get("hash") or f"{r.test_set_hash}:{m['index']}": m["solved"] for m in r.per_maze}
@@ -160,7 +156,7 @@ class Comparison:
     label_b: str
     step_b: int
     which: str
-    """"final" (last eval of each) or "best" (each run's best trained checkpoint)."""
+    """"final" or "best"."""
     test: PairedByMaze
     mazes_a: int
     mazes_b: int
@@ -214,7 +210,7 @@ def _mazes(n: int) -> str:
 
 
 def compare_checkpoints(a: RunView, b: RunView, which: str = "final") -> Comparison:
-    """Is B's final (or best) checkpoint better than A's? Paired by maze (`paired_outcomes`)."""
+    """Is B's final (or best) checkpoint better than A's? Paired by maze."""
     sa, sb = a.step_of(which), b.step_of(which)
     ra, rb = a.evals[sa], b.evals[sb]
     oa, ob = paired_outcomes(ra, rb)
@@ -225,8 +221,8 @@ def compare_checkpoints(a: RunView, b: RunView, which: str = "final") -> Compari
 
 
 def compare_runs(views: Sequence[RunView], reference: int | str = 0) -> list[Comparison]:
-    """Every run against the reference (index or label): final vs final, then best vs best when
-    either run's best is not its final."""
+    """Every run against the reference (index or label): final vs final, then best vs best where
+    a best is not its final."""
     if len(views) < 2:
         raise UsageError(f"comparing runs needs at least two, got {len(views)}")
     labels = [v.label for v in views]
@@ -255,7 +251,7 @@ ONE_RUN = (
 
 
 def verdicts(views: Sequence[RunView], reference: int | str = 0) -> list[str]:
-    """The verdict of every comparison (`compare_runs`); `ONE_RUN` for one run (the demo's)."""
+    """The verdict of every comparison (`compare_runs`); `ONE_RUN` for one run."""
     return [ONE_RUN] if len(views) == 1 else [c.verdict for c in compare_runs(views, reference)]
 
 
@@ -263,8 +259,8 @@ def verdicts(views: Sequence[RunView], reference: int | str = 0) -> list[str]:
 
 
 def difficulty_rows(views: Sequence[RunView], which: str = "final") -> list[dict[str, Any]]:
-    """One row per (maze size, shortest-path length), plus "all": each run's solve rate, 95%
-    interval and maze count there at its final (or best) checkpoint."""
+    """Per (maze size, shortest-path length), then "all": each run's solve rate, 95% interval
+    and maze count at its final (or best) checkpoint."""
     cells: dict[tuple[str, int], dict[str, tuple[float, tuple[float, float], int]]] = {}
     totals = {}
     for v in views:
@@ -319,8 +315,8 @@ def format_table(rows: Sequence[Mapping[str, Any]], labels: Sequence[str] | None
 def solve_rate_curves(
     views: Sequence[RunView], *, align: str = "step", title: str = "Solve rate, runs compared"
 ) -> Figure:
-    """Every run's solve rate with its 95% band, by training step (left) and wall time (right);
-    `align="grpo"` counts steps from each run's GRPO start (a warm start's become negative)."""
+    """Every run's solve rate with its 95% band by training step and by wall time; `align="grpo"`
+    counts steps from each run's GRPO start."""
     if align not in ("step", "grpo"):
         raise UsageError(f"align: 'step' or 'grpo', not {align!r}")
     if not views:
@@ -363,14 +359,14 @@ def _wall_before(wall: Mapping[int, float], step: int) -> float:
 
 
 def difficulty_figure(views: Sequence[RunView], which: str = "final") -> Figure:
-    """Each run's final (or best) checkpoint by shortest-path length (`plots.by_difficulty`)."""
+    """Each run's final (or best) checkpoint by shortest-path length."""
     return by_difficulty(
         {f"{v.label} ({which}, step {v.step_of(which)})": v.evals[v.step_of(which)] for v in views}
     )
 
 
 def describe(views: Sequence[RunView]) -> str:
-    """One line per run: label, backend, evals, final and best checkpoints and their rates."""
+    """One line per run: backend, evals, final and best checkpoints and their rates."""
     lines = []
     for v in views:
         f, b = v.evals[v.final_step], v.evals[v.best_step]

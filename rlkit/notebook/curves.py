@@ -1,6 +1,5 @@
-"""Training curves from metrics.jsonl: the notebook's panels and the job monitor's live figure.
-Each panel takes every metric whose name matches (renamed or extra series appear without code
-changes); the warm start is shaded.
+"""Training curves from metrics.jsonl: the notebook's panels (each takes every metric whose name
+matches; the warm start shaded) and the job monitor's live figure.
 
     fig = curves.training_curves("runs/demo/local-tiny", run_id="demo")   # reward, loss, KL, ...
     fig = curves.stability_curves(run)       # entropy, clip fraction, zero-variance share, ...
@@ -91,7 +90,6 @@ def phase_spans(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, in
 
 
 def _stacked(n: int, panel_in: float, extra_in: float) -> tuple[Figure, Sequence[Axes]]:
-    """A figure of `n` panels over one shared step axis."""
     fig = PlotFigure(figsize=(10, panel_in * n + extra_in))
     axes = fig.subplots(n, 1, sharex=True, squeeze=False)[:, 0]
     axes[-1].set_xlabel("training step")
@@ -99,7 +97,7 @@ def _stacked(n: int, panel_in: float, extra_in: float) -> tuple[Figure, Sequence
 
 
 def _mark_phases(axes: Sequence[Axes], records: Sequence[Mapping[str, Any]]) -> None:
-    """Shade each non-GRPO phase (`phase_spans`), mark where each phase starts and name it."""
+    """Shade each non-GRPO phase, mark where each phase starts and name it."""
     spans = phase_spans(records)
     for i, (phase, first, last) in enumerate(spans):
         end = spans[i + 1][1] if i + 1 < len(spans) else last
@@ -123,7 +121,7 @@ def _mark_phases(axes: Sequence[Axes], records: Sequence[Mapping[str, Any]]) -> 
 def training_curves(
     metrics: Sequence[Mapping[str, Any]] | str | Path | Run, *, run_id: str | None = None
 ) -> Figure:
-    """Reward, loss, KL, entropy and turns vs step (of a run, its dir, or its records)."""
+    """Reward, loss, KL, entropy and turns vs step of a run, its dir, or its records."""
     records = _records(metrics)
     if not records:
         raise UsageError("no metric records to plot: the run has not logged a step yet")
@@ -162,8 +160,7 @@ def _records(metrics: Sequence[Mapping[str, Any]] | str | Path | Run) -> list[di
 def stability_curves(
     metrics: Sequence[Mapping[str, Any]] | str | Path | Run, *, run_id: str | None = None
 ) -> Figure:
-    """The stability signals vs step (`rlkit.run.stability.SIGNALS`) with their thresholds; the
-    header names each warning, or says the entropy converged."""
+    """The stability signals vs step with their thresholds; the header names each warning."""
     records = [with_derived(r) for r in _records(metrics)]
     found = resolve(records)
     if not found:
@@ -195,8 +192,7 @@ def stability_curves(
 
 
 def _entropy_context(ax: Axes, records: Sequence[Mapping[str, Any]]) -> None:
-    """The entropy panel's judging floor, and the rollout solve rate (right axis) with the level
-    that makes a fall convergence."""
+    """The entropy panel's floor, and the rollout solve rate (right axis) with its converged level."""
     entropies = grpo_entropies(records)
     if entropies and entropies[0][1] > 0:
         floor = ENTROPY_COLLAPSE_FRACTION * entropies[0][1]
@@ -221,7 +217,7 @@ def live_curves(
     *,
     run_id: str | None = None,
 ) -> Figure:
-    """The job monitor's figure, 720x300 px at 100 dpi: rollout metrics and evals with intervals."""
+    """The job monitor's figure (720x300 px): rollout metrics and evals with intervals."""
     fig = PlotFigure(figsize=(7.2, 3.0))
     ax = fig.add_subplot()
     keys = ("rollout/reward_mean", "rollout/solve_rate", "eval/solve_rate")
@@ -255,8 +251,7 @@ READ_SIGNALS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("clip fraction", SIGNALS["clip fraction"]),
     ("entropy", SIGNALS["entropy"]),
 )
-"""The signals whose healthy level depends on the model and step size: captions read them from
-the run instead of quoting numbers."""
+"""The signals whose healthy level depends on the model and step size: read from the run."""
 
 
 @dataclass(frozen=True)
@@ -299,14 +294,12 @@ def signal_spans(metrics: Sequence[Mapping[str, Any]] | str | Path | Run) -> lis
     records = _records(metrics)
     spans = []
     for name, keys in READ_SIGNALS:
-        series = grpo_series(records, keys)
-        spans.append(
-            SignalSpan(name, keys[0], tuple(s for s, _ in series), tuple(v for _, v in series))
-        )
+        steps, values = tuple(zip(*grpo_series(records, keys), strict=True)) or ((), ())
+        spans.append(SignalSpan(name, keys[0], steps, values))
     return spans
 
 
 def signal_lines(metrics: Sequence[Mapping[str, Any]] | str | Path | Run) -> list[str]:
-    """One line per `READ_SIGNALS` signal with this run's numbers over its GRPO steps (first
-    value, medians of the first and last `EARLY_STEPS`, range): notebook 04's stability lines."""
+    """Notebook 04's line per `READ_SIGNALS` signal: first value, medians of the first and last
+    `EARLY_STEPS` GRPO steps, range."""
     return [span.line() for span in signal_spans(metrics)]

@@ -1,7 +1,5 @@
-"""`rlkit demo` / `make demo`: notebooks 00-05 executed by papermill on the embedded default (one
-kernel of this interpreter, one local Ray head, one OUT), each made ready to open: trimmed
-widget state, trusted, so that its replay players run (docs/notebooks.md).
-"""
+"""`rlkit demo` / `make demo`: notebooks 00-05 executed by papermill (one kernel of this
+interpreter, one local Ray head, one OUT), each saved ready to open (docs/notebooks.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +8,7 @@ import os
 import secrets
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,7 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def kernel_config() -> dict:
-    """Kernels on local IPC sockets under Jupyter's runtime dir, a socket base name each
-    (docs/decisions.md)."""
+    """Kernels on local IPC sockets under Jupyter's runtime dir (docs/decisions.md)."""
     from jupyter_core.paths import jupyter_runtime_dir
 
     runtime = Path(jupyter_runtime_dir())
@@ -55,20 +53,20 @@ def parameters(out_dir: str | Path, *, quick: bool, local_port: int) -> dict[str
     }
 
 
-def ensure_kernel(name: str = KERNEL) -> str:
-    """A kernelspec `name` running this interpreter, in this environment's prefix."""
+def ensure_kernel() -> str:
+    """The kernelspec `KERNEL`, running this interpreter, in this environment's prefix."""
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
     try:
-        spec = KernelSpecManager().get_kernel_spec(name)
+        spec = KernelSpecManager().get_kernel_spec(KERNEL)
         if spec.argv and Path(spec.argv[0]).resolve() == Path(sys.executable).resolve():
-            return name
+            return KERNEL
     except NoSuchKernel:
         pass  # installed just below
     from ipykernel.kernelspec import install
 
-    install(kernel_name=name, display_name=name, prefix=sys.prefix)
-    return name
+    install(kernel_name=KERNEL, display_name=KERNEL, prefix=sys.prefix)
+    return KERNEL
 
 
 def execute(name: str, out_dir: Path, params: dict[str, Any], *, kernel: str = KERNEL) -> Path:
@@ -102,8 +100,8 @@ def execute(name: str, out_dir: Path, params: dict[str, Any], *, kernel: str = K
 
 
 def ready_to_open(path: Path) -> None:
-    """Widget state only for what is shown, then trust (`jupyter trust`, the same signature):
-    what lets JupyterLab run the replay players with no kernel."""
+    """Widget state only for what is shown, then trust (`jupyter trust`'s signature), so that
+    JupyterLab runs the replay players with no kernel."""
     import nbformat
     from nbformat.sign import NotebookNotary
 
@@ -127,8 +125,8 @@ def _refs(value: object) -> set[str]:
 
 
 def shown_widget_state(notebook: dict) -> tuple[int, int]:
-    """Keep in the saved widget state only the models an output shows and what they refer to
-    (a kernel saves every widget it made, shown or not); returns (kept, dropped)."""
+    """Keep in the saved widget state only the models an output shows and those they refer to;
+    returns (kept, dropped)."""
     meta = notebook.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE)
     if not meta or not meta.get("state"):
         return 0, 0
@@ -159,7 +157,6 @@ def run_demo(
     *,
     quick: bool = False,
     local_port: int | None = None,
-    notebooks: tuple[str, ...] = NOTEBOOKS,
 ) -> dict:
     """Execute the notebooks in order; returns summary.json's content plus timings."""
     from rlkit.cluster.launch import plan_training
@@ -168,21 +165,19 @@ def run_demo(
 
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    kernel = ensure_kernel()
+    ensure_kernel()
     head = None if local_port is not None else start_local_head(free_port(), num_cpus=2)
     port = local_port if head is None else head.port
     params = parameters(out, quick=quick, local_port=port)
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     try:
-        for name in notebooks:
+        run_dir = plan_training(params["preset"], out).run_dir  # notebook 03's, followed
+        for name in NOTEBOOKS:
             start = time.monotonic()
             print(f"[demo] {name} ...", flush=True)
-            if name == TRAINING_NOTEBOOK:  # minutes of training: show where it is
-                with RunFollower(plan_training(params["preset"], out).run_dir):
-                    execute(name, out, params, kernel=kernel)
-            else:
-                execute(name, out, params, kernel=kernel)
+            with RunFollower(run_dir) if name == TRAINING_NOTEBOOK else nullcontext():
+                execute(name, out, params)
             timings[name] = round(time.monotonic() - start, 1)
             print(f"[demo] {name} done in {timings[name]:.0f} s", flush=True)
     finally:

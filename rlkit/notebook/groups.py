@@ -1,6 +1,5 @@
-"""One captured GRPO group worked by hand (notebook 03): `A_i = (r_i - mean(r)) / (std(r) + 1e-6)`
-recomputed in numpy, and the rule that matches the advantages the loss used named (GRPO, Dr.
-GRPO, a zero-variance group dropped, the local fail advantage).
+"""One captured GRPO group worked by hand (notebook 03): `(r_i - mean(r)) / (std(r) + 1e-6)` in
+numpy, and the rule that reproduces the advantages the loss used.
 
     print(groups.worked_group(run).table())
 """
@@ -27,15 +26,15 @@ TOLERANCE = 1e-3
 
 @dataclass(frozen=True)
 class WorkedGroup:
-    """A group's rewards, its statistics, the captured advantages and the rule they follow."""
+    """A group's rewards, the captured advantages and the rule they follow."""
 
     step: int
     group: int
     rewards: tuple[float, ...]
     captured: tuple[float, ...]
-    """The advantages the loss gave each episode (as the trainer captured them)."""
+    """The advantages the loss gave each episode."""
     rule: str
-    """Which formula reproduces `captured` (see `RULES`)."""
+    """The `RULES` text of the formula that reproduces `captured`."""
 
     @property
     def mean(self) -> float:
@@ -47,22 +46,19 @@ class WorkedGroup:
         return float(np.std(self.rewards, ddof=1))
 
     def by_hand(self) -> tuple[float, ...]:
-        """`(r - mean) / (std + eps)`: plain GRPO's advantages for these rewards."""
+        """Plain GRPO's advantages for these rewards."""
         return tuple((r - self.mean) / (self.std + EPS) for r in self.rewards)
 
     def table(self) -> str:
-        """The worked example: one line per episode, then the statistics and the rule."""
+        """One line per episode, then the statistics and the rule."""
         lines = [
             f"training step {self.step}, group {self.group} (one maze, {len(self.rewards)} "
             "episodes of the same policy)",
             "episode  reward  (r - mean) / (std + 1e-6)  advantage used",
         ]
-        for i, (r, h, a) in enumerate(
-            zip(self.rewards, self.by_hand(), self.captured, strict=True)
-        ):
-            lines.append(f"{i:>7}  {r:>6.2f}  {h:>+25.3f}  {a:>+14.3f}")
-        lines.append(f"group mean {self.mean:.3f}, std {self.std:.3f} (Bessel)")
-        lines.append(f"rule: {self.rule}")
+        rows = enumerate(zip(self.rewards, self.by_hand(), self.captured, strict=True))
+        lines += [f"{i:>7}  {r:>6.2f}  {h:>+25.3f}  {a:>+14.3f}" for i, (r, h, a) in rows]
+        lines += [f"group mean {self.mean:.3f}, std {self.std:.3f} (Bessel)", f"rule: {self.rule}"]
         return "\n".join(lines)
 
 
@@ -103,8 +99,8 @@ def by_group(episodes: Sequence[CapturedEpisode]) -> dict[int, list[CapturedEpis
 
 
 def worked_group(run: Run, step: int | None = None, group: int | None = None) -> WorkedGroup:
-    """A captured group worked by hand: by default the newest step with a group whose rewards
-    differ (else the newest) and its first such group; unreadable steps are passed over."""
+    """A captured group worked by hand: by default the first mixed group of the newest readable
+    step that has one (else of the newest)."""
     steps = run.capture_steps()
     if not steps:
         raise UsageError(
@@ -149,8 +145,8 @@ def from_episodes(episodes: Sequence[CapturedEpisode], group: int | None = None)
 
 
 def worked_text(run_dir: str | Path, *, cluster: Any = None) -> str:
-    """Notebook 03's cell: the worked group of the run at `run_dir` (through `cluster` where not
-    visible), or one line saying why there is none yet: the cell never fails on it."""
+    """Notebook 03's worked group of the run at `run_dir` (through `cluster`), or why there is
+    none yet."""
     from rlkit.notebook.workbench import open_source
 
     try:

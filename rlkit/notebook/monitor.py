@@ -1,7 +1,5 @@
 """The job monitor: a running job's status, progress, stability warning, curves, log tail and
-newest captured rollouts, with Stop and "Resubmit on failure", polled on a daemon thread (a run
-not visible here is read through the cluster: docs/reading-runs.md).
-"""
+newest captured rollouts, with Stop and "Resubmit on failure", polled on a daemon thread."""
 
 from __future__ import annotations
 
@@ -27,7 +25,7 @@ TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 
 class JobLike(Protocol):
-    """What the monitor needs from a job handle (rlkit.cluster.jobs.JobHandle has it)."""
+    """What the monitor needs from a job handle (`rlkit.cluster.jobs.JobHandle`)."""
 
     def status(self) -> object: ...
     def logs(self) -> str: ...
@@ -35,7 +33,7 @@ class JobLike(Protocol):
 
 
 def status_name(status: object) -> str:
-    """ "RUNNING" from a Ray JobStatus, an Enum or a plain string."""
+    """ "RUNNING" from a Ray JobStatus, an Enum or a string."""
     return str(getattr(status, "value", status)).upper()
 
 
@@ -43,19 +41,9 @@ def tail_lines(text: str, n: int) -> str:
     return "\n".join(text.splitlines()[-n:]) if n > 0 else ""
 
 
-def _resubmit_on_its_cluster(job: JobLike) -> JobLike:
-    from rlkit.cluster.watch import resubmit_job
-
-    cluster = getattr(job, "cluster", None)
-    if cluster is None:
-        raise RlkitError(f"{job!r} has no cluster to resubmit on: pass resubmitter=")
-    return resubmit_job(cluster, job)
-
-
 @dataclass(frozen=True)
 class MonitorSnapshot:
-    """A job monitor's state frozen as text and a PNG of its curves: shown by Jupyter as the
-    image with the text as its fallback."""
+    """A job monitor's state as text and its curves as a PNG (the text: Jupyter's fallback)."""
 
     text: str
     png: bytes
@@ -68,10 +56,9 @@ class MonitorSnapshot:
 
 
 class JobMonitor(widgets.VBox):
-    """Status, log tail, Stop button and curves of a running job. `refresh()` polls once,
-    `start_polling()` every `refresh_s` until the job ends. "Resubmit on failure" (on when
-    `resubmit` > 0) resubmits a FAILED job as the same run (`rlkit jobs watch --resubmit N`),
-    through `resubmitter(job)` (default: on its cluster), and follows the new job."""
+    """Status, log tail, Stop button and curves of a running job, refreshed every `refresh_s`
+    once `start_polling()`. "Resubmit on failure" (on when `resubmit` > 0) resubmits a FAILED job
+    as the same run through `resubmitter(job)` (default: on its cluster) and follows the new job."""
 
     def __init__(
         self,
@@ -89,7 +76,7 @@ class JobMonitor(widgets.VBox):
         if resubmit < 0:
             raise UsageError(f"resubmit ({resubmit}) must be >= 0 restarts")
         self.handle = handle
-        self.resubmitter = resubmitter or _resubmit_on_its_cluster
+        self.resubmitter = resubmitter
         self.resubmit_switch = widgets.Checkbox(
             value=resubmit > 0, description="Resubmit on failure", indent=False
         )
@@ -100,14 +87,13 @@ class JobMonitor(widgets.VBox):
         self.run_dir = Path(run_dir)
         self.remote_every_s = remote_every_s
         self._remote: Run | None = None
+        self._remote_at = float("-inf")
         self._evals: dict = {}
         self._eval_steps: tuple[int, ...] = ()
-        self._remote_at = float("-inf")
-        self.note = ""
         self.refresh_s = refresh_s
         self.log_lines = log_lines
-        self.status = "UNKNOWN"
-        self.progress_line = ""
+        self.status, self.progress_line, self.note = "UNKNOWN", "", ""
+        self.warning = ""  # the stability warning line
         self.error: str | None = None
         self.status_label = widgets.HTML()
         self.log_view = widgets.Textarea(
@@ -115,8 +101,6 @@ class JobMonitor(widgets.VBox):
         )
         self.curves = widgets.Image(format="png", layout=widgets.Layout(width="720px"))
         self.progress = widgets.HTML()
-        self.warning = ""
-        """The stability warning line ('' when healthy)."""
         self.stop_button = widgets.Button(
             description="Stop job", button_style="danger", icon="stop"
         )
@@ -137,15 +121,13 @@ class JobMonitor(widgets.VBox):
         return self.status in TERMINAL
 
     def _repr_mimebundle_(self, **kwargs):
-        """The widget, with a text fallback naming the state when shown."""
         bundle = super()._repr_mimebundle_(**kwargs)
         if bundle is not None:
             bundle["text/plain"] = f"job monitor, {self.status} when shown: {self.progress_line}"
         return bundle
 
     def snapshot(self) -> MonitorSnapshot:
-        """The monitor's state now as text and its curves as a PNG (what an executed notebook
-        saves after the job ended)."""
+        """The monitor's state now as text and its curves as a PNG."""
         self.refresh()
         lines = [f"job {getattr(self.handle, 'submission_id', self.handle)}: {self.status}"]
         lines += [self.progress_line, *self.restarts]
@@ -185,9 +167,12 @@ class JobMonitor(widgets.VBox):
         return self.resubmit_switch.value and len(self.restarts) < self.max_restarts.value
 
     def _restart(self) -> None:
-        from rlkit.cluster.watch import restart_line
+        from rlkit.cluster.watch import restart_line, resubmit_job
 
-        old, self.handle = self.handle, self.resubmitter(self.handle)
+        old, cluster = self.handle, getattr(self.handle, "cluster", None)
+        if self.resubmitter is None and cluster is None:
+            raise RlkitError(f"{old!r} has no cluster to resubmit on: pass resubmitter=")
+        self.handle = self.resubmitter(old) if self.resubmitter else resubmit_job(cluster, old)
         n = len(self.restarts) + 1
         self.restarts.append(restart_line(n, self.max_restarts.value, old, self.handle, "FAILED"))
         self.status = status_name(self.handle.status())

@@ -1,6 +1,6 @@
 """The replay player, which plays with no kernel in a page, a cell's output or an
 `ipywidgets.HTML`: a pane is one episode (a PNG a frame, oracle's move blue, model's orange,
-info line, answer, move-probability bars); a `Replay` embeds every frame of its panes.
+info line, answer, move-probability bars).
 
     replay(traj, "step 40")                                       # a cell's output
     ipywidgets.HTML(checkpoint_diff(a, b, ("step 0", "step 40")).to_html())  # among widgets
@@ -32,19 +32,15 @@ OTHER_RGB = (160, 160, 160)
 
 @dataclass(frozen=True)
 class MoveBars:
-    """One frame's bars: the four probabilities (or None) and the chosen move's index."""
+    """One frame's bars: the four move probabilities (or None), the chosen move's index, a note."""
 
     probs: tuple[float, ...] | None
     chosen: int | None
     note: str = ""
 
-    def to_data(self) -> dict:
-        """Compact JSON for the kernel-free player."""
-        return {"p": self.probs, "c": self.chosen, "n": self.note}
-
 
 def move_bars(traj: Trajectory) -> list[MoveBars]:
-    """One `MoveBars` per replay frame: each turn's, then the end frame's (no move)."""
+    """One `MoveBars` per replay frame: each turn's, then the end frame's."""
     out = []
     for turn in traj.turns:
         word = turn.actions[0] if turn.actions else None
@@ -58,7 +54,7 @@ def move_bars(traj: Trajectory) -> list[MoveBars]:
 
 
 def percent_text(p: float) -> str:
-    """Whole percent, halves rounded up as the player's script (`toFixed`) rounds them."""
+    """Whole percent, halves rounded up as the player's script (`toFixed`) does."""
     return f"{math.floor(100 * p + 0.5)}%" if p >= 0.01 or p == 0 else "<1%"
 
 
@@ -176,7 +172,7 @@ class Caption:
     text: str
     """The model's raw answer at this turn ("" on the final frame)."""
     info: str
-    """One line: turn, parsed action, oracle move, position change, or the episode's outcome."""
+    """One line: turn, parsed action, oracle move and position change, or the outcome."""
 
 
 def replay_captions(traj: Trajectory, policy: str | None = None) -> list[Caption]:
@@ -203,12 +199,14 @@ def replay_captions(traj: Trajectory, policy: str | None = None) -> list[Caption
     return out
 
 
-def colour_key(style: RenderStyle = REPLAY_STYLE) -> str:
-    """One line of coloured swatches naming each colour of a replay frame drawn in `style`."""
-    key = [(style.agent, "agent"), (style.exit, "exit"), (style.trail, "trail")]
-    if style.last is not None:
-        key.append((style.last, "previous cell"))
-    key += [
+def colour_key() -> str:
+    """One line of swatches naming each colour of a replay frame."""
+    style = REPLAY_STYLE
+    key = [
+        (style.agent, "agent"),
+        (style.exit, "exit"),
+        (style.trail, "trail"),
+        (style.last, "previous cell"),
         (ORACLE_COLOUR, "oracle's move"),
         (MODEL_COLOUR, "model's move (under blue when they agree)"),
     ]
@@ -223,7 +221,7 @@ def colour_key(style: RenderStyle = REPLAY_STYLE) -> str:
 
 @dataclass(frozen=True)
 class PaneFrames:
-    """One episode as the player shows it: per frame a PNG, a `Caption`'s info and text."""
+    """One episode as the player shows it: per frame a PNG, an info line and a text."""
 
     label: str
     frames: Sequence[bytes]
@@ -232,7 +230,6 @@ class PaneFrames:
     width_px: int
     """Display width of the frames, in CSS pixels."""
     bars: Sequence[MoveBars] | None = None
-    """The policy's move probabilities per frame (`move_bars`); None: no bars."""
 
     def __post_init__(self) -> None:
         if not self.frames or not len(self.frames) == len(self.info) == len(self.text):
@@ -246,14 +243,13 @@ def replay_pane(
     label: str = "",
     *,
     policy: str | None = None,
-    style: RenderStyle = REPLAY_STYLE,
     display_px: int = 256,
 ) -> PaneFrames:
     """`traj` as one pane (the end caption names `policy`, else `label`)."""
     captions = replay_captions(traj, policy=policy or label or None)
     return PaneFrames(
         label,
-        replay_frames(traj, style, display_px=display_px),
+        replay_frames(traj, display_px=display_px),
         [c.info for c in captions],
         [c.text for c in captions],
         display_px,
@@ -308,14 +304,12 @@ slider.oninput = function () { stop(); show(+slider.value); };
 
 @dataclass(frozen=True)
 class Replay:
-    """Episodes on one slider as a self-contained player (a shorter episode holds its end):
-    a cell shows it as its output; `ipywidgets.HTML(r.to_html())` puts it among widgets."""
+    """Episodes on one slider as a self-contained player (a shorter episode holds its end)."""
 
     panes: Sequence[PaneFrames]
     note: str = ""
     """A line above the panes: a checkpoint diff's `disagreement`."""
     interval_ms: int = 600
-    """Play's time per frame."""
 
     def __post_init__(self) -> None:
         if not self.panes:
@@ -329,7 +323,9 @@ class Replay:
                 "frames": [base64.b64encode(f).decode("ascii") for f in p.frames],
                 "info": list(p.info),
                 "text": list(p.text),
-                "bars": None if p.bars is None else [b.to_data() for b in p.bars],
+                "bars": None
+                if p.bars is None
+                else [{"p": b.probs, "c": b.chosen, "n": b.note} for b in p.bars],
             }
             for p in self.panes
         ]

@@ -1,7 +1,7 @@
-"""Figures for runs and evaluations, on matplotlib's object API (`PlotFigure`, never pyplot;
-a cell ending in one shows its PNG). Every solve rate is drawn with its stored 95% interval.
+"""Figures for runs and evaluations on matplotlib's object API (`PlotFigure`, never pyplot);
+every solve rate is drawn with its stored 95% interval.
 
-    fig = plots.solve_rate_curve(plots.load_run_evals("runs/demo/train"), baseline=0.4375)
+    fig = plots.solve_rate_curve(run.evals(), baseline=0.4375)
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class PlotFigure(Figure):
 
 
 def figure_png(fig: Figure, dpi: int = 100) -> bytes:
-    """The figure as PNG bytes (for widgets.Image and files)."""
+    """The figure as PNG bytes."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     return buf.getvalue()
@@ -53,7 +53,6 @@ def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def _by_step(evals: Evals) -> tuple[tuple[int, ...], tuple[EvalResult, ...]]:
-    """(steps, results) by ascending step."""
     if isinstance(evals, Mapping):
         pairs = [(int(s), r) for s, r in evals.items()]
     else:
@@ -86,8 +85,7 @@ def ci_methods(results: Sequence[EvalResult]) -> str:
 
 
 def ci_yerr(rates: Sequence[float], cis: Sequence[Sequence[float]]) -> list[list[float]]:
-    """`errorbar`'s yerr for 95% intervals: the distances below and above each rate (never
-    negative: a bound at p=0 or 1 can sit a rounding error past the rate)."""
+    """`errorbar`'s yerr: each interval's distances below and above its rate, never negative."""
     pairs = list(zip(rates, cis, strict=True))
     return [[max(0.0, p - ci[0]) for p, ci in pairs], [max(0.0, ci[1] - p) for p, ci in pairs]]
 
@@ -95,15 +93,15 @@ def ci_yerr(rates: Sequence[float], cis: Sequence[Sequence[float]]) -> list[list
 def band_curve(
     ax: Axes, xs: Sequence, results: Sequence[EvalResult], fmt: str, alpha: float, **kw: Any
 ) -> None:
-    """The results' solve rates at `xs`: a `fmt` line (`kw`: `Axes.plot`'s, `color` among them)
-    over the band of their stored 95% intervals (labelled `band`, when given)."""
+    """The results' solve rates at `xs`, a `fmt` line (`kw`: `Axes.plot`'s, `color` required) over
+    the band of their 95% intervals (labelled `band`, when given)."""
     lo, hi = [r.ci95[0] for r in results], [r.ci95[1] for r in results]
     ax.fill_between(xs, lo, hi, alpha=alpha, color=kw["color"], label=kw.pop("band", None))
     ax.plot(xs, [r.solve_rate for r in results], fmt, **kw)
 
 
 def figure_header(fig: Figure, title: str, run_id: str | None, detail: str) -> None:
-    """Title plus a line stating the run and how much data stands behind the picture."""
+    """Title plus a line naming the run and the data behind the picture."""
     height = fig.get_figheight()
     fig.suptitle(title, fontsize=12, fontweight="bold", y=1 - 0.12 / height, va="top")
     run = f"run {run_id}  |  " if run_id else ""
@@ -119,8 +117,7 @@ def legend_outside(ax: Axes, fontsize: float = 8) -> None:
 def distinct_series(
     series: Sequence[tuple[str, list[int], list[float]]],
 ) -> list[tuple[str, list[int], list[float]]]:
-    """Series with identical points drawn once, their names joined with ' = ' (a 0/1 reward's
-    mean is the solve rate): an equal line on top would hide the other."""
+    """Series with identical points merged into one, their names joined with ' = '."""
     out: list[tuple[str, list[int], list[float]]] = []
     for key, xs, ys in series:
         same = next((i for i, (_, x, y) in enumerate(out) if x == xs and y == ys), None)
@@ -143,8 +140,8 @@ def solve_rate_curve(
     run_id: str | None = None,
     others: Mapping[str, Evals] | None = None,
 ) -> Figure:
-    """Solve rate vs step with 95% bands (the results' `ci_method`), a baseline line and the
-    warm-start/GRPO boundary; `others`: the run's other eval sets, a curve a set."""
+    """Solve rate vs step with 95% bands, a baseline and the warm-start/GRPO boundary; `others`:
+    the run's other eval sets, a curve each."""
     steps, results = _by_step(evals)
     last_step, last = steps[-1], results[-1]
     fig = PlotFigure(figsize=(10, 4.2))
@@ -190,19 +187,17 @@ def solve_rate_curve(
 
 
 def _labelled(evals: EvalResult | Evals) -> list[tuple[str, EvalResult]]:
-    if isinstance(evals, EvalResult):
-        return [(evals.policy if evals.step is None else f"step {evals.step}", evals)]
     if isinstance(evals, Mapping):
-        items = list(evals.items())
-        return [(k if isinstance(k, str) else f"step {k}", r) for k, r in items]
-    return [(r.policy if r.step is None else f"step {r.step}", r) for r in evals]
+        return [(k if isinstance(k, str) else f"step {k}", r) for k, r in evals.items()]
+    results = [evals] if isinstance(evals, EvalResult) else evals
+    return [(r.policy if r.step is None else f"step {r.step}", r) for r in results]
 
 
 def by_difficulty(
     evals: EvalResult | Evals | Mapping[str, EvalResult], *, run_id: str | None = None
 ) -> Figure:
-    """Solve rate per shortest-path length with 95% bars, one series per checkpoint or policy
-    (dict keys: ints read as steps, strings as given)."""
+    """Solve rate per shortest-path length with 95% bars, a series per checkpoint or policy (dict
+    keys: ints are steps, strings labels)."""
     labelled = _labelled(evals)
     if not labelled:
         raise UsageError("no eval results to plot: evaluate a checkpoint first")
@@ -265,7 +260,7 @@ def maze_gallery(
     style: RenderStyle = GALLERY_STYLE,
     title: str = "Test mazes",
 ) -> Figure:
-    """A grid of mazes; with `stats`, each title gives path length (L), junctions (J), turns (T)."""
+    """A grid of mazes, titled with path length (L), junctions (J) and turns (T) with `stats`."""
     if not mazes:
         raise UsageError("maze_gallery needs at least one maze")
     cols = max(1, min(cols, len(mazes)))

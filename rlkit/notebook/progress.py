@@ -1,6 +1,5 @@
-"""Where a training run is (phase, step of total, latest eval, ETA), for `make demo`'s terminal
-bar (`with RunFollower(run_dir): ...`) and the job monitor (`RunProgress.line`).
-"""
+"""Where a training run is (phase, step of total, latest eval, ETA): `make demo`'s terminal bar
+(`RunFollower`) and the job monitor's line (`RunProgress.line`)."""
 
 from __future__ import annotations
 
@@ -25,7 +24,6 @@ class RunProgress:
     step: int
     """The latest global step logged (warm-start steps included)."""
     grpo_step: int
-    """GRPO steps done (0 during the warm start)."""
     grpo_total: int | None
     """GRPO steps the run's config asks for (None before run.json)."""
     eval_step: int | None = None
@@ -38,7 +36,7 @@ class RunProgress:
 
     @property
     def eta_s(self) -> float | None:
-        """Seconds of GRPO left at `pace_s` (docs/decisions.md); None before GRPO's first step."""
+        """Seconds of GRPO left at `pace_s`; None before GRPO's first step."""
         if not self.grpo_total or self.grpo_step < 1 or self.pace_s is None:
             return None
         return max(0.0, (self.grpo_total - self.grpo_step) * self.pace_s)
@@ -66,8 +64,8 @@ class RunProgress:
 
 
 def eval_labels(record: dict[str, Any]) -> tuple[str, ...]:
-    """An eval record's rates labelled by protocol ("28/64 = 43.75% [...] (seed's protocol)",
-    "60.2% [...] (sampled, 4 a maze)"), then each other set's; () without a protocol logged."""
+    """An eval record's rates labelled by protocol, then each other set's; () without a protocol
+    logged."""
     sets = sorted(
         k[len("eval/") : -len("_solve_rate")]
         for k in record
@@ -96,24 +94,19 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
-def _grpo_total(run: Run) -> int | None:
-    try:
-        return int(run.config()["schedule"]["steps"])
-    except (RlkitError, KeyError, TypeError, ValueError):
-        return None
-
-
 def read_progress(
     source: str | Path | Run, records: list[dict[str, Any]] | None = None
 ) -> RunProgress:
-    """The run's progress from its metrics (`records` if already read) and config (a SkyRL
-    run's steps are all GRPO)."""
+    """The run's progress from its metrics (`records` if already read) and config."""
     run = run_or_none(source)
     if run is None:
         return RunProgress("starting", 0, 0, None)
     if records is None:
         records = run.metrics()
-    total = _grpo_total(run)
+    try:
+        total = int(run.config()["schedule"]["steps"])
+    except (RlkitError, KeyError, TypeError, ValueError):
+        total = None
     steps = [r for r in records if isinstance(r.get("step"), int)]
     if not steps:
         return RunProgress("starting", 0, 0, total)
@@ -123,8 +116,7 @@ def read_progress(
         grpo = [r for r in steps if "rollout/reward_mean" in r]
     else:
         grpo = [r for r in steps if r.get("train/phase") == "grpo" and "rollout/episodes" in r]
-    evals = [r for r in steps if "eval/solve_rate" in r]
-    last_eval = evals[-1] if evals else None
+    last_eval = next((r for r in reversed(steps) if "eval/solve_rate" in r), {})
     elapsed = max((r.get("timing/elapsed_s", 0.0) for r in steps), default=0.0)
     ws_elapsed = max(
         (r.get("timing/elapsed_s", 0.0) for r in steps if r["step"] <= ws_end), default=0.0
@@ -132,26 +124,24 @@ def read_progress(
     clock = [ws_elapsed] + [r["timing/elapsed_s"] for r in grpo if "timing/elapsed_s" in r]
     n = min(PACE_WINDOW, len(clock) - 1)
     pace = (clock[-1] - clock[-1 - n]) / n if n and clock[-1] > clock[-1 - n] else None
-    ci = None
-    if last_eval and "eval/ci_low" in last_eval and "eval/ci_high" in last_eval:
-        ci = (last_eval["eval/ci_low"], last_eval["eval/ci_high"])
+    ci = [last_eval.get(k) for k in ("eval/ci_low", "eval/ci_high")]
     return RunProgress(
         phase="GRPO" if grpo else "warm start",
         step=max(r["step"] for r in steps),
         grpo_step=len({r["step"] for r in grpo}),
         grpo_total=total,
-        eval_step=last_eval["step"] if last_eval else None,
-        eval_rate=last_eval["eval/solve_rate"] if last_eval else None,
-        eval_ci=ci,
-        eval_labels=eval_labels(last_eval) if last_eval else (),
+        eval_step=last_eval.get("step"),
+        eval_rate=last_eval.get("eval/solve_rate"),
+        eval_ci=None if None in ci else tuple(ci),
+        eval_labels=eval_labels(last_eval),
         elapsed_s=elapsed,
         pace_s=pace,
     )
 
 
 class RunFollower:
-    """Follows a run directory every `poll_s` until `stop()`: a tqdm bar on a terminal, else
-    `RunProgress.line()` at most every `log_every_s` and at the end."""
+    """Follows a run dir every `poll_s` until `stop()`: a tqdm bar on a terminal, else its line at
+    most every `log_every_s` and at the end."""
 
     def __init__(
         self, run_dir: str | Path, *, poll_s: float = 2.0, log_every_s: float = 30.0, file=None

@@ -1,6 +1,5 @@
-"""The workbench's report: the checkpoints in the table, GRPO's paired by-maze test, the
-solve-rate table, rlkit's protocol beside the seed's (docs/statistics.md), the headline and
-summary.json.
+"""The workbench's report: the solve-rate table, GRPO's paired by-maze test, rlkit's protocol
+beside the seed's (docs/statistics.md), the headline and summary.json.
 
     print(report.solve_rate_table({**baselines, **report.milestones(evals, boundary)}))
 """
@@ -17,11 +16,11 @@ from rlkit.errors import UsageError
 from rlkit.stats import CI_METHODS, EXACT_CI_METHOD, PairedByMaze
 
 BASE = "base"
-"""Name of the untrained model's baseline (the training run's initial weights)."""
+"""Name of the untrained model's baseline."""
 
 
 def milestones(evals: Mapping[int, EvalResult], boundary: int | None) -> dict[str, EvalResult]:
-    """The rows worth a table: the first eval, the warm-start boundary, the last checkpoint."""
+    """The first eval, the warm-start boundary and the last checkpoint, as table rows."""
     if not evals:
         raise UsageError("no checkpoint evals yet: train first (notebook 03)")
     steps = sorted(evals)
@@ -34,7 +33,7 @@ def milestones(evals: Mapping[int, EvalResult], boundary: int | None) -> dict[st
 
 @dataclass(frozen=True)
 class PairedTest:
-    """Two checkpoints compared maze by maze on the same mazes (`rlkit.stats.PAIRED_METHOD`)."""
+    """Two checkpoints compared maze by maze."""
 
     step_a: int
     step_b: int
@@ -53,8 +52,8 @@ class PairedTest:
 
 
 def grpo_paired_test(evals: Mapping[int, EvalResult], boundary: int | None) -> PairedTest:
-    """Did GRPO help? Its first checkpoint (the warm-start boundary, else the first eval)
-    against the last, maze by maze."""
+    """Did GRPO help? Its first checkpoint (the warm-start boundary, else the first eval) against
+    the last, maze by maze."""
     steps = sorted(evals)
     if len(steps) < 2:
         raise UsageError(f"a paired test needs two evaluated checkpoints, found {len(steps)}")
@@ -63,8 +62,7 @@ def grpo_paired_test(evals: Mapping[int, EvalResult], boundary: int | None) -> P
 
 
 def solve_rate_table(rows: Mapping[str, EvalResult]) -> str:
-    """Plain-text table: solve rate, 95% CI, pass@k and episodes; the last line names the
-    interval method."""
+    """Plain-text table: solve rate, 95% CI, pass@k and episodes, then the interval methods."""
     if not rows:
         raise UsageError("solve_rate_table needs at least one eval result")
     width = max(len("policy"), *(len(n) for n in rows))
@@ -111,8 +109,7 @@ def _row(r: EvalResult) -> dict:
 def seed_protocol(
     evals: Mapping[int, EvalResult], greedy: EvalResult | None = None
 ) -> EvalResult | None:
-    """The result measured the seed's way (`greedy` if it followed it, else the last eval if it
-    did), else None."""
+    """`greedy`, else the last eval, if measured by the seed's protocol; else None."""
     if greedy is not None and greedy.protocol == "seed":
         return greedy
     final = evals[max(evals)] if evals else None
@@ -132,14 +129,6 @@ def protocol_lines(evals: Mapping[int, EvalResult], greedy: EvalResult | None = 
     return [f"rlkit's protocol: {ours}", f"the seed's protocol: {theirs}"]
 
 
-def _protocols(evals: Mapping[int, EvalResult], greedy: EvalResult | None) -> dict:
-    final, seed = evals[max(evals)], seed_protocol(evals, greedy)
-    return {
-        "rlkit": None if final.protocol == "seed" else {**_row(final), "summary": final.summary()},
-        "seed": None if seed is None else {**_row(seed), "summary": seed.summary()},
-    }
-
-
 def build_summary(
     baselines: Mapping[str, EvalResult],
     evals: Mapping[int, EvalResult],
@@ -154,7 +143,7 @@ def build_summary(
     and with `greedy` (`final_greedy_eval`) the greedy solve rate."""
     if not evals:
         raise UsageError("no checkpoint evals to summarise: train first (notebook 03)")
-    final = evals[max(evals)]
+    final, seed = evals[max(evals)], seed_protocol(evals, greedy)
     base = baselines.get(BASE) or evals[min(evals)]
     table = {**baselines, **milestones(evals, boundary)}
     if greedy is not None:
@@ -166,7 +155,10 @@ def build_summary(
         "baseline": _row(base),
         "final": _row(final),
         "final_greedy": None if greedy is None else _row(greedy),
-        "protocols": _protocols(evals, greedy),
+        "protocols": {
+            k: None if r is None else {**_row(r), "summary": r.summary()}
+            for k, r in (("rlkit", None if final.protocol == "seed" else final), ("seed", seed))
+        },
         "warm_start_end": boundary,
         "paired_test": None
         if paired is None

@@ -1,5 +1,5 @@
-"""Notebook-level steps: what notebooks 00-05 call between the library modules, one function a
-cell step (plan a run, open a run of either backend, score its checkpoints, pick mazes to replay).
+"""Notebook-level steps of notebooks 00-05: plan a run, open a run of either backend, score its
+checkpoints, pick mazes to replay.
 
     run = workbench.open_source(workbench.run_source("runs/demo", "local-tiny", run_dir=None))
     evals = workbench.checkpoint_evals(run)
@@ -47,8 +47,8 @@ CLUSTER_VERSIONS = {"python": "3.12", "torch": "2.13.0", "transformers": "5.16.1
 
 
 def kernel_report() -> dict[str, str]:
-    """Python, interpreter and package versions of this kernel; problems under `problems` (a
-    torch-free client is noted under `local_training`, not as a problem)."""
+    """Python and package versions of this kernel, problems under `problems` (a torch-free client
+    is noted under `local_training`, not as a problem)."""
     report = {"python": platform.python_version(), "executable": sys.executable}
     for name in PACKAGES:
         try:
@@ -87,7 +87,7 @@ def evaluate_cached(
     protocol: str = "rlkit",
 ) -> tuple[EvalResult, list[Trajectory]]:
     """Evaluate once and keep the result (JSON + trajectories) at `path`; later calls with the
-    same test set and samples read it (`make_policy` is called only to evaluate)."""
+    same test set, samples, mode and protocol read it."""
     task = task or TaskConfig()
     path = Path(path)
     if path.is_file():
@@ -144,9 +144,8 @@ def plan_run(
     skyrl: Mapping[str, object] | None = None,
     recipe: Mapping[str, Any] | None = None,
 ) -> TrainingPlan:
-    """Notebook 03's plan for `preset` with `recipe` switches (`rlkit.recipe`) changed and, for a
-    SkyRL preset, `skyrl` preset fields; nothing is submitted. A switch the backend cannot
-    honour is refused here."""
+    """Notebook 03's plan (nothing submitted): `preset` with `recipe` switches and, for SkyRL,
+    `skyrl` preset fields changed; a switch the backend cannot honour is refused here."""
     from rlkit.cluster.launch import plan_training  # imports Ray: only when planning
 
     where = {"address": address, "run_name": run_name}
@@ -154,8 +153,7 @@ def plan_run(
 
 
 def run_config(run: Run | str | Path) -> TrainConfig:
-    """The config a local run was trained with, from its run.json (else the preset it names):
-    re-scoring and greedy play use the run's own settings, not the preset's defaults."""
+    """The config a local run was trained with, from its run.json (else the preset it names)."""
     run = open_run(run)
     info = run.info()
     if run.backend != "local" or not (info.get("config") or info.get("preset")):
@@ -166,8 +164,8 @@ def run_config(run: Run | str | Path) -> TrainConfig:
 
 
 def open_source(source: str | Path, *, address: str | None = None, cluster: Any = None) -> Run:
-    """The run a notebook reads (`open_run`; relative paths mean the project root), through a
-    small Ray job on `cluster` (or `connect(address)`) when this kernel cannot see its files."""
+    """The run at `source` (relative: to `home()`), read through `cluster` (or
+    `connect(address)`) when this kernel cannot see its files."""
     path = home_path(source)
     if not path.exists() and cluster is None and address is not None:
         from rlkit.cluster.client import connect  # Ray: only when the files are elsewhere
@@ -186,9 +184,8 @@ def run_source(
     run_dir: str | Path | None = None,
     skyrl_export: str | Path | None = None,
 ) -> Path:
-    """The run a notebook reads: `run_dir` (local, SkyRL run dir or export dir) or
-    `skyrl_export`; without either, the run of `preset` under OUT that notebook 03 trains. An
-    export dir inside its run dir comes back as the run dir. Relative: the project root."""
+    """`run_dir` or `skyrl_export` (an export dir inside its run dir: the run dir), else the run
+    of `preset` under OUT that notebook 03 trains; relative paths: to `home()`."""
     if run_dir and skyrl_export:
         raise UsageError(f"run_dir ({run_dir}) and skyrl_export ({skyrl_export}): give one")
     given = run_dir or skyrl_export
@@ -201,9 +198,8 @@ def run_source(
 
 
 def checkpoint_evals(source: str | Path | Run, *, progress: bool = False) -> dict[int, EvalResult]:
-    """`{step: EvalResult}` for every checkpoint of a run, ascending: a local run's evals plus
-    each complete checkpoint without one, scored now with the run's own settings and cached in
-    RUN/evals/; a SkyRL run's eval dumps (with both protocols, the sampled ones)."""
+    """`{step: EvalResult}` of every checkpoint: a local run's evals, a missing one scored now
+    with the run's config (cached in RUN/evals/); a SkyRL run's (sampled when both protocols)."""
     run = open_run(source)
     if not isinstance(run, LocalRun):
         return run.sampled_evals() or run.evals()
@@ -237,8 +233,8 @@ def other_eval_sets(source: str | Path | Run) -> dict[str, dict[int, EvalResult]
 
 
 def final_greedy_eval(source: str | Path | Run) -> EvalResult | None:
-    """A local run's last checkpoint played by the seed's protocol (greedy, one episode a maze),
-    cached in RUN/evals/greedy/; a SkyRL run with both protocols: its last seed's eval; else None."""
+    """The last checkpoint under the seed's protocol: a local run's played now (cached in
+    RUN/evals/greedy/), a SkyRL run's last seed eval when it logged both protocols, else None."""
     run = open_run(source)
     if not isinstance(run, LocalRun):
         seed = run.evals() if run.sampled_evals() else {}
@@ -265,8 +261,8 @@ def final_greedy_eval(source: str | Path | Run) -> EvalResult | None:
 
 
 def diff_maze(a: EvalResult, b: EvalResult) -> int:
-    """A maze index worth replaying side by side: A failed and B solved (first sample), else one
-    where they differ, else maze 0."""
+    """A maze to replay side by side: A failed and B solved (first sample), else they differ,
+    else 0."""
     if a.test_set_hash != b.test_set_hash:
         raise UsageError("the two results are on different test sets: compare like with like")
     pairs = [(x["solved"][0], y["solved"][0]) for x, y in zip(a.per_maze, b.per_maze, strict=True)]
@@ -288,12 +284,8 @@ def episode(trajs: list[Trajectory], result: EvalResult, maze: int, sample: int 
 
 def failure_examples(trajs: list[Trajectory]) -> dict[str, Trajectory]:
     """The first failed episode of each failure kind, in the taxonomy's order."""
-    found: dict[str, Trajectory] = {}
-    for t in trajs:
-        kind = classify(t)
-        if kind is not None and kind not in found:
-            found[kind] = t
-    return {k: found[k] for k in (*KINDS, *sorted(set(found) - set(KINDS))) if k in found}
+    found = {classify(t): t for t in reversed(trajs)}  # the first of each kind wins
+    return {k: found[k] for k in (*KINDS, *sorted(set(found) - {*KINDS, None})) if k in found}
 
 
 def eval_trajectories(source: str | Path | Run, step: int) -> list[Trajectory]:
@@ -303,15 +295,13 @@ def eval_trajectories(source: str | Path | Run, step: int) -> list[Trajectory]:
 
 @dataclass(frozen=True)
 class RunReplays:
-    """What notebook 05 replays: maze `maze` at the last evaluated step and, with two evals, at
-    GRPO's first (`run_replays`)."""
+    """Notebook 05's maze at the last evaluated step and, with two evals, at GRPO's first."""
 
     run: str
     maze: int
     last: EvalResult
     last_trajs: list[Trajectory] = field(repr=False)
     first: EvalResult | None = None
-    """None when the run has one eval: nothing to compare with."""
     first_trajs: list[Trajectory] = field(default_factory=list, repr=False)
 
     @property
@@ -320,30 +310,26 @@ class RunReplays:
 
     @property
     def labels(self) -> tuple[str, str]:
-        """The diff's two panes: GRPO's first step, then the last."""
         first = self.first.step if self.first is not None else None
         return f"step {first}", self.label
 
     @property
     def episode(self) -> Trajectory:
-        """Sample 0 of `maze` at the last step."""
         return episode(self.last_trajs, self.last, self.maze)
 
     @property
     def pair(self) -> tuple[Trajectory, Trajectory] | None:
-        """Sample 0 of `maze` at GRPO's first step and at the last; None with one eval."""
+        """Sample 0 of `maze` at the first and the last step; None with one eval."""
         if self.first is None:
             return None
         return episode(self.first_trajs, self.first, self.maze), self.episode
 
     @property
     def disagreement(self) -> str | None:
-        """Where the two checkpoints first chose differently (`player.disagreement`)."""
         pair = self.pair
         return None if pair is None else disagreement(*pair, self.labels)
 
     def failures(self) -> dict[str, Trajectory]:
-        """The last step's first failed episode of each kind (`failure_examples`)."""
         return failure_examples(self.last_trajs)
 
     def __str__(self) -> str:
@@ -352,8 +338,7 @@ class RunReplays:
 
 
 def run_replays(source: str | Path | Run, *, maze: int | None = None) -> RunReplays:
-    """The replays of a run; `maze` None: one where GRPO's first and last checkpoints differ
-    (`diff_maze`)."""
+    """A run's replays; `maze` None: one where GRPO's first and last checkpoints differ."""
     run = open_run(source)
     evals = checkpoint_evals(run)
     if not evals:
@@ -382,8 +367,8 @@ def save_png(fig: Figure, out_dir: str | Path, name: str) -> Path:
 
 
 def keep(fig: Figure, out_dir: str | Path | None, name: str) -> Figure:
-    """The figure, also written to OUT/plots/NAME.png when `out_dir` is set (relative: against
-    the project root or $RLKIT_HOME)."""
+    """The figure, also written to OUT/plots/NAME.png when `out_dir` is set (relative: to
+    `home()`)."""
     if out_dir is not None:
         save_png(fig, home_path(out_dir), name)
     return fig
