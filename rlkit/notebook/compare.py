@@ -25,8 +25,6 @@ from rlkit.stats import PairedByMaze, clustered_wilson, paired_by_maze
 
 ALPHA = 0.05
 """The significance level every verdict states."""
-RUNS_DIR = "runs"
-"""Where a bare run name is looked for, under `home()`."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +64,7 @@ def resolve_run(spec: str | Path | Run) -> Run:
         if not path.exists() and not Path(spec).expanduser().is_absolute():
             raise RunNotFound(f"no run at {path}: {relative_rule()}")
         return open_run(path)
-    root = home() / RUNS_DIR
+    root = home() / "runs"
     found = sorted(p for p in root.glob(f"**/{spec}") if is_run(p))
     if len(found) > 1:
         raise UsageError(
@@ -82,13 +80,11 @@ def resolve_run(spec: str | Path | Run) -> Run:
 
 def wall_clock(records: Sequence[Mapping[str, Any]]) -> dict[int, float]:
     """`RunView.wall_s`: `timing/elapsed_s` (local), else the sum of `timing/step` (SkyRL)."""
-    if any("timing/elapsed_s" in r for r in records):
-        key, cumulative = "timing/elapsed_s", True
-    elif any("timing/step" in r for r in records):
-        key, cumulative = "timing/step", False
-    else:
+    logged = (k for k in ("timing/elapsed_s", "timing/step") if any(k in r for r in records))
+    key = next(logged, None)
+    if key is None:
         return {}
-    total, out = 0.0, {}
+    cumulative, total, out = key == "timing/elapsed_s", 0.0, {}
     for r in sorted(records, key=lambda r: int(r.get("step", 0))):  # stable: file order kept
         step = int(r.get("step", 0))
         value = r.get(key)
@@ -124,9 +120,6 @@ def load_runs(
     if len(set(names)) != len(names):
         raise UsageError(f"runs share a label ({', '.join(names)}): pass labels=[...] to tell them")
     return views
-
-
-# maze by maze
 
 
 def paired_outcomes(a: EvalResult, b: EvalResult) -> tuple[list[list[bool]], list[list[bool]]]:
@@ -255,9 +248,6 @@ def verdicts(views: Sequence[RunView], reference: int | str = 0) -> list[str]:
     return [ONE_RUN] if len(views) == 1 else [c.verdict for c in compare_runs(views, reference)]
 
 
-# per difficulty
-
-
 def difficulty_rows(views: Sequence[RunView], which: str = "final") -> list[dict[str, Any]]:
     """Per (maze size, shortest-path length), then "all": each run's solve rate, 95% interval
     and maze count at its final (or best) checkpoint."""
@@ -272,17 +262,11 @@ def difficulty_rows(views: Sequence[RunView], which: str = "final") -> list[dict
             groups.setdefault(int(m["path_length"]), []).append(m["solved"])
         for length, g in groups.items():
             y, n = [sum(s) for s in g], [len(s) for s in g]
-            cells.setdefault((size, length), {})[v.label] = (
-                sum(y) / sum(n),
-                clustered_wilson(y, n),
-                len(g),
-            )
+            cell = (sum(y) / sum(n), clustered_wilson(y, n), len(g))
+            cells.setdefault((size, length), {})[v.label] = cell
         totals[v.label] = (r.solve_rate, r.ci95, r.n_mazes)
-    rows = [
-        {"maze": size, "path": length, **cells[(size, length)]} for size, length in sorted(cells)
-    ]
-    rows.append({"maze": "all", "path": None, **totals})
-    return rows
+    rows = [{"maze": size, "path": length, **cells[size, length]} for size, length in sorted(cells)]
+    return [*rows, {"maze": "all", "path": None, **totals}]
 
 
 def format_table(rows: Sequence[Mapping[str, Any]], labels: Sequence[str] | None = None) -> str:
@@ -307,9 +291,6 @@ def format_table(rows: Sequence[Mapping[str, Any]], labels: Sequence[str] | None
         "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
         for r in [head, *body]
     )
-
-
-# figures
 
 
 def solve_rate_curves(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import sys
 import time
@@ -112,16 +113,8 @@ def ready_to_open(path: Path) -> None:
 
 
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-MODEL_REF = "IPY_MODEL_"
+MODEL_REF = re.compile(r'"IPY_MODEL_([^"\\]+)"')
 """How a widget's state names another widget (ipywidgets' `widget_serialization`)."""
-
-
-def _refs(value: object) -> set[str]:
-    if isinstance(value, str):
-        return {value[len(MODEL_REF) :]} if value.startswith(MODEL_REF) else set()
-    if isinstance(value, dict):
-        value = list(value.values())
-    return set().union(*map(_refs, value)) if isinstance(value, list | tuple) else set()
 
 
 def shown_widget_state(notebook: dict) -> tuple[int, int]:
@@ -143,7 +136,8 @@ def shown_widget_state(notebook: dict) -> tuple[int, int]:
         model = todo.pop()
         if model not in keep:
             keep.add(model)
-            todo += [m for m in _refs(state[model].get("state", {})) if m in state]
+            refs = MODEL_REF.findall(json.dumps(state[model].get("state", {})))
+            todo += [m for m in refs if m in state]
     dropped = len(state) - len(keep)
     if keep:
         meta["state"] = {model: entry for model, entry in state.items() if model in keep}

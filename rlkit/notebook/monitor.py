@@ -96,10 +96,8 @@ class JobMonitor(widgets.VBox):
         self.warning = ""  # the stability warning line
         self.error: str | None = None
         self.status_label = widgets.HTML()
-        self.log_view = widgets.Textarea(
-            disabled=True, layout=widgets.Layout(width="100%", height="16em")
-        )
-        self.curves = widgets.Image(format="png", layout=widgets.Layout(width="720px"))
+        self.log_view = widgets.Textarea(disabled=True, layout={"width": "100%", "height": "16em"})
+        self.curves = widgets.Image(format="png", layout={"width": "720px"})
         self.progress = widgets.HTML()
         self.stop_button = widgets.Button(
             description="Stop job", button_style="danger", icon="stop"

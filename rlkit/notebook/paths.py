@@ -1,6 +1,5 @@
-"""Where a notebook's relative paths point: against $RLKIT_HOME, else the project root, whatever
-the kernel's working directory (the CLI reads them from its own: `cli_path_note`).
-"""
+"""Where a notebook's relative paths point: $RLKIT_HOME, else the project root, whatever the
+kernel's working directory (the CLI reads them from its own: `cli_path_note`)."""
 
 from __future__ import annotations
 
@@ -32,8 +31,8 @@ def relative_rule() -> str:
 
 
 def cli_path_note(path: str | Path) -> str | None:
-    """What `rlkit train --run-dir PATH` prints when a notebook would read PATH elsewhere: the
-    absolute path to give it; None when PATH is absolute or the CLI runs from `home()`."""
+    """The absolute path `rlkit train --run-dir PATH` prints when a notebook would read PATH
+    elsewhere (None: PATH is absolute or the CLI runs from `home()`)."""
     p = Path(path).expanduser()
     if p.is_absolute() or p.resolve() == home_path(p).resolve():
         return None

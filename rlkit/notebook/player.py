@@ -45,10 +45,8 @@ def move_bars(traj: Trajectory) -> list[MoveBars]:
     for turn in traj.turns:
         word = turn.actions[0] if turn.actions else None
         chosen = Action[word.upper()].value if word in MOVES else None  # `stop`: no bar
-        if turn.move_probs is None:
-            out.append(MoveBars(None, chosen, NO_PROBS))
-        else:
-            out.append(MoveBars(tuple(round(p, 4) for p in turn.move_probs), chosen))
+        probs = None if turn.move_probs is None else tuple(round(p, 4) for p in turn.move_probs)
+        out.append(MoveBars(probs, chosen, NO_PROBS if probs is None else ""))
     out.append(MoveBars(None, None, EPISODE_OVER))
     return out
 
@@ -376,19 +374,12 @@ def replay(traj: Trajectory, label: str = "", *, display_px: int = 256) -> Repla
 
 
 def checkpoint_diff(
-    traj_a: Trajectory,
-    traj_b: Trajectory,
-    labels: Sequence[str] = ("A", "B"),
-    *,
-    display_px: int = 256,
+    traj_a: Trajectory, traj_b: Trajectory, labels: Sequence[str] = ("A", "B")
 ) -> Replay:
     """One maze played by two policies side by side on one slider, under their `disagreement`."""
     if len(labels) != 2:
         raise UsageError(f"labels needs two names (one per episode), got {list(labels)}")
     if traj_a.maze_obj != traj_b.maze_obj:
         raise UsageError("the two episodes are on different mazes: pick the same maze index")
-    panes = [
-        replay_pane(t, label, display_px=display_px)
-        for t, label in zip((traj_a, traj_b), labels, strict=True)
-    ]
+    panes = [replay_pane(t, label) for t, label in zip((traj_a, traj_b), labels, strict=True)]
     return Replay(panes, disagreement(traj_a, traj_b, labels))

@@ -128,9 +128,6 @@ def distinct_series(
     return out
 
 
-# solve rate across checkpoints
-
-
 def solve_rate_curve(
     evals: Evals,
     *,
@@ -181,9 +178,6 @@ def solve_rate_curve(
     fig.subplots_adjust(right=0.7)
     figure_header(fig, title, run_id, _counts_line(results))
     return fig
-
-
-# per-difficulty and failures
 
 
 def _labelled(evals: EvalResult | Evals) -> list[tuple[str, EvalResult]]:
@@ -257,7 +251,6 @@ def maze_gallery(
     stats: bool = True,
     *,
     cols: int = 8,
-    style: RenderStyle = GALLERY_STYLE,
     title: str = "Test mazes",
 ) -> Figure:
     """A grid of mazes, titled with path length (L), junctions (J) and turns (T) with `stats`."""
@@ -271,7 +264,7 @@ def maze_gallery(
         ax.set_axis_off()
         if i >= len(mazes):
             continue
-        ax.imshow(render_maze(mazes[i], style), interpolation="nearest")
+        ax.imshow(render_maze(mazes[i], GALLERY_STYLE), interpolation="nearest")
         if stats:
             d = difficulty(mazes[i])
             ax.set_title(f"#{i} L{d.path_length} J{d.junctions} T{d.turns}", fontsize=7)

@@ -30,7 +30,6 @@ class RunProgress:
     eval_rate: float | None = None
     eval_ci: tuple[float, float] | None = None
     eval_labels: tuple[str, ...] = ()
-    elapsed_s: float = 0.0
     pace_s: float | None = None
     """Seconds per GRPO step over the last `PACE_WINDOW` steps (the basis of the ETA)."""
 
@@ -117,7 +116,6 @@ def read_progress(
     else:
         grpo = [r for r in steps if r.get("train/phase") == "grpo" and "rollout/episodes" in r]
     last_eval = next((r for r in reversed(steps) if "eval/solve_rate" in r), {})
-    elapsed = max((r.get("timing/elapsed_s", 0.0) for r in steps), default=0.0)
     ws_elapsed = max(
         (r.get("timing/elapsed_s", 0.0) for r in steps if r["step"] <= ws_end), default=0.0
     )
@@ -134,7 +132,6 @@ def read_progress(
         eval_rate=last_eval.get("eval/solve_rate"),
         eval_ci=None if None in ci else tuple(ci),
         eval_labels=eval_labels(last_eval),
-        elapsed_s=elapsed,
         pace_s=pace,
     )
 

@@ -1,6 +1,5 @@
 """Captured training rollouts as replays: `step_html` writes one step as a page, a player per
-group (`rlkit rollouts RUN --export FILE.html`); `RolloutsView` is the job monitor's panel.
-"""
+group (`rlkit rollouts RUN --export FILE.html`); `RolloutsView` is the job monitor's panel."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ from rlkit.run.captures import CapturedEpisode, summarize
 
 
 def episode_label(e: CapturedEpisode) -> str:
-    """`group 3, sample 1: reward 1, advantage +0.71`: what the trainer saw of an episode (under
-    gigpo its turns' range too: `(turns -0.20 to +1.05)`)."""
+    """`group 3, sample 1: reward 1, advantage +0.71` (under gigpo also its turns' range)."""
     turns = e.turn_advantages
     spread = f" (turns {min(turns):+.2f} to {max(turns):+.2f})" if turns else ""
     return (
@@ -27,8 +25,7 @@ def episode_label(e: CapturedEpisode) -> str:
     )
 
 
-def episode_pane(e: CapturedEpisode, *, display_px: int = 192) -> PaneFrames:
-    """One episode as a pane of the kernel-free player, labelled with its reward and advantage."""
+def episode_pane(e: CapturedEpisode, *, display_px: int) -> PaneFrames:
     label = f"sample {e.trajectory.sample}: reward {e.trajectory.reward:g}, adv {e.advantage:+.2f}"
     return replay_pane(e.trajectory, label, policy=f"step {e.step}", display_px=display_px)
 
@@ -60,27 +57,22 @@ def step_html(
 
 
 class RolloutsView(widgets.VBox):
-    """The newest captured training step of a run: its numbers, a menu of its episodes and the
-    chosen one in the replay player (an `ipywidgets.HTML`, so it plays with no kernel too); the
-    menu keeps its group and sample across steps."""
+    """A run's newest captured training step: its numbers, a menu of its episodes (keeping its
+    group and sample across steps) and the chosen one in the replay player."""
 
     def __init__(self, *, display_px: int = 256) -> None:
         self.display_px = display_px
-        self.step: int | None = None
-        """The step shown (None: none captured yet)."""
+        self.step: int | None = None  # the step shown
         self.episodes: list[CapturedEpisode] = []
         self.header = widgets.HTML("<i>training rollouts: none captured yet</i>")
-        self.menu = widgets.Dropdown(
-            options=[], description="episode", layout=widgets.Layout(width="28em")
-        )
+        self.menu = widgets.Dropdown(options=[], description="episode", layout={"width": "28em"})
         self.player = widgets.HTML()
         self._quiet = False
         self.menu.observe(self._picked, names="value")
         super().__init__([self.header, self.menu, self.player])
 
     def update(self, run: Run | None) -> bool:
-        """Show `run`'s newest captured step if new; True when it changed (a damaged file is
-        said in the header)."""
+        """Show `run`'s newest captured step if new; True when it changed."""
         steps = run.capture_steps() if run is not None else []
         if not steps or steps[-1] == self.step:
             return False

@@ -2,7 +2,6 @@
 seed's protocol for notebook 02, so each number names its task and protocol.
 
     fig = visgym.side_by_side(4)             # rlkit's test | VisGym as VisGym draws it | tiny view
-    result = visgym.seed_protocol(policy, "local-tiny-visgym")   # greedy, one sample a maze
 """
 
 from __future__ import annotations
@@ -12,8 +11,8 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from rlkit.env.maze_env import env_for_set
-from rlkit.episodes.evaluate import EvalResult, evaluate
-from rlkit.episodes.policies import Policy
+from rlkit.episodes.evaluate import evaluate
+from rlkit.episodes.policies import scripted_policy
 from rlkit.maze import rules
 from rlkit.maze.core import difficulty
 from rlkit.maze.render import render, render_maze
@@ -29,14 +28,14 @@ SEED_TASK = (
     "`rlkit eval --policy POLICY --set visgym-easy --protocol seed` reports any policy that way; rlkit's own "
     "protocol (k sampled episodes a maze, interval clustered by maze) is a different number."
 )
-"""What the seed's starting point was measured on, in one paragraph (notebook 02 prints it)."""
+"""What the seed's starting point was measured on (notebook 02 prints it)."""
 
 
 def side_by_side(
     n: int = 4, *, test_set: str = "test", preset: str = "local-tiny-visgym"
 ) -> Figure:
-    """Three rows of `n` mazes: rlkit's `test_set`, VisGym's maze_2d/easy as VisGym draws it, and
-    the same mazes as the tiny model's `preset` shows them."""
+    """Rows of `n` mazes: rlkit's `test_set`, VisGym's maze_2d/easy as VisGym draws it, and the
+    same mazes as `preset` shows them."""
     cells, squares = pinned_set(test_set)[:n], pinned_set("visgym-easy")[:n]
     visgym_style = env_for_set("visgym-easy").style
     tiny_style = train_preset(preset).task.env.style
@@ -80,32 +79,24 @@ def set_facts(names: tuple[str, ...] = ("test", "visgym-easy", "visgym-hard")) -
     return out
 
 
-def seed_protocol(policy: Policy, preset: str = "local-tiny-visgym") -> EvalResult:
-    """`policy` under the seed's protocol on `visgym-easy` (every maze, greedy, one sample, the
-    exact interval) in the env of the local `preset`."""
-    task = train_preset(preset).task
-    result, _ = evaluate(
-        policy,
-        set_name="visgym-easy",
-        samples=1,
-        cfg=task.env,
-        history=task.history,
-        mode="greedy",
-        protocol="seed",
-    )
-    return result
-
-
 def seed_protocol_lines(out_dir: str | Path, preset: str = "local-tiny-visgym") -> str:
-    """The oracle and `preset`'s untrained model under the seed's protocol, one line each."""
-    from rlkit.episodes.policies import scripted_policy
+    """The oracle and `preset`'s untrained model under the seed's protocol on `visgym-easy`
+    (greedy, one sample a maze, the exact interval) in `preset`'s env, one line each."""
     from rlkit.notebook.workbench import base_model, model_policy
 
     cfg = train_preset(preset)
     base = model_policy(base_model(preset, out_dir), cfg, greedy=True)
     lines = []
     for name, policy in (("oracle", scripted_policy("oracle")), ("base (untrained)", base)):
-        result = seed_protocol(policy, preset)
+        result, _ = evaluate(
+            policy,
+            set_name="visgym-easy",
+            samples=1,
+            cfg=cfg.task.env,
+            history=cfg.task.history,
+            mode="greedy",
+            protocol="seed",
+        )
         result.policy = name
         lines.append(result.summary())
     return "\n".join(lines)

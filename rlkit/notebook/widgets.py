@@ -1,8 +1,5 @@
 """The maze browser (ipywidgets 8): size, seed, generator and start/exit controls over a
-generated maze, drawn as an image or as ASCII. Replays are `rlkit.notebook.player`'s.
-
-    MazeBrowser(size=6, seed=3)
-"""
+generated maze, drawn as an image or as ASCII: `MazeBrowser(size=6, seed=3)`."""
 
 from __future__ import annotations
 
@@ -40,12 +37,12 @@ BROWSER_PX = 480
 
 
 def browser_cell_px(size: int) -> int:
-    """Cell size that draws a `size`-cell maze at about BROWSER_PX, pixel for pixel."""
+    """Cell size that draws a `size`-cell maze at about BROWSER_PX."""
     return max(4, min(160, BROWSER_PX // size))
 
 
 class MazeBrowser(widgets.VBox):
-    """Size/seed/algorithm controls and an image or ASCII view of the resulting maze."""
+    """Size/seed/generator controls and an image or ASCII view of the resulting maze."""
 
     def __init__(self, size: int = 5, seed: int = 0, algorithm: str = "wilson"):
         self.size = widgets.IntSlider(value=size, min=MIN_SIZE, max=MAX_SIZE, description="size")
@@ -67,27 +64,13 @@ class MazeBrowser(widgets.VBox):
         for control in (self.size, self.seed, self.algorithm, self.placement, self.view):
             control.observe(lambda _: self.update(), names="value")
         self.update()
-        super().__init__(
-            [
-                widgets.HBox([self.size, self.seed]),
-                self.algorithm,
-                self.placement,
-                self.view,
-                self.stats,
-                self.image,
-                self.ascii,
-            ]
-        )
+        rows = [self.algorithm, self.placement, self.view, self.stats, self.image, self.ascii]
+        super().__init__([widgets.HBox([self.size, self.seed]), *rows])
 
     def update(self) -> None:
         size = self.size.value
-        self.maze, png, text, stats = maze_view(
-            size,
-            self.seed.value,
-            self.algorithm.value,
-            self.placement.value,
-            cell_px=browser_cell_px(size),
-        )
+        choice = (size, self.seed.value, self.algorithm.value, self.placement.value)
+        self.maze, png, text, stats = maze_view(*choice, cell_px=browser_cell_px(size))
         self.image.value = png
         self.image.layout.width = f"{png_width(png)}px"  # drawn at display size, not stretched
         self.ascii.value = f"<pre style='line-height:1.1'>{html.escape(text)}</pre>"

@@ -43,9 +43,6 @@ CLUSTER_VERSIONS = {"python": "3.12", "torch": "2.13.0", "transformers": "5.16.1
 """What the cluster runs (requirements/cluster-pins.txt; a test keeps the two equal)."""
 
 
-# the kernel
-
-
 def kernel_report() -> dict[str, str]:
     """Python and package versions of this kernel, problems under `problems` (a torch-free client
     is noted under `local_training`, not as a problem)."""
@@ -69,9 +66,6 @@ def kernel_report() -> dict[str, str]:
         )
     report["problems"] = "; ".join(problems) or "none"
     return report
-
-
-# cached evaluations
 
 
 def evaluate_cached(
@@ -130,9 +124,6 @@ def model_policy(model_dir: Path, cfg: TrainConfig, *, greedy: bool = False) -> 
     return load_policy(
         model_dir, temperature=m.temperature, greedy=greedy, constrained=m.constrained
     )
-
-
-# the plan, a run's own config, and the run a notebook reads
 
 
 def plan_run(
@@ -255,9 +246,6 @@ def final_greedy_eval(source: str | Path | Run) -> EvalResult | None:
         protocol="seed",
     )
     return result
-
-
-# episodes worth looking at
 
 
 def diff_maze(a: EvalResult, b: EvalResult) -> int:
