@@ -33,8 +33,7 @@ INDEX = "index.json"
 
 
 def baseline_key(name: str, cfg: TrainConfig, *, samples: int, seed: int) -> dict[str, Any]:
-    """A baseline's cache key: the policy (for `base`, the model and its seed), the test set, the
-    env, samples per maze and the eval seed."""
+    """A baseline's cache key: policy (`base`: with its model), test set, env, samples, seed."""
     key: dict[str, Any] = {
         "policy": name,
         "test_set_hash": pinned_set_hash(cfg.task.eval_set),

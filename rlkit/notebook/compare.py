@@ -55,8 +55,7 @@ class RunView:
 
 
 def resolve_run(spec: str | Path | Run) -> Run:
-    """A run from a path (relative: to `home()`) or a bare name found once under HOME/runs
-    ("smoke" for runs/demo/smoke)."""
+    """A run from a path (relative: to `home()`) or a bare name found once under HOME/runs."""
     if isinstance(spec, Run):
         return spec
     path = home_path(spec)
@@ -123,8 +122,7 @@ def load_runs(
 
 
 def paired_outcomes(a: EvalResult, b: EvalResult) -> tuple[list[list[bool]], list[list[bool]]]:
-    """A's and B's outcomes on the mazes both evaluated (by hash, A's order), the first k samples
-    of each (k: the smaller count)."""
+    """A's and B's outcomes on the mazes both evaluated (A's order), the first k samples of each."""
 
     def keyed(r: EvalResult) -> dict[str, list[bool]]:
         return {m.get("hash") or f"{r.test_set_hash}:{m['index']}": m["solved"] for m in r.per_maze}
@@ -214,8 +212,7 @@ def compare_checkpoints(a: RunView, b: RunView, which: str = "final") -> Compari
 
 
 def compare_runs(views: Sequence[RunView], reference: int | str = 0) -> list[Comparison]:
-    """Every run against the reference (index or label): final vs final, then best vs best where
-    a best is not its final."""
+    """Every run against the reference: final vs final, then best vs best where a best differs."""
     if len(views) < 2:
         raise UsageError(f"comparing runs needs at least two, got {len(views)}")
     labels = [v.label for v in views]
@@ -249,8 +246,7 @@ def verdicts(views: Sequence[RunView], reference: int | str = 0) -> list[str]:
 
 
 def difficulty_rows(views: Sequence[RunView], which: str = "final") -> list[dict[str, Any]]:
-    """Per (maze size, shortest-path length), then "all": each run's solve rate, 95% interval
-    and maze count at its final (or best) checkpoint."""
+    """Per (maze size, path length), then "all": each run's solve rate, 95% CI and maze count."""
     cells: dict[tuple[str, int], dict[str, tuple[float, tuple[float, float], int]]] = {}
     totals = {}
     for v in views:
@@ -296,8 +292,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], labels: Sequence[str] | None
 def solve_rate_curves(
     views: Sequence[RunView], *, align: str = "step", title: str = "Solve rate, runs compared"
 ) -> Figure:
-    """Every run's solve rate with its 95% band by training step and by wall time; `align="grpo"`
-    counts steps from each run's GRPO start."""
+    """Each run's solve rate and 95% band by step (`align="grpo"`: from its GRPO start) and time."""
     if align not in ("step", "grpo"):
         raise UsageError(f"align: 'step' or 'grpo', not {align!r}")
     if not views:

@@ -300,6 +300,5 @@ def signal_spans(metrics: Sequence[Mapping[str, Any]] | str | Path | Run) -> lis
 
 
 def signal_lines(metrics: Sequence[Mapping[str, Any]] | str | Path | Run) -> list[str]:
-    """Notebook 04's line per `READ_SIGNALS` signal: first value, medians of the first and last
-    `EARLY_STEPS` GRPO steps, range."""
+    """Notebook 04's line per signal: first value, medians of the first/last `EARLY_STEPS`, range."""
     return [span.line() for span in signal_spans(metrics)]

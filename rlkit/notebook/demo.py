@@ -71,8 +71,7 @@ def ensure_kernel() -> str:
 
 
 def execute(name: str, out_dir: Path, params: dict[str, Any], *, kernel: str = KERNEL) -> Path:
-    """Execute notebooks/NAME.ipynb into OUT/notebooks/NAME.ipynb (kernel started in
-    notebooks/), then `ready_to_open`."""
+    """Execute notebooks/NAME.ipynb into OUT/notebooks/NAME.ipynb, then `ready_to_open`."""
     import papermill
     from traitlets.config import Config
 
@@ -101,8 +100,7 @@ def execute(name: str, out_dir: Path, params: dict[str, Any], *, kernel: str = K
 
 
 def ready_to_open(path: Path) -> None:
-    """Widget state only for what is shown, then trust (`jupyter trust`'s signature), so that
-    JupyterLab runs the replay players with no kernel."""
+    """Widget state only for what is shown, then trust: JupyterLab runs the players kernel-free."""
     import nbformat
     from nbformat.sign import NotebookNotary
 
@@ -118,8 +116,7 @@ MODEL_REF = re.compile(r'"IPY_MODEL_([^"\\]+)"')
 
 
 def shown_widget_state(notebook: dict) -> tuple[int, int]:
-    """Keep in the saved widget state only the models an output shows and those they refer to;
-    returns (kept, dropped)."""
+    """Keep only the widget models an output shows and those they refer to; (kept, dropped)."""
     meta = notebook.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE)
     if not meta or not meta.get("state"):
         return 0, 0

@@ -123,9 +123,9 @@ def worked_group(run: Run, step: int | None = None, group: int | None = None) ->
 
 def mixed_groups(episodes: Sequence[CapturedEpisode]) -> list[int]:
     """The groups, ascending, whose episodes did not all get one reward."""
-    return sorted(
+    return [
         g for g, eps in by_group(episodes).items() if len({e.trajectory.reward for e in eps}) > 1
-    )
+    ]
 
 
 def from_episodes(episodes: Sequence[CapturedEpisode], group: int | None = None) -> WorkedGroup:
@@ -140,13 +140,11 @@ def from_episodes(episodes: Sequence[CapturedEpisode], group: int | None = None)
     eps = groups[group]
     rewards = tuple(float(e.trajectory.reward) for e in eps)
     captured = tuple(float(e.advantage) for e in eps)
-    rule = RULES[match_rule(rewards, captured)]
-    return WorkedGroup(eps[0].step, group, rewards, captured, rule)
+    return WorkedGroup(eps[0].step, group, rewards, captured, RULES[match_rule(rewards, captured)])
 
 
 def worked_text(run_dir: str | Path, *, cluster: Any = None) -> str:
-    """Notebook 03's worked group of the run at `run_dir` (through `cluster`), or why there is
-    none yet."""
+    """Notebook 03's worked group of the run at `run_dir`, or a line saying why there is none."""
     from rlkit.notebook.workbench import open_source
 
     try:

@@ -81,24 +81,6 @@ def bars_html(bars: MoveBars) -> str:
     )
 
 
-BARS_JS = """
-function rlkitBars(el, d) {
-  var fills = el.querySelectorAll('.rlkit-bar-fill');
-  var pcts = el.querySelectorAll('.rlkit-bar-pct');
-  var moves = el.querySelectorAll('.rlkit-bar-move');
-  for (var k = 0; k < fills.length; k++) {
-    var p = d.p ? d.p[k] : 0;
-    var chosen = !!d.p && d.c === k;
-    fills[k].style.width = (100 * p).toFixed(3) + '%';
-    fills[k].style.background = chosen ? 'CHOSEN' : 'OTHER';
-    moves[k].style.fontWeight = chosen ? 'bold' : 'normal';
-    pcts[k].textContent = !d.p ? '' : (p >= 0.01 || p === 0 ? (100 * p).toFixed(0) + '%' : '<1%');
-  }
-  el.querySelector('.rlkit-bar-note').textContent = d.n;
-}
-""".replace("CHOSEN", f"rgb{MODEL_COLOUR}").replace("OTHER", f"rgb{OTHER_RGB}")
-
-
 def first_disagreement(a: Trajectory, b: Trajectory) -> int | None:
     """The first turn (0-based) where `a` and `b` chose differently on one cell; None if none."""
     for i, (ta, tb) in enumerate(zip(a.turns, b.turns, strict=False)):
@@ -144,8 +126,7 @@ REPLAY_STYLE = RenderStyle(view="full", cell_px=16, last=(90, 90, 90))
 def replay_frames(
     traj: Trajectory, style: RenderStyle = REPLAY_STYLE, *, display_px: int = 256
 ) -> list[bytes]:
-    """A PNG per turn (the state before it, the oracle's and the model's moves drawn), then the
-    final state's."""
+    """A PNG per turn (its state, the oracle's and the model's moves drawn), then the end's."""
     frames = []
     for i, state in enumerate(replay_states(traj)):
         img = render(state, style)
@@ -261,7 +242,20 @@ _SCRIPT = """
 var root = this.closest('.rlkit-player');
 if (root.rlkitReady) { return; }
 root.rlkitReady = true;
-BARS_JS
+function rlkitBars(el, d) {
+  var fills = el.querySelectorAll('.rlkit-bar-fill');
+  var pcts = el.querySelectorAll('.rlkit-bar-pct');
+  var moves = el.querySelectorAll('.rlkit-bar-move');
+  for (var k = 0; k < fills.length; k++) {
+    var p = d.p ? d.p[k] : 0;
+    var chosen = !!d.p && d.c === k;
+    fills[k].style.width = (100 * p).toFixed(3) + '%';
+    fills[k].style.background = chosen ? 'CHOSEN' : 'OTHER';
+    moves[k].style.fontWeight = chosen ? 'bold' : 'normal';
+    pcts[k].textContent = !d.p ? '' : (p >= 0.01 || p === 0 ? (100 * p).toFixed(0) + '%' : '<1%');
+  }
+  el.querySelector('.rlkit-bar-note').textContent = d.n;
+}
 var panes = JSON.parse(root.querySelector('script.rlkit-data').textContent);
 var n = Math.max.apply(null, panes.map(function (p) { return p.frames.length; }));
 var slider = root.querySelector('.rlkit-slider');
@@ -297,7 +291,7 @@ play.onclick = function () {
 root.querySelector('.rlkit-prev').onclick = function () { stop(); show(+slider.value - 1); };
 root.querySelector('.rlkit-next').onclick = function () { stop(); show(+slider.value + 1); };
 slider.oninput = function () { stop(); show(+slider.value); };
-"""
+""".replace("CHOSEN", f"rgb{MODEL_COLOUR}").replace("OTHER", f"rgb{OTHER_RGB}")
 
 
 @dataclass(frozen=True)
@@ -327,7 +321,7 @@ class Replay:
             }
             for p in self.panes
         ]
-        script = _SCRIPT.replace("BARS_JS", BARS_JS).replace("INTERVAL", str(self.interval_ms))
+        script = _SCRIPT.replace("INTERVAL", str(self.interval_ms))
         boxes = "".join(
             f"<div class='rlkit-pane' style='width:{p.width_px}px;flex:none'>"
             f"<b>{html.escape(p.label)}</b><br>"

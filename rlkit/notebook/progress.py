@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,8 +64,7 @@ class RunProgress:
 
 
 def eval_labels(record: dict[str, Any]) -> tuple[str, ...]:
-    """An eval record's rates labelled by protocol, then each other set's; () without a protocol
-    logged."""
+    """An eval record's rates labelled by protocol, then each other set's; () if none logged."""
     sets = sorted(
         k[len("eval/") : -len("_solve_rate")]
         for k in record
@@ -162,12 +162,17 @@ class RunFollower:
         self._halt.set()
         self._thread.join(10)
 
-    def _read(self) -> RunProgress | None:
-        try:
-            self.last = read_progress(self.run_dir)
-        except RlkitError:  # a line being written: the next poll reads it whole
-            return None
-        return self.last
+    def _polls(self) -> Iterator[tuple[bool, RunProgress | None]]:
+        """(whether it is the last poll, the progress or None) every `poll_s` until `stop()`."""
+        final = False
+        while not final:
+            final = self._halt.wait(self.poll_s)
+            try:
+                self.last = read_progress(self.run_dir)
+            except RlkitError:  # a line being written: the next poll reads it whole
+                yield final, None
+            else:
+                yield final, self.last
 
     def _follow(self) -> None:
         interactive = hasattr(self.file, "isatty") and self.file.isatty()
@@ -175,15 +180,11 @@ class RunFollower:
 
     def _follow_lines(self) -> None:
         said, said_at = None, float("-inf")
-        while True:
-            final = self._halt.wait(self.poll_s)
-            p = self._read()
+        for final, p in self._polls():
             now = time.monotonic()
             if p is not None and p.line() != said and (final or now - said_at >= self.log_every_s):
                 print(f"training: {p.line()}", file=self.file, flush=True)
                 said, said_at = p.line(), now
-            if final:
-                return
 
     def _follow_bar(self) -> None:
         from tqdm import tqdm
@@ -191,24 +192,20 @@ class RunFollower:
         bar = tqdm(total=None, desc="training", unit="step", file=self.file, dynamic_ncols=True)
         in_grpo = False
         try:
-            while True:
-                final = self._halt.wait(self.poll_s)
-                p = self._read()
-                if p is not None:
-                    # the clock restarts with GRPO: the warm start's minutes are no GRPO pace
-                    if (p.grpo_total and bar.total != p.grpo_total) or (
-                        p.phase == "GRPO" and not in_grpo
-                    ):
-                        bar.reset(total=p.grpo_total)
-                        bar.n = bar.last_print_n = p.grpo_step  # done before the clock started
-                        in_grpo = p.phase == "GRPO"
-                    if p.grpo_step > bar.n:
-                        bar.update(p.grpo_step - bar.n)  # tqdm's rate and ETA follow it
-                    desc = p.phase if p.phase != "warm start" else f"warm start ({p.step})"
-                    bar.set_description(desc, refresh=False)
-                    bar.set_postfix_str(p.eval_text(), refresh=False)
-                    bar.refresh()
-                if final:
-                    return
+            for _, p in self._polls():
+                if p is None:
+                    continue
+                # the clock restarts with GRPO: the warm start's minutes are no GRPO pace
+                starts_grpo = p.phase == "GRPO" and not in_grpo
+                if starts_grpo or (p.grpo_total and bar.total != p.grpo_total):
+                    bar.reset(total=p.grpo_total)
+                    bar.n = bar.last_print_n = p.grpo_step  # done before the clock started
+                    in_grpo = p.phase == "GRPO"
+                if p.grpo_step > bar.n:
+                    bar.update(p.grpo_step - bar.n)  # tqdm's rate and ETA follow it
+                desc = p.phase if p.phase != "warm start" else f"warm start ({p.step})"
+                bar.set_description(desc, refresh=False)
+                bar.set_postfix_str(p.eval_text(), refresh=False)
+                bar.refresh()
         finally:
             bar.close()

@@ -52,8 +52,7 @@ class PairedTest:
 
 
 def grpo_paired_test(evals: Mapping[int, EvalResult], boundary: int | None) -> PairedTest:
-    """Did GRPO help? Its first checkpoint (the warm-start boundary, else the first eval) against
-    the last, maze by maze."""
+    """GRPO's first checkpoint (the warm-start boundary, else the first eval) vs the last, by maze."""
     steps = sorted(evals)
     if len(steps) < 2:
         raise UsageError(f"a paired test needs two evaluated checkpoints, found {len(steps)}")

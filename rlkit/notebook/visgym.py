@@ -34,8 +34,7 @@ SEED_TASK = (
 def side_by_side(
     n: int = 4, *, test_set: str = "test", preset: str = "local-tiny-visgym"
 ) -> Figure:
-    """Rows of `n` mazes: rlkit's `test_set`, VisGym's maze_2d/easy as VisGym draws it, and the
-    same mazes as `preset` shows them."""
+    """Rows of `n` mazes: rlkit's `test_set`, VisGym's maze_2d/easy, and those as `preset` shows."""
     cells, squares = pinned_set(test_set)[:n], pinned_set("visgym-easy")[:n]
     visgym_style = env_for_set("visgym-easy").style
     tiny_style = train_preset(preset).task.env.style

@@ -11,6 +11,7 @@ import platform
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -155,8 +156,7 @@ def run_config(run: Run | str | Path) -> TrainConfig:
 
 
 def open_source(source: str | Path, *, address: str | None = None, cluster: Any = None) -> Run:
-    """The run at `source` (relative: to `home()`), read through `cluster` (or
-    `connect(address)`) when this kernel cannot see its files."""
+    """The run at `source` (relative: to `home()`), through `cluster` or `address` if not here."""
     path = home_path(source)
     if not path.exists() and cluster is None and address is not None:
         from rlkit.cluster.client import connect  # Ray: only when the files are elsewhere
@@ -188,7 +188,7 @@ def run_source(
     return run.path if run is not None else home_path(given)
 
 
-def checkpoint_evals(source: str | Path | Run, *, progress: bool = False) -> dict[int, EvalResult]:
+def checkpoint_evals(source: str | Path | Run) -> dict[int, EvalResult]:
     """`{step: EvalResult}` of every checkpoint: a local run's evals, a missing one scored now
     with the run's config (cached in RUN/evals/); a SkyRL run's (sampled when both protocols)."""
     run = open_run(source)
@@ -200,20 +200,17 @@ def checkpoint_evals(source: str | Path | Run, *, progress: bool = False) -> dic
         )
     evaluated = set(run.dir.eval_steps())
     missing = [c for c in run.checkpoints() if c.complete and c.step not in evaluated]
-    if missing:
-        cfg = run_config(run)
-        sched = cfg.schedule
-        for ckpt in missing:
-            policy_dir = ckpt.path / "policy"
-            evaluate_cached(
-                run.dir.eval_path(ckpt.step),
-                lambda d=policy_dir: model_policy(d, cfg, greedy=sched.eval_greedy),
-                samples=sched.eval_samples,
-                task=cfg.task,
-                seed=EVAL_SEED,
-                label=f"{run.name}@{ckpt.step}",
-                step=ckpt.step,
-            )
+    cfg = run_config(run) if missing else None
+    for ckpt in missing:
+        evaluate_cached(
+            run.dir.eval_path(ckpt.step),
+            partial(model_policy, ckpt.path / "policy", cfg, greedy=cfg.schedule.eval_greedy),
+            samples=cfg.schedule.eval_samples,
+            task=cfg.task,
+            seed=EVAL_SEED,
+            label=f"{run.name}@{ckpt.step}",
+            step=ckpt.step,
+        )
     return run.evals()
 
 
@@ -236,7 +233,7 @@ def final_greedy_eval(source: str | Path | Run) -> EvalResult | None:
     cfg = run_config(run)
     result, _ = evaluate_cached(
         run.dir.evals_dir / "greedy" / f"global_step_{ckpt.step}.json",
-        lambda: model_policy(ckpt.path / "policy", cfg, greedy=True),
+        partial(model_policy, ckpt.path / "policy", cfg, greedy=True),
         samples=1,
         task=cfg.task,
         seed=EVAL_SEED,
@@ -249,8 +246,7 @@ def final_greedy_eval(source: str | Path | Run) -> EvalResult | None:
 
 
 def diff_maze(a: EvalResult, b: EvalResult) -> int:
-    """A maze to replay side by side: A failed and B solved (first sample), else they differ,
-    else 0."""
+    """A maze to replay side by side: A failed and B solved, else they differ, else 0."""
     if a.test_set_hash != b.test_set_hash:
         raise UsageError("the two results are on different test sets: compare like with like")
     pairs = [(x["solved"][0], y["solved"][0]) for x, y in zip(a.per_maze, b.per_maze, strict=True)]
@@ -355,8 +351,7 @@ def save_png(fig: Figure, out_dir: str | Path, name: str) -> Path:
 
 
 def keep(fig: Figure, out_dir: str | Path | None, name: str) -> Figure:
-    """The figure, also written to OUT/plots/NAME.png when `out_dir` is set (relative: to
-    `home()`)."""
+    """The figure, also written to OUT/plots/NAME.png when `out_dir` is set."""
     if out_dir is not None:
         save_png(fig, home_path(out_dir), name)
     return fig
