@@ -271,7 +271,16 @@ def plan_training(
         changes, tuning = sky.recipe.changes(skyrl.PRESETS[preset].recipe), sky.model.describe()
         overrides = ()
     return TrainingPlan(
-        preset, name, run_dir, command, address, sky, tuple(overrides), budget, changes, tuning
+        preset,
+        name,
+        run_dir,
+        command,
+        address,
+        sky=sky,
+        overrides=tuple(overrides),
+        budget=budget,
+        recipe=changes,
+        tuning=tuning,
     )
 
 
