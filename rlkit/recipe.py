@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from rlkit.errors import UsageError
-from rlkit.settings import annotation_kind, coerce_text
+from rlkit.settings import coerce_text
 
 ADVANTAGE_ESTIMATORS = ("grpo", "gae", "rloo", "reinforce++", "maxrl")
 """SkyRL's `AdvantageEstimatorRegistry` (a test compares it with SkyRL's)."""
@@ -70,8 +70,7 @@ class Recipe:
     eps_clip_high: float = 0.2
     """The ratio's upper clip bound is 1 + this (above eps_clip_low: DAPO's clip-higher)."""
     policy_loss_type: str = "regular"
-    """`regular` (PPO's clipped surrogate per token), `dual_clip`, `gspo` (one ratio per
-    episode), or SkyRL's other registered losses (SkyRL only)."""
+    """`regular` (PPO's per-token clip), `dual_clip`, `gspo`, or SkyRL's others (SkyRL only)."""
     clip_ratio_c: float = 3.0
     """Dual-clip's cap (`dual_clip` only)."""
     loss_reduction: str = "token_mean"
@@ -87,15 +86,13 @@ class Recipe:
     entropy_loss_coef: float = 0.0
     """Subtract this times the policy's token-mean entropy from the loss (0: off)."""
     tis_ratio_type: str | None = None
-    """Truncated importance sampling on the rollout engine's logprobs: `token`, `sequence` or
-    None (off)."""
+    """Truncated importance sampling on the rollout engine's logprobs: token, sequence or None."""
     token_tis_ratio_clip_high: float = 2.0
     """Cap on the token TIS weight."""
     sequence_tis_ratio_clip_high: float = 5.0
     """Cap on the sequence TIS weight."""
     dynamic_sampling_type: str | None = None
-    """`filter` (DAPO: draw until a full batch of groups whose rewards differ), `replace`
-    (POLARIS) or None (off)."""
+    """`filter` (DAPO: redraw groups whose rewards all agree), `replace` (POLARIS) or None."""
     max_sample_batches: int = 30
     """Most batches a `filter` step draws."""
     zero_variance_filter: bool = False
@@ -185,27 +182,25 @@ class Recipe:
         }
 
     def with_changes(self, changes: Mapping[str, Any]) -> Recipe:
-        """A new recipe with `changes` (switch -> value; a `recipe.` prefix is accepted); strings
-        (from `--set` or a notebook) are coerced to each switch's type; an unknown switch is a
-        one-line UsageError."""
+        """A new recipe with `changes` (switch -> value, `recipe.` optional, text coerced)."""
         return replace(self, **coerce_switches(self, changes))
 
     # backends -------------------------------------------------------------------------------
     def refusals(self, backend: str) -> list[str]:
         """One line per switch `backend` ("local" or "skyrl") cannot honour with these values."""
-        if backend == "local":
-            return _local_refusals(self)
-        if backend == "skyrl":
-            return _skyrl_refusals(self)
-        raise UsageError(f"backend {backend!r}: use local or skyrl")
+        if backend not in ("local", "skyrl"):
+            raise UsageError(f"backend {backend!r}: use local or skyrl")
+        return (_local_refusals if backend == "local" else _skyrl_refusals)(self)
 
     def check_local(self) -> None:
         """UsageError (the first refusal) unless the local trainer honours every switch."""
-        _raise_first(self.refusals("local"))
+        if refusals := self.refusals("local"):
+            raise UsageError(refusals[0])
 
     def check_skyrl(self) -> None:
         """UsageError (the first refusal) unless SkyRL honours every switch."""
-        _raise_first(self.refusals("skyrl"))
+        if refusals := self.refusals("skyrl"):
+            raise UsageError(refusals[0])
 
     def skyrl_overrides(self) -> list[str]:
         """SkyRL `key=value` overrides setting every switch (after `check_skyrl`)."""
@@ -242,15 +237,13 @@ class Recipe:
 
 
 def local_set_args(changes: Mapping[str, Any]) -> list[str]:
-    """`--set` arguments of `rlkit train` for recipe `changes` (e.g. a notebook's `recipe`
-    parameter): `["recipe.eps_clip_high=0.28", ...]`, each switch checked by name."""
+    """`rlkit train` `--set` arguments for recipe `changes`: `["recipe.eps_clip_high=0.28"]`."""
     coerce_switches(Recipe(), changes)
     return [f"recipe.{k.removeprefix('recipe.')}={_none(v)}" for k, v in changes.items()]
 
 
 def coerce_switches(recipe: Recipe, changes: Mapping[str, Any]) -> dict[str, Any]:
-    """`changes` as switch -> value, strings coerced to the type of `recipe`'s current value
-    (its field's annotation when that is None); a one-line UsageError for an unknown switch."""
+    """`changes` as switch -> value, text coerced; an unknown switch is a one-line UsageError."""
     known = {f.name: f for f in fields(Recipe)}
     out: dict[str, Any] = {}
     for key, value in changes.items():
@@ -259,8 +252,7 @@ def coerce_switches(recipe: Recipe, changes: Mapping[str, Any]) -> dict[str, Any
             raise UsageError(
                 f"unknown recipe switch {key!r}: the switches are {', '.join(sorted(known))}"
             )
-        kind, nullable = annotation_kind(known[name].type)
-        out[name] = coerce_text(value, f"recipe.{name}", kind, nullable=nullable)
+        out[name] = coerce_text(value, f"recipe.{name}", known[name].type)
     return out
 
 
@@ -323,19 +315,13 @@ def _skyrl_refusals(r: Recipe) -> list[str]:
 
 
 def check_capture(groups: int, estimator: str) -> None:
-    """A capture carries the advantages rlkit computes: a one-line UsageError when capture is
-    on (`groups` > 0) and the run's `advantage_estimator` is another."""
+    """Refuse capture (`groups` > 0) under an estimator whose advantages rlkit does not compute."""
     if groups and estimator not in LOCAL_ADVANTAGE_ESTIMATORS:
         raise UsageError(
             f"captured rollouts need advantage_estimator "
             f"{' or '.join(LOCAL_ADVANTAGE_ESTIMATORS)} (the advantages rlkit computes), "
             f"not {estimator}; set capture_groups=0"
         )
-
-
-def _raise_first(refusals: list[str]) -> None:
-    if refusals:
-        raise UsageError(refusals[0])
 
 
 def _b(flag: bool) -> str:

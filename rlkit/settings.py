@@ -11,8 +11,7 @@ from typing import Any
 
 from rlkit.errors import UsageError
 
-_BASE = "<base>"
-"""`apply_settings`'s key for a whole section given as an instance."""
+_BASE = "<base>"  # a `_Node` key: the whole section given as an instance
 
 RENAMED: dict[str, str] = {
     "grpo.eps_clip_low": "recipe.eps_clip_low",
@@ -32,9 +31,8 @@ RENAMED: dict[str, str] = {
 
 
 def parse_sets(items: Iterable[str], what: str = "--set") -> dict[str, str]:
-    """`KEY=VALUE` items (`--set`, a notebook's settings, SkyRL's overrides) -> {key: text}, the
-    last of a repeated key winning; an item without `=` (or a Hydra `+key`) is a one-line
-    UsageError. The values stay text: each config coerces its own (`coerce_text`)."""
+    """`KEY=VALUE` items -> {key: text} (last repeat wins, values stay text); an item without
+    `=` (or a Hydra `+key`) is a one-line UsageError."""
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -47,45 +45,31 @@ def parse_sets(items: Iterable[str], what: str = "--set") -> dict[str, str]:
     return out
 
 
-def coerce_text(value: Any, key: str, kind: type | None, *, nullable: bool = True) -> Any:
-    """`value` as a `kind` (bool, int, float; None: an int or a float if it reads as one, else
-    the text) when it is text, else unchanged. `none`/`null` give None where `nullable`; a
-    value that is not a `kind` is a one-line UsageError naming `key`."""
+def coerce_text(value: Any, key: str, annotation: Any) -> Any:
+    """Text `value` as its field's type, read from the annotation as text (`"float | None"`):
+    `none`/`null` give None where it allows None; a bad value is a one-line UsageError."""
     if not isinstance(value, str):
         return value
-    if nullable and value.lower() in ("none", "null"):
+    text = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+    if "None" in text and value.lower() in ("none", "null"):
         return None
-    if kind is bool:
+    if text.startswith("bool"):
         if value.lower() not in ("true", "false", "1", "0"):
             raise UsageError(f"{key} takes true or false, got {value!r}")
         return value.lower() in ("true", "1")
-    for number in (int, float):
-        if kind is number or kind is None:
+    for number, article in ((int, "an"), (float, "a")):
+        if text.startswith(number.__name__):
             try:
                 return number(value)
             except ValueError:
-                if kind is not None:
-                    article = "an" if number is int else "a"
-                    raise UsageError(
-                        f"{key} takes {article} {number.__name__}, got {value!r}"
-                    ) from None
+                raise UsageError(
+                    f"{key} takes {article} {number.__name__}, got {value!r}"
+                ) from None
     return value
 
 
-def annotation_kind(annotation: Any) -> tuple[type | None, bool]:
-    """(kind, nullable) of a dataclass field's annotation as text (`from __future__ import
-    annotations`): `"float | None"` -> (float, True); a str or other type -> (str, ...)."""
-    text = annotation.__name__ if isinstance(annotation, type) else str(annotation)
-    for kind in (bool, int, float):
-        if text.startswith(kind.__name__):
-            return kind, "None" in text
-    return str, "None" in text
-
-
 def apply_settings[C](config: C, changes: Mapping[str, Any]) -> C:
-    """A copy of `config` (a frozen dataclass of sections) with `changes` applied. Keys: a
-    dotted path (`task.env.max_turns`) or a bare name unique in the tree (`steps`;
-    `capture_groups` is `capture.groups`); text values are coerced to the field's type. Each
+    """A copy of `config` with `changes` (keys as `resolve_key` reads them, text coerced); each
     section is rebuilt in one `replace`, so its checks see all its changes at once."""
     tree = _Node()
     for key, value in changes.items():
@@ -106,16 +90,13 @@ def apply_settings[C](config: C, changes: Mapping[str, Any]) -> C:
             node.setdefault(name, _Node())[_BASE] = value
         else:
             annotation = next(f.type for f in fields(parent) if f.name == name)
-            kind, nullable = annotation_kind(annotation)
-            node[name] = coerce_text(value, key, kind, nullable=nullable)
+            node[name] = coerce_text(value, key, annotation)
     return _rebuild(config, tree) if tree else config
 
 
 def build_config[C](cls: type[C], data: Mapping[str, Any], prefix: str = "") -> C:
-    """The config `cls` from its `asdict` form (run.json's `config`, a SkyRL job's `--config`):
-    every section rebuilt and checked, a missing field at its default (a record older than the
-    field), a list where a tuple stood a tuple; an unknown key or a bad value is a one-line
-    UsageError naming its dotted path."""
+    """The config `cls` from its `asdict` form (run.json's `config`): a missing field at its
+    default, lists back to tuples; an unknown key or bad value is a one-line UsageError."""
     if not isinstance(data, Mapping):
         raise UsageError(f"config key {prefix.rstrip('.')!r} must be a section, got {data!r}")
     known = [f.name for f in fields(cls)]
@@ -141,10 +122,8 @@ def build_config[C](cls: type[C], data: Mapping[str, Any], prefix: str = "") -> 
 
 
 def resolve_key(config: Any, key: str) -> str:
-    """The dotted path `key` names in `config` (`apply_settings`'s rules): a path from the root
-    first, else a bare name matching one field's name (or its section's and its own joined with
-    `_`). A key the recipe renamed, an unknown key (with a did-you-mean) and an ambiguous bare
-    name are one-line UsageErrors."""
+    """The dotted path `key` names: a path from the root, else a bare name unique in the tree
+    (`steps`; `capture_groups` is `capture.groups`); renamed, unknown or ambiguous keys raise."""
     if key in RENAMED:
         new = RENAMED[key]
         raise UsageError(
@@ -175,8 +154,7 @@ def resolve_key(config: Any, key: str) -> str:
 
 
 class _Node(dict):
-    """One section's changes in `apply_settings`: field -> value or a `_Node` below, and at
-    `_BASE` a whole instance replacing the section before its own changes."""
+    """A section's changes: field -> value or `_Node`; at `_BASE` a whole replacing instance."""
 
 
 def _walk(config: Any, key: str, noun: str) -> str:
@@ -198,9 +176,7 @@ def _walk(config: Any, key: str, noun: str) -> str:
 
 
 def _moved_hint(config: Any, parts: list[str], depth: int) -> str:
-    """` (did you mean batch.lr?)` for `grpo.lr` on a config whose `lr` lives in another
-    section (another trainer's key): the fields whose path ends with what follows the unknown
-    part; "" when none does."""
+    """` (did you mean batch.lr?)` for `grpo.lr` when `lr` lives in another section; else ""."""
     tail = tuple(parts[depth + 1 :])
     if not tail:
         return ""
@@ -232,12 +208,10 @@ def _rebuild(obj: Any, node: _Node) -> Any:
 
 @dataclass(frozen=True)
 class CaptureConfig:
-    """Training rollouts kept under RUN/rollouts/ on either backend: every episode of a few
-    groups a step, with advantages and move probabilities (`schedule.capture_*`, `capture_*`)."""
+    """Training rollouts kept under RUN/rollouts/ on either backend (a few whole groups a step)."""
 
     groups: int = 2
-    """Groups captured per step, picked from (seed, step); 0: off (on SkyRL each costs one
-    1-token engine request a turn)."""
+    """Groups captured per step, picked from (seed, step); 0: off."""
     keep: int | None = 50
     """Captured steps kept on disk (the newest; None: all)."""
 

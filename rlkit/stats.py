@@ -14,11 +14,9 @@ Z95 = 1.959964
 CI_METHOD = "wilson-maze-deff"
 """Wilson on the maze-clustered effective n (above): the interval of every rate rlkit stores."""
 FLAT_CI_METHOD = "wilson-episodes"
-"""Wilson on n = mazes x samples as if episodes were independent: what eval JSON files written
-before `ci_method` existed hold, when their per-maze results are missing and cannot be redone."""
+"""Wilson on all episodes as if independent: old eval files without per-maze results hold it."""
 EXACT_CI_METHOD = "clopper-pearson"
-"""The exact binomial interval of a one-sample-a-maze eval (the seed's protocol: 64 mazes,
-greedy, one sample each), where mazes and episodes are the same units."""
+"""The exact binomial interval of a one-sample-a-maze eval (the seed's protocol)."""
 CI_METHODS = {
     CI_METHOD: "Wilson on the effective n, episodes clustered by maze",
     FLAT_CI_METHOD: "Wilson on all episodes as if independent (an old file: too narrow)",
@@ -99,8 +97,7 @@ def _check_counts(successes: Sequence[int], trials: Sequence[int]) -> None:
 
 
 def design_effect(successes: Sequence[int], trials: Sequence[int]) -> float:
-    """Variance of the pooled rate over its binomial variance, mazes as clusters (>= 1);
-    `successes[i]` of `trials[i]` episodes of maze i were solved (docs/statistics.md)."""
+    """Pooled rate's variance over its binomial one, mazes as clusters (>= 1)."""
     _check_counts(successes, trials)
     total, solved = sum(trials), sum(successes)
     if total == 0:
@@ -129,8 +126,7 @@ def maze_interval(per_maze: Sequence[Sequence[bool]], z: float = Z95) -> tuple[f
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """P(at least one of k draws without replacement from n samples with c correct is correct):
-    the unbiased estimator 1 - C(n-c, k) / C(n, k) (Chen et al. 2021)."""
+    """Unbiased pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k) (Chen et al. 2021)."""
     if not 1 <= k <= n:
         raise UsageError(f"pass@k needs 1 <= k ({k}) <= samples ({n})")
     if n - c < k:
@@ -142,8 +138,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def t_quantile(df: int, level: float = 0.95) -> float:
-    """Two-sided Student-t critical value: P(|T_df| <= t) = level (bisection on the closed-form
-    CDF for integer df, Abramowitz & Stegun 26.7.3-4; t(1) = 12.706, t(63) = 1.998)."""
+    """Two-sided Student-t critical value, P(|T_df| <= t) = level (A&S 26.7.3-4, bisection)."""
     if df < 1:
         raise UsageError(f"a t interval needs df >= 1, got {df}")
 
@@ -219,8 +214,7 @@ class PairedByMaze:
             f"ahead on {ahead} of {self.n_mazes} mazes, behind on {behind}"
         )
 
-    def __str__(self) -> str:
-        return self.verdict()
+    __str__ = verdict
 
 
 def paired_by_maze(a: Sequence[Sequence[bool]], b: Sequence[Sequence[bool]]) -> PairedByMaze:

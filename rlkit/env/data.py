@@ -26,8 +26,7 @@ REQUIRED = ("prompt", "env_class", "data_source", "reward_spec", "extra_info")
 
 
 def _row_prompt(cfg: EnvConfig, maze: Maze) -> list[dict]:
-    """A text-only stand-in with the env's rules for this maze, which the env's `init`
-    replaces (why: docs/skyrl-integration.md#the-rows-and-the-env-envdatapy-envmaze_envpy)."""
+    """A text-only stand-in with the env's rules, which the env's `init` replaces."""
     rules_text = system_prompt(cfg, maze)
     head = [{"role": "system", "content": rules_text}] if rules_text else []
     return [*head, {"role": "user", "content": COMPACT_TASK if not rules_text else "Your move?"}]
@@ -103,8 +102,7 @@ def write_datasets(
     n_eval: int | None = None,
     shares: Sequence[float] | None = None,
 ) -> tuple[Path, Path]:
-    """Write `train.parquet` and `eval.parquet` (+ a small manifest) into `out_dir`; `shares`:
-    the training rows' curriculum (`build_rows`)."""
+    """Write `train.parquet`, `eval.parquet` and `manifest.json` into `out_dir`."""
     out = Path(out_dir)
     spec = spec or pinned_spec(eval_set)
     cfg = cfg or env_for_set(eval_set)

@@ -37,11 +37,9 @@ class EnvConfig:
     moves_per_turn: int = 1
     """Moves one answer may carry (`<action>up, left</action>`)."""
     parser: str = "relaxed"
-    """`rlkit.maze.parsing.PARSERS`: `strict` (one well-formed tag), `relaxed` (last tag wins,
-    bare words accepted), `visgym`, `visgym-sft`."""
+    """`strict` (one well-formed tag), `relaxed` (last tag or bare word), `visgym`, `visgym-sft`."""
     prompt_style: str = "compact"
-    """`compact` (one task line, for the tiny model), `full` (rules spelled out), `visgym`
-    (the squares game's rules) or `visgym-sft` (the same asking for VisGym's tuples)."""
+    """`compact` (one task line), `full` (rules spelled out), `visgym` or `visgym-sft` (squares)."""
     format_weight: float = 0.0
     """Share of the final reward paid for format (`visgym_text.format_share`); 0: off."""
     rules: str | None = None
@@ -65,8 +63,7 @@ class EnvConfig:
 
     @classmethod
     def from_mapping(cls, cfg: Mapping[str, Any] | None) -> EnvConfig:
-        """Build from a plain mapping (SkyRL passes an OmegaConf DictConfig); render keys are
-        accepted flat (`cell_px`, `view`, `ego_radius`, ...) or under `style`."""
+        """From a plain mapping (SkyRL's DictConfig); render keys flat (`cell_px`) or in `style`."""
         cfg = dict(cfg or {})
         style_keys = {f.name for f in fields(RenderStyle)}
         style = cfg.pop("style", None) or {}
@@ -99,8 +96,7 @@ class EnvConfig:
 
 
 def env_for_set(name: str) -> EnvConfig:
-    """The env config a named test set is evaluated (and its family trained) under: its turn
-    budget and env fields, read from the registry (`rlkit.maze.families.SETS`) at each call."""
+    """The env config set `name` is evaluated (and its family trained) under, from `SETS`."""
     if name not in SETS:
         raise UsageError(f"no env config for maze set {name!r}: use one of {', '.join(SETS)}")
     return EnvConfig(max_turns=SETS[name].max_turns, **SETS[name].env)
@@ -120,8 +116,7 @@ COMPACT_SQUARES_TASK = "Stop on the red square."
 
 
 def system_prompt(cfg: EnvConfig, maze: Maze | None = None) -> str:
-    """The rules ("" for the compact style, whose task line rides in the user message); the
-    `visgym` style names the maze's size when given it."""
+    """The rules ("" for the compact style: its task line rides in the user message)."""
     if cfg.rules is not None:
         return cfg.rules
     if cfg.prompt_style == "compact":
@@ -142,8 +137,7 @@ def system_prompt(cfg: EnvConfig, maze: Maze | None = None) -> str:
 
 
 def observation_text(state: rules.State, cfg: EnvConfig, note: str = "") -> str:
-    """The text of the user message showing `state` (its picture aside): the note, the task or
-    the turns left, and the ASCII grid for a text observation."""
+    """The user message's text: the note, the task or turns left, and the ASCII grid if asked."""
     left = cfg.max_turns - state.turns
     ask = "Your action?" if cfg.prompt_style.startswith("visgym") else "Your move?"
     text = (note + " " if note else "") + (
@@ -173,8 +167,7 @@ def prompt_messages(state: rules.State, cfg: EnvConfig, note: str = "") -> list[
 def turn_note(
     before: rules.State, after: rules.State, moves: Sequence[Move], error: str | None, parser: str
 ) -> str:
-    """What the env says beside the next observation: the squares game's feedback on every
-    turn, a cell maze's refusal of an unreadable answer ("" otherwise)."""
+    """The note beside the next observation: squares feedback, or a cell maze's parse refusal."""
     if after.maze.game == "squares":
         return visgym_text.feedback(before, after, moves, error, parser)
     return f"Invalid answer ({error}). Reply like <action>up</action>." if error else ""
@@ -191,9 +184,8 @@ def check_game(cfg: EnvConfig, maze: Maze) -> None:
 
 
 def episode_texts(maze: Maze, cfg: EnvConfig, answer: str) -> tuple[str, list[str]]:
-    """The env's words in an episode of `maze` whose first answer is `answer`, no picture drawn:
-    the system prompt ("" for none) and the observation texts, the first and the one after
-    `answer` (none where it ends the episode)."""
+    """The system prompt and observation texts (the first, then after `answer` unless it ends
+    the episode) of an episode of `maze`, no picture drawn."""
     check_game(cfg, maze)
     state = rules.initial(maze)
     moves, error = parse_actions(answer, cfg.parser, cfg.moves_per_turn)
@@ -319,12 +311,11 @@ class MazeEnv(BaseTextEnv):
 
     @property
     def solved(self) -> bool:
-        """The game's verdict (`rules.solved`): what every solve rate counts, whatever the reward."""
+        """The game's verdict (`rules.solved`): what every solve rate counts."""
         return rules.solved(self.state)
 
     def replay(self, answers: list[str]) -> rules.State:
-        """The state after playing `answers` from the start as `step` would, drawing no picture
-        (`self` unchanged): how a record of the model's text alone (SkyRL's dumps) is judged."""
+        """The state after playing `answers` from the start, no picture drawn, `self` unchanged."""
         state = rules.initial(self.maze)
         for text in answers:
             if rules.terminal(state) or rules.truncated(state, self.cfg.max_turns):

@@ -61,9 +61,8 @@ def rules_text(
     answer_format: str = "visgym",
     tagged: bool = False,
 ) -> str:
-    """The system prompt: the picture's meaning, the actions, how to win, the turn budget;
-    `answer_format` `visgym-sft` asks for VisGym's tuples instead of SkyRL's tags; `tagged`
-    (a format reward is paid) asks for the observation, justification and action tags."""
+    """The system prompt (picture, actions, how to win, turns); `visgym-sft` asks for VisGym's
+    tuples, `tagged` (a format reward is paid) for the observation/justification/action tags."""
     size = f"{maze.height}x{maze.width} " if maze is not None else ""
     sft = answer_format == "visgym-sft"
     text = (
@@ -97,8 +96,7 @@ def read_prompt_file(path: str) -> tuple[str, str]:
 
 
 def check_answer(cfg: Any) -> None:
-    """Refuse (an `EnvConfig`), in one line, an answer format its prompt does not ask for, a format weight
-    outside [0, 1], or empty rules."""
+    """Refuse an answer format the prompt does not ask for, a bad format_weight or empty rules."""
     sft = (cfg.parser == "visgym-sft", cfg.prompt_style == "visgym-sft")
     if cfg.rules is None and sft[0] != sft[1]:
         raise UsageError(
@@ -122,8 +120,7 @@ def answer_view[C](
     format_weight: float = 0.0,
     prompt_file: str | None = None,
 ) -> C:
-    """`cfg` (a set's `EnvConfig`) with an answer format, format weight and prompt file's rules; the
-    cell game takes none of them."""
+    """`cfg` (a squares set's `EnvConfig`) with an answer format, format weight and prompt file."""
     if answer_format not in ANSWER_FORMATS:
         raise UsageError(f"answer_format {answer_format!r}: use {' or '.join(ANSWER_FORMATS)}")
     if cfg.parser not in ANSWER_FORMATS:  # rlkit's cell mazes keep their own format and rules
@@ -143,8 +140,7 @@ def feedback(
     error: str | None,
     answer_format: str = "visgym",
 ) -> str:
-    """One turn's feedback: what happened, in a sentence the model reads beside the picture
-    (and the trajectory keeps as the turn's note)."""
+    """One turn's feedback: what happened, in a sentence the model reads beside the picture."""
     if error:
         ask = (
             "Answer with ('move', D), D one of 0=right, 1=up, 2=left, 3=down, or ('stop', 'stop')."

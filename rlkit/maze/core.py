@@ -46,8 +46,7 @@ class Action(IntEnum):
 
 
 class Stop(Enum):
-    """VisGym's fifth action: end the episode here (only the `squares` game accepts it). Kept out
-    of `Action` because four moves are a contract elsewhere (move probabilities, logits)."""
+    """VisGym's fifth action, squares only (not in `Action`: four moves are a contract)."""
 
     STOP = "stop"
 
@@ -81,8 +80,7 @@ OPPOSITE = {N: S, S: N, E: W, W: E}
 
 @dataclass(frozen=True, eq=False)
 class Maze:
-    """A maze spec: walls ((height, width) uint8 wall masks, read-only) + start + exit (+ how it
-    was made, provenance only); equal and hashed by content (`content_hash`), not by seed."""
+    """A maze: read-only (h, w) uint8 wall masks, start, exit (+ provenance); equal by content."""
 
     walls: np.ndarray | None
     start: Cell
@@ -91,8 +89,7 @@ class Maze:
     algorithm: str | None = None
     meta: dict = field(default_factory=dict, compare=False)
     squares: np.ndarray | None = None
-    """The `squares` game's map ((height, width) bool, True = wall square); None for `cells`.
-    When given, `walls` is derived from it (pass None)."""
+    """The `squares` game's (h, w) bool map (True = wall; `walls` derived, pass None)."""
 
     def __post_init__(self) -> None:
         if self.squares is not None:
@@ -213,8 +210,7 @@ class Maze:
 
 
 def walls_from_squares(squares: np.ndarray) -> np.ndarray:
-    """Wall masks for a square map: a wall square is closed on all sides, a floor square is
-    walled towards every wall square and the grid's edge. Moves then never enter a wall."""
+    """Wall masks for a square map: wall squares closed, floor walled towards walls and edges."""
     blocked = np.pad(np.asarray(squares, dtype=bool), 1, constant_values=True)
     walls = np.zeros(np.shape(squares), dtype=np.uint8)
     walls |= np.where(blocked[:-2, 1:-1], N, 0).astype(np.uint8)
@@ -238,8 +234,7 @@ def squares_from_text(text: str) -> np.ndarray:
 
 
 def open_border(walls: np.ndarray) -> tuple[Cell, Action] | None:
-    """The first edge cell (row-major) whose outward side has no wall, and that side; None when
-    the outer wall is closed (every maze's must be: `rules.transition` checks walls only)."""
+    """The first (row-major) edge cell with no outward wall, and that side; None when closed."""
     grid = set(np.ndindex(walls.shape))
     gaps = [
         (cell, action)
@@ -284,7 +279,7 @@ def distances_from(walls: np.ndarray, target: Cell) -> np.ndarray:
 
 
 def exit_distances(maze: Maze) -> np.ndarray:
-    """Distance-to-exit map, cached per maze (the oracle and the failure analysis query it often)."""
+    """Distance-to-exit map, cached per maze."""
     cached = maze.meta.get("_exit_dist")
     if cached is None:
         cached = distances_from(maze.walls, maze.exit)

@@ -20,8 +20,7 @@ class MazeSpec:
     height: int = 3
     width: int = 3
     algorithm: str = "wilson"
-    """`wilson` gives uniformly random perfect mazes; `dfs` long corridors; `visgym` VisGym's
-    squares (any name in `rlkit.maze.generation.GENERATORS`)."""
+    """A `rlkit.maze.generation.GENERATORS` name: `wilson`, `dfs` (long corridors), `visgym`."""
     placement: str = "random"
     """`random` start/exit cells (more varied) or `corners`."""
     min_path: int = 2
@@ -53,14 +52,12 @@ class MazeSet:
     n: int
     """Members: the mazes of seeds 0..n-1."""
     pinned_hash: str
-    """sha256 over the members' content hashes in order (`scripts/set_hash.py NAME` prints it);
-    "" while a new set is being added (`pinned_set` refuses it until pinned)."""
+    """sha256 over the members' hashes (`scripts/set_hash.py NAME`); "" refused until pinned."""
     doc: str
     max_turns: int = 12
     """Turn budget: part of the set's difficulty (an episode that runs out is truncated)."""
     env: Mapping[str, Any] = field(default_factory=dict)
-    """The rest of the env config the set is played under (`rlkit.env.maze_env.EnvConfig`
-    fields: observation, parser, prompt_style, style); unnamed fields keep their defaults."""
+    """The set's other `rlkit.env.maze_env.EnvConfig` fields (unnamed ones keep defaults)."""
 
 
 VISGYM_STYLE = RenderStyle(

@@ -106,8 +106,7 @@ _DIRECTIONS = ((0, 1), (1, 0), (0, -1), (-1, 0))
 
 
 def wilson_grid(height: int, width: int, seed: int) -> np.ndarray:
-    """VisGym's inner grid, 1 = floor: a uniform spanning tree over the cells at even (row, col),
-    drawn in VisGym's order (docs/mazes.md#generators)."""
+    """VisGym's inner grid (1 = floor): a spanning tree over the even cells, in VisGym's order."""
     h, w = 2 * (height // 2) + 1, 2 * (width // 2) + 1
     rng = random.Random(seed)
     grid = np.zeros((h, w), dtype=np.uint8)
@@ -143,8 +142,8 @@ def wilson_grid(height: int, width: int, seed: int) -> np.ndarray:
 
 
 def generate_visgym(size: int, seed: int | np.random.Generator) -> Maze:
-    """The maze VisGym's `Maze2DEnv(maze_width=size, maze_height=size)` gives on `reset(seed)`;
-    a Generator stands in for its `np_random` (training streams pass their own)."""
+    """The maze VisGym's `Maze2DEnv` of side `size` gives on `reset(seed)` (a Generator: its
+    `np_random`)."""
     if isinstance(size, bool) or not isinstance(size, int | np.integer) or size % 2 == 0:
         raise UsageError(f"VisGym maze size must be an odd integer (9 easy, 11 hard), got {size!r}")
     if not 5 <= size <= 15:
@@ -170,11 +169,9 @@ class Generator:
     """One maze algorithm: which game it makes and the function that makes it."""
 
     game: str
-    """`cells` (walls between cells; `generate` places start and exit by `placement`) or
-    `squares` (wall squares; the function places agent and target itself)."""
+    """`cells` (walls between cells; `generate` places the ends) or `squares` (`fn` places them)."""
     fn: Callable
-    """cells: `fn(height, width, rng) -> walls` (uint8, `ALL_WALLS` bits); squares:
-    `fn(size, seed) -> Maze`."""
+    """cells: `fn(height, width, rng) -> uint8 walls`; squares: `fn(size, seed) -> Maze`."""
     doc: str
 
 
@@ -185,20 +182,10 @@ GENERATORS: dict[str, Generator] = {
         "squares", generate_visgym, "VisGym's maze_2d: agent and target in opposite corners"
     ),
 }
-"""Every maze algorithm by name: `generate` dispatches here, and the CLI's `--algorithm`, the
-maze widget and `MazeSpec` read it. A new algorithm is one entry (see docs/extending.md)."""
+"""Every maze algorithm by name (`generate`, `--algorithm`, `MazeSpec`; docs/extending.md)."""
 
 ALGORITHMS = tuple(n for n, g in GENERATORS.items() if g.game == "cells")
 """The cell game's generators (what a widget or `rlkit maze --algorithm` offers)."""
-
-
-def generator(algorithm: str) -> Generator:
-    """The registered algorithm `algorithm`; an unknown name is a one-line error (no fallback)."""
-    if algorithm not in GENERATORS:
-        raise UsageError(
-            f"unknown maze algorithm {algorithm!r}: use one of {', '.join(GENERATORS)}"
-        )
-    return GENERATORS[algorithm]
 
 
 def generate(
@@ -210,10 +197,14 @@ def generate(
     placement: str = "corners",
     min_path: int = 1,
 ) -> Maze:
-    """A perfect maze; `placement` `corners` (start top-left, exit bottom-right) or `random`
-    (two cells at least `min_path` moves apart, resampled until they are)."""
+    """A perfect maze; `placement` `corners` (top-left to bottom-right) or `random` (two cells
+    at least `min_path` moves apart)."""
     check_size(height, width)
-    gen = generator(algorithm)
+    if algorithm not in GENERATORS:
+        raise UsageError(
+            f"unknown maze algorithm {algorithm!r}: use one of {', '.join(GENERATORS)}"
+        )
+    gen = GENERATORS[algorithm]
     if gen.game == "squares":
         if height != width or placement != "corners":
             raise UsageError(

@@ -26,7 +26,7 @@ class RenderStyle:
     """How a maze looks. Hashable: tiles are cached per style."""
 
     cell_px: int = 8
-    """Pixels per cell side. 8 = one Qwen3-VL patch per cell for the tiny model's patch size 8."""
+    """Pixels per cell side (8: one patch a cell for the tiny model)."""
     wall_px: int = 1
     """Wall thickness drawn inside each cell on each walled side."""
     view: str = "ego"
@@ -40,13 +40,11 @@ class RenderStyle:
     outside: RGB = (0, 0, 0)
     trail: RGB = (128, 128, 128)
     last: RGB | None = None
-    """Colour of the cell the agent just left (shows the last move's direction); None draws it
-    as trail. Off for the model: the learned recipe used plain trails."""
+    """Colour of the cell the agent just left (None: as trail, what the model sees)."""
     agent: RGB = (255, 0, 0)
     exit: RGB = (0, 255, 0)
     pad: int = 0
-    """Squares game: wall-coloured squares added right and below (1 on a 9x9 maze: a 10x10
-    picture that splits into 2x2-square vision patches, each a cell with its passages)."""
+    """Squares game: wall-coloured squares added right and below (1: 9x9 -> 10x10 picture)."""
 
     def __post_init__(self) -> None:
         if not 2 <= self.cell_px <= 256:
@@ -63,35 +61,29 @@ class RenderStyle:
             raise UsageError(f"pad ({self.pad}) must be 0..4 squares")
 
 
-@lru_cache(maxsize=64)
-def _wall_tiles(cell_px: int, wall_px: int) -> np.ndarray:
-    """(17, cell_px, cell_px) bool: True where a wall pixel is, for each 4-bit mask (+ outside)."""
-    mask = np.arange(17)[:, None, None]  # 16 & every wall bit is 0: outside draws no wall
-    row, col = np.indices((cell_px, cell_px))
-    return (
-        (mask & N > 0) & (row < wall_px)
-        | (mask & S > 0) & (row >= cell_px - wall_px)
-        | (mask & W > 0) & (col < wall_px)
-        | (mask & E > 0) & (col >= cell_px - wall_px)
-    )
-
-
 _FLOOR, _TRAIL, _LAST, _EXIT, _AGENT, _OUT = range(6)
 
 
 @lru_cache(maxsize=64)
 def _atlas(style: RenderStyle) -> np.ndarray:
-    """(17 * 6, cp, cp, 3) uint8: every (wall mask, cell colour) tile, drawn once (cached)."""
-    walls = _wall_tiles(style.cell_px, style.wall_px)
+    """(17 * 6, cp, cp, 3) uint8: every (wall mask or outside, cell colour) tile, drawn once."""
+    cp, wp = style.cell_px, style.wall_px
+    mask, (row, col) = np.arange(16)[:, None, None], np.indices((cp, cp))
+    walls = (
+        (mask & N > 0) & (row < wp)
+        | (mask & S > 0) & (row >= cp - wp)
+        | (mask & W > 0) & (col < wp)
+        | (mask & E > 0) & (col >= cp - wp)
+    )
     last = style.last if style.last is not None else style.trail
     colours = [style.floor, style.trail, last, style.exit, style.agent, style.outside]
-    atlas = np.empty((17, len(colours), style.cell_px, style.cell_px, 3), dtype=np.uint8)
+    atlas = np.empty((17, len(colours), cp, cp, 3), dtype=np.uint8)
     for ci, colour in enumerate(colours):
         atlas[:, ci] = colour
-        atlas[:16, ci][walls[:16]] = style.wall
+        atlas[:16, ci][walls] = style.wall
     atlas[16, :] = style.outside
     atlas.setflags(write=False)
-    return atlas.reshape(-1, style.cell_px, style.cell_px, 3)
+    return atlas.reshape(-1, cp, cp, 3)
 
 
 def _colour_index(state: State, style: RenderStyle) -> np.ndarray:
@@ -110,9 +102,8 @@ def _colour_index(state: State, style: RenderStyle) -> np.ndarray:
 
 @lru_cache(maxsize=16)
 def disc_mask(px: int) -> np.ndarray:
-    """(px, px) bool: the agent's disc inside its square, drawn as pygame fills a circle of
-    integer radius px // 4 about the pixel corner (px // 2, px // 2): the midpoint algorithm's
-    spans, row y0 + k covering columns x0 - w .. x0 + w - 1."""
+    """(px, px) bool: the agent's disc as pygame fills a circle of radius px // 4 about pixel
+    corner (px // 2, px // 2): the midpoint algorithm's spans, columns x0 - w .. x0 + w - 1."""
     radius, c0 = int(px / 4), int(px / 2)
     half: dict[int, int] = {}
 
@@ -159,19 +150,6 @@ def _squares_array(state: State, style: RenderStyle) -> np.ndarray:
     return img
 
 
-def _squares_ascii(state: State) -> str:
-    """Text view, one character a square: `#` wall, `.` floor, `o` visited, `A` agent, `T`
-    target (VisGym's letters)."""
-    maze = state.maze
-    chars = np.where(maze.squares, "#", ".")
-    for cell in state.visited:
-        if not maze.squares[cell]:
-            chars[cell] = "o"
-    chars[maze.exit] = "T"
-    chars[state.pos] = "A"
-    return "\n".join("".join(row) for row in chars)
-
-
 def render_array(state: State, style: RenderStyle = RenderStyle()) -> np.ndarray:
     """The state as an (H, W, 3) uint8 array (the fast path the local trainer feeds the model)."""
     if state.maze.game == "squares":
@@ -216,8 +194,7 @@ def _uri_from_raw(raw: bytes, h: int, w: int) -> str:
 
 
 def state_data_uri(state: State, style: RenderStyle = RenderStyle()) -> str:
-    """`data_uri(render(state))`, memoised on the pixels: PNG encoding dominates an env step,
-    and GRPO replays the same states many times (k samples per maze, the same start)."""
+    """`data_uri(render(state))`, memoised on the pixels (GRPO replays the same states often)."""
     arr = render_array(state, style)
     return _uri_from_raw(arr.tobytes(), arr.shape[0], arr.shape[1])
 
@@ -230,12 +207,17 @@ def image_from_data_uri(uri: str) -> Image.Image:
 
 
 def to_ascii(state: State) -> str:
-    """Text view: '+---+' walls, '@' agent, 'E' exit, '.' visited cells (squares: one
-    character a square, `_squares_ascii`)."""
-    if state.maze.game == "squares":
-        return _squares_ascii(state)
-    maze = state.maze
-    visited = state.visited
+    """Text view: '+---+' walls, '@' agent, 'E' exit, '.' visited; squares: one character a
+    square, `#` wall, `.` floor, `o` visited, `A` agent, `T` target (VisGym's letters)."""
+    maze, visited = state.maze, state.visited
+    if maze.game == "squares":
+        chars = np.where(maze.squares, "#", ".")
+        for cell in visited:
+            if not maze.squares[cell]:
+                chars[cell] = "o"
+        chars[maze.exit] = "T"
+        chars[state.pos] = "A"
+        return "\n".join("".join(row) for row in chars)
     lines = []
     for r in range(maze.height):
         top, mid = ["+"], ["|" if maze.walls[r, 0] & 8 else " "]
@@ -260,7 +242,7 @@ def draw_arrow(
     scale: int = 1,
 ) -> Image.Image:
     """A copy of `img` with an arrow for `action` from `cell`; `origin`: the cell drawn at the
-    image's top-left (ego views), `scale`: the factor `img` was upscaled by."""
+    top-left (`ego_origin`), `scale`: the factor `img` was upscaled by."""
     out = img.copy()
     cp = style.cell_px * scale
     cy = (cell[0] - origin[0]) * cp + cp / 2

@@ -82,8 +82,7 @@ def transition(state: State, actions: Sequence[Move]) -> State:
 
 
 def terminal(state: State) -> bool:
-    """The episode ended by the game (Gymnasium's `terminated`): the agent stands on the exit
-    (cells) or said `stop` anywhere (squares)."""
+    """Gymnasium's `terminated`: on the exit (cells) or said `stop` anywhere (squares)."""
     if state.maze.game == "squares":
         return state.stopped
     return state.pos == state.maze.exit
@@ -95,8 +94,7 @@ def solved(state: State) -> bool:
 
 
 def record_solved(won: bool | None, reward: float) -> bool:
-    """Whether a recorded episode counts as solved: its kept verdict (`solved`), else (older
-    files, hand-built records) its reward, 1 exactly when solved."""
+    """A record's kept verdict (`solved`), else (older files) its reward, 1 exactly when solved."""
     if won is not None:
         return bool(won)
     return reward > 0
@@ -113,8 +111,7 @@ def reward(state: State) -> float:
 
 
 def best_move(state: State) -> Move:
-    """The oracle's answer: the next move of a shortest path, and `stop` on the target in the
-    squares game (VisGym's solver: the shortest path, then stop)."""
+    """The oracle's answer: a shortest path's next move; `stop` on the target (squares)."""
     if state.maze.game == "squares" and state.pos == state.maze.exit:
         return STOP
     best = optimal_action(state.maze, state.pos)

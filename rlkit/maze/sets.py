@@ -49,8 +49,7 @@ def pinned_set(name: str = "test", *, verify: bool = True) -> list[Maze]:
 
 
 def computed_set_hash(name: str) -> str:
-    """The combined hash of set `name` as its generator makes it now (what to pin for a new set;
-    `pinned_set_hash` is what is pinned)."""
+    """The combined hash of set `name` as generated now (what to pin for a new set)."""
     return combined_hash(list(_build(name)))
 
 
@@ -73,11 +72,9 @@ def train_maze(spec: MazeSpec, index: int) -> Maze:
     """Training maze number `index` of `spec`'s stream, never one of a test set's mazes."""
     if index < 0:
         raise UsageError(f"training maze index must be >= 0, got {index}")
-    for attempt in itertools.count():  # small grids repeat a test maze: re-draw, salted
-        maze = spec.maze(TRAIN_SEED_BASE + index + attempt * 1_000_003_000)
-        if maze.content_hash not in _excluded(spec):
-            return maze
-    raise AssertionError("unreachable")
+    # small grids repeat a test maze: re-draw, salted
+    draws = (spec.maze(TRAIN_SEED_BASE + index + a * 1_000_003_000) for a in itertools.count())
+    return next(m for m in draws if m.content_hash not in _excluded(spec))
 
 
 def train_mazes(spec: MazeSpec, start: int, n: int, share: float = 1.0) -> list[Maze]:
@@ -90,8 +87,7 @@ HARD_SEARCH = 1000
 
 
 def turns_to_solve(maze: Maze) -> int:
-    """Turns the shortest way takes: its moves, and the closing `stop` of the squares game
-    (VisGym wins only by stopping on the target)."""
+    """Turns the shortest way takes: its moves, plus the squares game's closing `stop`."""
     return int(exit_distances(maze)[maze.start]) + (maze.game == "squares")
 
 
@@ -105,9 +101,8 @@ def draw_train_mazes(
     hard: float = 0.0,
     min_path: int = 0,
 ) -> tuple[list[Maze], int]:
-    """`n` training mazes from stream index `cursor` on, and the cursor after the last one read,
-    each played from `nearer_start(maze, share)`; skipped: mazes longer than `max_turns`, and in
-    a `hard` share of the slots those shorter than `min_path` (docs/mazes.md#sets-and-the-training-stream)."""
+    """`n` training mazes from stream index `cursor` on, and the cursor after them; skipped:
+    mazes longer than `max_turns`, and in a `hard` share of slots those shorter than `min_path`."""
     mazes = []
     for k in range(n):
         need = min_path if math.floor((k + 1) * hard) > math.floor(k * hard) else 0
@@ -137,20 +132,15 @@ def curriculum_share(step: int, steps: int | None, start: float) -> float:
 
 
 def nearer_start(maze: Maze, share: float) -> Maze:
-    """`maze` with its start moved along its shortest path to the square (cell) ceil(share * L)
-    moves from the exit (at least one) for a path of L moves; `maze` itself at share 1 or when
-    the moved maze would be a test set's."""
+    """`maze` started ceil(share * L) moves (>= 1) from the exit along its L-move shortest path;
+    `maze` itself at share 1 or when the moved maze would be a test set's."""
     path = shortest_path(maze)
     keep = max(1, math.ceil(share * (len(path) - 1) - 1e-9))
     if keep >= len(path) - 1:
         return maze
     moved = replace(maze, start=path[-1 - keep], meta={})
-    return maze if moved.content_hash in _excluded_hashes(maze) else moved
-
-
-def _excluded_hashes(maze: Maze) -> frozenset[str]:
-    """The test sets' maze hashes of every spec whose mazes share `maze`'s shape."""
     shape = (maze.height, maze.width)
-    return frozenset().union(
-        *(_excluded(d.spec) for d in TEST_SETS.values() if (d.spec.height, d.spec.width) == shape)
+    tests = (
+        _excluded(d.spec) for d in TEST_SETS.values() if (d.spec.height, d.spec.width) == shape
     )
+    return maze if any(moved.content_hash in hashes for hashes in tests) else moved
