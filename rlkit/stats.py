@@ -25,20 +25,20 @@ CI_METHODS = {
 PAIRED_METHOD = "exact sign-flip test on per-maze solve-fraction differences; paired t interval"
 
 
-def _wilson(p: float, n: float, z: float) -> tuple[float, float]:
+def _wilson(p: float, n: float, z: float = Z95) -> tuple[float, float]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+def wilson(successes: int, n: int) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion (good at p near 0 or 1, small n)."""
     if n <= 0:
         return (0.0, 1.0)
     if not 0 <= successes <= n:
         raise UsageError(f"successes ({successes}) must be in [0, n={n}]")
-    return _wilson(successes / n, n, z)
+    return _wilson(successes / n, n)
 
 
 def _binom_cdf(k: int, n: int, p: float) -> float:
@@ -109,20 +109,18 @@ def design_effect(successes: Sequence[int], trials: Sequence[int]) -> float:
     return max(1.0, num / den)
 
 
-def clustered_wilson(
-    successes: Sequence[int], trials: Sequence[int], z: float = Z95
-) -> tuple[float, float]:
+def clustered_wilson(successes: Sequence[int], trials: Sequence[int]) -> tuple[float, float]:
     """`CI_METHOD`: Wilson on n_eff = episodes / design effect; Wilson(Y, N) when all n_i = 1."""
     total, solved = sum(trials), sum(successes)
     deff = design_effect(successes, trials)
     if total == 0:
         return (0.0, 1.0)
-    return _wilson(solved / total, total / deff, z)
+    return _wilson(solved / total, total / deff)
 
 
-def maze_interval(per_maze: Sequence[Sequence[bool]], z: float = Z95) -> tuple[float, float]:
+def maze_interval(per_maze: Sequence[Sequence[bool]]) -> tuple[float, float]:
     """`clustered_wilson` from per-maze outcome lists (`per_maze[i][j]`: sample j of maze i)."""
-    return clustered_wilson([sum(s) for s in per_maze], [len(s) for s in per_maze], z)
+    return clustered_wilson([sum(s) for s in per_maze], [len(s) for s in per_maze])
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

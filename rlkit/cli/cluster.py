@@ -12,8 +12,7 @@ from rlkit.run.remote import follow
 
 
 def cli_connect(args: argparse.Namespace, *, start_local: bool = False):
-    """The cluster `--address` names (`rlkit.cluster.address`: none or `local` is the local
-    head). Commands on existing jobs only reuse a local head; those that submit start one."""
+    """The cluster `--address` names (none or `local`: the local head, started if `start_local`)."""
     from rlkit.cluster.client import connect
 
     cluster = connect(args.address, start_local=start_local)

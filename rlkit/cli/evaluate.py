@@ -25,10 +25,8 @@ def load_policy(
     max_new_tokens: int = 24,
     **vllm_kw,
 ):
-    """A scripted policy by name, or a model policy from a checkpoint directory (on HF's engine
-    or vLLM's; `vllm_kw` go to `rlkit.model.vllm_policy.load_vllm_policy`). A model policy
-    answers free-form (`constrained=False`) within `max_new_tokens`, checked against the
-    checkpoint's canonical answer."""
+    """A scripted policy by name, or a model policy from a checkpoint dir on HF or vLLM
+    (`vllm_kw`); free-form answers get `max_new_tokens`, checked to hold the canonical one."""
     from rlkit.episodes.policies import is_scripted, scripted_policy
 
     if is_scripted(name):
@@ -37,7 +35,16 @@ def load_policy(
         raise UsageError(
             f"policy {name!r} is neither random|oracle|eps-oracle:E nor an existing model directory"
         )
-    _refuse_run(name)
+    from rlkit.run import is_run, open_run
+
+    if is_run(name):  # a run dir (either backend) holds many models: name a checkpoint's
+        run = open_run(name)
+        newest = [str(c.hf_export) for c in run.checkpoints() if c.hf_export is not None][-1:]
+        backend = "SkyRL" if run.backend == "skyrl" else "local"
+        raise UsageError(
+            f"{name} is a {backend} run, not a model: evaluate one of its checkpoints, "
+            + (f"e.g. --policy {newest[0]}" if newest else "once it has saved one")
+        )
     answers = {"constrained": constrained, "max_new_tokens": max_new_tokens}
     if engine == "vllm":
         from rlkit.model.vllm_policy import load_vllm_policy
@@ -67,21 +74,6 @@ def checkpoint_of(path: str | Path) -> tuple[str, int] | None:
             run = d.parent.parent if d.parent.name == "exports" else d.parent
             return run.name, int(m.group(1))
     return None
-
-
-def _refuse_run(path: str) -> None:
-    """A run dir (either backend) holds many models: name one of its checkpoints' exports."""
-    from rlkit.run import is_run, open_run
-
-    if not is_run(path):
-        return
-    run = open_run(path)
-    newest = [str(c.hf_export) for c in run.checkpoints() if c.hf_export is not None][-1:]
-    backend = "SkyRL" if run.backend == "skyrl" else "local"
-    raise UsageError(
-        f"{path} is a {backend} run, not a model: evaluate one of its checkpoints, "
-        + (f"e.g. --policy {newest[0]}" if newest else "once it has saved one")
-    )
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -181,8 +173,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _show_prompt(policy: str | None, set_name: str, cfg: EnvConfig) -> int:
-    """Print the first turn of the set's first maze as the model sees it: through the model
-    dir's chat template when `policy` is one, else message by message."""
+    """Print the set's first turn as the model sees it (through a model dir's chat template)."""
     from rlkit.env.maze_env import make_env
     from rlkit.maze.sets import pinned_set
 

@@ -271,15 +271,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _reader_left() -> int:
-    """The reader of our stdout went away (`rlkit ... | head`): stop quietly, as Unix tools do
-    on SIGPIPE, and point stdout at /dev/null so the interpreter's final flush stays silent."""
-    # stdout without a file descriptor (captured in-process) has nothing left to flush
-    with contextlib.suppress(AttributeError, OSError, ValueError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return SIGPIPE_EXIT
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -287,8 +278,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return code
-    except BrokenPipeError:
-        return _reader_left()
+    except BrokenPipeError:  # `rlkit ... | head`: stop quietly, as Unix tools do on SIGPIPE
+        # stdout to /dev/null so the final flush stays silent (captured in-process: no fd)
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return SIGPIPE_EXIT
     except UsageError as e:
         print(f"rlkit {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -55,26 +55,6 @@ def _open(args: argparse.Namespace, captured: int):
     return run
 
 
-def _captured_steps(run) -> list[int]:
-    """The run's captured steps; none is a one-line UsageError saying why."""
-    steps = run.capture_steps()
-    if not steps:
-        raise UsageError(
-            f"{run.path} has no captured training rollouts yet: they are written after each "
-            "GRPO step (capture is off when schedule.capture_groups is 0)"
-        )
-    return steps
-
-
-def _pick_step(wanted: str | None, steps: list[int]) -> int:
-    if wanted is None or wanted == "latest":
-        return steps[-1]
-    try:
-        return int(wanted)
-    except ValueError:
-        raise UsageError(f"--step {wanted!r}: give a step number or latest") from None
-
-
 def cmd_rollouts(args: argparse.Namespace) -> int:
     from rlkit.run.captures import summarize
 
@@ -82,7 +62,12 @@ def cmd_rollouts(args: argparse.Namespace) -> int:
     latest_only = not listing and args.step in (None, "latest")
     # through the cluster, the reading job brings the newest step, or every step kept
     run = _open(args, captured=1 if latest_only else ALL_STEPS)
-    steps = _captured_steps(run)
+    steps = run.capture_steps()
+    if not steps:
+        raise UsageError(
+            f"{run.path} has no captured training rollouts yet: they are written after each "
+            "GRPO step (capture is off when schedule.capture_groups is 0)"
+        )
     if listing:
         rows, skipped = [], []
         for s in steps:
@@ -98,7 +83,10 @@ def cmd_rollouts(args: argparse.Namespace) -> int:
             listed["skipped"] = skipped
         print(json.dumps(listed) if args.json else _steps_table(run.name, rows))
         return 0
-    step = _pick_step(args.step, steps)
+    try:
+        step = steps[-1] if latest_only else int(args.step)
+    except ValueError:
+        raise UsageError(f"--step {args.step!r}: give a step number or latest") from None
     episodes = sorted(run.captures(step), key=lambda e: (e.group, e.trajectory.sample))
     if args.export:
         _export(run.name, step, episodes, Path(args.export))
@@ -137,8 +125,7 @@ def _steps_table(name: str, rows) -> str:
 
 
 def p_chosen(turn) -> float | None:
-    """The policy's probability of the move it made this turn (None: not recorded, or no
-    parsable move)."""
+    """The policy's probability of the move it made this turn (None: not recorded or no move)."""
     if turn.move_probs is None or not turn.actions:
         return None
     from rlkit.maze.core import Action

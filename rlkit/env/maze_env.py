@@ -59,7 +59,21 @@ class EnvConfig:
         ):
             if (value := getattr(self, name)) not in options:
                 raise UsageError(f"unknown {name} {value!r}: use {', '.join(options)}")
-        visgym_text.check_answer(self)
+        sft = (self.parser == "visgym-sft", self.prompt_style == "visgym-sft")
+        if self.rules is None and sft[0] != sft[1]:
+            raise UsageError(
+                "parser and prompt_style must both be visgym-sft (VisGym's tuple answers): the "
+                "prompt must ask for the format the parser reads"
+            )
+        if not 0.0 <= self.format_weight <= 1.0:
+            raise UsageError(f"format_weight ({self.format_weight}) must be in [0, 1]")
+        if self.format_weight and self.rules is None and self.prompt_style == "compact":
+            raise UsageError(
+                "format_weight pays for tags the compact prompt does not ask for: use a visgym "
+                "prompt style or a prompt_file that asks for them"
+            )
+        if self.rules is not None and not (isinstance(self.rules, str) and self.rules.strip()):
+            raise UsageError("rules (the prompt file's text) must be non-empty text")
 
     @classmethod
     def from_mapping(cls, cfg: Mapping[str, Any] | None) -> EnvConfig:
@@ -122,7 +136,7 @@ def system_prompt(cfg: EnvConfig, maze: Maze | None = None) -> str:
     if cfg.prompt_style == "compact":
         return ""
     if cfg.prompt_style.startswith("visgym"):
-        return visgym_text.rules_text(cfg.max_turns, maze, cfg.prompt_style, cfg.format_weight > 0)
+        return visgym_text.rules_text(cfg, maze)
     seen = "get the maze as text" if cfg.observation == "text" else "see the maze"
     many = f" You may give up to {cfg.moves_per_turn} moves in one tag, separated by commas."
     return (

@@ -55,25 +55,20 @@ TAGGED_LINE = (
 """With a format reward (`format_weight` > 0): the tags `format_share` pays for, asked for."""
 
 
-def rules_text(
-    max_turns: int,
-    maze: Maze | None = None,
-    answer_format: str = "visgym",
-    tagged: bool = False,
-) -> str:
-    """The system prompt (picture, actions, how to win, turns); `visgym-sft` asks for VisGym's
-    tuples, `tagged` (a format reward is paid) for the observation/justification/action tags."""
+def rules_text(cfg: Any, maze: Maze | None) -> str:
+    """An `EnvConfig`'s system prompt (picture, actions, how to win, turns): VisGym's tuples
+    under `visgym-sft`, and the tags `format_share` pays for when `format_weight` > 0."""
     size = f"{maze.height}x{maze.width} " if maze is not None else ""
-    sft = answer_format == "visgym-sft"
+    sft = cfg.prompt_style == "visgym-sft"
     text = (
         f"You are in a {size}grid maze seen from above, one square at a time. Gray squares are "
         "walls, white squares are open floor, the blue circle is you and the red square is the "
         "target. Each turn choose one action: move one square left, right, up or down, or stop. "
         "A move into a wall leaves you where you were. Stop ends the game at once, and you win "
         "only if you stop while standing on the red square; reaching it without stopping is not "
-        f"enough. You have {max_turns} turns. " + (TUPLE_LINE if sft else FORMAT_LINE)
+        f"enough. You have {cfg.max_turns} turns. " + (TUPLE_LINE if sft else FORMAT_LINE)
     )
-    if tagged:
+    if cfg.format_weight > 0:
         text += " " + TAGGED_LINE.format(action="('move', D)" if sft else "ACTION")
     return text
 
@@ -93,25 +88,6 @@ def read_prompt_file(path: str) -> tuple[str, str]:
             f"prompt_file {path!r} holds {len(text.strip())} characters: give 1..{MAX_PROMPT_CHARS}"
         )
     return text, hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def check_answer(cfg: Any) -> None:
-    """Refuse an answer format the prompt does not ask for, a bad format_weight or empty rules."""
-    sft = (cfg.parser == "visgym-sft", cfg.prompt_style == "visgym-sft")
-    if cfg.rules is None and sft[0] != sft[1]:
-        raise UsageError(
-            "parser and prompt_style must both be visgym-sft (VisGym's tuple answers): the "
-            "prompt must ask for the format the parser reads"
-        )
-    if not 0.0 <= cfg.format_weight <= 1.0:
-        raise UsageError(f"format_weight ({cfg.format_weight}) must be in [0, 1]")
-    if cfg.format_weight and cfg.rules is None and cfg.prompt_style == "compact":
-        raise UsageError(
-            "format_weight pays for tags the compact prompt does not ask for: use a visgym "
-            "prompt style or a prompt_file that asks for them"
-        )
-    if cfg.rules is not None and not (isinstance(cfg.rules, str) and cfg.rules.strip()):
-        raise UsageError("rules (the prompt file's text) must be non-empty text")
 
 
 def answer_view[C](

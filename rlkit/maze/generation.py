@@ -37,18 +37,6 @@ def _rng(seed: int | np.random.Generator) -> np.random.Generator:
     return np.random.default_rng(int(seed))
 
 
-def check_size(height: int, width: int) -> None:
-    for name, n in (("height", height), ("width", width)):
-        if (
-            isinstance(n, bool)
-            or not isinstance(n, int | np.integer)
-            or not MIN_SIZE <= n <= MAX_SIZE
-        ):
-            raise UsageError(
-                f"maze {name} must be an integer in [{MIN_SIZE}, {MAX_SIZE}], got {n!r}"
-            )
-
-
 def _carve(walls: np.ndarray, a: Cell, b: Cell) -> None:
     for bit, nb in neighbours(a, *walls.shape):
         if nb == b:
@@ -199,7 +187,15 @@ def generate(
 ) -> Maze:
     """A perfect maze; `placement` `corners` (top-left to bottom-right) or `random` (two cells
     at least `min_path` moves apart)."""
-    check_size(height, width)
+    for name, n in (("height", height), ("width", width)):
+        if (
+            isinstance(n, bool)
+            or not isinstance(n, int | np.integer)
+            or not MIN_SIZE <= n <= MAX_SIZE
+        ):
+            raise UsageError(
+                f"maze {name} must be an integer in [{MIN_SIZE}, {MAX_SIZE}], got {n!r}"
+            )
     if algorithm not in GENERATORS:
         raise UsageError(
             f"unknown maze algorithm {algorithm!r}: use one of {', '.join(GENERATORS)}"
