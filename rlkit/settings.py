@@ -5,7 +5,7 @@ path (`apply_settings`), one builder from a recorded dict (`build_config`) and o
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any
 
@@ -168,31 +168,25 @@ def _walk(config: Any, key: str, noun: str) -> str:
             if depth:
                 noun = getattr(type(obj), "KEY_NOUN", noun)
             near = difflib.get_close_matches(part, names, n=1)
-            where = ".".join(parts[:depth] + near)
-            hint = f" (did you mean {where}?)" if near else _moved_hint(config, parts, depth)
+            tail = tuple(parts[depth + 1 :])  # `grpo.lr` where `lr` lives in another section
+            moved = [
+                ".".join(p)
+                for p in _paths(config)
+                if tail and len(p) > len(tail) and p[-len(tail) :] == tail
+            ]
+            where = ".".join(parts[:depth] + near) if near else " or ".join(moved)
+            hint = f" (did you mean {where}?)" if where else ""
             raise UsageError(f"unknown {noun} {key!r}{hint}: valid here are {', '.join(names)}")
         obj = getattr(obj, part)
     return key
 
 
-def _moved_hint(config: Any, parts: list[str], depth: int) -> str:
-    """` (did you mean batch.lr?)` for `grpo.lr` when `lr` lives in another section; else ""."""
-    tail = tuple(parts[depth + 1 :])
-    if not tail:
-        return ""
-    found = [".".join(p) for p in _paths(config) if len(p) > len(tail) and p[-len(tail) :] == tail]
-    return f" (did you mean {' or '.join(found)}?)" if found else ""
-
-
-def _paths(obj: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+def _paths(obj: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
     """Every field's path below `obj`, sections and their fields alike, depth first."""
-    out: list[tuple[str, ...]] = []
     for f in fields(obj):
-        value = getattr(obj, f.name)
-        out.append((*prefix, f.name))
-        if is_dataclass(value):
-            out += _paths(value, (*prefix, f.name))
-    return out
+        yield (*prefix, f.name)
+        if is_dataclass(value := getattr(obj, f.name)):
+            yield from _paths(value, (*prefix, f.name))
 
 
 def _rebuild(obj: Any, node: _Node) -> Any:

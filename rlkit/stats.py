@@ -88,17 +88,13 @@ def clopper_pearson(successes: int, n: int, level: float = 0.95) -> tuple[float,
     return (lo, hi)
 
 
-def _check_counts(successes: Sequence[int], trials: Sequence[int]) -> None:
+def design_effect(successes: Sequence[int], trials: Sequence[int]) -> float:
+    """Pooled rate's variance over its binomial one, mazes as clusters (>= 1)."""
     if len(successes) != len(trials):
         raise UsageError(f"{len(successes)} success counts for {len(trials)} mazes: counts differ")
     for y, n in zip(successes, trials, strict=True):
         if not 0 <= y <= n:
             raise UsageError(f"a maze with {y} of {n} episodes solved: successes must be in [0, n]")
-
-
-def design_effect(successes: Sequence[int], trials: Sequence[int]) -> float:
-    """Pooled rate's variance over its binomial one, mazes as clusters (>= 1)."""
-    _check_counts(successes, trials)
     total, solved = sum(trials), sum(successes)
     if total == 0:
         return 1.0
