@@ -30,14 +30,7 @@ class MazeSpec:
         self.maze(0)  # validates every field
 
     def maze(self, seed: int) -> Maze:
-        return generate(
-            self.height,
-            self.width,
-            seed,
-            algorithm=self.algorithm,
-            placement=self.placement,
-            min_path=self.min_path,
-        )
+        return generate(seed=seed, **asdict(self))
 
     def to_dict(self) -> dict:
         return asdict(self)

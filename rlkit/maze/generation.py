@@ -27,10 +27,14 @@ from rlkit.maze.core import (
 PLACEMENTS = ("corners", "random")
 
 
+def _is_int(n: object) -> bool:
+    return isinstance(n, int | np.integer) and not isinstance(n, bool)
+
+
 def _rng(seed: int | np.random.Generator) -> np.random.Generator:
     if isinstance(seed, np.random.Generator):
         return seed
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+    if not _is_int(seed) or seed < 0:
         raise UsageError(
             f"seed must be a non-negative integer or np.random.Generator, got {seed!r}"
         )
@@ -38,12 +42,9 @@ def _rng(seed: int | np.random.Generator) -> np.random.Generator:
 
 
 def _carve(walls: np.ndarray, a: Cell, b: Cell) -> None:
-    for bit, nb in neighbours(a, *walls.shape):
-        if nb == b:
-            walls[a] &= ~bit & 0xF
-            walls[b] &= ~OPPOSITE[bit] & 0xF
-            return
-    raise AssertionError(f"{a} and {b} are not adjacent")
+    bit = next(bit for bit, nb in neighbours(a, *walls.shape) if nb == b)
+    walls[a] &= ~bit & 0xF
+    walls[b] &= ~OPPOSITE[bit] & 0xF
 
 
 def _wilson(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
@@ -132,7 +133,7 @@ def wilson_grid(height: int, width: int, seed: int) -> np.ndarray:
 def generate_visgym(size: int, seed: int | np.random.Generator) -> Maze:
     """The maze VisGym's `Maze2DEnv` of side `size` gives on `reset(seed)` (a Generator: its
     `np_random`)."""
-    if isinstance(size, bool) or not isinstance(size, int | np.integer) or size % 2 == 0:
+    if not _is_int(size) or size % 2 == 0:
         raise UsageError(f"VisGym maze size must be an odd integer (9 easy, 11 hard), got {size!r}")
     if not 5 <= size <= 15:
         raise UsageError(f"VisGym maze size ({size}) must be in [5, 15]: rlkit grids hold 16")
@@ -141,14 +142,9 @@ def generate_visgym(size: int, seed: int | np.random.Generator) -> Maze:
     inner = wilson_grid(size - 2, size - 2, int(rng.integers(2**32)))
     squares = np.ones((size, size), dtype=bool)
     squares[1:-1, 1:-1] = inner == 0
-    lo, hi = 1, size - 2  # VisGym's four (agent, target) pairs of opposite corners, in its order
-    corners = [
-        ((lo, lo), (hi, hi)),
-        ((hi, hi), (lo, lo)),
-        ((hi, lo), (lo, hi)),
-        ((lo, hi), (hi, lo)),
-    ]
-    agent, target = corners[int(rng.integers(0, 4))]
+    lo, hi = 1, size - 2  # VisGym's four agent corners in its order; the target is opposite
+    agent = [(lo, lo), (hi, hi), (hi, lo), (lo, hi)][int(rng.integers(0, 4))]
+    target = (lo + hi - agent[0], lo + hi - agent[1])
     return Maze(None, agent, target, int_seed, "visgym", squares=squares)
 
 
@@ -188,11 +184,7 @@ def generate(
     """A perfect maze; `placement` `corners` (top-left to bottom-right) or `random` (two cells
     at least `min_path` moves apart)."""
     for name, n in (("height", height), ("width", width)):
-        if (
-            isinstance(n, bool)
-            or not isinstance(n, int | np.integer)
-            or not MIN_SIZE <= n <= MAX_SIZE
-        ):
+        if not _is_int(n) or not MIN_SIZE <= n <= MAX_SIZE:
             raise UsageError(
                 f"maze {name} must be an integer in [{MIN_SIZE}, {MAX_SIZE}], got {n!r}"
             )
