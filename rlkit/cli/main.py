@@ -1,7 +1,5 @@
 """The `rlkit` command: the same workflow as the notebooks, from a terminal or CI.
-
-A user's error prints one line: exit 2 for bad arguments or input, 1 when the world was not as
-needed. Every command: docs/cli.md."""
+A user's error prints one line (exit 2: bad arguments or input, 1: the world was not as needed)."""
 
 from __future__ import annotations
 

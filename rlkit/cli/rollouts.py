@@ -89,7 +89,15 @@ def cmd_rollouts(args: argparse.Namespace) -> int:
         raise UsageError(f"--step {args.step!r}: give a step number or latest") from None
     episodes = sorted(run.captures(step), key=lambda e: (e.group, e.trajectory.sample))
     if args.export:
-        _export(run.name, step, episodes, Path(args.export))
+        from rlkit.notebook.rollouts import step_html
+
+        out = Path(args.export)
+        if out.suffix.lower() not in (".html", ".htm"):
+            raise UsageError(f"--export {out}: give an .html file")
+        if not episodes:
+            raise UsageError(f"step {step} of {run.name} captured no episodes: nothing to export")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(step_html(run.name, step, episodes), encoding="utf-8")
     if args.json:
         extra = {"export": args.export} if args.export else {}
         print(json.dumps({**_step_dict(run, step, episodes), **extra}))
@@ -98,17 +106,6 @@ def cmd_rollouts(args: argparse.Namespace) -> int:
     else:
         print(_step_table(run.name, step, episodes))
     return 0
-
-
-def _export(name: str, step: int, episodes, out: Path) -> None:
-    from rlkit.notebook.rollouts import step_html
-
-    if out.suffix.lower() not in (".html", ".htm"):
-        raise UsageError(f"--export {out}: give an .html file")
-    if not episodes:
-        raise UsageError(f"step {step} of {name} captured no episodes: nothing to export")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(step_html(name, step, episodes), encoding="utf-8")
 
 
 def _steps_table(name: str, rows) -> str:
@@ -126,13 +123,12 @@ def _steps_table(name: str, rows) -> str:
 
 def p_chosen(turn) -> float | None:
     """The policy's probability of the move it made this turn (None: not recorded or no move)."""
-    if turn.move_probs is None or not turn.actions:
-        return None
     from rlkit.maze.core import Action
 
-    if turn.actions[0].upper() not in Action.__members__:  # `stop`: not one of the four bars
+    word = turn.actions[0].upper() if turn.actions else ""
+    if turn.move_probs is None or word not in Action.__members__:  # `stop`: not one of the bars
         return None
-    return float(turn.move_probs[Action[turn.actions[0].upper()].value])
+    return float(turn.move_probs[Action[word].value])
 
 
 def _moves(traj) -> list[str]:

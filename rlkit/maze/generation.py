@@ -1,8 +1,6 @@
 """Maze generation from an explicit seed or `np.random.Generator`, dispatched by name through
 `GENERATORS` (`wilson`, `dfs`, `visgym`: VisGym's maze_2d replayed draw for draw, without
-gymnasium): docs/mazes.md#generators.
-
-    >>> m = generate(4, 4, seed=0, placement="random", min_path=3)"""
+gymnasium): docs/mazes.md#generators."""
 
 from __future__ import annotations
 

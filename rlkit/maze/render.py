@@ -1,6 +1,5 @@
-"""Rendering: maze state -> PIL image, PNG bytes, data URI, or ASCII (pure; returns data), in a
-`full` or agent-centred `ego` view from cached tiles; a squares maze pixel for pixel as VisGym's
-maze_2d draws it: docs/mazes.md#pictures."""
+"""Rendering (pure): maze state -> PIL image, PNG, data URI or ASCII, `full` or agent-centred `ego`
+view; a squares maze pixel for pixel as VisGym's maze_2d draws it: docs/mazes.md#pictures."""
 
 from __future__ import annotations
 
