@@ -7,5 +7,4 @@ class RlkitError(RuntimeError):
 
 
 class UsageError(RlkitError, ValueError):
-    """Bad arguments, config values or input data (CLI exit code 2); a ValueError, so callers
-    validating input catch the usual type."""
+    """Bad arguments, config values or input data (CLI exit code 2); also a ValueError."""

@@ -83,8 +83,7 @@ class EnvConfig:
         style = cfg.pop("style", None) or {}
         if not isinstance(style, Mapping):
             raise UsageError(f"env config style must be a mapping of render options, got {style!r}")
-        style_kw = dict(style)
-        style_kw.update({k: cfg.pop(k) for k in list(cfg) if k in style_keys})
+        style_kw = {**style, **{k: cfg.pop(k) for k in list(cfg) if k in style_keys}}
         # colours arrive as JSON lists; the style must stay hashable (tile caches key on it)
         style_kw = {k: tuple(v) if isinstance(v, list) else v for k, v in style_kw.items()}
         known = {f.name for f in fields(cls)}
