@@ -25,17 +25,12 @@ from rlkit.maze.sets import (
 REQUIRED = ("prompt", "env_class", "data_source", "reward_spec", "extra_info")
 
 
-def _row_prompt(cfg: EnvConfig, maze: Maze) -> list[dict]:
-    """A text-only stand-in with the env's rules, which the env's `init` replaces."""
-    rules_text = system_prompt(cfg, maze)
-    head = [{"role": "system", "content": rules_text}] if rules_text else []
-    return [*head, {"role": "user", "content": COMPACT_TASK if not rules_text else "Your move?"}]
-
-
 def maze_row(maze: Maze, *, split: str, index: int, source: str, cfg: EnvConfig) -> dict:
     d = difficulty(maze)
+    rules_text = system_prompt(cfg, maze)  # a text-only stand-in prompt the env's init replaces
+    user = {"role": "user", "content": "Your move?" if rules_text else COMPACT_TASK}
     return {
-        "prompt": _row_prompt(cfg, maze),
+        "prompt": [{"role": "system", "content": rules_text}, user] if rules_text else [user],
         "env_class": ENV_ID,
         "data_source": source,
         "reward_spec": {"method": "rule", "ground_truth": maze.content_hash},
