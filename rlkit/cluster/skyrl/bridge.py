@@ -39,8 +39,7 @@ ALIASES = {
     "trainer/global_step": "train/global_step",
     "trainer/epoch": "train/epoch",
 }
-"""SkyRL key -> the local trainer's name, where both measure the same thing: the one place
-SkyRL's names become rlkit's (older runs' names: `rlkit.run.backends.RENAMED`)."""
+"""SkyRL key -> the local trainer's name for the same measure (older runs': `backends.RENAMED`)."""
 GROUPS = {
     "reward/": "rollout/",
     "environment/": "rollout/env_",
@@ -79,10 +78,8 @@ def eval_interval(
     prefix: str = "eval/",
     first_set: str | None = None,
 ) -> dict[str, float]:
-    """The eval's interval, pass@k, protocol and skipped dump lines from SkyRL's dump for `step`
-    alone, under `prefix` ({} when it cannot be read: that costs this number, never the run).
-    `greedy`: the seed's protocol (adds its count solved and exact interval). Of several eval
-    sets, `first_set`'s goes under `prefix`, each other's under `prefix + SET_`."""
+    """The eval's interval, pass@k and skipped dump lines from SkyRL's dump for `step`, under
+    `prefix` (`first_set`) or `prefix + SET_` (each other set); {} when it cannot be read."""
     if not (Path(export_path) / "dumped_evals" / f"global_step_{step}_evals").is_dir():
         return {}
     try:
@@ -108,18 +105,9 @@ def eval_interval(
     return out
 
 
-def recorded_eval_set(run: RunDir) -> str | None:
-    """The `eval_set` the entry recorded in run.json (None before it did)."""
-    try:
-        entry = (run.read_info().get("config") or {}).get("entry") or {}
-    except RlkitError:
-        return None
-    return (entry.get("task") or {}).get("eval_set")
-
-
 def result_metrics(result: EvalResult) -> dict[str, float]:
-    """One set's eval as metrics: its interval (exact for the seed's protocol, with the count
-    solved), mazes, samples, whether it is the seed's protocol, pass@k."""
+    """One set's eval as metrics: interval (exact, with the count solved, for the seed's
+    protocol), mazes, samples, whether it is the seed's protocol, pass@k."""
     seed = result.protocol == "seed" and result.exact_ci95 is not None
     low, high = result.exact_ci95 if seed else result.ci95
     out = {"ci_low": low, "ci_high": high, "mazes": float(result.n_mazes)}
@@ -130,30 +118,23 @@ def result_metrics(result: EvalResult) -> dict[str, float]:
 
 
 def drop_metrics_after_checkpoint(run: RunDir, *, reevaluates: bool = False) -> None:
-    """Cut RUN/metrics.jsonl back to the checkpoint SkyRL resumes from (steps <= N kept, all
-    without one); with `reevaluates` (SkyRL's `eval_before_train`) step N's eval values go too,
-    since SkyRL evaluates it again (docs/skyrl-integration.md#the-metrics-bridge-bridgepy)."""
+    """Cut RUN/metrics.jsonl back to the checkpoint SkyRL resumes from; with `reevaluates`
+    (`eval_before_train`) that step's eval values go too, as SkyRL evaluates it again."""
     if not run.metrics_path.is_file():
         return
     try:
         ckpt = latest_step(run.path)
         run.truncate_metrics_after(ckpt if ckpt is not None else -1)
         if reevaluates and ckpt is not None:
+            evals = ("eval/", "timing/eval")  # what SkyRL's eval logs, in rlkit's names
             run.rewrite_metrics(
-                _without_eval(r) if r.get("step") == ckpt else r for r in run.read_metrics()
+                {k: v for k, v in r.items() if r.get("step") != ckpt or not k.startswith(evals)}
+                for r in run.read_metrics()
             )
     except (RlkitError, OSError) as e:  # metrics must never stop a run: at worst steps repeat
         _log.warning(
             "%s kept as it is (steps may repeat after this resume): %s", run.metrics_path, e
         )
-
-
-def _without_eval(record: dict) -> dict:
-    return {k: v for k, v in record.items() if not k.startswith(EVAL_KEYS)}
-
-
-EVAL_KEYS = ("eval/", "timing/eval")
-"""What SkyRL's eval logs (rlkit names): the metrics its eval-before-training repeats."""
 
 
 class MetricsBridge:
@@ -174,11 +155,13 @@ class MetricsBridge:
         self.run = RunDir(run_dir)
         self.greedy = greedy
         """Whether SkyRL's own eval is greedy (the seed's protocol when one sample a maze)."""
-        self.eval_set = recorded_eval_set(self.run)
-        """The run's `eval_set` (run.json): the first of several eval sets."""
+        try:  # the run's `eval_set` (run.json): the first of several eval sets
+            entry = (self.run.read_info().get("config") or {}).get("entry") or {}
+        except RlkitError:
+            entry = {}
+        self.eval_set = (entry.get("task") or {}).get("eval_set")
         self.groups_per_step = groups_per_step
-        """Prompts (GRPO groups) per step, SkyRL's `train_batch_size`: the denominator of the
-        zero-variance share (`rlkit.run.stability`), logged as `rollout/groups` beside the count."""
+        """Prompts (GRPO groups) a step: the zero-variance share's denominator (`rollout/groups`)."""
         drop_metrics_after_checkpoint(self.run, reevaluates=reevaluates)
         self.export_path = Path(export_path)
         self.logger = RunLogger(self.run, ray_gauges=ray_gauges)

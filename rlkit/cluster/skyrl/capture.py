@@ -1,7 +1,6 @@
-"""Training rollouts of a SkyRL run, a few groups a step captured by rlkit's generator into
-RUN/rollouts/, each turn with the policy's move probabilities asked of the run's own engines
-(`EngineProbe`); a failed capture costs that step's file, never the run:
-docs/skyrl-integration.md#captured-rollouts-and-move-probabilities-capturepy."""
+"""A few groups a step of a SkyRL run's training rollouts, captured into RUN/rollouts/ with each
+turn's move probabilities asked of the run's engines (`EngineProbe`); a failure costs that step's
+file, never the run: docs/skyrl-integration.md#captured-rollouts-and-move-probabilities-capturepy."""
 
 from __future__ import annotations
 
@@ -33,31 +32,28 @@ from rlkit.train.grpo import estimate
 _log = logging.getLogger(__name__)
 
 METRIC = "generate/capture_{}"
-"""The step's capture costs, with its rollout metrics (no avg/min/max in a name: SkyRL sums
-such keys over concatenated outputs)."""
+"""The step's capture costs (no avg/min/max in a name: SkyRL sums such keys over outputs)."""
 
 
 @dataclass
 class _Episode:
-    """One captured episode while it plays: its answers and its turns' probe tasks."""
-
     texts: list[str] = field(default_factory=list)
     probes: list[asyncio.Task] = field(default_factory=list)
 
 
 @dataclass
 class Capturer:
-    """A run's capture: what to keep, where, and the run's numbers it needs (from SkyRL's cfg)."""
+    """A run's capture: what to keep, where, and the run's numbers it needs."""
 
     settings: CaptureConfig
     run_dir: str
     seed: int
     recipe: Recipe
-    """Only `advantage_estimator` and `grpo_norm_by_std` are read (the run's own)."""
+    """Only `advantage_estimator` and `grpo_norm_by_std` are read."""
     probe: EngineProbe | None
-    """None: no engine to ask (a client without `get_endpoint_url`); turns get no probabilities."""
+    """None: no engine to ask; turns get no probabilities."""
     end_markers: tuple[str, ...] = ()
-    """Text an answer may end with that is chat scaffolding, not the model's words."""
+    """Chat scaffolding an answer may end with (not the model's words)."""
     _started: bool = field(default=False, repr=False)
 
     @classmethod
@@ -68,8 +64,7 @@ class Capturer:
         probe: EngineProbe | None,
         end_markers: tuple[str, ...] = (),
     ) -> Capturer:
-        """The capture of the run SkyRL's `cfg` describes; a UsageError when its advantage
-        estimator is one rlkit does not compute."""
+        """The capture of SkyRL's `cfg`'s run; a UsageError for an estimator rlkit lacks."""
         algo = cfg.trainer.algorithm
         check_capture(settings.groups, algo.advantage_estimator)
         recipe = Recipe(
@@ -106,8 +101,7 @@ class Capturer:
 
 
 def _group(instance_id: str, ids: Sequence[Any]) -> int:
-    """A group's number: its dataset row (SkyRL's uid is the row index), else where it first
-    appears in the batch."""
+    """A group's number: its dataset row (SkyRL's uid), else where it first appears in `ids`."""
     if str(instance_id).isdigit():
         return int(instance_id)
     return next(i for i, t in enumerate(ids) if t.instance_id == instance_id)
@@ -131,8 +125,7 @@ class StepCapture:
         features: dict | None,
         cache_salt: str | None,
     ) -> None:
-        """Record one turn of a captured episode (any other session is ignored) and start its
-        probe."""
+        """Record a captured episode's turn (other sessions: ignored) and start its probe."""
         ep = self.episodes.get(session_id)
         if ep is None:
             return
@@ -214,7 +207,7 @@ class StepCapture:
         return replace(traj, turns=turns, max_turns=ep.max_turns)
 
     def _answer(self, text: str) -> str:
-        """The answer as the model wrote it: SkyRL's client keeps the end-of-turn token."""
+        """The answer without the end-of-turn token SkyRL's client keeps."""
         for marker in self.owner.end_markers:
             while marker and text.endswith(marker):
                 text = text[: -len(marker)]
@@ -224,11 +217,6 @@ class StepCapture:
 def _reward(r: float | list[float]) -> float:
     """An episode's reward: SkyRL's VLM generator gives per-token rewards (their sum)."""
     return float(sum(r)) if isinstance(r, list) else float(r)
-
-
-TOP_LOGPROBS = 20
-"""Top logprobs a probe asks an engine without `logprob_token_ids` for: vLLM's default
-`max_logprobs`, the most a request may ask."""
 
 
 def chose_stop(text: str) -> bool:
@@ -244,8 +232,8 @@ class Logprob(NamedTuple):
 
 
 def top_logprobs(raw_response: dict, temperature: float = 1.0) -> dict[int, Logprob]:
-    """`{token id: logprob}` of the first generated position of vLLM's `/inference/v1/generate`
-    answer (`choices[0].logprobs.content[0].top_logprobs`), divided by the temperature."""
+    """`{token id: logprob / temperature}` of the first generated position of vLLM's
+    `/inference/v1/generate` answer."""
     content = raw_response["choices"][0]["logprobs"]["content"][0]
     entries = [content, *content.get("top_logprobs", [])]
     return {int(e["token_id"]): Logprob(float(e["logprob"]) / temperature) for e in entries}
@@ -253,7 +241,7 @@ def top_logprobs(raw_response: dict, temperature: float = 1.0) -> dict[int, Logp
 
 class EngineProbe:
     """The move distribution at a captured turn's move position: one 1-token request to the
-    run's engines (the router behind SkyRL's client, `get_endpoint_url()`)."""
+    run's engines (SkyRL's router, `get_endpoint_url()`)."""
 
     def __init__(self, url: str, model: str, tokenizer: Any, temperature: float = 1.0) -> None:
         self.client = RemoteGenerateClient(proxy_url=url)
@@ -287,13 +275,13 @@ class EngineProbe:
             "cache_salt": cache_salt,
         }
         top = await self._exact(ask, choices) if self.exact is not False else None
-        if top is None:
-            top = await self._logprobs(ask, {"logprobs": TOP_LOGPROBS})
+        if top is None:  # vLLM's default max_logprobs, the most a request may ask
+            top = await self._logprobs(ask, {"logprobs": 20})
         return probs_of_moves(top, list(choices))
 
     async def _exact(self, ask: dict, choices: tuple[int, ...]) -> dict[int, Logprob] | None:
-        """The four words' logprobs (`logprob_token_ids`), or None once the engine has shown it
-        does not serve them (HTTP 4xx, or an answer without them)."""
+        """The four words' logprobs (`logprob_token_ids`), or None from an engine that does not
+        serve them (HTTP 4xx, or an answer without them)."""
         # vLLM lists the sampled token first and cuts the list at `logprobs` entries: the draw
         # must be one of the four, or one word falls off (raw logprobs ignore the mask)
         ids = list(choices)
@@ -318,5 +306,4 @@ class EngineProbe:
         return top_logprobs(result.raw_response, self.temperature)
 
     async def aclose(self) -> None:
-        """Close the HTTP session of the running event loop."""
         await self.client.aclose()

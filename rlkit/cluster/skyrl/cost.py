@@ -14,18 +14,15 @@ from rlkit.cluster.workdir import project_root
 BENCH_RESULT = project_root() / "benchmarks" / "results" / "gpu_step.json"
 """Written by `python benchmarks/bench_gpu_step.py` on a GPU (the 8B's fwd+bwd tokens/s)."""
 ASSUMED_TFLOPS = (100.0, 300.0)
-"""Achieved bf16 TFLOP/s per GPU in FSDP training, assumed (no measurement yet): a wide band
-below the RTX PRO 6000's peak, as long multi-image sequences and FSDP's gathers allow."""
+"""Achieved bf16 TFLOP/s per GPU in FSDP training, assumed: a wide band below the peak."""
 FLOPS_PER_PARAM_TOKEN = 12
-"""Training FLOPs per parameter and token of a GRPO step: forward + backward (6), checkpointing's
-second forward (2), the old policy's and the reference's forwards (4)."""
+"""Of a GRPO step: fwd + bwd (6), checkpointing's second fwd (2), old policy's and ref's fwd (4)."""
 BENCH_FLOPS_PER_PARAM_TOKEN = 8
 """What bench_gpu_step.py's timed fwd+bwd does per parameter and token (checkpointing on)."""
 DECODE_TOKENS_PER_S = (1000.0, 3000.0)
-"""vLLM decoding throughput per GPU for an 8B in bf16 with many sequences in flight; assumed."""
+"""vLLM decoding throughput per GPU for an 8B in bf16, many sequences in flight; assumed."""
 TURN_LATENCY_S = (0.5, 3.0)
-"""One turn of the slowest episode (prefill of its new image, its answer, the env's step):
-turns are sequential, so a step's rollout lasts at least max_turns of these; assumed."""
+"""One sequential turn (prefill of its image, answer, env step); a rollout's floor; assumed."""
 ANSWER_TOKENS = (8, 200)
 """Tokens a turn's answer takes: the bare `<action>` answer up to a short reasoning."""
 START_MINUTES = {
@@ -66,8 +63,8 @@ class Cost:
 
 
 def measured_tokens_per_s(params_b: float, path: Path = BENCH_RESULT) -> tuple[float, str] | None:
-    """Training tokens/s per GPU for a `params_b` model from the benchmark's result file (scaled
-    from the 8B by parameters), with where it came from; None without a GPU result."""
+    """Training tokens/s per GPU of a `params_b` model (scaled from the benchmark's) and where it
+    came from; None without a GPU result."""
     try:
         result = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -75,16 +72,9 @@ def measured_tokens_per_s(params_b: float, path: Path = BENCH_RESULT) -> tuple[f
     if result.get("device_type") != "cuda" or result.get("tiny"):
         return None
     times = sorted(result["times"])
-    tok_s = result["tokens"] / times[len(times) // 2] * result["params_b"] / params_b
-    where = f"{path.name}: {result['tokens'] / times[len(times) // 2]:.0f} tok/s fwd+bwd"
-    return tok_s, f"{where} on {result.get('device', 'a GPU')}"
-
-
-def _episode_tokens(p: SkyRLPreset, budget) -> tuple[int, int]:
-    """Trained tokens of one episode: half the turn budget at short answers, up to the cut."""
-    low = budget.history(max(1, p.task.max_turns // 2), budget.canonical)
-    high = min(budget.worst_case, p.task.max_input_length + budget.answer)
-    return low, max(low, high)
+    bench = result["tokens"] / times[len(times) // 2]
+    where = f"{path.name}: {bench:.0f} tok/s fwd+bwd on {result.get('device', 'a GPU')}"
+    return bench * result["params_b"] / params_b, where
 
 
 def estimate_cost(p: SkyRLPreset, budget, bench: Path = BENCH_RESULT) -> Cost:
@@ -92,7 +82,10 @@ def estimate_cost(p: SkyRLPreset, budget, bench: Path = BENCH_RESULT) -> Cost:
     gpus = p.num_gpus
     paid = p.layout.nodes * (p.instance.gpus if p.instance else p.node_gpus)
     episodes = p.prompts_per_step * p.batch.group_size
-    tokens = [episodes * t for t in _episode_tokens(p, budget)]
+    # trained tokens of one episode: half the turn budget at short answers, up to the cut
+    low = budget.history(max(1, p.task.max_turns // 2), budget.canonical)
+    high = min(budget.worst_case, p.task.max_input_length + budget.answer)
+    tokens = [episodes * low, episodes * max(low, high)]
     params = p.model.model_params_b * 1e9
     measured = measured_tokens_per_s(p.model.model_params_b, bench)
     if measured is not None:
@@ -123,10 +116,7 @@ def estimate_cost(p: SkyRLPreset, budget, bench: Path = BENCH_RESULT) -> Cost:
     staged = p.model.model_path.startswith("/")
     if not staged:
         size_mb = p.model.model_params_b * 2e3  # bf16 weights
-        start = [
-            start[0] + size_mb / HUB_DOWNLOAD_MB_S[1] / 60,
-            start[1] + size_mb / HUB_DOWNLOAD_MB_S[0] / 60,
-        ]
+        start = [start[i] + size_mb / HUB_DOWNLOAD_MB_S[1 - i] / 60 for i in (0, 1)]
     first = tuple(start[i] + (eval_s[i] + step[i]) / 60 for i in (0, 1))
     hours = tuple(
         (start[i] * 60 + p.batch.steps * step[i] + evals * eval_s[i]) / 3600 for i in (0, 1)

@@ -4,6 +4,7 @@ The list and why: docs/skyrl-integration.md#the-cpu-device-seam-cpu_seampy."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.machinery
 import sys
@@ -85,8 +86,7 @@ def _torch_on_cpu() -> _Front:
 
 
 def sync_non_persistent_buffers(model: torch.nn.Module, loaded_sd: dict) -> None:
-    """SkyRL's `_sync_non_persistent_buffers` with CPU tensors: rank 0's buffers (rotary
-    `inv_freq`, say) broadcast to every rank after the meta-device init."""
+    """SkyRL's `_sync_non_persistent_buffers` with CPU tensors: rank 0's buffers broadcast."""
     dist = torch.distributed
     for module in model.modules():
         for key in sorted(getattr(module, "_non_persistent_buffers_set", set())):
@@ -121,13 +121,10 @@ def pad_input(hidden_states: torch.Tensor, indices: torch.Tensor, batch: int, se
 
 
 def flash_attn_padding() -> None:
-    """Register the two padding helpers as `flash_attn.bert_padding` unless flash-attn is
-    really installed."""
-    try:
+    """Register the padding helpers as `flash_attn.bert_padding` unless flash-attn is installed."""
+    with contextlib.suppress(ImportError):
         importlib.import_module("flash_attn.bert_padding")
         return
-    except ImportError:
-        pass
     # Specs, so importlib.util.find_spec answers; no __version__ or __file__, so transformers'
     # availability check still says flash-attn is not installed (and never picks its kernels).
     package = types.ModuleType("flash_attn")
@@ -185,7 +182,7 @@ def install_in_vllm_worker() -> None:
 
 def overrides(run_dir: str, attempt: str | None = None) -> list[str]:
     """SkyRL overrides a CPU run adds at each start: vLLM on CPU, delta weight sync in
-    directories of this attempt's own (docs/skyrl-integration.md#the-cpu-device-seam-cpu_seampy)."""
+    directories of this attempt's own."""
     attempt = attempt or time.strftime("%Y%m%d-%H%M%S")
     delta = Path(run_dir) / "delta" / attempt
     engine = "generator.inference_engine"
@@ -204,8 +201,7 @@ def overrides(run_dir: str, attempt: str | None = None) -> list[str]:
 
 
 def __getattr__(name: str) -> Any:
-    """`CpuWorkerExtension`, built on first use (vLLM's worker names it by path; SkyRL's
-    extension needs vLLM, which only that process and the CPU job have)."""
+    """`CpuWorkerExtension`, built on first use (SkyRL's extension needs vLLM)."""
     if name != "CpuWorkerExtension":
         raise AttributeError(name)
     from skyrl.backends.skyrl_train.inference_servers.new_inference_worker_wrap import (

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from rlkit.cluster.hang import DONE_LINE, start_hang_detection
 from rlkit.cluster.skyrl.overrides import RunPaths
+from rlkit.cluster.skyrl.preset_sections import set_view, task_view
 from rlkit.cluster.skyrl.presets import TINY_WARM, SkyRLPreset, get_preset
 from rlkit.errors import RlkitError, UsageError
 from rlkit.settings import parse_sets
@@ -20,14 +22,12 @@ if TYPE_CHECKING:
     from rlkit.env.maze_env import EnvConfig
 
 GIGPO = "gigpo"
-"""The estimator rlkit registers with SkyRL: its episode level is SkyRL's GRPO, its step level
-`experiment.step_terms`."""
+"""The estimator rlkit registers with SkyRL (episode level: GRPO; step level: `step_terms`)."""
 
 
 @dataclass(frozen=True)
 class Job:
-    """What the entry was asked to run: the preset (its name, for run.json, and its settings)
-    and the run's paths (None without a `trainer.ckpt_path`)."""
+    """What the entry was asked to run: the preset's name and settings, the run's paths."""
 
     preset: str | None
     sky: SkyRLPreset
@@ -66,10 +66,8 @@ def ensure_datasets(
     shares: list[float] | None = None,
     cfg: EnvConfig | None = None,
 ) -> tuple[Path, Path]:
-    """Write the datasets once per run dir (a resume reads them back: a damaged file fails in
-    one line here). `shares`: each training row's curriculum share (None: whole mazes); `cfg`:
-    the env the rows carry (`task_view`; None: the set's view at `cell_px`)."""
-    from rlkit.cluster.skyrl.preset_sections import set_view
+    """Write the datasets once per run dir (a resume reads them back). `shares`: each training
+    row's curriculum share (None: whole mazes); `cfg`: the rows' env (None: `set_view`)."""
     from rlkit.env.data import read_rows, write_datasets
 
     out = Path(data_dir)
@@ -88,8 +86,8 @@ def ensure_datasets(
 
 
 def curriculum_shares(sky: SkyRLPreset) -> list[float] | None:
-    """Each training row's share of its maze's shortest path under the recipe's curriculum
-    (row i is trained at step i // prompts per step: the rows are read in order); None: off."""
+    """Each training row's curriculum share (row i trains at step i // prompts per step: rows
+    are read in order); None: no curriculum."""
     from rlkit.maze.sets import curriculum_share
 
     r, n = sky.recipe, sky.prompts_per_step
@@ -102,8 +100,7 @@ def curriculum_shares(sky: SkyRLPreset) -> list[float] | None:
 
 
 def ensure_init_model(model_dir: str, stop_at: float) -> Path:
-    """Build the run's warm-started tiny model once; a resumed run loads its checkpoint, but
-    SkyRL reads the model dir for its config and tokenizer on every start."""
+    """Build the run's warm-started tiny model once (SkyRL reads its dir on every start)."""
     out = Path(model_dir)
     if (out / "config.json").is_file():
         print(f"rlkit: reusing the tiny model in {out}", flush=True)
@@ -117,7 +114,6 @@ def ensure_init_model(model_dir: str, stop_at: float) -> Path:
 def add_eval_sets(data_dir: str, sky: SkyRLPreset) -> None:
     """With several eval sets: the others' rows appended to eval.parquet, and every row's turn
     budget in its `extra_info.max_turns` (`row_turns`), once a run."""
-    from rlkit.cluster.skyrl.preset_sections import task_view
     from rlkit.env.data import maze_row, read_rows, write_rows
     from rlkit.env.maze_env import ENV_ID
     from rlkit.maze.sets import pinned_set
@@ -148,8 +144,6 @@ def add_eval_sets(data_dir: str, sky: SkyRLPreset) -> None:
 def record_run(cfg, job: Job, overrides: list[str]) -> dict:
     """Write RUN/run.json (backend "skyrl") before SkyRL starts: the preset, SkyRL's overrides
     and its resolved config; a resume that changed the config records the change."""
-    import json
-
     from rlkit.env.visgym_text import read_prompt_file
     from rlkit.run.rundir import RunDir
     from rlkit.run.skyrl_layout import latest_step
@@ -187,9 +181,8 @@ def register_gigpo() -> None:
 
 
 def _run_skyrl(cfg, sky: SkyRLPreset, rows_in_order: bool = False) -> None:
-    """Body of the Ray task: register the env (and `gigpo`) and the hang rules (the step lines
-    come from this process) here, then run SkyRL's experiment as `sky` asks; `rows_in_order`:
-    a curriculum, rows not shuffled."""
+    """The Ray task: register the env (and `gigpo`) and the hang rules in this process, then run
+    SkyRL's experiment as `sky` asks; `rows_in_order`: a curriculum's unshuffled rows."""
     from rlkit.cluster.skyrl.experiment import RlkitExp
     from rlkit.env.maze_env import register_env
 
@@ -211,8 +204,7 @@ def _run_skyrl(cfg, sky: SkyRLPreset, rows_in_order: bool = False) -> None:
 
 
 def init_ray(cfg, device: str, initialize_ray) -> None:
-    """SkyRL's `initialize_ray(cfg)` (its env vars, log file and registries), with the
-    runtime_env it hands `ray.init` carrying rlkit's worker setup hook and the device."""
+    """SkyRL's `initialize_ray(cfg)`, its `ray.init`'s runtime_env with rlkit's setup hook."""
     import ray
 
     from rlkit.cluster.skyrl.fixes import runtime_env
@@ -251,17 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     sky, paths = job.sky, job.paths
     if paths is None:
         raise UsageError("give SkyRL's trainer.ckpt_path=RUN_DIR: the run dir holds the rows")
-    from rlkit.cluster.skyrl.preset_sections import task_view
-
-    shares = curriculum_shares(sky)
+    shares, view = curriculum_shares(sky), task_view(sky.task)
     ensure_datasets(
-        paths.data_dir,
-        sky.train_rows,
-        sky.task.eval_set,
-        sky.eval.eval_mazes,
-        sky.task.cell_px,
-        shares,
-        task_view(sky.task),
+        paths.data_dir, sky.train_rows, sky.task.eval_set, sky.eval.eval_mazes, None, shares, view
     )
     add_eval_sets(paths.data_dir, sky)
     if sky.model.model_path == TINY_WARM:

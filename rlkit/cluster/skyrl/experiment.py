@@ -1,7 +1,6 @@
-"""SkyRL's experiment (`RlkitExp`, a `BasePPOExp`) with rlkit's tracker, generator, trainer and chat
-template at its extension points, and its trainer (`RlkitTrainer`): the export a kill left out,
-pruning once, curriculum order, the sampled eval and GiGPO's step level:
-docs/skyrl-integration.md#the-experiment-experimentpy."""
+"""SkyRL's experiment (`RlkitExp`) with rlkit's tracker, generator, trainer and chat template, and
+its trainer (`RlkitTrainer`): the export a kill left out, pruning once, curriculum order, the
+sampled eval, GiGPO's step level: docs/skyrl-integration.md#the-experiment-experimentpy."""
 
 from __future__ import annotations
 
@@ -81,9 +80,8 @@ def step_terms(
     states: Sequence[Sequence[int]],
     recipe: Recipe,
 ) -> torch.Tensor:
-    """(R,) float32: each row's step-level advantage, `gigpo_step_weight` x its anchor-group
-    advantage. Rows are episodes' turns in order; `uids`: each row's group (maze); `row_rewards`
-    (R,): the episode's reward on its last row; `states` (R, 2): the square each answer was on."""
+    """(R,) float32: each row's (an episode's turn, in order) step-level advantage. `uids`: each
+    row's group; `row_rewards` (R,): the episode's reward on its last row; `states` (R, 2)."""
     ends = [i for i, last in enumerate(is_last_step) if last]
     lengths = torch.tensor([b - a for a, b in zip([-1, *ends[:-1]], ends, strict=True)])
     codes = {u: i for i, u in enumerate(dict.fromkeys(uids))}
@@ -94,31 +92,16 @@ def step_terms(
 
 
 def export_due(step: int, hf_save_interval: int, steps_per_epoch: int, last_step: int) -> bool:
-    """Whether SkyRL's `train` exports at `step` (its trainer.py:457-460, 590-593): every
-    `hf_save_interval` (> 0) steps, at every epoch end and at the run's last step."""
+    """Whether SkyRL's `train` exports at `step`: every `hf_save_interval` (> 0) steps, at every
+    epoch end and at the run's last step."""
     if hf_save_interval <= 0 or step <= 0:
         return False
     return step % hf_save_interval == 0 or step % steps_per_epoch == 0 or step == last_step
 
 
-def in_order(loader: StatefulDataLoader) -> StatefulDataLoader:
-    """`loader` rebuilt to read its dataset in order (SkyRL's shuffles), as a curriculum's rows
-    are written; its saved state (SkyRL's data.pt) resumes it at the row it reached."""
-    return StatefulDataLoader(
-        loader.dataset,
-        batch_size=loader.batch_size,
-        shuffle=False,
-        collate_fn=loader.collate_fn,
-        num_workers=loader.num_workers,
-        persistent_workers=loader.persistent_workers,
-        drop_last=loader.drop_last,
-        multiprocessing_context=loader.multiprocessing_context,
-    )
-
-
 def sampled_eval_cfg(cfg, samples: int, temperature: float):
-    """A copy of SkyRL's `cfg` whose eval is the sampled one: `samples` a maze at
-    `temperature`, dumped under `<export_path>/sampled/dumped_evals/`."""
+    """A copy of `cfg` whose eval samples `samples` a maze at `temperature`, dumped under
+    `<export_path>/sampled/dumped_evals/`."""
     out = copy.deepcopy(cfg)
     out.generator.eval_n_samples_per_prompt = samples
     out.generator.eval_sampling_params.temperature = temperature
@@ -148,7 +131,7 @@ class RlkitTrainer(RayPPOTrainer):
         super().__init__(*args, **kwargs)
 
     def convert_to_training_input(self, generator_output, uids):
-        """SkyRL's training batch, carrying each row's square for GiGPO's anchor groups."""
+        """SkyRL's training batch, with each row's square for GiGPO's anchor groups."""
         batch = super().convert_to_training_input(generator_output, uids)
         if self.gigpo is not None:
             batch.metadata[STATES_KEY] = list(generator_output[STATES_KEY])
@@ -194,14 +177,24 @@ class RlkitTrainer(RayPPOTrainer):
         return metrics | renamed
 
     def _build_train_dataloader_and_compute_training_steps(self) -> None:
-        """SkyRL's training dataloader, reading the rows in order when `rows_in_order`."""
+        """SkyRL's training dataloader, reading the rows in order when `rows_in_order` (its
+        saved state, SkyRL's data.pt, resumes it at the row it reached)."""
         super()._build_train_dataloader_and_compute_training_steps()
-        if self.rows_in_order and self.train_dataloader is not None:
-            self.train_dataloader = in_order(self.train_dataloader)
+        loader = self.train_dataloader
+        if self.rows_in_order and loader is not None:
+            self.train_dataloader = StatefulDataLoader(
+                loader.dataset,
+                batch_size=loader.batch_size,
+                shuffle=False,
+                collate_fn=loader.collate_fn,
+                num_workers=loader.num_workers,
+                persistent_workers=loader.persistent_workers,
+                drop_last=loader.drop_last,
+                multiprocessing_context=loader.multiprocessing_context,
+            )
 
     def load_checkpoints(self) -> tuple[int, str | None]:
-        """SkyRL's load, then the loaded step's HF export if it is due and missing (at the last
-        step SkyRL's end-of-run save writes it again, replaced atomically)."""
+        """SkyRL's load, then the loaded step's HF export if it is due and missing."""
         step, path = super().load_checkpoints()
         if path is not None and self.export_missing(step):
             _log.info("global_step_%d has a checkpoint but no HF export: writing it", step)
@@ -221,8 +214,7 @@ class RlkitTrainer(RayPPOTrainer):
         return not all(io.exists(os.path.join(step_dir, role)) for role in roles)
 
     def _cleanup_old_checkpoints(self) -> None:
-        """SkyRL's keep-k pruning: on this node alone when every worker runs here, else SkyRL's
-        own (this node, then a Ray task on each worker node)."""
+        """SkyRL's keep-k pruning, on this node alone when every worker runs here."""
         if not self._node_ids:
             self._node_ids = self.dispatch.get_node_ids()
         if set(self._node_ids) == {driver_node()}:
@@ -284,9 +276,8 @@ class RlkitExp(BasePPOExp):
         return None
 
     def _prompts(self, files) -> PromptDataset:
-        """SkyRL's datasets, their length filter run by as many processes as the run's
-        dataloader has workers (SkyRL fixes 8); the tokenizer gets the processor's template
-        here (docs/skyrl-integration.md#the-experiment-experimentpy)."""
+        """SkyRL's datasets, their length filter run by the dataloader's workers (SkyRL fixes 8);
+        the tokenizer gets the processor's template here."""
         if not getattr(self, "_processor_template_set", False):  # once: it loads the processor
             self.tokenizer.chat_template = processor_template(self.cfg.trainer.policy.model.path)
             self._processor_template_set = True

@@ -1,5 +1,5 @@
 """What every process of a SkyRL job runs first (`setup`, Ray's `worker_process_setup_hook`):
-rlkit's fixes to SkyRL 0.4.0 (`install`), and on a CPU preset the device seam (`cpu_seam`) and a
+rlkit's fixes to SkyRL 0.4.0 (`install`), on a CPU preset the device seam (`cpu_seam`) and a
 thread budget, each patch applied as SkyRL imports its module (`on_import`); why:
 docs/skyrl-integration.md#fixes-to-skyrl-fixespy."""
 
@@ -14,22 +14,18 @@ from types import ModuleType
 from typing import Any
 
 FSDP_STRATEGY = "skyrl.backends.skyrl_train.distributed.fsdp_strategy"
-"""The SkyRL module whose `apply_fsdp2` name is wrapped."""
 _MARK = "__rlkit_fix__"
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 """Read by torch (and MKL) when a process starts: its intra-op thread count."""
 DEVICE_ENV = "RLKIT_SKYRL_DEVICE"
-""""cpu" in a CPU preset's job (the entry's `--device cpu`); unset on GPUs."""
+""""cpu" in a CPU preset's job; unset on GPUs."""
 HOOK = f"{__name__}.setup"
-
-
 _PATCHES: dict[str, list[Callable[[ModuleType], None]]] = {}
 """Module -> what `on_import` applies to it, in order."""
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Finds the modules of `_PATCHES` with the other finders and patches each right after it
-    executes; installing imports nothing (why: docs/skyrl-integration.md#fixes-to-skyrl-fixespy)."""
+    """Finds the modules of `_PATCHES` with the other finders and patches each once executed."""
 
     def find_spec(self, name, path, target=None):
         if name not in _PATCHES:
@@ -104,31 +100,26 @@ def install() -> None:
     on_import({FSDP_STRATEGY: _fix})
 
 
-_SEAM_INSTALLED = False
-
-
+@functools.cache
 def install_cpu_seam() -> None:
-    """Install the device seam in this process (idempotent): the flash-attn padding stand-ins,
-    and `cpu_seam.PATCHES` as their modules are imported."""
-    global _SEAM_INSTALLED
-    if not _SEAM_INSTALLED:
-        from rlkit.cluster.skyrl import cpu_seam
+    """Install the device seam in this process (once): the flash-attn padding stand-ins, and
+    `cpu_seam.PATCHES` as their modules are imported."""
+    from rlkit.cluster.skyrl import cpu_seam
 
-        cpu_seam.flash_attn_padding()
-        on_import(cpu_seam.PATCHES)
-        _SEAM_INSTALLED = True
+    cpu_seam.flash_attn_padding()
+    on_import(cpu_seam.PATCHES)
 
 
 def cpu_threads(bundles: int, cores: int | None = None) -> int:
-    """Threads per process on a CPU host: the host's cores shared by the job's colocated
-    bundles (a bundle's rank and engine take turns, so each gets the bundle's share)."""
+    """Threads per process on a CPU host: the cores shared by the colocated bundles (a bundle's
+    rank and engine take turns, so each gets the bundle's share)."""
     cores = cores or os.cpu_count() or 1
     return max(1, cores // max(1, bundles))
 
 
 def runtime_env(env_vars: dict[str, str], device: str, bundles: int = 1) -> dict:
-    """The runtime_env the entry passes to `ray.init` for SkyRL's experiment: on a CPU host,
-    the device and a thread budget per process (`cpu_threads`) unless the job sets its own."""
+    """The runtime_env of `ray.init` for SkyRL's experiment: on a CPU host, the device and a
+    thread budget (`cpu_threads`) unless the job sets its own."""
     extra = {}
     if device == "cpu":
         threads = str(cpu_threads(bundles))
@@ -137,8 +128,7 @@ def runtime_env(env_vars: dict[str, str], device: str, bundles: int = 1) -> dict
 
 
 def setup() -> None:
-    """Ray's worker_process_setup_hook for SkyRL jobs. Imports nothing heavy: each patch is
-    applied when SkyRL imports the module it patches."""
+    """Ray's worker_process_setup_hook for SkyRL jobs (imports nothing heavy)."""
     install()
     if os.environ.get(DEVICE_ENV) == "cpu":
         install_cpu_seam()

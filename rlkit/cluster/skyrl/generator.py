@@ -25,15 +25,14 @@ from rlkit.cluster.skyrl.window import WindowedLoop, last_steps
 from rlkit.settings import CaptureConfig
 
 IMAGE_PAD = "<|image_pad|>"
-"""Qwen-VL's image placeholder: the forward puts one merged patch's feature at each."""
+"""Qwen-VL's image placeholder: one merged patch's feature at each."""
 DESYNC_METRIC = "generate/placeholder_desyncs"
-"""Samples of a generate() call whose placeholders were cut back to the prompt's images (no
-avg/mean in the name: SkyRL sums such a key over concatenated outputs)."""
+"""Samples whose placeholders were cut back to the prompt's images (no avg/mean in the name:
+SkyRL sums such a key over concatenated outputs)."""
 RESEND_METRIC = "generate/image_resends"
 """Turns sent again with every picture's tensors (`RlkitVLMGenerator.engine_turn`)."""
 PHASES = ("render", "engine", "env")
-"""Where turns spend their time, summed over a generate() call as `generate/seconds_<phase>`
-beside `generate/timed_turns` (docs/skyrl-integration.md)."""
+"""Where turns spend their time, logged as `generate/seconds_<phase>`."""
 
 
 def image_runs(ids: list[int], image_id: int) -> list[int]:
@@ -48,8 +47,8 @@ def image_tokens(grid_thw, merge_size: int) -> list[int]:
 
 def guard_placeholders(out: GeneratorOutput, image_id: int, filler_id: int, merge_size: int) -> int:
     """Make every sample's image placeholders agree with its image grids, in place; returns how
-    many samples changed: a sample that disagrees keeps its prompt and its prompt's images, its
-    response's image pads become `filler_id`, and its loss mask is zeroed."""
+    many changed (each keeps its prompt's images, its response's pads become `filler_id`, its
+    loss mask zeroed)."""
     grids, pixels = out.get("image_grid_thw"), out.get("pixel_values")
     changed = 0
     for i, (prompt, response) in enumerate(
@@ -70,9 +69,8 @@ def guard_placeholders(out: GeneratorOutput, image_id: int, filler_id: int, merg
 
 class RlkitVLMGenerator(WindowedLoop, SkyRLVLMGymGenerator):
     """`SkyRLVLMGymGenerator` whose samples' image placeholders always match their images.
-    `merge_size`: the image processor's; `capturer`: captured rollouts (None: none);
-    `engine_keeps_images`: the engines' multimodal cache is on (pictures go by hash);
-    `history`: a history window, each turn a row (`windowed_loop`; None: one row an episode)."""
+    `engine_keeps_images`: the engines' multimodal cache is on (pictures go by hash); `history`:
+    a history window, each turn a row (None: one row an episode)."""
 
     def __init__(
         self,
@@ -113,8 +111,7 @@ class RlkitVLMGenerator(WindowedLoop, SkyRLVLMGymGenerator):
         super()._validate_cfg(replace(generator_cfg, step_wise_trajectories=False))
 
     @staticmethod
-    def _decode(kwargs_data):
-        # looked up where SkyRL's loop looks it up, so both decode alike
+    def _decode(kwargs_data):  # looked up where SkyRL's loop looks it up: both decode alike
         return skyrl_vlm_generator.decode_mm_kwargs(kwargs_data)
 
     def _timed(self, phase: str, since: float) -> float:
@@ -134,22 +131,20 @@ class RlkitVLMGenerator(WindowedLoop, SkyRLVLMGymGenerator):
         if self.history is not None:
             self._attach_step_pixels(out)
         changed = guard_placeholders(out, self.image_id, self.filler_id, self.merge_size)
-        out["rollout_metrics"][DESYNC_METRIC] = changed
-        out["rollout_metrics"]["generate/timed_turns"] = self._turns
-        out["rollout_metrics"][RESEND_METRIC] = self._resends
-        for phase, seconds in self._seconds.items():
-            out["rollout_metrics"][f"generate/seconds_{phase}"] = round(seconds, 3)
+        metrics = out["rollout_metrics"]
+        metrics[DESYNC_METRIC], metrics[RESEND_METRIC] = changed, self._resends
+        metrics["generate/timed_turns"] = self._turns
+        metrics.update({f"generate/seconds_{k}": round(v, 3) for k, v in self._seconds.items()})
         if capture is not None:
             episodes = out if self.history is None else last_steps(out)
-            out["rollout_metrics"].update(await capture.finish(input_batch, episodes))
+            metrics.update(await capture.finish(input_batch, episodes))
         return out
 
     async def engine_turn(
         self, episode: EpisodePrompt, session_id: str, params: dict, cache_salt: str | None
     ) -> dict[str, Any]:
-        """The engine's answer to `episode`'s prompt. With `engine_keeps_images` the pictures it
-        holds go by hash; an engine that dropped one answers HTTP 500, and the turn is sent
-        again whole, once, and counted (`RESEND_METRIC`)."""
+        """The engine's answer to `episode`'s prompt; with `engine_keeps_images` pictures it holds
+        go by hash, and after an HTTP 500 (one dropped) the turn goes again whole, once, counted."""
         skip = self.engine_keeps_images and bool(episode.sent)
         try:
             out = await self._generate(
@@ -189,9 +184,8 @@ class RlkitVLMGenerator(WindowedLoop, SkyRLVLMGymGenerator):
         cache_salt: str | None = None,
         training_phase=TRAINING_PHASE_TRAIN,
     ) -> TrajectoryOutput:
-        """SkyRL 0.4.0's loop (`skyrl_vlm_generator.py:73-237`, pinned by
-        tests/skyrl/test_generator.py) with one change: each turn's prompt is the last prompt,
-        the sampled ids and the observation (`TurnRenderer`), never a re-render."""
+        """SkyRL 0.4.0's loop (`skyrl_vlm_generator.py:73-237`) with one change: each turn's prompt
+        is the last prompt, the sampled ids and the observation, never a re-render."""
         start_time = time.monotonic()
         session_id = (
             f"{trajectory_id.instance_id}_{trajectory_id.repetition_id}"
@@ -271,13 +265,9 @@ class RlkitVLMGenerator(WindowedLoop, SkyRLVLMGymGenerator):
 
     def _answer_of(self, engine_output: dict, params: dict) -> tuple[str, list, list | None, bool]:
         """(text, sampled ids, their logprobs, whether an end of turn was appended) of a turn."""
-        text = engine_output["responses"][0]
-        ids = engine_output["response_ids"][0]
-        logprobs = (
-            engine_output["response_logprobs"][0]
-            if engine_output.get("response_logprobs")
-            else None
-        )
+        text, ids = engine_output["responses"][0], engine_output["response_ids"][0]
+        logprobs = engine_output.get("response_logprobs")
+        logprobs = logprobs[0] if logprobs else None
         stops = params.get("stop")
         eos = self.tokenizer.eos_token_id
         added = (
@@ -300,8 +290,8 @@ def build_generator(
     capture: CaptureConfig | None = None,
     history: int | None = None,
 ) -> RlkitVLMGenerator:
-    """What SkyRL's `BasePPOExp.get_generator` builds for a VLM run, as `RlkitVLMGenerator`
-    (`capture`: the captured training rollouts, default `CaptureConfig()`; `history`: the window)."""
+    """What SkyRL's `get_generator` builds for a VLM run, as `RlkitVLMGenerator` (`capture`: the
+    captured training rollouts; `history`: the window)."""
     processor = get_processor(cfg.trainer.policy.model.path)
     model = resolve_policy_model_name(cfg)
     engine_kwargs = cfg.generator.inference_engine.engine_init_kwargs or {}
@@ -322,7 +312,7 @@ def build_capturer(
     cfg, tokenizer, client, model: str | None, capture: CaptureConfig | None = None
 ) -> Capturer | None:
     """The run's `Capturer` (None when `capture.groups` is 0); move probabilities need an HTTP
-    engine (SkyRL's `RemoteInferenceClient.get_endpoint_url()`)."""
+    engine (`get_endpoint_url()`)."""
     settings = capture if capture is not None else CaptureConfig()
     if not settings.groups:
         return None

@@ -41,10 +41,9 @@ def instance_type(name: str) -> InstanceType:
 
 
 SYSTEM_SHARE = 1 / 8
-"""Of a node's vCPUs and memory, what the worker pod leaves to the kubelet, HyperPod's agents,
-the NVIDIA and EFA device plugins, and a head pod that may be scheduled there."""
+"""Of a node's vCPUs and memory, what the worker pod leaves to the kubelet, agents, a head pod."""
 SHM_MAX_GIB = 64
-"""/dev/shm for NCCL and vLLM (a memory-backed volume: it counts against the pod's memory)."""
+"""/dev/shm for NCCL and vLLM (memory-backed: it counts against the pod's memory)."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ class PodShape:
     cpus: int
     memory_gib: int
     efa: int
-    """EFA interfaces requested: all of the node's when the run spans nodes, else none."""
+    """All of the node's EFA interfaces when the run spans nodes, else none."""
     shm_gib: int
 
 
@@ -78,12 +77,7 @@ TRAIN_BYTES_PER_PARAM = 16
 REF_BYTES_PER_PARAM = 2
 """The reference policy (KL loss) in bf16, sharded like the policy."""
 GPU_STATE_SHARE = 0.8
-"""Of a GPU, what the sharded training state may fill: the rest is activations (micro batches
-of long multi-turn VLM sequences) and vLLM's sleeping allocator."""
-
-
-def state_gib_per_gpu(params_b: float, num_gpus: int) -> float:
-    return params_b * 1e9 * (TRAIN_BYTES_PER_PARAM + REF_BYTES_PER_PARAM) / num_gpus / 2**30
+"""Of a GPU, what the sharded training state may fill (the rest: activations, vLLM)."""
 
 
 def check_layout(
@@ -107,7 +101,8 @@ def check_layout(
             f"{gpus_per_node} GPU(s) has {pod.memory_gib - pod.shm_gib} GiB besides /dev/shm: "
             "lower driver_memory_gb or take more of a larger instance"
         )
-    need = state_gib_per_gpu(params_b, gpus_per_node * nodes)
+    need = params_b * 1e9 * (TRAIN_BYTES_PER_PARAM + REF_BYTES_PER_PARAM) / 2**30
+    need /= gpus_per_node * nodes
     room = inst.gpu_memory_gib * GPU_STATE_SHARE
     if need > room:
         raise UsageError(

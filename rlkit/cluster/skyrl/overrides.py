@@ -14,7 +14,7 @@ from rlkit.model.config import VISION_LINEARS
 
 ENTRY_MODULE = "rlkit.cluster.skyrl.entry"
 MM_CACHE_KWARG = "mm_processor_cache_gb"
-"""vLLM's multimodal cache per engine in GiB; SkyRL sets 0, `engine_init_kwargs` overrides it."""
+"""vLLM's multimodal cache per engine in GiB (SkyRL sets 0)."""
 
 
 @dataclass(frozen=True)
@@ -41,13 +41,8 @@ class RunPaths:
 
     @property
     def init_model_dir(self) -> str:
-        """Where the entry builds a `rlkit:tiny-warm` model for the run."""
+        """Where the entry builds a `rlkit:tiny-warm` model."""
         return str(PurePosixPath(self.run_dir) / "init_model")
-
-
-def model_location(preset: SkyRLPreset, paths: RunPaths) -> str:
-    """The model path SkyRL loads: the preset's, or the run's own tiny model."""
-    return paths.init_model_dir if preset.model.model_path == TINY_WARM else preset.model.model_path
 
 
 def build_overrides(preset: SkyRLPreset, run_name: str, answer: int | None = None) -> list[str]:
@@ -57,6 +52,7 @@ def build_overrides(preset: SkyRLPreset, run_name: str, answer: int | None = Non
     train_batch = p.prompts_per_step
     engines = p.num_gpus // p.layout.tensor_parallel_size
     answer = generate_length(p) if answer is None else answer
+    model = paths.init_model_dir if p.model.model_path == TINY_WARM else p.model.model_path
     return [
         # data: rows from rlkit.env.data (env_class rlkit-maze, maze spec in extra_info)
         f"data.train_data=['{paths.data_dir}/train.parquet']",
@@ -67,8 +63,8 @@ def build_overrides(preset: SkyRLPreset, run_name: str, answer: int | None = Non
         f"trainer.policy.optimizer_config.lr={p.batch.lr}",
         f"trainer.policy.optimizer_config.scheduler={p.batch.lr_schedule}",
         # placement: vLLM engines colocated with the FSDP2 policy on every GPU
-        f"trainer.policy.model.path={model_location(p, paths)}",
-        f"trainer.ref.model.path={model_location(p, paths)}",  # the KL anchor: the start model
+        f"trainer.policy.model.path={model}",
+        f"trainer.ref.model.path={model}",  # the KL anchor: the start model
         "trainer.strategy=fsdp",
         "trainer.placement.colocate_all=true",
         f"trainer.placement.policy_num_nodes={p.layout.nodes}",
@@ -122,9 +118,8 @@ def build_overrides(preset: SkyRLPreset, run_name: str, answer: int | None = Non
 
 
 def model_overrides(p: SkyRLPreset) -> list[str]:
-    """SkyRL's LoRA settings (`trainer.policy.model.lora.*`) for the preset's `Tuning`, none with
-    LoRA off: a frozen vision side as `exclude_modules`, and vLLM's `enable_tower_connector_lora`
-    where adapters sit on the vision side (else the engines would sample without them)."""
+    """SkyRL's LoRA settings for the preset's `Tuning` (none with LoRA off), with vLLM's
+    `enable_tower_connector_lora` where adapters sit on the vision side."""
     t = p.model
     if t.lora_rank == 0:
         return []
@@ -145,8 +140,7 @@ def model_overrides(p: SkyRLPreset) -> list[str]:
 
 
 def eval_overrides(p: SkyRLPreset, answer: int) -> list[str]:
-    """SkyRL's own eval: the seed's protocol (temperature 0, one sample a maze) unless the
-    preset's is `sampled`; with `both` rlkit's trainer adds the sampled eval after it."""
+    """SkyRL's own eval: the seed's protocol (greedy, one sample a maze) unless `sampled`."""
     if p.eval.eval_protocol == "sampled":
         samples, temperature = p.eval.eval_samples, p.eval.eval_temperature
     else:
@@ -161,8 +155,7 @@ def eval_overrides(p: SkyRLPreset, answer: int) -> list[str]:
 def entrypoint_command(
     preset: SkyRLPreset, run_name: str, preset_name: str | None = None, answer: int | None = None
 ) -> str:
-    """The shell command the Ray job runs: the preset as JSON (`--config`), then SkyRL's
-    overrides (`answer`: as `build_overrides`); `preset_name` goes to the run's run.json."""
+    """The shell command the Ray job runs: the preset as JSON, then SkyRL's overrides."""
     ours = ["--preset", preset_name] if preset_name else []
     ours += ["--config", preset.to_json()]
     overrides = build_overrides(preset, run_name, answer)
@@ -170,8 +163,8 @@ def entrypoint_command(
 
 
 def device_overrides(p: SkyRLPreset) -> list[str]:
-    """What a CPU host changes in SkyRL's config: no flash attention, fp32 end to end, eager
-    vLLM, a KV cache in GiB, fewer dataloader workers (the seam itself: `cpu_seam.overrides`)."""
+    """The layout's dataloader workers and KV cache, and on a CPU host no flash attention, fp32
+    end to end and eager vLLM (the seam itself: `cpu_seam.overrides`)."""
     out = []
     if p.layout.dataloader_workers is not None:
         out.append(f"data.dataloader.num_workers={p.layout.dataloader_workers}")
@@ -195,8 +188,8 @@ def device_overrides(p: SkyRLPreset) -> list[str]:
 
 
 def engine_kwargs(p: SkyRLPreset) -> list[str]:
-    """vLLM engine arguments, set through SkyRL's `engine_init_kwargs` (vLLM's own names); why
-    each: docs/skyrl-integration.md#presets-and-their-overrides-presetspy-overridespy."""
+    """vLLM engine arguments, through SkyRL's `engine_init_kwargs`; why each:
+    docs/skyrl-integration.md#presets-and-their-overrides-presetspy-overridespy."""
     key = "generator.inference_engine.engine_init_kwargs"
     out = [
         f"{key}.max_model_len={p.task.max_model_len}",

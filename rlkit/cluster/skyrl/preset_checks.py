@@ -1,7 +1,6 @@
 """What the dry run, `rlkit submit` and preflight check of a SkyRL preset at plan time: its token
-budget (`check_budget`, which may read the checkpoint's tokenizer), what it leaves on /fsx
-(`check_storage`), and the start and eval lines the dry run prints. The checks every preset
-passes when built are in `presets`."""
+budget (`check_budget`), what it leaves on /fsx (`check_storage`), and the dry run's start and
+eval lines. The checks every preset passes when built are in `presets`."""
 
 from __future__ import annotations
 
@@ -52,8 +51,7 @@ def start_plan(p: SkyRLPreset) -> str:
 
 
 def model_files(model_path: str) -> Path | None:
-    """The checkpoint's directory on this machine (a path, or the HF cache's snapshot of a hub
-    id), None when it is not here."""
+    """The checkpoint's directory here (a path, or the HF cache's snapshot of a hub id), or None."""
     path = Path(model_path)
     if (path / "config.json").is_file():
         return path
@@ -69,9 +67,8 @@ def model_files(model_path: str) -> Path | None:
 
 
 def preset_budget(p: SkyRLPreset, model_dir: str | Path | None | bool = True) -> BudgetReport:
-    """The token budget of `p`'s model on the eval set with the most turns: read from
-    `model_dir` (True: wherever `model_files` finds it; None or False: nowhere), else from the
-    assumed values of rlkit's tiny model or Qwen3-VL."""
+    """The token budget of `p`'s model on its eval set with the most turns, from `model_dir`
+    (True: wherever `model_files` finds it), else from the assumed values."""
     turns = p.turn_budgets
     longest = max(turns, key=turns.__getitem__)  # eval_set on a tie
     task = replace(p.task, eval_set=longest, max_turns=turns[longest])
@@ -94,16 +91,14 @@ def preset_budget(p: SkyRLPreset, model_dir: str | Path | None | bool = True) ->
 
 
 def generate_length(p: SkyRLPreset) -> int:
-    """Tokens per answer: `max_generate_length`, or where None the canonical answer's length in
-    the model's tokenizer plus room (`rlkit.model.budgets.ANSWER_ROOM`)."""
+    """Tokens per answer: `max_generate_length`, else the canonical answer's length plus room."""
     if p.task.max_generate_length is not None:
         return p.task.max_generate_length
     return preset_budget(p).budget.answer
 
 
 def check_budget(p: SkyRLPreset) -> BudgetReport:
-    """The preset's budget report, or a one-line UsageError naming the knob when its turn budget
-    cannot fit."""
+    """The preset's budget report, or a one-line UsageError naming the knob when it cannot fit."""
     report = preset_budget(p)
     report.check()
     return report
@@ -117,9 +112,8 @@ class StorageEstimate:
     export_gb: float
     checkpoints_kept: int
     exports: int
-
     lora: bool = False
-    """The exports are LoRA adapters (SkyRL exports a LoRA policy's adapter, not its weights)."""
+    """The exports are LoRA adapters (SkyRL exports a LoRA policy's adapter only)."""
 
     @property
     def total_gb(self) -> float:
@@ -138,20 +132,16 @@ CHECKPOINT_BYTES_PER_PARAM = 12
 """An FSDP checkpoint holds fp32 weights (4 B) and Adam's two fp32 moments (8 B) per parameter."""
 EXPORT_BYTES_PER_PARAM = 2
 """An HF export is the bf16 weights (Qwen3-VL-8B: ~17.5 GB)."""
-
-
 LORA_PARAMS_PER_RANK_PER_B = 0.374e6
-"""Adapter parameters per unit of rank and per billion model parameters, `all-linear`:
-Qwen3-VL-8B's linear layers hold 3.28 M per rank over its 8.77 B (docs/cluster.md)."""
+"""`all-linear` adapter parameters per unit of rank and billion model parameters (docs/cluster.md)."""
 ADAPTER_BYTES_PER_PARAM = 4
 """An adapter is saved from FSDP's fp32 parameters."""
 LORA_CHECKPOINT_BYTES_PER_PARAM = 4
-"""A LoRA run's FSDP checkpoint still holds every fp32 base weight (its model state dict); only
-Adam's moments shrink to the adapter's."""
+"""A LoRA checkpoint still holds every fp32 base weight; only Adam's moments shrink."""
 
 
 def lora_params_b(p: SkyRLPreset) -> float:
-    """The adapter's parameters in billions (`LORA_PARAMS_PER_RANK_PER_B`; 0 with LoRA off)."""
+    """The adapter's parameters in billions (0 with LoRA off)."""
     return p.model.lora_rank * LORA_PARAMS_PER_RANK_PER_B * p.model.model_params_b / 1e9
 
 

@@ -17,8 +17,7 @@ from rlkit.train.config import WarmStartConfig
 
 @dataclass(frozen=True)
 class SkyModel(Tuning):
-    """The policy model, where its weights come from, and which of them train (`Tuning`, as
-    SkyRL's `trainer.policy.model.lora.*`)."""
+    """The policy model, where its weights come from, and which of them train (`Tuning`)."""
 
     model_path: str = "Qwen/Qwen3-VL-8B-Instruct"
     """HF id, a path on /fsx, or `rlkit:tiny-warm` (the tiny model the job builds)."""
@@ -87,8 +86,7 @@ class SkyTask:
     """What the model plays and the token lengths an episode may take."""
 
     eval_set: str = "visgym-easy"
-    """Pinned maze set of the eval split; training rows come from its family on a disjoint
-    stream, and carry the set's env config."""
+    """Pinned maze set of the eval split; training rows: its family on a disjoint stream."""
     cell_px: int | None = None
     """Pixels per square of the rows' pictures; None: the eval set's own."""
     max_turns: int = env_for_set("visgym-easy").max_turns
@@ -107,8 +105,7 @@ class SkyTask:
     prompt_file: str | None = None
     """Squares game: a text file (on /fsx) whose text replaces rlkit's rules."""
     history: int | None = None
-    """Turns a prompt keeps (a row a turn, SkyRL's step-wise training); None: the whole
-    conversation."""
+    """Turns a prompt keeps (a row a turn, step-wise); None: the whole conversation."""
 
 
 @dataclass(frozen=True)
@@ -158,13 +155,13 @@ def set_view(eval_set: str, cell_px: int | None = None) -> EnvConfig:
 
 def task_view(task: SkyTask) -> EnvConfig:
     """The env config a run's rows carry: the set's view with the task's answer format, format
-    weight and prompt file (its text as the rules)."""
+    weight and prompt file."""
     cfg = set_view(task.eval_set, task.cell_px)
     return answer_view(cfg, task.answer_format, task.format_weight, task.prompt_file)
 
 
 def model_state(model_path: str) -> str:
-    """How the start model looks from here; a directory here that is no HF model is refused."""
+    """How the start model looks from here; a local directory that is no HF model is refused."""
     path = Path(model_path)
     if model_path.startswith("rlkit:"):
         return "rlkit's own, built by the job"

@@ -34,11 +34,9 @@ from rlkit.recipe import Recipe, check_capture
 from rlkit.settings import CaptureConfig, apply_settings, build_config, resolve_key
 
 CLUSTER_RECIPE = Recipe(kl_loss_coef=0.005)
-"""SkyRL's defaults with its visgym recipe's KL coefficient, `token_mean` reduction (why:
-docs/skyrl-integration.md#presets-and-their-overrides-presetspy-overridespy)."""
+"""SkyRL's defaults with its visgym recipe's KL coefficient, `token_mean` reduction."""
 TINY_WARM = "rlkit:tiny-warm"
-"""`model_path` of the CPU preset: rlkit's tiny Qwen3-VL, built and warm-started by the job's
-entry into RUN/init_model, once per run."""
+"""`model_path` of rlkit's tiny Qwen3-VL, built and warm-started by the job into RUN/init_model."""
 DEVICES = ("cuda", "cpu")
 LR_SCHEDULES = ("constant_with_warmup", "constant", "cosine", "linear")
 """The `transformers` schedulers SkyRL builds from a rate, warmup and step count alone."""
@@ -49,9 +47,8 @@ STEP_WISE_ESTIMATORS = ("grpo", "rloo", "maxrl", "gigpo")
 
 @dataclass(frozen=True)
 class SkyRLPreset:
-    """A SkyRL GRPO recipe for the maze env, from SkyRL's `examples/train/visgym`, one section
-    per concern (`preset_sections`). Set a field by its own name or dotted path
-    (`rlkit.settings.apply_settings`)."""
+    """A SkyRL GRPO recipe for the maze env (SkyRL's `examples/train/visgym`), one section per
+    concern; set a field by its own name or dotted path (`rlkit.settings.apply_settings`)."""
 
     KEY_NOUN = "SkyRL preset setting"  # what `rlkit.settings.resolve_key` calls an unknown one
 
@@ -64,16 +61,15 @@ class SkyRLPreset:
     recipe: Recipe = CLUSTER_RECIPE
     """The algorithm switches (`rlkit.recipe`), shared with the local trainer."""
     hang: HangRules = field(default_factory=HangRules)
-    """HyperPod hang detection (`rlkit.cluster.hang`)."""
     capture: CaptureConfig = field(default_factory=CaptureConfig)
-    """Training rollouts kept under RUN/rollouts/ (`rlkit.cluster.skyrl.capture`)."""
+    """Training rollouts kept under RUN/rollouts/."""
 
     def __post_init__(self) -> None:
         check_preset(self)
         check_capture(self.capture.groups, self.recipe.advantage_estimator)
 
     def to_json(self) -> str:
-        """The preset as one JSON object: the entry's `--config`."""
+        """The preset as one JSON object (the entry's `--config`)."""
         return json.dumps(asdict(self), separators=(",", ":"))
 
     @classmethod
@@ -115,13 +111,12 @@ class SkyRLPreset:
 
     @property
     def train_rows(self) -> int:
-        """One epoch = the whole run, so SkyRL's epoch-end save is the final one."""
+        """One epoch is the whole run, so SkyRL's epoch-end save is the final one."""
         return self.batch.steps * self.prompts_per_step
 
     @property
     def eval_episodes(self) -> int:
-        """Episodes of one eval: one a maze for the seed's protocol, `eval_samples` a maze for
-        the sampled one, both for `both`."""
+        """Episodes of one eval: one a maze (seed), `eval_samples` a maze (sampled), or both."""
         e = self.eval
         seed = e.eval_mazes if e.eval_protocol != "sampled" else 0
         return seed + (e.eval_mazes * e.eval_samples if e.eval_protocol != "seed" else 0)
@@ -172,7 +167,7 @@ def refuse_known_traps(p: SkyRLPreset) -> None:
 
 
 def check_eval(p: SkyRLPreset) -> None:
-    """The eval settings: a known protocol on 1..64 mazes of one game, a sampled one that samples."""
+    """A known protocol on 1..64 mazes of one game; a sampled one that samples."""
     e = p.eval
     if e.eval_protocol not in EVAL_PROTOCOLS:
         raise UsageError(
@@ -226,8 +221,7 @@ def check_history(p: SkyRLPreset) -> None:
 
 
 def check_tuning(p: SkyRLPreset) -> None:
-    """What SkyRL 0.4.0 cannot do with the model's `Tuning`: freeze weights without LoRA, or
-    LoRA on the CPU path (its delta weight sync refuses LoRA)."""
+    """What SkyRL 0.4.0 cannot do: freeze weights without LoRA, or LoRA on the CPU path."""
     m = p.model
     if m.lora_rank == 0 and m.freeze_vision != "none":
         raise UsageError(
@@ -271,14 +265,11 @@ def check_preset(p: SkyRLPreset) -> None:
             f"lr_schedule {p.batch.lr_schedule!r} must be one of {', '.join(LR_SCHEDULES)}"
         )
     refuse_known_traps(p)
-    if p.layout.instance_type is None:
-        if p.layout.gpus_per_node is None:
-            raise UsageError("a preset without instance_type must set gpus_per_node")
-    else:
-        inst = instance_type(p.layout.instance_type)
-        check_layout(
-            inst, p.node_gpus, p.layout.nodes, p.model.model_params_b, p.layout.driver_memory_gb
-        )
+    if p.layout.instance_type is None and p.layout.gpus_per_node is None:
+        raise UsageError("a preset without instance_type must set gpus_per_node")
+    if p.instance is not None:
+        m = p.model.model_params_b
+        check_layout(p.instance, p.node_gpus, p.layout.nodes, m, p.layout.driver_memory_gb)
     gpus = p.node_gpus
     if gpus % p.layout.tensor_parallel_size:
         raise UsageError(
@@ -365,9 +356,8 @@ PRESETS: dict[str, SkyRLPreset] = {
 def get_preset(
     name: str, *, recipe: Recipe | Mapping[str, object] | None = None, **changes: object
 ) -> SkyRLPreset:
-    """Preset `name` with `changes` (settings by name or dotted path, recipe switches among
-    them) and `recipe` (a whole Recipe, or switch -> value changes); every check is a one-line
-    UsageError. Another `eval_set` brings its own turn budget unless `max_turns` is given."""
+    """Preset `name` with `changes` (settings by name or dotted path) and `recipe` (a Recipe, or
+    switch -> value changes); another `eval_set` brings its turn budget unless `max_turns` is."""
     if name not in PRESETS:
         raise UsageError(f"unknown SkyRL preset {name!r}; choose from {', '.join(PRESETS)}")
     base = PRESETS[name]

@@ -18,11 +18,10 @@ IMAGE_PART = "image_url"
 def observation_start(
     ids: list[int], n_messages: int, eos_id: int, answer_ended: bool
 ) -> int | None:
-    """Where the last turn's observation starts in `ids` (a conversation's render ending with the
-    answer, `n_messages` observation messages and the generation prompt): after the answer's
-    end of turn, the (n_messages + 1)-th from the end. Sampled ids that end with one
-    (`answer_ended`) stand for the render's next (SkyRL decodes with special tokens, so the
-    render may show `<|im_end|><|im_end|>`). None if `ids` has too few end-of-turn tokens."""
+    """Where the last turn's observation (`n_messages` messages and the generation prompt)
+    starts in a render of the conversation: after the answer's end of turn, the
+    (n_messages + 1)-th from the end; the next one if the sampled answer ended with one
+    (`answer_ended`: SkyRL's render may show `<|im_end|><|im_end|>`). None: too few."""
     ends = [i for i, t in enumerate(ids) if t == eos_id]
     if len(ends) <= n_messages:
         return None
@@ -52,7 +51,6 @@ class RenderedImage:
     """Its serialised processor outputs (base64 msgpack), sent with every generate request."""
     metadata: str | None
     pixel_values: torch.Tensor
-    """Its patches, as SkyRL's `decode_mm_kwargs` reads them from `kwargs`."""
     grid_thw: torch.Tensor
 
 
@@ -71,8 +69,8 @@ def runs(ids: list[int], token: int) -> list[tuple[int, int]]:
 def splice(
     ids: list[int], image_id: int, images: list[RenderedImage]
 ) -> tuple[list[int], list[int]]:
-    """`ids` with each `image_id` token (one an image, as the chat template writes it) replaced
-    by the next image's placeholder tokens; returns (ids, where each image's tokens start)."""
+    """`ids` with each `image_id` token (one an image) replaced by the next image's placeholder
+    tokens; returns (ids, where each image's tokens start)."""
     if ids.count(image_id) != len(images):
         raise ValueError(
             f"the template wrote {ids.count(image_id)} image placeholders for {len(images)} "
@@ -99,13 +97,12 @@ class EpisodePrompt:
     offsets: list[int] = field(default_factory=list)
     """Where each image's placeholder tokens start in `ids`."""
     by_url: dict[str, RenderedImage] = field(default_factory=dict)
-    """The images already rendered for this episode, by URL."""
     sent: set[str] = field(default_factory=set)
     """Hashes of the images the episode's engine has received with their tensors."""
 
     def features(self, skip_sent: bool = False) -> dict[str, Any] | None:
-        """vLLM's multimodal features of `ids` as its render endpoint returns them, a new dict
-        each call; `skip_sent`: images in `sent` go without tensors and metadata (by hash)."""
+        """vLLM's multimodal features of `ids` (a new dict each call); `skip_sent`: images in
+        `sent` go without tensors and metadata (by hash)."""
         if not self.images:
             return None
         keep = [not (skip_sent and im.mm_hash in self.sent) for im in self.images]
@@ -125,7 +122,6 @@ class EpisodePrompt:
         }
 
     def mark_sent(self) -> None:
-        """Record that the engine has received every image of `ids` (a generate returned)."""
         self.sent.update(im.mm_hash for im in self.images if im.mm_hash is not None)
 
     def pixels(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -137,8 +133,8 @@ class EpisodePrompt:
 
 
 class TurnRenderer:
-    """Builds episodes' prompts with the generator's tokenizer and its client's render endpoint;
-    `decode`: SkyRL's `decode_mm_kwargs` (vLLM's serialised kwargs to tensors)."""
+    """Builds episodes' prompts with the tokenizer and the client's render endpoint; `decode`:
+    SkyRL's `decode_mm_kwargs`."""
 
     def __init__(
         self,
@@ -196,7 +192,6 @@ class TurnRenderer:
         return [prompt.by_url[u] for u in urls]
 
     async def start(self, conversation: list[dict], session_id: str) -> EpisodePrompt:
-        """The first prompt: the whole conversation."""
         prompt = EpisodePrompt(ids=[])
         images = await self._images(prompt, image_urls(conversation), session_id)
         prompt.ids, prompt.offsets = splice(self.template_ids(conversation), self.image_id, images)
@@ -206,9 +201,8 @@ class TurnRenderer:
     async def window(
         self, cache: EpisodePrompt, conversation: list[dict], history: int, session_id: str
     ) -> EpisodePrompt:
-        """The next turn's prompt under a history window (`history_window`), rendered whole,
-        pictures from `cache` unless new; earlier answers re-tokenized from their text with the
-        image token taken out (context, never trained in this prompt)."""
+        """The next turn's prompt under a history window, rendered whole, pictures from `cache`
+        unless new; earlier answers re-tokenized without the image token (context, not trained)."""
         shown = [
             {**m, "content": m["content"].replace(self.image_token, "")}
             if m["role"] == "assistant" and isinstance(m.get("content"), str)
@@ -227,8 +221,8 @@ class TurnRenderer:
         n_messages: int,
         session_id: str,
     ) -> list[int]:
-        """Append the answer's sampled ids and the conversation's last `n_messages` (the
-        observation after the answer) to `prompt`; returns the observation's ids."""
+        """Append the sampled answer and the last `n_messages` (the observation) to `prompt`;
+        returns the observation's ids."""
         ids = self.template_ids(conversation)
         answer_ended = bool(answer_ids) and answer_ids[-1] == self.eos_id
         start = observation_start(ids, n_messages, self.eos_id, answer_ended)

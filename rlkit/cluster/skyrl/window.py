@@ -20,34 +20,28 @@ STATES_KEY = "rlkit_states"
 
 
 def row_turns(env_extras: dict, limit: int) -> int:
-    """An episode's turn budget: its row's own (`extra_info.max_turns`, written for a run with
-    several eval sets, each played with its budget), at most SkyRL's `max_turns`; else that."""
+    """An episode's turn budget: its row's own (`extra_info.max_turns`, several eval sets) up to
+    SkyRL's `max_turns`, else that."""
     own = (env_extras.get("extra_info") or {}).get("max_turns")
     return limit if own is None else min(int(own), limit)
 
 
 class WindowedLoop:
-    """`RlkitVLMGenerator`'s episodes under a history window (its `history`, `renderer`,
-    `_step_pixels`, `_step_states` and SkyRL's loop attributes)."""
+    """`RlkitVLMGenerator`'s episodes under a history window (uses its attributes)."""
 
     def _attach_step_pixels(self, out: GeneratorOutput) -> None:
-        """Each step row's pixel values and grids, as `windowed_loop` recorded them (SkyRL's
-        step-wise `generate` gives a VLM's rows none)."""
-        pixels, grids, states = [], [], []
-        for tid in out["trajectory_ids"]:
-            session = f"{tid.instance_id}_{tid.repetition_id}"
-            pv, grid = self._step_pixels[session].pop(0)
-            pixels.append(pv)
-            grids.append(grid)
-            states.append(self._step_states[session].pop(0))
-        out["pixel_values"], out["image_grid_thw"] = pixels, grids
-        out[STATES_KEY] = states  # each row's square: GiGPO's anchor state
+        """Each step row's pixel values, grids and square, as `windowed_loop` recorded them
+        (SkyRL's step-wise `generate` gives a VLM's rows no pixels)."""
+        sessions = [f"{t.instance_id}_{t.repetition_id}" for t in out["trajectory_ids"]]
+        pixels = [self._step_pixels[s].pop(0) for s in sessions]
+        out["pixel_values"], out["image_grid_thw"] = [p for p, _ in pixels], [g for _, g in pixels]
+        out[STATES_KEY] = [self._step_states[s].pop(0) for s in sessions]  # GiGPO's anchors
 
     async def start_env(
         self, prompt, env_class: str, env_extras: dict[str, Any], sampling_params: dict | None
     ) -> tuple[Any, list[dict], dict[str, Any]]:
-        """(env, conversation, sampling params) of a new episode: the env made with its row's
-        turn budget (`row_turns`) and initialised on a copy of `prompt`."""
+        """(env, conversation, sampling params) of a new episode, its env made with its row's
+        turn budget (`row_turns`)."""
         env_extras["max_turns"] = row_turns(env_extras, self.max_turns)
         env_config = getattr(self.skyrl_gym_cfg, env_class, dict())
         env = skyrl_gym.make(env_class, env_config=env_config, extras=env_extras)
@@ -65,9 +59,8 @@ class WindowedLoop:
         params: dict,
         cache_salt: str | None,
     ) -> tuple[str, list[int], list | None, bool, dict]:
-        """One turn: the engine's answer to `episode` (`engine_turn`), recorded if the episode is
-        captured, played in `env` and appended to `conversation`; (stop reason, sampled ids,
-        their logprobs, whether an end of turn was appended, the env's step)."""
+        """One turn answered, captured, played in `env` and appended to `conversation`; (stop
+        reason, sampled ids, their logprobs, whether an end of turn was appended, the env's step)."""
         t = time.monotonic()
         engine_output = await self.engine_turn(episode, session_id, params, cache_salt)
         self._timed("engine", t)
@@ -91,9 +84,8 @@ class WindowedLoop:
         session_id: str,
         cache_salt: str | None,
     ) -> StepWiseOutput:
-        """`agent_loop` under a history window: each turn one step row, its prompt the window
-        its engine was sent (`TurnRenderer.window`), its response the answer as sampled; the
-        episode's reward sits on the last step's last token (SkyRL's step-wise advantage)."""
+        """`agent_loop` under a history window: each turn a row, its prompt the window the engine
+        was sent, its response the answer; the reward on the last row's last token."""
         start_time = time.monotonic()
         try:
             env, conversation, params = await self.start_env(
@@ -153,6 +145,6 @@ class WindowedLoop:
 
 
 def last_steps(out: GeneratorOutput) -> dict[str, list]:
-    """A step-wise output seen one row an episode (its last step's, where the reward sits)."""
+    """A step-wise output seen one row (the last) an episode."""
     keep = [i for i, last in enumerate(out["is_last_step"]) if last]
     return {k: [v[i] for i in keep] for k, v in out.items() if isinstance(v, list)}
