@@ -45,7 +45,6 @@ TORCH_FREE = (
     "cluster/skyrl/preset_sections.py",
     "cluster/skyrl/overrides.py",
     "cluster/skyrl/preset_checks.py",
-    "cluster/skyrl/instances.py",
 )
 """What a Studio kernel that only drives the cluster imports (tests/skyrl/test_torch_free_client.py)."""
 KNOWN_CIRCLES: tuple[set[str], ...] = ()

@@ -8,8 +8,7 @@ import json
 import pytest
 
 from rlkit.cli.main import main as rlkit_main
-from rlkit.cluster.skyrl.cost import estimate_cost
-from rlkit.cluster.skyrl.preset_checks import preset_budget
+from rlkit.cluster.skyrl.preset_checks import estimate_cost, preset_budget
 from rlkit.cluster.skyrl.presets import get_preset
 
 

@@ -29,8 +29,8 @@ import yaml
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.raycluster import EFA_RESOURCE, INSTANCE_LABEL, raycluster, rayjob
 from rlkit.cluster.skyrl.entry import parse_args
-from rlkit.cluster.skyrl.instances import G7E
 from rlkit.cluster.skyrl.overrides import build_overrides, entrypoint_command
+from rlkit.cluster.skyrl.preset_sections import G7E
 from rlkit.cluster.skyrl.presets import PRESETS, get_preset
 from rlkit.errors import UsageError
 

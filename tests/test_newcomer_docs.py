@@ -15,8 +15,7 @@ import yaml
 
 from rlkit.cli.main import build_parser
 from rlkit.cli.main import main as rlkit_main
-from rlkit.cluster.skyrl.cost import estimate_cost
-from rlkit.cluster.skyrl.preset_checks import preset_budget, storage_estimate
+from rlkit.cluster.skyrl.preset_checks import estimate_cost, preset_budget, storage_estimate
 from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.maze.families import maze_set
 from rlkit.train.presets import preset as local_preset

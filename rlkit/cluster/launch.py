@@ -16,11 +16,11 @@ from rlkit.cluster.address import resolve_address
 from rlkit.cluster.client import Cluster, connect
 from rlkit.cluster.jobs import JobHandle, run_slug
 from rlkit.cluster.skyrl import presets as skyrl
-from rlkit.cluster.skyrl.cost import estimate_cost
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides, entrypoint_command
 from rlkit.cluster.skyrl.preset_checks import (
     check_budget,
     check_storage,
+    estimate_cost,
     eval_plan,
     start_plan,
     storage_estimate,

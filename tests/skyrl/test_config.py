@@ -19,9 +19,9 @@ from transformers import get_scheduler
 
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.entry import parse_args
-from rlkit.cluster.skyrl.instances import G7E
 from rlkit.cluster.skyrl.overrides import build_overrides
 from rlkit.cluster.skyrl.preset_checks import storage_estimate
+from rlkit.cluster.skyrl.preset_sections import G7E
 from rlkit.cluster.skyrl.presets import LR_SCHEDULES, PRESETS, get_preset
 from rlkit.errors import UsageError
 from rlkit.recipe import LOCAL_REDUCTIONS

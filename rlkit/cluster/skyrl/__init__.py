@@ -1,3 +1,2 @@
 """SkyRL on the cluster: presets -> SkyRL overrides, the Ray-job entrypoint, SkyRL's experiment
-with rlkit's metrics bridge, and the fixes and CPU seam its processes install (what a SkyRL run
-writes is read by `rlkit.run`)."""
+with rlkit's metrics bridge, and the fixes and CPU seam its processes install."""

@@ -226,22 +226,20 @@ def chose_stop(text: str) -> bool:
 
 
 class Logprob(NamedTuple):
-    """The shape `probs_of_moves` reads a logprob in (vLLM's `Logprob.logprob`)."""
+    """The shape `probs_of_moves` reads (vLLM's `Logprob`)."""
 
     logprob: float
 
 
 def top_logprobs(raw_response: dict, temperature: float = 1.0) -> dict[int, Logprob]:
-    """`{token id: logprob / temperature}` of the first generated position of vLLM's
-    `/inference/v1/generate` answer."""
+    """`{token id: logprob / temperature}` at the first position of vLLM's generate answer."""
     content = raw_response["choices"][0]["logprobs"]["content"][0]
     entries = [content, *content.get("top_logprobs", [])]
     return {int(e["token_id"]): Logprob(float(e["logprob"]) / temperature) for e in entries}
 
 
 class EngineProbe:
-    """The move distribution at a captured turn's move position: one 1-token request to the
-    run's engines (SkyRL's router, `get_endpoint_url()`)."""
+    """A captured turn's move distribution: one 1-token request to the run's engines."""
 
     def __init__(self, url: str, model: str, tokenizer: Any, temperature: float = 1.0) -> None:
         self.client = RemoteGenerateClient(proxy_url=url)

@@ -49,7 +49,7 @@ def _cpu() -> torch.device:
 
 
 def _mem_get_info(*_args: Any) -> tuple[int, int]:
-    """(free, total) bytes of host memory: what SkyRL's memory logging reads of a GPU."""
+    """(free, total) bytes of host memory."""
     import psutil
 
     vm = psutil.virtual_memory()
@@ -57,7 +57,7 @@ def _mem_get_info(*_args: Any) -> tuple[int, int]:
 
 
 def init_gloo_process_group(*args: Any, backend: str | None = None, **kwargs: Any) -> None:
-    """`torch.distributed.init_process_group` with gloo: NCCL needs a GPU."""
+    """`init_process_group` with gloo: NCCL needs a GPU."""
     torch.distributed.init_process_group(*args, backend="gloo", **kwargs)
 
 
@@ -181,8 +181,7 @@ def install_in_vllm_worker() -> None:
 
 
 def overrides(run_dir: str, attempt: str | None = None) -> list[str]:
-    """SkyRL overrides a CPU run adds at each start: vLLM on CPU, delta weight sync in
-    directories of this attempt's own."""
+    """SkyRL overrides a CPU run adds at each start: vLLM on CPU, delta sync in fresh dirs."""
     attempt = attempt or time.strftime("%Y%m%d-%H%M%S")
     delta = Path(run_dir) / "delta" / attempt
     engine = "generator.inference_engine"

@@ -66,8 +66,8 @@ def ensure_datasets(
     shares: list[float] | None = None,
     cfg: EnvConfig | None = None,
 ) -> tuple[Path, Path]:
-    """Write the datasets once per run dir (a resume reads them back). `shares`: each training
-    row's curriculum share (None: whole mazes); `cfg`: the rows' env (None: `set_view`)."""
+    """Write the datasets once per run dir (a resume reads them back); `shares`: each training
+    row's curriculum share; `cfg`: the rows' env (None: `set_view`)."""
     from rlkit.env.data import read_rows, write_datasets
 
     out = Path(data_dir)
@@ -86,8 +86,7 @@ def ensure_datasets(
 
 
 def curriculum_shares(sky: SkyRLPreset) -> list[float] | None:
-    """Each training row's curriculum share (row i trains at step i // prompts per step: rows
-    are read in order); None: no curriculum."""
+    """Each training row's curriculum share (row i trains at step i // prompts per step)."""
     from rlkit.maze.sets import curriculum_share
 
     r, n = sky.recipe, sky.prompts_per_step
@@ -112,8 +111,8 @@ def ensure_init_model(model_dir: str, stop_at: float) -> Path:
 
 
 def add_eval_sets(data_dir: str, sky: SkyRLPreset) -> None:
-    """With several eval sets: the others' rows appended to eval.parquet, and every row's turn
-    budget in its `extra_info.max_turns` (`row_turns`), once a run."""
+    """With several eval sets: their rows in eval.parquet, each row's turn budget in its
+    `extra_info.max_turns` (`row_turns`), once a run."""
     from rlkit.env.data import maze_row, read_rows, write_rows
     from rlkit.env.maze_env import ENV_ID
     from rlkit.maze.sets import pinned_set
@@ -142,8 +141,8 @@ def add_eval_sets(data_dir: str, sky: SkyRLPreset) -> None:
 
 
 def record_run(cfg, job: Job, overrides: list[str]) -> dict:
-    """Write RUN/run.json (backend "skyrl") before SkyRL starts: the preset, SkyRL's overrides
-    and its resolved config; a resume that changed the config records the change."""
+    """Write RUN/run.json before SkyRL starts (preset, overrides, resolved config); a resume
+    that changed the config records the change."""
     from rlkit.env.visgym_text import read_prompt_file
     from rlkit.run.rundir import RunDir
     from rlkit.run.skyrl_layout import latest_step
@@ -181,8 +180,7 @@ def register_gigpo() -> None:
 
 
 def _run_skyrl(cfg, sky: SkyRLPreset, rows_in_order: bool = False) -> None:
-    """The Ray task: register the env (and `gigpo`) and the hang rules in this process, then run
-    SkyRL's experiment as `sky` asks; `rows_in_order`: a curriculum's unshuffled rows."""
+    """The Ray task: register the env, `gigpo` and the hang rules, then run SkyRL's experiment."""
     from rlkit.cluster.skyrl.experiment import RlkitExp
     from rlkit.env.maze_env import register_env
 

@@ -23,8 +23,7 @@ from skyrl.train.utils.trainer_utils import cleanup_old_checkpoints
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from rlkit.cluster.skyrl.bridge import MetricsBridge
-from rlkit.cluster.skyrl.generator import build_generator
-from rlkit.cluster.skyrl.window import STATES_KEY
+from rlkit.cluster.skyrl.generator import STATES_KEY, build_generator
 from rlkit.errors import UsageError
 from rlkit.model.load import processor_template
 from rlkit.recipe import Recipe
@@ -92,16 +91,14 @@ def step_terms(
 
 
 def export_due(step: int, hf_save_interval: int, steps_per_epoch: int, last_step: int) -> bool:
-    """Whether SkyRL's `train` exports at `step`: every `hf_save_interval` (> 0) steps, at every
-    epoch end and at the run's last step."""
+    """Whether SkyRL's `train` exports at `step` (every `hf_save_interval`, epoch end, last)."""
     if hf_save_interval <= 0 or step <= 0:
         return False
     return step % hf_save_interval == 0 or step % steps_per_epoch == 0 or step == last_step
 
 
 def sampled_eval_cfg(cfg, samples: int, temperature: float):
-    """A copy of `cfg` whose eval samples `samples` a maze at `temperature`, dumped under
-    `<export_path>/sampled/dumped_evals/`."""
+    """A copy of `cfg` whose eval samples `samples` a maze at `temperature`, dumped apart."""
     out = copy.deepcopy(cfg)
     out.generator.eval_n_samples_per_prompt = samples
     out.generator.eval_sampling_params.temperature = temperature
@@ -138,8 +135,7 @@ class RlkitTrainer(RayPPOTrainer):
         return batch
 
     def compute_advantages_and_returns(self, data):
-        """SkyRL's advantages (step-wise: each row its episode's); under `gigpo` each row's
-        answer tokens also get its step level (`step_terms`)."""
+        """SkyRL's advantages; under `gigpo` each row's answer tokens also get its step level."""
         data = super().compute_advantages_and_returns(data)
         if self.gigpo is None:
             return data
@@ -177,8 +173,7 @@ class RlkitTrainer(RayPPOTrainer):
         return metrics | renamed
 
     def _build_train_dataloader_and_compute_training_steps(self) -> None:
-        """SkyRL's training dataloader, reading the rows in order when `rows_in_order` (its
-        saved state, SkyRL's data.pt, resumes it at the row it reached)."""
+        """SkyRL's training dataloader, reading the rows in order when `rows_in_order`."""
         super()._build_train_dataloader_and_compute_training_steps()
         loader = self.train_dataloader
         if self.rows_in_order and loader is not None:
@@ -276,8 +271,7 @@ class RlkitExp(BasePPOExp):
         return None
 
     def _prompts(self, files) -> PromptDataset:
-        """SkyRL's datasets, their length filter run by the dataloader's workers (SkyRL fixes 8);
-        the tokenizer gets the processor's template here."""
+        """SkyRL's datasets filtered by the dataloader's workers, with the processor's template."""
         if not getattr(self, "_processor_template_set", False):  # once: it loads the processor
             self.tokenizer.chat_template = processor_template(self.cfg.trainer.policy.model.path)
             self._processor_template_set = True

@@ -1,6 +1,5 @@
-"""What every process of a SkyRL job runs first (`setup`, Ray's `worker_process_setup_hook`):
-rlkit's fixes to SkyRL 0.4.0 (`install`), on a CPU preset the device seam (`cpu_seam`) and a
-thread budget, each patch applied as SkyRL imports its module (`on_import`); why:
+"""What every process of a SkyRL job runs first (`setup`): rlkit's fixes to SkyRL 0.4.0, and on a
+CPU preset the device seam, each patch applied as SkyRL imports its module (`on_import`); why:
 docs/skyrl-integration.md#fixes-to-skyrl-fixespy."""
 
 from __future__ import annotations
@@ -73,8 +72,7 @@ def _retie_after_load(module: Any, _incompatible_keys: Any) -> None:
 
 
 def tying_apply_fsdp2(apply_fsdp2: Any) -> Any:
-    """SkyRL's `apply_fsdp2(model, fsdp_kwargs, config)` with tied embeddings tied again before
-    sharding and after every load_state_dict of the sharded model."""
+    """SkyRL's `apply_fsdp2` with tied embeddings tied again before sharding and after loads."""
     if getattr(apply_fsdp2, _MARK, False):
         return apply_fsdp2
 
@@ -102,8 +100,7 @@ def install() -> None:
 
 @functools.cache
 def install_cpu_seam() -> None:
-    """Install the device seam in this process (once): the flash-attn padding stand-ins, and
-    `cpu_seam.PATCHES` as their modules are imported."""
+    """Install the device seam in this process (once)."""
     from rlkit.cluster.skyrl import cpu_seam
 
     cpu_seam.flash_attn_padding()
@@ -118,8 +115,7 @@ def cpu_threads(bundles: int, cores: int | None = None) -> int:
 
 
 def runtime_env(env_vars: dict[str, str], device: str, bundles: int = 1) -> dict:
-    """The runtime_env of `ray.init` for SkyRL's experiment: on a CPU host, the device and a
-    thread budget (`cpu_threads`) unless the job sets its own."""
+    """`ray.init`'s runtime_env: the setup hook, and on a CPU host the device and thread budget."""
     extra = {}
     if device == "cpu":
         threads = str(cpu_threads(bundles))

@@ -46,12 +46,15 @@ class RunPaths:
 
 
 def build_overrides(preset: SkyRLPreset, run_name: str, answer: int | None = None) -> list[str]:
-    """SkyRL `key=value` overrides for one run of `preset` (SkyRL's config key names); `answer`:
-    tokens per answer where the caller holds the preset's budget, else `generate_length`."""
+    """SkyRL `key=value` overrides for one run of `preset`; `answer`: tokens per answer (None:
+    `generate_length`)."""
     p, paths = preset, RunPaths.for_run(preset, run_name)
     train_batch = p.prompts_per_step
     engines = p.num_gpus // p.layout.tensor_parallel_size
     answer = generate_length(p) if answer is None else answer
+    e = p.eval  # SkyRL's own eval: the seed's protocol unless `sampled` (`both` adds it after)
+    sampled = e.eval_protocol == "sampled"
+    eval_samples, eval_temp = (e.eval_samples, e.eval_temperature) if sampled else (1, 0.0)
     model = paths.init_model_dir if p.model.model_path == TINY_WARM else p.model.model_path
     return [
         # data: rows from rlkit.env.data (env_class rlkit-maze, maze spec in extra_info)
@@ -97,7 +100,9 @@ def build_overrides(preset: SkyRLPreset, run_name: str, answer: int | None = Non
         f"generator.sampling_params.max_generate_length={answer}",
         f"generator.sampling_params.temperature={p.batch.temperature}",
         f"generator.sampling_params.top_p={p.batch.top_p}",
-        *eval_overrides(p, answer),
+        f"generator.eval_n_samples_per_prompt={eval_samples}",
+        f"generator.eval_sampling_params.temperature={eval_temp}",
+        f"generator.eval_sampling_params.max_generate_length={answer}",
         # evals, checkpoints, resume: resubmitting the run continues from its latest checkpoint
         f"trainer.eval_interval={p.eval.eval_interval}",
         "trainer.eval_before_train=true",
@@ -118,8 +123,7 @@ def build_overrides(preset: SkyRLPreset, run_name: str, answer: int | None = Non
 
 
 def model_overrides(p: SkyRLPreset) -> list[str]:
-    """SkyRL's LoRA settings for the preset's `Tuning` (none with LoRA off), with vLLM's
-    `enable_tower_connector_lora` where adapters sit on the vision side."""
+    """SkyRL's LoRA settings for the preset's `Tuning` (none with LoRA off)."""
     t = p.model
     if t.lora_rank == 0:
         return []
@@ -139,19 +143,6 @@ def model_overrides(p: SkyRLPreset) -> list[str]:
     return out
 
 
-def eval_overrides(p: SkyRLPreset, answer: int) -> list[str]:
-    """SkyRL's own eval: the seed's protocol (greedy, one sample a maze) unless `sampled`."""
-    if p.eval.eval_protocol == "sampled":
-        samples, temperature = p.eval.eval_samples, p.eval.eval_temperature
-    else:
-        samples, temperature = 1, 0.0
-    return [
-        f"generator.eval_n_samples_per_prompt={samples}",
-        f"generator.eval_sampling_params.temperature={temperature}",
-        f"generator.eval_sampling_params.max_generate_length={answer}",
-    ]
-
-
 def entrypoint_command(
     preset: SkyRLPreset, run_name: str, preset_name: str | None = None, answer: int | None = None
 ) -> str:
@@ -163,8 +154,7 @@ def entrypoint_command(
 
 
 def device_overrides(p: SkyRLPreset) -> list[str]:
-    """The layout's dataloader workers and KV cache, and on a CPU host no flash attention, fp32
-    end to end and eager vLLM (the seam itself: `cpu_seam.overrides`)."""
+    """Dataloader workers, KV cache, and on a CPU host no flash attention, fp32, eager vLLM."""
     out = []
     if p.layout.dataloader_workers is not None:
         out.append(f"data.dataloader.num_workers={p.layout.dataloader_workers}")

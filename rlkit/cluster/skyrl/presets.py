@@ -1,7 +1,5 @@
 """SkyRL presets (`get_preset`) and every check a preset must pass before anything is submitted.
-The SkyRL traps refused here: docs/skyrl-integration.md#presets-and-their-overrides-presetspy-overridespy.
-
-    rlkit submit --preset qwen3vl-8b-6gpu --address http://127.0.0.1:8265 --dry-run"""
+The SkyRL traps refused here: docs/skyrl-integration.md#presets-and-their-overrides-presetspy-overridespy."""
 
 from __future__ import annotations
 
@@ -10,21 +8,19 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 
 from rlkit.cluster.hang import HangRules
-from rlkit.cluster.skyrl.instances import (
+from rlkit.cluster.skyrl.preset_sections import (
     InstanceType,
     PodShape,
-    check_layout,
-    instance_type,
-    pod_shape,
-)
-from rlkit.cluster.skyrl.preset_sections import (
     SkyBatch,
     SkyEval,
     SkyLayout,
     SkyModel,
     SkyStorage,
     SkyTask,
+    check_layout,
+    instance_type,
     model_state,
+    pod_shape,
     set_view,
     task_view,
 )
@@ -47,8 +43,8 @@ STEP_WISE_ESTIMATORS = ("grpo", "rloo", "maxrl", "gigpo")
 
 @dataclass(frozen=True)
 class SkyRLPreset:
-    """A SkyRL GRPO recipe for the maze env (SkyRL's `examples/train/visgym`), one section per
-    concern; set a field by its own name or dotted path (`rlkit.settings.apply_settings`)."""
+    """A SkyRL GRPO recipe for the maze env, one section per concern; set a field by its own
+    name or dotted path (`rlkit.settings.apply_settings`)."""
 
     KEY_NOUN = "SkyRL preset setting"  # what `rlkit.settings.resolve_key` calls an unknown one
 

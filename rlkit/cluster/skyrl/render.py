@@ -18,10 +18,9 @@ IMAGE_PART = "image_url"
 def observation_start(
     ids: list[int], n_messages: int, eos_id: int, answer_ended: bool
 ) -> int | None:
-    """Where the last turn's observation (`n_messages` messages and the generation prompt)
-    starts in a render of the conversation: after the answer's end of turn, the
-    (n_messages + 1)-th from the end; the next one if the sampled answer ended with one
-    (`answer_ended`: SkyRL's render may show `<|im_end|><|im_end|>`). None: too few."""
+    """Where the last `n_messages` (and generation prompt) start in a render of the conversation:
+    after the (n_messages + 1)-th end of turn from the end, or the next if the sampled answer
+    ended with one (`answer_ended`: the render shows `<|im_end|><|im_end|>`). None: too few."""
     ends = [i for i, t in enumerate(ids) if t == eos_id]
     if len(ends) <= n_messages:
         return None
@@ -133,8 +132,7 @@ class EpisodePrompt:
 
 
 class TurnRenderer:
-    """Builds episodes' prompts with the tokenizer and the client's render endpoint; `decode`:
-    SkyRL's `decode_mm_kwargs`."""
+    """Builds episodes' prompts with the tokenizer and the client's render endpoint."""
 
     def __init__(
         self,
@@ -202,7 +200,7 @@ class TurnRenderer:
         self, cache: EpisodePrompt, conversation: list[dict], history: int, session_id: str
     ) -> EpisodePrompt:
         """The next turn's prompt under a history window, rendered whole, pictures from `cache`
-        unless new; earlier answers re-tokenized without the image token (context, not trained)."""
+        unless new; earlier answers re-tokenized without the image token."""
         shown = [
             {**m, "content": m["content"].replace(self.image_token, "")}
             if m["role"] == "assistant" and isinstance(m.get("content"), str)
