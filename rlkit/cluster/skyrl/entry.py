@@ -155,8 +155,7 @@ def record_run(cfg, job: Job, overrides: list[str]) -> dict:
         "overrides": parse_sets(overrides, "SkyRL override"),
         "skyrl": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
     }
-    seed = int(cfg.trainer.seed)
-    info = run.init(preset=job.preset, seed=seed, backend="skyrl", config=config)
+    info = run.init(preset=job.preset, seed=int(cfg.trainer.seed), backend="skyrl", config=config)
     old = info.get("config") or {}
     if old != json.loads(json.dumps(config, default=str)):
         changed = {

@@ -98,7 +98,7 @@ def export_due(step: int, hf_save_interval: int, steps_per_epoch: int, last_step
 
 
 def sampled_eval_cfg(cfg, samples: int, temperature: float):
-    """A copy of `cfg` whose eval samples `samples` a maze at `temperature`, dumped apart."""
+    """A copy of `cfg` whose eval samples `samples` a maze at `temperature`, dumped in sampled/."""
     out = copy.deepcopy(cfg)
     out.generator.eval_n_samples_per_prompt = samples
     out.generator.eval_sampling_params.temperature = temperature

@@ -102,8 +102,7 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
                 "one row a turn (rlkit.cluster.skyrl.overrides sets both)"
             )
         self.history = history
-        self._step_pixels: dict[str, list] = {}
-        self._step_states: dict[str, list] = {}
+        self._step_rows: dict[str, list[tuple]] = {}  # a window's rows: (pixels, grid, square)
         self.merge_size = merge_size
         self.engine_keeps_images = engine_keeps_images
         self.capturer = capturer
@@ -127,22 +126,24 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
     def _decode(kwargs_data):  # looked up where SkyRL's loop looks it up: both decode alike
         return skyrl_vlm_generator.decode_mm_kwargs(kwargs_data)
 
-    def _timed(self, phase: str, since: float) -> float:
-        now = time.monotonic()
-        self._seconds[phase] += now - since
-        return now
+    def _timed(self, phase: str, since: float) -> None:
+        self._seconds[phase] += time.monotonic() - since
 
     async def generate(self, input_batch, disable_tqdm: bool = False) -> GeneratorOutput:
         capture = self.capturer.begin(input_batch) if self.capturer is not None else None
         self._capture = capture  # agent loops of this call record their turns into it
         self._seconds, self._turns, self._resends = dict.fromkeys(PHASES, 0.0), 0, 0
-        self._step_pixels, self._step_states = {}, {}
+        self._step_rows = {}
         try:
             out = await super().generate(input_batch, disable_tqdm=disable_tqdm)
         finally:
             self._capture = None
-        if self.history is not None:
-            self._attach_step_pixels(out)
+        if self.history is not None:  # SkyRL's step-wise `generate` gives a VLM's rows no pixels
+            ids = out["trajectory_ids"]
+            rows = [self._step_rows[f"{t.instance_id}_{t.repetition_id}"].pop(0) for t in ids]
+            out["pixel_values"] = [r[0] for r in rows]
+            out["image_grid_thw"] = [r[1] for r in rows]
+            out[STATES_KEY] = [r[2] for r in rows]  # each row's square: GiGPO's anchor
         changed = guard_placeholders(out, self.image_id, self.filler_id, self.merge_size)
         metrics = out["rollout_metrics"]
         metrics[DESYNC_METRIC], metrics[RESEND_METRIC] = changed, self._resends
@@ -295,14 +296,6 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
                 logprobs.append(0.0)
         return text, ids, logprobs, added
 
-    def _attach_step_pixels(self, out: GeneratorOutput) -> None:
-        """Each step row's pixels, grids and square as `windowed_loop` recorded them (SkyRL's
-        step-wise `generate` gives a VLM's rows no pixels)."""
-        sessions = [f"{t.instance_id}_{t.repetition_id}" for t in out["trajectory_ids"]]
-        pixels = [self._step_pixels[s].pop(0) for s in sessions]
-        out["pixel_values"], out["image_grid_thw"] = [p for p, _ in pixels], [g for _, g in pixels]
-        out[STATES_KEY] = [self._step_states[s].pop(0) for s in sessions]  # GiGPO's anchors
-
     async def start_env(
         self, prompt, env_class: str, env_extras: dict[str, Any], sampling_params: dict | None
     ) -> tuple[Any, list[dict], dict[str, Any]]:
@@ -358,8 +351,7 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
             )
             cache = EpisodePrompt(ids=[])  # the episode's pictures, rendered once each
             steps: list[TrajectoryOutput] = []
-            pixels: list = []
-            states: list[list[int]] = []
+            rows: list[tuple] = []  # each step's (pixels, grid, square)
             total, done = 0.0, False
             while not done:
                 t = time.monotonic()
@@ -369,11 +361,10 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
                     if not steps:  # SkyRL needs a row: an empty turn that trains nothing
                         steps.append(self._step(episode, [self.filler_id], None, "length", 0))
                         steps[-1].loss_mask[0] = 0
-                        pixels.append(episode.pixels())
-                        states.append(list(env.state.pos))
+                        rows.append((*episode.pixels(), list(env.state.pos)))
                     steps[-1].stop_reason = "length"
                     break
-                states.append(list(env.state.pos))  # the square the answer is given on
+                square = list(env.state.pos)  # the square the answer is given on
                 stop, gen_ids, gen_logprobs, added_eos, step = await self.play_turn(
                     env, episode, conversation, session_id, params, cache_salt
                 )
@@ -382,12 +373,12 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
                 if not done:
                     conversation.extend(step["observations"])
                 steps.append(self._step(episode, gen_ids, gen_logprobs, stop, added_eos))
-                pixels.append(episode.pixels())
+                rows.append((*episode.pixels(), square))
             for row in steps[:-1]:  # how a dump's reader finds an episode's rows
                 row.stop_reason = NEXT_TURN
             steps[-1].reward[-1] = total
             steps[-1].env_metrics = env.get_metrics()  # one episode's, once
-            self._step_pixels[session_id], self._step_states[session_id] = pixels, states
+            self._step_rows[session_id] = rows
             await self._run_in_executor_if_available(env.close)
             return StepWiseOutput(steps, e2e_time=time.monotonic() - start_time)
         finally:

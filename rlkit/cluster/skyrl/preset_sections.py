@@ -138,7 +138,7 @@ class SkyLayout:
     """Where the run runs: the instance, GPUs and nodes, and each engine's share of a GPU."""
 
     instance_type: str | None = DEFAULT_INSTANCE
-    """HyperPod instance of the GPU workers (`instances.G7E`); None: a CPU host."""
+    """HyperPod instance of the GPU workers (`G7E`); None: a CPU host."""
     gpus_per_node: int | None = None
     """GPUs the run takes on each node; None: all of the instance's (a node is billed whole)."""
     nodes: int = 1
@@ -174,7 +174,6 @@ class SkyBatch:
     micro_batch_per_gpu: int = 4
     """Sequences per forward/backward on one GPU."""
     lr: float = 1.0e-6
-    """Learning rate."""
     lr_schedule: str = "constant_with_warmup"
     """SkyRL's `optimizer_config.scheduler` (`LR_SCHEDULES`); `cosine` falls to 0 at the end."""
     temperature: float = 1.0

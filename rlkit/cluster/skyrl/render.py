@@ -18,9 +18,10 @@ IMAGE_PART = "image_url"
 def observation_start(
     ids: list[int], n_messages: int, eos_id: int, answer_ended: bool
 ) -> int | None:
-    """Where the last `n_messages` (and generation prompt) start in a render of the conversation:
-    after the (n_messages + 1)-th end of turn from the end, or the next if the sampled answer
-    ended with one (`answer_ended`: the render shows `<|im_end|><|im_end|>`). None: too few."""
+    """Where the observation (the last `n_messages` and the generation prompt) starts in a render
+    of the conversation: at the answer's end of turn, the (n_messages + 1)-th from the end, or
+    after it if the sampled ids end with one (`answer_ended`; the render may show
+    `<|im_end|><|im_end|>`). None if `ids` has too few end-of-turn tokens."""
     ends = [i for i, t in enumerate(ids) if t == eos_id]
     if len(ends) <= n_messages:
         return None
