@@ -240,10 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     sky, paths = job.sky, job.paths
     if paths is None:
         raise UsageError("give SkyRL's trainer.ckpt_path=RUN_DIR: the run dir holds the rows")
-    shares, view = curriculum_shares(sky), task_view(sky.task)
-    ensure_datasets(
-        paths.data_dir, sky.train_rows, sky.task.eval_set, sky.eval.eval_mazes, None, shares, view
-    )
+    shares = curriculum_shares(sky)
+    args = (paths.data_dir, sky.train_rows, sky.task.eval_set, sky.eval.eval_mazes)
+    ensure_datasets(*args, shares=shares, cfg=task_view(sky.task))
     add_eval_sets(paths.data_dir, sky)
     if sky.model.model_path == TINY_WARM:
         ensure_init_model(paths.init_model_dir, sky.model.warm_start_to)
