@@ -15,9 +15,9 @@ from test_eval_protocol import write_dump
 from rlkit.cli.main import main as rlkit_main
 from rlkit.cluster.skyrl.bridge import MetricsBridge
 from rlkit.cluster.skyrl.entry import add_eval_sets, ensure_datasets, parse_args
-from rlkit.cluster.skyrl.generator import row_turns
 from rlkit.cluster.skyrl.preset_sections import set_view
 from rlkit.cluster.skyrl.presets import get_preset
+from rlkit.cluster.skyrl.window import row_turns
 from rlkit.env.data import read_rows
 from rlkit.errors import UsageError
 from rlkit.notebook import compare, plots, workbench

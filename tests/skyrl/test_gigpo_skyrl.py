@@ -16,9 +16,9 @@ from skyrl.train.utils import validate_cfg
 
 from rlkit.cluster.skyrl.entry import register_gigpo
 from rlkit.cluster.skyrl.experiment import RlkitTrainer, step_terms
-from rlkit.cluster.skyrl.generator import STATES_KEY
 from rlkit.cluster.skyrl.overrides import build_overrides
 from rlkit.cluster.skyrl.presets import get_preset
+from rlkit.cluster.skyrl.window import STATES_KEY
 from rlkit.errors import UsageError
 from rlkit.recipe import Recipe
 from rlkit.train import grpo

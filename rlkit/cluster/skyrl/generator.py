@@ -4,27 +4,25 @@ measured: docs/skyrl-integration.md#the-generator-generatorpy-renderpy."""
 
 from __future__ import annotations
 
-import copy
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from http import HTTPStatus
 from typing import Any
 from uuid import uuid4
 
 import aiohttp
-import skyrl_gym
 from skyrl.backends.skyrl_train.inference_servers.base import InferenceEngineInput
 from skyrl.backends.skyrl_train.inference_servers.utils import resolve_policy_model_name
 from skyrl.train.generators import skyrl_vlm_generator
 from skyrl.train.generators.base import TRAINING_PHASE_TRAIN, GeneratorOutput
-from skyrl.train.generators.skyrl_gym_generator import StepWiseOutput, TrajectoryOutput
+from skyrl.train.generators.skyrl_gym_generator import TrajectoryOutput
 from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
 from skyrl.utils.tok import get_processor
 
 from rlkit.cluster.skyrl.capture import Capturer, EngineProbe, StepCapture
 from rlkit.cluster.skyrl.overrides import MM_CACHE_KWARG
 from rlkit.cluster.skyrl.render import EpisodePrompt, TurnRenderer, runs
-from rlkit.run.skyrl_dumps import NEXT_TURN
+from rlkit.cluster.skyrl.window import STATES_KEY, WindowedLoop, last_steps
 from rlkit.settings import CaptureConfig
 
 IMAGE_PAD = "<|image_pad|>"
@@ -36,16 +34,6 @@ RESEND_METRIC = "generate/image_resends"
 """Turns sent again with every picture's tensors (`RlkitVLMGenerator.engine_turn`)."""
 PHASES = ("render", "engine", "env")
 """Where turns spend their time, logged as `generate/seconds_<phase>`."""
-
-
-STATES_KEY = "rlkit_states"
-"""The generator output's (and training input metadata's) list of each row's (row, col)."""
-
-
-def row_turns(env_extras: dict, limit: int) -> int:
-    """An episode's turn budget: its row's own (`extra_info.max_turns`) up to `limit`."""
-    own = (env_extras.get("extra_info") or {}).get("max_turns")
-    return limit if own is None else min(int(own), limit)
 
 
 def image_runs(ids: list[int], image_id: int) -> list[int]:
@@ -80,7 +68,7 @@ def guard_placeholders(out: GeneratorOutput, image_id: int, filler_id: int, merg
     return changed
 
 
-class RlkitVLMGenerator(SkyRLVLMGymGenerator):
+class RlkitVLMGenerator(WindowedLoop, SkyRLVLMGymGenerator):
     """`SkyRLVLMGymGenerator` whose samples' image placeholders always match their images.
     `engine_keeps_images`: the engines' multimodal cache is on (pictures go by hash); `history`:
     a history window, each turn a row (None: one row an episode)."""
@@ -295,115 +283,6 @@ class RlkitVLMGenerator(SkyRLVLMGymGenerator):
             if logprobs is not None:
                 logprobs.append(0.0)
         return text, ids, logprobs, added
-
-    async def start_env(
-        self, prompt, env_class: str, env_extras: dict[str, Any], sampling_params: dict | None
-    ) -> tuple[Any, list[dict], dict[str, Any]]:
-        """(env, conversation, sampling params) of a new episode with its row's turn budget."""
-        env_extras["max_turns"] = row_turns(env_extras, self.max_turns)
-        env_config = getattr(self.skyrl_gym_cfg, env_class, dict())
-        env = skyrl_gym.make(env_class, env_config=env_config, extras=env_extras)
-        conversation, _ = await self._run_in_executor_if_available(env.init, copy.deepcopy(prompt))
-        if sampling_params is None:
-            sampling_params = asdict(self.generator_cfg.sampling_params)
-        return env, conversation, sampling_params
-
-    async def play_turn(
-        self,
-        env,
-        episode: EpisodePrompt,
-        conversation: list[dict],
-        session_id: str,
-        params: dict,
-        cache_salt: str | None,
-    ) -> tuple[str, list[int], list | None, bool, dict]:
-        """One turn answered, captured, played in `env` and appended to `conversation`; (stop
-        reason, sampled ids, their logprobs, whether an end of turn was appended, the env's step)."""
-        t = time.monotonic()
-        engine_output = await self.engine_turn(episode, session_id, params, cache_salt)
-        self._timed("engine", t)
-        self._turns += 1
-        text, ids, logprobs, added_eos = self._answer_of(engine_output, params)
-        if self._capture is not None:  # a captured episode's turn (others: ignored)
-            self._capture.turn(session_id, text, episode.ids, ids, episode.features(), cache_salt)
-        t = time.monotonic()
-        step = await self._run_in_executor_if_available(env.step, text)
-        self._timed("env", t)
-        conversation.append({"role": "assistant", "content": text})
-        return engine_output["stop_reasons"][0], ids, logprobs, added_eos, step
-
-    async def windowed_loop(
-        self,
-        prompt,
-        env_class: str,
-        env_extras: dict[str, Any],
-        max_input_length: int,
-        sampling_params: dict[str, Any] | None,
-        session_id: str,
-        cache_salt: str | None,
-    ) -> StepWiseOutput:
-        """`agent_loop` under a history window: each turn a row (the window sent, the answer);
-        the reward on the last row's last token."""
-        start_time = time.monotonic()
-        try:
-            env, conversation, params = await self.start_env(
-                prompt, env_class, env_extras, sampling_params
-            )
-            cache = EpisodePrompt(ids=[])  # the episode's pictures, rendered once each
-            steps: list[TrajectoryOutput] = []
-            rows: list[tuple] = []  # each step's (pixels, grid, square)
-            total, done = 0.0, False
-            while not done:
-                t = time.monotonic()
-                episode = await self.renderer.window(cache, conversation, self.history, session_id)
-                self._timed("render", t)
-                if len(episode.ids) > max_input_length:
-                    if not steps:  # SkyRL needs a row: an empty turn that trains nothing
-                        steps.append(self._step(episode, [self.filler_id], None, "length", 0))
-                        steps[-1].loss_mask[0] = 0
-                        rows.append((*episode.pixels(), list(env.state.pos)))
-                    steps[-1].stop_reason = "length"
-                    break
-                square = list(env.state.pos)  # the square the answer is given on
-                stop, gen_ids, gen_logprobs, added_eos, step = await self.play_turn(
-                    env, episode, conversation, session_id, params, cache_salt
-                )
-                done = step["done"]
-                total += float(step["reward"])
-                if not done:
-                    conversation.extend(step["observations"])
-                steps.append(self._step(episode, gen_ids, gen_logprobs, stop, added_eos))
-                rows.append((*episode.pixels(), square))
-            for row in steps[:-1]:  # how a dump's reader finds an episode's rows
-                row.stop_reason = NEXT_TURN
-            steps[-1].reward[-1] = total
-            steps[-1].env_metrics = env.get_metrics()  # one episode's, once
-            self._step_rows[session_id] = rows
-            await self._run_in_executor_if_available(env.close)
-            return StepWiseOutput(steps, e2e_time=time.monotonic() - start_time)
-        finally:
-            await self.inference_engine_client.finish_session(session_id)
-
-    @staticmethod
-    def _step(
-        episode: EpisodePrompt, ids: list[int], logprobs: list | None, stop: str, added_eos: bool
-    ) -> TrajectoryOutput:
-        """One turn's row: the window's ids as prompt, the answer as response, no reward yet."""
-        return TrajectoryOutput(
-            response_ids=list(ids),
-            reward=[0.0] * len(ids),
-            stop_reason=stop,
-            loss_mask=[1] * (len(ids) - added_eos) + [0] * added_eos,
-            prompt_ids=list(episode.ids),
-            rollout_logprobs=list(logprobs) if logprobs else [0.0] * len(ids),
-            env_metrics={},
-        )
-
-
-def last_steps(out: GeneratorOutput) -> dict[str, list]:
-    """A step-wise output seen one row (the last) an episode."""
-    keep = [i for i, last in enumerate(out["is_last_step"]) if last]
-    return {k: [v[i] for i in keep] for k, v in out.items() if isinstance(v, list)}
 
 
 def build_generator(
