@@ -30,29 +30,27 @@ class Turn:
     response_ids: list[int] | None = None
     logprobs: list[float] | None = None
     move_probs: MoveProbs | None = None
-    """P(up), P(down), P(left), P(right) as the policy chose this turn's move; None: not
-    recorded (a policy that cannot say, or a file that predates them)."""
+    """The policy's `MoveProbs` at this turn; None: not recorded (and absent from the file)."""
     note: str | None = None
-    """The env's feedback on this turn (squares game: moved, hit a wall, unreadable, how `stop`
-    was judged); None where the env gives none (cell mazes), and absent from their files."""
+    """The env's feedback on this turn (squares game); None, and absent from the file, without."""
 
 
 PROB_DECIMALS = 4
 """Places kept per move probability in trajectory files: ~7 bytes each, 0.01% resolution."""
 
 
-def _stored_turn(t: Turn) -> dict:
-    """A turn as its JSON holds it: probabilities rounded, and no key at all when absent (as
-    files from before they existed read)."""
-    d = {k: v for k, v in vars(t).items() if v is not None or k not in ("note", "move_probs")}
+def stored_turn(t: Turn, drop: frozenset[str] = frozenset()) -> dict:
+    """A turn as its JSON holds it, less the keys in `drop`: probabilities rounded, and no
+    `note`/`move_probs` key when None."""
+    skip = drop | {k for k in ("note", "move_probs") if getattr(t, k) is None}
+    d = {k: v for k, v in vars(t).items() if k not in skip}
     if t.move_probs is not None:
         d["move_probs"] = [round(float(x), PROB_DECIMALS) for x in t.move_probs]
     return d
 
 
 def _read_probs(p: object) -> MoveProbs | None:
-    """A turn's `move_probs` from JSON; anything but None or four numbers is a TypeError (the
-    loader turns it into a one-line error naming the file and line)."""
+    """A turn's `move_probs` from JSON; anything but None or four numbers is a TypeError."""
     if p is None:
         return None
     if not isinstance(p, list) or len(p) != 4 or not all(isinstance(x, int | float) for x in p):
@@ -73,16 +71,13 @@ class Trajectory:
     truncated: bool = False
     policy: str = ""
     max_turns: int | None = None
-    """The turn budget it was played under (None: the env config's, in files written before
-    budgets could differ per maze)."""
+    """The turn budget it was played under (None in older files: the env config's)."""
     won: bool | None = None
-    """The game's verdict on the last state (`rules.solved`), set when the episode ends; None
-    (and absent from the file) in older files, whose reward was 1 exactly when solved."""
+    """The game's verdict on the last state (`rules.solved`); None in older files."""
 
     @property
     def solved(self) -> bool:
-        """The game's success on either backend: `won`, never a shaped reward
-        (`rules.record_solved`)."""
+        """The game's success on either backend: `won`, never a shaped reward."""
         return rules.record_solved(self.won, self.reward)
 
     @property
@@ -91,7 +86,7 @@ class Trajectory:
 
     def to_json(self) -> str:
         # vars() rather than asdict(): asdict deep-copies every token list (slow for evals)
-        turns = [_stored_turn(t) for t in self.turns]
+        turns = [stored_turn(t) for t in self.turns]
         d = {k: v for k, v in vars(self).items() if not (k == "won" and v is None)}
         return json.dumps({**d, "turns": turns}, separators=(",", ":"))
 
@@ -132,9 +127,9 @@ def episode_rngs(seed: int, n: int) -> list[np.random.Generator]:
     return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n)]
 
 
-def _play_turn(env: MazeEnv, resp: Response, conv: list[dict], traj: Trajectory) -> bool:
-    """Step `env` with one answer: the turn recorded in `traj`, the exchange added to `conv`,
-    and the ending in `traj` when it ends the episode (then True)."""
+def play_turn(env: MazeEnv, resp: Response, conv: list[dict], traj: Trajectory) -> bool:
+    """Step `env` with one answer, recorded in `traj` and `conv`; True (and the ending in
+    `traj`) when it ends the episode."""
     before = env.state.pos
     out = env.step(resp.text)
     meta = out["metadata"]
@@ -200,7 +195,7 @@ def run_episodes(
         )
         still = []
         for j, resp in zip(live, responses, strict=True):
-            if _play_turn(envs[j], resp, convs[j], trajs[j]):
+            if play_turn(envs[j], resp, convs[j], trajs[j]):
                 bar.update(1)
             else:
                 still.append(j)
@@ -224,7 +219,7 @@ def play_episode(
     done = False
     while not done:
         (resp,) = policy.act([env.state], [history_window(conv, history)], [rng])
-        done = _play_turn(env, resp, conv, traj)
+        done = play_turn(env, resp, conv, traj)
     return traj
 
 

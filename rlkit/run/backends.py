@@ -1,6 +1,5 @@
 """The `Run` interface and one implementation a source: `LocalRun`, `SkyRLRunReader` and
-`SummaryRun` (a run read elsewhere, as `Run.summary()` carried it); `open_here` picks one.
-"""
+`SummaryRun` (a run read elsewhere, as `Run.summary()` carried it); `open_here` picks one."""
 
 from __future__ import annotations
 
@@ -242,23 +241,23 @@ class SkyRLRunReader(Run):
         return self.where.run_dir
 
     def evals(self) -> dict[int, EvalResult]:
-        by_set = self.evals_by_set()  # {} while nothing is evaluated
-        return next(iter(by_set.values())) if by_set else {}
+        return next(iter(self.evals_by_set().values()), {})  # {} while nothing is evaluated
+
+    def _eval_set(self) -> str | None:
+        return ((self.config().get("entry") or {}).get("task") or {}).get("eval_set")
 
     def evals_by_set(self) -> dict[str, dict[int, EvalResult]]:
         if not (self.where.export_dir / "dumped_evals").is_dir():
             return {}  # nothing evaluated yet
         greedy = eval_greedy(self.config())  # SkyRL's default greedy eval: the seed's protocol
         by_set = read_eval_dumps_by_set(self.where.export_dir, policy=self.name, greedy=greedy)
-        first = ((self.config().get("entry") or {}).get("task") or {}).get("eval_set")
+        first = self._eval_set()
         return dict(sorted(by_set.items(), key=lambda kv: kv[0] != first))
 
     def sampled_evals(self) -> dict[int, EvalResult]:
-        where = self.where.sampled_dir
-        if where is None:
+        if (where := self.where.sampled_dir) is None:
             return {}
-        first = ((self.config().get("entry") or {}).get("task") or {}).get("eval_set")
-        return read_eval_dumps(where, policy=self.name, greedy=False, eval_set=first)
+        return read_eval_dumps(where, policy=self.name, greedy=False, eval_set=self._eval_set())
 
     def eval_steps(self) -> list[int]:
         return dump_steps(self.where.export_dir)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from rlkit.episodes.rollout import PROB_DECIMALS, Trajectory
+from rlkit.episodes.rollout import Trajectory, stored_turn
 from rlkit.errors import RlkitError, UsageError
 from rlkit.fsio import atomic_write_text
 
@@ -27,17 +27,18 @@ class CapturedEpisode:
     group: int
     """Its group (the maze's index in the step's batch): GRPO compares within it."""
     advantage: float
-    """The episode-level advantage (0 for a group the loss dropped): under grpo the one the loss
-    gave its tokens; under gigpo each turn's adds its step term (`turn_advantages`)."""
+    """The episode-level advantage (0 for a group the loss dropped; gigpo adds each turn's)."""
     trajectory: Trajectory
     turn_advantages: tuple[float, ...] | None = None
     """Under gigpo the advantage the loss gave each turn (0 where dropped); None otherwise."""
 
     def to_dict(self) -> dict:
+        """As stored: no token ids or logprobs (most of the bytes; a replay needs neither)."""
         head = {"step": self.step, "group": self.group, "advantage": self.advantage}
         if self.turn_advantages is not None:
             head["turn_advantages"] = list(self.turn_advantages)
-        return {**head, "trajectory": _slim(self.trajectory)}
+        turns = [stored_turn(t, _NOT_STORED) for t in self.trajectory.turns]
+        return {**head, "trajectory": {**vars(self.trajectory), "turns": turns}}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"))
@@ -55,18 +56,6 @@ class CapturedEpisode:
 
 
 _NOT_STORED = frozenset({"prompt_ids", "response_ids", "logprobs"})
-
-
-def _slim(t: Trajectory) -> dict:
-    """The trajectory as stored: no token ids or logprobs (most of the bytes; a replay needs
-    neither), and no move_probs key when it would say null."""
-    turns = []
-    for x in t.turns:
-        d = {k: v for k, v in vars(x).items() if k not in _NOT_STORED and k != "move_probs"}
-        if x.move_probs is not None:
-            d["move_probs"] = [round(float(p), PROB_DECIMALS) for p in x.move_probs]
-        turns.append(d)
-    return {**vars(t), "turns": turns}
 
 
 def training_label(step: int) -> str:
@@ -103,9 +92,8 @@ def pick_episodes(
     seed: int,
     turn_advantages: Sequence[float] | None = None,
 ) -> list[CapturedEpisode]:
-    """Every episode of `n` of a step's groups (`pick_groups`), in batch order, with its group and
-    advantage (0: dropped by the loss); the three lists hold one entry an episode. Under gigpo
-    `turn_advantages` holds one a turn, episode then turn order."""
+    """Every episode of `n` of a step's groups (`pick_groups`), in batch order; the three lists
+    hold one entry an episode, gigpo's `turn_advantages` one a turn (episode then turn order)."""
     if not len(trajectories) == len(groups) == len(advantages):
         raise UsageError(
             f"{len(trajectories)} trajectories, {len(groups)} groups and {len(advantages)} "
@@ -140,8 +128,7 @@ def _by_episode(
 def write_step(
     run_dir: str | Path, step: int, episodes: Sequence[CapturedEpisode], *, keep: int | None
 ) -> Path:
-    """Write one step's captured episodes atomically, then keep the newest `keep` steps (None:
-    all)."""
+    """Write one step's captured episodes atomically, then keep the newest `keep` (None: all)."""
     if keep is not None and keep < 1:
         raise UsageError(f"keep ({keep}) must be >= 1 captured steps, or None to keep all")
     path = step_path(run_dir, step)
@@ -167,9 +154,8 @@ def drop_after(run_dir: str | Path, step: int) -> list[int]:
     gone = [s for s in capture_steps(run_dir) if s > step]
     for s in gone:
         step_path(run_dir, s).unlink(missing_ok=True)
-    if capture_dir(run_dir).is_dir():
-        for tmp in capture_dir(run_dir).glob(".global_step_*.jsonl.tmp-*"):
-            tmp.unlink(missing_ok=True)
+    for tmp in capture_dir(run_dir).glob(".global_step_*.jsonl.tmp-*"):
+        tmp.unlink(missing_ok=True)
     return gone
 
 
@@ -213,7 +199,7 @@ class StepSummary:
     turns_mean: float
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return asdict(self)
 
     def line(self) -> str:
         """`step 12: 16 episodes of 2 groups, 44% solved, mean advantage -0.12, 9.5 turns`."""

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from rlkit.env.maze_env import MazeEnv, maze_from_extras
 from rlkit.episodes.evaluate import EvalResult, summarize
-from rlkit.episodes.rollout import Trajectory, Turn, replay_states
+from rlkit.episodes.policies import Response
+from rlkit.episodes.rollout import Trajectory, play_turn, replay_states
 from rlkit.errors import UsageError
 from rlkit.maze import rules
 from rlkit.maze.core import Maze
@@ -24,8 +25,7 @@ _BETWEEN_TURNS = re.compile(
 )
 _TRAILING = re.compile(r"(<\|im_end\|>|<\|endoftext\|>|\s)+$")
 NEXT_TURN = "next_turn"
-"""`stop_reason` of a step-wise row the episode went on past (one row a turn, with a history
-window); the row after an episode's `NEXT_TURN` rows carries its reward and stop reason."""
+"""`stop_reason` of a step-wise row (one a turn) the episode went on past; its last row has none."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,6 @@ class EvalEpisode:
     solved: bool
     """The game's verdict on the answers replayed through the row's env, whatever SkyRL paid."""
     responses: list[str]
-    """The model's answer text of each turn, observations removed."""
     stop_reason: str | None
     max_turns: int | None
     extras: dict = field(default_factory=dict, repr=False)
@@ -97,10 +96,10 @@ class EvalDump:
     step: int | None
     episodes: list[EvalEpisode]
     bad_lines: tuple[str, ...] = ()
-    """`file:line` of each line that is not a JSON object (the bridge logs `eval/bad_records`)."""
+    """`file:line` of each line that is not a JSON object."""
 
     def result(self, policy: str = "skyrl", greedy: bool | None = None) -> EvalResult:
-        """The step's EvalResult; its policy reads `policy@N` (`greedy`: `episodes_to_result`)."""
+        """The step's EvalResult; its policy reads `policy@N`."""
         return episodes_to_result(
             self.episodes, step=self.step, policy=self._name(policy), greedy=greedy
         )
@@ -108,7 +107,7 @@ class EvalDump:
     def results_by_set(
         self, policy: str = "skyrl", greedy: bool | None = None
     ) -> dict[str, EvalResult]:
-        """One EvalResult a set (a run with several eval sets: SkyRL dumps a file a set)."""
+        """One EvalResult a set (SkyRL dumps a file a set)."""
         by_set: dict[str, list[EvalEpisode]] = {}
         for ep in self.episodes:
             by_set.setdefault(ep.data_source.rsplit("/", 1)[-1], []).append(ep)
@@ -154,8 +153,8 @@ def _records(f: Path) -> tuple[list[tuple[int, dict]], list[int]]:
 
 
 def episode_records(records: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
-    """(first line, record) of each episode: a step-wise episode's rows merged (their answers in
-    `output_responses`, the last row's score and stop reason); a whole-conversation row as is."""
+    """(first line, record) of each episode, a step-wise episode's rows merged (their answers in
+    `output_responses`, the last row's score and stop reason)."""
     out, pending = [], []
     for n, entry in records:
         pending.append((n, entry))
@@ -209,37 +208,16 @@ def read_eval_dump(export_path: str | Path, step: int) -> EvalDump:
 
 
 def to_trajectory(ep: EvalEpisode, sample: int, policy: str) -> Trajectory:
-    """The answers replayed through rlkit's env (the row's env config and turn budget); the
-    reward is SkyRL's, `won` the game's verdict on the replay."""
+    """The answers replayed through rlkit's env; the reward is SkyRL's, `won` the replay's."""
     env = MazeEnv(None, {**ep.extras, "maze": ep.maze, "max_turns": ep.max_turns})
-    turns = []
+    traj = Trajectory(ep.maze, ep.maze_index, sample, policy=policy)
     for text in ep.responses:
-        if env.done:
+        if env.done or play_turn(env, Response(text), [], traj):
             break
-        before = env.state.pos
-        out = env.step(text)
-        turns.append(
-            Turn(
-                text,
-                out["metadata"]["actions"],
-                out["metadata"]["parse_error"],
-                before,
-                env.state.pos,
-                note=out["metadata"].get("feedback"),
-            )
-        )
-    return Trajectory(
-        maze=ep.maze,
-        maze_index=ep.maze_index,
-        sample=sample,
-        turns=turns,
-        reward=ep.reward,
-        # an episode that did not end by the game ran out: of turns, or of SkyRL's input length
-        terminated=env.terminated,
-        truncated=not env.terminated,
-        policy=policy,
-        won=env.solved,
-    )
+    # an episode that did not end by the game ran out: of turns, or of SkyRL's input length
+    traj.reward, traj.won = ep.reward, env.solved
+    traj.terminated, traj.truncated = env.terminated, not env.terminated
+    return traj
 
 
 def _by_maze(episodes: list[EvalEpisode]) -> tuple[dict[int, list[EvalEpisode]], int]:
@@ -259,8 +237,7 @@ def dump_trajectories(episodes: list[EvalEpisode], policy: str) -> list[Trajecto
 
 
 def eval_greedy(config: dict) -> bool | None:
-    """Whether a SkyRL run's evals were greedy (temperature 0) by its recorded config; None:
-    not recorded."""
+    """Whether a SkyRL run's evals were greedy by its recorded config; None: not recorded."""
     params = ((config.get("skyrl") or {}).get("generator") or {}).get("eval_sampling_params")
     temp = (params or {}).get("temperature")
     if temp is None:
@@ -271,20 +248,11 @@ def eval_greedy(config: dict) -> bool | None:
         return None
 
 
-def _protocol(result: EvalResult) -> str:
-    """`seed` for every maze of the pinned set, greedy, one sample each; else `rlkit`."""
-    whole = result.n_mazes == len(pinned_set(result.set)) if result.set in TEST_SETS else False
-    seed = result.mode == "greedy" and result.samples == 1 and whole
-    return "seed" if seed else "rlkit"
-
-
 def episodes_to_result(
     episodes: list[EvalEpisode], *, step: int | None, policy: str, greedy: bool | None = None
 ) -> EvalResult:
-    """rlkit's EvalResult of one step's episodes; `greedy` (`eval_greedy`) sets its mode (the
-    seed's protocol when it is one greedy sample of every maze)."""
+    """rlkit's EvalResult of one step's episodes; `greedy` (`eval_greedy`) sets its mode."""
     by_maze, samples = _by_maze(episodes)
-    order = list(by_maze)
     trajs = dump_trajectories(episodes, policy)
     mismatched = sum(
         abs(rules.reward(replay_states(t)[-1]) - t.reward) > 1e-6 for t in trajs if t.turns
@@ -296,13 +264,20 @@ def episodes_to_result(
             stacklevel=2,
         )
     set_name = episodes[0].data_source.rsplit("/", 1)[-1]
-    mazes = [Maze.from_dict(by_maze[i][0].maze) for i in order]
-    mode = "greedy" if greedy else "sampled"
-    result = summarize(
-        trajs, mazes, policy=policy, set_name=set_name, samples=samples, step=step, mode=mode
+    mazes = [Maze.from_dict(eps[0].maze) for eps in by_maze.values()]
+    # the seed's protocol: every maze of the pinned set, greedy, one sample each
+    whole = set_name in TEST_SETS and len(mazes) == len(pinned_set(set_name))
+    seed = bool(greedy) and samples == 1 and whole
+    return summarize(
+        trajs,
+        mazes,
+        policy=policy,
+        set_name=set_name,
+        samples=samples,
+        step=step,
+        mode="greedy" if greedy else "sampled",
+        protocol="seed" if seed else "rlkit",
     )
-    result.protocol = _protocol(result)
-    return result
 
 
 def read_eval_dumps(
@@ -312,8 +287,8 @@ def read_eval_dumps(
     greedy: bool | None = None,
     eval_set: str | None = None,
 ) -> dict[int, EvalResult]:
-    """`{step: EvalResult}` of every dumped step (skipped lines: a BadRecordsWarning). `greedy`:
-    `eval_greedy` (None: sampled); `eval_set`: that set's episodes where a step dumped several."""
+    """`{step: EvalResult}` of every dumped step (skipped lines: a BadRecordsWarning);
+    `eval_set`: that set's episodes where a step dumped several."""
     if not (Path(export_path) / "dumped_evals").is_dir():
         raise UsageError(f"no dumped_evals under {export_path}: set trainer.dump_eval_results=true")
     results = {}

@@ -1,6 +1,5 @@
 """The stability signals of a GRPO run, named once for both backends (`SIGNALS`), and the
-collapse warnings the monitor and `rlkit train` print (docs/reading-runs.md). Torch-free.
-"""
+collapse warnings the monitor and `rlkit train` print (docs/reading-runs.md). Torch-free."""
 
 from __future__ import annotations
 
@@ -25,12 +24,8 @@ SIGNALS: dict[str, tuple[str, ...]] = {
 }
 """Signal -> the metric names that carry it on both backends (the first is the headline)."""
 
-ENTROPY = SIGNALS["entropy"]
-LOGPROB_GAP = SIGNALS["rollout-trainer logprob gap"][:1]  # the mean; the max is a spike detector
-
 ENTROPY_COLLAPSE_FRACTION = 0.2
-"""Judge the entropy once below this fraction of the first GRPO step's (why:
-docs/decisions.md#stability-thresholds)."""
+"""Judge the entropy once below this fraction of the first GRPO step's."""
 
 CONVERGED_SOLVE = 0.9
 """A fallen entropy is convergence at this rollout solve rate or more, else a collapse."""
@@ -55,7 +50,7 @@ def finite_number(value: object) -> float | None:
 
 def zero_variance_share(record: Mapping[str, Any]) -> float | None:
     """The share of a step's groups with zero reward variance: the count over `rollout/groups`,
-    else over the count plus `train/groups` (docs/decisions.md#stability-thresholds)."""
+    else over the count plus `train/groups`."""
     zero = finite_number(record.get("rollout/zero_variance_groups"))
     if zero is None:
         return None
@@ -83,11 +78,6 @@ def _first(record: Mapping[str, Any], names: Sequence[str]) -> float | None:
     return next((v for k in names if (v := finite_number(record.get(k))) is not None), None)
 
 
-def _is_grpo(record: Mapping[str, Any]) -> bool:
-    phase = next((record[k] for k in PHASE_KEYS if isinstance(record.get(k), str)), None)
-    return phase is None or "grpo" in phase.lower()
-
-
 def merge_steps(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One record per step, ascending, a step's records merged in file order (a later value
     wins: an eval's record, a step logged again after a resume); no int step: dropped."""
@@ -99,8 +89,18 @@ def merge_steps(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [merged[s] for s in sorted(merged)]
 
 
+def _is_grpo(record: Mapping[str, Any]) -> bool:
+    phase = next((record[k] for k in PHASE_KEYS if isinstance(record.get(k), str)), None)
+    return phase is None or "grpo" in phase.lower()
+
+
 def _grpo_steps(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in merge_steps(records) if _is_grpo(r)]
+
+
+def _mean_solve(records: Sequence[Mapping[str, Any]]) -> float | None:
+    solves = [v for r in records if (v := _first(r, SOLVE)) is not None]
+    return sum(solves) / len(solves) if solves else None
 
 
 def grpo_series(
@@ -113,7 +113,7 @@ def grpo_series(
 
 def grpo_entropies(records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
     """(step, entropy) of the GRPO steps, ascending."""
-    return grpo_series(records, ENTROPY)
+    return grpo_series(records, SIGNALS["entropy"])
 
 
 @dataclass(frozen=True)
@@ -159,24 +159,21 @@ def entropy_fall(records: Sequence[Mapping[str, Any]]) -> EntropyFall | None:
     (step0, first), (step, last) = entropies[0], entropies[-1]
     if not (first > 0 and last < ENTROPY_COLLAPSE_FRACTION * first):
         return None
-    grpo = [r for r in _grpo_steps(records) if r["step"] <= step]
-    solves = [v for r in grpo if (v := _first(r, SOLVE)) is not None][-RECENT_STEPS:]
-    solve = sum(solves) / len(solves) if solves else None
+    grpo = [r for r in _grpo_steps(records) if r["step"] <= step and _first(r, SOLVE) is not None]
+    solve = _mean_solve(grpo[-RECENT_STEPS:])
     kind = "convergence" if solve is not None and solve >= CONVERGED_SOLVE else "collapse"
     return EntropyFall(kind, step, last, step0, first, solve)
 
 
 def no_gradient(records: Sequence[Mapping[str, Any]]) -> str | None:
     """A warning when every group was zero-variance in each of the last `RECENT_STEPS` GRPO
-    steps that logged the counts, at a rollout solve rate under `CONVERGED_SOLVE`; else None:
-    a collapse too fast for `entropy_fall` (docs/decisions.md#notebooks-and-runs)."""
+    steps that logged the counts, at a rollout solve rate under `CONVERGED_SOLVE`; else None."""
     grpo = [with_derived(r) for r in _grpo_steps(records)]
     counted = [r for r in grpo if finite_number(r.get(ZERO_VARIANCE_SHARE)) is not None]
     recent = counted[-RECENT_STEPS:]
     if len(recent) < RECENT_STEPS or any(r[ZERO_VARIANCE_SHARE] < 1.0 for r in recent):
         return None
-    solves = [v for r in recent if (v := _first(r, SOLVE)) is not None]
-    solve = sum(solves) / len(solves) if solves else None
+    solve = _mean_solve(recent)
     if solve is not None and solve >= CONVERGED_SOLVE:
         return None
     entropies = [(s, e) for s, e in grpo_entropies(records) if s <= recent[-1]["step"]]
@@ -203,8 +200,7 @@ def stability_warnings(records: Sequence[Mapping[str, Any]]) -> list[str]:
         warnings.append(fall.line())
     if (stalled := no_gradient(records)) is not None:
         warnings.append(stalled)
-    grpo = _grpo_steps(records)
-    gaps = [(r["step"], v) for r in grpo if (v := _first(r, LOGPROB_GAP)) is not None]
+    gaps = grpo_series(records, SIGNALS["rollout-trainer logprob gap"][:1])  # the mean
     if gaps and gaps[-1][1] > LOGPROB_GAP_LIMIT:
         step, gap = gaps[-1]
         warnings.append(
