@@ -21,8 +21,9 @@ from rlkit.errors import UsageError
 from rlkit.maze.core import optimal_action
 from rlkit.maze.parsing import format_action
 from rlkit.maze.sets import pinned_set, pinned_spec
+from rlkit.run.checkpoints import MARKER as LATEST_MARKER
 from rlkit.run.skyrl_dumps import read_eval_dumps, read_eval_episodes, split_turns
-from rlkit.run.skyrl_layout import LATEST_MARKER, list_checkpoints
+from rlkit.run.skyrl_layout import list_checkpoints
 
 
 def as_dict(overrides: list[str]) -> dict[str, str]:

@@ -40,7 +40,7 @@ class EvalResult:
     ci95: tuple[float, float]
     """95% interval of `solve_rate`, by `ci_method`."""
     ci_method: str
-    """How `ci95` (and each `by_path_length` interval) was computed: `rlkit.stats.CI_METHOD`."""
+    """How `ci95` and each `by_path_length` interval were computed (`rlkit.stats.CI_METHOD`)."""
     test_set_hash: str
     pass_at_k: dict[str, float] = field(default_factory=dict)
     by_path_length: dict[str, dict] = field(default_factory=dict)
@@ -51,16 +51,14 @@ class EvalResult:
     trajectories: str | None = None
     """Path of the trajectories JSONL next to the JSON, when saved."""
     protocol: str = "rlkit"
-    """`rlkit` (k samples a maze, maze-clustered interval) or `seed` (the seed's: every maze
-    of the set, greedy, one sample each, as SkyRL's default eval; `PROTOCOLS`)."""
+    """`rlkit` (k samples a maze, maze-clustered interval) or `seed` (every maze of the set,
+    greedy, one sample each, exact binomial interval: SkyRL's default eval, the seed's)."""
     exact_ci95: tuple[float, float] | None = None
-    """With one sample a maze: the exact binomial interval (`EXACT_CI_METHOD`), the interval
-    the seed's protocol reports; None with k > 1 (episodes of a maze are not independent)."""
+    """With one sample a maze: the exact binomial interval (`EXACT_CI_METHOD`); None with k > 1."""
 
     @property
     def headline(self) -> str | None:
-        """One sample a maze: the count as the seed reports it, "28/64 = 43.75% [31.4, 56.7]"
-        (exact 95% interval); None with k > 1."""
+        """One sample a maze: "28/64 = 43.75% [31.4, 56.7]" (exact 95% interval); None with k > 1."""
         if self.exact_ci95 is None:
             return None
         solved, (lo, hi) = sum(self.flat), self.exact_ci95
@@ -234,8 +232,7 @@ def summarize(
 
 
 EVAL_SEED = 1234
-"""The sampling seed of every checkpoint eval (the trainer's and the notebooks'): each
-checkpoint meets the same random streams, so evals pair by maze and sample."""
+"""The sampling seed of every checkpoint eval: each meets the same random streams, so they pair."""
 
 
 def evaluate(
@@ -253,7 +250,7 @@ def evaluate(
     protocol: str = "rlkit",
 ) -> tuple[EvalResult, list[Trajectory]]:
     """Play every maze of the pinned set (or its first `n_mazes`) `samples` times and summarise;
-    `protocol="seed"` checks the eval is the seed's (`PROTOCOLS`)."""
+    `protocol="seed"` checks the eval is the seed's."""
     check_protocol(protocol, samples=samples, mode=mode, n_mazes=n_mazes)
     mazes = pinned_set(set_name)
     if n_mazes is not None:
@@ -284,12 +281,8 @@ def evaluate(
     return result, trajs
 
 
-PROTOCOLS = {
-    "rlkit": "k samples a maze (sampled), interval clustered by maze",
-    "seed": "every maze of the set, greedy, one sample a maze (SkyRL's default eval, the seed's "
-    "28/64 = 43.75%), exact binomial interval",
-}
-"""The two ways rlkit reports a solve rate; `EvalResult.protocol` names the one used."""
+PROTOCOLS = ("rlkit", "seed")
+"""The two ways rlkit reports a solve rate (`EvalResult.protocol`)."""
 
 
 def check_protocol(protocol: str, *, samples: int, mode: str, n_mazes: int | None) -> None:

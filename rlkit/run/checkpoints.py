@@ -1,12 +1,11 @@
 """A run directory's checkpoints: which exist, which are complete (the marker reached the step and,
-locally, the manifest verifies), which to keep: docs/decisions.md#crash-safe-run-directories."""
+locally, the manifest verifies): docs/decisions.md#crash-safe-run-directories."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import re
-import shutil
 import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -87,8 +86,8 @@ class Checkpoint:
     complete: bool = True
     """Committed (the marker has reached it) and, locally, its manifest verifies: resumable."""
     hf_export: Path | None = None
-    """An HF model dir for `rlkit eval` (RUN/global_step_N/policy, SkyRL's export); listings
-    fill it, `save_checkpoint` and `latest_complete` leave it None."""
+    """An HF model dir for `rlkit eval` (RUN/global_step_N/policy, SkyRL's export); None unless
+    listed."""
 
     def to_dict(self) -> dict[str, Any]:
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
@@ -102,10 +101,6 @@ class Checkpoint:
             bool(d["complete"]),
             Path(export) if export else None,
         )
-
-
-def checkpoint_dir(run_dir: Path, step: int) -> Path:
-    return run_dir / f"global_step_{step}"
 
 
 def marker_step(run_dir: Path) -> int | None:
@@ -125,49 +120,10 @@ def list_checkpoints(run_dir: Path) -> list[Checkpoint]:
     manifest's sizes check out (no hashing)."""
     marker = marker_step(run_dir)
     out = []
-    for step in sorted(step_dirs(run_dir)):
-        d = checkpoint_dir(run_dir, step)
+    for step, d in sorted(step_dirs(run_dir).items()):
         complete = (
             marker is not None and step <= marker and checkpoint_problem(d, hashes=False) is None
         )
         policy = d / "policy"
         out.append(Checkpoint(step, d, complete, policy if policy.is_dir() else None))
     return out
-
-
-def latest_complete(
-    run_dir: Path, *, hashes: bool = True, require_manifest: bool = True
-) -> Checkpoint | None:
-    """The newest checkpoint that is committed and verifies, or None; a CheckpointWarning for
-    each skipped. `hashes=False`: sizes only; `require_manifest=False`: the marker alone for a
-    dir without an rlkit manifest (SkyRL's)."""
-    marker_path = run_dir / MARKER
-    marker = marker_step(run_dir)
-    for step in sorted(step_dirs(run_dir), reverse=True):
-        d = checkpoint_dir(run_dir, step)
-        if marker_path.exists() and marker is not None and step > marker:
-            problem = f"newer than the marker (step {marker}): its save did not finish"
-        elif not marker_path.exists():
-            problem = f"no {MARKER}: its save did not finish"
-        else:
-            problem = checkpoint_problem(d, hashes=hashes)
-            if problem and not require_manifest and not (d / MANIFEST).exists():
-                problem = None
-        if problem is None:
-            return Checkpoint(step=step, path=d)
-        warnings.warn(f"skipping checkpoint {d}: {problem}", CheckpointWarning, stacklevel=2)
-    return None
-
-
-def prune(run_dir: Path, keep: int | None) -> None:
-    """Remove every checkpoint dir older than the newest `keep` complete ones (None: keep all),
-    never the one the marker names."""
-    if keep is None:
-        return
-    complete = [c.step for c in list_checkpoints(run_dir) if c.complete]
-    if len(complete) <= keep:
-        return
-    oldest_kept, marker = complete[-keep], marker_step(run_dir)
-    for s in sorted(step_dirs(run_dir)):
-        if s < oldest_kept and s != marker:
-            shutil.rmtree(checkpoint_dir(run_dir, s), ignore_errors=True)

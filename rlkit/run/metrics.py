@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from rlkit.errors import UsageError
 from rlkit.run.rundir import RunDir
@@ -88,24 +88,14 @@ def ray_connected() -> bool:
     return True
 
 
-class ScalarWriter(Protocol):
-    """What a scalar sink needs (TensorBoard's SummaryWriter has it)."""
-
-    def add_scalar(self, key: str, value: float, step: int, /) -> object: ...
-
-    def close(self) -> object: ...
-
-
 class RunLogger(contextlib.AbstractContextManager):
-    """Writes each step's metrics to RUN/metrics.jsonl, `scalars` and Ray gauges (`ray_gauges`
-    None: when `ray_connected`; False: never)."""
+    """Writes each step's metrics to RUN/metrics.jsonl, `scalars` (`add_scalar`, `close`: e.g.
+    TensorBoard's SummaryWriter) and Ray gauges (`ray_gauges` None: when `ray_connected`)."""
 
-    def __init__(
-        self, run: RunDir, *, scalars: ScalarWriter | None = None, ray_gauges: bool | None = None
-    ):
+    def __init__(self, run: RunDir, *, scalars: Any = None, ray_gauges: bool | None = None):
         self.run = run
         self._pending: dict[str, float] = {}
-        self._writer: ScalarWriter | None = scalars
+        self._writer = scalars
         self.gauges: dict[str, Any] = {}
         if ray_gauges or (ray_gauges is None and ray_connected()):
             self.gauges = self._make_gauges(run.path.resolve().name)

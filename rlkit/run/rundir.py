@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
@@ -23,14 +24,14 @@ from typing import Any
 from rlkit.errors import RlkitError, UsageError
 from rlkit.fsio import FULL_DISK, RunLock, atomic_write_text, fsync
 from rlkit.run.checkpoints import (
+    MANIFEST,
     MARKER,
     STEP_DIR,
     Checkpoint,
-    checkpoint_dir,
-    latest_complete,
+    CheckpointWarning,
+    checkpoint_problem,
     list_checkpoints,
     marker_step,
-    prune,
     step_dirs,
     write_manifest,
 )
@@ -91,7 +92,7 @@ class RunDir:
         self._tail_checked = False
 
     def checkpoint_dir(self, step: int) -> Path:
-        return checkpoint_dir(self.path, step)
+        return self.path / f"global_step_{step}"
 
     def lock(self) -> RunLock:
         """A lock to hold (`with run.lock():`) while training writes here."""
@@ -165,8 +166,23 @@ class RunDir:
     def latest_complete_checkpoint(
         self, *, hashes: bool = True, require_manifest: bool = True
     ) -> Checkpoint | None:
-        """The newest checkpoint that is committed and verifies, or None (`latest_complete`)."""
-        return latest_complete(self.path, hashes=hashes, require_manifest=require_manifest)
+        """The newest checkpoint that is committed and verifies, or None; a CheckpointWarning for
+        each skipped. `hashes=False`: sizes only; `require_manifest=False`: the marker alone for a
+        dir without an rlkit manifest (SkyRL's)."""
+        committed, marker = self.marker_path.exists(), marker_step(self.path)
+        for step, d in sorted(step_dirs(self.path).items(), reverse=True):
+            if not committed:
+                problem = f"no {MARKER}: its save did not finish"
+            elif marker is not None and step > marker:
+                problem = f"newer than the marker (step {marker}): its save did not finish"
+            else:
+                problem = checkpoint_problem(d, hashes=hashes)
+                if problem and not require_manifest and not (d / MANIFEST).exists():
+                    problem = None
+            if problem is None:
+                return Checkpoint(step=step, path=d)
+            warnings.warn(f"skipping checkpoint {d}: {problem}", CheckpointWarning, stacklevel=2)
+        return None
 
     def save_checkpoint(self, step: int, write_fn: Callable[[Path], object]) -> Checkpoint:
         """Save one checkpoint: write_fn(tmp_dir) writes the payload, then rlkit commits it; a
@@ -174,7 +190,10 @@ class RunDir:
         if step < 0:
             raise UsageError(f"step ({step}) must be >= 0")
         self.path.mkdir(parents=True, exist_ok=True)
-        self._remove_stale_tmp_dirs()
+        # Only one trainer writes here (the lock), so any hidden save dir is from a killed save.
+        for p in self.path.glob(".global_step_*"):
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
         final = self.checkpoint_dir(step)
         tmp = self.path / f".{final.name}.tmp-{os.getpid()}"
         tmp.mkdir()
@@ -199,18 +218,17 @@ class RunDir:
                 ) from e
             raise
         atomic_write_text(self.marker_path, f"{step}\n")
-        prune(self.path, self.keep)
+        if self.keep is not None:  # every dir older than the newest `keep` complete ones goes
+            complete = [c.step for c in self.checkpoints() if c.complete]
+            oldest_kept = complete[-self.keep] if len(complete) > self.keep else -1
+            for s, d in step_dirs(self.path).items():
+                if s < oldest_kept:  # never the marker's step: the newest
+                    shutil.rmtree(d, ignore_errors=True)
         return Checkpoint(step=step, path=final)
 
-    def _remove_stale_tmp_dirs(self) -> None:
-        # Only one trainer writes here (the lock), so any hidden save dir is from a killed save.
-        for p in self.path.glob(".global_step_*"):
-            if p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
-
-    def resume(self, *, hashes: bool = True) -> Checkpoint | None:
+    def resume(self) -> Checkpoint | None:
         """The checkpoint to resume from; drops metrics logged after it so no step counts twice."""
-        ckpt = self.latest_complete_checkpoint(hashes=hashes)
+        ckpt = self.latest_complete_checkpoint()
         self.truncate_metrics_after(ckpt.step if ckpt is not None else -1)
         return ckpt
 

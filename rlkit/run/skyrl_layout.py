@@ -10,7 +10,6 @@ from pathlib import Path
 from rlkit.errors import UsageError
 from rlkit.run.checkpoints import MARKER, Checkpoint, step_dirs
 
-LATEST_MARKER = MARKER
 SAMPLED_EVALS = "sampled"
 """Where a run with both eval protocols dumps its sampled eval (under the export dir)."""
 
@@ -40,9 +39,13 @@ def find_skyrl_run(path: str | Path) -> SkyRLRun | None:
     p = Path(path)
     if not p.is_dir():
         return None
-    backend = recorded_backend(p)
-    if backend is not None:
-        return SkyRLRun(export_dir=p / "exports", run_dir=p) if backend == "skyrl" else None
+    try:
+        info = json.loads((p / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pass  # no readable run.json: the layout decides
+    else:
+        skyrl = isinstance(info, dict) and info.get("backend") == "skyrl"
+        return SkyRLRun(export_dir=p / "exports", run_dir=p) if skyrl else None
     if (p / "dumped_evals").is_dir():
         return SkyRLRun(export_dir=p, run_dir=p.parent if p.name == "exports" else None)
     if (p / "exports").is_dir() or (p / "data" / "eval.parquet").is_file():
@@ -50,18 +53,9 @@ def find_skyrl_run(path: str | Path) -> SkyRLRun | None:
     return None
 
 
-def recorded_backend(run_dir: Path) -> str | None:
-    """The backend run.json names ("local" when none), or None without a readable run.json."""
-    try:
-        info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return str(info.get("backend") or "local") if isinstance(info, dict) else "local"
-
-
 def latest_step(ckpt_dir: str | Path) -> int | None:
     """The step in SkyRL's latest marker, or None before the first complete checkpoint."""
-    marker = Path(ckpt_dir) / LATEST_MARKER
+    marker = Path(ckpt_dir) / MARKER
     if not marker.is_file():
         return None
     text = marker.read_text().strip()

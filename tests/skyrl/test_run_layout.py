@@ -23,7 +23,8 @@ from skyrl.train.utils.trainer_utils import (
 from rlkit.cluster.skyrl.overrides import RunPaths, build_overrides
 from rlkit.cluster.skyrl.presets import get_preset
 from rlkit.model.load import check_checkpoint
-from rlkit.run.skyrl_layout import LATEST_MARKER, latest_step, list_checkpoints
+from rlkit.run.checkpoints import MARKER as LATEST_MARKER
+from rlkit.run.skyrl_layout import latest_step, list_checkpoints
 
 
 class Workers:
