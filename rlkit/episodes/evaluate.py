@@ -194,17 +194,9 @@ def summarize(
         )
     per_maze = []
     for i, maze in enumerate(mazes):
-        solved = [t.solved for t in trajs[i * samples : (i + 1) * samples]]
-        d = difficulty(maze)
-        per_maze.append(
-            {
-                "index": i,
-                "hash": maze.content_hash,
-                "path_length": d.path_length,
-                "junctions": d.junctions,
-                "solved": solved,
-            }
-        )
+        d, solved = difficulty(maze), [t.solved for t in trajs[i * samples : (i + 1) * samples]]
+        row = {"index": i, "hash": maze.content_hash, "path_length": d.path_length}
+        per_maze.append({**row, "junctions": d.junctions, "solved": solved})
     episodes = [m["solved"] for m in per_maze]
     n_solved = sum(map(sum, episodes))
     pak = {
@@ -259,14 +251,9 @@ def evaluate(
                 f"n_mazes ({n_mazes}) must be 1..{len(mazes)} ({set_name} has that many)"
             )
         mazes = mazes[:n_mazes]
+    cfg = cfg or env_for_set(set_name)
     trajs = run_episodes(
-        policy,
-        mazes,
-        cfg or env_for_set(set_name),
-        samples=samples,
-        seed=seed,
-        history=history,
-        progress=progress,
+        policy, mazes, cfg, samples=samples, seed=seed, history=history, progress=progress
     )
     result = summarize(
         trajs,
@@ -289,9 +276,7 @@ def check_protocol(protocol: str, *, samples: int, mode: str, n_mazes: int | Non
     """One-line errors for an eval that does not follow the protocol it names."""
     if protocol not in PROTOCOLS:
         raise UsageError(f"unknown protocol {protocol!r}: use one of {', '.join(PROTOCOLS)}")
-    if protocol != "seed":
-        return
-    if samples != 1 or mode != "greedy" or n_mazes is not None:
+    if protocol == "seed" and (samples != 1 or mode != "greedy" or n_mazes is not None):
         raise UsageError(
             "the seed's protocol is every maze of the set, greedy, one sample a maze: drop "
             "--samples, --mazes and sampling options (rlkit eval --protocol seed sets greedy)"

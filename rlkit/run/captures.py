@@ -7,6 +7,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,6 @@ from rlkit.episodes.rollout import Trajectory, stored_turn
 from rlkit.errors import RlkitError, UsageError
 from rlkit.fsio import atomic_write_text
 
-CAPTURE_DIR = "rollouts"
 _FILE = re.compile(r"global_step_(\d+)\.jsonl")
 
 
@@ -64,7 +64,7 @@ def training_label(step: int) -> str:
 
 
 def capture_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / CAPTURE_DIR
+    return Path(run_dir) / "rollouts"
 
 
 def step_path(run_dir: str | Path, step: int) -> Path:
@@ -112,17 +112,12 @@ def _by_episode(
     trajectories: Sequence[Trajectory], turn_values: Sequence[float] | None
 ) -> list[tuple[float, ...] | None]:
     """Per-turn values (episode then turn order) cut into one tuple an episode (None: none)."""
-    lengths = [len(t.turns) for t in trajectories]
     if turn_values is None:
-        return [None] * len(lengths)
-    if sum(lengths) != len(turn_values):
-        raise UsageError(
-            f"{len(turn_values)} turn advantages for {sum(lengths)} turns: give one a turn"
-        )
-    ends = np.cumsum(lengths).tolist()
-    return [
-        tuple(float(v) for v in turn_values[e - n : e]) for n, e in zip(lengths, ends, strict=True)
-    ]
+        return [None] * len(trajectories)
+    if (turns := sum(len(t.turns) for t in trajectories)) != len(turn_values):
+        raise UsageError(f"{len(turn_values)} turn advantages for {turns} turns: give one a turn")
+    values = iter(turn_values)
+    return [tuple(float(v) for v in islice(values, len(t.turns))) for t in trajectories]
 
 
 def write_step(
@@ -142,10 +137,8 @@ def write_step(
 
 def capture_steps(run_dir: str | Path) -> list[int]:
     """The steps with captured rollouts, oldest first."""
-    d = capture_dir(run_dir)
-    if not d.is_dir():
-        return []
-    return sorted(int(m.group(1)) for p in d.iterdir() if (m := _FILE.fullmatch(p.name)))
+    files = capture_dir(run_dir).glob("global_step_*.jsonl")
+    return sorted(int(m.group(1)) for p in files if (m := _FILE.fullmatch(p.name)))
 
 
 def drop_after(run_dir: str | Path, step: int) -> list[int]:

@@ -8,6 +8,7 @@ Why it survives a kill: docs/decisions.md#crash-safe-run-directories."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -39,9 +40,7 @@ from rlkit.run.checkpoints import (
 
 def _json_safe(value: Any) -> Any:
     """NaN/inf become null: strict JSON readers (and pandas) reject the bare tokens."""
-    if not isinstance(value, str | int | float | bool | Mapping | list | tuple) and hasattr(
-        value, "item"
-    ):
+    if hasattr(value, "item"):
         value = value.item()  # numpy scalars and 0-d tensors
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -241,8 +240,11 @@ class RunDir:
             raise UsageError(f"a metrics record needs an int 'step', got {step!r}")
         line = json.dumps(_json_safe(dict(record)), allow_nan=False) + "\n"
         self.path.mkdir(parents=True, exist_ok=True)
-        if not self._tail_checked:
-            self._drop_torn_tail()
+        if not self._tail_checked:  # a kill mid-append can leave a line without its newline
+            with contextlib.suppress(FileNotFoundError), open(self.metrics_path, "rb+") as f:
+                data = f.read()
+                if data and not data.endswith(b"\n"):
+                    f.truncate(data.rfind(b"\n") + 1)
             self._tail_checked = True
         try:
             with open(self.metrics_path, "a", encoding="utf-8") as f:
@@ -254,30 +256,19 @@ class RunDir:
                 raise RlkitError(f"disk full while appending to {self.metrics_path}") from e
             raise
 
-    def _drop_torn_tail(self) -> None:
-        """A kill mid-append can leave a line without its newline; cut it before appending."""
-        try:
-            with open(self.metrics_path, "rb+") as f:
-                data = f.read()
-                if data and not data.endswith(b"\n"):
-                    f.truncate(data.rfind(b"\n") + 1)
-        except FileNotFoundError:
-            return
-
     def read_metrics(self) -> list[dict[str, Any]]:
         """All complete metric records, in file order (a torn last line is ignored)."""
         try:
             text = self.metrics_path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return []
-        lines = text.split("\n")
         records = []
-        for i, line in enumerate(lines[:-1]):  # the last piece is "" or a torn line
+        for i, line in enumerate(text.split("\n")[:-1], 1):  # the last is "" or a torn line
             if line.strip():
                 try:
                     records.append(json.loads(line))
                 except ValueError as e:
-                    raise RlkitError(f"{self.metrics_path} line {i + 1} is not JSON: {e}") from e
+                    raise RlkitError(f"{self.metrics_path} line {i} is not JSON: {e}") from e
         return records
 
     def truncate_metrics_after(self, step: int) -> None:
