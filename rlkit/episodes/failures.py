@@ -4,6 +4,7 @@ that fits, judged on the replayed state so SkyRL's dumps classify alike: docs/ma
 from __future__ import annotations
 
 from collections import Counter
+from itertools import pairwise
 
 from rlkit.episodes.rollout import Trajectory, replay_states
 from rlkit.maze.core import Maze, open_degree, shortest_path
@@ -27,10 +28,10 @@ def left_optimal_path_at_junction(traj: Trajectory) -> bool:
     path = set(shortest_path(maze))
     if states[-1].pos in path:
         return False
-    for prev, cur in zip(states, states[1:], strict=False):
-        if prev.pos in path and cur.pos not in path and open_degree(maze, prev.pos) >= 3:
-            return True
-    return False
+    return any(
+        a.pos in path and b.pos not in path and open_degree(maze, a.pos) >= 3
+        for a, b in pairwise(states)
+    )
 
 
 def classify(traj: Trajectory) -> str | None:
@@ -59,8 +60,6 @@ def failure_counts(trajs: list[Trajectory]) -> dict[str, int]:
     """Counts by kind, every kind of the episodes' game present (zeros included)."""
     kinds = kinds_for(trajs[0].maze) if trajs else KINDS
     counts = dict.fromkeys(kinds, 0)
-    for t in trajs:
-        kind = classify(t)
-        if kind:
-            counts[kind] = counts.get(kind, 0) + 1
+    for kind in filter(None, map(classify, trajs)):
+        counts[kind] = counts.get(kind, 0) + 1
     return counts

@@ -49,13 +49,14 @@ def stored_turn(t: Turn, drop: frozenset[str] = frozenset()) -> dict:
     return d
 
 
-def _read_probs(p: object) -> MoveProbs | None:
-    """A turn's `move_probs` from JSON; anything but None or four numbers is a TypeError."""
-    if p is None:
-        return None
+def _read_turn(t: dict) -> Turn:
+    """A turn from JSON; `move_probs` other than None or four numbers is a TypeError."""
+    pos = {"pos_before": tuple(t["pos_before"]), "pos_after": tuple(t["pos_after"])}
+    if (p := t.get("move_probs")) is None:
+        return Turn(**{**t, **pos})
     if not isinstance(p, list) or len(p) != 4 or not all(isinstance(x, int | float) for x in p):
         raise TypeError(f"move_probs must be four numbers or null, got {p!r}")
-    return (float(p[0]), float(p[1]), float(p[2]), float(p[3]))
+    return Turn(**{**t, **pos, "move_probs": (float(p[0]), float(p[1]), float(p[2]), float(p[3]))})
 
 
 @dataclass
@@ -92,18 +93,7 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, d: dict) -> Trajectory:
-        turns = [
-            Turn(
-                **{
-                    **t,
-                    "pos_before": tuple(t["pos_before"]),
-                    "pos_after": tuple(t["pos_after"]),
-                    "move_probs": _read_probs(t.get("move_probs")),
-                }
-            )
-            for t in d.get("turns", [])
-        ]
-        return cls(**{**d, "turns": turns})
+        return cls(**{**d, "turns": [_read_turn(t) for t in d.get("turns", [])]})
 
 
 def history_window(messages: list[dict], history: int | None) -> list[dict]:
@@ -172,11 +162,8 @@ def run_episodes(
         raise UsageError(f"samples ({samples}) must be >= 1")
     if max_turns is not None and len(max_turns) != len(mazes):
         raise UsageError(f"{len(max_turns)} turn budgets for {len(mazes)} mazes: give one each")
-    cfgs = (
-        [cfg] * len(mazes)
-        if max_turns is None
-        else [replace(cfg, max_turns=int(n)) for n in max_turns]
-    )
+    budgets = [cfg.max_turns] * len(mazes) if max_turns is None else max_turns
+    cfgs = [replace(cfg, max_turns=int(n)) for n in budgets]
     jobs = [(i, k) for i in range(len(mazes)) for k in range(samples)]
     envs = [make_env(mazes[i], cfgs[i]) for i, _ in jobs]
     rngs = episode_rngs(seed, len(jobs))
@@ -193,13 +180,10 @@ def run_episodes(
             [history_window(convs[j], history) for j in live],
             [rngs[j] for j in live],
         )
-        still = []
-        for j, resp in zip(live, responses, strict=True):
-            if play_turn(envs[j], resp, convs[j], trajs[j]):
-                bar.update(1)
-            else:
-                still.append(j)
-        live = still
+        answered = zip(live, responses, strict=True)
+        ended = [play_turn(envs[j], r, convs[j], trajs[j]) for j, r in answered]
+        bar.update(sum(ended))
+        live = [j for j, e in zip(live, ended, strict=True) if not e]
     bar.close()
     return trajs
 

@@ -28,10 +28,8 @@ def write_manifest(directory: Path, step: int) -> None:
     for p in sorted(directory.rglob("*")):
         fsync(p)
         if p.is_file():
-            files[p.relative_to(directory).as_posix()] = {
-                "size": p.stat().st_size,
-                "sha256": _sha256(p),
-            }
+            rel = p.relative_to(directory).as_posix()
+            files[rel] = {"size": p.stat().st_size, "sha256": _sha256(p)}
     write_synced(
         directory / MANIFEST, json.dumps({"format": 1, "step": step, "files": files}, indent=1)
     )

@@ -1,7 +1,6 @@
-"""Ray jobs that answer: a job's log's last lines, the JSON answer a job-as-function prints on a
-tagged line (`answer`), its output followed live (`job`: any `JobHandle`-like handle); and a run
-read where its files are, for a kernel that cannot see them: `read_run` submits this module as a
-small Ray job whose one tagged JSON line comes back as a `SummaryRun`."""
+"""What a Ray job says (its log's last lines, the tagged JSON answer of a job-as-function, its
+output followed live), and `read_run`: this module as a small Ray job that reads a run where its
+files are and answers a `SummaryRun`."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ def log_tail(logs: str, n: int = 3) -> str:
 
 
 def read_answer(logs: str, tag: str, what: str) -> Any:
-    """The JSON after `tag` on the log's last line starting with it; RlkitError `what: <the log's
-    last lines>` when there is none."""
+    """The JSON after `tag` on the log's last line starting with it (none: RlkitError `what`)."""
     lines = [ln for ln in logs.splitlines() if ln.startswith(tag)]
     if not lines:
         raise RlkitError(f"{what}: {log_tail(logs)}")
