@@ -48,7 +48,6 @@ class Policy(Protocol):
     ) -> list[Response]:
         """Answer each live episode i: `messages[i]` is its conversation as the model sees it,
         `rngs[i]` its own random stream (so an episode's answers don't depend on its batch)."""
-        ...
 
 
 class RandomPolicy:

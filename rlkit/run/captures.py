@@ -167,8 +167,7 @@ def read_step(run_dir: str | Path, step: int) -> list[CapturedEpisode]:
         raise not_captured(step, run_dir, capture_steps(run_dir))
     out = []
     # "\n" only: str.splitlines() would also split at U+0085/U+2028 inside a model's answer
-    lines = path.read_text(encoding="utf-8").split("\n")
-    for n, line in enumerate(lines, 1):
+    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
         if not line:
             continue
         try:

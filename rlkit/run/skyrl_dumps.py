@@ -25,7 +25,7 @@ _BETWEEN_TURNS = re.compile(
 )
 _TRAILING = re.compile(r"(<\|im_end\|>|<\|endoftext\|>|\s)+$")
 NEXT_TURN = "next_turn"
-"""`stop_reason` of a step-wise row (one a turn) the episode went on past; its last row has none."""
+"""`stop_reason` of a step-wise row the episode went on past; its last row carries the reward."""
 
 
 @dataclass(frozen=True)

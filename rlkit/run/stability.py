@@ -1,5 +1,6 @@
 """The stability signals of a GRPO run, named once for both backends (`SIGNALS`), and the
-collapse warnings the monitor and `rlkit train` print (docs/reading-runs.md). Torch-free."""
+collapse warnings the monitor and `rlkit train` print (docs/reading-runs.md; the thresholds:
+docs/decisions.md#stability-thresholds). Torch-free."""
 
 from __future__ import annotations
 
