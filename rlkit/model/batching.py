@@ -1,6 +1,5 @@
 """Model batches shared by sampling and training: padding, the forward pass, logprobs, each
-distinct prompt (ids and image contents) run once. The free and constrained logprob definitions:
-docs/models-and-engines.md#batches-and-logprob-definitions-modelbatchingpy."""
+distinct prompt run once: docs/models-and-engines.md#batches-and-logprob-definitions-modelbatchingpy."""
 
 from __future__ import annotations
 
@@ -15,16 +14,15 @@ import torch
 from rlkit.errors import UsageError
 from rlkit.maze.core import GAMES, STOP, Action, Move
 from rlkit.model.chat import Encoded
+from rlkit.model.config import SPECIAL_TOKENS
 from rlkit.model.load import LoadedModel
 
 _DIGESTS: dict[int, tuple[weakref.ref, bytes]] = {}
-"""id(array) -> (a weak reference to it, its digest): each array hashed once while it lives (the
-reference tells a live array from a dead one whose id was reused)."""
+"""id(array) -> (a weak reference to it, its digest): each live array hashed once."""
 
 
 def image_digest(patches: np.ndarray) -> bytes:
-    """A digest of an image's patch values, shape and dtype: equal content, equal digest,
-    whichever array object holds it."""
+    """A digest of an image's patch values, shape and dtype (equal content, equal digest)."""
     key = id(patches)
     hit = _DIGESTS.get(key)
     if hit is not None and hit[0]() is patches:
@@ -42,37 +40,26 @@ def image_digest(patches: np.ndarray) -> bytes:
 
 
 def prompt_key(prompt: Encoded) -> tuple:
-    """A prompt's identity: its ids and its images' contents (`image_digest`), whatever the
-    encoder's cache holds."""
+    """A prompt's identity: its ids and its images' contents (`image_digest`)."""
     return tuple(prompt.prompt_ids), tuple(image_digest(p) for p, _ in prompt.images)
 
 
 def distinct(keys: Sequence[Hashable]) -> tuple[list[int], torch.Tensor]:
-    """The first row of each distinct key (in order of appearance) and, for every row, the
-    index of its key among those: rows == [rows[i] for i in index] up to equal keys."""
-    slots: dict[Hashable, int] = {}
-    first, index = [], []
+    """The first row of each distinct key (in order) and, for every row, its key's index among
+    those: rows == [rows[i] for i in index] up to equal keys."""
+    firsts: dict[Hashable, int] = {}
     for row, key in enumerate(keys):
-        if key not in slots:
-            slots[key] = len(first)
-            first.append(row)
-        index.append(slots[key])
-    return first, torch.tensor(index, dtype=torch.long)
+        firsts.setdefault(key, row)
+    slot = {key: i for i, key in enumerate(firsts)}
+    return list(firsts.values()), torch.tensor([slot[k] for k in keys], dtype=torch.long)
 
 
-VISION_TOKENS = (
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-)
-"""Never generated: the free-generation distribution excludes them (sampling and training)."""
+VISION_TOKENS = SPECIAL_TOKENS[-5:]
+"""The vision placeholders, never generated: the free distribution excludes them."""
 
 
 def banned_ids(loaded: LoadedModel) -> list[int]:
-    """Ids outside the free-generation distribution: the vision placeholders and the output
-    rows no token maps to (`LoadedModel.tokenless_ids`)."""
+    """Ids outside the free distribution: `VISION_TOKENS` and `LoadedModel.tokenless_ids`."""
     tok = loaded.tokenizer
     ids = [tok.convert_tokens_to_ids(t) for t in VISION_TOKENS]
     vision = {i for i in ids if i is not None and i != tok.unk_token_id}
@@ -85,8 +72,7 @@ def mask_banned(logits: torch.Tensor, banned: list[int]) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class AnswerSpec:
-    """The constrained answer's tokens: forced prefix, one choice token, forced tail per word;
-    the choices in `rules.game_moves` order (the four moves, then `stop` in the squares game)."""
+    """The constrained answer's tokens: forced prefix, one choice token, forced tail per word."""
 
     prefix: tuple[int, ...]
     choices: tuple[int, ...]
@@ -152,8 +138,7 @@ class Batch:
     image_grid_thw: torch.Tensor | None
     """(n_images, 3) patch grid per image, batch order (multimodal rope positions)."""
     position_ids: torch.Tensor
-    """(3, B, L) multimodal rope positions (time, height, width), 0 on padding, as the model's
-    `get_rope_index` gives them for this batch."""
+    """(3, B, L) multimodal rope positions (time, height, width), 0 on padding."""
     response_ids: torch.Tensor
     """(B, R) response tokens, right-padded with 0."""
     response_mask: torch.Tensor
@@ -174,8 +159,7 @@ class Batch:
 
 
 def forward_hidden(loaded: LoadedModel, batch: Batch) -> torch.Tensor:
-    """(B, L, H) last hidden states as `Qwen3VLModel.forward`, the vision tower run once per
-    distinct image."""
+    """(B, L, H) last hidden states as `Qwen3VLModel.forward`, each distinct image encoded once."""
     vlm = loaded.model.model
     if batch.pixel_values is None:
         return vlm(
@@ -187,11 +171,8 @@ def forward_hidden(loaded: LoadedModel, batch: Batch) -> torch.Tensor:
     feats = vlm.get_image_features(batch.pixel_values, batch.unique_grid_thw, return_dict=True)
     sizes = (batch.unique_grid_thw.prod(-1) // vlm.visual.spatial_merge_size**2).tolist()
 
-    def per_image(x: torch.Tensor | Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
-        return x if isinstance(x, (list, tuple)) else torch.split(x, sizes)
-
     def in_row_order(x: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
-        parts = per_image(x)
+        parts = x if isinstance(x, (list, tuple)) else torch.split(x, sizes)
         return torch.cat([parts[i] for i in batch.image_index])
 
     embeds = vlm.get_input_embeddings()(batch.input_ids)
@@ -245,8 +226,8 @@ def build_batch(
     prompts: Sequence[Encoded],
     responses: Sequence[Sequence[int]] | None = None,
 ) -> Batch:
-    """Left-pad prompt + response ids into one batch on the model's device: every row's last
-    token at column L-1, response token j of row b at L - R_b + j."""
+    """Left-pad prompt + response ids into one batch on the model's device (response token j of
+    row b at column L - R_b + j)."""
     responses = responses if responses is not None else [[] for _ in prompts]
     if len(responses) != len(prompts):
         raise UsageError(f"{len(prompts)} prompts but {len(responses)} responses")
@@ -304,9 +285,8 @@ def response_logprobs(
     answer: AnswerSpec | None = None,
     mask_vision: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token (logprobs, entropy), each (B, R), of `batch.response_ids` (0 where masked),
-    differentiable; `answer`: the constrained definition; `mask_vision=False`: over the whole
-    vocabulary, as vLLM's `raw_logprobs`."""
+    """Per-token (logprobs, entropy), each (B, R), of `batch.response_ids` (0 where masked);
+    `answer`: constrained; `mask_vision=False`: over the whole vocabulary (vLLM's raw_logprobs)."""
     b, r = batch.response_ids.shape
     length = batch.input_ids.shape[1]
     r_lens = batch.response_mask.sum(1, keepdim=True)
@@ -328,8 +308,7 @@ def response_logprobs(
 def _chosen_logprobs(
     choice_logits: torch.Tensor, response_ids: torch.Tensor, answer: AnswerSpec
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Constrained (logprobs, entropy), each (B, R), from each row's (B, C) action-word logits
-    (already divided by the temperature) and its (B, R) response."""
+    """Constrained (logprobs, entropy), each (B, R), from (B, C) action-word logits at temperature."""
     pos = answer.choice_pos
     choices = torch.tensor(answer.choices, device=response_ids.device)
     hits = response_ids[:, pos].unsqueeze(-1) == choices
@@ -346,8 +325,8 @@ def _chosen_logprobs(
 def choice_logits(
     loaded: LoadedModel, prompts: Sequence[Encoded], answer: AnswerSpec
 ) -> torch.Tensor:
-    """(B, C) logits of the C action words after each prompt and the forced answer prefix, one
-    forward per distinct prompt (the choice token sees nothing else)."""
+    """(B, C) logits of the C action words after each prompt and the answer prefix (one forward
+    per distinct prompt)."""
     first, index = distinct([prompt_key(p) for p in prompts])
     batch = build_batch(loaded, [prompts[i] for i in first], [answer.prefix] * len(first))
     last = torch.full((len(first), 1), batch.input_ids.shape[1] - 1, device=loaded.device)
@@ -363,8 +342,7 @@ def turn_logprobs(
     answer: AnswerSpec | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`response_logprobs` of `build_batch(prompts, responses)` and its (B, R) response mask,
-    each distinct forward (constrained: per prompt; free: per prompt and response) run once."""
-
+    each distinct forward run once."""
     if len(responses) != len(prompts):
         raise UsageError(f"{len(prompts)} prompts but {len(responses)} responses")
     resp, mask = (t.to(loaded.device) for t in padded_responses(responses))

@@ -1,20 +1,23 @@
-"""Token budgets of a maze run before GPU-hours are spent, torch-free (the dry run reads them).
-The arithmetic and its assumptions: docs/models-and-engines.md#token-budgets-modelbudgetspy."""
+"""Token budgets of a maze run before GPU-hours are spent and the report the dry run and preflight
+print, torch-free: docs/models-and-engines.md#token-budgets-modelbudgetspy."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rlkit.env.maze_env import QWEN3VL_IMAGE
+from rlkit.env.maze_env import QWEN3VL_IMAGE, EnvConfig, env_for_set, episode_texts
 from rlkit.errors import UsageError
-from rlkit.maze.core import STOP, Action
+from rlkit.maze.core import STOP, Action, Maze
 from rlkit.maze.parsing import format_action, format_tuple
+from rlkit.maze.render import RenderStyle
+from rlkit.maze.sets import TEST_SETS
 from rlkit.model.action_tag import answer_length
+from rlkit.model.checkpoint_files import sampling_defaults, stop_ids, template_source
 
 TURN_FRAMING = ("<|im_start|>user\n", "<|im_end|>\n")
 """Qwen's chat framing of a message (header, end); the tiny template writes the same."""
@@ -39,14 +42,9 @@ class ImageProcessor:
     min_pixels: int
     max_pixels: int
 
-    @property
-    def factor(self) -> int:
-        """Side of one merged token in px: sizes are rounded to multiples of it."""
-        return self.patch * self.merge
-
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> ImageProcessor:
-        """From `preprocessor_config.json` (Qwen3-VL's `size` areas or Qwen2-VL's min/max_pixels)."""
+        """From `preprocessor_config.json` (Qwen3-VL's `size` or Qwen2-VL's min/max_pixels)."""
         size = cfg.get("size") or {}
         return cls(
             patch=int(cfg.get("patch_size", 14)),
@@ -54,6 +52,11 @@ class ImageProcessor:
             min_pixels=int(cfg.get("min_pixels") or size.get("shortest_edge") or 56 * 56),
             max_pixels=int(cfg.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280),
         )
+
+    @property
+    def factor(self) -> int:
+        """Side of one merged token in px: sizes are rounded to multiples of it."""
+        return self.patch * self.merge
 
     def describe(self) -> str:
         return (
@@ -64,12 +67,11 @@ class ImageProcessor:
 
 QWEN3VL = ImageProcessor(**QWEN3VL_IMAGE)
 TINY = ImageProcessor(patch=8, merge=2, min_pixels=16 * 16, max_pixels=1024 * 1024)
-"""rlkit's tiny model (`rlkit.model.config.TinyConfig`, `rlkit.model.build`): patch 8, merge 2."""
+"""rlkit's tiny model (`rlkit.model.config.TinyConfig`)."""
 
 
 def smart_resize(height: int, width: int, p: ImageProcessor) -> tuple[int, int]:
-    """The (height, width) the processor resizes an image to: sides rounded to multiples of
-    `p.factor`, scaled into [min_pixels, max_pixels] (transformers' `smart_resize`, restated)."""
+    """The (height, width) the processor resizes an image to (transformers' `smart_resize`)."""
     if max(height, width) / min(height, width) > 200:
         raise UsageError(f"a {height}x{width} image is beyond the processor's 200:1 aspect limit")
     f = p.factor
@@ -168,7 +170,7 @@ class Episode:
 
 @dataclass(frozen=True)
 class TurnBudget:
-    """Tokens of one episode under SkyRL's loop (docs/models-and-engines.md#token-budgets-modelbudgetspy)."""
+    """Tokens of one episode under SkyRL's loop."""
 
     system: int
     """The system message with its framing (0 without one)."""
@@ -256,8 +258,7 @@ class TurnBudget:
         return None
 
     def longest_answer_that_fits(self) -> int:
-        """The largest max_generate_length whose full-length answers play every turn (>= the
-        canonical answer's length)."""
+        """The largest max_generate_length (>= canonical) whose answers play every turn."""
         kept = self.kept(self.max_turns)
         if kept < 2:
             return self.answer  # one observation a prompt: no answer is ever part of one
@@ -266,7 +267,7 @@ class TurnBudget:
         return max(self.canonical, min(self.answer, room))
 
     def warning(self) -> str | None:
-        """Where full-length answers end an episode early, if they do, and the settings that fix it."""
+        """Where full-length answers end an episode early, if they do, and the fix."""
         cut = self.cut_before()
         if cut is None:
             return None
@@ -327,3 +328,145 @@ def preprocessor(model_dir: str | Path) -> ImageProcessor | None:
         return ImageProcessor.from_config(json.loads(path.read_text()))
     except (OSError, ValueError):
         return None
+
+
+def set_episode(
+    set_name: str, max_turns: int | None = None, cfg: EnvConfig | None = None
+) -> Episode:
+    """The texts and image size of `set_name`'s episodes (its first maze) under a turn budget
+    (default: the set's); `cfg`: the env where it is not the set's own."""
+    cfg = cfg or env_for_set(set_name)
+    cfg = cfg if max_turns is None else replace(cfg, max_turns=max_turns)
+    maze = TEST_SETS[set_name].spec.maze(0)
+    system, texts = episode_texts(maze, cfg, BAD_ANSWER)
+    image = None if cfg.observation == "text" else picture_size(maze, cfg.style)
+    sft = cfg.parser == "visgym-sft"
+    return Episode(system, tuple(texts), image, stop=maze.game == "squares", tuples=sft)
+
+
+def picture_size(maze: Maze, style: RenderStyle) -> tuple[int, int]:
+    """(height, width) in px of `maze`'s picture in `style`, as `render_array` draws it."""
+    if maze.game == "squares":
+        return (maze.height + style.pad) * style.cell_px, (maze.width + style.pad) * style.cell_px
+    if style.view == "ego":  # an even window of cells around the agent
+        side = (2 * style.ego_radius + 2) * style.cell_px
+        return side, side
+    return maze.height * style.cell_px, maze.width * style.cell_px
+
+
+def _window(b: TurnBudget) -> str:
+    if b.window is None:
+        return ""
+    return (
+        f" (history window {b.window}: a prompt keeps the last {b.window} of {b.max_turns} turns)"
+    )
+
+
+@dataclass(frozen=True)
+class BudgetReport:
+    """What the dry run and preflight print about a run's model and its token budget."""
+
+    model: str
+    model_dir: str | None
+    """Where the checkpoint's files were read; None: not here, `assumed` stands in."""
+    assumed: Assumed | None
+    set_name: str
+    processor: ImageProcessor
+    image: tuple[int, int] | None
+    budget: TurnBudget
+    template: str | None = None
+    stops: tuple[int, ...] = ()
+    overridden: tuple[tuple[str, Any], ...] = ()
+    """The checkpoint's sampling defaults rlkit overrides (it passes every value explicitly)."""
+    where: str = "read from the checkpoint by `rlkit preflight` on the cluster"
+    """Where the checkpoint's own facts are read when they are not here."""
+
+    def lines(self) -> list[str]:
+        b = self.budget
+        if self.model_dir is None:
+            out = [
+                f"model:         {self.model}: not on this machine, budget from the preset and "
+                f"assumed values ({self.assumed.describe()})",
+                f"checkpoint:    template, stop ids and generation defaults: {self.where}",
+            ]
+        else:
+            out = [
+                f"model:         {self.model} (files read at {self.model_dir})",
+                f"chat template: {self.template or 'none (the checkpoint has no template)'}",
+                f"stop ids:      {', '.join(map(str, self.stops)) or 'none named'}",
+                "defaults:      "
+                + (
+                    ", ".join(f"{k} {v}" for k, v in self.overridden)
+                    + " in generation_config.json, overridden (rlkit sets every sampling value)"
+                    if self.overridden
+                    else "no sampling defaults in generation_config.json"
+                ),
+            ]
+        if self.image is not None:
+            (h, w), (rh, rw) = self.image, smart_resize(*self.image, self.processor)
+            out.append(
+                f"image:         {self.set_name} {h}x{w} -> {rh}x{rw} by the processor, "
+                f"{b.image - 2} tokens (+2 vision start/end)"
+            )
+        framing = b.header + b.tail
+        out += [
+            f"per turn:      observation {b.observation} (image {b.image}) + answer <= "
+            f"{b.answer} (max_generate_length; canonical {b.canonical}) + {framing} framing = "
+            f"{b.per_turn()} tokens",
+            f"per episode:   system {b.system} + {b.kept(b.max_turns)} turns x {b.per_turn()} = "
+            f"{b.worst_case} tokens at worst{_window(b)}; max_input_length "
+            f"{b.max_input_length}, max_model_len {b.max_model_len}",
+        ]
+        warning = b.warning()
+        out.append(f"budget:        {'warn: ' + warning if warning else 'every turn fits'}")
+        return out
+
+    def check(self) -> None:
+        """A one-line UsageError naming the knob when the turn budget cannot fit."""
+        why = self.budget.refusal()
+        if why is not None:
+            raise UsageError(why)
+
+
+def budget_report(
+    model: str,
+    model_dir: str | Path | None,
+    set_name: str,
+    *,
+    assumed: Assumed = QWEN_ASSUMED,
+    where: str | None = None,
+    max_turns: int,
+    max_input_length: int,
+    max_model_len: int,
+    max_generate_length: int | None,
+    cfg: EnvConfig | None = None,
+    history: int | None = None,
+) -> BudgetReport:
+    """The report for `model` playing `set_name`: from `model_dir`'s files, else from `assumed`
+    (`where`: where the checkpoint's facts are read); `max_generate_length` None: the canonical
+    answer plus `ANSWER_ROOM`."""
+    tokens = Tokens(model_dir, assumed)
+    processor = (preprocessor(model_dir) if model_dir else None) or assumed.processor
+    ep = set_episode(set_name, max_turns, cfg)
+    budget = turn_budget(
+        ep,
+        tokens,
+        processor,
+        max_turns=max_turns,
+        max_input_length=max_input_length,
+        max_model_len=max_model_len,
+        max_generate_length=max_generate_length
+        or tokens.answer_tokens(ep.stop, ep.tuples) + ANSWER_ROOM,
+        window=history,
+    )
+    report = BudgetReport(model, None, assumed, set_name, processor, ep.image, budget)
+    if model_dir is None:
+        return replace(report, where=where) if where else report
+    return replace(
+        report,
+        model_dir=str(model_dir),
+        assumed=None,
+        template=template_source(model_dir),
+        stops=stop_ids(model_dir),
+        overridden=tuple(sampling_defaults(model_dir).items()),
+    )

@@ -1,10 +1,10 @@
-"""Build the tiny Qwen3-VL offline (~0.7 M parameters) as a normal HF model directory that vLLM
-serves as it is (`rlkit model tiny --out models/tiny`), with its own tokenizer: a byte-level BPE
-trained on the env's own texts, the action tags and move words single tokens
-(docs/models-and-engines.md#the-tiny-models-tokenizer-modelbuildpy)."""
+"""Build the tiny Qwen3-VL offline (~0.7 M parameters) as an HF model dir vLLM serves as it is
+(`rlkit model tiny --out models/tiny`), with a byte-level BPE trained on the env's own texts:
+docs/models-and-engines.md#the-tiny-models-tokenizer-modelbuildpy."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -63,29 +63,19 @@ def corpus() -> list[str]:
     maze = generate(3, 3, 0)
     # Roles and answers recur every turn: weight them so each becomes one or two tokens.
     texts = [format_action(a) for a in Action] * 16 + ["system\n", "user\n", "assistant\n"] * 64
-    for style in ("compact", "full"):
-        for obs in ("image", "text", "both"):
-            for moves in (1, 2, 3):
-                for max_turns in (12, 18, 24):
-                    cfg = EnvConfig(
-                        max_turns=max_turns,
-                        observation=obs,
-                        moves_per_turn=moves,
-                        prompt_style=style,
-                    )
-                    texts.append(system_prompt(cfg))
-            cfg = EnvConfig(observation=obs, prompt_style=style)
-            state = rules.initial(maze)
-            for turn in range(cfg.max_turns):
-                msg = observation_message(replace(state, turns=turn), cfg)
-                texts += _texts_of(msg)
-            for parser in ("strict", "relaxed"):
-                env = MazeEnv(replace(cfg, parser=parser), {"maze": maze})
-                env.init()
-                for bad in _BAD_ANSWERS:
-                    out = env.step(bad)
-                    for m in out["observations"]:
-                        texts += _texts_of(m)
+    for style, obs in itertools.product(("compact", "full"), ("image", "text", "both")):
+        cfg = EnvConfig(observation=obs, prompt_style=style)
+        for moves, max_turns in itertools.product((1, 2, 3), (12, 18, 24)):
+            texts.append(system_prompt(replace(cfg, max_turns=max_turns, moves_per_turn=moves)))
+        state = rules.initial(maze)
+        for turn in range(cfg.max_turns):
+            texts += _texts_of(observation_message(replace(state, turns=turn), cfg))
+        for parser in ("strict", "relaxed"):
+            env = MazeEnv(replace(cfg, parser=parser), {"maze": maze})
+            env.init()
+            for bad in _BAD_ANSWERS:
+                for m in env.step(bad)["observations"]:
+                    texts += _texts_of(m)
     texts.append(to_ascii(rules.initial(generate(6, 6, 1))))
     return texts
 
@@ -166,8 +156,8 @@ def _hf_config(cfg: TinyConfig, vocab: int, tok: PreTrainedTokenizerBase) -> Qwe
 
 
 def build_tiny(out_dir: str | Path, *, seed: int = 0, config: TinyConfig | None = None) -> Path:
-    """Build, randomly initialise (seeded, inside `fork_rng`: the caller's torch RNG is left as
-    it was) and save the tiny Qwen3-VL with its tokenizer."""
+    """Build, randomly initialise (seeded; the caller's torch RNG untouched) and save the tiny
+    Qwen3-VL with its tokenizer."""
     cfg = config or TinyConfig()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -25,8 +25,7 @@ class Encoded:
 
     prompt_ids: list[int]
     images: list[tuple[np.ndarray, np.ndarray]]
-    """Per image: (patches (n, 3 * temporal_patch * patch**2) float32, grid_thw (3,) int64).
-    Cached images come back as the same array objects, so a batch can encode each once."""
+    """Per image: (patches (n, 3 * temporal_patch * patch**2) float32, grid_thw (3,) int64)."""
     patch_dim: int
 
     @property
@@ -53,11 +52,8 @@ class TemplateWarning(UserWarning):
 
 def chat_template(processor: ProcessorMixin) -> str:
     """The template both engines render with: the processor's, else the tokenizer's."""
-    own = getattr(processor, "chat_template", None)
-    tok = getattr(processor.tokenizer, "chat_template", None)
-    if isinstance(own, dict) or isinstance(tok, dict):
-        own = own.get("default") if isinstance(own, dict) else own
-        tok = tok.get("default") if isinstance(tok, dict) else tok
+    own, tok = (getattr(x, "chat_template", None) for x in (processor, processor.tokenizer))
+    own, tok = (t.get("default") if isinstance(t, dict) else t for t in (own, tok))
     if own and tok and own != tok:
         warnings.warn(
             "this checkpoint's processor and tokenizer carry different chat templates: rlkit and "
@@ -75,8 +71,8 @@ def chat_template(processor: ProcessorMixin) -> str:
 
 
 class LruCache(OrderedDict):
-    """A dict that forgets its least recently used entry past `size`; its values are pure
-    functions of their keys, so what it holds changes speed only, never a result."""
+    """A dict that forgets its least recently used entry past `size` (values: pure functions of
+    their keys, so it changes speed only)."""
 
     def __init__(self, size: int) -> None:
         super().__init__()
@@ -126,12 +122,9 @@ class ChatEncoder:
                     kind = part.get("type")
                     if kind == "image_url":
                         images.append(part["image_url"]["url"])
-                        parts.append({"type": "image"})
                     elif kind == "image":
                         images.append(part.get("image"))
-                        parts.append({"type": "image"})
-                    else:
-                        parts.append(part)
+                    parts.append({"type": "image"} if kind in ("image", "image_url") else part)
                 content = parts
             skeleton.append({"role": m["role"], "content": content})
         key = json.dumps(skeleton, sort_keys=True)

@@ -1,5 +1,5 @@
-"""Load any Qwen3-VL checkpoint dir (rlkit's tiny one or a real one) through one code path, its
-vision tower on faster equal computations, and tune it (LoRA adapters, a frozen vision side):
+"""Load any Qwen3-VL checkpoint dir (tiny or real) through one code path, its vision tower on
+faster equal computations, and tune it (LoRA adapters, a frozen vision side):
 docs/models-and-engines.md#the-vision-tower-on-cpu-modelloadpy."""
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from transformers import (
     AttentionInterface,
     AutoProcessor,
-    BaseImageProcessor,
     PreTrainedTokenizerBase,
     ProcessorMixin,
     Qwen3VLForConditionalGeneration,
@@ -42,13 +41,12 @@ class LoadedModel:
 
     model: Qwen3VLForConditionalGeneration
     tokenizer: PreTrainedTokenizerBase
-    image_processor: BaseImageProcessor
     processor: ProcessorMixin
-    """The checkpoint's own `AutoProcessor` (tokenizer + image processor + chat template)."""
+    """The checkpoint's own `AutoProcessor` (tokenizer, image processor, chat template)."""
     path: Path
     encoder: ChatEncoder = field(init=False)
     positions: LruCache = field(init=False)
-    """Multimodal rope positions per distinct (prompt ids, image grids), computed once each."""
+    """Multimodal rope positions per distinct (prompt ids, image grids)."""
 
     def __post_init__(self) -> None:
         self.encoder = ChatEncoder(self.processor)
@@ -64,14 +62,12 @@ class LoadedModel:
 
     @cached_property
     def stop_ids(self) -> tuple[int, ...]:
-        """Ids that end an answer, end of turn first: the checkpoint's generation config names
-        Qwen's two (`<|im_end|>`, `<|endoftext|>`); answers are cut at the first of either."""
+        """Ids that end an answer, end of turn first (`checkpoint_files.stop_ids`)."""
         return checkpoint_files.stop_ids(self.path, self.eos_id)
 
     @cached_property
     def tokenless_ids(self) -> range:
-        """Output rows no token maps to: Qwen pads its 151,669 tokens to 151,936 embedding rows,
-        and a sampler over all rows could draw one (it decodes to '')."""
+        """Output rows no token maps to (Qwen pads 151,669 tokens to 151,936 rows)."""
         return range(len(self.tokenizer), self.model.get_output_embeddings().out_features)
 
     @property
@@ -84,7 +80,7 @@ class LoadedModel:
 
 @contextmanager
 def no_progress_bars() -> Iterator[None]:
-    """transformers draws a bar per save/load; in CLI output and notebooks it is noise."""
+    """No transformers progress bar inside (one per save/load is noise in CLI output)."""
     was = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
@@ -107,8 +103,7 @@ def check_checkpoint(path: str | Path) -> Path:
         raise UsageError(f"{p}/config.json names no model_type: not a transformers checkpoint")
     if model_type != MODEL_TYPE:
         raise UsageError(f"{p} holds a {model_type!r} model; rlkit runs Qwen3-VL ({MODEL_TYPE!r})")
-    # transformers 5 saves a processor as one processor_config.json; older dirs (and Qwen's
-    # published checkpoints) keep the image processor in preprocessor_config.json.
+    # transformers 5 writes processor_config.json; older dirs and Qwen's preprocessor_config.json
     if not any((p / n).is_file() for n in ("preprocessor_config.json", "processor_config.json")):
         raise UsageError(
             f"{p} has no preprocessor_config.json or processor_config.json: copy the "
@@ -118,8 +113,7 @@ def check_checkpoint(path: str | Path) -> Path:
 
 
 ATTENTION = "rlkit_flash_uniform_sdpa"
-"""The batched vision attention's registered name ("flash" in it: how Qwen3-VL's vision tower
-decides to pass the packing boundaries, `cu_seqlens`)."""
+"""The batched vision attention's name ("flash" in it makes the vision tower pass `cu_seqlens`)."""
 
 
 def uniform_varlen_attention(
@@ -135,19 +129,14 @@ def uniform_varlen_attention(
     **kwargs,
 ):
     """(1, heads, total, d) packed q/k/v -> ((1, total, heads, d), None), block-diagonal: one
-    batched call when every image has the same length, else image by image."""
+    batched call when every image has the same length."""
     _, heads, total, dim = query.shape
     cu = cu_seq_lens_q if cu_seq_lens_q is not None else torch.tensor([0, total])
     lengths = (cu[1:] - cu[:-1]).tolist()
     if len(set(lengths)) == 1:
         n, length = len(lengths), lengths[0]
-
-        def split(t: torch.Tensor) -> torch.Tensor:
-            return t[0].view(heads, n, length, dim).transpose(0, 1)
-
-        out = F.scaled_dot_product_attention(
-            split(query), split(key), split(value), dropout_p=dropout, scale=scaling
-        )  # (n, h, L, d)
+        q, k, v = (t[0].view(heads, n, length, dim).transpose(0, 1) for t in (query, key, value))
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scaling)
         return out.permute(0, 2, 1, 3).reshape(1, total, heads, dim), None
     outs = [
         F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scaling)
@@ -171,8 +160,8 @@ class LinearPatchEmbed(Qwen3VLVisionPatchEmbed):
 
 
 def use_linear_patch_embed(model) -> None:
-    """Compute a loaded Qwen3-VL's patch embedding as a matrix product (idempotent; the class
-    is swapped, the `proj` weights kept, so state dicts and deep copies see no difference)."""
+    """Compute a loaded Qwen3-VL's patch embedding as a matrix product (idempotent; only the
+    class is swapped: state dicts see no difference)."""
     embed = model.model.visual.patch_embed
     if not isinstance(embed, Qwen3VLVisionPatchEmbed):
         return
@@ -187,8 +176,7 @@ def use_linear_patch_embed(model) -> None:
 
 
 def fast_vision(model: Qwen3VLForConditionalGeneration) -> Qwen3VLForConditionalGeneration:
-    """`model` with its vision tower on rlkit's faster, equal computations (batched attention,
-    the patch conv as a matrix product); every model rlkit runs goes through it."""
+    """`model` with its vision tower on batched attention and the patch conv as a matrix product."""
     vision_cfg = model.config.vision_config
     if "flash" not in (vision_cfg._attn_implementation or ""):
         vision_cfg._attn_implementation = ATTENTION
@@ -210,11 +198,11 @@ def load(
     processor = AutoProcessor.from_pretrained(p)
     tok = processor.tokenizer
     tok.padding_side = "left"  # batched generation appends to the right end of every row
-    return LoadedModel(model, tok, processor.image_processor, processor, p)
+    return LoadedModel(model, tok, processor, p)
 
 
 ADAPTER_CONFIG = "adapter_config.json"
-"""peft's adapter config: beside no weights, it marks a LoRA adapter dir (SkyRL's LoRA export)."""
+"""peft's adapter config: without weights beside it, a LoRA adapter dir (SkyRL's LoRA export)."""
 
 
 def is_adapter_dir(path: Path) -> bool:
@@ -224,8 +212,8 @@ def is_adapter_dir(path: Path) -> bool:
 
 
 def _weights(p: Path, dtype: torch.dtype) -> Qwen3VLForConditionalGeneration:
-    """The checkpoint's model; for an adapter dir, the base it names
-    (`base_model_name_or_path`, a relative path read from the dir) with the adapter merged."""
+    """The checkpoint's model; for an adapter dir, its `base_model_name_or_path` (relative to
+    the dir) with the adapter merged."""
     if not is_adapter_dir(p):
         return Qwen3VLForConditionalGeneration.from_pretrained(p, dtype=dtype)
     from peft import PeftModel  # ~3 s of imports: only for adapter dirs
@@ -240,14 +228,13 @@ def _weights(p: Path, dtype: torch.dtype) -> Qwen3VLForConditionalGeneration:
 
 
 def processor_template(model_path: str | Path) -> str:
-    """The chat template vLLM renders `model_path`'s prompts with (a local dir or a hub id), for
-    code that loads a bare tokenizer (SkyRL's experiment): its processor's, as `chat_template`."""
+    """The chat template vLLM renders `model_path`'s prompts with (a local dir or a hub id)."""
     return chat_template(AutoProcessor.from_pretrained(model_path))
 
 
 def template_text(path: str | Path, messages: list[dict]) -> tuple[str, int]:
-    """`messages` as the checkpoint's own processor renders them for generation (one image pad
-    per image, as `rlkit eval --show-prompt` prints them) and how many images they hold."""
+    """`messages` as the checkpoint's processor renders them for generation (one image pad per
+    image: `rlkit eval --show-prompt`) and how many images they hold."""
     processor = AutoProcessor.from_pretrained(check_checkpoint(path))
     text, images = ChatEncoder(processor).chat_text(messages)
     return text, len(images)
@@ -257,9 +244,8 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
 def tune(model: torch.nn.Module, t: Tuning, *, seed: int = 0) -> PeftModel | None:
-    """Apply `t` to `model` in place: with `lora_rank` > 0 attach adapters seeded by `seed` (the
-    caller's torch RNG untouched; base weights frozen, none on the frozen vision modules) and
-    return peft's wrapper; else freeze the vision modules `freeze_vision` names, return None."""
+    """Apply `t` to `model` in place: with `lora_rank` > 0 attach adapters seeded by `seed` (not
+    on frozen vision modules) and return peft's wrapper; else freeze vision and return None."""
     pattern = t.frozen_pattern
     model.zero_grad(set_to_none=True)  # a frozen weight's last gradient would count in clipping
     if t.lora_rank == 0:
@@ -290,8 +276,7 @@ def trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
 
 
 def save_merged(adapter: PeftModel, out: Path) -> None:
-    """The model with its adapters merged in, as a plain HF checkpoint at `out`: a copy is
-    merged, so the training model's base weights keep every bit."""
+    """A merged copy of the model as a plain HF checkpoint at `out` (the training model intact)."""
     merged = copy.deepcopy(adapter).merge_and_unload()
     with no_progress_bars():
         merged.save_pretrained(out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -22,20 +23,9 @@ from rlkit.model.chat import Encoded
 from rlkit.model.load import LoadedModel, load
 
 
-def _top_p_probs(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    probs = torch.softmax(logits, -1)
-    if top_p >= 1.0:
-        return probs
-    sorted_p, order = probs.sort(-1, descending=True)
-    drop = sorted_p.cumsum(-1) - sorted_p >= top_p  # keep the smallest set reaching top_p
-    sorted_p = sorted_p.masked_fill(drop, 0.0)
-    return torch.zeros_like(probs).scatter(-1, order, sorted_p)
-
-
 def sample_rows(
     logits: torch.Tensor,
     generators: Sequence[torch.Generator],
-    *,
     temperature: float,
     top_p: float,
     greedy: bool,
@@ -43,30 +33,30 @@ def sample_rows(
     """(B,) one token per row of (B, V) logits, row b drawn with `generators[b]`."""
     if greedy:
         return logits.argmax(-1)
-    probs = _top_p_probs(logits.float() / temperature, top_p).cpu()
+    probs = torch.softmax(logits.float() / temperature, -1)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(-1, descending=True)
+        drop = sorted_p.cumsum(-1) - sorted_p >= top_p  # keep the smallest set reaching top_p
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
+    probs = probs.cpu()
     return torch.stack(
         [torch.multinomial(probs[b], 1, generator=g)[0] for b, g in enumerate(generators)]
     ).to(logits.device)
 
 
+@dataclass
 class _RowSampler(LogitsProcessor):
-    """Makes `generate`'s greedy step pick our per-row sampled token (a seeded generator per
-    episode; `generate` itself has no per-row randomness)."""
+    """Makes `generate`'s greedy step pick the token each row's own seeded generator draws."""
 
-    def __init__(
-        self,
-        generators: Sequence[torch.Generator],
-        temperature: float,
-        top_p: float,
-        greedy: bool,
-        banned: list[int],
-    ) -> None:
-        self.generators, self.kw = generators, {"temperature": temperature, "top_p": top_p}
-        self.greedy, self.banned = greedy, banned
+    generators: Sequence[torch.Generator]
+    temperature: float
+    top_p: float
+    greedy: bool
+    banned: list[int]
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.Tensor:
         scores = mask_banned(scores, self.banned)
-        tokens = sample_rows(scores, self.generators, greedy=self.greedy, **self.kw)
+        tokens = sample_rows(scores, self.generators, self.temperature, self.top_p, self.greedy)
         out = torch.full_like(scores, float("-inf"))
         return out.scatter(-1, tokens.unsqueeze(-1), 0.0)
 
@@ -103,10 +93,9 @@ class ModelPolicy:
         self.constrained, self.max_new_tokens = constrained, max_new_tokens
         self.max_batch = max_batch
         self.answer = AnswerSpec.from_loaded(loaded) if constrained else None
-        """The cell game's constrained answer (four moves); `answer_for` gives each game's."""
+        """The cell game's constrained answer; `answer_for` gives each game's."""
         self._answers: dict[str, AnswerSpec] = {} if self.answer is None else {"cells": self.answer}
-        self._choices: dict[str, tuple[int, ...] | None] = {}
-        """Move-word candidates of a free answer per partial tag (`move_choices`), cached."""
+        self._choices: dict[str, tuple[int, ...] | None] = {}  # `move_choices` per partial tag
         self.name = f"{Path(loaded.path).name}{'' if constrained else ':free'}"
 
     def act(
@@ -152,7 +141,7 @@ class ModelPolicy:
         self, encoded: list[Encoded], gens: list[torch.Generator], ans: AnswerSpec
     ) -> list[Response]:
         logits = choice_logits(self.loaded, encoded, ans) / self.temperature
-        picks = sample_rows(logits, gens, temperature=1.0, top_p=self.top_p, greedy=self.greedy)
+        picks = sample_rows(logits, gens, 1.0, self.top_p, self.greedy)
         logp_all = torch.log_softmax(logits, -1)
         logp = logp_all.gather(-1, picks.unsqueeze(-1)).squeeze(-1).tolist()
         out = []
@@ -197,9 +186,8 @@ class ModelPolicy:
         return out
 
     def _free_move_probs(self, ids: list[int], logits: torch.Tensor) -> MoveProbs | None:
-        """The four moves' odds where `ids` last opens `<action>` ((R, V) `logits`: masked,
-        at temperature), found by text (`rlkit.model.action_tag`, as SkyRL's probe finds it);
-        None if it never does or the move's first tokens are not four distinct tokens."""
+        """The four moves' odds where `ids` last opens `<action>` ((R, V) masked `logits` at
+        temperature); None without a tag or four distinct move tokens there."""
         tok = self.loaded.tokenizer
         point = probe_point(tok, ids)
         if point is None or point[0] >= len(ids):
@@ -215,16 +203,12 @@ class ModelPolicy:
 
 def cut_at_stop(ids: list[int], stops: Sequence[int]) -> list[int]:
     """`ids` up to and including the first stop id (`generate` pads rows that stopped early)."""
-    for i, t in enumerate(ids):
-        if t in stops:
-            return ids[: i + 1]
-    return ids
+    return next((ids[: i + 1] for i, t in enumerate(ids) if t in stops), ids)
 
 
 @contextmanager
 def neutral_generation_config(model: torch.nn.Module) -> Iterator[None]:
-    """For the call, the model's generation config is a blank one, so none of the checkpoint's
-    sampling defaults (Qwen3-VL-8B: top_k 20, ...) fills what rlkit leaves unset."""
+    """For the call, a blank generation config: no checkpoint sampling default (8B: top_k 20)."""
     saved = model.generation_config
     model.generation_config = GenerationConfig()
     try:
@@ -239,7 +223,7 @@ def _four(p: Sequence[float]) -> MoveProbs:
 
 def load_policy(name_or_path: str | Path, **kw) -> Policy:
     """A scripted policy (`random`, `oracle`, `eps-oracle:E`) or a `ModelPolicy` for a model dir
-    (keywords go to `ModelPolicy`, `device` and `dtype` to `load`)."""
+    (`device` and `dtype` go to `load`, other keywords to `ModelPolicy`)."""
     name = str(name_or_path)
     if is_scripted(name):
         if kw:

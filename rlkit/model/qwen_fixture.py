@@ -1,5 +1,5 @@
 """A fixture checkpoint with Qwen3-VL-8B-Instruct's real text side (its tokenizer rebuilt from the
-BPE ranks `rlkit.model.qwen_files` fetches) on small random weights, in Qwen's published layout:
+BPE ranks of `rlkit.model.qwen_files`) on small random weights, in Qwen's published layout:
 docs/models-and-engines.md#the-qwen-fixture-checkpoint-modelqwen_fixturepy."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from rlkit.model.qwen_files import (
 )
 
 TOKENIZER_VERSION = "tokenizer-v1"
-"""Cache key of the converted files: bump it when the conversion or the files written change."""
+"""Cache key of the converted files: bump it when the conversion changes."""
 FIRST_ADDED_ID = 151643
 ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
     *((t, True) for t in SPECIAL_TOKENS),
@@ -61,9 +61,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "mer
 
 
 def merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
-    """The merges (in rank order) that rebuild every multi-byte token from its bytes: for a
-    token of rank r, BPE over its bytes (lowest-rank join below r first) until two parts remain
-    (one merge a token; why: docs/decisions.md#models-mazes-and-the-base-modules)."""
+    """The merges (in rank order) that rebuild every multi-byte token from its bytes, one a token:
+    docs/decisions.md#models-mazes-and-the-base-modules."""
     out = []
     for token, limit in sorted(ranks.items(), key=lambda kv: kv[1]):
         if len(token) < 2:
@@ -85,9 +84,8 @@ def merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
 
 
 def write_tokenizer_files(out_dir: Path, files: QwenTextFiles) -> None:
-    """The four tokenizer files Qwen ships, into `out_dir`: Qwen2Tokenizer on the ranks (eos
-    `<|im_end|>`, pad `<|endoftext|>`, no bos) and tokenizer_config.json as Qwen publishes it
-    (no chat template: Qwen's VL repos keep that in chat_template.json)."""
+    """The four tokenizer files Qwen ships, into `out_dir`, as Qwen publishes them (the chat
+    template is in chat_template.json, as in Qwen's VL repos)."""
     ranks = files.ranks()
     table = bytes_to_unicode()
 
@@ -150,7 +148,7 @@ def qwen_tokenizer_dir(*, download: bool = True) -> Path:
 
 
 FIXTURE_VERSION = "qwen-fixture-v1"
-"""Cache key of the builder: bump it when what build_qwen_fixture writes changes."""
+"""Cache key of the builder: bump it when what `build_qwen_fixture` writes changes."""
 MARKER = "rlkit_fixture.json"
 EMBEDDING_ROWS = 151936
 """Qwen3-VL's embedding rows: 151,669 tokens padded up to a multiple of 128."""
@@ -164,8 +162,7 @@ GENERATION = {
     "repetition_penalty": 1.05,
     "temperature": 0.7,
 }
-"""Sampling defaults in the checkpoint, each off neutral on purpose (repetition_penalty too), so a
-test catches any of them leaking into rlkit's sampling."""
+"""Sampling defaults, each off neutral on purpose: a test catches any leaking into rlkit's sampling."""
 _VISION_NUMBERS = {
     "patch_size": 16,
     "temporal_patch_size": 2,
@@ -234,8 +231,7 @@ def fixture_config() -> Qwen3VLConfig:
 
 
 def build_qwen_fixture(out_dir: str | Path, *, seed: int = 0) -> Path:
-    """Write the fixture checkpoint into `out_dir` (weights seeded by `seed`, the caller's torch
-    RNG untouched); ~10 s cold."""
+    """Write the fixture checkpoint into `out_dir` (weights seeded by `seed`); ~10 s cold."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = qwen_text_files()
@@ -264,8 +260,7 @@ def build_qwen_fixture(out_dir: str | Path, *, seed: int = 0) -> Path:
 
 
 def qwen_fixture() -> Path:
-    """The fixture dir (seed 0), built once per machine, per builder version and per
-    transformers version (config files follow its format), then reused."""
+    """The fixture dir (seed 0), built once per machine, builder and transformers version."""
     key = f"{FIXTURE_VERSION}-tf{transformers.__version__}-seed0"
     return build_once(cache_root() / "qwen-fixture" / key, build_qwen_fixture, marker=MARKER)
 
