@@ -161,35 +161,31 @@ class Batch:
 def forward_hidden(loaded: LoadedModel, batch: Batch) -> torch.Tensor:
     """(B, L, H) last hidden states as `Qwen3VLModel.forward`, each distinct image encoded once."""
     vlm = loaded.model.model
-    if batch.pixel_values is None:
-        return vlm(
-            input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
-            mm_token_type_ids=batch.mm_token_type_ids,
-            position_ids=batch.position_ids,
-        ).last_hidden_state
-    feats = vlm.get_image_features(batch.pixel_values, batch.unique_grid_thw, return_dict=True)
-    sizes = (batch.unique_grid_thw.prod(-1) // vlm.visual.spatial_merge_size**2).tolist()
-
-    def in_row_order(x: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
-        parts = x if isinstance(x, (list, tuple)) else torch.split(x, sizes)
-        return torch.cat([parts[i] for i in batch.image_index])
-
     embeds = vlm.get_input_embeddings()(batch.input_ids)
-    image_pos = batch.mm_token_type_ids.bool()
-    image_embeds = in_row_order(feats.pooler_output).to(embeds.dtype)
-    if int(image_pos.sum()) != image_embeds.shape[0]:
-        raise UsageError(
-            f"{int(image_pos.sum())} image pads but {image_embeds.shape[0]} image features: "
-            "the prompt ids and images were not encoded together"
-        )
-    embeds = embeds.masked_scatter(image_pos.unsqueeze(-1).expand_as(embeds), image_embeds)
+    image_pos = deepstack = None
+    if batch.pixel_values is not None:
+        feats = vlm.get_image_features(batch.pixel_values, batch.unique_grid_thw, return_dict=True)
+        sizes = (batch.unique_grid_thw.prod(-1) // vlm.visual.spatial_merge_size**2).tolist()
+
+        def in_row_order(x: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+            parts = x if isinstance(x, (list, tuple)) else torch.split(x, sizes)
+            return torch.cat([parts[i] for i in batch.image_index])
+
+        image_pos = batch.mm_token_type_ids.bool()
+        image_embeds = in_row_order(feats.pooler_output).to(embeds.dtype)
+        if int(image_pos.sum()) != image_embeds.shape[0]:
+            raise UsageError(
+                f"{int(image_pos.sum())} image pads but {image_embeds.shape[0]} image features: "
+                "the prompt ids and images were not encoded together"
+            )
+        embeds = embeds.masked_scatter(image_pos.unsqueeze(-1).expand_as(embeds), image_embeds)
+        deepstack = [in_row_order(f) for f in feats.deepstack_features]
     return vlm.language_model(
         inputs_embeds=embeds,
         attention_mask=batch.attention_mask,
         position_ids=batch.position_ids,
         visual_pos_masks=image_pos,
-        deepstack_visual_embeds=[in_row_order(f) for f in feats.deepstack_features],
+        deepstack_visual_embeds=deepstack,
     ).last_hidden_state
 
 

@@ -1,5 +1,5 @@
-"""What a checkpoint directory's own files say about generation (stop ids, sampling defaults,
-template source), read without torch: docs/models-and-engines.md#a-checkpoints-own-files-modelcheckpoint_filespy."""
+"""What a checkpoint dir's own files say about generation (stop ids, sampling defaults, template
+source), torch-free: docs/models-and-engines.md#a-checkpoints-own-files-modelcheckpoint_filespy."""
 
 from __future__ import annotations
 
@@ -55,9 +55,8 @@ def token_id(path: str | Path, token: str) -> int | None:
 
 
 def stop_ids(path: str | Path, eos_id: int | None = None) -> tuple[int, ...]:
-    """Ids that end an answer: the generation config's `eos_token_id` (one or a list) and the
-    tokenizer's end of turn (`eos_id`, else `<|im_end|>` looked up in the tokenizer files),
-    end of turn first. An empty tuple means the checkpoint names none."""
+    """Ids that end an answer, end of turn first (`eos_id`, else `<|im_end|>` in the tokenizer
+    files), then the generation config's `eos_token_id`s; () when the checkpoint names none."""
     if eos_id is None:
         eos_id = token_id(path, "<|im_end|>")
     found = [*_ids(eos_id), *_ids(generation_config(path).get("eos_token_id"))]
@@ -68,14 +67,11 @@ def sampling_defaults(path: str | Path) -> dict[str, Any]:
     """The checkpoint's sampling defaults that differ from `NEUTRAL_SAMPLING` (what rlkit
     overrides), e.g. {"top_k": 20, "repetition_penalty": 1.05}."""
     cfg = generation_config(path)
-    out = {}
-    for key, neutral in NEUTRAL_SAMPLING.items():
-        value = cfg.get(key)
-        if value is None or (key == "top_k" and value in (0, -1)):
-            continue
-        if value != neutral:
-            out[key] = value
-    return out
+    return {
+        key: cfg[key]
+        for key, neutral in NEUTRAL_SAMPLING.items()
+        if cfg.get(key) not in (None, neutral) and not (key == "top_k" and cfg[key] == -1)
+    }
 
 
 def template_source(path: str | Path) -> str | None:

@@ -110,18 +110,13 @@ class ModelPolicy:
         encoded = [self.loaded.encoder.encode(m) for m in messages]
         if not self.constrained:
             return self._batched(self._generate, encoded, gens)
-        out: list[Response | None] = [None] * len(encoded)
+        out: dict[int, Response] = {}
         for game in dict.fromkeys(s.maze.game for s in states):  # one spec per game, in order
             rows = [i for i, s in enumerate(states) if s.maze.game == game]
-            answer = self.answer_for(game)
-            answers = self._batched(
-                partial(self._constrained, ans=answer),
-                [encoded[i] for i in rows],
-                [gens[i] for i in rows],
-            )
-            for i, r in zip(rows, answers, strict=True):
-                out[i] = r
-        return out  # type: ignore[return-value]  # every row answered by its game's spec
+            step = partial(self._constrained, ans=self.answer_for(game))
+            answers = self._batched(step, [encoded[i] for i in rows], [gens[i] for i in rows])
+            out.update(zip(rows, answers, strict=True))
+        return [out[i] for i in range(len(encoded))]
 
     def answer_for(self, game: str) -> AnswerSpec:
         """The constrained answer of `game`: four move words (cells), plus `stop` (squares)."""

@@ -34,14 +34,12 @@ INSTALL_HINT = (
 
 
 def images_per_prompt(history: int | None, max_turns: int) -> int:
-    """The most images one prompt holds: each observation carries one, a window keeps the last
-    `history` of them, and the last answer comes after `max_turns` observations."""
+    """The most images one prompt holds: one per observation, the last `history` of them kept."""
     return max_turns if history is None else max(1, min(history, max_turns))
 
 
 def engine_limits(set_name: str, history: int | None = 1) -> dict[str, Any]:
-    """`start_engine` keywords for episodes on a pinned set: images per prompt (vLLM refuses
-    more than its limit) and the size of one (its memory profile renders dummies that big)."""
+    """`start_engine` keywords for episodes on a pinned set: images per prompt and their size."""
     cfg = env_for_set(set_name)
     n_images = images_per_prompt(history, cfg.max_turns) if cfg.observation != "text" else 0
     size = None
@@ -57,12 +55,11 @@ class VllmEngine:
     """A started `vllm.LLM` with what the policy needs beside it."""
 
     llm: Any
-    """The `vllm.LLM`."""
     tokenizer: Any
     """The checkpoint's tokenizer, as vLLM loaded it (an HF tokenizer)."""
     path: Path
     max_images: int
-    """`limit_mm_per_prompt` for images: prompts holding more are refused before vLLM sees them."""
+    """`limit_mm_per_prompt` for images: prompts holding more are refused."""
 
     @property
     def eos_id(self) -> int:
@@ -76,9 +73,8 @@ class VllmEngine:
 
 @contextlib.contextmanager
 def _in_process_engine() -> Iterator[None]:
-    """Import and start vLLM in this process and leave the process as it was (its environment
-    too: subprocesses started later see the old one), vLLM's logs on stderr at WARNING unless
-    the caller's VLLM_LOGGING_* say otherwise."""
+    """Import and start vLLM in this process, its logs on stderr at WARNING unless the caller's
+    VLLM_LOGGING_* say otherwise; the environment and torch's threads are restored after."""
     import torch
 
     quiet = {"VLLM_LOGGING_STREAM": "ext://sys.stderr", "VLLM_LOGGING_LEVEL": "WARNING"}
@@ -111,9 +107,9 @@ def start_engine(
     seed: int = 0,
     **llm_kwargs: Any,
 ) -> VllmEngine:
-    """Start vLLM on a Qwen3-VL checkpoint dir (tiny or real): float32 and eager on CPU,
-    bfloat16 with CUDA graphs on a GPU; KV cache `kv_cache_gb` GiB (default: `CPU_KV_CACHE_GB`
-    on CPU, `GPU_MEMORY_UTILIZATION` of a GPU); `llm_kwargs` go to `vllm.LLM` as they are."""
+    """Start vLLM on a Qwen3-VL checkpoint dir: float32 and eager on CPU, bfloat16 with CUDA
+    graphs on a GPU; KV cache `kv_cache_gb` GiB (default: `CPU_KV_CACHE_GB` on CPU,
+    `GPU_MEMORY_UTILIZATION` of a GPU); `llm_kwargs` go to `vllm.LLM`."""
     p = check_checkpoint(path)
     if is_adapter_dir(p):
         raise UsageError(
@@ -182,8 +178,7 @@ def start_engine(
 
 
 def _llvmlite_scannable() -> None:
-    """Let vLLM 0.32's kernel-override scan (`vars(x)` of every loaded object) pass llvmlite's
-    `ffi.lib`, which answers `__dict__` with a C function: give it a real, empty dict."""
+    """Give llvmlite's `ffi.lib` a real `__dict__` so vLLM 0.32's `vars(x)` scan passes it."""
     ffi = sys.modules.get("llvmlite.binding.ffi")
     table = getattr(getattr(ffi, "lib", None), "_fntab", None)
     if isinstance(table, dict):
