@@ -8,11 +8,11 @@ import itertools
 import json
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
-    PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
     Qwen3VLConfig,
     Qwen3VLForConditionalGeneration,
@@ -114,8 +114,18 @@ def build_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
     return fast
 
 
-def _hf_config(cfg: TinyConfig, vocab: int, tok: PreTrainedTokenizerBase) -> Qwen3VLConfig:
-    ids = {t: tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")}
+def hf_config(
+    cfg: TinyConfig,
+    vocab: int,
+    ids: dict[str, int],
+    *,
+    max_positions: int = 4096,
+    rope_theta: float = 10000.0,
+    vision_positions: int = 256,
+    **text: Any,
+) -> Qwen3VLConfig:
+    """The Qwen3-VL config of `cfg` with `vocab` embedding rows and the special tokens' `ids`;
+    `text`: further text-config keys."""
     return Qwen3VLConfig(
         text_config={
             "vocab_size": vocab,
@@ -125,15 +135,16 @@ def _hf_config(cfg: TinyConfig, vocab: int, tok: PreTrainedTokenizerBase) -> Qwe
             "num_attention_heads": cfg.heads,
             "num_key_value_heads": cfg.kv_heads,
             "head_dim": cfg.head_dim,
-            "max_position_embeddings": 4096,
+            "max_position_embeddings": max_positions,
             "rope_parameters": {
                 "rope_type": "default",
-                "rope_theta": 10000.0,
+                "rope_theta": rope_theta,
                 "mrope_section": list(cfg.mrope_section),
                 "mrope_interleaved": True,
             },
             "pad_token_id": ids["<|endoftext|>"],
             "eos_token_id": ids["<|im_end|>"],
+            **text,
         },
         vision_config={
             "depth": cfg.vision_depth,
@@ -144,13 +155,13 @@ def _hf_config(cfg: TinyConfig, vocab: int, tok: PreTrainedTokenizerBase) -> Qwe
             "spatial_merge_size": cfg.merge,
             "temporal_patch_size": 2,
             "out_hidden_size": cfg.hidden,
-            "num_position_embeddings": 256,
+            "num_position_embeddings": vision_positions,
             "deepstack_visual_indexes": list(cfg.deepstack),
         },
-        image_token_id=tok.convert_tokens_to_ids("<|image_pad|>"),
-        video_token_id=tok.convert_tokens_to_ids("<|video_pad|>"),
-        vision_start_token_id=tok.convert_tokens_to_ids("<|vision_start|>"),
-        vision_end_token_id=tok.convert_tokens_to_ids("<|vision_end|>"),
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=cfg.tie_word_embeddings,
     )
 
@@ -164,7 +175,8 @@ def build_tiny(out_dir: str | Path, *, seed: int = 0, config: TinyConfig | None 
     tok = build_tokenizer(cfg.vocab_size)
     with torch.random.fork_rng(devices=[]):  # CPU only: the model is built on the CPU
         torch.default_generator.manual_seed(seed)
-        model = Qwen3VLForConditionalGeneration(_hf_config(cfg, len(tok), tok))
+        ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+        model = Qwen3VLForConditionalGeneration(hf_config(cfg, len(tok), ids))
     model.generation_config.eos_token_id = tok.convert_tokens_to_ids("<|im_end|>")
     model.generation_config.pad_token_id = tok.pad_token_id
     with no_progress_bars():

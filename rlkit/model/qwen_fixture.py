@@ -14,12 +14,12 @@ from tokenizers import AddedToken, processors
 from transformers import (
     GenerationConfig,
     Qwen2Tokenizer,
-    Qwen3VLConfig,
     Qwen3VLForConditionalGeneration,
 )
 from transformers.convert_slow_tokenizer import bytes_to_unicode  # GPT-2's byte -> char table
 
-from rlkit.model.config import SPECIAL_TOKENS
+from rlkit.model.build import hf_config
+from rlkit.model.config import SPECIAL_TOKENS, TinyConfig
 from rlkit.model.load import no_progress_bars
 from rlkit.model.qwen_files import (
     QWEN_AGENT,
@@ -186,59 +186,24 @@ VIDEO_PREPROCESSOR = {
 """video_preprocessor_config.json, the processor's third part (AutoProcessor loads it too)."""
 
 
-def fixture_config() -> Qwen3VLConfig:
-    """Qwen3-VL-8B-Instruct's config, shrunk: same ids, rope scheme and vocabulary rows."""
-    ids = {t: FIRST_ADDED_ID + i for i, (t, _) in enumerate(ADDED_TOKENS)}
-    return Qwen3VLConfig(
-        text_config={
-            "vocab_size": EMBEDDING_ROWS,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "head_dim": 32,
-            "max_position_embeddings": 262144,
-            "rms_norm_eps": 1e-6,
-            "rope_parameters": {
-                "rope_type": "default",
-                "rope_theta": 5000000.0,
-                "mrope_section": [8, 4, 4],  # Qwen's [24, 20, 20] at a quarter of head_dim
-                "mrope_interleaved": True,
-            },
-            "bos_token_id": GENERATION["bos_token_id"],
-            "eos_token_id": ids["<|im_end|>"],
-            "pad_token_id": GENERATION["pad_token_id"],
-        },
-        vision_config={
-            "depth": 2,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_heads": 4,
-            "patch_size": 16,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-            "out_hidden_size": 64,
-            "num_position_embeddings": 2304,  # Qwen's 48 x 48 learned grid, interpolated
-            "deepstack_visual_indexes": [1],
-        },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=True,  # halves the 151,936-row matrix on disk
-    )
-
-
 def build_qwen_fixture(out_dir: str | Path, *, seed: int = 0) -> Path:
     """Write the fixture checkpoint into `out_dir` (weights seeded by `seed`); ~10 s cold."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = qwen_text_files()
     tok_dir = qwen_tokenizer_dir()
+    config = hf_config(  # Qwen3-VL-8B-Instruct's, shrunk: same ids, rope scheme and vocab rows
+        TinyConfig(hidden=64, intermediate=128, patch_size=16),  # mrope: Qwen's at a quarter
+        EMBEDDING_ROWS,
+        {t: FIRST_ADDED_ID + i for i, (t, _) in enumerate(ADDED_TOKENS)},
+        max_positions=262144,
+        rope_theta=5000000.0,
+        vision_positions=2304,  # Qwen's 48 x 48 learned grid, interpolated
+        bos_token_id=GENERATION["bos_token_id"],
+    )
     with torch.random.fork_rng(devices=[]):
         torch.default_generator.manual_seed(seed)
-        model = Qwen3VLForConditionalGeneration(fixture_config())
+        model = Qwen3VLForConditionalGeneration(config)
     model = model.to(torch.bfloat16)  # Qwen publishes bfloat16 weights
     model.generation_config = GenerationConfig(**GENERATION)
     with no_progress_bars():
