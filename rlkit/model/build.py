@@ -31,9 +31,8 @@ from rlkit.model.load import no_progress_bars
 ANSWER_TOKENS = ("<action>", "</action>", *(a.word for a in Action))
 """Added as whole tokens: the constrained sampler chooses among the move-word tokens only."""
 
-# Qwen's template, reduced to what the env sends: string or content-part messages, images as
-# OpenAI `image_url` parts or HF `image` parts, each becoming vision_start + image_pad + vision_end
-# (the encoder expands the pad to the image's token count, as Qwen's processor does).
+# Qwen's template, reduced to what the env sends: each `image_url` or `image` part becomes
+# vision_start + image_pad + vision_end (the encoder expands the pad, as Qwen's processor does).
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
     "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
