@@ -196,10 +196,9 @@ def prompt_positions(loaded: LoadedModel, prompt: Encoded) -> np.ndarray:
     hit = loaded.positions.get(key)
     if hit is None:
         ids = torch.tensor([prompt.prompt_ids])
-        image_id = loaded.model.config.image_token_id
         pos, _ = loaded.model.model.get_rope_index(
             ids,
-            (ids == image_id).int(),
+            (ids == loaded.model.config.image_token_id).int(),
             image_grid_thw=torch.from_numpy(grid) if len(grid) else None,
         )
         hit = loaded.positions.put(key, pos[:, 0].numpy())

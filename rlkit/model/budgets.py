@@ -354,14 +354,6 @@ def picture_size(maze: Maze, style: RenderStyle) -> tuple[int, int]:
     return maze.height * style.cell_px, maze.width * style.cell_px
 
 
-def _window(b: TurnBudget) -> str:
-    if b.window is None:
-        return ""
-    return (
-        f" (history window {b.window}: a prompt keeps the last {b.window} of {b.max_turns} turns)"
-    )
-
-
 @dataclass(frozen=True)
 class BudgetReport:
     """What the dry run and preflight print about a run's model and its token budget."""
@@ -409,12 +401,14 @@ class BudgetReport:
                 f"{b.image - 2} tokens (+2 vision start/end)"
             )
         framing = b.header + b.tail
+        kept = f"a prompt keeps the last {b.window} of {b.max_turns} turns"
+        window = "" if b.window is None else f" (history window {b.window}: {kept})"
         out += [
             f"per turn:      observation {b.observation} (image {b.image}) + answer <= "
             f"{b.answer} (max_generate_length; canonical {b.canonical}) + {framing} framing = "
             f"{b.per_turn()} tokens",
             f"per episode:   system {b.system} + {b.kept(b.max_turns)} turns x {b.per_turn()} = "
-            f"{b.worst_case} tokens at worst{_window(b)}; max_input_length "
+            f"{b.worst_case} tokens at worst{window}; max_input_length "
             f"{b.max_input_length}, max_model_len {b.max_model_len}",
         ]
         warning = b.warning()

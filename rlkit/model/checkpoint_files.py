@@ -29,11 +29,6 @@ def _json(path: Path) -> dict:
         return {}
 
 
-def generation_config(path: str | Path) -> dict:
-    """`generation_config.json` of the checkpoint, {} when it has none."""
-    return _json(Path(path) / "generation_config.json")
-
-
 def _ids(value: Any) -> list[int]:
     if value is None:
         return []
@@ -59,14 +54,14 @@ def stop_ids(path: str | Path, eos_id: int | None = None) -> tuple[int, ...]:
     files), then the generation config's `eos_token_id`s; () when the checkpoint names none."""
     if eos_id is None:
         eos_id = token_id(path, "<|im_end|>")
-    found = [*_ids(eos_id), *_ids(generation_config(path).get("eos_token_id"))]
+    found = [*_ids(eos_id), *_ids(_json(Path(path) / "generation_config.json").get("eos_token_id"))]
     return tuple(dict.fromkeys(found))
 
 
 def sampling_defaults(path: str | Path) -> dict[str, Any]:
     """The checkpoint's sampling defaults that differ from `NEUTRAL_SAMPLING` (what rlkit
     overrides), e.g. {"top_k": 20, "repetition_penalty": 1.05}."""
-    cfg = generation_config(path)
+    cfg = _json(Path(path) / "generation_config.json")
     return {
         key: cfg[key]
         for key, neutral in NEUTRAL_SAMPLING.items()
