@@ -1,4 +1,4 @@
-"""Token budgets before GPU-hours (rlkit.model.budgets, its report too): image tokens
+"""Token budgets before GPU-hours (rlkit.model.budgets, rlkit.model.budget_report): image tokens
 by transformers' own resize rule, the arithmetic by hand, the budget of a played conversation
 against what the checkpoint's processor really tokenizes, and what a real Qwen checkpoint's
 files say. The dry run and preflight that print them: tests/test_budget_cli.py."""
@@ -17,6 +17,7 @@ from rlkit.maze.core import Action
 from rlkit.maze.parsing import format_action
 from rlkit.maze.render import image_from_data_uri
 from rlkit.maze.sets import TEST_SETS
+from rlkit.model.budget_report import budget_report, set_episode
 from rlkit.model.budgets import (
     QWEN3VL,
     TINY,
@@ -24,10 +25,8 @@ from rlkit.model.budgets import (
     ImageProcessor,
     Tokens,
     TurnBudget,
-    budget_report,
     image_tokens,
     preprocessor,
-    set_episode,
     smart_resize,
     turn_budget,
 )

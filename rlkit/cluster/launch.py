@@ -33,7 +33,7 @@ from rlkit.train.presets import PRESETS as LOCAL_PRESETS
 from rlkit.train.presets import preset as load_preset
 
 if TYPE_CHECKING:
-    from rlkit.model.budgets import BudgetReport
+    from rlkit.model.budget_report import BudgetReport
 
 PRESETS = dict.fromkeys(LOCAL_PRESETS, "local") | dict.fromkeys(skyrl.PRESETS, "skyrl")
 """Every preset name -> its backend: `local` (`rlkit.train.presets`) or `skyrl` (`.skyrl.presets`)."""

@@ -24,7 +24,7 @@ from rlkit.run.remote import answer, log_tail
 
 if TYPE_CHECKING:
     from rlkit.cluster.client import Cluster
-    from rlkit.model.budgets import BudgetReport
+    from rlkit.model.budget_report import BudgetReport
 
 MARK = "RLKIT_PREFLIGHT "
 RUNTIME_FIX = "run on rlkit's cluster runtime (deploy/Dockerfile, built by deploy/build-image.sh)"

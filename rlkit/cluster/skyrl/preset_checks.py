@@ -14,7 +14,8 @@ from rlkit.cluster.skyrl.presets import TINY_WARM, SkyRLPreset
 from rlkit.cluster.workdir import project_root
 from rlkit.env.visgym_text import read_prompt_file
 from rlkit.errors import UsageError
-from rlkit.model.budgets import QWEN_ASSUMED, TINY_ASSUMED, BudgetReport, budget_report
+from rlkit.model.budget_report import BudgetReport, budget_report
+from rlkit.model.budgets import QWEN_ASSUMED, TINY_ASSUMED
 
 
 def eval_plan(p: SkyRLPreset) -> str:
