@@ -5,11 +5,13 @@ no cluster) under `sys.setprofile` and prints the rlkit files its calls enter, i
 
 A stay is a run of calls in one file; a return is a stay in a file the walk had left earlier; a
 climb is a stay in a higher layer than the one before (scripts/check_layers.py: BASE, then ORDER).
-Module code run by a first import is left out.
+Module code run by a first import is left out, and so is a generator resumed (one call, however
+many items it yields).
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 import tempfile
 from collections import Counter
@@ -71,6 +73,7 @@ def walk(preset: str, **kwargs) -> Walk:
 
     out = Walk()
     in_import = [0]
+    generators: set[int] = set()  # frames of generators already entered once
 
     def profile(frame, event, _arg):
         if event not in ("call", "return"):
@@ -84,6 +87,10 @@ def walk(preset: str, **kwargs) -> Walk:
         path = Path(code.co_filename)
         if not path.is_relative_to(PACKAGE):
             return
+        if code.co_flags & inspect.CO_GENERATOR:
+            if id(frame) in generators:
+                return
+            generators.add(id(frame))
         rel = path.relative_to(PACKAGE).as_posix()
         caller = frame.f_back.f_code.co_name if frame.f_back else ""
         for key in (code.co_name, f"{path.name}:{code.co_name}"):
