@@ -33,7 +33,7 @@ class TaskConfig:
     """What the agent plays."""
 
     spec: MazeSpec = field(default_factory=lambda: pinned_spec("test"))
-    """Training maze family; the default matches the `test` set's family (disjoint seeds)."""
+    """Training maze family (default: the `test` set's, disjoint seeds)."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """Turn budget, observation and parser: the same env the eval uses."""
     eval_set: str = "test"
@@ -107,13 +107,11 @@ class WarmStartConfig:
     random_steps: int = 5
     """States are reached by up to this many random moves from the start (varied trails)."""
     states: str = "path"
-    """Squares game: `path` (along the oracle's path, then random moves) or `open` (floor
-    squares drawn uniformly, `per_maze` a maze)."""
+    """Squares game: `path` (the oracle's path, then random moves) or `open` (any floor square)."""
     per_maze: int = 8
     """`open` states: squares drawn from each maze."""
     curriculum_steps: int | None = None
-    """`open` states: BC steps over which the states' largest distance to the target grows
-    from 2 to every square (None: every square from the start)."""
+    """`open` states: BC steps over which their distance to the target grows from 2 (None: off)."""
     aux_weight: float = 0.0
     """Weight of the per-square auxiliary loss (`rlkit.train.square_head`); 0: off."""
     tower_steps: int = 0
@@ -155,25 +153,21 @@ class GRPOConfig:
     lr_late_from: int = 50
     """GRPO step at which `lr_late` takes over."""
     lr_end: float | None = 1e-6
-    """From `lr_late_from` on the rate falls along a half cosine to this at the last GRPO step
-    (None: constant)."""
+    """From `lr_late_from` on, a half cosine down to this at the last GRPO step (None: constant)."""
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     turn_slack: int | None = 0
-    """Rollout turn budget: a maze's shortest path + this many turns, at most `env.max_turns`
-    (None: `env.max_turns`); evals play the pinned env's budget."""
+    """Rollout turn budget: shortest path + this, at most `env.max_turns` (None: `max_turns`)."""
     tight_fraction: float = 0.5
     """Share of each step's mazes played on the `turn_slack` budget; the others get `max_turns`."""
     solvable_only: bool = True
     """Pass over training mazes whose shortest way takes more turns than the env allows."""
     hard_share: float = 0.0
-    """Share of each step's mazes drawn among those whose shortest path has at least
-    `hard_min_path` moves (0: the stream as it comes)."""
+    """Share of each step's mazes whose shortest path has >= `hard_min_path` moves (0: off)."""
     hard_min_path: int = 14
     """Shortest-path moves a maze needs for a `hard_share` slot."""
     aux_weight: float = 0.0
-    """Weight of the per-square loss kept through GRPO, on the vision tower after each GRPO
-    step (0: off)."""
+    """Weight of the per-square loss on the vision tower after each GRPO step (0: off)."""
     aux_steps: int = 1
     """Steps of the per-square loss after each GRPO step, each on a fresh warm-start batch."""
 
@@ -208,8 +202,7 @@ LOCAL_TINY_RECIPE = Recipe(
     zero_variance_filter=True,
     fail_advantage=-1.0,
 )
-"""SkyRL's defaults but KL 0.05, the zero-variance filter and `fail_advantage` -1
-(docs/recipes.md#defaults-and-recorded-configs)."""
+"""SkyRL's defaults but KL 0.05, zero-variance filter, fail_advantage -1 (docs/recipes.md)."""
 
 
 @dataclass(frozen=True)
@@ -282,8 +275,7 @@ class TrainConfig:
         return asdict(self)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> TrainConfig:
-        """`{"grpo.lr": 1e-4, "steps": 8}` -> a new config (CLI `--set`, dotted keys or unique
-        bare names; `rlkit.settings.apply_settings`)."""
+        """`{"grpo.lr": 1e-4, "steps": 8}` -> a new config (CLI `--set`: dotted or unique names)."""
         return apply_settings(self, overrides)
 
 

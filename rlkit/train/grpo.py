@@ -113,10 +113,9 @@ def step_credit(
     states: torch.Tensor,
     recipe: Recipe,
 ) -> torch.Tensor:
-    """GiGPO's per-turn advantage A_t = A_episode + omega * A_step (arXiv 2505.10978), a turn's
-    anchor group the turns of its maze's group on the same state. episode_adv, rewards,
-    group_ids, lengths: (B,); states: (N,) or (N, K) int state keys, episode then turn order.
-    Returns (N,) float32; omega, gamma: the recipe's `gigpo_step_weight`, `gigpo_gamma`."""
+    """GiGPO's per-turn advantage A_episode + gigpo_step_weight * A_step (arXiv 2505.10978), the
+    anchor group a maze group's turns on one state: (B,) episode inputs, states (N,) or (N, K)
+    int keys in episode then turn order -> (N,) float32."""
     episode = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
     if states.shape[0] != episode.numel():
         raise UsageError(
@@ -150,14 +149,9 @@ def _group_range(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per group (max, min) of the rewards, and each episode's group position."""
     inverse, counts = _check_groups(rewards, group_ids)
-    n_groups = counts.numel()
-    r = rewards.detach().to(torch.float64)
-    hi = torch.full((n_groups,), -torch.inf, dtype=torch.float64).scatter_reduce(
-        0, inverse, r, reduce="amax"
-    )
-    lo = torch.full((n_groups,), torch.inf, dtype=torch.float64).scatter_reduce(
-        0, inverse, r, reduce="amin"
-    )
+    r, empty = rewards.detach().double(), torch.zeros(counts.numel(), dtype=torch.float64)
+    hi = empty.scatter_reduce(0, inverse, r, reduce="amax", include_self=False)
+    lo = empty.scatter_reduce(0, inverse, r, reduce="amin", include_self=False)
     return hi, lo, inverse
 
 
@@ -173,10 +167,6 @@ def _sequence_tokens(m: torch.Tensor, seq_ids: torch.Tensor | None) -> tuple[tor
     n = int(inverse.max()) + 1 if inverse.numel() else 0
     tokens = torch.zeros(n, dtype=m.dtype, device=m.device).index_add_(0, inverse, m.sum(-1))
     return tokens[inverse].unsqueeze(-1), n
-
-
-def _token_mean(m: torch.Tensor, seq_ids: torch.Tensor | None, max_seq_len: int | None):
-    return m / m.sum().clamp(min=1.0)
 
 
 def _sequence_mean(m: torch.Tensor, seq_ids: torch.Tensor | None, max_seq_len: int | None):
@@ -196,7 +186,7 @@ def _seq_mean_token_sum_norm(
 
 
 REDUCTIONS: dict[str, Callable[..., torch.Tensor]] = {
-    "token_mean": _token_mean,
+    "token_mean": lambda m, seq_ids, max_seq_len: m / m.sum().clamp(min=1.0),
     "sequence_mean": _sequence_mean,
     "seq_mean_token_sum_norm": _seq_mean_token_sum_norm,
 }
@@ -210,13 +200,10 @@ def reduction_weights(
     max_seq_len: int | None = None,
     seq_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Per-token weights w (B, T) such that `(token_loss * w).sum()` is the chosen reduction.
-
-    mask (B, T): 1 where a token carries loss; seq_ids (B,): rows of one sequence (an episode's
-    turns; None: each row). With S sequences and n_i the loss tokens of row i's sequence:
-    token_mean w = m / max(1, sum(m)); sequence_mean w_i = m_i / (S * max(1, n_i));
-    seq_mean_token_sum_norm w = m / (S * max_seq_len).
-    """
+    """Per-token weights w (B, T), `(token_loss * w).sum()` the reduction, for mask (B, T) and
+    seq_ids (B,) (rows of one episode; None: each row), S sequences, n_i row i's sequence's
+    tokens: token_mean m / sum(m), sequence_mean m_i / (S n_i), seq_mean_token_sum_norm
+    m / (S max_seq_len)."""
     m = mask.to(torch.float32) if not mask.is_floating_point() else mask
     if m.ndim != 2:
         raise UsageError(f"mask {tuple(m.shape)} must be (B, T)")
@@ -250,8 +237,6 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
     """Mean of `values` where `mask` is set (0 when nothing is set); same shapes, any rank."""
     m = mask.to(values.dtype)
     total = torch.where(mask.bool(), values * m, torch.zeros_like(values))
-    if dim is None:
-        return total.sum() / m.sum().clamp(min=1.0)
     return total.sum(dim=dim) / m.sum(dim=dim).clamp(min=1.0)
 
 
@@ -260,8 +245,7 @@ def episode_mean(
 ) -> torch.Tensor:
     """The token mean of `values` (B, T) within each sequence (`seq_ids`; None: each row),
     averaged over sequences: SkyRL's reduction of its KL term."""
-    w = reduction_weights(mask, "sequence_mean", seq_ids=seq_ids).to(values.dtype)
-    return torch.where(mask.bool(), values * w, torch.zeros_like(values)).sum()
+    return reduce_loss(values, mask, "sequence_mean", seq_ids=seq_ids)
 
 
 def _k3(delta: torch.Tensor) -> torch.Tensor:
@@ -275,15 +259,14 @@ KL_ESTIMATORS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "k2": lambda d: 0.5 * d.square(),
     "k3": _k3,
 }
-"""KL(pi || pi_ref) per token from d = ref_logprobs - logprobs, under SkyRL's names."""
+"""KL(pi || pi_ref) per token from d = ref_logprobs - logprobs (k1 -d, abs |d|, k2 d^2 / 2)."""
 
 
 def kl_estimate(
     logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k3"
 ) -> torch.Tensor:
-    """Per-token KL(pi || pi_ref) from sampled-token logprobs, (B, T) -> (B, T), by `estimator`
-    with d = ref_logprobs - logprobs: k1 = -d, abs = |d|, k2 = d^2 / 2, k3 = exp(d) - d - 1
-    (d clamped to [-20, 20], the result to [-10, 10], as SkyRL)."""
+    """Per-token KL(pi || pi_ref) from sampled-token logprobs (B, T) -> (B, T), as SkyRL: k3
+    = exp(d) - d - 1 with d = ref_logprobs - logprobs clamped to [-20, 20], then to [-10, 10]."""
     if logprobs.shape != ref_logprobs.shape:
         raise UsageError(
             f"logprobs {tuple(logprobs.shape)} and ref_logprobs {tuple(ref_logprobs.shape)} "

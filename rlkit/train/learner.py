@@ -1,7 +1,5 @@
-"""The policy being trained (`Learner`: model, optimizer, the KL term's frozen reference), which
-the warm start and the GRPO step both train; `TurnSample`, one row of a GRPO update, and its
-`minibatch_loss`; the phase's start policy saved and reloaded (RUN/reference_policy).
-"""
+"""The policy the warm start and GRPO train (`Learner`), one row of a GRPO update (`TurnSample`)
+and its `minibatch_loss`; the GRPO phase's start policy (RUN/reference_policy)."""
 
 from __future__ import annotations
 
@@ -123,8 +121,8 @@ def _rows(like: torch.Tensor, values: Sequence[Sequence[float]]) -> torch.Tensor
 
 
 def start_policy(run_dir: Path, loaded: LoadedModel | None) -> Path:
-    """RUN/reference_policy: the policy as the GRPO phase starts (the KL term's reference,
-    LoRA's base), saved once from `loaded` (None: it must exist already)."""
+    """RUN/reference_policy (the KL term's reference, LoRA's base), saved once from `loaded`
+    (None: it must exist already)."""
     ref_dir = run_dir / "reference_policy"
     if loaded is None and not (ref_dir / "config.json").exists():
         raise RlkitError(f"{ref_dir} is missing: a LoRA run resumes on the base it saved there")
@@ -145,7 +143,7 @@ def model_like(path: Path, like: torch.nn.Module) -> torch.nn.Module:
 
 
 def reference_of(loaded: LoadedModel, run_dir: Path) -> LoadedModel:
-    """The frozen post-warm-start policy the KL term pulls towards, sharing `loaded`'s encoder."""
+    """The frozen start policy the KL term pulls towards, sharing `loaded`'s encoder."""
     ref = copy.copy(loaded)
     ref.model = model_like(start_policy(run_dir, loaded), loaded.model)
     return ref

@@ -35,9 +35,8 @@ def clipped_surrogate(
     eps_clip_low: float = 0.2,
     eps_clip_high: float = 0.2,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token PPO clipped surrogate loss with clip-higher: logprobs, old_logprobs (B, T),
-    advantages (B,) or (B, T) -> `(loss, clipped)` (B, T), `loss = -min(rho A, clip(rho,
-    1-eps_low, 1+eps_high) A)`, `clipped` where the clipped branch (no gradient) was taken."""
+    """Per-token PPO loss with clip-higher, (B, T) and advantages (B,) or (B, T) -> (loss,
+    clipped) (B, T): -min(rho A, clip(rho, 1-low, 1+high) A) and where the clip was taken."""
     if eps_clip_low < 0 or eps_clip_high < 0 or eps_clip_low >= 1:
         raise UsageError(
             f"eps_clip_low ({eps_clip_low}) must be in [0, 1) and eps_clip_high ({eps_clip_high})"
@@ -122,12 +121,9 @@ def policy_loss(
     ref_logprobs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
 ) -> PolicyLoss:
-    """GRPO loss for one mini-batch under `recipe`: the `policy_loss_type` loss reduced by
-    `loss_reduction`, + `kl_in_loss` * KL to the reference - `entropy_loss_coef` * entropy.
-
-    logprobs, old_logprobs, mask, ref_logprobs, entropy: (B, T); advantages: (B,) or (B, T);
-    seq_ids (B,): rows of one sequence (an episode; None: each row). Metrics under `loss/`.
-    """
+    """One mini-batch's loss: the `policy_loss_type` loss reduced by `loss_reduction`, plus
+    `kl_in_loss` * KL to the reference, minus `entropy_loss_coef` * entropy. Tensors (B, T)
+    (advantages also (B,)); seq_ids (B,): each row's episode (None: each row its own)."""
     kl_coef, entropy_coef = recipe.kl_in_loss, recipe.entropy_loss_coef
     if kl_coef > 0 and ref_logprobs is None:
         raise UsageError(
@@ -148,8 +144,9 @@ def policy_loss(
     token_loss, clipped = POLICY_LOSSES[recipe.policy_loss_type](
         logprobs, old_logprobs, adv, mask, recipe, seq_ids
     )
-    reduction, max_len = recipe.loss_reduction, recipe.max_seq_len
-    pg = reduce_loss(token_loss, mask, reduction, max_seq_len=max_len, seq_ids=seq_ids)
+    pg = reduce_loss(
+        token_loss, mask, recipe.loss_reduction, max_seq_len=recipe.max_seq_len, seq_ids=seq_ids
+    )
     total = pg
     with torch.no_grad():
         ratio = torch.exp(torch.clamp(logprobs - old_logprobs, -20.0, 20.0))

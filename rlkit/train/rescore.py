@@ -39,12 +39,6 @@ class EpisodeShift:
 class Rescore:
     episodes: list[EpisodeShift]
 
-    def _by_group(self) -> list[float]:
-        sums: dict[tuple[int, int], float] = defaultdict(float)
-        for e in self.episodes:
-            sums[e.group] += e.advantage * e.shift
-        return [s for s in sums.values() if s != 0.0]
-
     @property
     def weighted(self) -> float:
         """Mean of advantage x shift over the episodes (> 0: answers moved as asked)."""
@@ -53,14 +47,16 @@ class Rescore:
     @property
     def observation_weighted(self) -> float:
         """Advantage x observation shift, averaged like `weighted` (near 0 behind the mask)."""
-        return sum(e.advantage * e.observation_shift for e in self.episodes) / max(
-            1, len(self.episodes)
-        )
+        total = sum(e.advantage * e.observation_shift for e in self.episodes)
+        return total / max(1, len(self.episodes))
 
     @property
     def z(self) -> float:
         """The weighted shift in standard errors over the groups' sums: mean / (sd / sqrt(n))."""
-        sums = self._by_group()
+        by_group: dict[tuple[int, int], float] = defaultdict(float)
+        for e in self.episodes:
+            by_group[e.group] += e.advantage * e.shift
+        sums = [s for s in by_group.values() if s != 0.0]
         if len(sums) < 2:
             return 0.0
         mean = sum(sums) / len(sums)
@@ -69,8 +65,8 @@ class Rescore:
 
     @property
     def solved_gain(self) -> float:
-        """Solved episodes' mean shift minus failed ones' within a group, averaged over the
-        groups holding both (nats a token; 0: none)."""
+        """Per group holding both, solved episodes' mean shift minus failed ones' (nats a token),
+        averaged (0: no such group)."""
         groups: dict[tuple[int, int], list[EpisodeShift]] = defaultdict(list)
         for e in self.episodes:
             groups[e.group].append(e)
@@ -84,8 +80,7 @@ class Rescore:
 
     @property
     def learned(self) -> bool:
-        """Answers moved as their advantages asked, solved episodes gained on failed ones,
-        and the observations moved less than the answers."""
+        """Answers moved as asked, solved gained on failed, observations moved less than answers."""
         return (
             self.weighted > 0
             and self.solved_gain > 0
@@ -111,8 +106,7 @@ def episodes_logprobs(
     loaded: LoadedModel, episodes: Sequence[CapturedEpisode], env: EnvConfig
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Log-probabilities under `loaded` of each episode's answer tokens and of its observation
-    tokens (after the first answer, not an answer, no image placeholder), each in order; each
-    whole conversation rebuilt through the env and scored in one forward, as SkyRL does."""
+    tokens (after the first answer, no image placeholder), the whole conversation one forward."""
     tok = loaded.tokenizer
     prompts = [
         loaded.encoder.encode(turn_prompts(e.trajectory, env, history=None)[-1]) for e in episodes
@@ -142,8 +136,7 @@ def episodes_logprobs(
 def _scored_positions(
     loaded: LoadedModel, header: list[int], ids: list[int], first: int
 ) -> tuple[list, list]:
-    """Positions in a left-padded row (tokens from `first` on) of the answer tokens (each after
-    a generation `header`) and the observation tokens."""
+    """Positions of a left-padded row's answer tokens (after each `header`) and observations."""
     starts = [i + len(header) for i in range(first, len(ids)) if ids[i : i + len(header)] == header]
     answers = []  # each answer runs from its header to its end of turn (the last: to the end)
     for i in starts:
@@ -159,12 +152,10 @@ def _scored_positions(
 def both_logprobs(
     episodes: Sequence[CapturedEpisode], a: LoadedModel, b: LoadedModel, env: EnvConfig
 ) -> tuple[list, list]:
-    """`episodes_logprobs` under `a` and under `b`, a chunk of episodes a forward (its logits
-    within `LOGIT_BUDGET`)."""
+    """`episodes_logprobs` under `a` and under `b`, in chunks whose logits fit `LOGIT_BUDGET`."""
     rows = max(1, min(ROWS_PER_FORWARD, LOGIT_BUDGET // (512 * a.model.lm_head.out_features)))
     chunks = [episodes[i : i + rows] for i in range(0, len(episodes), rows)]
-    befores, afters = ([x for c in chunks for x in episodes_logprobs(m, c, env)] for m in (a, b))
-    return befores, afters
+    return tuple([x for c in chunks for x in episodes_logprobs(m, c, env)] for m in (a, b))
 
 
 def rescore(
@@ -174,8 +165,7 @@ def rescore(
     after: str | Path | LoadedModel,
     env: EnvConfig,
 ) -> Rescore:
-    """`episodes` scored under the checkpoints `before` and `after` (dirs or loaded models):
-    each episode's mean per-token change over all its answers' tokens."""
+    """Each episode's mean per-token answer change from `before` to `after` (dirs or models)."""
     a, b = (m if isinstance(m, LoadedModel) else load(m) for m in (before, after))
     # an answer holding the image placeholder got no gradient and cannot be re-encoded
     pad = a.encoder.image_pad
@@ -195,6 +185,5 @@ def rescore(
     for e, (old, old_obs), (new, new_obs) in zip(scored, befores, afters, strict=True):
         shift = float((new - old).mean()) if old.numel() else 0.0
         obs = float((new_obs - old_obs).mean()) if old_obs.numel() else 0.0
-        group = (e.step, e.group)
-        out.append(EpisodeShift(group, e.advantage, e.trajectory.solved, shift, obs))
+        out.append(EpisodeShift((e.step, e.group), e.advantage, e.trajectory.solved, shift, obs))
     return Rescore(out)

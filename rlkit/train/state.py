@@ -17,8 +17,7 @@ ROLLOUT, SHUFFLE = 1, 2
 
 
 def seed_for(*parts: int) -> int:
-    """A 64-bit seed from a key of non-negative ints; the key's length is part of it
-    (SeedSequence pads with zeros: (s, t) and (s, t, 0) would be one seed)."""
+    """A 64-bit seed from non-negative ints, the key's length part of it ((s, t) != (s, t, 0))."""
     if any(int(p) < 0 for p in parts):
         raise UsageError(f"seed key {parts} must be non-negative ints (SeedSequence entropy)")
     key = [*map(int, parts), len(parts)]
@@ -26,12 +25,12 @@ def seed_for(*parts: int) -> int:
 
 
 def rollout_seed(seed: int, step: int, round_: int = 0) -> int:
-    """Seed of the episodes sampled at global step `step`, in its dynamic-sampling round `round_`."""
+    """Seed of global step `step`'s episodes in dynamic-sampling round `round_`."""
     return seed_for(seed, ROLLOUT, step) if round_ == 0 else seed_for(seed, ROLLOUT, step, round_)
 
 
 def shuffle_seed(seed: int, step: int, epoch: int) -> int:
-    """Seed of the minibatch order of epoch `epoch` of the update at global step `step`."""
+    """Seed of the minibatch order of epoch `epoch` at global step `step`."""
     return seed_for(seed, SHUFFLE, step, epoch)
 
 
@@ -60,8 +59,8 @@ class Due:
 
 
 def due(s: TrainState, sched: ScheduleConfig) -> Due:
-    """What is due after step `s`: both at the warm-start boundary and the last GRPO step; else
-    an eval every `eval_every` GRPO steps and a checkpoint every `ckpt_every` global steps."""
+    """Both at the warm-start boundary and the last GRPO step; else an eval every `eval_every`
+    GRPO steps and a checkpoint every `ckpt_every` global steps."""
     boundary = s.warm_start_end == s.step
     last = s.grpo_steps >= sched.steps and s.phase == "grpo"
     grpo_tick = s.phase == "grpo" and not boundary and s.grpo_steps > 0

@@ -6,6 +6,7 @@ run draws what an uninterrupted one would.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
@@ -37,8 +38,7 @@ def grpo_step(
     run_dir: Path,
     timer: Callable[[str], AbstractContextManager],
 ) -> dict:
-    """One GRPO step at global step `state.step` (its mazes from `state.cursor` on, which it
-    advances); returns its metrics. `timer(name)` times each phase."""
+    """One GRPO step at `state.step` (advancing `state.cursor`); returns its metrics."""
     g, task, recipe, sched = cfg.grpo, cfg.task, cfg.recipe, cfg.schedule
     stops = learner.loaded.stop_ids
     trajs: list[Trajectory] = []
@@ -54,8 +54,8 @@ def grpo_step(
         scores = score(trajs, recipe, stop_ids=stops, batch_groups=g.mazes_per_step)
         faults.point("rollout", state.step)
     with timer("capture"):  # a few groups kept for viewing (RUN/rollouts)
-        name = captures.training_label(state.step)
-        captured = capture(run_dir, state.step, trajs, scores, sched, name)
+        label = captures.training_label(state.step)
+        captured = capture(run_dir, state.step, trajs, scores, sched, label)
     with timer("encode"):
         encode = learner.loaded.encoder.encode
         samples = turn_samples(trajs, scores, encode, task.env, history=task.history)
@@ -102,8 +102,7 @@ def rollout_round(
 
 
 def curriculum(cfg: TrainConfig, state: TrainState) -> float:
-    """Share of each training maze's shortest path played at this GRPO step (1: the whole maze),
-    a pure function of the step and the recipe's `curriculum_steps` and `curriculum_start`."""
+    """Share of each training maze's shortest path played at this GRPO step (1: the whole)."""
     r = cfg.recipe
     return curriculum_share(state.grpo_steps, r.curriculum_steps, r.curriculum_start)
 
@@ -111,9 +110,8 @@ def curriculum(cfg: TrainConfig, state: TrainState) -> float:
 def turn_budgets(
     mazes: Sequence[Maze], env: EnvConfig, slack: int | None, tight_fraction: float = 1.0
 ) -> list[int] | None:
-    """Per-maze turn budgets: the first `tight_fraction` of the mazes get their shortest path
-    (a squares maze's closing `stop` counted) + `slack`, at most the env's `max_turns`, the rest
-    `max_turns`; None (every maze `max_turns`) when `slack` is None."""
+    """Per-maze turn budgets: the first `tight_fraction` of the mazes their shortest path +
+    `slack` (at most `max_turns`), the rest `max_turns`; None (all `max_turns`): no slack."""
     if slack is None:
         return None
     tight = round(tight_fraction * len(mazes))
@@ -124,9 +122,8 @@ def turn_budgets(
 
 
 def enough_groups(scores: Scores, recipe: Recipe, batch_groups: int, rounds: int) -> bool:
-    """Whether a step's rollout may stop after `rounds` rounds: always without dynamic sampling;
-    with `filter`, once `batch_groups` groups enter the loss or after `max_sample_batches`
-    rounds (SkyRL stops the run there; the local trainer trains on what it has)."""
+    """Whether the rollout may stop after `rounds`: without dynamic sampling always; with it,
+    once `batch_groups` groups enter the loss or after `max_sample_batches` rounds."""
     if recipe.dynamic_sampling_type != "filter" or rounds >= recipe.max_sample_batches:
         return True
     return kept_groups(scores) >= batch_groups
@@ -155,11 +152,9 @@ def score(
     stop_ids: Sequence[int] | None = None,
     batch_groups: int | None = None,
 ) -> Scores:
-    """Advantages of `trajs` by the recipe's estimator, and which episodes the loss keeps:
-    `zero_variance_filter` (or dynamic sampling) drops groups of equal rewards;
-    `fail_advantage` goes to every episode of an unsolved group, kept;
-    `apply_overlong_filtering` drops an episode cut before a stop id (its reward still in the
-    baseline); dynamic sampling with `batch_groups` keeps the first that many groups."""
+    """Advantages of `trajs` by the recipe's estimator, and which episodes the loss keeps (an
+    overlong episode's reward stays in the baseline; dynamic sampling with `batch_groups` keeps
+    the first that many groups)."""
     rewards = torch.tensor([t.reward for t in trajs])
     groups = torch.tensor([t.maze_index for t in trajs])
     adv = grpo.estimate(rewards, groups, recipe)
@@ -205,9 +200,8 @@ def capture(
     sched: ScheduleConfig,
     policy: str,
 ) -> dict:
-    """Write `sched.capture_groups` of the step's groups to RUN/rollouts, named `policy`, each
-    episode with the advantage its loss used (0 where dropped; under gigpo each turn's too);
-    returns the capture's size metrics ({} when capture is off)."""
+    """Write `sched.capture_groups` groups to RUN/rollouts with the advantages the loss used (0
+    where dropped); returns the capture's size metrics ({} when capture is off)."""
     if sched.capture_groups == 0:
         return {}
     used = torch.where(scores.keep, scores.advantages, 0.0).tolist()
@@ -231,10 +225,8 @@ def turn_samples(
     *,
     history: int | None = 1,
 ) -> list[TurnSample]:
-    """One row per model turn of every kept episode, in episode then turn order, with its
-    episode's advantage (or its own: `scores.turn_advantages`); a zero advantage stays (it
-    counts in the reductions' denominators). Each prompt is re-encoded and must equal the
-    sampled one."""
+    """One row per model turn of every kept episode (zero advantages too: they count in the
+    reductions), each prompt re-encoded and checked against the sampled one."""
     out = []
     per_turn = None if scores.turn_advantages is None else scores.turn_advantages.tolist()
     kept = zip(trajs, scores.advantages.tolist(), scores.keep.tolist(), strict=True)
@@ -265,14 +257,14 @@ def update(
     seed: int,
     step: int,
 ) -> dict[str, float]:
-    """`g.epochs` passes over `samples` at rate `lr`, one clipped optimizer step per minibatch
-    (their order from `seed` and global `step`); returns the metrics' means ({}: no samples)."""
+    """`g.epochs` passes over `samples` at `lr`, a clipped optimizer step per minibatch (their
+    order seeded by `seed` and `step`); returns the metrics' means ({}: no samples)."""
     if not samples:
         return {}
     for group in learner.opt.param_groups:
         group["lr"] = lr
     samples = with_reference(learner, samples, g.minibatch)
-    model, totals, n_mb = learner.loaded.model, {}, 0
+    model, totals, n_mb = learner.loaded.model, Counter(), 0
     model.train()
     for epoch in range(g.epochs):
         gen = torch.Generator().manual_seed(shuffle_seed(seed, step, epoch))
@@ -289,8 +281,7 @@ def update(
                 "loss/entropy": float(grpo.masked_mean(loss.entropy.detach(), loss.mask)),
             }
             n_mb += 1
-            for k, v in metrics.items():
-                totals[k] = totals.get(k, 0.0) + v
+            totals.update(metrics)
     model.eval()
     return {k: v / n_mb for k, v in totals.items()}
 
@@ -305,8 +296,8 @@ def minibatch_order(
 def grouped_minibatches(
     keys: Sequence[Hashable], size: int, generator: torch.Generator
 ) -> list[list[int]]:
-    """Sample indices grouped by `keys`, the groups in a random order, packed whole into
-    minibatches of at most `size` (a larger group alone)."""
+    """Indices grouped by `keys`, groups shuffled, packed whole into minibatches of at most
+    `size` (a larger group alone)."""
     members: dict[Hashable, list[int]] = {}
     for i, k in enumerate(keys):
         members.setdefault(k, []).append(i)

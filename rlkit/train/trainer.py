@@ -63,8 +63,7 @@ def torch_threads(threads: int | None) -> int:
 
 
 class Trainer:
-    """Coordinates the phases: GRPO steps (`rlkit.train.step`), warm-start steps
-    (`rlkit.train.warmstart`), evals and checkpoints."""
+    """Coordinates warm-start steps, GRPO steps, evals and checkpoints."""
 
     def __init__(
         self,
@@ -75,8 +74,8 @@ class Trainer:
         progress: bool = True,
         overrides: Mapping[str, Any] | None = None,
     ) -> None:
-        """`overrides`: the caller's `--set` changes, applied on a resume to the run's recorded
-        config (None: `cfg`'s differences from its preset, `run_config.resume_config`)."""
+        """`overrides`: `--set` changes a resume applies to the recorded config (None: `cfg`'s
+        differences from its preset)."""
         if resume not in ("latest", "none"):
             raise UsageError(f"--resume {resume!r}: use latest or none")
         self.cfg, self.resume_mode, self.progress = cfg, resume, progress
@@ -152,8 +151,7 @@ class Trainer:
         return torch.optim.AdamW(params, lr=lr, weight_decay=self.cfg.grpo.weight_decay)
 
     def _tune(self, loaded: LoadedModel, ckpt: Checkpoint | None) -> None:
-        """As the GRPO phase starts (or resumes): freeze the vision side and/or attach LoRA
-        adapters on the phase's start policy (a resume reloads it and the checkpoint's adapter)."""
+        """As the GRPO phase starts or resumes: freeze the vision side and/or attach LoRA."""
         m = self.cfg.model
         if m.lora_rank > 0:
             base = start_policy(self.run.path, None if ckpt else loaded)
@@ -164,8 +162,8 @@ class Trainer:
             load_adapter_weights(self.adapter, ckpt.path / "adapter")
 
     def fit(self, *, stop_at_step: int | None = None) -> dict:
-        """Train to the configured number of steps (resuming if possible); returns a summary.
-        `stop_at_step` pauses after that global step (a later `fit` resumes)."""
+        """Train (resuming if possible) to `schedule.steps` or after global step `stop_at_step`
+        (a later `fit` resumes); returns a summary."""
         with self.run.lock():
             info = self.run.init(
                 preset=self.cfg.name,
@@ -303,8 +301,7 @@ class Trainer:
         return results[task.eval_set]
 
     def _eval_set(self, step: int, name: str) -> EvalResult:
-        """One pinned set's eval, saved at RUN/evals/ (another set: its own turn budget, at
-        RUN/evals/<set>/)."""
+        """One pinned set's eval in RUN/evals/ (another set: its own turn budget and subdir)."""
         sched, task = self.cfg.schedule, self.cfg.task
         env, path = task.env, self.run.eval_path(step)
         if name != task.eval_set:

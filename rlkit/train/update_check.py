@@ -1,7 +1,6 @@
-"""Does the GRPO update point the right way? Eps-oracles' episodes, as a model's constrained
-answers, through the trainer's own `score`, `turn_samples` and `update`;
-`check_update(recipe).failures()` lists what went wrong (docs/tests.md#learning-checks).
-"""
+"""Does the GRPO update point the right way? Eps-oracles' episodes through the trainer's own
+`score`, `turn_samples` and `update`; `check_update(recipe).failures()` lists what went wrong
+(docs/tests.md#learning-checks)."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ from rlkit.maze.parsing import format_action
 from rlkit.maze.sets import pinned_spec, train_mazes
 from rlkit.model.batching import AnswerSpec, choice_logits
 from rlkit.model.build import build_tiny
-from rlkit.model.config import TinyConfig, Tuning
+from rlkit.model.config import Tuning
 from rlkit.model.load import LoadedModel, load, trainable, tune
 from rlkit.model.policy import ModelPolicy
 from rlkit.recipe import Recipe
@@ -38,8 +37,7 @@ EPSILONS = (0.2, 0.3, 0.4)
 
 
 class ScriptedAnswers:
-    """A scripted policy's moves written as `loaded`'s constrained answers, each with the
-    log-probability the model gives that move (at `temperature`), as `ModelPolicy` records it."""
+    """A scripted policy's moves as `loaded`'s constrained answers, with the model's logprobs."""
 
     def __init__(self, loaded: LoadedModel, scripted: Policy, temperature: float = 1.0) -> None:
         self.loaded, self.scripted, self.temperature = loaded, scripted, temperature
@@ -72,11 +70,9 @@ class UpdateCheck:
     """What `check_update` measured."""
 
     shift: Rescore | None
-    """Episodes re-scored before and after the updates, weighted by reward minus the group's
-    mean (None: no group has both outcomes)."""
+    """Episodes re-scored, weighted by reward minus the group's mean (None: no group of both)."""
     trained: Rescore | None
-    """Episodes re-scored, weighted by the advantage the loss gave them (under gigpo one entry a
-    turn, weighted by the turn's; None: all 0)."""
+    """Episodes (gigpo: turns) re-scored, weighted by the loss's advantages (None: all 0)."""
     greedy_before: float
     greedy_after: float
     """Share of the batch's turns whose greedy move is the oracle's, before and after."""
@@ -85,8 +81,7 @@ class UpdateCheck:
     """Share of the batch's mazes one greedy episode solves (reported, never asserted)."""
     kl_before: float
     kl_after: float
-    """Mean KL of the move distribution to the starting policy's, before and after the
-    KL-only updates (advantages zero)."""
+    """Mean KL of the moves to the starting policy's, around the KL-only updates."""
 
     MIN_GAIN = 0.05
     """Solved minus failed (nats a token) below which the update did not move answers."""
@@ -123,12 +118,12 @@ class UpdateCheck:
         return out
 
     def summary(self) -> str:
-        t = self.trained
-        seen = "no advantage"
+        t, seen = self.trained, "no advantage"
+        shift = self.shift.summary() if self.shift else "no group with both outcomes"
         if t is not None:
             seen = f"{t.weighted:+.4f}, observations {t.observation_weighted:+.4f}"
         return (
-            f"{self.shift.summary() if self.shift else 'no group with both outcomes'}; with the loss's advantages: answers {seen}; "
+            f"{shift}; with the loss's advantages: answers {seen}; "
             f"greedy moves the oracle's {self.greedy_before:.1%} -> "
             f"{self.greedy_after:.1%}, greedy solves {self.solved_before:.1%} -> "
             f"{self.solved_after:.1%}; KL-only updates {self.kl_before:.4f} -> {self.kl_after:.4f}"
@@ -144,18 +139,15 @@ def check_update(
     steps: int = 20,
     lr: float = 1e-3,
     kl_coef: float = 1.0,
-    tiny: TinyConfig | None = None,
-    env: EnvConfig | None = None,
     workdir: str | Path | None = None,
     tuning: Tuning | None = None,
 ) -> UpdateCheck:
-    """On the tiny model of `seed`, eps-oracles play `mazes` training mazes `group_size` times
-    each; `steps` GRPO updates at `lr` on the batch scored by `recipe` (old log-probabilities
-    re-taken each step), then `steps` with every advantage 0 and the KL at `kl_coef`.
-    `workdir`: where the model is built; `tuning`: which weights train."""
-    env = env or EnvConfig()
+    """Eps-oracles play `mazes` mazes `group_size` times each on the tiny model of `seed`; then
+    `steps` GRPO updates at `lr` on the batch scored by `recipe` (old logprobs re-taken each
+    step), and `steps` with every advantage 0 and the KL at `kl_coef`."""
+    env = EnvConfig()
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        loaded = load(build_tiny(Path(tmp) / "model", seed=seed, config=tiny))
+        loaded = load(build_tiny(Path(tmp) / "model", seed=seed))
     start = copy.copy(loaded)
     start.model = copy.deepcopy(loaded.model).eval()
     spec = AnswerSpec.from_loaded(loaded)
@@ -182,9 +174,9 @@ def check_update(
     # weighted by the outcome, whatever `score` said (it must catch a scoring that zeroes or
     # flips the advantages), and by the advantages the loss used
     outcome = group_advantages(scores.rewards, scores.groups, norm_by_std=False)
-    used = torch.where(scores.keep, scores.advantages, torch.zeros_like(scores.advantages))
     shift = _rescored(trajs, outcome, start, loaded, env)
     if scores.turn_advantages is None:
+        used = torch.where(scores.keep, scores.advantages, 0.0)
         trained = _rescored(trajs, used, start, loaded, env)
     else:  # gigpo: each turn weighted by its own advantage
         trained = _turns_rescored(trajs, loss_weights(trajs, scores), start, loaded, env)
@@ -217,8 +209,7 @@ def _rescored(
 
 
 def loss_weights(trajs: Sequence[Trajectory], scores: Scores) -> list[list[float]]:
-    """Each episode's turns' advantages as the loss gave them (0 where it dropped the episode):
-    under gigpo each turn's own, else its episode's."""
+    """Each episode's turns' advantages as the loss used them (0 where it dropped the episode)."""
     lengths = [len(t.turns) for t in trajs]
     per_turn = torch.tensor(lengths)
     if scores.turn_advantages is None:
@@ -235,9 +226,8 @@ def _turns_rescored(
     after: LoadedModel,
     env: EnvConfig,
 ) -> Rescore | None:
-    """Each turn of nonzero weight re-scored under both models, one `EpisodeShift` a turn, its
-    weight as advantage: its answer's shift, and its episode's observations' (the context it
-    shares with the episode's other turns)."""
+    """One `EpisodeShift` per turn of nonzero weight: its answer's shift, its episode's
+    observations' shift, its weight as advantage."""
     pad = before.encoder.image_pad
     picked = [
         (t, w)

@@ -20,7 +20,6 @@ from rlkit.maze.sets import pinned_spec
 from rlkit.model.action_tag import check_answer_budget
 from rlkit.model.batching import AnswerSpec
 from rlkit.model.build import build_tiny
-from rlkit.model.config import TinyConfig
 from rlkit.model.load import load, no_progress_bars
 from rlkit.model.policy import ModelPolicy
 from rlkit.train.config import WarmStartConfig
@@ -61,8 +60,7 @@ class FreeWarmStart:
     embed_lr_scale: float = 10.0
     """Learning-rate multiple of the (tied) token embeddings."""
     max_new_tokens: int = 8
-    """Answer budget (tokens) of the validation's free sampling: SkyRL's CPU preset's
-    `max_generate_length`, checked to hold the canonical answer."""
+    """Answer budget (tokens) of the validation's free sampling (SkyRL's CPU preset's)."""
 
     def __post_init__(self) -> None:
         if self.write_before_check < 0:
@@ -86,15 +84,10 @@ def warm_tiny_model(
     seed: int = 0,
     stop_at: float | None = None,
     recipe: FreeWarmStart | None = None,
-    tiny: TinyConfig | None = None,
-    threads: int | None = None,
-    progress: bool | None = None,
 ) -> Path:
-    """Build the tiny model (seeded), warm-start it free-form until its free sampled validation
-    solve rate reaches `stop_at` (None: `recipe.bc.stop_at`) or `recipe.bc.max_steps` run out,
-    and save it to `out_dir` (absent, empty or a model dir, replaced); returns that path.
-    Deterministic for a seed and `threads` (default every core); `progress`: a bar on stderr
-    (default: when stderr is a terminal), else plain lines."""
+    """Build the tiny model (seeded), warm-start it free-form until its sampled validation solve
+    rate reaches `stop_at` (None: `recipe.bc.stop_at`) or the steps run out, and save it to
+    `out_dir` (absent, empty or a model dir, replaced), on every core; deterministic for a seed."""
     recipe = recipe or FreeWarmStart()
     stop_at = recipe.bc.stop_at if stop_at is None else stop_at
     if not 0.0 < stop_at <= 1.0:
@@ -106,14 +99,13 @@ def warm_tiny_model(
     tmp = out.parent / f".{out.name}.warm.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.perf_counter()
-    build_tiny(tmp, seed=seed, config=tiny)
+    build_tiny(tmp, seed=seed)
     built = time.perf_counter() - t0
     before = torch.get_num_threads()
-    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
     try:
-        show = progress if progress is not None else os.isatty(2)
         record = {"seed": seed, "eval_set": EVAL_SET, "recipe": asdict(recipe)}
-        record |= _warm_start(tmp, recipe, seed, show)
+        record |= _warm_start(tmp, recipe, seed, progress=os.isatty(2))
         record["threads"] = torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
@@ -125,23 +117,17 @@ def warm_tiny_model(
     return out
 
 
-def embed_scaled_adamw(model: torch.nn.Module, lr: float, embed_scale: float) -> torch.optim.AdamW:
-    """AdamW with the token embeddings at `embed_scale` x `lr` (their group's `lr_scale`)."""
-    embed = model.get_input_embeddings().weight
-    rest = [p for p in model.parameters() if p is not embed]
-    groups = [
-        {"params": [embed], "lr": lr * embed_scale, "lr_scale": embed_scale},
-        {"params": rest, "lr": lr, "lr_scale": 1.0},
-    ]
-    return torch.optim.AdamW(groups, lr=lr, weight_decay=0.0)
-
-
 def _warm_start(model_dir: Path, r: FreeWarmStart, seed: int, progress: bool) -> dict:
-    """Read then write the model in `model_dir`, saving its weights; returns the record's part."""
+    """Read then write the model in `model_dir`, saving it; returns the record's part."""
     w, spec, env = r.bc, pinned_spec(EVAL_SET), env_for_set(EVAL_SET)
     loaded = load(model_dir)
     check_answer_budget(loaded.tokenizer, r.max_new_tokens, "max_new_tokens")
-    opt = embed_scaled_adamw(loaded.model, w.lr, r.embed_lr_scale)
+    embed = loaded.model.get_input_embeddings().weight  # at `embed_lr_scale` x the rate
+    groups = [
+        {"params": [embed], "lr": w.lr * r.embed_lr_scale, "lr_scale": r.embed_lr_scale},
+        {"params": [p for p in loaded.model.parameters() if p is not embed], "lr_scale": 1.0},
+    ]
+    opt = torch.optim.AdamW(groups, lr=w.lr, weight_decay=0.0)
     learner = Learner(loaded, opt, answer=AnswerSpec.from_loaded(loaded), temperature=1.0)
     policy = ModelPolicy(loaded, constrained=False, max_new_tokens=r.max_new_tokens)
     rate: float | None = None

@@ -59,8 +59,7 @@ def squares_bc_states(
     spec: MazeSpec, step: int, batch: int, random_steps: int, seed: int
 ) -> list[tuple[rules.State, Move, str]]:
     """`batch` (state, oracle answer, feedback) triples of the squares game: a point along the
-    oracle's path (the target for `STOP_SHARE`) plus up to `random_steps` random moves, with the
-    feedback the env would have shown after the last move."""
+    oracle's path (the target for `STOP_SHARE`) plus up to `random_steps` random moves."""
     rng = np.random.default_rng([seed, step, 11])
     out = []
     for i in range(batch):
@@ -88,9 +87,8 @@ def open_square_states(
     per_maze: int = 8,
     max_distance: int | None = None,
 ) -> list[tuple[rules.State, Move, str]]:
-    """`batch` (state, oracle answer, feedback) triples of the squares game on floor squares
-    drawn uniformly, `per_maze` from each fresh maze (within `max_distance` of the target when
-    given), the target about once a maze."""
+    """`batch` (state, oracle answer, feedback) triples on floor squares drawn uniformly,
+    `per_maze` a fresh maze (within `max_distance` of the target when given)."""
     rng = np.random.default_rng([seed, step, 13])
     out: list[tuple[rules.State, Move, str]] = []
     k = 0
@@ -112,16 +110,12 @@ def square_states(
     maze: Maze, squares: Sequence[tuple[int, int]], rng: np.random.Generator
 ) -> list[tuple[rules.State, Move, str]]:
     """(state, oracle answer, feedback) on each of `squares`, arrived at as in a rollout."""
-    out = []
-    for pos in squares:
-        state, note = _arrived(maze, pos, rng)
-        out.append((state, rules.best_move(state), note))
-    return out
+    states = [_arrived(maze, pos, rng) for pos in squares]
+    return [(state, rules.best_move(state), note) for state, note in states]
 
 
 def _arrived(maze: Maze, pos: tuple[int, int], rng: np.random.Generator) -> tuple[rules.State, str]:
-    """A state on `pos` as a rollout reaches it: moved in from a neighbour (3 in 4), a bump
-    against a wall there, or no feedback; the trail the start and the last squares."""
+    """A state on `pos` moved in from a neighbour (3 in 4), after a bump there, or fresh."""
     here = rules.State(maze=maze, pos=pos, trail=(maze.start, pos))
     u = rng.random()
     if u < 0.75:
@@ -145,8 +139,7 @@ def _arrived(maze: Maze, pos: tuple[int, int], rng: np.random.Generator) -> tupl
 
 
 def bc_distance(w: WarmStartConfig, step: int) -> int | None:
-    """The largest distance to the target of BC step `step`'s states (0-based): from 2, growing
-    linearly over `curriculum_steps` to every square; None: no limit."""
+    """Largest target distance of BC step `step`'s states (0-based), from 2 (None: no limit)."""
     if w.curriculum_steps is None or step >= w.curriculum_steps:
         return None
     return 2 + (CURRICULUM_REACH * step) // w.curriculum_steps
@@ -165,18 +158,15 @@ def bc_batch(
     seed: int,
 ) -> tuple[list[Encoded], list[Move], list[Maze]]:
     """One BC step's encoded prompts, oracle answers and mazes, by game and `w.states`."""
-    if train_maze(spec, BC_STREAM).game == "squares":
-        if w.states == "open":
-            triples = open_square_states(
-                spec, step, w.batch, seed, w.per_maze, bc_distance(w, step)
-            )
-        else:
-            triples = squares_bc_states(spec, step, w.batch, w.random_steps, seed)
-        prompts = [loaded.encoder.encode(prompt_messages(s, env, n)) for s, _, n in triples]
-        return prompts, [a for _, a, _ in triples], [s.maze for s, _, _ in triples]
-    pairs = bc_states(spec, step, w.batch, w.random_steps, seed)
-    states = [p[0] for p in pairs]
-    return encode_states(loaded, states, env), [p[1] for p in pairs], [x.maze for x in states]
+    if train_maze(spec, BC_STREAM).game != "squares":
+        pairs = bc_states(spec, step, w.batch, w.random_steps, seed)
+        triples = [(s, a, "") for s, a in pairs]
+    elif w.states == "open":
+        triples = open_square_states(spec, step, w.batch, seed, w.per_maze, bc_distance(w, step))
+    else:
+        triples = squares_bc_states(spec, step, w.batch, w.random_steps, seed)
+    prompts = [loaded.encoder.encode(prompt_messages(s, env, n)) for s, _, n in triples]
+    return prompts, [a for _, a, _ in triples], [s.maze for s, _, _ in triples]
 
 
 def encode_states(
@@ -199,12 +189,9 @@ def bc_loss(
     actions: Sequence[Move],
     temperature: float = 1.0,
 ) -> tuple[torch.Tensor, float]:
-    """Cross-entropy of the oracle's answer (`answer` set: the move word's token; None: every
+    """Cross-entropy of the oracle's answer (the move word's token, or with `answer` None every
     token of `answer_ids`), and the share of answers whose every token is above 1/2."""
-    if answer is not None:
-        responses = [answer.response(a) for a in actions]
-    else:
-        responses = [answer_ids(loaded, a) for a in actions]
+    responses = [answer_ids(loaded, a) if answer is None else answer.response(a) for a in actions]
     logp, _, mask = turn_logprobs(
         loaded, prompts, responses, temperature=temperature, answer=answer
     )
@@ -227,9 +214,8 @@ def bc_update(
     aux: tuple[SquareHead, float, Sequence[Maze], int] | None = None,
     bc: bool = True,
 ) -> dict[str, float]:
-    """One optimizer step of behaviour cloning at `lr` (times a group's `lr_scale`); returns
-    `loss/bc` and `train/bc_accuracy`. `aux` (head, weight, mazes, pad) adds the per-square
-    loss (`loss/bc_squares`); with `bc` False that loss alone trains."""
+    """One BC optimizer step at `lr` (times a group's `lr_scale`); `aux` (head, weight, mazes,
+    pad) adds the per-square loss, which alone trains with `bc` False."""
     for group in learner.opt.param_groups:
         group["lr"] = lr * group.get("lr_scale", 1.0)
     learner.loaded.model.train()
@@ -250,8 +236,7 @@ def bc_update(
 
 def bc_schedule(w: WarmStartConfig, step: int, val_rate: float | None) -> tuple[float, bool]:
     """(learning rate, whether to validate after it) of BC step `step` (1-based) given the last
-    validation solve rate: `w.lr` after a linear warmup; from `w.fine_from` on, `w.fine_lr` and
-    a check every step; the last step always checks."""
+    validation solve rate: from `w.fine_from` on, `w.fine_lr` and a check every step."""
     fine = w.fine_from is not None and val_rate is not None and val_rate >= w.fine_from
     check = step % (1 if fine else w.check_every) == 0 or step >= w.max_steps
     warm = min(1.0, step / w.warmup_steps) if w.warmup_steps else 1.0
