@@ -10,7 +10,7 @@ from rlkit.errors import UsageError
 from rlkit.run import metrics
 from rlkit.run.metrics import NullLogger, timer
 from rlkit.run.rundir import RunDir
-from rlkit.train.metrics import MetricsLogger
+from rlkit.train.trainer import MetricsLogger
 
 
 @pytest.fixture

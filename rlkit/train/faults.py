@@ -1,8 +1,6 @@
-"""Fault injection at named points of the trainer, for crash-and-resume tests: `point(name, step)`
-returns at once unless RLKIT_FAULT names that point and step (`NAME@STEP:ACTION`, such as
-`optimizer@6:kill` or `checkpoint@6:pause=60`). The points, the actions and the pause line a test
-waits for: docs/local-trainer.md#fault-injection-trainfaultspy.
-"""
+"""Fault injection for crash-and-resume tests: `point(name, step)` returns at once unless
+RLKIT_FAULT names that point and step (`optimizer@6:kill`, `checkpoint@6:pause=60`; the points,
+actions and pause line: docs/local-trainer.md#fault-injection-trainfaultspy)."""
 
 from __future__ import annotations
 
@@ -50,15 +48,14 @@ def point(name: str, step: int) -> None:
         return
     for one in spec.split(","):
         want, at, action, seconds = parse(one)
-        if (want, at) == (name, step):
-            if action.startswith("once-") and _fired_before(name, step):
-                return
-            _fire(name, step, action.removeprefix("once-"), seconds)
+        if (want, at) != (name, step):
+            continue
+        if action.startswith("once-") and _fired_before(name, step):
             return
-
-
-def _fire(name: str, step: int, action: str, seconds: float) -> None:
-    if action == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    print(f"rlkit-fault: paused at {name}@{step} pid {os.getpid()}", file=sys.stderr, flush=True)
-    time.sleep(seconds)
+        if action.removeprefix("once-") == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        print(
+            f"rlkit-fault: paused at {name}@{step} pid {os.getpid()}", file=sys.stderr, flush=True
+        )
+        time.sleep(seconds)
+        return

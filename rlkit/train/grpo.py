@@ -155,8 +155,8 @@ def _group_range(
     return hi, lo, inverse
 
 
-def _sequence_tokens(m: torch.Tensor, seq_ids: torch.Tensor | None) -> tuple[torch.Tensor, int]:
-    """(loss tokens of each row's sequence (B, 1), number of sequences) for mask m (B, T)."""
+def sequence_sums(m: torch.Tensor, seq_ids: torch.Tensor | None) -> tuple[torch.Tensor, int]:
+    """(sum of `m` (B, T) over each row's sequence (B, 1), number of sequences)."""
     if seq_ids is None:
         return m.sum(dim=-1, keepdim=True), m.shape[0]
     if seq_ids.shape != (m.shape[0],):
@@ -170,7 +170,7 @@ def _sequence_tokens(m: torch.Tensor, seq_ids: torch.Tensor | None) -> tuple[tor
 
 
 def _sequence_mean(m: torch.Tensor, seq_ids: torch.Tensor | None, max_seq_len: int | None):
-    tokens, n_seqs = _sequence_tokens(m, seq_ids)
+    tokens, n_seqs = sequence_sums(m, seq_ids)
     return m / (n_seqs * tokens.clamp(min=1.0))
 
 
@@ -182,7 +182,7 @@ def _seq_mean_token_sum_norm(
             f"max_seq_len ({max_seq_len}) must be a positive int for "
             "seq_mean_token_sum_norm: it is the constant token budget per sequence"
         )
-    return m / (_sequence_tokens(m, seq_ids)[1] * max_seq_len)
+    return m / (sequence_sums(m, seq_ids)[1] * max_seq_len)
 
 
 REDUCTIONS: dict[str, Callable[..., torch.Tensor]] = {

@@ -1,7 +1,5 @@
 """GRPO's policy losses (`POLICY_LOSSES`, SkyRL's `policy_loss_type` names) and `policy_loss`,
-one mini-batch's loss under a `Recipe` (surrogate, reduction, KL term, entropy bonus); how they
-differ from SkyRL's `ppo_utils`: docs/local-trainer.md#the-policy-losses-trainpolicy_lossespy.
-"""
+one mini-batch's loss under a `Recipe`; how they differ from SkyRL: docs/local-trainer.md."""
 
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ import torch
 
 from rlkit.errors import UsageError
 from rlkit.recipe import Recipe
-from rlkit.train.grpo import episode_mean, kl_estimate, masked_mean, reduce_loss
+from rlkit.train.grpo import episode_mean, kl_estimate, masked_mean, reduce_loss, sequence_sums
 
 
 def _as_token_tensor(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -81,14 +79,8 @@ def _gspo(logprobs, old_logprobs, adv, mask, recipe: Recipe, seq_ids=None) -> tu
     sequence's ratio, the geometric mean of its token ratios, with the token's own gradient."""
     m = mask.to(logprobs.dtype)
     log_ratio = torch.where(mask.bool(), logprobs - old_logprobs, torch.zeros_like(logprobs))
-    if seq_ids is None:
-        seq_ids = torch.arange(logprobs.shape[0], device=logprobs.device)
-    _, inverse = torch.unique(seq_ids, return_inverse=True)
-    n = int(inverse.max()) + 1 if inverse.numel() else 0
-    zeros = torch.zeros(n, dtype=logprobs.dtype, device=logprobs.device)
-    sums = zeros.index_add(0, inverse, (log_ratio * m).sum(-1))
-    counts = zeros.index_add(0, inverse, m.sum(-1))
-    seq_log_ratio = (sums / counts.clamp(min=1.0))[inverse].unsqueeze(-1)
+    (sums, _), (tokens, _) = sequence_sums(log_ratio * m, seq_ids), sequence_sums(m, seq_ids)
+    seq_log_ratio = sums / tokens.clamp(min=1.0)
     log_w = torch.clamp(logprobs - logprobs.detach() + seq_log_ratio.detach(), max=10.0)
     return _clip(torch.exp(log_w), adv, recipe.eps_clip_low, recipe.eps_clip_high)
 

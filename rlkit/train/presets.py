@@ -56,9 +56,8 @@ VISGYM_TINY_ENV = replace(
     prompt_style="compact",
     style=replace(SET_ENV["visgym-easy"].style, cell_px=8, pad=1),
 )
-"""VisGym's maze_2d/easy for the tiny model: its mazes, rules, 18 turns, parser and feedback;
-its picture at 8 px a square plus a one-square border (80 x 80 px, 25 image tokens), and the
-compact prompt line. Why: docs/benchmarks.md."""
+"""VisGym's maze_2d/easy env at 8 px a square plus a one-square border (80 x 80 px, 25 image
+tokens) and the compact prompt line (docs/benchmarks.md)."""
 
 VISGYM_TINY = TinyConfig(merge=1, patch_size=16, vision_depth=8)
 """The tiny model for the seed's task: a vision tower of 8 blocks over 25 patches."""
@@ -73,8 +72,7 @@ def _local_tiny_visgym() -> TrainConfig:
             spec=pinned_spec("visgym-easy"), env=VISGYM_TINY_ENV, eval_set="visgym-easy"
         ),
         model=ModelConfig(tiny=VISGYM_TINY),
-        # the per-square loss alone, then BC on open squares near the target first, stopping
-        # at 25% validation; the per-square loss goes on beside GRPO (docs/benchmarks.md)
+        # the per-square loss alone, then BC on open squares near the target first (benchmarks.md)
         warm_start=replace(
             base.warm_start,
             states="open",

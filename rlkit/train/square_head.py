@@ -1,8 +1,6 @@
-"""The warm start's dense auxiliary loss (`warm_start.aux_weight`): a linear head on the vision
-tower's last block predicts the oracle's answer on every floor square of the picture, never
-inside the policy's loss; with `grpo.aux_weight` it goes on through GRPO (`squares_update`).
-Needs whole squares per vision patch and whole patches per picture, merge 1.
-"""
+"""The warm start's dense auxiliary loss (`warm_start.aux_weight`; through GRPO with
+`grpo.aux_weight`): a linear head on the vision tower's last block predicts the oracle's answer
+on every floor square of the picture, outside the policy's loss."""
 
 from __future__ import annotations
 
@@ -48,28 +46,22 @@ _CACHE: dict[tuple, np.ndarray] = {}
 """Labels by (maze content, picture side, block, choices): a maze's are computed once."""
 
 
-def _labels(maze: Maze, side: int, block: int, choices: tuple) -> np.ndarray:
+def square_labels(maze: Maze, pad: int, block: int, choices: Sequence) -> np.ndarray:
+    """(patches, block * block) int64: the oracle's answer index (in `choices`) at every floor
+    square of `maze`'s picture, by patch; `IGNORE` on walls and the pad."""
+    side, choices = maze.height + pad, tuple(choices)
     key = (maze.content_hash, side, block, choices)
     if key not in _CACHE:
         if len(_CACHE) > 4096:
             _CACHE.clear()
-        _CACHE[key] = _grid_labels(maze, side, block, choices)
+        grid = np.full((side, side), IGNORE, np.int64)
+        for r, c in np.argwhere(~maze.squares):
+            state = rules.State(maze=maze, pos=(int(r), int(c)), trail=((int(r), int(c)),))
+            grid[r, c] = choices.index(rules.best_move(state))
+        g = side // block  # row-major patches, row-major squares inside each
+        grid = grid.reshape(g, block, g, block).transpose(0, 2, 1, 3)
+        _CACHE[key] = grid.reshape(-1, block * block)
     return _CACHE[key]
-
-
-def _grid_labels(maze: Maze, side: int, block: int, choices: tuple) -> np.ndarray:
-    grid = np.full((side, side), IGNORE, np.int64)
-    for r, c in np.argwhere(~maze.squares):
-        state = rules.State(maze=maze, pos=(int(r), int(c)), trail=((int(r), int(c)),))
-        grid[r, c] = choices.index(rules.best_move(state))
-    g = side // block  # row-major patches, row-major squares inside each
-    return grid.reshape(g, block, g, block).transpose(0, 2, 1, 3).reshape(-1, block * block)
-
-
-def square_labels(maze: Maze, pad: int, block: int, choices: Sequence) -> np.ndarray:
-    """(patches, block * block) int64: the oracle's answer index (in `choices`) at every floor
-    square of `maze`'s picture, by patch; `IGNORE` on walls and the pad."""
-    return _labels(maze, maze.height + pad, block, tuple(choices))
 
 
 class SquareHead(nn.Module):
@@ -94,8 +86,7 @@ class SquareHead(nn.Module):
         self._hook.remove()
 
     def loss(self, prompts: Sequence[Encoded], mazes: Sequence[Maze], pad: int) -> torch.Tensor:
-        """Cross-entropy over the floor squares of the distinct pictures the last forward saw,
-        in order of first appearance (as `build_batch` gathers them)."""
+        """Cross-entropy over the floor squares of the last forward's distinct pictures."""
         if self._out is None:
             raise RuntimeError("SquareHead.loss before a forward pass of the model")
         labels, seen = [], set()
@@ -128,8 +119,8 @@ def squares_update(
     weight: float,
     lr: float,
 ) -> dict[str, float]:
-    """One optimizer step of the per-square loss alone (times `weight`, at `lr`) per batch of
-    (prompts, mazes, pad), the vision tower alone; returns their mean loss."""
+    """One step of the per-square loss (times `weight`, at `lr`) per (prompts, mazes, pad) batch
+    on the vision tower alone; returns their mean loss."""
     for group in opt.param_groups:
         group["lr"] = lr
     loaded.model.train()

@@ -1,11 +1,13 @@
 """The local GRPO trainer, CPU- or one-GPU-sized: it coordinates a warm start, then GRPO steps
-(`rlkit.train.step.grpo_step`), evals and checkpoints; a resumed run equals an uninterrupted one.
+(`rlkit.train.step.grpo_step`), evals and checkpoints, logged to metrics.jsonl and TensorBoard
+(`MetricsLogger`); a resumed run equals an uninterrupted one.
 
     rlkit train --preset local-tiny --run-dir runs/tiny            # resumes by default
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -39,11 +41,11 @@ from rlkit.model.load import (
 from rlkit.model.policy import ModelPolicy
 from rlkit.run import captures
 from rlkit.run.checkpoints import Checkpoint
+from rlkit.run.metrics import RunLogger
 from rlkit.run.rundir import RunDir
 from rlkit.train import faults
 from rlkit.train.config import TrainConfig
 from rlkit.train.learner import Learner, model_like, reference_of, start_policy
-from rlkit.train.metrics import MetricsLogger
 from rlkit.train.run_config import check_resume, resume_config
 from rlkit.train.square_head import SquareHead, block_side, squares_update, tower_optimizer
 from rlkit.train.state import TrainState, due
@@ -55,6 +57,33 @@ from rlkit.train.warmstart import (
     solve_rate,
     validation_episodes,
 )
+
+_log = logging.getLogger(__name__)
+
+
+class MetricsLogger(RunLogger):
+    """The run's logger plus TensorBoard event files under RUN/tensorboard when it imports;
+    events after `resume_step` (a resumed run's checkpoint step) are purged."""
+
+    def __init__(
+        self,
+        run: RunDir,
+        *,
+        tensorboard: bool = True,
+        ray_gauges: bool | None = None,
+        resume_step: int | None = None,
+    ):
+        writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                _log.info("TensorBoard off (%s): metrics go to metrics.jsonl only", e)
+            else:
+                purge = resume_step + 1 if resume_step is not None else None
+                path = str(run.path / "tensorboard")
+                writer = SummaryWriter(log_dir=path, purge_step=purge, flush_secs=10)
+        super().__init__(run, scalars=writer, ray_gauges=ray_gauges)
 
 
 def torch_threads(threads: int | None) -> int:
