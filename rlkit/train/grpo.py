@@ -222,8 +222,7 @@ def reduce_loss(
     max_seq_len: int | None = None,
     seq_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Reduce a (B, T) per-token loss to a scalar by `reduction_weights`; masked tokens never
-    contribute (even NaN)."""
+    """A (B, T) token loss reduced by `reduction_weights`; masked tokens (even NaN) never count."""
     if token_loss.shape != mask.shape:
         raise UsageError(
             f"token_loss {tuple(token_loss.shape)} and mask {tuple(mask.shape)} must match"

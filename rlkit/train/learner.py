@@ -121,8 +121,7 @@ def _rows(like: torch.Tensor, values: Sequence[Sequence[float]]) -> torch.Tensor
 
 
 def start_policy(run_dir: Path, loaded: LoadedModel | None) -> Path:
-    """RUN/reference_policy (the KL term's reference, LoRA's base), saved once from `loaded`
-    (None: it must exist already)."""
+    """RUN/reference_policy (KL reference, LoRA base), saved once from `loaded` or already there."""
     ref_dir = run_dir / "reference_policy"
     if loaded is None and not (ref_dir / "config.json").exists():
         raise RlkitError(f"{ref_dir} is missing: a LoRA run resumes on the base it saved there")

@@ -1,8 +1,5 @@
 """The local trainer's presets: `local-tiny` (the default), `smoke` (a few seconds, for tests and
-`rlkit demo --quick`) and `local-tiny-visgym` (the seed's task on the tiny model).
-
-    cfg = preset("smoke").with_overrides({"schedule.steps": 8})
-"""
+`rlkit demo --quick`) and `local-tiny-visgym` (the seed's task on the tiny model)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Did training move the policy the way GRPO says it should? Either backend's captured episodes
-(RUN/rollouts/) re-scored under two checkpoints (`rescore(...).learned`; docs/local-trainer.md).
-"""
+re-scored under two checkpoints (`rescore(...).learned`; docs/local-trainer.md)."""
 
 from __future__ import annotations
 
@@ -65,8 +64,7 @@ class Rescore:
 
     @property
     def solved_gain(self) -> float:
-        """Per group holding both, solved episodes' mean shift minus failed ones' (nats a token),
-        averaged (0: no such group)."""
+        """Solved minus failed episodes' mean shift per group of both, averaged (nats a token)."""
         groups: dict[tuple[int, int], list[EpisodeShift]] = defaultdict(list)
         for e in self.episodes:
             groups[e.group].append(e)

@@ -79,8 +79,7 @@ def resume_config(
 def config_changes(
     old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = ""
 ) -> dict[str, tuple[Any, Any]]:
-    """Dotted key -> (old, new) for every field both `to_dict()` configs have and whose values
-    differ as JSON."""
+    """Dotted key -> (old, new) for every field both configs have whose values differ as JSON."""
     old, new = json.loads(json.dumps(old)), json.loads(json.dumps(new))
     out: dict[str, tuple[Any, Any]] = {}
     for key in old.keys() & new.keys():

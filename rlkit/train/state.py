@@ -1,7 +1,5 @@
-"""What a local run carries from step to step, so that a resumed run equals an uninterrupted one:
-`TrainState` (each checkpoint's trainer_state.pt), what is due after a step (`due`), and every
-random draw's seed, a pure function of the run's seed and where the run is (`seed_for`).
-"""
+"""What a local run carries between steps, so that a resumed run equals an uninterrupted one:
+`TrainState`, what is `due` after a step, and every random draw's seed (`seed_for`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""One local GRPO step, top to bottom: rollout -> score -> samples -> update (`grpo_step`). Every
-draw is seeded from (seed, step[, round or epoch]) (`rlkit.train.state.seed_for`), so a resumed
-run draws what an uninterrupted one would.
-"""
+"""One local GRPO step, top to bottom: rollout -> score -> samples -> update (`grpo_step`), every
+draw seeded from (seed, step[, round or epoch]) (`rlkit.train.state.seed_for`)."""
 
 from __future__ import annotations
 
@@ -200,8 +198,8 @@ def capture(
     sched: ScheduleConfig,
     policy: str,
 ) -> dict:
-    """Write `sched.capture_groups` groups to RUN/rollouts with the advantages the loss used (0
-    where dropped); returns the capture's size metrics ({} when capture is off)."""
+    """Write `sched.capture_groups` groups to RUN/rollouts with the advantages the loss used;
+    returns the capture's size metrics ({} when capture is off)."""
     if sched.capture_groups == 0:
         return {}
     used = torch.where(scores.keep, scores.advantages, 0.0).tolist()

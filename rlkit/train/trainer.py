@@ -1,9 +1,5 @@
-"""The local GRPO trainer, CPU- or one-GPU-sized: it coordinates a warm start, then GRPO steps
-(`rlkit.train.step.grpo_step`), evals and checkpoints, logged to metrics.jsonl and TensorBoard
-(`MetricsLogger`); a resumed run equals an uninterrupted one.
-
-    rlkit train --preset local-tiny --run-dir runs/tiny            # resumes by default
-"""
+"""The local GRPO trainer: a warm start, then GRPO steps (`rlkit.train.step`), evals and
+checkpoints, logged by `MetricsLogger`; a resumed run equals an uninterrupted one."""
 
 from __future__ import annotations
 
@@ -191,8 +187,7 @@ class Trainer:
             load_adapter_weights(self.adapter, ckpt.path / "adapter")
 
     def fit(self, *, stop_at_step: int | None = None) -> dict:
-        """Train (resuming if possible) to `schedule.steps` or after global step `stop_at_step`
-        (a later `fit` resumes); returns a summary."""
+        """Train (resuming if possible) to `schedule.steps` or global step `stop_at_step`."""
         with self.run.lock():
             info = self.run.init(
                 preset=self.cfg.name,

@@ -1,7 +1,5 @@
-"""Behaviour cloning on BFS-oracle moves, the warm start before GRPO: constrained (an
-`AnswerSpec`) it clones the move word's token, free (`answer=None`) every token of the canonical
-answer. Which states and why: docs/local-trainer.md#the-warm-start-trainwarmstartpy.
-"""
+"""Behaviour cloning on BFS-oracle moves, the warm start before GRPO: of the move word's token
+(constrained) or of the whole canonical answer (free; docs/local-trainer.md)."""
 
 from __future__ import annotations
 
