@@ -66,14 +66,13 @@ def resume_config(
     if explicit is not None:
         return config_from_dict(saved).with_overrides(dict(explicit))
     base = preset(cfg.name).to_dict() if cfg.name in PRESETS else saved
-    merged = json.loads(json.dumps(saved))
-    for key, (_, new) in config_changes(base, cfg.to_dict()).items():
+    for key, (_, new) in config_changes(base, cfg.to_dict()).items():  # into `saved`, a copy
         *path, leaf = key.split(".")
-        node = merged
+        node = saved
         for part in path:
             node = node.setdefault(part, {})
         node[leaf] = new
-    return config_from_dict(merged)
+    return config_from_dict(saved)
 
 
 def config_changes(
