@@ -14,7 +14,7 @@ import torch
 from rlkit.errors import UsageError
 from rlkit.maze.core import GAMES, STOP, Action, Move
 from rlkit.model.chat import Encoded
-from rlkit.model.config import SPECIAL_TOKENS
+from rlkit.model.config import VISION_TOKENS
 from rlkit.model.load import LoadedModel
 
 _DIGESTS: dict[int, tuple[weakref.ref, bytes]] = {}
@@ -52,10 +52,6 @@ def distinct(keys: Sequence[Hashable]) -> tuple[list[int], torch.Tensor]:
         firsts.setdefault(key, row)
     slot = {key: i for i, key in enumerate(firsts)}
     return list(firsts.values()), torch.tensor([slot[k] for k in keys], dtype=torch.long)
-
-
-VISION_TOKENS = SPECIAL_TOKENS[-5:]
-"""The vision placeholders, never generated: the free distribution excludes them."""
 
 
 def banned_ids(loaded: LoadedModel) -> list[int]:

@@ -1,5 +1,5 @@
-"""Token budgets of a maze run before GPU-hours are spent and the report the dry run and preflight
-print, torch-free: docs/models-and-engines.md#token-budgets-modelbudgetspy."""
+"""Token budgets of a maze run before GPU-hours are spent, torch-free (the dry run reads them):
+docs/models-and-engines.md#token-budgets-modelbudgetspy."""
 
 from __future__ import annotations
 

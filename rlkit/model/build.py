@@ -8,7 +8,6 @@ import itertools
 import json
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -121,10 +120,9 @@ def hf_config(
     max_positions: int = 4096,
     rope_theta: float = 10000.0,
     vision_positions: int = 256,
-    **text: Any,
+    bos_id: int | None = None,
 ) -> Qwen3VLConfig:
-    """The Qwen3-VL config of `cfg` with `vocab` embedding rows and the special tokens' `ids`;
-    `text`: further text-config keys."""
+    """The Qwen3-VL config of `cfg` with `vocab` embedding rows and the special tokens' `ids`."""
     return Qwen3VLConfig(
         text_config={
             "vocab_size": vocab,
@@ -143,7 +141,7 @@ def hf_config(
             },
             "pad_token_id": ids["<|endoftext|>"],
             "eos_token_id": ids["<|im_end|>"],
-            **text,
+            "bos_token_id": bos_id,
         },
         vision_config={
             "depth": cfg.vision_depth,

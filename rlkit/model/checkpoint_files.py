@@ -18,6 +18,8 @@ NEUTRAL_SAMPLING: dict[str, Any] = {
 }
 """Sampling knobs at values that leave the model's distribution as it is (top_k 0: no limit)."""
 
+GENERATION_CONFIG = "generation_config.json"
+"""Where a checkpoint keeps its generation defaults (eos ids, sampling)."""
 TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
 """Where transformers looks for a chat template, the processor's files first."""
 
@@ -54,14 +56,14 @@ def stop_ids(path: str | Path, eos_id: int | None = None) -> tuple[int, ...]:
     files), then the generation config's `eos_token_id`s; () when the checkpoint names none."""
     if eos_id is None:
         eos_id = token_id(path, "<|im_end|>")
-    found = [*_ids(eos_id), *_ids(_json(Path(path) / "generation_config.json").get("eos_token_id"))]
+    found = [*_ids(eos_id), *_ids(_json(Path(path) / GENERATION_CONFIG).get("eos_token_id"))]
     return tuple(dict.fromkeys(found))
 
 
 def sampling_defaults(path: str | Path) -> dict[str, Any]:
     """The checkpoint's sampling defaults that differ from `NEUTRAL_SAMPLING` (what rlkit
     overrides), e.g. {"top_k": 20, "repetition_penalty": 1.05}."""
-    cfg = _json(Path(path) / "generation_config.json")
+    cfg = _json(Path(path) / GENERATION_CONFIG)
     return {
         key: cfg[key]
         for key, neutral in NEUTRAL_SAMPLING.items()

@@ -8,6 +8,14 @@ from rlkit.errors import UsageError
 
 MODEL_TYPE = "qwen3_vl"
 
+VISION_TOKENS = (
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+"""The vision placeholders, never generated: the free distribution excludes them."""
 SPECIAL_TOKENS = (
     "<|endoftext|>",
     "<|im_start|>",
@@ -18,11 +26,7 @@ SPECIAL_TOKENS = (
     "<|box_end|>",
     "<|quad_start|>",
     "<|quad_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
+    *VISION_TOKENS,
 )
 """Qwen2/3-VL's special tokens, in Qwen's order (their ids follow the BPE's as one block)."""
 

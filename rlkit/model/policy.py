@@ -26,6 +26,7 @@ from rlkit.model.load import LoadedModel, load
 def sample_rows(
     logits: torch.Tensor,
     generators: Sequence[torch.Generator],
+    *,
     temperature: float,
     top_p: float,
     greedy: bool,
@@ -56,7 +57,13 @@ class _RowSampler(LogitsProcessor):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.Tensor:
         scores = mask_banned(scores, self.banned)
-        tokens = sample_rows(scores, self.generators, self.temperature, self.top_p, self.greedy)
+        tokens = sample_rows(
+            scores,
+            self.generators,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            greedy=self.greedy,
+        )
         out = torch.full_like(scores, float("-inf"))
         return out.scatter(-1, tokens.unsqueeze(-1), 0.0)
 
@@ -136,7 +143,7 @@ class ModelPolicy:
         self, encoded: list[Encoded], gens: list[torch.Generator], ans: AnswerSpec
     ) -> list[Response]:
         logits = choice_logits(self.loaded, encoded, ans) / self.temperature
-        picks = sample_rows(logits, gens, 1.0, self.top_p, self.greedy)
+        picks = sample_rows(logits, gens, temperature=1.0, top_p=self.top_p, greedy=self.greedy)
         logp_all = torch.log_softmax(logits, -1)
         logp = logp_all.gather(-1, picks.unsqueeze(-1)).squeeze(-1).tolist()
         out = []

@@ -186,6 +186,26 @@ VIDEO_PREPROCESSOR = {
 """video_preprocessor_config.json, the processor's third part (AutoProcessor loads it too)."""
 
 
+FIXTURE_SHAPE = TinyConfig(
+    hidden=64,
+    layers=2,
+    heads=4,
+    kv_heads=2,
+    head_dim=32,
+    intermediate=128,
+    mrope_section=(8, 4, 4),  # Qwen's (24, 20, 20) at a quarter of its head_dim
+    vision_depth=2,
+    vision_hidden=64,
+    vision_heads=4,
+    patch_size=16,
+    merge=2,
+    deepstack=(1,),
+    tie_word_embeddings=True,  # halves the 151,936-row matrix on disk
+)
+"""The fixture's shape, every field written out: the tiny model's defaults may change, this may not
+(a change here needs a new `FIXTURE_VERSION`)."""
+
+
 def build_qwen_fixture(out_dir: str | Path, *, seed: int = 0) -> Path:
     """Write the fixture checkpoint into `out_dir` (weights seeded by `seed`); ~10 s cold."""
     out = Path(out_dir)
@@ -193,13 +213,13 @@ def build_qwen_fixture(out_dir: str | Path, *, seed: int = 0) -> Path:
     files = qwen_text_files()
     tok_dir = qwen_tokenizer_dir()
     config = hf_config(  # Qwen3-VL-8B-Instruct's, shrunk: same ids, rope scheme and vocab rows
-        TinyConfig(hidden=64, intermediate=128, patch_size=16),  # mrope: Qwen's at a quarter
+        FIXTURE_SHAPE,
         EMBEDDING_ROWS,
         {t: FIRST_ADDED_ID + i for i, (t, _) in enumerate(ADDED_TOKENS)},
         max_positions=262144,
         rope_theta=5000000.0,
         vision_positions=2304,  # Qwen's 48 x 48 learned grid, interpolated
-        bos_token_id=GENERATION["bos_token_id"],
+        bos_id=GENERATION["bos_token_id"],
     )
     with torch.random.fork_rng(devices=[]):
         torch.default_generator.manual_seed(seed)

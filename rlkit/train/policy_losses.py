@@ -79,7 +79,8 @@ def _gspo(logprobs, old_logprobs, adv, mask, recipe: Recipe, seq_ids=None) -> tu
     sequence's ratio, the geometric mean of its token ratios, with the token's own gradient."""
     m = mask.to(logprobs.dtype)
     log_ratio = torch.where(mask.bool(), logprobs - old_logprobs, torch.zeros_like(logprobs))
-    (sums, _), (tokens, _) = sequence_sums(log_ratio * m, seq_ids), sequence_sums(m, seq_ids)
+    sums, _ = sequence_sums(log_ratio * m, seq_ids)
+    tokens, _ = sequence_sums(m, seq_ids)
     seq_log_ratio = sums / tokens.clamp(min=1.0)
     log_w = torch.clamp(logprobs - logprobs.detach() + seq_log_ratio.detach(), max=10.0)
     return _clip(torch.exp(log_w), adv, recipe.eps_clip_low, recipe.eps_clip_high)

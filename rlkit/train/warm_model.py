@@ -87,7 +87,8 @@ def warm_tiny_model(
 ) -> Path:
     """Build the tiny model (seeded), warm-start it free-form until its sampled validation solve
     rate reaches `stop_at` (None: `recipe.bc.stop_at`) or the steps run out, and save it to
-    `out_dir` (absent, empty or a model dir, replaced), on every core; deterministic for a seed."""
+    `out_dir` (absent, empty or a model dir, replaced), on every core; deterministic for a seed and core count
+    (rlkit_warm.json records `threads`)."""
     recipe = recipe or FreeWarmStart()
     stop_at = recipe.bc.stop_at if stop_at is None else stop_at
     if not 0.0 < stop_at <= 1.0:
