@@ -102,8 +102,7 @@ def _submit(args: argparse.Namespace) -> int:
         print(plan_line("start it", f"kubectl apply -n ray -f {out}"))
         return 0
     if args.rayjob:
-        from rlkit.cluster.raycluster import rayjob, secret_command
-        from rlkit.cluster.raycluster import write_manifest as write_rayjob
+        from rlkit.cluster.raycluster import rayjob, secret_command, write_manifest
 
         manifest = rayjob(
             plan.sky,
@@ -113,7 +112,7 @@ def _submit(args: argparse.Namespace) -> int:
             image=args.image,
             env=list(env_vars),
         )
-        out = write_rayjob(args.rayjob, manifest)
+        out = write_manifest(args.rayjob, manifest)
         print(f"wrote {out}: a RayJob retried up to {args.backoff_limit} times on new clusters")
         print(plan_line("storage", storage_estimate(plan.sky).summary()))
         ships = "the image's own (a RayJob ships no checkout): rebuild it after changes"

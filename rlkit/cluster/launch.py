@@ -181,7 +181,9 @@ class TrainingPlan:
     @property
     def driver_cpus(self) -> int | None:
         """CPUs the job's driver reserves (None: Ray's default; 0 on a CPU host, where it waits)."""
-        return None if self.sky is None else 0 if self.sky.layout.device == "cpu" else 1
+        if self.sky is None:
+            return None
+        return 0 if self.sky.layout.device == "cpu" else 1
 
     def lines(self) -> list[str]:
         """The plan, one `label: value` line each (SkyRL presets add theirs)."""

@@ -326,11 +326,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", required=True)
     p.add_argument("--runs-root", required=True)
     p.add_argument("--need-gb", type=float, required=True)
-    p.add_argument("--gpus", dest="gpus_needed", type=int, required=True)
+    p.add_argument("--gpus", type=int, required=True)
     p.add_argument("--gpus-per-node", type=int, default=1)
     p.add_argument("--gpu", action="store_true", help="also exercise the GPUs")
     p.add_argument("--budget", type=json.loads, help="the preset's token-budget fields (JSON)")
-    checks = run_checks(**vars(p.parse_args(argv)))
+    a = p.parse_args(argv)
+    checks = run_checks(
+        a.model,
+        a.runs_root,
+        a.need_gb,
+        a.gpus,
+        gpu=a.gpu,
+        gpus_per_node=a.gpus_per_node,
+        budget=a.budget,
+    )
     print(MARK + json.dumps([asdict(c) for c in checks]), flush=True)
     return 0
 

@@ -23,7 +23,8 @@ from skyrl.train.utils.trainer_utils import cleanup_old_checkpoints
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from rlkit.cluster.skyrl.bridge import MetricsBridge
-from rlkit.cluster.skyrl.generator import STATES_KEY, build_generator
+from rlkit.cluster.skyrl.generator import build_generator
+from rlkit.cluster.skyrl.window import STATES_KEY
 from rlkit.errors import UsageError
 from rlkit.model.load import processor_template
 from rlkit.recipe import Recipe

@@ -22,7 +22,7 @@ from skyrl.utils.tok import get_processor
 from rlkit.cluster.skyrl.capture import Capturer, EngineProbe, StepCapture
 from rlkit.cluster.skyrl.overrides import MM_CACHE_KWARG
 from rlkit.cluster.skyrl.render import EpisodePrompt, TurnRenderer, runs
-from rlkit.cluster.skyrl.window import STATES_KEY, WindowedLoop, last_steps
+from rlkit.cluster.skyrl.window import WindowedLoop, last_steps
 from rlkit.settings import CaptureConfig
 
 IMAGE_PAD = "<|image_pad|>"
@@ -126,12 +126,8 @@ class RlkitVLMGenerator(WindowedLoop, SkyRLVLMGymGenerator):
             out = await super().generate(input_batch, disable_tqdm=disable_tqdm)
         finally:
             self._capture = None
-        if self.history is not None:  # SkyRL's step-wise `generate` gives a VLM's rows no pixels
-            ids = out["trajectory_ids"]
-            rows = [self._step_rows[f"{t.instance_id}_{t.repetition_id}"].pop(0) for t in ids]
-            out["pixel_values"] = [r[0] for r in rows]
-            out["image_grid_thw"] = [r[1] for r in rows]
-            out[STATES_KEY] = [r[2] for r in rows]  # each row's square: GiGPO's anchor
+        if self.history is not None:
+            self.attach_step_rows(out)
         changed = guard_placeholders(out, self.image_id, self.filler_id, self.merge_size)
         metrics = out["rollout_metrics"]
         metrics[DESYNC_METRIC], metrics[RESEND_METRIC] = changed, self._resends

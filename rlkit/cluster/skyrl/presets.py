@@ -263,9 +263,10 @@ def check_preset(p: SkyRLPreset) -> None:
     refuse_known_traps(p)
     if p.layout.instance_type is None and p.layout.gpus_per_node is None:
         raise UsageError("a preset without instance_type must set gpus_per_node")
-    if p.instance is not None:
+    if p.layout.instance_type is not None:  # "" too: an unknown type, refused by name
         m = p.model.model_params_b
-        check_layout(p.instance, p.node_gpus, p.layout.nodes, m, p.layout.driver_memory_gb)
+        inst = instance_type(p.layout.instance_type)
+        check_layout(inst, p.node_gpus, p.layout.nodes, m, p.layout.driver_memory_gb)
     gpus = p.node_gpus
     if gpus % p.layout.tensor_parallel_size:
         raise UsageError(

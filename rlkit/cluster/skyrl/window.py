@@ -28,6 +28,15 @@ def row_turns(env_extras: dict, limit: int) -> int:
 class WindowedLoop:
     """`RlkitVLMGenerator`'s episodes under a history window (uses its attributes)."""
 
+    def attach_step_rows(self, out: GeneratorOutput) -> None:
+        """Each row's pixels, grid and square as `windowed_loop` recorded them (SkyRL's step-wise
+        `generate` gives a VLM's rows no pixels; the square is GiGPO's anchor)."""
+        ids = out["trajectory_ids"]
+        rows = [self._step_rows[f"{t.instance_id}_{t.repetition_id}"].pop(0) for t in ids]
+        out["pixel_values"] = [pixels for pixels, _, _ in rows]
+        out["image_grid_thw"] = [grid for _, grid, _ in rows]
+        out[STATES_KEY] = [square for _, _, square in rows]
+
     async def start_env(
         self, prompt, env_class: str, env_extras: dict[str, Any], sampling_params: dict | None
     ) -> tuple[Any, list[dict], dict[str, Any]]:
