@@ -17,6 +17,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -73,7 +74,7 @@ def walk(preset: str, **kwargs) -> Walk:
 
     out = Walk()
     in_import = [0]
-    generators: set[int] = set()  # frames of generators already entered once
+    generators: set[FrameType] = set()  # generators entered once (held: ids get reused)
 
     def profile(frame, event, _arg):
         if event not in ("call", "return"):
@@ -88,9 +89,9 @@ def walk(preset: str, **kwargs) -> Walk:
         if not path.is_relative_to(PACKAGE):
             return
         if code.co_flags & inspect.CO_GENERATOR:
-            if id(frame) in generators:
+            if frame in generators:
                 return
-            generators.add(id(frame))
+            generators.add(frame)
         rel = path.relative_to(PACKAGE).as_posix()
         caller = frame.f_back.f_code.co_name if frame.f_back else ""
         for key in (code.co_name, f"{path.name}:{code.co_name}"):

@@ -59,8 +59,8 @@ class EnvConfig:
         ):
             if (value := getattr(self, name)) not in options:
                 raise UsageError(f"unknown {name} {value!r}: use {', '.join(options)}")
-        sft = (self.parser == "visgym-sft", self.prompt_style == "visgym-sft")
-        if self.rules is None and sft[0] != sft[1]:
+        sft_parser, sft_prompt = self.parser == "visgym-sft", self.prompt_style == "visgym-sft"
+        if self.rules is None and sft_parser != sft_prompt:
             raise UsageError(
                 "parser and prompt_style must both be visgym-sft (VisGym's tuple answers): the "
                 "prompt must ask for the format the parser reads"

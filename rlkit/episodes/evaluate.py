@@ -194,9 +194,16 @@ def summarize(
         )
     per_maze = []
     for i, maze in enumerate(mazes):
-        d, solved = difficulty(maze), [t.solved for t in trajs[i * samples : (i + 1) * samples]]
-        row = {"index": i, "hash": maze.content_hash, "path_length": d.path_length}
-        per_maze.append({**row, "junctions": d.junctions, "solved": solved})
+        d = difficulty(maze)
+        per_maze.append(
+            {
+                "index": i,
+                "hash": maze.content_hash,
+                "path_length": d.path_length,
+                "junctions": d.junctions,
+                "solved": [t.solved for t in trajs[i * samples : (i + 1) * samples]],
+            }
+        )
     episodes = [m["solved"] for m in per_maze]
     n_solved = sum(map(sum, episodes))
     pak = {

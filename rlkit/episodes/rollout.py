@@ -162,8 +162,10 @@ def run_episodes(
         raise UsageError(f"samples ({samples}) must be >= 1")
     if max_turns is not None and len(max_turns) != len(mazes):
         raise UsageError(f"{len(max_turns)} turn budgets for {len(mazes)} mazes: give one each")
-    budgets = [cfg.max_turns] * len(mazes) if max_turns is None else max_turns
-    cfgs = [replace(cfg, max_turns=int(n)) for n in budgets]
+    if max_turns is None:
+        cfgs = [cfg] * len(mazes)
+    else:
+        cfgs = [replace(cfg, max_turns=int(n)) for n in max_turns]
     jobs = [(i, k) for i in range(len(mazes)) for k in range(samples)]
     envs = [make_env(mazes[i], cfgs[i]) for i, _ in jobs]
     rngs = episode_rngs(seed, len(jobs))

@@ -83,7 +83,8 @@ def wall_clock(records: Sequence[Mapping[str, Any]]) -> dict[int, float]:
     key = next(logged, None)
     if key is None:
         return {}
-    cumulative, total, out = key == "timing/elapsed_s", 0.0, {}
+    cumulative = key == "timing/elapsed_s"  # else a step's own seconds, summed here
+    total, out = 0.0, {}
     for r in sorted(records, key=lambda r: int(r.get("step", 0))):  # stable: file order kept
         step = int(r.get("step", 0))
         value = r.get(key)

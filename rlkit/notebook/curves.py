@@ -294,7 +294,8 @@ def signal_spans(metrics: Sequence[Mapping[str, Any]] | str | Path | Run) -> lis
     records = _records(metrics)
     spans = []
     for name, keys in READ_SIGNALS:
-        steps, values = tuple(zip(*grpo_series(records, keys), strict=True)) or ((), ())
+        series = grpo_series(records, keys)
+        steps, values = tuple(s for s, _ in series), tuple(v for _, v in series)
         spans.append(SignalSpan(name, keys[0], steps, values))
     return spans
 

@@ -128,6 +128,10 @@ def protocol_lines(evals: Mapping[int, EvalResult], greedy: EvalResult | None = 
     return [f"rlkit's protocol: {ours}", f"the seed's protocol: {theirs}"]
 
 
+def _protocol_row(r: EvalResult) -> dict:
+    return {**_row(r), "summary": r.summary()}
+
+
 def build_summary(
     baselines: Mapping[str, EvalResult],
     evals: Mapping[int, EvalResult],
@@ -155,8 +159,8 @@ def build_summary(
         "final": _row(final),
         "final_greedy": None if greedy is None else _row(greedy),
         "protocols": {
-            k: None if r is None else {**_row(r), "summary": r.summary()}
-            for k, r in (("rlkit", None if final.protocol == "seed" else final), ("seed", seed))
+            "rlkit": None if final.protocol == "seed" else _protocol_row(final),
+            "seed": None if seed is None else _protocol_row(seed),
         },
         "warm_start_end": boundary,
         "paired_test": None

@@ -200,7 +200,9 @@ def checkpoint_evals(source: str | Path | Run) -> dict[int, EvalResult]:
         )
     evaluated = set(run.dir.eval_steps())
     missing = [c for c in run.checkpoints() if c.complete and c.step not in evaluated]
-    cfg = run_config(run) if missing else None
+    if not missing:
+        return run.evals()
+    cfg = run_config(run)
     for ckpt in missing:
         evaluate_cached(
             run.dir.eval_path(ckpt.step),

@@ -16,7 +16,7 @@ from rlkit.episodes.rollout import Trajectory, play_turn, replay_states
 from rlkit.errors import UsageError
 from rlkit.maze import rules
 from rlkit.maze.core import Maze
-from rlkit.maze.sets import TEST_SETS, pinned_set
+from rlkit.maze.sets import TEST_SETS
 
 _EVAL_DIR = re.compile(r"global_step_(\d+)_evals")
 # between two answers of a decoded multi-turn response: <|im_end|>, the user turn, the header
@@ -266,7 +266,7 @@ def episodes_to_result(
     set_name = episodes[0].data_source.rsplit("/", 1)[-1]
     mazes = [Maze.from_dict(eps[0].maze) for eps in by_maze.values()]
     # the seed's protocol: every maze of the pinned set, greedy, one sample each
-    whole = set_name in TEST_SETS and len(mazes) == len(pinned_set(set_name))
+    whole = set_name in TEST_SETS and len(mazes) == TEST_SETS[set_name].n
     seed = bool(greedy) and samples == 1 and whole
     return summarize(
         trajs,
