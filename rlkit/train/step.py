@@ -143,6 +143,17 @@ class Scores:
     """(N,) one advantage per turn (`gigpo`); None: each turn takes its episode's."""
 
 
+def loss_weights(trajs: Sequence[Trajectory], scores: Scores) -> list[list[float]]:
+    """Each episode's turns' advantages as the loss used them (0 where it dropped the episode)."""
+    lengths = [len(t.turns) for t in trajs]
+    per_turn = torch.tensor(lengths)
+    if scores.turn_advantages is None:
+        used = torch.where(scores.keep, scores.advantages, 0.0).repeat_interleave(per_turn)
+    else:
+        used = torch.where(scores.keep.repeat_interleave(per_turn), scores.turn_advantages, 0.0)
+    return [x.tolist() for x in used.split(lengths)]
+
+
 def score(
     trajs: Sequence[Trajectory],
     recipe: Recipe,
@@ -203,9 +214,9 @@ def capture(
     if sched.capture_groups == 0:
         return {}
     used = torch.where(scores.keep, scores.advantages, 0.0).tolist()
-    own, lengths = scores.turn_advantages, torch.tensor([len(t.turns) for t in trajs])
-    turns_kept = scores.keep.repeat_interleave(lengths)
-    per_turn = None if own is None else torch.where(turns_kept, own, 0.0).tolist()
+    per_turn = None
+    if scores.turn_advantages is not None:  # gigpo: each turn its own
+        per_turn = [w for turns in loss_weights(trajs, scores) for w in turns]
     named = [replace(t, policy=policy) for t in trajs]
     groups, n = scores.groups.tolist(), sched.capture_groups
     picked = captures.pick_episodes(
@@ -226,14 +237,10 @@ def turn_samples(
     """One row per model turn of every kept episode (zero advantages too: they count in the
     reductions), each prompt re-encoded and checked against the sampled one."""
     out = []
-    per_turn = None if scores.turn_advantages is None else scores.turn_advantages.tolist()
-    kept = zip(trajs, scores.advantages.tolist(), scores.keep.tolist(), strict=True)
-    first = 0
-    for episode, (traj, a, k) in enumerate(kept):
-        n, first = len(traj.turns), first + len(traj.turns)
+    kept = zip(trajs, loss_weights(trajs, scores), scores.keep.tolist(), strict=True)
+    for episode, (traj, advs, k) in enumerate(kept):
         if not k:
             continue
-        advs = [a] * n if per_turn is None else per_turn[first - n : first]
         prompts = turn_prompts(traj, env, history=history)
         for turn, msgs, adv in zip(traj.turns, prompts, advs, strict=True):
             enc = encode(msgs)

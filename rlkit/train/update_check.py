@@ -30,7 +30,7 @@ from rlkit.train.config import GRPOConfig
 from rlkit.train.grpo import group_advantages
 from rlkit.train.learner import Learner, TurnSample, row_logprobs
 from rlkit.train.rescore import EpisodeShift, Rescore, both_logprobs, rescore
-from rlkit.train.step import Scores, score, turn_budgets, turn_samples, update
+from rlkit.train.step import loss_weights, score, turn_budgets, turn_samples, update
 
 EPSILONS = (0.2, 0.3, 0.4)
 """Exploration rates of the scripted players, one a maze (on the shortest path's turn budget)."""
@@ -206,17 +206,6 @@ def _rescored(
         if w != 0.0
     ]
     return rescore(episodes, before=before, after=after, env=env) if episodes else None
-
-
-def loss_weights(trajs: Sequence[Trajectory], scores: Scores) -> list[list[float]]:
-    """Each episode's turns' advantages as the loss used them (0 where it dropped the episode)."""
-    lengths = [len(t.turns) for t in trajs]
-    per_turn = torch.tensor(lengths)
-    if scores.turn_advantages is None:
-        used = torch.where(scores.keep, scores.advantages, 0.0).repeat_interleave(per_turn)
-    else:
-        used = torch.where(scores.keep.repeat_interleave(per_turn), scores.turn_advantages, 0.0)
-    return [x.tolist() for x in used.split(lengths)]
 
 
 def _turns_rescored(
